@@ -1,0 +1,67 @@
+// minigpt: the command-line front end. Subcommands live one per cmd_*.cpp file.
+#include "cli/commands.h"
+#include "core/error.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+namespace minigpt::cli {
+
+int GlobalOptions::resolved_threads() const {
+  return threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+std::string resolve_model_path(const std::string& given) {
+  namespace fs = std::filesystem;
+  if (!given.empty()) {
+    MINIGPT_CHECK(fs::exists(given), "model file '{}' does not exist", given);
+    return given;
+  }
+  for (const fs::path& root : {fs::current_path(), fs::path(MINIGPT_SOURCE_DIR)}) {
+    const fs::path candidate = root / kDefaultModel;
+    if (fs::exists(candidate)) return candidate.string();
+  }
+  MINIGPT_FAIL("no model given (-m) and the shipped model '{}' was not found", kDefaultModel);
+}
+
+}  // namespace minigpt::cli
+
+int main(int argc, char** argv) {
+  using namespace minigpt::cli;
+  CLI::App app{"minigpt: the grammar MiniGPT engine (C++20, optional CUDA)"};
+  app.require_subcommand(1);
+  app.fallthrough();  // global options may follow the subcommand: `minigpt bench model -t 2`
+  GlobalOptions global;
+  app.add_option("-t,--threads", global.threads, "CPU threads (default: every core)")
+      ->check(CLI::Range(1, 1024));
+
+  add_info_command(app, global);
+  add_forward_command(app, global);
+  add_predict_command(app, global);
+  add_generate_command(app, global);
+  add_corpus_command(app, global);
+  add_train_command(app, global);
+  add_eval_probes_command(app, global);
+  add_demo_command(app, global);
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks: model, train, softmax");
+  bench->require_subcommand(1);
+  add_bench_model_command(*bench, global);
+  add_bench_train_command(*bench, global);
+  add_bench_softmax_command(*bench, global);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const minigpt::Error& e) {
+    fmt::print(stderr, "minigpt: error: {}\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "minigpt: internal error: {}\n", e.what());
+    return 2;
+  }
+  return 0;
+}

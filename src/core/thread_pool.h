@@ -1,0 +1,57 @@
+// ThreadPool: a fixed set of worker threads and a deterministic parallel_for.
+//
+// parallel_for(n, fn) splits [0, n) into one contiguous chunk per thread, always the same
+// chunks for the same n and thread count, so results that depend on summation order are
+// reproducible for a given `-t`. The calling thread runs chunk 0; a pool of one thread runs
+// everything inline with no synchronisation. Not a work-stealing scheduler: the kernels here
+// have uniform rows, and static chunks are what makes training bit-for-bit repeatable.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace minigpt {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads = 1);  // threads >= 1 (0 means hardware_concurrency)
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return threads_; }
+
+  // Calls fn(begin, end) on disjoint chunks covering [0, n). Chunks smaller than `grain`
+  // items are merged so tiny loops stay on one thread. Exceptions from fn are rethrown here.
+  void parallel_for(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn,
+                    int64_t grain = 1);
+
+ private:
+  void worker_loop(int index);
+
+  int threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  int64_t job_n_ = 0;
+  int job_chunks_ = 0;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+// The half-open range of chunk `index` when [0, n) is split into `chunks` contiguous parts.
+inline void chunk_range(int64_t n, int chunks, int index, int64_t& begin, int64_t& end) {
+  const int64_t base = n / chunks, extra = n % chunks;
+  begin = index * base + (index < extra ? index : extra);
+  end = begin + base + (index < extra ? 1 : 0);
+}
+
+}  // namespace minigpt

@@ -1,0 +1,15 @@
+// GELU, the exact erf form of nn.GELU(): y = x/2 (1 + erf(x / sqrt 2)), and its backward.
+// GELU(-inf) = -0, GELU(+inf) = +inf, NaN stays NaN (design.md).
+#pragma once
+
+#include "core/thread_pool.h"
+
+#include <cstdint>
+
+namespace minigpt::cpu {
+
+void gelu_forward(const float* x, float* y, int64_t n, ThreadPool& pool);
+// dx (n) overwritten with dy * GELU'(x).
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, ThreadPool& pool);
+
+}  // namespace minigpt::cpu

@@ -1,0 +1,94 @@
+// Core: tensor shapes and views, overflow-checked sizes, the deterministic thread pool.
+#include "core/error.h"
+#include "core/report.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <limits>
+#include <numeric>
+
+using namespace minigpt;
+
+TEST(Tensor, ShapeStridesAndViews) {
+  Tensor t = Tensor::empty({2, 3, 4});
+  EXPECT_EQ(t.numel(), 24);
+  EXPECT_EQ(t.strides(), (std::vector<int64_t>{12, 4, 1}));
+  EXPECT_EQ(t.size(-1), 4);
+  std::iota(t.span().begin(), t.span().end(), 0.0f);
+  Tensor v = t.view({6, 4});
+  EXPECT_EQ(v.at({5, 3}), 23.0f);
+  Tensor rows = v.narrow0(2, 4);
+  EXPECT_EQ(rows.numel(), 8);
+  EXPECT_EQ(rows.at({0, 0}), 8.0f);
+  Tensor c = t.clone();
+  t.fill(-1.0f);
+  EXPECT_EQ(c.at({1, 2, 3}), 23.0f);
+}
+
+TEST(Tensor, RejectsBadShapesWithClearErrors) {
+  EXPECT_THROW(Tensor::empty({-1, 3}), Error);
+  const int64_t big = std::numeric_limits<int64_t>::max() / 2;
+  EXPECT_THROW(shape_numel({big, 4}), Error);
+  Tensor t = Tensor::zeros({2, 3});
+  EXPECT_THROW(t.view({4, 2}), Error);
+  EXPECT_THROW(t.at({2, 0}), Error);
+  try {
+    check_shape(t, {3, 2}, "blocks.0.ln1.weight");
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("blocks.0.ln1.weight"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("(3, 2)"), std::string::npos);
+  }
+}
+
+TEST(Tensor, EmptyTensorIsValid) {
+  Tensor t = Tensor::empty({0, 600});
+  EXPECT_EQ(t.numel(), 0);
+  EXPECT_EQ(t.span().size(), 0u);
+}
+
+TEST(ThreadPool, CoversEveryIndexOnceWithFixedChunks) {
+  for (int threads : {1, 2, 3, 7}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 5, 1000}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      pool.parallel_for(n, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+      });
+      for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+    }
+  }
+  int64_t b, e;
+  chunk_range(10, 3, 0, b, e);
+  EXPECT_EQ(b, 0);
+  EXPECT_EQ(e, 4);
+  chunk_range(10, 3, 2, b, e);
+  EXPECT_EQ(b, 7);
+  EXPECT_EQ(e, 10);
+}
+
+TEST(ThreadPool, RethrowsWorkerErrors) {
+  ThreadPool pool(2);
+  EXPECT_THROW(pool.parallel_for(100, [](int64_t b, int64_t) {
+    if (b > 0) MINIGPT_FAIL("boom");
+  }), Error);
+  // The pool is still usable afterwards.
+  std::atomic<int64_t> sum = 0;
+  pool.parallel_for(100, [&](int64_t b, int64_t e) { sum += e - b; });
+  EXPECT_EQ(sum.load(), 100);
+}
+
+TEST(Report, RendersAllFormats) {
+  Report r("softmax", {"B", "V", "us"}, 2);
+  r.add_row({64, 600, 1.2345678});
+  EXPECT_NE(r.render(ReportFormat::Markdown).find("| 64 | 600 | 1.235 |"), std::string::npos);
+  EXPECT_NE(r.render(ReportFormat::Csv).find("B,V,us\n64,600,1.235"), std::string::npos);
+  auto j = nlohmann::json::parse(r.render(ReportFormat::Json));
+  EXPECT_EQ(j["rows"][0]["V"], 600);
+  EXPECT_TRUE(j["meta"].contains("machine"));
+  EXPECT_THROW(parse_report_format("xml"), Error);
+  EXPECT_THROW(r.add_row({1}), Error);
+}
