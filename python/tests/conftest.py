@@ -1,0 +1,128 @@
+"""Shared fixtures of the Python tests: the contract model and ids, optional torch and C++
+module, and a table of every measured difference printed at the end of the run.
+
+The contract (issue 2): random weights from seed 42 (model_io.random_model: non-trivial
+LayerNorm gains and biases), token ids (2, 16) from seed 42, one thread. Comparisons go
+through `compare(...)`, which asserts allclose and records the actual max abs difference;
+pytest's terminal summary then prints them all (visible with a plain `pytest -q`).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+# --- import paths: the repo's python/ and the build's python/ (where _minigpt_core lands) ---
+_REPO = Path(__file__).resolve().parents[2]
+_candidates = [_REPO / "python"]
+if os.environ.get("MINIGPT_PYTHON_BUILD"):
+    _candidates.append(Path(os.environ["MINIGPT_PYTHON_BUILD"]))
+_candidates += [_REPO / "build" / "default" / "python", _REPO / "build" / "python" / "python"]
+for _p in _candidates:
+    if _p.is_dir() and str(_p) not in sys.path and not any(
+            Path(s).resolve() == _p.resolve() for s in sys.path if s):
+        sys.path.append(str(_p))
+
+from minigpt.model_io import ModelConfig, random_model, save_model  # noqa: E402
+
+CONTRACT_SEED = 42
+CONTRACT_CONFIG = ModelConfig(n_layer=4, n_head=4, d_model=64, block_size=64, vocab_size=600)
+CONTRACT_SHAPE = (2, 16)
+ATOL = RTOL = 1e-5
+
+# --- the difference table -------------------------------------------------------------------
+
+_DIFFS: list[tuple[str, str, float, float, str]] = []  # (comparison, what, max abs, bound, verdict)
+
+
+def compare(comparison: str, what: str, actual, expected, atol: float = ATOL, rtol: float = RTOL):
+    """assert_allclose(actual, expected) and record max |actual - expected| for the summary."""
+    actual = np.asarray(actual, dtype=np.float64)
+    expected = np.asarray(expected, dtype=np.float64)
+    assert actual.shape == expected.shape, f"{comparison}: {what}: shape {actual.shape} != {expected.shape}"
+    diff = float(np.max(np.abs(actual - expected))) if actual.size else 0.0
+    if np.isnan(diff):
+        diff = float("nan")
+    try:
+        np.testing.assert_allclose(actual, expected, atol=atol, rtol=rtol,
+                                   err_msg=f"{comparison}: layer/tensor '{what}' differs")
+    except AssertionError:
+        _DIFFS.append((comparison, what, diff, atol, "FAIL"))
+        raise
+    _DIFFS.append((comparison, what, diff, atol, "ok"))
+    return diff
+
+
+def record(comparison: str, what: str, value: float, bound: float, ok: bool) -> None:
+    """Records a figure that is not an allclose (a relative gradient error, say)."""
+    _DIFFS.append((comparison, what, float(value), float(bound), "ok" if ok else "FAIL"))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not _DIFFS:
+        return
+    tr = terminalreporter
+    tr.section("minigpt: measured differences (max abs unless named; bound = atol or rel. tol.)")
+    width = max(len(c) for c, *_ in _DIFFS)
+    wwhat = max(len(w) for _, w, *_ in _DIFFS)
+    tr.write_line(f"{'comparison':<{width}}  {'what':<{wwhat}}  {'difference':>10}  {'bound':>7}  verdict")
+    for comparison, what, diff, bound, verdict in _DIFFS:
+        tr.write_line(f"{comparison:<{width}}  {what:<{wwhat}}  {diff:10.2e}  {bound:7.0e}  {verdict}")
+
+
+# --- fixtures ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def contract_model():
+    """The contract's ModelFile: random weights from seed 42, V = 600."""
+    return random_model(CONTRACT_CONFIG, seed=CONTRACT_SEED)
+
+
+@pytest.fixture(scope="session")
+def contract_ids(contract_model):
+    """Token ids (2, 16) int64 from seed 42."""
+    rng = np.random.default_rng(CONTRACT_SEED)
+    return rng.integers(0, contract_model.config.vocab_size, size=CONTRACT_SHAPE, dtype=np.int64)
+
+
+@pytest.fixture(scope="session")
+def contract_targets(contract_model):
+    """Next-token targets (2, 16) from seed 43, with a few -1 (ignored) positions."""
+    rng = np.random.default_rng(CONTRACT_SEED + 1)
+    targets = rng.integers(0, contract_model.config.vocab_size, size=CONTRACT_SHAPE, dtype=np.int64)
+    targets[0, -3:] = -1
+    targets[1, 5] = -1
+    return targets
+
+
+@pytest.fixture(scope="session")
+def contract_files(contract_model, tmp_path_factory):
+    """The contract model saved by model_io as both formats: {"safetensors": path, "npz": path}."""
+    folder = tmp_path_factory.mktemp("contract")
+    paths = {"safetensors": folder / "contract.safetensors", "npz": folder / "contract.npz"}
+    for path in paths.values():
+        save_model(path, contract_model)
+    return paths
+
+
+@pytest.fixture(scope="session")
+def torch():
+    """torch with one intra-op thread (the contract), or a skip saying why."""
+    module = pytest.importorskip("torch", reason="PyTorch is not installed: the PyTorch port tests are skipped")
+    module.set_num_threads(1)
+    return module
+
+
+@pytest.fixture(scope="session")
+def core():
+    """The C++ module _minigpt_core with one thread, or a skip saying why."""
+    try:
+        from minigpt import core as module
+    except ImportError as e:
+        pytest.skip(f"the C++ module is not built ({e}); `make test` builds it")
+    module.set_num_threads(1)
+    return module
