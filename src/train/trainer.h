@@ -1,0 +1,89 @@
+// Trainer: one GrammarMiniGPT, its AdamW state and its batch sampler, stepped one update at a
+// time; run_training() drives it with held-out evaluation and periodic checkpoints.
+//
+// A step: zero the gradients, draw a batch (B, T), forward_train + backward, clip the global
+// gradient norm, AdamW at the scheduled lr. Every piece is deterministic for the options and
+// the thread count (ThreadPool uses fixed chunks), so two runs, or a run and its resumption
+// from a checkpoint, produce the same per-step losses bit for bit.
+//
+// What it does not do: generate the corpus (the caller passes token streams; see
+// train/corpus_stream.h) or print anything (the caller's hooks do).
+#pragma once
+
+#include "core/thread_pool.h"
+#include "model/gpt.h"
+#include "model/model_file.h"
+#include "train/adamw.h"
+#include "train/batcher.h"
+#include "train/checkpoint.h"
+#include "train/train_options.h"
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace minigpt {
+
+struct StepStats {
+  int64_t step = 0;        // 0-based index of the update just done
+  float loss = 0.0f;       // mean cross-entropy of this step's batch (before the update)
+  float lr = 0.0f;
+  double grad_norm = 0.0;  // before clipping
+  double seconds = 0.0;    // wall time of the step
+};
+
+class Trainer {
+ public:
+  // A fresh run: weights from ModelWeights::init_random(options.model, options.seed).
+  // options.model.vocab_size must equal vocab.size(). val may be empty (no evaluation).
+  Trainer(TrainOptions options, std::vector<std::string> vocab, TokenStream train, TokenStream val);
+  // Continues a checkpoint; the streams must be the ones its options generate (the training
+  // stream's fingerprint is checked).
+  Trainer(TrainCheckpoint checkpoint, TokenStream train, TokenStream val);
+
+  const TrainOptions& options() const { return options_; }
+  int64_t step() const { return step_; }  // updates done so far
+  bool done() const { return step_ >= options_.steps; }
+  int64_t tokens_per_step() const { return options_.batch * options_.seq; }
+  const GrammarMiniGPT& model() const { return model_; }
+
+  StepStats train_step(ThreadPool& pool);
+  // Mean loss over the first min(eval_batches, available) held-out batches; nullopt when the
+  // validation stream is missing or shorter than one batch.
+  std::optional<float> evaluate(ThreadPool& pool);
+
+  TrainCheckpoint checkpoint() const;  // a deep copy of the whole state
+  void save_checkpoint(const std::string& path) const;
+  ModelFile model_file() const;  // config + vocab + weights (copies)
+
+ private:
+  TrainOptions options_;
+  std::vector<std::string> vocab_;
+  TokenStream train_, val_;
+  uint64_t train_fingerprint_;
+  GrammarMiniGPT model_;
+  AdamW adamw_;
+  BatchSampler sampler_;
+  ModelWeights grads_;
+  std::vector<int32_t> ids_, targets_;  // (B, T) batch buffers
+  int64_t step_ = 0;
+};
+
+struct LoopHooks {
+  std::function<void(const StepStats&)> on_step;
+  std::function<void(int64_t step, float val_loss)> on_eval;            // step = updates done
+  std::function<void(int64_t step, const std::string& path)> on_checkpoint;
+};
+
+struct LoopOptions {
+  int64_t until_step = -1;      // stop after this many updates in total (< 0: options.steps)
+  int64_t eval_every = 0;       // evaluate every N updates and after the last (0: never)
+  std::string checkpoint_path;  // empty: no checkpoints
+  int64_t checkpoint_every = 0; // save every N updates and after the last (needs a path)
+};
+
+void run_training(Trainer& trainer, const LoopOptions& loop, const LoopHooks& hooks, ThreadPool& pool);
+
+}  // namespace minigpt
