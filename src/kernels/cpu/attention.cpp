@@ -1,0 +1,145 @@
+// Causal multi-head attention core on the CPU (attention.h): forward, backward, decode step.
+//
+// One query row attends to keys 0..t1 only; the masked keys are never computed (no -inf or
+// -1e4 fill), and their att entries are written as 0. The softmax is the usual max-subtracted
+// one, local to this file, in float with exact expf. Work is split over (batch, head, query)
+// rows in the forward and over (batch, head) pairs in the backward, each written by exactly one
+// thread and summed in a fixed order, so every result is the same for any thread count.
+#include "kernels/cpu/attention.h"
+
+#include "core/error.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace minigpt::cpu {
+namespace {
+
+void check_sizes(const char* what, int64_t B, int64_t T, int64_t C, int64_t NH) {
+  MINIGPT_CHECK(B >= 0 && T >= 1 && C >= 1 && NH >= 1, "{}: bad sizes B={} T={} C={} NH={}",
+                what, B, T, C, NH);
+  MINIGPT_CHECK(C % NH == 0, "{}: C={} is not divisible by NH={}", what, C, NH);
+}
+
+inline float dot(const float* a, const float* b, int64_t n) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// One query against keys/values rows 0..len-1 (row stride `stride` floats): p (len) gets the
+// softmax probabilities, out (dh) the weighted sum of values.
+inline void attend_row(const float* q, const float* k, const float* v, int64_t stride,
+                       int64_t len, int64_t dh, float scale, float* p, float* out) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < len; ++j) {
+    p[j] = dot(q, k + j * stride, dh) * scale;
+    mx = std::max(mx, p[j]);
+  }
+  float sum = 0.0f;
+  for (int64_t j = 0; j < len; ++j) {
+    p[j] = std::exp(p[j] - mx);  // max subtracted: every exp <= 1, no overflow
+    sum += p[j];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t j = 0; j < len; ++j) p[j] *= inv;
+  std::fill(out, out + dh, 0.0f);
+  for (int64_t j = 0; j < len; ++j) {
+    const float* vj = v + j * stride;
+    for (int64_t d = 0; d < dh; ++d) out[d] += p[j] * vj[d];
+  }
+}
+
+}  // namespace
+
+void attention_forward(const float* qkv, float* out, float* att, int64_t B, int64_t T,
+                       int64_t C, int64_t NH, ThreadPool& pool) {
+  check_sizes("attention_forward", B, T, C, NH);
+  const int64_t dh = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  const int64_t rows = B * NH * T;  // row = (b, h, t1)
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / (T * dh * 2));
+  pool.parallel_for(
+      rows,
+      [&](int64_t r0, int64_t r1) {
+        std::vector<float> scratch(static_cast<size_t>(T));
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t t1 = r % T, h = (r / T) % NH, b = r / (T * NH);
+          const float* base = qkv + b * T * C3;
+          const float* q = base + t1 * C3 + h * dh;
+          const float* k = base + C + h * dh;
+          const float* v = base + 2 * C + h * dh;
+          float* p = att ? att + r * T : scratch.data();
+          attend_row(q, k, v, C3, t1 + 1, dh, scale, p, out + (b * T + t1) * C + h * dh);
+          if (att) std::fill(p + t1 + 1, p + T, 0.0f);  // masked: never computed
+        }
+      },
+      grain);
+}
+
+void attention_backward(const float* dout, const float* qkv, const float* att, float* dqkv,
+                        int64_t B, int64_t T, int64_t C, int64_t NH, ThreadPool& pool) {
+  check_sizes("attention_backward", B, T, C, NH);
+  MINIGPT_CHECK(att != nullptr, "attention_backward needs the forward's att probabilities");
+  const int64_t dh = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / (T * T * dh * 2));
+  pool.parallel_for(
+      B * NH,
+      [&](int64_t p0, int64_t p1) {
+        std::vector<float> ds(static_cast<size_t>(T));
+        for (int64_t pair = p0; pair < p1; ++pair) {
+          const int64_t b = pair / NH, h = pair % NH;
+          const float* base = qkv + b * T * C3;
+          float* dbase = dqkv + b * T * C3;
+          // This (b, h) owns columns [h*dh, (h+1)*dh) of q, k and v in every row of batch b.
+          for (int64_t t = 0; t < T; ++t) {
+            std::fill(dbase + t * C3 + C + h * dh, dbase + t * C3 + C + (h + 1) * dh, 0.0f);
+            std::fill(dbase + t * C3 + 2 * C + h * dh, dbase + t * C3 + 2 * C + (h + 1) * dh,
+                      0.0f);
+          }
+          for (int64_t t1 = 0; t1 < T; ++t1) {
+            const float* p = att + (pair * T + t1) * T;
+            const float* g = dout + (b * T + t1) * C + h * dh;  // d out row (dh)
+            const float* q = base + t1 * C3 + h * dh;
+            // dp = g . v_t2; dv_t2 += p * g; ds = p * (dp - sum(p * dp))
+            float sum_pdp = 0.0f;
+            for (int64_t t2 = 0; t2 <= t1; ++t2) {
+              const float* v = base + t2 * C3 + 2 * C + h * dh;
+              float* dv = dbase + t2 * C3 + 2 * C + h * dh;
+              const float dp = dot(g, v, dh);
+              for (int64_t d = 0; d < dh; ++d) dv[d] += p[t2] * g[d];
+              ds[static_cast<size_t>(t2)] = dp;
+              sum_pdp += p[t2] * dp;
+            }
+            float* dq = dbase + t1 * C3 + h * dh;
+            std::fill(dq, dq + dh, 0.0f);
+            for (int64_t t2 = 0; t2 <= t1; ++t2) {
+              const float dsc = p[t2] * (ds[static_cast<size_t>(t2)] - sum_pdp) * scale;
+              const float* k = base + t2 * C3 + C + h * dh;
+              float* dk = dbase + t2 * C3 + C + h * dh;
+              for (int64_t d = 0; d < dh; ++d) {
+                dq[d] += dsc * k[d];
+                dk[d] += dsc * q[d];
+              }
+            }
+          }
+        }
+      },
+      grain);
+}
+
+void attention_decode_step(const float* q, const float* k_cache, const float* v_cache,
+                           float* out, int64_t t, int64_t C, int64_t NH) {
+  MINIGPT_CHECK(t >= 0 && C >= 1 && NH >= 1 && C % NH == 0,
+                "attention_decode_step: bad sizes t={} C={} NH={}", t, C, NH);
+  const int64_t dh = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  std::vector<float> p(static_cast<size_t>(t + 1));
+  for (int64_t h = 0; h < NH; ++h)
+    attend_row(q + h * dh, k_cache + h * dh, v_cache + h * dh, C, t + 1, dh, scale, p.data(),
+               out + h * dh);
+}
+
+}  // namespace minigpt::cpu
