@@ -2,14 +2,27 @@
 //
 // x, y (rows, cols), row-major, contiguous; y may alias x. Semantics shared by every version
 // and every backend (design.md): a row holding a NaN or +inf gives a NaN row; an all -inf row
-// gives a NaN row (as torch.softmax); [1e30, 0, -1e30] gives [1, 0, 0]; rows == 0 does
-// nothing. cols >= 1.
+// gives a NaN row (as torch.softmax); [1e30, 0, -1e30] gives [1, 0, 0] exactly; rows == 0
+// does nothing. cols >= 1 (checked).
 //
 //   softmax_reference  three passes in double; the oracle every test compares against.
 //   softmax_naive      three passes in float, exp materialised in y (max, exp+sum, scale).
-//   softmax_fused      online max and sum in one read pass, then one write pass.
+//   softmax_fused      online max and sum in one read pass, then one write pass (std::exp,
+//                      the sum kept in double so that 50257 terms stay within ~1e-6).
 //   softmax_simd       fused + AVX2 or AVX-512 (chosen at run time) with a polynomial exp,
 //                      rows split across the pool's threads. This is the production kernel.
+//
+// softmax_simd in detail: rows longer than kSimdChunk floats are read in L1-sized chunks with
+// the running max and sum rescaled between chunks (one read of x from memory, the write pass
+// re-reads the row from L2 for rows up to ~100k floats); when the output is larger than
+// kStreamBytes the write pass uses non-temporal stores (y is not read back into the cache).
+//
+// The polynomial exp (exp_poly, shared by every ISA): n = round(x / ln2), r = x - n ln2 (ln2
+// split hi/lo), exp(r) by a degree-7 minimax polynomial (SLEEF's expf coefficients), times
+// 2^n. Domain x <= 0 (softmax only takes exp(x - max)); exp(-inf) = 0, exp(NaN) = NaN.
+// Results below FLT_MIN (x < -87.3365) are flushed to 0 (their weight in a row that sums to 1
+// is < 1.2e-38). Measured max error, against exp in double, over every float in
+// [-87.3365, 0] (tests/softmax_cpu_test.cpp, SoftmaxExpPoly.FullSweep): kExpPolyMaxUlp ulp.
 #pragma once
 
 #include "core/thread_pool.h"
@@ -32,5 +45,33 @@ inline void softmax(const float* x, float* y, int64_t rows, int64_t cols, Thread
 
 // Which instruction set softmax_simd uses on this machine: "avx512", "avx2" or "scalar".
 std::string softmax_simd_isa();
+
+// --- for tests and the benchmark: every ISA this CPU supports, and the exp on its own ---
+
+enum class SimdIsa { Scalar, Avx2, Avx512 };
+SimdIsa best_simd_isa();              // AVX-512F, else AVX2 + FMA, else scalar
+bool simd_isa_supported(SimdIsa isa);
+const char* simd_isa_name(SimdIsa isa);  // "scalar" | "avx2" | "avx512"
+
+inline constexpr int64_t kSimdChunk = 2048;               // floats per pass-1 chunk (8 KiB)
+inline constexpr int64_t kStreamBytes = int64_t{64} << 20;  // output size from which stores stream
+inline constexpr double kExpPolyMaxUlp = 1.0;             // measured; see the header comment
+
+// softmax_simd with a given ISA (Error if the CPU lacks it) and store mode.
+void softmax_simd_with(SimdIsa isa, bool stream, const float* x, float* y, int64_t rows,
+                       int64_t cols, ThreadPool& pool);
+// y[i] = exp_poly(x[i]) with the given ISA's vector code (the same code softmax_simd runs).
+void exp_poly(SimdIsa isa, const float* x, float* y, int64_t n);
+
+namespace detail {
+// One ISA's kernels (softmax_avx2.cpp, softmax_avx512.cpp, softmax_simd.cpp for scalar):
+// softmax of rows [0, rows) of x into y, single-threaded; stream = non-temporal stores.
+void softmax_rows_scalar(const float* x, float* y, int64_t rows, int64_t cols, bool stream);
+void softmax_rows_avx2(const float* x, float* y, int64_t rows, int64_t cols, bool stream);
+void softmax_rows_avx512(const float* x, float* y, int64_t rows, int64_t cols, bool stream);
+void exp_poly_scalar(const float* x, float* y, int64_t n);
+void exp_poly_avx2(const float* x, float* y, int64_t n);
+void exp_poly_avx512(const float* x, float* y, int64_t n);
+}  // namespace detail
 
 }  // namespace minigpt::cpu

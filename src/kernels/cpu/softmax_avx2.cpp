@@ -1,0 +1,146 @@
+// softmax_simd's AVX2 + FMA kernels: the polynomial exp on 8 lanes and the four span
+// primitives the row driver in softmax_simd.cpp calls. Every function carries
+// __attribute__((target("avx2,fma"))) so that this file builds without -mavx2; softmax_simd.cpp
+// only calls it after __builtin_cpu_supports("avx2") and ("fma"). Tails use vmaskmovps
+// (masked-off lanes are neither read nor written).
+#include "kernels/cpu/softmax.h"
+#include "kernels/cpu/softmax_simd_ops.h"
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <limits>
+
+#define MINIGPT_AVX2 __attribute__((target("avx2,fma")))
+
+namespace minigpt::cpu::detail {
+
+namespace {
+
+constexpr int kLanes = 8;
+
+// Lane i active iff i < n (0 <= n <= 8), as vmaskmovps wants it (sign bit set).
+MINIGPT_AVX2 inline __m256i first_lanes(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// exp_poly on 8 lanes; the same steps as exp16 in softmax_avx512.cpp (method in softmax.h).
+MINIGPT_AVX2 inline __m256 exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(kExpPolyLo);
+  const __m256 xc = _mm256_max_ps(lo, x);  // second operand on NaN: NaN stays NaN
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(kLog2e)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), xc);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
+  __m256 u = _mm256_set1_ps(kExpC5);
+  u = _mm256_fmadd_ps(u, r, _mm256_set1_ps(kExpC4));
+  u = _mm256_fmadd_ps(u, r, _mm256_set1_ps(kExpC3));
+  u = _mm256_fmadd_ps(u, r, _mm256_set1_ps(kExpC2));
+  u = _mm256_fmadd_ps(u, r, _mm256_set1_ps(kExpC1));
+  u = _mm256_fmadd_ps(u, r, _mm256_set1_ps(kExpC0));
+  u = _mm256_fmadd_ps(u, _mm256_mul_ps(r, r), r);
+  u = _mm256_add_ps(u, _mm256_set1_ps(1.0f));
+  const __m256i bits = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256 e = _mm256_mul_ps(u, _mm256_castsi256_ps(bits));
+  return _mm256_blendv_ps(e, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LT_OQ));
+}
+
+MINIGPT_AVX2 inline float hmax8(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+  return _mm_cvtss_f32(m);
+}
+
+MINIGPT_AVX2 inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+MINIGPT_AVX2 float max_avx2(const float* x, int64_t n) {
+  const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 m0 = ninf, m1 = ninf, m2 = ninf, m3 = ninf;
+  int64_t i = 0;
+  for (; i + 4 * kLanes <= n; i += 4 * kLanes) {
+    m0 = _mm256_max_ps(m0, _mm256_loadu_ps(x + i));
+    m1 = _mm256_max_ps(m1, _mm256_loadu_ps(x + i + kLanes));
+    m2 = _mm256_max_ps(m2, _mm256_loadu_ps(x + i + 2 * kLanes));
+    m3 = _mm256_max_ps(m3, _mm256_loadu_ps(x + i + 3 * kLanes));
+  }
+  for (; i + kLanes <= n; i += kLanes) m0 = _mm256_max_ps(m0, _mm256_loadu_ps(x + i));
+  if (i < n) {
+    const __m256i k = first_lanes(n - i);
+    const __m256 v = _mm256_blendv_ps(ninf, _mm256_maskload_ps(x + i, k), _mm256_castsi256_ps(k));
+    m1 = _mm256_max_ps(m1, v);
+  }
+  return hmax8(_mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
+}
+
+MINIGPT_AVX2 float sum_exp_avx2(const float* x, int64_t n, float m) {
+  const __m256 vm = _mm256_set1_ps(m);
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    s0 = _mm256_add_ps(s0, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm)));
+    s1 = _mm256_add_ps(s1, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + kLanes), vm)));
+  }
+  for (; i + kLanes <= n; i += kLanes)
+    s0 = _mm256_add_ps(s0, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm)));
+  if (i < n) {
+    const __m256i k = first_lanes(n - i);
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, k), vm));
+    s1 = _mm256_add_ps(s1, _mm256_and_ps(e, _mm256_castsi256_ps(k)));
+  }
+  return hsum8(_mm256_add_ps(s0, s1));
+}
+
+// y = exp(x - m) * scale; stream: vmovntps (32-byte aligned) after a masked head.
+MINIGPT_AVX2 void write_avx2(const float* x, float* y, int64_t n, float m, float scale,
+                             bool stream) {
+  const __m256 vm = _mm256_set1_ps(m), vs = _mm256_set1_ps(scale);
+  int64_t i = 0;
+  if (stream) {
+    const int64_t head = ((32 - reinterpret_cast<uintptr_t>(y) % 32) % 32) / 4;
+    if (head > 0) {
+      const int64_t h = head < n ? head : n;
+      const __m256i k = first_lanes(h);
+      const __m256 v = _mm256_maskload_ps(x, k);
+      _mm256_maskstore_ps(y, k, _mm256_mul_ps(exp8(_mm256_sub_ps(v, vm)), vs));
+      i = h;
+    }
+    for (; i + kLanes <= n; i += kLanes)
+      _mm256_stream_ps(y + i, _mm256_mul_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm)), vs));
+  } else {
+    for (; i + kLanes <= n; i += kLanes)
+      _mm256_storeu_ps(y + i, _mm256_mul_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm)), vs));
+  }
+  if (i < n) {
+    const __m256i k = first_lanes(n - i);
+    const __m256 v = _mm256_maskload_ps(x + i, k);
+    _mm256_maskstore_ps(y + i, k, _mm256_mul_ps(exp8(_mm256_sub_ps(v, vm)), vs));
+  }
+}
+
+MINIGPT_AVX2 void fence_avx2() { _mm_sfence(); }
+
+}  // namespace
+
+MINIGPT_AVX2 void exp_poly_avx2(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) _mm256_storeu_ps(y + i, exp8(_mm256_loadu_ps(x + i)));
+  if (i < n) {
+    const __m256i k = first_lanes(n - i);
+    _mm256_maskstore_ps(y + i, k, exp8(_mm256_maskload_ps(x + i, k)));
+  }
+}
+
+void softmax_rows_avx2(const float* x, float* y, int64_t rows, int64_t cols, bool stream) {
+  const SimdOps ops{max_avx2, sum_exp_avx2, write_avx2, fence_avx2};
+  softmax_rows(ops, x, y, rows, cols, stream);
+}
+
+}  // namespace minigpt::cpu::detail

@@ -1,0 +1,169 @@
+// softmax_simd: the run-time ISA dispatch, the threading over rows, the chunked online row
+// driver shared by every ISA, and the scalar fallback (the same polynomial exp, one lane).
+// The vector primitives are in softmax_avx2.cpp and softmax_avx512.cpp.
+#include "core/error.h"
+#include "kernels/cpu/softmax.h"
+#include "kernels/cpu/softmax_simd_ops.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+
+namespace minigpt::cpu {
+
+namespace detail {
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+float exp_scalar(float x) {
+  if (x != x) return x;
+  if (x < kExpPolyLo) return 0.0f;  // and -inf
+  // min: x > 0 is outside the domain (wrong result) but must not overflow the int cast.
+  const float n = std::min(std::nearbyint(x * kLog2e), 128.0f);
+  float r = std::fma(-n, kLn2Hi, x);
+  r = std::fma(-n, kLn2Lo, r);
+  float u = kExpC5;
+  u = std::fma(u, r, kExpC4);
+  u = std::fma(u, r, kExpC3);
+  u = std::fma(u, r, kExpC2);
+  u = std::fma(u, r, kExpC1);
+  u = std::fma(u, r, kExpC0);
+  u = std::fma(u, r * r, r) + 1.0f;
+  const auto bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
+  return u * std::bit_cast<float>(bits);
+}
+
+float max_scalar(const float* x, int64_t n) {
+  float m = -kInf;
+  for (int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+float sum_exp_scalar(const float* x, int64_t n, float m) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i) s += exp_scalar(x[i] - m);
+  return s;
+}
+
+void write_scalar(const float* x, float* y, int64_t n, float m, float scale, bool /*stream*/) {
+  for (int64_t i = 0; i < n; ++i) y[i] = exp_scalar(x[i] - m) * scale;
+}
+
+void fence_none() {}
+
+}  // namespace
+
+void softmax_rows(const SimdOps& ops, const float* x, float* y, int64_t rows, int64_t cols,
+                  bool stream) {
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* xr = x + row * cols;
+    float* yr = y + row * cols;
+    // Pass 1, chunk by chunk (a chunk stays in L1 between its max and its sum): m is the max
+    // so far, s the sum of exp(x - m) so far, rescaled by exp(m_old - m_new) when m grows.
+    float m = -kInf;
+    double s = 0.0;
+    bool nan = false;
+    for (int64_t c0 = 0; c0 < cols; c0 += kSimdChunk) {
+      const int64_t n = std::min(kSimdChunk, cols - c0);
+      const float mc = ops.max(xr + c0, n);
+      const float m_new = mc > m ? mc : m;  // a NaN mc is dropped here but caught below
+      if (m_new == -kInf) {
+        // Every value so far is -inf or NaN: nothing to add (and exp(-inf - -inf) would be a
+        // NaN that must not leak into a row that later turns finite). Look for a NaN instead.
+        for (int64_t i = 0; i < n; ++i) nan |= xr[c0 + i] != xr[c0 + i];
+        continue;
+      }
+      if (m_new != m) s *= std::exp(static_cast<double>(m) - static_cast<double>(m_new));
+      m = m_new;
+      // A NaN anywhere in the chunk makes its exp NaN and so s NaN, whatever m is; m = +inf
+      // gives exp(inf - inf) = NaN too.
+      s += ops.sum_exp(xr + c0, n, m);
+    }
+    if (nan || !std::isfinite(m) || std::isnan(s)) {
+      // The design.md rows: NaN or +inf in the row, or every value -inf.
+      std::fill(yr, yr + cols, std::numeric_limits<float>::quiet_NaN());
+      continue;
+    }
+    // Pass 2: re-reads the row (from L1/L2 for rows up to ~100k floats) and writes it once.
+    ops.write(xr, yr, cols, m, static_cast<float>(1.0 / s), stream);
+  }
+  if (stream) ops.fence();
+}
+
+void softmax_rows_scalar(const float* x, float* y, int64_t rows, int64_t cols, bool stream) {
+  const SimdOps ops{max_scalar, sum_exp_scalar, write_scalar, fence_none};
+  softmax_rows(ops, x, y, rows, cols, stream);
+}
+
+void exp_poly_scalar(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = exp_scalar(x[i]);
+}
+
+}  // namespace detail
+
+bool simd_isa_supported(SimdIsa isa) {
+  switch (isa) {
+    case SimdIsa::Scalar: return true;
+    case SimdIsa::Avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case SimdIsa::Avx512: return __builtin_cpu_supports("avx512f");
+  }
+  return false;
+}
+
+SimdIsa best_simd_isa() {
+  if (simd_isa_supported(SimdIsa::Avx512)) return SimdIsa::Avx512;
+  if (simd_isa_supported(SimdIsa::Avx2)) return SimdIsa::Avx2;
+  return SimdIsa::Scalar;
+}
+
+const char* simd_isa_name(SimdIsa isa) {
+  switch (isa) {
+    case SimdIsa::Scalar: return "scalar";
+    case SimdIsa::Avx2: return "avx2";
+    case SimdIsa::Avx512: return "avx512";
+  }
+  return "unknown";
+}
+
+std::string softmax_simd_isa() { return simd_isa_name(best_simd_isa()); }
+
+void softmax_simd_with(SimdIsa isa, bool stream, const float* x, float* y, int64_t rows,
+                       int64_t cols, ThreadPool& pool) {
+  MINIGPT_CHECK(rows >= 0, "softmax: rows must be >= 0, got {}", rows);
+  MINIGPT_CHECK(cols >= 1, "softmax: cols must be >= 1, got {}", cols);
+  MINIGPT_CHECK(rows == 0 || (x != nullptr && y != nullptr), "softmax: null pointer with {} rows",
+                rows);
+  MINIGPT_CHECK(simd_isa_supported(isa), "softmax: this CPU does not support {}",
+                simd_isa_name(isa));
+  if (rows == 0) return;
+  auto* kernel = isa == SimdIsa::Avx512 ? detail::softmax_rows_avx512
+                 : isa == SimdIsa::Avx2 ? detail::softmax_rows_avx2
+                                        : detail::softmax_rows_scalar;
+  // At least 64k floats per thread: waking a worker costs ~10 us, a V = 600 row ~0.3 us.
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / cols);
+  pool.parallel_for(
+      rows,
+      [&](int64_t begin, int64_t end) {
+        kernel(x + begin * cols, y + begin * cols, end - begin, cols, stream);
+      },
+      grain);
+}
+
+void softmax_simd(const float* x, float* y, int64_t rows, int64_t cols, ThreadPool& pool) {
+  // Stream only outputs far beyond the caches: a small y is usually read again soon.
+  const bool stream = rows * cols * static_cast<int64_t>(sizeof(float)) >= kStreamBytes;
+  softmax_simd_with(best_simd_isa(), stream, x, y, rows, cols, pool);
+}
+
+void exp_poly(SimdIsa isa, const float* x, float* y, int64_t n) {
+  MINIGPT_CHECK(simd_isa_supported(isa), "exp_poly: this CPU does not support {}",
+                simd_isa_name(isa));
+  if (isa == SimdIsa::Avx512) detail::exp_poly_avx512(x, y, n);
+  else if (isa == SimdIsa::Avx2) detail::exp_poly_avx2(x, y, n);
+  else detail::exp_poly_scalar(x, y, n);
+}
+
+}  // namespace minigpt::cpu

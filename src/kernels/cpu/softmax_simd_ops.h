@@ -1,0 +1,37 @@
+// Internal to softmax_simd (not part of the kernel's API): the polynomial exp's constants,
+// which every ISA shares, and the row driver that turns four per-ISA span primitives into the
+// chunked online softmax. The intrinsics live in softmax_avx2.cpp and softmax_avx512.cpp; the
+// scalar fallback and the dispatch in softmax_simd.cpp.
+#pragma once
+
+#include <cstdint>
+
+namespace minigpt::cpu::detail {
+
+// exp(x) = 2^n * exp(r), n = round(x log2 e), r = x - n ln2 in [-ln2/2, ln2/2].
+inline constexpr float kExpPolyLo = -87.33654475f;         // ln(FLT_MIN); below: flushed to 0
+inline constexpr float kLog2e = 1.44269504088896341f;
+inline constexpr float kLn2Hi = 0.693145751953125f;        // 16 significant bits: n * kLn2Hi exact
+inline constexpr float kLn2Lo = 1.428606765330187045e-06f;  // ln2 - kLn2Hi
+// exp(r) ~ 1 + r + r^2 (C0 + C1 r + ... + C5 r^5): SLEEF's xexpf minimax coefficients.
+inline constexpr float kExpC5 = 0.000198527617612853646278381f;
+inline constexpr float kExpC4 = 0.00139304355252534151077271f;
+inline constexpr float kExpC3 = 0.00833336077630519866943359f;
+inline constexpr float kExpC2 = 0.0416664853692054748535156f;
+inline constexpr float kExpC1 = 0.166666671633720397949219f;
+inline constexpr float kExpC0 = 0.5f;
+
+// One ISA's primitives over a span of n >= 1 floats (unaligned pointers allowed).
+struct SimdOps {
+  float (*max)(const float* x, int64_t n);               // NaN may or may not win; see driver
+  float (*sum_exp)(const float* x, int64_t n, float m);  // sum of exp_poly(x - m), float lanes
+  // y = exp_poly(x - m) * scale; stream = non-temporal stores for the aligned body.
+  void (*write)(const float* x, float* y, int64_t n, float m, float scale, bool stream);
+  void (*fence)();                                       // after streaming stores
+};
+
+// Softmax of rows [0, rows) with the given primitives, single-threaded (softmax_simd.cpp).
+void softmax_rows(const SimdOps& ops, const float* x, float* y, int64_t rows, int64_t cols,
+                  bool stream);
+
+}  // namespace minigpt::cpu::detail
