@@ -1,0 +1,31 @@
+#include "io/dtype.h"
+
+#include <array>
+#include <utility>
+
+namespace minigpt::io {
+
+namespace {
+struct DTypeInfo {
+  DType dtype;
+  const char* name;
+  size_t size;
+};
+constexpr std::array<DTypeInfo, 13> kDTypes = {{
+    {DType::F64, "F64", 8}, {DType::F32, "F32", 4}, {DType::F16, "F16", 2}, {DType::BF16, "BF16", 2},
+    {DType::I64, "I64", 8}, {DType::I32, "I32", 4}, {DType::I16, "I16", 2}, {DType::I8, "I8", 1},
+    {DType::U64, "U64", 8}, {DType::U32, "U32", 4}, {DType::U16, "U16", 2}, {DType::U8, "U8", 1},
+    {DType::BOOL, "BOOL", 1},
+}};
+}  // namespace
+
+const char* dtype_name(DType dtype) { return kDTypes[static_cast<size_t>(dtype)].name; }
+size_t dtype_size(DType dtype) { return kDTypes[static_cast<size_t>(dtype)].size; }
+
+std::optional<DType> dtype_from_name(std::string_view name) {
+  for (const auto& info : kDTypes)
+    if (name == info.name) return info.dtype;
+  return std::nullopt;
+}
+
+}  // namespace minigpt::io
