@@ -56,7 +56,12 @@ class ModelConfig:
     d_model: int = 64
     block_size: int = 64  # longest sequence; position embeddings are (block_size, d_model)
     vocab_size: int = 0
-    layernorm_eps: float = 1e-5  # as nn.LayerNorm
+    layernorm_eps: float = 1e-5  # as nn.LayerNorm; held as the float32 value C++ uses
+
+    def __post_init__(self):
+        # The C++ config holds a float: keep the same value here so configs compare equal
+        # after a trip through C++ (1e-5 -> 9.999999747378752e-06).
+        object.__setattr__(self, "layernorm_eps", float(np.float32(self.layernorm_eps)))
 
     @property
     def head_dim(self) -> int:
@@ -78,7 +83,10 @@ class ModelConfig:
             raise ModelFileError(f"config: layernorm_eps must be in (0, 1), got {self.layernorm_eps}")
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        j = dataclasses.asdict(self)
+        # Shortest decimal that reads back as the same float32 ("1e-05", not 9.99999974e-06).
+        j["layernorm_eps"] = float(str(np.float32(self.layernorm_eps)))
+        return j
 
     @classmethod
     def from_json(cls, j: Mapping) -> "ModelConfig":

@@ -1,0 +1,201 @@
+// Bindings of the model: model files (load/save), GrammarMiniGPT forward with the per-layer
+// trace, and the training forward + backward returning every parameter's gradient.
+//
+// Python sees `Model`: Model.load(path), Model.from_weights(config, vocab, weights), .config
+// (dict, the JSON keys of ModelConfig), .vocab, .weights() (dict name -> float32 array, a copy),
+// .save(path), .forward(ids, trace=False), .loss_and_grads(ids, targets).
+// Compute runs with the GIL released on the module's thread pool; a mutex per Model serialises
+// calls on one Model (forward_train keeps state for the backward).
+//
+// Not here: KV-cache decoding, sampling, the optimiser.
+#include "common.h"
+
+#include "core/error.h"
+#include "model/config.h"
+#include "model/gpt.h"
+#include "model/model_file.h"
+#include "model/weights.h"
+
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace minigpt::py {
+
+namespace {
+
+// A Python dict {"n_layer": 4, ...} -> ModelConfig, through ModelConfig::from_json (which
+// validates and rejects unknown keys).
+ModelConfig config_from_dict(const nb::dict& d) {
+  nlohmann::json j = nlohmann::json::object();
+  for (auto [key, value] : d) {
+    const std::string k = nb::cast<std::string>(nb::str(key));
+    if (nb::isinstance<bool>(value)) throw nb::type_error(("config['" + k + "'] must be a number").c_str());
+    if (nb::isinstance<nb::int_>(value)) j[k] = nb::cast<int64_t>(value);
+    else if (nb::isinstance<nb::float_>(value)) j[k] = nb::cast<double>(value);
+    else throw nb::type_error(("config['" + k + "'] must be a number").c_str());
+  }
+  return ModelConfig::from_json(j);
+}
+
+nb::dict config_to_dict(const ModelConfig& c) {
+  nb::dict d;
+  d["n_layer"] = c.n_layer;
+  d["n_head"] = c.n_head;
+  d["d_model"] = c.d_model;
+  d["block_size"] = c.block_size;
+  d["vocab_size"] = c.vocab_size;
+  d["layernorm_eps"] = static_cast<double>(c.layernorm_eps);
+  return d;
+}
+
+// Copies dict name -> float32 array into weights laid out for config; every name, shape and
+// dtype checked (errors name the tensor), unknown names rejected.
+ModelWeights weights_from_dict(const nb::dict& d, const ModelConfig& config) {
+  ModelWeights w = ModelWeights::allocate(config);
+  std::set<std::string> expected;
+  for (auto& [name, tensor] : w.named()) {
+    expected.insert(name);
+    if (!d.contains(name.c_str()))
+      throw nb::value_error(("weights: missing tensor '" + name + "' (expected shape " +
+                             shape_str(tensor->shape()) + ")").c_str());
+    AnyArray a = nb::cast<AnyArray>(d[name.c_str()]);
+    check_f32(a, "weights['" + name + "']");
+    Shape shape;
+    for (size_t i = 0; i < a.ndim(); ++i) shape.push_back(static_cast<int64_t>(a.shape(i)));
+    if (shape != tensor->shape())
+      throw nb::value_error(("weights: tensor '" + name + "' has shape " + shape_str(shape) +
+                             ", expected " + shape_str(tensor->shape())).c_str());
+    if (tensor->numel()) std::memcpy(tensor->data(), a.data(), tensor->nbytes());
+  }
+  for (auto [key, value] : d) {
+    const std::string k = nb::cast<std::string>(nb::str(key));
+    if (!expected.count(k)) throw nb::value_error(("weights: unexpected tensor '" + k + "'").c_str());
+  }
+  return w;
+}
+
+nb::dict weights_to_dict(const ModelWeights& w, bool copy) {
+  nb::dict d;
+  for (const auto& [name, tensor] : w.named()) d[name.c_str()] = to_numpy(copy ? tensor->clone() : *tensor);
+  return d;
+}
+
+}  // namespace
+
+// What Python holds: the model, its vocabulary, a lock for forward_train/backward pairs.
+struct PyModel {
+  PyModel(ModelConfig config, ModelWeights weights, std::vector<std::string> vocab)
+      : model(std::move(config), std::move(weights)), vocab(std::move(vocab)) {
+    MINIGPT_CHECK(static_cast<int>(this->vocab.size()) == model.config().vocab_size,
+                  "vocab has {} tokens, config says vocab_size = {}", this->vocab.size(),
+                  model.config().vocab_size);
+  }
+  GrammarMiniGPT model;
+  std::vector<std::string> vocab;
+  std::mutex mutex;
+};
+
+void bind_model(nb::module_& m) {
+  m.def("load_model", [](const std::string& path) {
+    ModelFile f;
+    {
+      nb::gil_scoped_release release;
+      f = load_model(path);
+    }
+    return nb::make_tuple(config_to_dict(f.config), f.vocab, weights_to_dict(f.weights, false));
+  }, nb::arg("path"),
+  "Loads a .safetensors or .npz model file with the C++ loader: (config dict, vocab list, "
+  "weights dict name -> float32 array).");
+
+  m.def("save_model", [](const std::string& path, const nb::dict& config, std::vector<std::string> vocab,
+                         const nb::dict& weights) {
+    ModelFile f;
+    f.config = config_from_dict(config);
+    f.vocab = std::move(vocab);
+    MINIGPT_CHECK(static_cast<int>(f.vocab.size()) == f.config.vocab_size,
+                  "vocab has {} tokens, config says vocab_size = {}", f.vocab.size(), f.config.vocab_size);
+    f.weights = weights_from_dict(weights, f.config);
+    nb::gil_scoped_release release;
+    save_model(path, f);
+  }, nb::arg("path"), nb::arg("config"), nb::arg("vocab"), nb::arg("weights"),
+  "Writes a model file with the C++ writer (format by extension, atomic).");
+
+  nb::class_<PyModel>(m, "Model", "GrammarMiniGPT in C++ (fp32, CPU).")
+      .def_static("load", [](const std::string& path) {
+        ModelFile f;
+        {
+          nb::gil_scoped_release release;
+          f = load_model(path);
+        }
+        return new PyModel(std::move(f.config), std::move(f.weights), std::move(f.vocab));
+      }, nb::arg("path"), nb::rv_policy::take_ownership, "Loads a .safetensors or .npz model file.")
+      .def_static("from_weights", [](const nb::dict& config, std::vector<std::string> vocab, const nb::dict& weights) {
+        ModelConfig c = config_from_dict(config);
+        ModelWeights w = weights_from_dict(weights, c);
+        return new PyModel(c, std::move(w), std::move(vocab));
+      }, nb::arg("config"), nb::arg("vocab"), nb::arg("weights"), nb::rv_policy::take_ownership,
+      "A model from a config dict, a vocabulary and a dict name -> float32 array (copied).")
+      .def_prop_ro("config", [](const PyModel& p) { return config_to_dict(p.model.config()); })
+      .def_prop_ro("vocab", [](const PyModel& p) { return p.vocab; })
+      .def("weights", [](PyModel& p) {
+        std::lock_guard<std::mutex> lock(p.mutex);
+        return weights_to_dict(p.model.weights(), true);
+      }, "Every parameter as a float32 array (a copy), by state_dict name, in canonical order.")
+      .def("save", [](PyModel& p, const std::string& path) {
+        nb::gil_scoped_release release;
+        std::lock_guard<std::mutex> lock(p.mutex);
+        // Tensor copies share storage: no weight bytes are copied here.
+        const ModelFile f{p.model.config(), p.vocab, p.model.weights()};
+        save_model(path, f);
+      }, nb::arg("path"), "Writes the model (format by extension, atomic).")
+      .def("forward", [](PyModel& p, const AnyArray& ids_array, bool trace) -> nb::object {
+        int64_t B = 0, T = 0;
+        const std::vector<int32_t> ids = to_ids(ids_array, "ids", B, T);
+        Tensor logits, probs;
+        ForwardTrace tr;
+        {
+          auto pool = current_pool();
+          nb::gil_scoped_release release;
+          std::lock_guard<std::mutex> lock(p.mutex);
+          p.model.forward(ids.data(), B, T, logits, probs, *pool, trace ? &tr : nullptr);
+        }
+        if (!trace) return nb::make_tuple(to_numpy(logits), to_numpy(probs));
+        nb::dict layers;
+        layers["embed"] = to_numpy(tr.embed);
+        for (size_t i = 0; i < tr.blocks.size(); ++i) layers[("blocks." + std::to_string(i)).c_str()] = to_numpy(tr.blocks[i]);
+        layers["ln_f"] = to_numpy(tr.ln_f);
+        layers["logits"] = to_numpy(tr.logits);
+        return nb::make_tuple(to_numpy(logits), to_numpy(probs), layers);
+      }, nb::arg("ids"), nb::arg("trace") = false,
+      "ids (B, T) int32/int64 -> (logits, probs), each (B, T, V) float32; with trace=True also a "
+      "dict of every layer's output: embed, blocks.{i}, ln_f, logits.")
+      .def("loss_and_grads", [](PyModel& p, const AnyArray& ids_array, const AnyArray& targets_array) {
+        int64_t B = 0, T = 0, Bt = 0, Tt = 0;
+        const std::vector<int32_t> ids = to_ids(ids_array, "ids", B, T);
+        const std::vector<int32_t> targets = to_ids(targets_array, "targets", Bt, Tt);
+        if (B != Bt || T != Tt)
+          throw nb::value_error(("targets: shape " + shape_of(targets_array) + " differs from ids " +
+                                 shape_of(ids_array)).c_str());
+        float loss = 0.0f;
+        ModelWeights grads = ModelWeights::zeros_like(p.model.config());
+        {
+          auto pool = current_pool();
+          nb::gil_scoped_release release;
+          std::lock_guard<std::mutex> lock(p.mutex);
+          loss = p.model.forward_train(ids.data(), targets.data(), B, T, *pool);
+          p.model.backward(grads, *pool);
+        }
+        return nb::make_tuple(loss, weights_to_dict(grads, false));
+      }, nb::arg("ids"), nb::arg("targets"),
+      "Mean cross-entropy over targets != -1 and d(loss)/d(param) for every parameter: "
+      "(loss, dict name -> float32 array).");
+}
+
+}  // namespace minigpt::py

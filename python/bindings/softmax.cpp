@@ -1,0 +1,75 @@
+// Bindings of the softmax kernels: softmax(x, kernel=..., device=...) over the last dimension
+// of a float32 C-contiguous array of any rank, returning a new array of the same shape.
+//
+// CPU kernels (src/kernels/cpu/softmax.h): reference (double, the oracle), naive, fused, simd
+// (the production kernel, on the module's thread pool). The CUDA kernels are bound in
+// softmax_cuda.cpp when the module is built with CUDA; here device="cuda" without them is a
+// clear error.
+#include "common.h"
+
+#include "core/error.h"
+#include "kernels/cpu/softmax.h"
+
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+
+namespace minigpt::py {
+
+// Defined in softmax_cuda.cpp (CUDA builds) or below (CPU-only builds).
+std::vector<std::string> cuda_softmax_kernels();
+void cuda_softmax(const float* x, float* y, int64_t rows, int64_t cols, const std::string& kernel);
+
+namespace {
+
+const std::vector<std::string> kCpuKernels = {"reference", "naive", "fused", "simd"};
+
+void cpu_softmax(const float* x, float* y, int64_t rows, int64_t cols, const std::string& kernel,
+                 ThreadPool& pool) {
+  if (kernel == "reference") cpu::softmax_reference(x, y, rows, cols);
+  else if (kernel == "naive") cpu::softmax_naive(x, y, rows, cols);
+  else if (kernel == "fused") cpu::softmax_fused(x, y, rows, cols);
+  else if (kernel == "simd") cpu::softmax_simd(x, y, rows, cols, pool);
+  else MINIGPT_FAIL("softmax: unknown CPU kernel '{}' (known: reference, naive, fused, simd)", kernel);
+}
+
+}  // namespace
+
+void bind_softmax(nb::module_& m) {
+  m.def("softmax", [](const AnyArray& x, const std::string& kernel, const std::string& device) {
+    check_f32(x, "x");
+    if (x.ndim() < 1) throw nb::value_error("x: expected at least 1 dimension (rows..., cols)");
+    const int64_t cols = static_cast<int64_t>(x.shape(x.ndim() - 1));
+    if (cols < 1) throw nb::value_error(("x: the last dimension must be >= 1, got shape " + shape_of(x)).c_str());
+    Shape shape;
+    for (size_t i = 0; i < x.ndim(); ++i) shape.push_back(static_cast<int64_t>(x.shape(i)));
+    const int64_t rows = shape_numel(shape) / cols;
+    Tensor y = Tensor::empty(shape);
+    const float* xp = static_cast<const float*>(x.data());
+    if (device == "cpu") {
+      auto pool = current_pool();
+      nb::gil_scoped_release release;
+      if (rows) cpu_softmax(xp, y.data(), rows, cols, kernel, *pool);
+    } else if (device == "cuda") {
+      nb::gil_scoped_release release;
+      cuda_softmax(xp, y.data(), rows, cols, kernel);
+    } else {
+      throw nb::value_error(("softmax: unknown device '" + device + "' (cpu or cuda)").c_str());
+    }
+    return to_numpy(y);
+  }, nb::arg("x"), nb::arg("kernel") = "simd", nb::arg("device") = "cpu",
+  "Softmax over the last dimension of a float32 C-contiguous array; returns a new array. "
+  "kernel: see softmax_kernels(device). device='cuda' copies x to the GPU and the result back.");
+
+  m.def("softmax_kernels", [](const std::string& device) {
+    if (device == "cpu") return kCpuKernels;
+    if (device == "cuda") return cuda_softmax_kernels();
+    throw nb::value_error(("softmax_kernels: unknown device '" + device + "' (cpu or cuda)").c_str());
+  }, nb::arg("device") = "cpu", "Kernel names softmax() accepts on a device (empty for cuda "
+  "when the module is built without CUDA or no GPU is visible).");
+
+  m.def("softmax_simd_isa", &cpu::softmax_simd_isa, "Instruction set of the simd kernel here: avx512, avx2 or scalar.");
+}
+
+}  // namespace minigpt::py

@@ -1,0 +1,232 @@
+"""The contract (issue 2, item 6): the C++ engine against the NumPy reference, layer by layer,
+on the seed-42 model and ids with one thread, plus model files exchanged between C++ and Python
+and the bound kernels and tokenizer. Skips with a reason when _minigpt_core is not built.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import compare
+from minigpt import numpy_minigpt as nm
+from minigpt.model_io import ModelConfig, load_model, random_model, save_model
+
+LAYERS = ["embed", "blocks.0", "blocks.1", "blocks.2", "blocks.3", "ln_f", "logits"]
+
+
+@pytest.fixture(scope="module", params=["safetensors", "npz"])
+def cpp_and_numpy(request, core, contract_files, contract_ids):
+    """The C++ loader and the NumPy model reading the same Python-written file."""
+    path = contract_files[request.param]
+    model = core.Model.load(str(path))
+    logits, probs, layers = model.forward(contract_ids, trace=True)
+    layers = dict(layers, probs=probs)
+    assert np.array_equal(layers["logits"], logits)
+    return request.param, nm.NumpyMiniGPT.from_file(path).forward(contract_ids), layers
+
+
+@pytest.mark.parametrize("layer", LAYERS + ["probs"])
+def test_cpp_vs_numpy(cpp_and_numpy, layer):
+    fmt, ref, layers = cpp_and_numpy
+    expected = ref.probs if layer == "probs" else ref.trace[layer]
+    assert layers[layer].dtype == np.float32
+    compare(f"C++ vs NumPy ({fmt})", layer, layers[layer], expected)
+
+
+def test_cpp_vs_numpy_int32_ids_and_other_shapes(core, contract_model):
+    """int32 ids, B = 1 and T = block_size: the same answers as the NumPy model."""
+    model = core.Model.from_weights(contract_model.config.to_json(), contract_model.vocab,
+                                    contract_model.weights)
+    ref = nm.NumpyMiniGPT.from_model_file(contract_model)
+    ids = np.random.default_rng(5).integers(0, 600, (1, 64)).astype(np.int32)
+    logits, probs = model.forward(ids)
+    compare("C++ vs NumPy (1 x 64, int32 ids)", "logits", logits, ref.forward(ids).logits)
+    ids = np.asfortranarray(np.random.default_rng(6).integers(0, 600, (3, 7)))  # strided ids are fine
+    compare("C++ vs NumPy (3 x 7, strided ids)", "probs", model.forward(ids)[1], ref.forward(ids).probs)
+
+
+def test_threads_do_not_change_the_answer_much(core, contract_files, contract_ids):
+    model = core.Model.load(str(contract_files["safetensors"]))
+    one = model.forward(contract_ids)[0]
+    core.set_num_threads(2)
+    try:
+        two = model.forward(contract_ids)[0]
+    finally:
+        core.set_num_threads(1)
+    compare("C++ 2 threads vs 1 thread", "logits", two, one, atol=1e-6, rtol=1e-6)
+
+
+def test_empty_batch(core, contract_files):
+    model = core.Model.load(str(contract_files["npz"]))
+    logits, probs = model.forward(np.zeros((0, 4), dtype=np.int64))
+    assert logits.shape == probs.shape == (0, 4, 600)
+
+
+def test_bad_inputs_are_clear_errors(core, contract_files):
+    model = core.Model.load(str(contract_files["npz"]))
+    with pytest.raises(TypeError, match="int32 or int64"):
+        model.forward(np.zeros((1, 4), dtype=np.float32))
+    with pytest.raises(ValueError, match=r"expected shape \(B, T\), got \(4,\)"):
+        model.forward(np.zeros(4, dtype=np.int64))
+    with pytest.raises(core.Error):
+        model.forward(np.full((1, 4), 600, dtype=np.int64))  # id out of range
+    with pytest.raises(core.Error):
+        model.forward(np.zeros((1, 65), dtype=np.int64))  # longer than block_size
+    with pytest.raises(ValueError, match=r"targets: shape \(1, 3\) differs from ids \(1, 4\)"):
+        model.loss_and_grads(np.zeros((1, 4), np.int64), np.zeros((1, 3), np.int64))
+
+
+def test_from_weights_checks_every_tensor(core, contract_model):
+    cfg, vocab, weights = contract_model.config.to_json(), contract_model.vocab, dict(contract_model.weights)
+    bad = dict(weights, **{"ln_f.bias": np.zeros(63, np.float32)})
+    with pytest.raises(ValueError, match=r"'ln_f\.bias' has shape \(63\), expected \(64\)"):
+        core.Model.from_weights(cfg, vocab, bad)
+    bad = dict(weights, **{"wte.weight": weights["wte.weight"].astype(np.float64)})
+    with pytest.raises(TypeError, match=r"weights\['wte\.weight'\]: expected dtype float32"):
+        core.Model.from_weights(cfg, vocab, bad)
+    bad = dict(weights, **{"lm_head.weight": np.asfortranarray(weights["lm_head.weight"])})
+    with pytest.raises(ValueError, match="C-contiguous"):
+        core.Model.from_weights(cfg, vocab, bad)
+    bad = {k: v for k, v in weights.items() if k != "blocks.0.attn.proj.bias"}
+    with pytest.raises(ValueError, match=r"missing tensor 'blocks\.0\.attn\.proj\.bias'"):
+        core.Model.from_weights(cfg, vocab, bad)
+    with pytest.raises(ValueError, match=r"unexpected tensor 'extra'"):
+        core.Model.from_weights(cfg, vocab, dict(weights, extra=np.zeros(1, np.float32)))
+    with pytest.raises(core.Error, match="vocab"):
+        core.Model.from_weights(cfg, vocab[:-1], weights)
+
+
+# --- model files between C++ and Python -------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "npz"])
+def test_cpp_save_python_load_is_exact(fmt, core, contract_model, contract_files, tmp_path):
+    model = core.Model.load(str(contract_files[fmt]))
+    for out_fmt in ("safetensors", "npz"):
+        out = tmp_path / f"from_cpp.{out_fmt}"
+        model.save(str(out))
+        back = load_model(out)
+        assert back.config == contract_model.config
+        assert back.vocab == contract_model.vocab
+        assert list(back.weights) == list(contract_model.weights)
+        for name, value in contract_model.weights.items():
+            assert np.array_equal(back.weights[name], value), f"{fmt} -> C++ -> {out_fmt}: {name}"
+
+
+def test_cpp_load_model_matches_python_load(core, contract_model, contract_files):
+    config, vocab, weights = core.load_model(str(contract_files["safetensors"]))
+    assert ModelConfig.from_json(config) == contract_model.config
+    assert vocab == contract_model.vocab
+    for name, value in contract_model.weights.items():
+        assert np.array_equal(weights[name], value), name
+
+
+def test_cpp_save_model_function(core, contract_model, tmp_path):
+    core.save_model(str(tmp_path / "m.npz"), contract_model.config.to_json(), contract_model.vocab,
+                    contract_model.weights)
+    back = load_model(tmp_path / "m.npz")
+    assert all(np.array_equal(back.weights[k], v) for k, v in contract_model.weights.items())
+
+
+def test_cpp_loader_names_the_bad_tensor(core, contract_model, tmp_path):
+    weights = dict(contract_model.weights)
+    weights["blocks.2.ln1.weight"] = np.zeros(65, np.float32)
+    from safetensors.numpy import save_file
+    import json
+
+    save_file(weights, str(tmp_path / "bad.safetensors"),
+              metadata={"format": "minigpt", "config": json.dumps(contract_model.config.to_json()),
+                        "vocab": json.dumps(contract_model.vocab)})
+    with pytest.raises(core.Error, match=r"bad\.safetensors.*blocks\.2\.ln1\.weight"):
+        core.Model.load(str(tmp_path / "bad.safetensors"))
+
+
+# --- bound kernels and tokenizer --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kernel", ["reference", "naive", "fused", "simd"])
+def test_cpu_softmax_kernels_vs_numpy(core, kernel):
+    rng = np.random.default_rng(42)
+    x = (rng.standard_normal((64, 600)) * 4).astype(np.float32)
+    compare("C++ softmax vs NumPy", f"{kernel} (64, 600)", core.softmax(x, kernel=kernel), nm.softmax(x))
+    y = core.softmax(np.array([[1e30, 0.0, -1e30]], np.float32), kernel=kernel)
+    assert np.array_equal(y, [[1.0, 0.0, 0.0]])
+    y = core.softmax(np.array([[np.nan, 0.0, 1.0], [-np.inf, -np.inf, -np.inf]], np.float32), kernel=kernel)
+    assert np.isnan(y).all()
+    assert core.softmax(np.zeros((0, 5), np.float32), kernel=kernel).shape == (0, 5)
+
+
+def test_softmax_bad_arguments(core):
+    x = np.zeros((2, 3), np.float32)
+    with pytest.raises(core.Error, match="unknown CPU kernel 'fast'"):
+        core.softmax(x, kernel="fast")
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        core.softmax(x, device="tpu")
+    with pytest.raises(TypeError, match="float32"):
+        core.softmax(x.astype(np.float16))
+
+
+def test_cuda_softmax_or_a_clear_reason(core):
+    kernels = core.softmax_kernels("cuda")
+    if not kernels:
+        pytest.skip(f"no CUDA softmax in this build (cuda={core.build_info()['cuda']}, "
+                    f"GPUs seen={core.build_info()['gpus']})")
+    x = (np.random.default_rng(1).standard_normal((512, 600)) * 4).astype(np.float32)
+    for kernel in kernels:
+        compare("CUDA softmax vs NumPy", f"{kernel} (512, 600)", core.softmax(x, kernel=kernel, device="cuda"),
+                nm.softmax(x))
+
+
+def test_tokenizer_round_trip(core):
+    vocab = ["<pad>", "<bos>", "<eos>", "<unk>", "yesterday", "i", "walked", "home", ",", "."]
+    tok = core.Tokenizer(vocab)
+    ids = tok.encode("Yesterday, I walked home.")
+    assert ids == [4, 8, 5, 6, 7, 9]
+    assert tok.decode(ids) == "yesterday , i walked home ."
+    assert tok.encode_with_unknown("yesterday you ran") == ([4, 3, 3], ["you", "ran"])
+    assert tok.vocab == vocab and len(tok) == 10 and tok.id("home") == 7 and tok.token(6) == "walked"
+    with pytest.raises(core.Error):
+        tok.decode([10])
+    with pytest.raises(core.Error):
+        core.Tokenizer(["<bos>", "<pad>", "<eos>", "<unk>"])  # specials out of place
+
+
+def test_model_vocab_feeds_the_tokenizer(core, contract_files):
+    model = core.Model.load(str(contract_files["safetensors"]))
+    tok = core.Tokenizer(model.vocab)
+    assert tok.encode("w4 w599") == [4, 599]
+
+
+def test_compute_releases_the_gil(core):
+    """A large softmax on one thread while the main thread keeps running Python."""
+    import threading
+    import time
+
+    x = np.random.default_rng(0).standard_normal((4096, 4096)).astype(np.float32)
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (core.softmax(x, kernel="reference"), done.set()))
+    ticks = 0
+    worker.start()
+    start = time.perf_counter()
+    while not done.is_set() and time.perf_counter() - start < 30:
+        ticks += 1
+        time.sleep(0.001)
+    worker.join()
+    assert ticks > 5, "the main thread was blocked: the GIL was held during compute"
+
+
+def test_small_config_cpp_vs_numpy(core):
+    f = random_model(ModelConfig(n_layer=2, n_head=2, d_model=32, block_size=8, vocab_size=40), seed=7)
+    ids = np.random.default_rng(7).integers(0, 40, (3, 8))
+    logits, _ = core.Model.from_weights(f.config.to_json(), f.vocab, f.weights).forward(ids)
+    compare("C++ vs NumPy (2x2x32)", "logits", logits, nm.NumpyMiniGPT.from_model_file(f).forward(ids).logits)
+
+
+def test_python_files_from_cpp_saved_model_run_the_same(core, contract_ids, tmp_path):
+    """A model saved by Python then by C++ gives identical C++ logits (nothing lost in files)."""
+    f = random_model(seed=3)
+    save_model(tmp_path / "a.safetensors", f)
+    a = core.Model.load(str(tmp_path / "a.safetensors"))
+    a.save(str(tmp_path / "b.npz"))
+    b = core.Model.load(str(tmp_path / "b.npz"))
+    assert np.array_equal(a.forward(contract_ids)[0], b.forward(contract_ids)[0])
