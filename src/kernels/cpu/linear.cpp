@@ -10,20 +10,26 @@
 #include "kernels/cpu/linear.h"
 
 #include "core/error.h"
+#include "kernels/cpu/gemm_avx512.h"
 
 #include <cblas.h>
 
 #include <algorithm>
+#include <memory>
 #include <mutex>
 
 namespace minigpt::cpu {
 namespace {
+
+// db (out) += column sums of dy (N, out), in double, rows in order; columns split in fixed blocks.
+void column_sums(const float* dy, float* db, int64_t N, int64_t out, ThreadPool& pool);
 
 // Work below this many multiply-adds stays on the calling thread: waking a worker costs a few
 // microseconds, about what 2^17 FMAs take on one core.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 17;
 constexpr int64_t kRowBlock = 64;      // rows of x per sgemm call (forward, dx)
 constexpr int64_t kFeatureBlock = 32;  // output features per sgemm call (dW, db)
+constexpr int64_t kGemvMaxRows = 4;    // below this many rows the forward uses dot products
 
 void blas_single_threaded() {
   static std::once_flag once;
@@ -41,12 +47,58 @@ void check_sizes(int64_t N, int64_t in, int64_t out) {
                 "linear: sizes exceed the BLAS int range: N={} in={} out={}", N, in, out);
 }
 
+// C (M, Nc) = [C +] A B on gemm_avx512, cut into tasks of kTaskRows rows x 32 columns split over
+// the pool. Each element is summed over k in one FMA chain whatever the split, so 1 and 2
+// threads agree bitwise.
+constexpr int64_t kTaskRows = 48;
+void gemm_parallel(int64_t M, int64_t Nc, int64_t K, const float* A, int64_t a_rs, int64_t a_cs,
+                   const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate,
+                   ThreadPool& pool) {
+  const int64_t row_tasks = (M + kTaskRows - 1) / kTaskRows, col_tasks = (Nc + 31) / 32;
+  pool.parallel_for(
+      row_tasks * col_tasks,
+      [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t i = (t / col_tasks) * kTaskRows, j = (t % col_tasks) * 32;
+          gemm_avx512(std::min(kTaskRows, M - i), std::min<int64_t>(32, Nc - j), K, A + i * a_rs,
+                      a_rs, a_cs, B + j, ldb, C + i * ldc + j, ldc, accumulate);
+        }
+      },
+      grain_for(kTaskRows * 32 * K));
+}
+
 }  // namespace
 
 void linear_forward(const float* x, const float* W, const float* b, float* y, int64_t N,
                     int64_t in, int64_t out, ThreadPool& pool) {
   check_sizes(N, in, out);
   if (N == 0) return;
+  if (gemm_avx512_available()) {
+    if (b)  // y = b, then y += x W^T (the product summed first, then + b, as BLAS beta = 1)
+      for (int64_t r = 0; r < N; ++r) std::copy(b, b + out, y + r * out);
+    if (N < kGemvMaxRows) {  // decode: dot products against W's rows, no transpose
+      pool.parallel_for(
+          out,
+          [&](int64_t o0, int64_t o1) {
+            for (int64_t r = 0; r < N; ++r)
+              gemv_rows_avx512(o1 - o0, in, x + r * in, W + o0 * in, in, y + r * out + o0, b != nullptr);
+          },
+          grain_for(N * in));
+      return;
+    }
+    // W^T (in, out) so the kernel reads B along contiguous output features.
+    // Blocks of 16 columns of W: 16 rows of Wt are written sequentially at once, instead of
+    // one write per row of Wt at a large power-of-two stride (cache-set conflicts).
+    std::unique_ptr<float[]> Wt(new float[static_cast<size_t>(in * out)]);
+    for (int64_t i0 = 0; i0 < in; i0 += 16) {
+      const int64_t i1 = std::min(in, i0 + 16);
+      for (int64_t o = 0; o < out; ++o)
+        for (int64_t i = i0; i < i1; ++i) Wt[static_cast<size_t>(i * out + o)] = W[o * in + i];
+    }
+    gemm_parallel(N, out, in, x, in, 1, Wt.get(), out, y, out, b != nullptr, pool);
+    return;
+  }
+  // No AVX-512: OpenBLAS.
   blas_single_threaded();
   // Fixed blocks of kRowBlock rows, whatever the thread count: OpenBLAS picks its kernels by
   // the matrix sizes, so a row's rounding may depend on how many rows share its call. With
@@ -76,6 +128,15 @@ void linear_backward(const float* x, const float* W, const float* dy, float* dx,
                      float* db, int64_t N, int64_t in, int64_t out, ThreadPool& pool) {
   check_sizes(N, in, out);
   if (N == 0) return;  // dx is empty; dW, db get nothing added
+  if (gemm_avx512_available()) {
+    // dx (N, in) = dy (N, out) @ W (out, in)
+    if (dx) gemm_parallel(N, in, out, dy, out, 1, W, in, dx, in, false, pool);
+    // dW (out, in) += dy^T (out, N) @ x (N, in): A(o, n) = dy[n * out + o]
+    gemm_parallel(out, in, N, dy, 1, out, x, in, dW, in, true, pool);
+    if (db) column_sums(dy, db, N, out, pool);
+    return;
+  }
+  // No AVX-512: OpenBLAS.
   blas_single_threaded();
   const int I = static_cast<int>(in), O = static_cast<int>(out), Nn = static_cast<int>(N);
   // dx (N, in) = dy (N, out) @ W (out, in): fixed blocks of rows (as in the forward).
@@ -102,18 +163,31 @@ void linear_backward(const float* x, const float* W, const float* dy, float* dx,
           const int64_t o0 = blk * kFeatureBlock, o1 = std::min(out, o0 + kFeatureBlock);
           cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(o1 - o0), I, Nn,
                       1.0f, dy + o0, O, x, I, 1.0f, dW + o0 * in, I);
-          if (db) {
-            double acc[kFeatureBlock] = {};
-            for (int64_t n = 0; n < N; ++n) {
-              const float* row = dy + n * out + o0;
-              for (int64_t o = 0; o < o1 - o0; ++o) acc[o] += row[o];
-            }
-            for (int64_t o = o0; o < o1; ++o) db[o] += static_cast<float>(acc[o - o0]);
-          }
         }
       },
       grain_for(kFeatureBlock * N * in));
+  if (db) column_sums(dy, db, N, out, pool);
 }
+
+namespace {
+void column_sums(const float* dy, float* db, int64_t N, int64_t out, ThreadPool& pool) {
+  const int64_t blocks = (out + kFeatureBlock - 1) / kFeatureBlock;
+  pool.parallel_for(
+      blocks,
+      [&](int64_t blk0, int64_t blk1) {
+        for (int64_t blk = blk0; blk < blk1; ++blk) {
+          const int64_t o0 = blk * kFeatureBlock, o1 = std::min(out, o0 + kFeatureBlock);
+          double acc[kFeatureBlock] = {};
+          for (int64_t n = 0; n < N; ++n) {
+            const float* row = dy + n * out + o0;
+            for (int64_t o = 0; o < o1 - o0; ++o) acc[o] += row[o];
+          }
+          for (int64_t o = o0; o < o1; ++o) db[o] += static_cast<float>(acc[o - o0]);
+        }
+      },
+      grain_for(kFeatureBlock * N));
+}
+}  // namespace
 
 void linear_reference(const float* x, const float* W, const float* b, float* y, int64_t N,
                       int64_t in, int64_t out) {
