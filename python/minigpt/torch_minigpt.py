@@ -112,6 +112,25 @@ class GrammarMiniGPT(nn.Module):
 
     # ---------------------------------------------------------------------------- weights
 
+    @torch.no_grad()
+    def init_gpt2_(self, seed: int = 0) -> "GrammarMiniGPT":
+        """The C++ ModelWeights::init_random scheme (same distributions, not the same numbers):
+        normal(0, 0.02) weights, zero biases, unit LayerNorm gains; attn.proj and mlp.fc2
+        weights scaled by 1/sqrt(2 n_layer). For training peers that should start alike."""
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        residual_scale = 1.0 / math.sqrt(2.0 * self.config.n_layer)
+        for name, p in self.named_parameters():
+            if name.endswith(".bias"):
+                p.zero_()
+            elif ".ln" in name or name.startswith("ln_f"):
+                p.fill_(1.0)
+            else:
+                w = torch.randn(p.shape, generator=g) * 0.02
+                if name.endswith("attn.proj.weight") or name.endswith("mlp.fc2.weight"):
+                    w *= residual_scale
+                p.copy_(w)
+        return self
+
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> "GrammarMiniGPT":
         """Loads a .safetensors or .npz model file, in eval() mode."""

@@ -202,7 +202,7 @@ def test_compute_releases_the_gil(core):
     import threading
     import time
 
-    x = np.random.default_rng(0).standard_normal((4096, 4096)).astype(np.float32)
+    x = np.random.default_rng(0).standard_normal((2048, 2048)).astype(np.float32)
     done = threading.Event()
     worker = threading.Thread(target=lambda: (core.softmax(x, kernel="reference"), done.set()))
     ticks = 0

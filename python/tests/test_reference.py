@@ -200,3 +200,13 @@ def test_small_config_also_agrees(torch):
     with torch.no_grad():
         logits, probs = GrammarMiniGPT.from_model_file(f)(torch.from_numpy(ids))
     compare("NumPy vs PyTorch (2x2x32)", "logits", logits.numpy(), ref.logits)
+
+
+def test_torch_gpt2_init_distributions(torch):
+    from minigpt.torch_minigpt import GrammarMiniGPT
+
+    model = GrammarMiniGPT(ModelConfig(vocab_size=600)).init_gpt2_(seed=1)
+    sd = model.state_dict()
+    assert torch.all(sd["blocks.0.ln1.weight"] == 1) and torch.all(sd["lm_head.bias"] == 0)
+    assert abs(sd["wte.weight"].std().item() - 0.02) < 0.002
+    assert abs(sd["blocks.3.mlp.fc2.weight"].std().item() - 0.02 / math.sqrt(8)) < 0.001
