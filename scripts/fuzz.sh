@@ -17,8 +17,12 @@ for t in $targets; do
   corpus="fuzz/corpus/${name#fuzz_}"
   work="build/fuzz/corpus-${name#fuzz_}"
   mkdir -p "$work"
+  dict="fuzz/${name#fuzz_}.dict"
+  dict_arg=()
+  [ -f "$dict" ] && dict_arg=(-dict="$dict")
   echo "fuzz: $name for ${SECONDS_PER_TARGET}s (seeds: $corpus)"
+  # A crash, leak or sanitizer report makes libFuzzer exit non-zero; pipefail fails the script.
   "$t" -max_total_time="$SECONDS_PER_TARGET" -print_final_stats=0 -artifact_prefix=build/fuzz/crashes/ \
-       "$work" "$corpus" 2>&1 | tail -n 3
+       "${dict_arg[@]}" "$work" "$corpus" 2>&1 | tail -n 3
 done
 echo "fuzz: all targets ran clean"
