@@ -39,7 +39,8 @@ inline Vec layernorm(const Vec& x, const Vec& w, const Vec& b, int64_t N, int64_
   return y;
 }
 
-inline double gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+// erfc form: 1 + erf(x / sqrt 2) cancels for x << 0 even in double.
+inline double gelu(double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }
 
 // Causal attention core: qkv (B, T, 3C) -> out (B, T, C), scale 1/sqrt(dh). att (B, NH, T, T)
 // is filled with the probabilities if non-null (0 above the diagonal).

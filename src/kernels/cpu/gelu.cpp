@@ -3,9 +3,16 @@
 // Elementwise, split over the pool in fixed chunks (the result of an element never depends on
 // the split). Infinities are handled explicitly because the textbook forms give inf * 0 = NaN:
 // GELU(-inf) = -0, GELU(+inf) = +inf, GELU'(-inf) = 0, GELU'(+inf) = 1.
+//
+// With AVX-512 (the production path): GELU(x) = x Phi(x) and GELU'(x) = Phi(x) + x phi(x) in
+// double, 8 at a time, through vec_math_avx512.h, rounded to float once (within ~1/2 ulp). The
+// fallback without AVX-512 is the float formula 0.5 x (1 + erff(x / sqrt 2)), several times
+// slower.
 #include "kernels/cpu/gelu.h"
 
 #include "core/error.h"
+#include "kernels/cpu/gemm_avx512.h"
+#include "kernels/cpu/vec_math_avx512.h"
 
 #include <algorithm>
 #include <cmath>
@@ -29,6 +36,40 @@ inline float gelu_grad_scalar(float x) {
   return cdf + x * pdf;
 }
 
+// 8 floats -> 8 results. backward = false: y = GELU(x); true: y = dy * GELU'(x).
+__attribute__((target("avx512f"))) void gelu8_avx512(const float* x, const float* dy, float* y,
+                                                     bool backward) {
+  const __m512d xd = _mm512_cvtps_pd(_mm256_loadu_ps(x));
+  __m512d gauss;
+  const __m512d cdf = avx512::normal_cdf_pd(xd, &gauss);
+  const __mmask8 inf = _mm512_cmp_pd_mask(_mm512_abs_pd(xd), _mm512_set1_pd(INFINITY), _CMP_EQ_OQ);
+  __m512d r;
+  if (!backward) {
+    r = _mm512_mul_pd(xd, cdf);  // x Phi(x); -inf * 0 is NaN: GELU(-inf) = -0 (+inf * 1 is fine)
+    r = _mm512_mask_blend_pd(inf & _mm512_cmp_pd_mask(xd, _mm512_setzero_pd(), _CMP_LT_OQ), r,
+                             _mm512_set1_pd(-0.0));
+  } else {
+    r = _mm512_fmadd_pd(_mm512_mul_pd(xd, gauss), _mm512_set1_pd(0.39894228040143267794), cdf);
+    r = _mm512_mask_blend_pd(inf, r, cdf);  // +-inf * 0 is NaN: GELU'(+-inf) = Phi = 1 or 0
+    r = _mm512_mul_pd(r, _mm512_cvtps_pd(_mm256_loadu_ps(dy)));
+  }
+  _mm256_storeu_ps(y, _mm512_cvtpd_ps(r));
+}
+
+// [i0, i1) in groups of 8; the last partial group goes through a padded copy.
+void gelu_range_avx512(const float* x, const float* dy, float* y, int64_t i0, int64_t i1,
+                       bool backward) {
+  int64_t i = i0;
+  for (; i + 8 <= i1; i += 8) gelu8_avx512(x + i, backward ? dy + i : nullptr, y + i, backward);
+  if (i < i1) {
+    float xb[8] = {}, db[8] = {}, yb[8];
+    std::copy(x + i, x + i1, xb);
+    if (backward) std::copy(dy + i, dy + i1, db);
+    gelu8_avx512(xb, db, yb, backward);
+    std::copy(yb, yb + (i1 - i), y + i);
+  }
+}
+
 }  // namespace
 
 void gelu_forward(const float* x, float* y, int64_t n, ThreadPool& pool) {
@@ -36,6 +77,7 @@ void gelu_forward(const float* x, float* y, int64_t n, ThreadPool& pool) {
   pool.parallel_for(
       n,
       [&](int64_t i0, int64_t i1) {
+        if (gemm_avx512_available()) return gelu_range_avx512(x, nullptr, y, i0, i1, false);
         for (int64_t i = i0; i < i1; ++i) y[i] = gelu_scalar(x[i]);
       },
       kGrain);
@@ -46,6 +88,7 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, Thread
   pool.parallel_for(
       n,
       [&](int64_t i0, int64_t i1) {
+        if (gemm_avx512_available()) return gelu_range_avx512(x, dy, dx, i0, i1, true);
         for (int64_t i = i0; i < i1; ++i) dx[i] = dy[i] * gelu_grad_scalar(x[i]);
       },
       kGrain);
