@@ -3,15 +3,17 @@
 //
 // Python sees `Model`: Model.load(path), Model.from_weights(config, vocab, weights), .config
 // (dict, the JSON keys of ModelConfig), .vocab, .weights() (dict name -> float32 array, a copy),
-// .save(path), .forward(ids, trace=False), .loss_and_grads(ids, targets).
+// .save(path), .forward(ids, trace=False), .loss_and_grads(ids, targets), .decode(ids) (the
+// KV-cache path, one token at a time).
 // Compute runs with the GIL released on the module's thread pool; a mutex per Model serialises
 // calls on one Model (forward_train keeps state for the backward).
 //
-// Not here: KV-cache decoding, sampling, the optimiser.
+// Not here: sampling, the optimiser.
 #include "common.h"
 
 #include "core/error.h"
 #include "model/config.h"
+#include "model/decoder.h"
 #include "model/gpt.h"
 #include "model/model_file.h"
 #include "model/weights.h"
@@ -176,6 +178,26 @@ void bind_model(nb::module_& m) {
       }, nb::arg("ids"), nb::arg("trace") = false,
       "ids (B, T) int32/int64 -> (logits, probs), each (B, T, V) float32; with trace=True also a "
       "dict of every layer's output: embed, blocks.{i}, ln_f, logits.")
+      .def("decode", [](PyModel& p, const AnyArray& ids_array) {
+        int64_t B = 0, T = 0;
+        const std::vector<int32_t> ids = to_ids(ids_array, "ids", B, T);
+        if (B != 1) throw nb::value_error(("decode: ids must be one sequence (1, T), got " + shape_of(ids_array)).c_str());
+        const int64_t V = p.model.config().vocab_size;
+        Tensor logits = Tensor::empty({1, T, V});
+        {
+          auto pool = current_pool();
+          nb::gil_scoped_release release;
+          std::lock_guard<std::mutex> lock(p.mutex);
+          Decoder decoder(p.model);
+          for (int64_t t = 0; t < T; ++t) {
+            const std::span<const float> row = decoder.step(ids[static_cast<size_t>(t)], *pool);
+            std::memcpy(logits.data() + t * V, row.data(), static_cast<size_t>(V) * sizeof(float));
+          }
+        }
+        return to_numpy(logits);
+      }, nb::arg("ids"),
+      "KV-cache decoding of one sequence ids (1, T), one token at a time: logits (1, T, V), "
+      "position t predicting token t+1 (equal to forward's within 1e-5).")
       .def("loss_and_grads", [](PyModel& p, const AnyArray& ids_array, const AnyArray& targets_array) {
         int64_t B = 0, T = 0, Bt = 0, Tt = 0;
         const std::vector<int32_t> ids = to_ids(ids_array, "ids", B, T);

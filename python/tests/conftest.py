@@ -39,7 +39,7 @@ _DIFFS: list[tuple[str, str, float, float, str]] = []  # (comparison, what, max 
 
 
 def compare(comparison: str, what: str, actual, expected, atol: float = ATOL, rtol: float = RTOL):
-    """assert_allclose(actual, expected) and record max |actual - expected| for the summary."""
+    """assert_allclose(actual, expected), NaN never passing; records max |actual - expected|."""
     actual = np.asarray(actual, dtype=np.float64)
     expected = np.asarray(expected, dtype=np.float64)
     assert actual.shape == expected.shape, f"{comparison}: {what}: shape {actual.shape} != {expected.shape}"
@@ -47,7 +47,7 @@ def compare(comparison: str, what: str, actual, expected, atol: float = ATOL, rt
     if np.isnan(diff):
         diff = float("nan")
     try:
-        np.testing.assert_allclose(actual, expected, atol=atol, rtol=rtol,
+        np.testing.assert_allclose(actual, expected, atol=atol, rtol=rtol, equal_nan=False,
                                    err_msg=f"{comparison}: layer/tensor '{what}' differs")
     except AssertionError:
         _DIFFS.append((comparison, what, diff, atol, "FAIL"))

@@ -230,3 +230,11 @@ def test_python_files_from_cpp_saved_model_run_the_same(core, contract_ids, tmp_
     a.save(str(tmp_path / "b.npz"))
     b = core.Model.load(str(tmp_path / "b.npz"))
     assert np.array_equal(a.forward(contract_ids)[0], b.forward(contract_ids)[0])
+
+
+def test_kv_cache_decode_equals_forward(core, contract_files, contract_ids):
+    model = core.Model.load(str(contract_files["safetensors"]))
+    full = model.forward(contract_ids)[0]
+    for b in range(contract_ids.shape[0]):
+        step = model.decode(contract_ids[b:b + 1])
+        compare("C++ KV-cache decode vs forward", f"logits, sequence {b}", step, full[b:b + 1])
