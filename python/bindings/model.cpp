@@ -67,7 +67,9 @@ ModelWeights weights_from_dict(const nb::dict& d, const ModelConfig& config) {
     if (!d.contains(name.c_str()))
       throw nb::value_error(("weights: missing tensor '" + name + "' (expected shape " +
                              shape_str(tensor->shape()) + ")").c_str());
-    AnyArray a = nb::cast<AnyArray>(d[name.c_str()]);
+    AnyArray a;
+    if (!nb::try_cast<AnyArray>(d[name.c_str()], a))
+      throw nb::type_error(("weights['" + name + "']: expected an array (np.ndarray of float32)").c_str());
     check_f32(a, "weights['" + name + "']");
     Shape shape;
     for (size_t i = 0; i < a.ndim(); ++i) shape.push_back(static_cast<int64_t>(a.shape(i)));

@@ -87,6 +87,8 @@ def test_from_weights_checks_every_tensor(core, contract_model):
     bad = dict(weights, **{"lm_head.weight": np.asfortranarray(weights["lm_head.weight"])})
     with pytest.raises(ValueError, match="C-contiguous"):
         core.Model.from_weights(cfg, vocab, bad)
+    with pytest.raises(TypeError, match=r"weights\['ln_f\.weight'\]: expected an array"):
+        core.Model.from_weights(cfg, vocab, dict(weights, **{"ln_f.weight": "oops"}))
     bad = {k: v for k, v in weights.items() if k != "blocks.0.attn.proj.bias"}
     with pytest.raises(ValueError, match=r"missing tensor 'blocks\.0\.attn\.proj\.bias'"):
         core.Model.from_weights(cfg, vocab, bad)
