@@ -1,12 +1,135 @@
-// TODO(owner): placeholder until this subcommand is implemented.
+// `minigpt bench model [-m MODEL] [-o md|json|csv] [--runs N] [-t THREADS]`: forward latency
+// of GrammarMiniGPT at (B=2, T=16) and KV-cache decode throughput, as a Report (machine,
+// threads, build in its header).
+//
+// Forward: logits and probabilities, median of --runs timed calls after --warmup untimed ones,
+// inputs drawn from seed 42 (never zeros). Decode: a full context (block_size tokens) fed one
+// token at a time from an empty cache, tokens/s from the median time of one whole context.
+// Model: -m if given, else the shipped model if present, else random weights of the default
+// config with V = 600 (the table's "model" field says which). bench/peers/torch_model.py runs
+// this with -o json and puts the PyTorch port beside it.
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/report.h"
+#include "core/thread_pool.h"
+#include "core/timer.h"
+#include "model/decoder.h"
+#include "model/gpt.h"
+#include "model/model_file.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
 
 namespace minigpt::cli {
 
+namespace {
+
+struct BenchModelOptions {
+  std::string model;
+  std::string format = "md";
+  int runs = 500;
+  int warmup = 50;
+  int batch = 2;
+  int seq = 16;
+};
+
+struct LoadedModel {
+  ModelConfig config;
+  ModelWeights weights;
+  std::string description;
+};
+
+LoadedModel load_bench_model(const std::string& given) {
+  std::string path;
+  if (!given.empty()) {
+    path = resolve_model_path(given);
+  } else {
+    try {
+      path = resolve_model_path("");
+    } catch (const Error&) {
+      path.clear();  // no shipped model yet: random weights below
+    }
+  }
+  if (!path.empty()) {
+    ModelFile f = load_model(path);
+    return {f.config, std::move(f.weights), path};
+  }
+  ModelConfig c;
+  c.vocab_size = 600;
+  return {c, ModelWeights::init_random(c, 42), "random weights (default config, V=600, seed 42)"};
+}
+
+void run_bench_model(const BenchModelOptions& opt, const GlobalOptions& global) {
+  const ReportFormat format = parse_report_format(opt.format);
+  LoadedModel loaded = load_bench_model(opt.model);
+  const GrammarMiniGPT model(loaded.config, std::move(loaded.weights));
+  const ModelConfig& c = model.config();
+  const int threads = global.resolved_threads();
+  ThreadPool pool(threads);
+  const int64_t B = opt.batch, T = opt.seq;
+  MINIGPT_CHECK(T <= c.block_size, "--seq {} exceeds the model's block_size {}", T, c.block_size);
+
+  std::mt19937_64 rng(42);
+  std::vector<int32_t> ids(static_cast<size_t>(B * T));
+  for (auto& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(c.vocab_size));
+
+  // forward (B, T): logits + probs
+  Tensor logits, probs;
+  for (int i = 0; i < opt.warmup; ++i) model.forward(ids.data(), B, T, logits, probs, pool);
+  std::vector<double> fwd_us;
+  for (int i = 0; i < opt.runs; ++i) {
+    Timer timer;
+    model.forward(ids.data(), B, T, logits, probs, pool);
+    fwd_us.push_back(timer.elapsed_us());
+  }
+  const double fwd = median(fwd_us);
+
+  // KV-cache decode: one whole context per timed run
+  std::vector<int32_t> ctx(static_cast<size_t>(c.block_size));
+  for (auto& id : ctx) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(c.vocab_size));
+  Decoder decoder(model);
+  auto decode_all = [&] {
+    decoder.reset();
+    for (int32_t id : ctx) decoder.step(id, pool);
+  };
+  const int decode_runs = std::max(5, opt.runs / 10);
+  for (int i = 0; i < std::max(2, opt.warmup / 10); ++i) decode_all();
+  std::vector<double> dec_us;
+  for (int i = 0; i < decode_runs; ++i) {
+    Timer timer;
+    decode_all();
+    dec_us.push_back(timer.elapsed_us());
+  }
+  const double dec = median(dec_us) / static_cast<double>(c.block_size);  // per token
+
+  Report report("GrammarMiniGPT forward and KV-cache decode (CPU, fp32)",
+                {"case", "B", "T", "median_us", "tokens_per_s", "runs"}, threads);
+  report.set_meta("model", loaded.description);
+  report.set_meta("config", c.to_json());
+  report.add_row({"forward (logits+probs)", B, T, fwd, static_cast<double>(B * T) / fwd * 1e6, opt.runs});
+  report.add_row({"kv decode, per token", 1, c.block_size, dec, 1e6 / dec, decode_runs});
+  report.add_note(fmt::format("forward: median of {} runs after {} warm-up; decode: {} tokens from an empty "
+                              "cache per run, median of {} runs, us per token",
+                              opt.runs, opt.warmup, c.block_size, decode_runs));
+  fmt::print("{}", report.render(format));
+}
+
+}  // namespace
+
 void add_bench_model_command(CLI::App& bench, GlobalOptions& global) {
-  CLI::App* cmd = bench.add_subcommand("model", "(not implemented yet)");
-  cmd->callback([] { MINIGPT_FAIL("'model' is not implemented yet"); });
+  auto opt = std::make_shared<BenchModelOptions>();
+  CLI::App* cmd = bench.add_subcommand("model", "Forward latency at (B=2, T=16) and KV-cache decode tokens/s");
+  cmd->add_option("-m,--model", opt->model, "model file (default: the shipped model, else random weights)");
+  cmd->add_option("-o,--output", opt->format, "md | json | csv")->check(CLI::IsMember({"md", "json", "csv"}));
+  cmd->add_option("--runs", opt->runs, "timed forward calls")->check(CLI::Range(1, 1000000));
+  cmd->add_option("--warmup", opt->warmup, "untimed forward calls first")->check(CLI::Range(0, 1000000));
+  cmd->add_option("--batch", opt->batch, "forward batch size B")->check(CLI::Range(1, 4096));
+  cmd->add_option("--seq", opt->seq, "forward sequence length T")->check(CLI::Range(1, 8192));
+  cmd->callback([opt, &global] { run_bench_model(*opt, global); });
 }
 
 }  // namespace minigpt::cli

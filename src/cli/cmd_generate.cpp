@@ -1,12 +1,91 @@
-// TODO(owner): placeholder until this subcommand is implemented.
+// `minigpt generate -m MODEL -p "..." -n N --temp T --top-k K -s SEED`: samples a continuation
+// of the prompt with the KV-cache Decoder, one token at a time, and prints it.
+//
+// The prompt is preceded by <bos> (as training sentences are). Generation stops after N new
+// tokens, at <eos>, or when the context (block_size) is full, which is reported on stderr.
+// --temp 0 is greedy decoding. The same seed, prompt and model give the same text.
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
+#include "data/tokenizer.h"
+#include "model/decoder.h"
+#include "model/gpt.h"
+#include "model/model_file.h"
+#include "model/sampling.h"
+
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
 
 namespace minigpt::cli {
 
+namespace {
+
+struct GenerateOptions {
+  std::string model;
+  std::string prompt;
+  int n = 32;
+  float temperature = 0.8f;
+  int top_k = 40;
+  uint64_t seed = 42;
+};
+
+void run_generate(const GenerateOptions& opt, const GlobalOptions& global) {
+  const SamplingParams params{opt.temperature, opt.top_k};
+  params.validate();
+  ModelFile file = load_model(resolve_model_path(opt.model));
+  const Tokenizer tokenizer(file.vocab);
+  const GrammarMiniGPT model(file.config, std::move(file.weights));
+
+  Tokenizer::Encoded enc = tokenizer.encode(opt.prompt);
+  for (const std::string& w : enc.unknown) {
+    fmt::print(stderr, "minigpt: warning: '{}' is not in the model's vocabulary; it becomes <unk>\n", w);
+  }
+  std::vector<int32_t> prompt = {Tokenizer::kBos};
+  prompt.insert(prompt.end(), enc.ids.begin(), enc.ids.end());
+
+  ThreadPool pool(global.resolved_threads());
+  Decoder decoder(model);
+  MINIGPT_CHECK(static_cast<int64_t>(prompt.size()) < decoder.capacity(),
+                "the prompt has {} tokens with <bos>; the model's context holds {}, leaving no room to generate",
+                prompt.size(), decoder.capacity());
+  std::span<const float> logits = decoder.prefill(prompt, pool);
+  Sampler sampler(opt.seed);
+  std::vector<int32_t> generated;
+  std::string stop = fmt::format("-n {}", opt.n);
+  for (int i = 0; i < opt.n; ++i) {
+    const int32_t id = sampler.sample(logits, params);
+    if (id == Tokenizer::kEos) {
+      stop = "<eos>";
+      break;
+    }
+    generated.push_back(id);
+    if (decoder.position() == decoder.capacity()) {
+      stop = fmt::format("context full ({} tokens)", decoder.capacity());
+      break;
+    }
+    logits = decoder.step(id, pool);
+  }
+  const std::string text = tokenizer.decode(enc.ids);
+  const std::string continuation = tokenizer.decode(generated);
+  fmt::print("{}{}{}\n", text, text.empty() || continuation.empty() ? "" : " ", continuation);
+  fmt::print(stderr, "[{} tokens generated, stopped at {}; seed {}, temp {}, top-k {}]\n",
+             generated.size(), stop, opt.seed, opt.temperature, opt.top_k);
+}
+
+}  // namespace
+
 void add_generate_command(CLI::App& app, GlobalOptions& global) {
-  CLI::App* cmd = app.add_subcommand("generate", "(not implemented yet)");
-  cmd->callback([] { MINIGPT_FAIL("'generate' is not implemented yet"); });
+  auto opt = std::make_shared<GenerateOptions>();
+  CLI::App* cmd = app.add_subcommand("generate", "Sample a continuation of a prompt (KV-cache decoding)");
+  cmd->add_option("-m,--model", opt->model, "model file (default: the shipped model)");
+  cmd->add_option("-p,--prompt", opt->prompt, "text to continue (may be empty: start of a sentence)");
+  cmd->add_option("-n,--n-predict", opt->n, "most new tokens to generate")->check(CLI::Range(0, 1000000));
+  cmd->add_option("--temp", opt->temperature, "sampling temperature; 0 = greedy");
+  cmd->add_option("--top-k", opt->top_k, "sample from the k most likely tokens; 0 = all");
+  cmd->add_option("-s,--seed", opt->seed, "random seed");
+  cmd->callback([opt, &global] { run_generate(*opt, global); });
 }
 
 }  // namespace minigpt::cli

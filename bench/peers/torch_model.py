@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""PyTorch peer of `minigpt bench model`: the PyTorch port's forward at (B=2, T=16), eager and
+torch.compile, on the same model and thread count, beside the C++ engine in ONE table.
+
+    PYTHONPATH=python python3 bench/peers/torch_model.py -t 2 [-m MODEL] [--minigpt BUILD/minigpt]
+
+What it measures: GrammarMiniGPT.forward(ids) -> (logits, probs) under torch.inference_mode(),
+median of --runs timed calls after --warmup untimed ones, ids from seed 42. torch.compile
+(default mode): the first compiled call (compilation included) is reported on its own row and
+the steady-state median beside eager. Unless --no-cpp, it then runs `minigpt bench model
+-o json` with the same model file, -t and --runs and prints the C++ rows with the ratios
+(peer time / C++ time: how many times faster the C++ forward is), so the ratio is read in one
+run on one machine.
+
+Model: -m if given, else models/grammar-minigpt.safetensors if present, else random weights
+(model_io.random_model, default config, V=600, seed 42) written to a temporary file that both
+sides load, so they time the very same weights.
+
+Without torch it prints why and exits 0 (a skip, not a failure).
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "models" / "grammar-minigpt.safetensors"
+
+
+def find_minigpt(given: str | None) -> str | None:
+    if given:
+        return given
+    candidates = [p for p in glob.glob(str(ROOT / "build" / "*" / "minigpt")) if os.access(p, os.X_OK)]
+    candidates += [p for p in glob.glob(str(ROOT / "build" / "minigpt")) if os.access(p, os.X_OK)]
+    if not candidates:
+        return None
+    return max(candidates, key=os.path.getmtime)  # the most recent build
+
+
+def time_us(fn, runs: int, warmup: int) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1e6)
+    return out
+
+
+def render(rows: list[dict], meta: dict, fmt: str) -> str:
+    columns = ["impl", "B", "T", "median_us", "cpp_speedup", "runs"]
+    if fmt == "json":
+        return json.dumps({"title": "GrammarMiniGPT forward: C++ vs the PyTorch port", "meta": meta,
+                           "columns": columns, "rows": rows}, indent=2)
+
+    def cell(v):
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return str(v)
+
+    lines = ["## GrammarMiniGPT forward: C++ vs the PyTorch port (CPU, fp32)", ""]
+    lines += [f"- {k}: {v}" for k, v in meta.items()]
+    lines += ["", "| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
+    for r in rows:
+        lines.append("| " + " | ".join(cell(r.get(c)) for c in columns) + " |")
+    lines += ["", "cpp_speedup = this row's median / the C++ forward median (same run, same threads)."]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-m", "--model", help="model file (.safetensors/.npz)")
+    ap.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--runs", type=int, default=300)
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--seq", type=int, default=16)
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (its first call takes minutes on 2 cores)")
+    ap.add_argument("--no-cpp", action="store_true", help="do not run `minigpt bench model`")
+    ap.add_argument("--minigpt", help="path to the minigpt binary (default: newest build/*/minigpt)")
+    ap.add_argument("-o", "--output", choices=["md", "json"], default="md")
+    args = ap.parse_args()
+
+    try:
+        import torch
+    except Exception as e:  # ImportError, or a broken install
+        print(f"torch_model.py: skipped: torch is not importable ({type(e).__name__}: {e})")
+        return 0
+    sys.path.insert(0, str(ROOT / "python"))
+    from minigpt.model_io import ModelConfig, random_model, save_model
+    from minigpt.torch_minigpt import GrammarMiniGPT
+
+    torch.set_num_threads(args.threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass  # already set by an earlier parallel op
+
+    tmpdir = None
+    if args.model:
+        path, described = args.model, args.model
+    elif SHIPPED.exists():
+        path, described = str(SHIPPED), str(SHIPPED)
+    else:
+        tmpdir = tempfile.TemporaryDirectory(prefix="minigpt-bench-")
+        path = os.path.join(tmpdir.name, "random.safetensors")
+        save_model(path, random_model(ModelConfig(vocab_size=600), seed=42))
+        described = "random weights (model_io.random_model, default config, V=600, seed 42)"
+
+    model = GrammarMiniGPT.from_file(path).eval()
+    cfg = model.config
+    B, T = args.batch, args.seq
+    g = torch.Generator().manual_seed(42)
+    ids = torch.randint(0, cfg.vocab_size, (B, T), generator=g)
+
+    rows = []
+    with torch.inference_mode():
+        eager = statistics.median(time_us(lambda: model(ids), args.runs, args.warmup))
+        rows.append({"impl": "torch eager", "B": B, "T": T, "median_us": eager, "runs": args.runs})
+        if not args.no_compile:
+            compiled = torch.compile(model)
+            t0 = time.perf_counter()
+            compiled(ids)
+            first_s = time.perf_counter() - t0
+            comp = statistics.median(time_us(lambda: compiled(ids), args.runs, args.warmup))
+            rows.append({"impl": "torch.compile", "B": B, "T": T, "median_us": comp, "runs": args.runs})
+            rows.append({"impl": "torch.compile first call", "B": B, "T": T, "median_us": first_s * 1e6, "runs": 1})
+
+    meta = {"model": described, "threads": args.threads, "torch": torch.__version__,
+            "torch threads": torch.get_num_threads()}
+
+    if not args.no_cpp:
+        exe = find_minigpt(args.minigpt)
+        if exe is None:
+            meta["c++"] = "skipped: no minigpt binary found (build it, or pass --minigpt)"
+        else:
+            cmd = [exe, "bench", "model", "-m", path, "-o", "json", "-t", str(args.threads),
+                   "--runs", str(args.runs), "--warmup", str(args.warmup),
+                   "--batch", str(B), "--seq", str(T)]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                print(f"torch_model.py: `{' '.join(cmd)}` failed:\n{proc.stderr}", file=sys.stderr)
+                return 1
+            report = json.loads(proc.stdout)
+            for k in ("machine", "build"):
+                meta[k] = report["meta"].get(k)
+            cpp_rows = report["rows"]
+            fwd = next(r for r in cpp_rows if r["case"].startswith("forward"))
+            cpp_us = fwd["median_us"]
+            rows.insert(0, {"impl": "minigpt C++", "B": fwd["B"], "T": fwd["T"], "median_us": cpp_us,
+                            "runs": fwd["runs"]})
+            for r in rows:
+                if r["impl"] != "torch.compile first call":
+                    r["cpp_speedup"] = r["median_us"] / cpp_us
+            for r in cpp_rows:
+                if r["case"].startswith("kv decode"):
+                    rows.append({"impl": f"minigpt C++ {r['case']} ({r['tokens_per_s']:.0f} tokens/s)",
+                                 "B": r["B"], "T": r["T"], "median_us": r["median_us"], "runs": r["runs"]})
+    print(render(rows, meta, args.output))
+    if tmpdir is not None:
+        tmpdir.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
