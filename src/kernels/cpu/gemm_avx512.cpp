@@ -16,36 +16,46 @@ constexpr int kMR = 12;  // rows of C per micro-tile: 12 x 2 zmm accumulators = 
 constexpr int kNR = 32;  // columns of C per micro-tile (2 zmm)
 
 // C tile (MR rows, up to 32 columns under masks m0, m1) = [C +] sum_k A(m, k) B(k, :).
+// The accumulators are named variables, not an array: GCC keeps an array of __m512 in memory
+// and stores all 24 of them on every k step.
+#define MINIGPT_FOR_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 template <int MR>
 __attribute__((target("avx512f"))) void micro_tile(int64_t K, const float* A, int64_t a_rs,
                                                    int64_t a_cs, const float* B, int64_t ldb,
                                                    float* C, int64_t ldc, __mmask16 m0,
                                                    __mmask16 m1, bool accumulate) {
-  __m512 acc0[MR], acc1[MR];
-  for (int r = 0; r < MR; ++r) {
-    acc0[r] = _mm512_setzero_ps();
-    acc1[r] = _mm512_setzero_ps();
-  }
+  static_assert(MR >= 1 && MR <= kMR);
+#define DECLARE(r) __m512 c##r##_0 = _mm512_setzero_ps(), c##r##_1 = _mm512_setzero_ps();
+  MINIGPT_FOR_ROWS(DECLARE)
+#undef DECLARE
   for (int64_t k = 0; k < K; ++k) {
     const __m512 b0 = _mm512_maskz_loadu_ps(m0, B + k * ldb);
     const __m512 b1 = _mm512_maskz_loadu_ps(m1, B + k * ldb + 16);
     const float* a = A + k * a_cs;
-    for (int r = 0; r < MR; ++r) {
-      const __m512 av = _mm512_set1_ps(a[r * a_rs]);
-      acc0[r] = _mm512_fmadd_ps(av, b0, acc0[r]);
-      acc1[r] = _mm512_fmadd_ps(av, b1, acc1[r]);
-    }
+#define STEP(r)                                          \
+  if constexpr (MR > r) {                                \
+    const __m512 av = _mm512_set1_ps(a[r * a_rs]);       \
+    c##r##_0 = _mm512_fmadd_ps(av, b0, c##r##_0);        \
+    c##r##_1 = _mm512_fmadd_ps(av, b1, c##r##_1);        \
   }
-  for (int r = 0; r < MR; ++r) {
-    float* c = C + r * ldc;
-    if (accumulate) {  // C + sum, the sum finished first (as BLAS with beta = 1)
-      acc0[r] = _mm512_add_ps(acc0[r], _mm512_maskz_loadu_ps(m0, c));
-      acc1[r] = _mm512_add_ps(acc1[r], _mm512_maskz_loadu_ps(m1, c + 16));
-    }
-    _mm512_mask_storeu_ps(c, m0, acc0[r]);
-    _mm512_mask_storeu_ps(c + 16, m1, acc1[r]);
+    MINIGPT_FOR_ROWS(STEP)
+#undef STEP
   }
+  // C + sum when accumulating: the sum over k is finished first (as BLAS with beta = 1).
+#define STORE(r)                                                              \
+  if constexpr (MR > r) {                                                     \
+    float* c = C + r * ldc;                                                   \
+    if (accumulate) {                                                         \
+      c##r##_0 = _mm512_add_ps(c##r##_0, _mm512_maskz_loadu_ps(m0, c));       \
+      c##r##_1 = _mm512_add_ps(c##r##_1, _mm512_maskz_loadu_ps(m1, c + 16));  \
+    }                                                                         \
+    _mm512_mask_storeu_ps(c, m0, c##r##_0);                                   \
+    _mm512_mask_storeu_ps(c + 16, m1, c##r##_1);                              \
+  }
+  MINIGPT_FOR_ROWS(STORE)
+#undef STORE
 }
+#undef MINIGPT_FOR_ROWS
 
 using TileFn = void (*)(int64_t, const float*, int64_t, int64_t, const float*, int64_t, float*,
                         int64_t, __mmask16, __mmask16, bool);

@@ -60,7 +60,13 @@ MINIGPT_AVX512 __m512d normal_cdf_pd(__m512d x, __m512d* gauss) {
   p = _mm512_fmadd_pd(p, z, _mm512_set1_pd(-0.3761263842595722));
   p = _mm512_fmadd_pd(p, z, _mm512_set1_pd(1.1283791670570986));
   const __m512d erf_small = _mm512_mul_pd(a, p);
-  const __m512d s = _mm512_div_pd(_mm512_set1_pd(1.0), _mm512_min_pd(_mm512_set1_pd(10.0), a));
+  // s = 1 / a with a clamped to [0.5, 10] (lanes below 1 are blended away below): rcp14
+  // (2^-14) and two Newton steps (2^-56); vdivpd would be the slowest instruction of the loop.
+  // NaN stays NaN (min/max return their second operand when one is NaN).
+  const __m512d ac = _mm512_max_pd(_mm512_set1_pd(0.5), _mm512_min_pd(_mm512_set1_pd(10.0), a));
+  __m512d s = _mm512_rcp14_pd(ac);
+  s = _mm512_fmadd_pd(s, _mm512_fnmadd_pd(ac, s, _mm512_set1_pd(1.0)), s);
+  s = _mm512_fmadd_pd(s, _mm512_fnmadd_pd(ac, s, _mm512_set1_pd(1.0)), s);
   __m512d q = _mm512_set1_pd(0.10493154976114207);
   q = _mm512_fmadd_pd(q, s, _mm512_set1_pd(-0.8981267301453786));
   q = _mm512_fmadd_pd(q, s, _mm512_set1_pd(3.502609536727995));
