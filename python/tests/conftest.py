@@ -61,6 +61,14 @@ def record(comparison: str, what: str, value: float, bound: float, ok: bool) -> 
     _DIFFS.append((comparison, what, float(value), float(bound), "ok" if ok else "FAIL"))
 
 
+def pytest_configure(config):
+    # Skips must say why (torch missing, C++ module not built, no GPU) even under a plain
+    # `pytest -q`: add "s" to the short-summary characters (-rs).
+    chars = getattr(config.option, "reportchars", "") or ""
+    if "s" not in chars and "a" not in chars.lower():
+        config.option.reportchars = chars + "s"
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not _DIFFS:
         return
@@ -123,6 +131,7 @@ def core():
     try:
         from minigpt import core as module
     except ImportError as e:
-        pytest.skip(f"the C++ module is not built ({e}); `make test` builds it")
+        cause = e.__cause__ or e  # core.py wraps the real import error in a longer message
+        pytest.skip(f"the C++ module _minigpt_core is not importable ({cause}); `make test` builds it")
     module.set_num_threads(1)
     return module
