@@ -1,0 +1,43 @@
+// The autotuner of the fused CUDA softmax: times every candidate FusedConfig
+// (softmax.h: fused_candidates) on the caller's input and keeps the fastest per shape bucket in
+// the JSON cache (autotune_cache.h). A cached entry is used when its key matches (same GPU,
+// compute capability, CUDA runtime and driver, kernel source hash and bucket) unless `retune`.
+// Host code (CUDA runtime API); needs a visible GPU.
+#pragma once
+
+#include "kernels/cuda/autotune_cache.h"
+#include "kernels/cuda/fused_config.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+namespace minigpt::cuda {
+
+struct AutotuneOptions {
+  std::string cache_path;        // "" = no cache (always tune, never write)
+  bool retune = false;           // ignore cached entries (the new result is still written)
+  int launches_per_timing = 10;  // back-to-back launches between two events
+  int timings = 3;               // the best of this many timings per candidate
+  std::ostream* log = nullptr;   // one line per tuned shape when set
+};
+
+struct AutotuneResult {
+  FusedConfig config;
+  double us = 0;          // time per launch of the winner (tuning sweep, L2 not flushed)
+  bool from_cache = false;
+  int candidates = 0;     // how many configs the sweep timed (0 when from the cache)
+  std::string key;        // AutotuneKey::str()
+};
+
+// The key for (rows, cols) on the current device.
+AutotuneKey autotune_key(int64_t rows, int64_t cols);
+
+// Picks the config for (rows, cols). `x` is the caller's device input (rows x cols, read only);
+// outputs go to a scratch buffer the tuner allocates. Throws Error on CUDA failures.
+AutotuneResult autotune_fused(const float* x, int64_t rows, int64_t cols,
+                              const AutotuneOptions& options, cudaStream_t stream);
+
+}  // namespace minigpt::cuda
