@@ -1,12 +1,377 @@
-// TODO(owner): placeholder until this subcommand is implemented.
+// `minigpt bench softmax --device cpu|cuda [-o md|json|csv] [--shapes 64x600,...] [--no-peers]`
+//
+// The softmax family against its ceiling and its peers in one run, as a Report. This file
+// parses the command line, runs the CPU path (bench_softmax_cpu) and hands --device cuda to
+// bench_softmax_cuda() (bench_softmax_cuda.cpp, not this file). Both fill one Report whose
+// columns are kSoftmaxColumns:
+//   kernel, B, V, MB, threads, runs, time_us, GB/s, frac_of_copy, vs_torch
+// MB = bytes moved = 2 * B * V * 4 (x read once, y written once: the algorithmic minimum);
+// frac_of_copy = GB/s over the measured copy bandwidth; vs_torch = torch.softmax time / this
+// time (> 1: faster than torch), torch measured in the same run with the same threads.
+//
+// CPU path: every kernel (naive, fused, simd with the best ISA, simd forced to AVX2) runs with
+// its rows split over the -t pool (naive and fused are single-threaded kernels, called on row
+// ranges), median of repeated runs in this process; inputs uniform in [-8, 8) from --seed
+// (never zeros); y poisoned with NaN before the first run and checked after the last (every
+// element written, rows against softmax_reference). The ceiling is a memcpy of kCopyBytes
+// (far beyond the 300 MiB LLC of the machines we use) split over the same threads. The peers
+// (torch.softmax, torch.compile) come from bench/peers/softmax_peers.py, run as a subprocess.
+// The JSON form also carries what `python -m minigpt.plot roofline` needs (meta.roofline).
+#include "cli/bench_softmax.h"
 #include "cli/commands.h"
+#include "core/device_info.h"
 #include "core/error.h"
+#include "core/report.h"
+#include "core/thread_pool.h"
+#include "core/timer.h"
+#include "kernels/cpu/softmax.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
 
 namespace minigpt::cli {
 
+std::vector<std::pair<int64_t, int64_t>> default_softmax_shapes() {
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (int64_t b : {64, 512, 4096, 32768, 262144}) shapes.emplace_back(b, 600);
+  shapes.emplace_back(4096, 32000);
+  shapes.emplace_back(2048, 50257);
+  return shapes;
+}
+
+namespace {
+
+const std::vector<std::string> kSoftmaxColumns = {"kernel", "B",    "V",       "MB",
+                                                  "threads", "runs", "time_us", "GB/s",
+                                                  "frac_of_copy", "vs_torch"};
+
+constexpr int64_t kCopyBytes = int64_t{1} << 30;  // 1 GiB each way: >3x a 300 MiB LLC
+constexpr double kTimeBudgetS = 1.0;              // per (kernel, shape), after warm-up
+constexpr int kMinRuns = 5;
+
+// FLOPs per element, counted once per algorithmic operation: max 1 (compare), sub 1 (x - m),
+// exp 1 (as one special-function op; the polynomial costs ~15 vector ops on the CPU, see
+// meta.roofline), sum 1 (add), div 1 (a multiply by 1/s in simd). 5 FLOP / 8 bytes.
+constexpr double kFlopsPerElement = 5.0;
+constexpr double kBytesPerElement = 8.0;
+
+std::vector<std::pair<int64_t, int64_t>> parse_shapes(const std::string& text) {
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    const auto x = item.find('x');
+    MINIGPT_CHECK(x != std::string::npos, "--shapes: '{}' is not BxV (e.g. 64x600)", item);
+    int64_t b = -1, v = -1;
+    try {
+      size_t used_b = 0, used_v = 0;
+      b = std::stoll(item.substr(0, x), &used_b);
+      v = std::stoll(item.substr(x + 1), &used_v);
+      MINIGPT_CHECK(used_b == x && used_v == item.size() - x - 1, "--shapes: '{}' is not BxV", item);
+    } catch (const std::logic_error&) {
+      MINIGPT_FAIL("--shapes: '{}' is not BxV (e.g. 64x600)", item);
+    }
+    MINIGPT_CHECK(b >= 0 && v >= 1, "--shapes: '{}' needs B >= 0 and V >= 1", item);
+    shapes.emplace_back(b, v);
+  }
+  MINIGPT_CHECK(!shapes.empty(), "--shapes: no shape given");
+  return shapes;
+}
+
+std::string shapes_arg(const std::vector<std::pair<int64_t, int64_t>>& shapes) {
+  std::string s;
+  for (const auto& [b, v] : shapes) s += fmt::format("{}{}x{}", s.empty() ? "" : ",", b, v);
+  return s;
+}
+
+// Median wall time in us of fn(), after up to `warmup` untimed calls; runs until `repeats`
+// timed calls or kTimeBudgetS, whichever first, but at least kMinRuns.
+struct Timing {
+  double us = 0;
+  int runs = 0;
+};
+Timing time_runs(const std::function<void()>& fn, int warmup, int repeats) {
+  Timer warm;
+  for (int i = 0; i < warmup && warm.elapsed_s() < kTimeBudgetS / 2; ++i) fn();
+  std::vector<double> us;
+  Timer total;
+  while (static_cast<int>(us.size()) < std::max(repeats, 1) &&
+         (static_cast<int>(us.size()) < kMinRuns || total.elapsed_s() < kTimeBudgetS)) {
+    Timer t;
+    fn();
+    us.push_back(t.elapsed_us());
+  }
+  return {median(us), static_cast<int>(us.size())};
+}
+
+// A cheap, seeded generator for large inputs (mt19937 + normal would take seconds at 157M).
+void fill_uniform(float* x, int64_t n, uint64_t seed) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < n; ++i) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    x[i] = static_cast<float>(static_cast<double>(s >> 40) * (16.0 / 16777216.0) - 8.0);
+  }
+}
+
+// Memory that is not initialised by the allocator (std::vector would zero 1 GiB first).
+struct Buffer {
+  std::unique_ptr<float[]> data;
+  explicit Buffer(int64_t n) : data(new float[static_cast<size_t>(n)]) {}
+  float* get() const { return data.get(); }
+};
+
+// Copy bandwidth over the pool's threads: (read + write) bytes / median time.
+double measure_copy_gbps(ThreadPool& pool, int64_t bytes) {
+  const int64_t n = bytes / static_cast<int64_t>(sizeof(float));
+  Buffer src(n), dst(n);
+  pool.parallel_for(n, [&](int64_t b, int64_t e) {  // touch every page on the thread that copies it
+    std::fill(src.get() + b, src.get() + e, 1.0f);
+    std::fill(dst.get() + b, dst.get() + e, 0.0f);
+  });
+  const Timing t = time_runs(
+      [&] {
+        pool.parallel_for(n, [&](int64_t b, int64_t e) {
+          std::memcpy(dst.get() + b, src.get() + b, static_cast<size_t>(e - b) * sizeof(float));
+        });
+      },
+      1, 7);
+  return 2.0 * static_cast<double>(bytes) / (t.us * 1e3);
+}
+
+// exp_poly throughput (exps per second) over the pool's threads on an L1-resident array: the
+// CPU's "exp unit" ceiling for the roofline.
+double measure_exp_rate(ThreadPool& pool) {
+  constexpr int64_t kN = 4096, kReps = 2000;
+  const int threads = pool.size();
+  std::vector<std::vector<float>> xs(threads, std::vector<float>(kN)), ys = xs;
+  for (int t = 0; t < threads; ++t) fill_uniform(xs[t].data(), kN, 99 + t);
+  for (auto& x : xs)
+    for (float& v : x) v = -std::abs(v);
+  const cpu::SimdIsa isa = cpu::best_simd_isa();
+  const Timing t = time_runs(
+      [&] {
+        pool.parallel_for(threads, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i)
+            for (int r = 0; r < kReps; ++r) cpu::exp_poly(isa, xs[i].data(), ys[i].data(), kN);
+        });
+      },
+      2, 9);
+  return static_cast<double>(threads) * kN * kReps / (t.us * 1e-6);
+}
+
+double cpu_ghz() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("cpu MHz", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return std::stod(line.substr(colon + 1)) / 1000.0;
+    }
+  return 0.0;
+}
+
+// The peers script's answer: {"torch_version", "results": [{"peer", "B", "V", "time_us",
+// "runs"}], "notes": [...]}; nullopt (and a note) when it could not run.
+std::optional<nlohmann::json> run_peers(const BenchSoftmaxOptions& o, int threads, Report& report) {
+  const std::string root = MINIGPT_SOURCE_DIR;
+  const std::string script = root + "/bench/peers/softmax_peers.py";
+  const std::string cmd = fmt::format(
+      "PYTHONPATH='{}/python'\"${{PYTHONPATH:+:$PYTHONPATH}}\" python3 '{}' --device {} "
+      "--threads {} --shapes {} --seed {} --json",
+      root, script, o.device, threads, shapes_arg(o.shapes), o.seed);
+  std::FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) {
+    report.add_note(fmt::format("peers: could not start '{}'", cmd));
+    return std::nullopt;
+  }
+  std::string out;
+  char buf[4096];
+  size_t got;
+  while ((got = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, got);
+  const int status = ::pclose(pipe);
+  if (status != 0) {
+    report.add_note(fmt::format("peers: '{}' failed (status {}); peer columns left empty", cmd, status));
+    return std::nullopt;
+  }
+  try {
+    nlohmann::json j = nlohmann::json::parse(out);
+    for (const auto& n : j.value("notes", nlohmann::json::array())) report.add_note("peers: " + n.get<std::string>());
+    return j;
+  } catch (const nlohmann::json::exception& e) {
+    report.add_note(fmt::format("peers: unreadable output from {} ({})", script, e.what()));
+    return std::nullopt;
+  }
+}
+
+// Every element written (no NaN left from the poison; inputs are finite) and a few rows
+// against the reference.
+void verify_output(const std::string& kernel, const float* x, const float* y, int64_t B, int64_t V) {
+  const int64_t n = B * V;
+  if (n == 0) return;
+  for (int64_t i = 0; i < n; ++i)
+    MINIGPT_CHECK(std::isfinite(y[i]), "bench softmax: {} left y[{}] = {} at ({}, {})", kernel, i, y[i], B, V);
+  std::vector<float> ref(static_cast<size_t>(V));
+  for (int64_t r : {int64_t{0}, B / 2, B - 1}) {
+    cpu::softmax_reference(x + r * V, ref.data(), 1, V);
+    for (int64_t c = 0; c < V; ++c) {
+      const double d = std::abs(static_cast<double>(y[r * V + c]) - ref[c]);
+      MINIGPT_CHECK(d <= 1e-4 * ref[c] + 1e-30, "bench softmax: {} row {} col {}: {} vs reference {}",
+                    kernel, r, c, y[r * V + c], ref[c]);
+    }
+  }
+}
+
+}  // namespace
+
+void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report) {
+  ThreadPool pool(options.threads);
+  const cpu::SimdIsa isa = cpu::best_simd_isa();
+
+  // Peers first: the Python process and ours never hold the big buffers at the same time.
+  std::map<std::pair<int64_t, int64_t>, double> torch_us;
+  std::vector<nlohmann::json> peer_rows;
+  if (options.peers) {
+    if (auto j = run_peers(options, options.threads, report)) {
+      report.set_meta("torch", j->value("torch_version", "unknown"));
+      for (const auto& r : j->value("results", nlohmann::json::array())) {
+        peer_rows.push_back(r);
+        if (r.at("peer") == "torch.softmax" && r.at("time_us").is_number())
+          torch_us[{r.at("B").get<int64_t>(), r.at("V").get<int64_t>()}] = r.at("time_us").get<double>();
+      }
+    }
+  } else {
+    report.add_note("peers: skipped (--no-peers)");
+  }
+
+  const double copy_gbps = measure_copy_gbps(pool, kCopyBytes);
+  const double exp_rate = measure_exp_rate(pool);
+  const double ghz = cpu_ghz();
+  const int lanes = isa == cpu::SimdIsa::Avx512 ? 16 : isa == cpu::SimdIsa::Avx2 ? 8 : 1;
+  // Two FMA units per core, 2 FLOPs per FMA (Sapphire Rapids and most AVX-512 server cores).
+  const double fma_peak = options.threads * ghz * 1e9 * lanes * 2 * 2;
+
+  report.set_meta("device", "cpu");
+  report.set_meta("isa", cpu::simd_isa_name(isa));
+  report.set_meta("copy_bandwidth_GBps", copy_gbps);
+  report.set_meta("copy_bytes", kCopyBytes);
+  report.set_meta("roofline", nlohmann::json{
+      {"flops_per_element", kFlopsPerElement},
+      {"bytes_per_element", kBytesPerElement},
+      {"flop_counting", "max 1 + sub 1 + exp 1 (one special-function op) + sum 1 + div 1 = 5 "
+                        "FLOP per element; bytes = read x + write y = 8 per element"},
+      {"copy_bandwidth_GBps", copy_gbps},
+      {"fma_peak_GFLOPs", fma_peak / 1e9},
+      {"fma_peak_source", fmt::format("{} threads x {:.2f} GHz (/proc/cpuinfo) x {} lanes x 2 FMA "
+                                      "units x 2 FLOP", options.threads, ghz, lanes)},
+      {"exp_rate_Gps", exp_rate / 1e9},
+      {"exp_rate_source", fmt::format("measured: exp_poly ({}) on L1-resident arrays, {} threads",
+                                      cpu::simd_isa_name(isa), options.threads)},
+      {"exp_poly_vector_ops", 15},
+      {"cpu_GHz", ghz},
+  });
+
+  struct Kernel {
+    std::string name;
+    std::function<void(const float*, float*, int64_t, int64_t)> run;
+  };
+  // naive and fused are one-thread kernels: the bench splits rows over the same pool.
+  auto rows_split = [&pool](auto fn) {
+    return [&pool, fn](const float* x, float* y, int64_t B, int64_t V) {
+      pool.parallel_for(B, [&](int64_t b, int64_t e) { fn(x + b * V, y + b * V, e - b, V); },
+                        std::max<int64_t>(1, (int64_t{1} << 16) / V));
+    };
+  };
+  std::vector<Kernel> kernels = {
+      {"naive", rows_split([](const float* x, float* y, int64_t b, int64_t v) { cpu::softmax_naive(x, y, b, v); })},
+      {"fused", rows_split([](const float* x, float* y, int64_t b, int64_t v) { cpu::softmax_fused(x, y, b, v); })},
+      {"simd", [&pool](const float* x, float* y, int64_t B, int64_t V) { cpu::softmax_simd(x, y, B, V, pool); }},
+  };
+  if (isa == cpu::SimdIsa::Avx512 && cpu::simd_isa_supported(cpu::SimdIsa::Avx2))
+    kernels.push_back({"simd-avx2", [&pool](const float* x, float* y, int64_t B, int64_t V) {
+                         const bool stream = B * V * 4 >= cpu::kStreamBytes;
+                         cpu::softmax_simd_with(cpu::SimdIsa::Avx2, stream, x, y, B, V, pool);
+                       }});
+
+  auto add = [&](const std::string& kernel, int64_t B, int64_t V, int runs, double us) {
+    const double bytes = kBytesPerElement * static_cast<double>(B * V);
+    const double gbps = us > 0 ? bytes / (us * 1e3) : 0.0;
+    nlohmann::json vs = nullptr;
+    if (auto it = torch_us.find({B, V}); it != torch_us.end() && us > 0) vs = it->second / us;
+    report.add_row({kernel, B, V, bytes / 1e6, options.threads, runs, us, gbps, gbps / copy_gbps, vs});
+  };
+
+  for (const auto& [B, V] : options.shapes) {
+    const int64_t n = B * V;
+    Buffer x(std::max<int64_t>(n, 1)), y(std::max<int64_t>(n, 1));
+    pool.parallel_for(B, [&](int64_t b, int64_t e) {  // first touch on the threads that use it
+      fill_uniform(x.get() + b * V, (e - b) * V, options.seed + static_cast<uint64_t>(b));
+    });
+    for (const Kernel& k : kernels) {
+      std::fill(y.get(), y.get() + n, std::numeric_limits<float>::quiet_NaN());
+      const Timing t = time_runs([&] { k.run(x.get(), y.get(), B, V); }, options.warmup, options.repeats);
+      verify_output(k.name, x.get(), y.get(), B, V);
+      add(k.name, B, V, t.runs, t.us);
+    }
+    for (const auto& r : peer_rows)
+      if (r.at("B") == B && r.at("V") == V && r.at("time_us").is_number())
+        add(r.at("peer").get<std::string>(), B, V, r.value("runs", 0), r.at("time_us").get<double>());
+  }
+  report.add_note(fmt::format(
+      "time_us: median over `runs` calls in one process (at least {}, at most --repeats or ~{} s), "
+      "after up to --warmup untimed calls; inputs uniform in [-8, 8); every output checked. "
+      "GB/s = 2 * B * V * 4 bytes / time. frac_of_copy: over a {} MiB memcpy (src and dst each) "
+      "on the same {} thread(s), {:.2f} GB/s (read + write). vs_torch = torch.softmax time / "
+      "this time (> 1: faster).",
+      kMinRuns, kTimeBudgetS, kCopyBytes >> 20, options.threads, copy_gbps));
+  report.add_note(fmt::format("simd streams its stores (non-temporal) when B * V * 4 >= {} MiB; "
+                              "naive and fused split rows over the same pool.",
+                              cpu::kStreamBytes >> 20));
+}
+
 void add_bench_softmax_command(CLI::App& bench, GlobalOptions& global) {
-  CLI::App* cmd = bench.add_subcommand("softmax", "(not implemented yet)");
-  cmd->callback([] { MINIGPT_FAIL("'softmax' is not implemented yet"); });
+  CLI::App* cmd = bench.add_subcommand("softmax", "Softmax kernels against memcpy/copy bandwidth and torch");
+  auto options = std::make_shared<BenchSoftmaxOptions>();
+  auto format = std::make_shared<std::string>("md");
+  auto shapes = std::make_shared<std::string>();
+  auto no_peers = std::make_shared<bool>(false);
+  cmd->add_option("--device", options->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("-o,--output", *format, "md, json or csv");
+  cmd->add_option("--shapes", *shapes, "BxV list, e.g. 64x600,4096x32000 (default: the issue's sweep)");
+  cmd->add_flag("--no-peers", *no_peers, "do not run bench/peers/softmax_peers.py");
+  cmd->add_option("--warmup", options->warmup, "untimed calls before timing")->check(CLI::Range(0, 1000));
+  cmd->add_option("--repeats", options->repeats, "timed calls at most (CPU: also ~1 s per row)")
+      ->check(CLI::Range(1, 100000));
+  cmd->add_flag("--retune", options->retune, "CUDA: ignore the autotune cache");
+  cmd->add_option("-s,--seed", options->seed, "input seed");
+  cmd->callback([options, format, shapes, no_peers, &global] {
+    const ReportFormat fmt_out = parse_report_format(*format);
+    options->threads = global.resolved_threads();
+    options->shapes = shapes->empty() ? default_softmax_shapes() : parse_shapes(*shapes);
+    options->peers = !*no_peers;
+    Report report("bench softmax (" + options->device + ")", kSoftmaxColumns, options->threads);
+    if (options->device == "cuda") {
+      bench_softmax_cuda(*options, report);
+    } else {
+      bench_softmax_cpu(*options, report);
+    }
+    std::fputs(report.render(fmt_out).c_str(), stdout);
+  });
 }
 
 }  // namespace minigpt::cli
