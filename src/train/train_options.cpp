@@ -10,7 +10,7 @@ void TrainOptions::validate() const {
   MINIGPT_CHECK(seq >= 1 && seq <= model.block_size,
                 "--seq must be in [1, {}] (the model's context), got {}", model.block_size, seq);
   MINIGPT_CHECK(grad_clip >= 0.0f, "--clip must be >= 0, got {}", grad_clip);
-  MINIGPT_CHECK(corpus_sentences >= 1 && val_sentences >= 1, "corpus sizes must be >= 1");
+  MINIGPT_CHECK(corpus_tokens >= 1 && val_tokens >= 1, "corpus sizes must be >= 1");
   MINIGPT_CHECK(eval_batches >= 1, "eval batches must be >= 1, got {}", eval_batches);
   schedule().validate();
   adamw.validate();
@@ -30,8 +30,8 @@ nlohmann::json TrainOptions::to_json() const {
           {"beta2", adamw.beta2},
           {"eps", adamw.eps},
           {"weight_decay", adamw.weight_decay},
-          {"corpus_sentences", corpus_sentences},
-          {"val_sentences", val_sentences},
+          {"corpus_tokens", corpus_tokens},
+          {"val_tokens", val_tokens},
           {"eval_batches", eval_batches},
           {"model", model.to_json()}};
 }
@@ -56,8 +56,8 @@ TrainOptions TrainOptions::from_json(const nlohmann::json& j) {
     o.adamw.beta2 = get("beta2").get<float>();
     o.adamw.eps = get("eps").get<float>();
     o.adamw.weight_decay = get("weight_decay").get<float>();
-    o.corpus_sentences = get("corpus_sentences").get<int64_t>();
-    o.val_sentences = get("val_sentences").get<int64_t>();
+    o.corpus_tokens = get("corpus_tokens").get<int64_t>();
+    o.val_tokens = get("val_tokens").get<int64_t>();
     o.eval_batches = get("eval_batches").get<int64_t>();
     o.model = ModelConfig::from_json(get("model"));
     o.validate();

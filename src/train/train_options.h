@@ -4,8 +4,8 @@
 //
 // Seeds derived from `seed` (all distinct streams):
 //   weights       ModelWeights::init_random(model, seed)
-//   train corpus  corpus generator seeded with `seed`        (corpus_sentences sentences)
-//   val corpus    corpus generator seeded with `seed` + 1    (val_sentences, held out)
+//   train corpus  data::corpus_token_stream(seed, corpus_tokens)
+//   val corpus    data::corpus_token_stream(seed + 1, val_tokens)   (held out)
 //   batches       BatchSampler Rng seeded with seed ^ kSamplerSalt
 #pragma once
 
@@ -29,8 +29,8 @@ struct TrainOptions {
   int64_t warmup = 200;
   float grad_clip = 1.0f;   // global-norm clip; 0 disables
   AdamWConfig adamw;
-  int64_t corpus_sentences = 200000;
-  int64_t val_sentences = 4000;
+  int64_t corpus_tokens = 4'000'000;  // whole sentences until at least this many ids
+  int64_t val_tokens = 40'000;
   int64_t eval_batches = 16;  // batches of (batch, seq) per held-out evaluation (fewer if the val corpus is short)
   ModelConfig model;          // vocab_size is filled from the tokenizer
 
