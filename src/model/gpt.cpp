@@ -14,6 +14,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/softmax.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace minigpt {

@@ -45,12 +45,17 @@ class GrammarMiniGPT {
 
   // Inference. ids (B, T) row-major, 1 <= T <= block_size, every id in [0, V) (Error
   // otherwise). Writes logits and probs (B, T, V), allocating them if undefined or misshapen.
-  // B == 0 gives empty outputs. trace, if non-null, receives every layer's output.
+  // B == 0 gives empty outputs. trace, if non-null, receives every layer's output (copies).
+  // Scratch activations are allocated per call and freed on return (a few hundred KB at
+  // (2, 16)); results depend only on the inputs and the pool's thread count.
   void forward(const int32_t* ids, int64_t B, int64_t T, Tensor& logits, Tensor& probs,
                ThreadPool& pool, ForwardTrace* trace = nullptr) const;
 
   // Training forward: saves the activations the backward needs and returns the mean
-  // cross-entropy over targets (B, T) != -1.
+  // cross-entropy over targets (B, T) != -1. targets are -1 (ignored) or in [0, V) (Error
+  // otherwise); B >= 1. The saved state (about (16 d L + 2 V) * B*T floats plus the attention
+  // probabilities) is allocated on the first call for a (B, T) and reused while (B, T) stays
+  // the same, so a training loop allocates nothing per step.
   float forward_train(const int32_t* ids, const int32_t* targets, int64_t B, int64_t T,
                       ThreadPool& pool);
   // Backward of the last forward_train: accumulates d(loss)/d(param) into grads, which the
