@@ -413,7 +413,46 @@ std::vector<uint8_t> deflated_zip(const std::string& name, const std::vector<uin
   p32(0x06054b50); p16(0); p16(0); p16(1); p16(1); p32(cd_size); p32(cd); p16(0);
   return z;
 }
+
+// A one-member STORED zip written entirely in zip64 form: sizes and offset 0xFFFFFFFF in the
+// central directory with the real values in a zip64 extra field, and a zip64 end record plus
+// locator (what Python's zipfile writes for members and archives past 4 GiB).
+std::vector<uint8_t> zip64_zip(const std::string& name, const std::vector<uint8_t>& data, uint16_t extra_len = 28) {
+  const uint32_t crc = static_cast<uint32_t>(crc32(0, data.data(), static_cast<uInt>(data.size())));
+  std::vector<uint8_t> z;
+  auto p16 = [&](uint16_t v) { z.push_back(v & 0xff); z.push_back(v >> 8); };
+  auto p32 = [&](uint32_t v) { p16(v & 0xffff); p16(v >> 16); };
+  auto p64 = [&](uint64_t v) { p32(static_cast<uint32_t>(v)); p32(static_cast<uint32_t>(v >> 32)); };
+  const auto n = static_cast<uint16_t>(name.size());
+  p32(0x04034b50); p16(45); p16(0); p16(0); p16(0); p16(0); p32(crc); p32(0xFFFFFFFF); p32(0xFFFFFFFF); p16(n); p16(20);
+  z.insert(z.end(), name.begin(), name.end());
+  p16(1); p16(16); p64(data.size()); p64(data.size());
+  z.insert(z.end(), data.begin(), data.end());
+  const uint64_t cd = z.size();
+  p32(0x02014b50); p16(45); p16(45); p16(0); p16(0); p16(0); p16(0); p32(crc); p32(0xFFFFFFFF); p32(0xFFFFFFFF);
+  p16(n); p16(extra_len); p16(0); p16(0); p16(0); p32(0); p32(0xFFFFFFFF);
+  z.insert(z.end(), name.begin(), name.end());
+  p16(1); p16(static_cast<uint16_t>(extra_len - 4)); p64(data.size()); p64(data.size()); p64(0);
+  z.resize(cd + 46 + n + extra_len);
+  const uint64_t cd_size = z.size() - cd, z64 = z.size();
+  p32(0x06064b50); p64(44); p16(45); p16(45); p32(0); p32(0); p64(1); p64(1); p64(cd_size); p64(cd);
+  p32(0x07064b50); p32(0); p64(z64); p32(1);
+  p32(0x06054b50); p16(0); p16(0); p16(0xFFFF); p16(0xFFFF); p32(0xFFFFFFFF); p32(0xFFFFFFFF); p16(0);
+  return z;
+}
 }  // namespace
+
+TEST(Npz, Zip64Records) {
+  const auto data = encode_npy_f32(iota_tensor({3}));
+  const auto back = parse_npz(zip64_zip("z.npy", data), "z.npz");
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].name, "z.npy");
+  EXPECT_EQ(back[0].bytes, data);
+  EXPECT_ERROR_CONTAINS(parse_npz(zip64_zip("z.npy", data, 20), "z.npz"), "zip64 extra field too short");
+  auto no_locator = zip64_zip("z.npy", data);
+  no_locator[no_locator.size() - 22 - 20] = 'X';
+  EXPECT_ERROR_CONTAINS(parse_npz(no_locator, "z.npz"), "zip64 end-of-central-directory locator missing");
+}
 
 TEST(Npz, StoredRoundTrip) {
   ScratchDir dir;

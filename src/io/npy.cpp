@@ -4,12 +4,17 @@
 #include "io/atomic_file.h"
 #include "io/file_bytes.h"
 
+#include <bit>
 #include <cstring>
 #include <limits>
 #include <optional>
 #include <string_view>
 
 namespace minigpt::io {
+
+// Tensor bytes are copied as they are: the formats are little-endian, and so is every host we
+// build for.
+static_assert(std::endian::native == std::endian::little, "io/ assumes a little-endian host");
 
 namespace {
 

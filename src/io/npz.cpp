@@ -171,10 +171,13 @@ std::vector<NpzMember> parse_npz(std::span<const uint8_t> bytes, const std::stri
   uint64_t cd_size = r.u32(eocd + 12), cd_offset = r.u32(eocd + 16);
   MINIGPT_CHECK(disk == 0 && cd_disk == 0 && entries_here == entries, "{}: zip: multi-disk archives are not supported", source);
 
-  if (entries == 0xFFFF || cd_size == 0xFFFFFFFF || cd_offset == 0xFFFFFFFF) {
-    // zip64: a locator just before the EOCD points at the zip64 end record.
-    MINIGPT_CHECK(eocd >= kZip64LocatorSize && r.u32(eocd - kZip64LocatorSize) == kZip64LocatorSig,
-                  "{}: zip: zip64 end-of-central-directory locator missing", source);
+  // zip64: a locator just before the EOCD points at the zip64 end record (Python's zipfile
+  // looks for it the same way). Without one, 0xFFFF entries is a real count, but 0xFFFFFFFF
+  // sizes or offsets cannot be.
+  const bool zip64 = eocd >= kZip64LocatorSize && r.u32(eocd - kZip64LocatorSize) == kZip64LocatorSig;
+  MINIGPT_CHECK(zip64 || (cd_size != 0xFFFFFFFF && cd_offset != 0xFFFFFFFF),
+                "{}: zip: zip64 end-of-central-directory locator missing", source);
+  if (zip64) {
     const uint64_t loc = eocd - kZip64LocatorSize;
     MINIGPT_CHECK(r.u32(loc + 4) == 0 && r.u32(loc + 16) <= 1, "{}: zip: multi-disk archives are not supported", source);
     const uint64_t z64 = r.u64(loc + 8);

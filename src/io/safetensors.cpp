@@ -6,11 +6,16 @@
 #include "io/json_strict.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <limits>
 #include <set>
 
 namespace minigpt::io {
+
+// Tensor bytes are copied as they are: the formats are little-endian, and so is every host we
+// build for.
+static_assert(std::endian::native == std::endian::little, "io/ assumes a little-endian host");
 
 namespace {
 
