@@ -18,10 +18,11 @@
 #include "train/trainer.h"
 
 #include <fmt/format.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <string>
 #include <memory>
 
 namespace minigpt::cli {
@@ -38,10 +39,15 @@ struct BenchTrainArgs {
   std::string format = "md";
 };
 
+// Peak resident memory of this process: VmHWM from /proc/self/status. Not getrusage's
+// ru_maxrss, which Linux carries across execve (a child of a large Python would report the
+// parent's peak). 0 where /proc is absent.
 double peak_rss_mib() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) / 1024.0;  // Linux: kilobytes
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.starts_with("VmHWM:")) return std::stod(line.substr(6)) / 1024.0;  // kB
+  return 0.0;
 }
 
 void run_bench_train(const BenchTrainArgs& a, const GlobalOptions& global) {
