@@ -91,6 +91,51 @@ void gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_rs, 
   }
 }
 
+namespace {
+
+// One 16 x 16 block: dst (cols, rows) = src (rows, cols)^T, rows, cols <= 16, via the usual
+// unpack / shuffle / 128-bit-lane shuffle network (no gathers, no scalar moves).
+__attribute__((target("avx512f"))) void transpose16(const float* src, int64_t lds, float* dst,
+                                                    int64_t ldd, int rows, int cols) {
+  const __mmask16 col_mask = mask_for(cols), row_mask = mask_for(rows);
+  __m512 r[16], t[16], u[16];
+  for (int j = 0; j < 16; ++j)
+    r[j] = j < rows ? _mm512_maskz_loadu_ps(col_mask, src + j * lds) : _mm512_setzero_ps();
+  for (int j = 0; j < 16; j += 2) {
+    t[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);      // per lane: r0_0 r1_0 r0_1 r1_1
+    t[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);  //           r0_2 r1_2 r0_3 r1_3
+  }
+  for (int g = 0; g < 16; g += 4) {  // u[g + c]: column (4 lane + c) of rows g..g+3
+    u[g + 0] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
+    u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xEE);
+    u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+    u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);   // lanes 0, 2
+    const __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);   // lanes 1, 3
+    const __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+    const __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+    const __m512 out[4] = {_mm512_shuffle_f32x4(v0, w0, 0x88), _mm512_shuffle_f32x4(v1, w1, 0x88),
+                           _mm512_shuffle_f32x4(v0, w0, 0xDD), _mm512_shuffle_f32x4(v1, w1, 0xDD)};
+    for (int l = 0; l < 4; ++l) {  // column 4 l + c of src
+      const int col = 4 * l + c;
+      if (col < cols) _mm512_mask_storeu_ps(dst + col * ldd, row_mask, out[l]);
+    }
+  }
+}
+
+}  // namespace
+
+void transpose_avx512(int64_t rows, int64_t cols, const float* src, int64_t lds, float* dst,
+                      int64_t ldd) {
+  for (int64_t i = 0; i < rows; i += 16)
+    for (int64_t j = 0; j < cols; j += 16)
+      transpose16(src + i * lds + j, lds, dst + j * ldd + i, ldd,
+                  static_cast<int>(std::min<int64_t>(16, rows - i)),
+                  static_cast<int>(std::min<int64_t>(16, cols - j)));
+}
+
 __attribute__((target("avx512f"))) void gemv_rows_avx512(int64_t N, int64_t K, const float* x,
                                                          const float* W, int64_t ldw, float* y,
                                                          bool accumulate) {

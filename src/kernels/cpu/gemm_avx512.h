@@ -24,6 +24,10 @@ bool gemm_avx512_available();
 void gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_rs, int64_t a_cs,
                  const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate);
 
+// dst (cols, rows) = src (rows, cols)^T; lds, ldd are the row strides. Requires avx512.
+void transpose_avx512(int64_t rows, int64_t cols, const float* src, int64_t lds, float* dst,
+                      int64_t ldd);
+
 // y[n] = [y[n] +] dot(x (K), W row n (K)) for n in [0, N): the one-row (decode) forward, where
 // transposing W for gemm_avx512 would cost more than the product. Requires avx512.
 void gemv_rows_avx512(int64_t N, int64_t K, const float* x, const float* W, int64_t ldw, float* y,

@@ -87,14 +87,8 @@ void linear_forward(const float* x, const float* W, const float* b, float* y, in
       return;
     }
     // W^T (in, out) so the kernel reads B along contiguous output features.
-    // Blocks of 16 columns of W: 16 rows of Wt are written sequentially at once, instead of
-    // one write per row of Wt at a large power-of-two stride (cache-set conflicts).
     std::unique_ptr<float[]> Wt(new float[static_cast<size_t>(in * out)]);
-    for (int64_t i0 = 0; i0 < in; i0 += 16) {
-      const int64_t i1 = std::min(in, i0 + 16);
-      for (int64_t o = 0; o < out; ++o)
-        for (int64_t i = i0; i < i1; ++i) Wt[static_cast<size_t>(i * out + o)] = W[o * in + i];
-    }
+    transpose_avx512(out, in, W, in, Wt.get(), out);
     gemm_parallel(N, out, in, x, in, 1, Wt.get(), out, y, out, b != nullptr, pool);
     return;
   }
