@@ -37,7 +37,8 @@ void cpu_softmax(const float* x, float* y, int64_t rows, int64_t cols, const std
 }  // namespace
 
 void bind_softmax(nb::module_& m) {
-  m.def("softmax", [](const AnyArray& x, const std::string& kernel, const std::string& device) {
+  m.def("softmax", [](const AnyArray& x, std::string kernel, const std::string& device) {
+    if (kernel.empty()) kernel = device == "cuda" ? "fused" : "simd";  // each device's production kernel
     check_f32(x, "x");
     if (x.ndim() < 1) throw nb::value_error("x: expected at least 1 dimension (rows..., cols)");
     const int64_t cols = static_cast<int64_t>(x.shape(x.ndim() - 1));
@@ -58,9 +59,10 @@ void bind_softmax(nb::module_& m) {
       throw nb::value_error(("softmax: unknown device '" + device + "' (cpu or cuda)").c_str());
     }
     return to_numpy(y);
-  }, nb::arg("x"), nb::arg("kernel") = "simd", nb::arg("device") = "cpu",
+  }, nb::arg("x"), nb::arg("kernel") = "", nb::arg("device") = "cpu",
   "Softmax over the last dimension of a float32 C-contiguous array; returns a new array. "
-  "kernel: see softmax_kernels(device). device='cuda' copies x to the GPU and the result back.");
+  "kernel: one of softmax_kernels(device); empty = the production kernel (simd on cpu, fused "
+  "on cuda). device='cuda' copies x to the GPU and the result back.");
 
   m.def("softmax_kernels", [](const std::string& device) {
     if (device == "cpu") return kCpuKernels;

@@ -151,6 +151,8 @@ def test_cpu_softmax_kernels_vs_numpy(core, kernel):
     rng = np.random.default_rng(42)
     x = (rng.standard_normal((64, 600)) * 4).astype(np.float32)
     compare("C++ softmax vs NumPy", f"{kernel} (64, 600)", core.softmax(x, kernel=kernel), nm.softmax(x))
+    if kernel == "simd":
+        assert np.array_equal(core.softmax(x), core.softmax(x, kernel="simd")), "simd is the CPU default"
     y = core.softmax(np.array([[1e30, 0.0, -1e30]], np.float32), kernel=kernel)
     assert np.array_equal(y, [[1.0, 0.0, 0.0]])
     y = core.softmax(np.array([[np.nan, 0.0, 1.0], [-np.inf, -np.inf, -np.inf]], np.float32), kernel=kernel)
@@ -174,6 +176,9 @@ def test_cuda_softmax_or_a_clear_reason(core):
         pytest.skip(f"no CUDA softmax in this build (cuda={core.build_info()['cuda']}, "
                     f"GPUs seen={core.build_info()['gpus']})")
     x = (np.random.default_rng(1).standard_normal((512, 600)) * 4).astype(np.float32)
+    compare("CUDA softmax vs NumPy", "default kernel (512, 600)", core.softmax(x, device="cuda"), nm.softmax(x))
+    assert np.array_equal(core.softmax(np.array([[1e30, 0.0, -1e30]], np.float32), device="cuda"), [[1.0, 0.0, 0.0]])
+    assert core.softmax(np.zeros((0, 7), np.float32), device="cuda").shape == (0, 7)
     for kernel in kernels:
         compare("CUDA softmax vs NumPy", f"{kernel} (512, 600)", core.softmax(x, kernel=kernel, device="cuda"),
                 nm.softmax(x))
