@@ -2,12 +2,17 @@
 //
 // One query row attends to keys 0..t1 only; the masked keys are never computed (no -inf or
 // -1e4 fill), and their att entries are written as 0. The softmax is the usual max-subtracted
-// one, local to this file, in float with exact expf. Work is split over (batch, head, query)
+// one, local to this file, in float with exact expf. With AVX-512 the dot products and
+// row updates over dh run 16 lanes at a time (masked when dh is not a multiple of 16); the
+// scalar loops are the fallback. Work is split over (batch, head, query)
 // rows in the forward and over (batch, head) pairs in the backward, each written by exactly one
 // thread and summed in a fixed order, so every result is the same for any thread count.
 #include "kernels/cpu/attention.h"
 
 #include "core/error.h"
+#include "kernels/cpu/gemm_avx512.h"
+
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
@@ -51,6 +56,58 @@ inline void attend_row(const float* q, const float* k, const float* v, int64_t s
   }
 }
 
+// AVX-512 versions of dot(a, b, n) and y += alpha * x over n floats.
+__attribute__((target("avx512f"))) inline float dot_avx512(const float* a, const float* b,
+                                                          int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+__attribute__((target("avx512f"))) inline void axpy_avx512(float alpha, const float* x, float* y,
+                                                           int64_t n) {
+  const __m512 av = _mm512_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+
+// attend_row with the AVX-512 dot and axpy (same algorithm and order over keys).
+__attribute__((target("avx512f"))) void attend_row_avx512(const float* q, const float* k,
+                                                          const float* v, int64_t stride,
+                                                          int64_t len, int64_t dh, float scale,
+                                                          float* p, float* out) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < len; ++j) {
+    p[j] = dot_avx512(q, k + j * stride, dh) * scale;
+    mx = std::max(mx, p[j]);
+  }
+  float sum = 0.0f;
+  for (int64_t j = 0; j < len; ++j) {
+    p[j] = std::exp(p[j] - mx);
+    sum += p[j];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t j = 0; j < len; ++j) p[j] *= inv;
+  std::fill(out, out + dh, 0.0f);
+  for (int64_t j = 0; j < len; ++j) axpy_avx512(p[j], v + j * stride, out, dh);
+}
+
+void attend(const float* q, const float* k, const float* v, int64_t stride, int64_t len,
+            int64_t dh, float scale, float* p, float* out) {
+  if (gemm_avx512_available()) return attend_row_avx512(q, k, v, stride, len, dh, scale, p, out);
+  attend_row(q, k, v, stride, len, dh, scale, p, out);
+}
+
 }  // namespace
 
 void attention_forward(const float* qkv, float* out, float* att, int64_t B, int64_t T,
@@ -71,18 +128,70 @@ void attention_forward(const float* qkv, float* out, float* att, int64_t B, int6
           const float* k = base + C + h * dh;
           const float* v = base + 2 * C + h * dh;
           float* p = att ? att + r * T : scratch.data();
-          attend_row(q, k, v, C3, t1 + 1, dh, scale, p, out + (b * T + t1) * C + h * dh);
+          attend(q, k, v, C3, t1 + 1, dh, scale, p, out + (b * T + t1) * C + h * dh);
           if (att) std::fill(p + t1 + 1, p + T, 0.0f);  // masked: never computed
         }
       },
       grain);
 }
 
+namespace {
+
+// dp = g . v_t2; dv_t2 += p g; ds = p (dp - sum(p dp)) scale; dq_t1 = sum ds k_t2;
+// dk_t2 += ds q_t1. This (b, h) owns columns [h dh, (h+1) dh) of q, k and v in every row of
+// batch b, so pairs never write the same element.
+#define MINIGPT_BACKWARD_PAIR_BODY(DOT, AXPY)                                              \
+  const int64_t dh = C / NH, C3 = 3 * C, pair = b * NH + h;                                \
+  const float* base = qkv + b * T * C3;                                                    \
+  float* dbase = dqkv + b * T * C3;                                                        \
+  for (int64_t t = 0; t < T; ++t) {                                                        \
+    std::fill(dbase + t * C3 + C + h * dh, dbase + t * C3 + C + (h + 1) * dh, 0.0f);       \
+    std::fill(dbase + t * C3 + 2 * C + h * dh, dbase + t * C3 + 2 * C + (h + 1) * dh, 0.0f); \
+  }                                                                                        \
+  for (int64_t t1 = 0; t1 < T; ++t1) {                                                     \
+    const float* p = att + (pair * T + t1) * T;                                            \
+    const float* g = dout + (b * T + t1) * C + h * dh;                                     \
+    const float* q = base + t1 * C3 + h * dh;                                              \
+    float sum_pdp = 0.0f;                                                                  \
+    for (int64_t t2 = 0; t2 <= t1; ++t2) {                                                 \
+      const float dp = DOT(g, base + t2 * C3 + 2 * C + h * dh, dh);                        \
+      AXPY(p[t2], g, dbase + t2 * C3 + 2 * C + h * dh, dh);                                \
+      ds[t2] = dp;                                                                         \
+      sum_pdp += p[t2] * dp;                                                               \
+    }                                                                                      \
+    float* dq = dbase + t1 * C3 + h * dh;                                                  \
+    std::fill(dq, dq + dh, 0.0f);                                                          \
+    for (int64_t t2 = 0; t2 <= t1; ++t2) {                                                 \
+      const float dsc = p[t2] * (ds[t2] - sum_pdp) * scale;                                \
+      AXPY(dsc, base + t2 * C3 + C + h * dh, dq, dh);                                      \
+      AXPY(dsc, q, dbase + t2 * C3 + C + h * dh, dh);                                      \
+    }                                                                                      \
+  }
+
+inline void axpy_scalar(float alpha, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+__attribute__((target("avx512f"))) void backward_pair_avx512(
+    const float* dout, const float* qkv, const float* att, float* dqkv, int64_t b, int64_t h,
+    int64_t T, int64_t C, int64_t NH, float scale, float* ds) {
+  MINIGPT_BACKWARD_PAIR_BODY(dot_avx512, axpy_avx512)
+}
+
+void backward_pair_scalar(const float* dout, const float* qkv, const float* att, float* dqkv,
+                          int64_t b, int64_t h, int64_t T, int64_t C, int64_t NH, float scale,
+                          float* ds) {
+  MINIGPT_BACKWARD_PAIR_BODY(dot, axpy_scalar)
+}
+#undef MINIGPT_BACKWARD_PAIR_BODY
+
+}  // namespace
+
 void attention_backward(const float* dout, const float* qkv, const float* att, float* dqkv,
                         int64_t B, int64_t T, int64_t C, int64_t NH, ThreadPool& pool) {
   check_sizes("attention_backward", B, T, C, NH);
   MINIGPT_CHECK(att != nullptr, "attention_backward needs the forward's att probabilities");
-  const int64_t dh = C / NH, C3 = 3 * C;
+  const int64_t dh = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / (T * T * dh * 2));
   pool.parallel_for(
@@ -90,41 +199,10 @@ void attention_backward(const float* dout, const float* qkv, const float* att, f
       [&](int64_t p0, int64_t p1) {
         std::vector<float> ds(static_cast<size_t>(T));
         for (int64_t pair = p0; pair < p1; ++pair) {
-          const int64_t b = pair / NH, h = pair % NH;
-          const float* base = qkv + b * T * C3;
-          float* dbase = dqkv + b * T * C3;
-          // This (b, h) owns columns [h*dh, (h+1)*dh) of q, k and v in every row of batch b.
-          for (int64_t t = 0; t < T; ++t) {
-            std::fill(dbase + t * C3 + C + h * dh, dbase + t * C3 + C + (h + 1) * dh, 0.0f);
-            std::fill(dbase + t * C3 + 2 * C + h * dh, dbase + t * C3 + 2 * C + (h + 1) * dh,
-                      0.0f);
-          }
-          for (int64_t t1 = 0; t1 < T; ++t1) {
-            const float* p = att + (pair * T + t1) * T;
-            const float* g = dout + (b * T + t1) * C + h * dh;  // d out row (dh)
-            const float* q = base + t1 * C3 + h * dh;
-            // dp = g . v_t2; dv_t2 += p * g; ds = p * (dp - sum(p * dp))
-            float sum_pdp = 0.0f;
-            for (int64_t t2 = 0; t2 <= t1; ++t2) {
-              const float* v = base + t2 * C3 + 2 * C + h * dh;
-              float* dv = dbase + t2 * C3 + 2 * C + h * dh;
-              const float dp = dot(g, v, dh);
-              for (int64_t d = 0; d < dh; ++d) dv[d] += p[t2] * g[d];
-              ds[static_cast<size_t>(t2)] = dp;
-              sum_pdp += p[t2] * dp;
-            }
-            float* dq = dbase + t1 * C3 + h * dh;
-            std::fill(dq, dq + dh, 0.0f);
-            for (int64_t t2 = 0; t2 <= t1; ++t2) {
-              const float dsc = p[t2] * (ds[static_cast<size_t>(t2)] - sum_pdp) * scale;
-              const float* k = base + t2 * C3 + C + h * dh;
-              float* dk = dbase + t2 * C3 + C + h * dh;
-              for (int64_t d = 0; d < dh; ++d) {
-                dq[d] += dsc * k[d];
-                dk[d] += dsc * q[d];
-              }
-            }
-          }
+          if (gemm_avx512_available())
+            backward_pair_avx512(dout, qkv, att, dqkv, pair / NH, pair % NH, T, C, NH, scale, ds.data());
+          else
+            backward_pair_scalar(dout, qkv, att, dqkv, pair / NH, pair % NH, T, C, NH, scale, ds.data());
         }
       },
       grain);
@@ -138,8 +216,8 @@ void attention_decode_step(const float* q, const float* k_cache, const float* v_
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   std::vector<float> p(static_cast<size_t>(t + 1));
   for (int64_t h = 0; h < NH; ++h)
-    attend_row(q + h * dh, k_cache + h * dh, v_cache + h * dh, C, t + 1, dh, scale, p.data(),
-               out + h * dh);
+    attend(q + h * dh, k_cache + h * dh, v_cache + h * dh, C, t + 1, dh, scale, p.data(),
+           out + h * dh);
 }
 
 }  // namespace minigpt::cpu
