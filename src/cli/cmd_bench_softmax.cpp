@@ -118,6 +118,32 @@ Timing time_runs(const std::function<void()>& fn, int warmup, int repeats) {
   return {median(us), static_cast<int>(us.size())};
 }
 
+// Round-robin timing of several functions: each round calls every function once, so that
+// load from other processes on a shared machine falls on all of them alike. Runs rounds until
+// `repeats` or a budget of kTimeBudgetS per function, with at least kMinRuns. Returns the
+// median per function.
+std::vector<Timing> time_interleaved(const std::vector<std::function<void()>>& fns, int repeats) {
+  std::vector<std::vector<double>> us(fns.size());
+  Timer total;
+  const double budget = kTimeBudgetS * static_cast<double>(fns.size());
+  for (int round = 0; round < std::max(repeats, 1) && (round < kMinRuns || total.elapsed_s() < budget); ++round)
+    for (size_t k = 0; k < fns.size(); ++k) {
+      Timer t;
+      fns[k]();
+      us[k].push_back(t.elapsed_us());
+    }
+  std::vector<Timing> out;
+  for (const auto& u : us) out.push_back({median(u), static_cast<int>(u.size())});
+  return out;
+}
+
+std::string loadavg() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  f >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
 // A cheap, seeded generator for large inputs (mt19937 + normal would take seconds at 157M).
 void fill_uniform(float* x, int64_t n, uint64_t seed) {
   uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
@@ -259,32 +285,9 @@ void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report) {
     report.add_note("peers: skipped (--no-peers)");
   }
 
-  const double copy_gbps = measure_copy_gbps(pool, kCopyBytes);
+  report.set_meta("loadavg_at_start", loadavg());
+  const double copy_before = measure_copy_gbps(pool, kCopyBytes);
   const double exp_rate = measure_exp_rate(pool);
-  const double ghz = cpu_ghz();
-  const int lanes = isa == cpu::SimdIsa::Avx512 ? 16 : isa == cpu::SimdIsa::Avx2 ? 8 : 1;
-  // Two FMA units per core, 2 FLOPs per FMA (Sapphire Rapids and most AVX-512 server cores).
-  const double fma_peak = options.threads * ghz * 1e9 * lanes * 2 * 2;
-
-  report.set_meta("device", "cpu");
-  report.set_meta("isa", cpu::simd_isa_name(isa));
-  report.set_meta("copy_bandwidth_GBps", copy_gbps);
-  report.set_meta("copy_bytes", kCopyBytes);
-  report.set_meta("roofline", nlohmann::json{
-      {"flops_per_element", kFlopsPerElement},
-      {"bytes_per_element", kBytesPerElement},
-      {"flop_counting", "max 1 + sub 1 + exp 1 (one special-function op) + sum 1 + div 1 = 5 "
-                        "FLOP per element; bytes = read x + write y = 8 per element"},
-      {"copy_bandwidth_GBps", copy_gbps},
-      {"fma_peak_GFLOPs", fma_peak / 1e9},
-      {"fma_peak_source", fmt::format("{} threads x {:.2f} GHz (/proc/cpuinfo) x {} lanes x 2 FMA "
-                                      "units x 2 FLOP", options.threads, ghz, lanes)},
-      {"exp_rate_Gps", exp_rate / 1e9},
-      {"exp_rate_source", fmt::format("measured: exp_poly ({}) on L1-resident arrays, {} threads",
-                                      cpu::simd_isa_name(isa), options.threads)},
-      {"exp_poly_vector_ops", 15},
-      {"cpu_GHz", ghz},
-  });
 
   struct Kernel {
     std::string name;
@@ -308,37 +311,84 @@ void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report) {
                          cpu::softmax_simd_with(cpu::SimdIsa::Avx2, stream, x, y, B, V, pool);
                        }});
 
-  auto add = [&](const std::string& kernel, int64_t B, int64_t V, int runs, double us) {
-    const double bytes = kBytesPerElement * static_cast<double>(B * V);
-    const double gbps = us > 0 ? bytes / (us * 1e3) : 0.0;
-    nlohmann::json vs = nullptr;
-    if (auto it = torch_us.find({B, V}); it != torch_us.end() && us > 0) vs = it->second / us;
-    report.add_row({kernel, B, V, bytes / 1e6, options.threads, runs, us, gbps, gbps / copy_gbps, vs});
+  struct Row {
+    std::string kernel;
+    int64_t B, V;
+    int runs;
+    double us;
   };
-
+  std::vector<Row> rows;
   for (const auto& [B, V] : options.shapes) {
     const int64_t n = B * V;
     Buffer x(std::max<int64_t>(n, 1)), y(std::max<int64_t>(n, 1));
     pool.parallel_for(B, [&](int64_t b, int64_t e) {  // first touch on the threads that use it
       fill_uniform(x.get() + b * V, (e - b) * V, options.seed + static_cast<uint64_t>(b));
     });
+    // Each kernel once on a poisoned y, checked (every element written, rows against the
+    // reference), then --warmup calls; then all of them timed round-robin.
+    std::vector<std::function<void()>> calls;
     for (const Kernel& k : kernels) {
       std::fill(y.get(), y.get() + n, std::numeric_limits<float>::quiet_NaN());
-      const Timing t = time_runs([&] { k.run(x.get(), y.get(), B, V); }, options.warmup, options.repeats);
+      k.run(x.get(), y.get(), B, V);
       verify_output(k.name, x.get(), y.get(), B, V);
-      add(k.name, B, V, t.runs, t.us);
+      calls.push_back([&k, &x, &y, B = B, V = V] { k.run(x.get(), y.get(), B, V); });
+      Timer warm;
+      for (int i = 0; i < options.warmup && warm.elapsed_s() < kTimeBudgetS / 2; ++i) calls.back()();
     }
+    const std::vector<Timing> t = time_interleaved(calls, options.repeats);
+    for (size_t k = 0; k < kernels.size(); ++k) rows.push_back({kernels[k].name, B, V, t[k].runs, t[k].us});
     for (const auto& r : peer_rows)
       if (r.at("B") == B && r.at("V") == V && r.at("time_us").is_number())
-        add(r.at("peer").get<std::string>(), B, V, r.value("runs", 0), r.at("time_us").get<double>());
+        rows.push_back({r.at("peer").get<std::string>(), B, V, r.value("runs", 0), r.at("time_us").get<double>()});
+  }
+  report.set_meta("loadavg_at_end", loadavg());
+  // The ceiling: the better of the copies before and after the kernels (load from other
+  // processes can only slow a copy down).
+  const double copy_after = measure_copy_gbps(pool, kCopyBytes);
+  const double copy_gbps = std::max(copy_before, copy_after);
+
+  const double ghz = cpu_ghz();
+  const int lanes = isa == cpu::SimdIsa::Avx512 ? 16 : isa == cpu::SimdIsa::Avx2 ? 8 : 1;
+  // Two FMA units per core, 2 FLOPs per FMA (Sapphire Rapids and most AVX-512 server cores).
+  const double fma_peak = options.threads * ghz * 1e9 * lanes * 2 * 2;
+  report.set_meta("device", "cpu");
+  report.set_meta("isa", cpu::simd_isa_name(isa));
+  report.set_meta("copy_bandwidth_GBps", copy_gbps);
+  report.set_meta("copy_GBps_before_and_after", nlohmann::json::array({copy_before, copy_after}));
+  report.set_meta("copy_bytes", kCopyBytes);
+  report.set_meta("roofline", nlohmann::json{
+      {"flops_per_element", kFlopsPerElement},
+      {"bytes_per_element", kBytesPerElement},
+      {"flop_counting", "max 1 + sub 1 + exp 1 (one special-function op) + sum 1 + div 1 = 5 "
+                        "FLOP per element; bytes = read x + write y = 8 per element"},
+      {"copy_bandwidth_GBps", copy_gbps},
+      {"fma_peak_GFLOPs", fma_peak / 1e9},
+      {"fma_peak_source", fmt::format("{} threads x {:.2f} GHz (/proc/cpuinfo) x {} lanes x 2 FMA "
+                                      "units x 2 FLOP", options.threads, ghz, lanes)},
+      {"exp_rate_Gps", exp_rate / 1e9},
+      {"exp_rate_source", fmt::format("measured: exp_poly ({}) on L1-resident arrays, {} threads",
+                                      cpu::simd_isa_name(isa), options.threads)},
+      {"exp_poly_vector_ops", 15},
+      {"cpu_GHz", ghz},
+  });
+
+  for (const Row& r : rows) {
+    const double bytes = kBytesPerElement * static_cast<double>(r.B * r.V);
+    const double gbps = r.us > 0 ? bytes / (r.us * 1e3) : 0.0;
+    nlohmann::json vs = nullptr;
+    if (auto it = torch_us.find({r.B, r.V}); it != torch_us.end() && r.us > 0) vs = it->second / r.us;
+    report.add_row({r.kernel, r.B, r.V, bytes / 1e6, options.threads, r.runs, r.us, gbps,
+                    gbps / copy_gbps, vs});
   }
   report.add_note(fmt::format(
-      "time_us: median over `runs` calls in one process (at least {}, at most --repeats or ~{} s), "
-      "after up to --warmup untimed calls; inputs uniform in [-8, 8); every output checked. "
-      "GB/s = 2 * B * V * 4 bytes / time. frac_of_copy: over a {} MiB memcpy (src and dst each) "
-      "on the same {} thread(s), {:.2f} GB/s (read + write). vs_torch = torch.softmax time / "
-      "this time (> 1: faster).",
-      kMinRuns, kTimeBudgetS, kCopyBytes >> 20, options.threads, copy_gbps));
+      "time_us: median over `runs` calls in one process, the kernels of a shape timed round-robin "
+      "(at least {} rounds, at most --repeats or ~{} s per kernel) after up to --warmup untimed "
+      "calls; inputs uniform in [-8, 8); every output poisoned and checked first. GB/s = 2 * B * V "
+      "* 4 bytes / time. frac_of_copy: over a memcpy of {} MiB (src and dst each, >3x the LLC) on "
+      "the same {} thread(s): {:.2f} GB/s (read + write), the better of {:.2f} before and {:.2f} "
+      "after the kernels. vs_torch = torch.softmax time / this time (> 1: faster); the peers run "
+      "in a subprocess just before, same threads.",
+      kMinRuns, kTimeBudgetS, kCopyBytes >> 20, options.threads, copy_gbps, copy_before, copy_after));
   report.add_note(fmt::format("simd streams its stores (non-temporal) when B * V * 4 >= {} MiB; "
                               "naive and fused split rows over the same pool.",
                               cpu::kStreamBytes >> 20));

@@ -127,6 +127,48 @@ MINIGPT_AVX2 void write_avx2(const float* x, float* y, int64_t n, float m, float
 
 MINIGPT_AVX2 void fence_avx2() { _mm_sfence(); }
 
+MINIGPT_AVX2 float exp_store_sum_avx2(const float* x, float* e, int64_t n, float m) {
+  const __m256 vm = _mm256_set1_ps(m);
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    const __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+    const __m256 e1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + kLanes), vm));
+    _mm256_storeu_ps(e + i, e0);
+    _mm256_storeu_ps(e + i + kLanes, e1);
+    s0 = _mm256_add_ps(s0, e0);
+    s1 = _mm256_add_ps(s1, e1);
+  }
+  for (; i < n; i += kLanes) {  // at most two more vectors, the last one masked
+    const __m256i k = first_lanes(n - i < kLanes ? n - i : kLanes);
+    const __m256 v = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, k), vm)), _mm256_castsi256_ps(k));
+    _mm256_maskstore_ps(e + i, k, v);
+    s0 = _mm256_add_ps(s0, v);
+  }
+  return hsum8(_mm256_add_ps(s0, s1));
+}
+
+MINIGPT_AVX2 void scale_avx2(const float* e, float* y, int64_t n, float factor, bool stream) {
+  const __m256 vf = _mm256_set1_ps(factor);
+  int64_t i = 0;
+  if (stream) {
+    const int64_t head = ((32 - reinterpret_cast<uintptr_t>(y) % 32) % 32) / 4;
+    if (head > 0) {
+      const int64_t h = head < n ? head : n;
+      const __m256i k = first_lanes(h);
+      _mm256_maskstore_ps(y, k, _mm256_mul_ps(_mm256_maskload_ps(e, k), vf));
+      i = h;
+    }
+    for (; i + kLanes <= n; i += kLanes) _mm256_stream_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(e + i), vf));
+  } else {
+    for (; i + kLanes <= n; i += kLanes) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(e + i), vf));
+  }
+  if (i < n) {
+    const __m256i k = first_lanes(n - i);
+    _mm256_maskstore_ps(y + i, k, _mm256_mul_ps(_mm256_maskload_ps(e + i, k), vf));
+  }
+}
+
 }  // namespace
 
 MINIGPT_AVX2 void exp_poly_avx2(const float* x, float* y, int64_t n) {
@@ -139,7 +181,8 @@ MINIGPT_AVX2 void exp_poly_avx2(const float* x, float* y, int64_t n) {
 }
 
 void softmax_rows_avx2(const float* x, float* y, int64_t rows, int64_t cols, bool stream) {
-  const SimdOps ops{max_avx2, sum_exp_avx2, write_avx2, fence_avx2};
+  const SimdOps ops{max_avx2,   sum_exp_avx2,       write_avx2,
+                    fence_avx2, exp_store_sum_avx2, scale_avx2};
   softmax_rows(ops, x, y, rows, cols, stream);
 }
 

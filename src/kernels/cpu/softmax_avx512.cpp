@@ -116,6 +116,48 @@ MINIGPT_AVX512 void write_avx512(const float* x, float* y, int64_t n, float m, f
 
 MINIGPT_AVX512 void fence_avx512() { _mm_sfence(); }
 
+MINIGPT_AVX512 float exp_store_sum_avx512(const float* x, float* e, int64_t n, float m) {
+  const __m512 vm = _mm512_set1_ps(m);
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    const __m512 e0 = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
+    const __m512 e1 = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i + kLanes), vm));
+    _mm512_storeu_ps(e + i, e0);
+    _mm512_storeu_ps(e + i + kLanes, e1);
+    s0 = _mm512_add_ps(s0, e0);
+    s1 = _mm512_add_ps(s1, e1);
+  }
+  for (; i < n; i += kLanes) {  // at most two more vectors, the last one masked
+    const __mmask16 k = first_lanes(n - i < kLanes ? n - i : kLanes);
+    const __m512 v = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm)));
+    _mm512_mask_storeu_ps(e + i, k, v);
+    s0 = _mm512_add_ps(s0, v);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+MINIGPT_AVX512 void scale_avx512(const float* e, float* y, int64_t n, float factor, bool stream) {
+  const __m512 vf = _mm512_set1_ps(factor);
+  int64_t i = 0;
+  if (stream) {
+    const int64_t head = ((64 - reinterpret_cast<uintptr_t>(y) % 64) % 64) / 4;
+    if (head > 0) {
+      const int64_t h = head < n ? head : n;
+      const __mmask16 k = first_lanes(h);
+      _mm512_mask_storeu_ps(y, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, e), vf));
+      i = h;
+    }
+    for (; i + kLanes <= n; i += kLanes) _mm512_stream_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(e + i), vf));
+  } else {
+    for (; i + kLanes <= n; i += kLanes) _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(e + i), vf));
+  }
+  if (i < n) {
+    const __mmask16 k = first_lanes(n - i);
+    _mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, e + i), vf));
+  }
+}
+
 }  // namespace
 
 MINIGPT_AVX512 void exp_poly_avx512(const float* x, float* y, int64_t n) {
@@ -128,7 +170,8 @@ MINIGPT_AVX512 void exp_poly_avx512(const float* x, float* y, int64_t n) {
 }
 
 void softmax_rows_avx512(const float* x, float* y, int64_t rows, int64_t cols, bool stream) {
-  const SimdOps ops{max_avx512, sum_exp_avx512, write_avx512, fence_avx512};
+  const SimdOps ops{max_avx512,   sum_exp_avx512,       write_avx512,
+                    fence_avx512, exp_store_sum_avx512, scale_avx512};
   softmax_rows(ops, x, y, rows, cols, stream);
 }
 

@@ -9,6 +9,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace minigpt::cpu {
 
@@ -54,10 +55,26 @@ void write_scalar(const float* x, float* y, int64_t n, float m, float scale, boo
 
 void fence_none() {}
 
+float exp_store_sum_scalar(const float* x, float* e, int64_t n, float m) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i) s += (e[i] = exp_scalar(x[i] - m));
+  return s;
+}
+
+void scale_scalar(const float* e, float* y, int64_t n, float factor, bool /*stream*/) {
+  for (int64_t i = 0; i < n; ++i) y[i] = e[i] * factor;
+}
+
 }  // namespace
 
 void softmax_rows(const SimdOps& ops, const float* x, float* y, int64_t rows, int64_t cols,
                   bool stream) {
+  // Rows that fit keep exp(x - m_chunk) in `e` (L1/L2) and pass 2 only scales it: one exp per
+  // element. Longer rows recompute the exp in pass 2 (x re-read, e not kept).
+  const bool keep = cols <= kScratchFloats;
+  const int64_t chunks = (cols + kSimdChunk - 1) / kSimdChunk;
+  std::vector<float> e(keep ? static_cast<size_t>(cols) : 0);
+  std::vector<float> chunk_m(keep ? static_cast<size_t>(chunks) : 0);  // the m each chunk's e used
   for (int64_t row = 0; row < rows; ++row) {
     const float* xr = x + row * cols;
     float* yr = y + row * cols;
@@ -66,35 +83,54 @@ void softmax_rows(const SimdOps& ops, const float* x, float* y, int64_t rows, in
     float m = -kInf;
     double s = 0.0;
     bool nan = false;
-    for (int64_t c0 = 0; c0 < cols; c0 += kSimdChunk) {
-      const int64_t n = std::min(kSimdChunk, cols - c0);
+    for (int64_t k = 0; k < chunks; ++k) {
+      const int64_t c0 = k * kSimdChunk, n = std::min(kSimdChunk, cols - c0);
       const float mc = ops.max(xr + c0, n);
       const float m_new = mc > m ? mc : m;  // a NaN mc is dropped here but caught below
       if (m_new == -kInf) {
         // Every value so far is -inf or NaN: nothing to add (and exp(-inf - -inf) would be a
         // NaN that must not leak into a row that later turns finite). Look for a NaN instead.
         for (int64_t i = 0; i < n; ++i) nan |= xr[c0 + i] != xr[c0 + i];
+        if (keep) {
+          std::fill(e.begin() + c0, e.begin() + c0 + n, 0.0f);  // exp(-inf) = 0
+          chunk_m[k] = -kInf;
+        }
         continue;
       }
       if (m_new != m) s *= std::exp(static_cast<double>(m) - static_cast<double>(m_new));
       m = m_new;
       // A NaN anywhere in the chunk makes its exp NaN and so s NaN, whatever m is; m = +inf
       // gives exp(inf - inf) = NaN too.
-      s += ops.sum_exp(xr + c0, n, m);
+      if (keep) {
+        s += ops.exp_store_sum(xr + c0, e.data() + c0, n, m);
+        chunk_m[k] = m;
+      } else {
+        s += ops.sum_exp(xr + c0, n, m);
+      }
     }
     if (nan || !std::isfinite(m) || std::isnan(s)) {
       // The design.md rows: NaN or +inf in the row, or every value -inf.
       std::fill(yr, yr + cols, std::numeric_limits<float>::quiet_NaN());
       continue;
     }
-    // Pass 2: re-reads the row (from L1/L2 for rows up to ~100k floats) and writes it once.
-    ops.write(xr, yr, cols, m, static_cast<float>(1.0 / s), stream);
+    if (!keep) {
+      // Pass 2: re-reads the row (from L2 up to ~500k floats) and writes it once.
+      ops.write(xr, yr, cols, m, static_cast<float>(1.0 / s), stream);
+      continue;
+    }
+    // Pass 2 from scratch: y = e * exp(m_chunk - m) / s (a chunk of -inf has e = 0).
+    for (int64_t k = 0; k < chunks; ++k) {
+      const int64_t c0 = k * kSimdChunk, n = std::min(kSimdChunk, cols - c0);
+      const double rescale = chunk_m[k] == m ? 1.0 : std::exp(static_cast<double>(chunk_m[k]) - m);
+      ops.scale(e.data() + c0, yr + c0, n, static_cast<float>(rescale / s), stream);
+    }
   }
   if (stream) ops.fence();
 }
 
 void softmax_rows_scalar(const float* x, float* y, int64_t rows, int64_t cols, bool stream) {
-  const SimdOps ops{max_scalar, sum_exp_scalar, write_scalar, fence_none};
+  const SimdOps ops{max_scalar, sum_exp_scalar,       write_scalar,
+                    fence_none, exp_store_sum_scalar, scale_scalar};
   softmax_rows(ops, x, y, rows, cols, stream);
 }
 

@@ -28,7 +28,15 @@ struct SimdOps {
   // y = exp_poly(x - m) * scale; stream = non-temporal stores for the aligned body.
   void (*write)(const float* x, float* y, int64_t n, float m, float scale, bool stream);
   void (*fence)();                                       // after streaming stores
+  // e = exp_poly(x - m), returns the float sum of e (pass 1 when the row fits in scratch).
+  float (*exp_store_sum)(const float* x, float* e, int64_t n, float m);
+  // y = e * factor; stream as in write (pass 2 from scratch).
+  void (*scale)(const float* e, float* y, int64_t n, float factor, bool stream);
 };
+
+// Rows up to this many floats keep exp(x - m) in a per-call scratch buffer (256 KiB: L2) so
+// that each element's exp is computed once; longer rows recompute it in the write pass.
+inline constexpr int64_t kScratchFloats = int64_t{1} << 16;
 
 // Softmax of rows [0, rows) with the given primitives, single-threaded (softmax_simd.cpp).
 void softmax_rows(const SimdOps& ops, const float* x, float* y, int64_t rows, int64_t cols,
