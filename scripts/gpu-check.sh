@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# gpu-check.sh: the one script to run on the GPU machine. Builds the `cuda` preset, runs the GPU
+# tests (ctest: the CUDA softmax and autotune tests; all tests with GPU_CHECK_ALL_TESTS=1), the
+# Triton pytest, `minigpt bench softmax --device cuda -o json` with its peers (torch.softmax,
+# torch.compile, Triton; graph mode for small shapes), renders the table as markdown, draws the
+# roofline (python -m minigpt.plot roofline) and prints a summary last.
+#
+# Results go to $OUT when set (the device tool's folder), else build/gpu-check/: gpu-check.log,
+# bench_softmax_cuda.json, bench_softmax_cuda.md, roofline.png, ctest.log, pytest.log,
+# autotune.json (8 files at most: the device tool returns no more). Knobs: BUILD_TARGETS (build
+# only these), GPU_CHECK_ALL_TESTS=1 (every ctest test), BENCH_ARGS (extra `bench softmax`
+# options, e.g. --retune or --shapes 64x600). Every step is time-boxed;
+# a failing step prints a FAIL line and the script goes on; the exit status is non-zero if any
+# step failed.
+set -euo pipefail
+export PYTHONUNBUFFERED=1
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+RESULTS=${OUT:-$ROOT/build/gpu-check}
+mkdir -p "$RESULTS"
+LOG="$RESULTS/gpu-check.log"
+: >"$LOG"
+exec > >(tee -a "$LOG") 2>&1
+export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
+export XDG_CACHE_HOME=${XDG_CACHE_HOME:-$ROOT/build/gpu-check-cache}  # the autotune cache lives here
+BUILD=build/cuda
+JOBS=${JOBS:-$(nproc)}
+
+declare -a NAMES=() STATUS=() SECS=()
+# step NAME TIMEOUT_S COMMAND...: runs the command time-boxed, records PASS/FAIL/TIMEOUT.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  echo
+  echo "=== [$name] $* (limit ${limit}s) ==="
+  local t0=$SECONDS rc=0
+  # Functions run in a child bash (timeout cannot call them directly): they are exported below.
+  timeout --kill-after=10 "$limit" bash -c 'set -euo pipefail; "$@"' step-"$name" "$@" || rc=$?
+  local status=PASS
+  if ((rc == 124 || rc == 137)); then status="TIMEOUT"; elif ((rc != 0)); then status="FAIL(rc=$rc)"; fi
+  NAMES+=("$name"); STATUS+=("$status"); SECS+=($((SECONDS - t0)))
+  [[ $status == PASS ]] || echo "FAIL: step '$name' -> $status"
+  return 0
+}
+
+probe() {
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv || true
+  nvcc --version | tail -1 || true
+  cmake --version | head -1
+  python3 -c 'import sys, torch, triton, numpy; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "numpy", numpy.__version__, "cuda", torch.cuda.is_available())' || true
+}
+
+configure() { cmake --preset cuda; }
+# keep going (-k 0): one broken target does not hide the rest. BUILD_TARGETS="minigpt ..." limits it.
+build() { cmake --build "$BUILD" -j"$JOBS" ${BUILD_TARGETS:+--target $BUILD_TARGETS} -- -k 0; }
+run_ctest() {
+  local filter=(-R 'SoftmaxCuda|Autotune|FusedConfig|cuda')
+  [[ ${GPU_CHECK_ALL_TESTS:-0} == 1 ]] && filter=()
+  set -o pipefail
+  ctest --test-dir "$BUILD" --output-on-failure -j4 --timeout 300 "${filter[@]}" 2>&1 | tee "$RESULTS/ctest.log"
+}
+run_pytest() {
+  set -o pipefail
+  python3 -m pytest -q -rs python/tests/test_triton_softmax.py 2>&1 | tee "$RESULTS/pytest.log"
+}
+run_bench() {
+  "$BUILD/minigpt" bench softmax --device cuda -o json ${BENCH_ARGS:-} >"$RESULTS/bench_softmax_cuda.json"
+}
+render_md() {
+  python3 - "$RESULTS/bench_softmax_cuda.json" >"$RESULTS/bench_softmax_cuda.md" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+cols = r["columns"]
+def cell(v):
+    if v is None: return "-"
+    if isinstance(v, float): return f"{v:.4g}"
+    return str(v)
+print(f"# {r.get('title', 'bench softmax')}\n")
+for k, v in r.get("meta", {}).items():
+    print(f"- {k}: {json.dumps(v) if isinstance(v, (dict, list)) else v}")
+print()
+print("| " + " | ".join(cols) + " |")
+print("|" + "---|" * len(cols))
+for row in r["rows"]:
+    print("| " + " | ".join(cell(v) for v in row) + " |")
+print()
+for n in r.get("notes", []):
+    print(f"- {n}")
+PY
+}
+plot() { python3 -m minigpt.plot roofline "$RESULTS/bench_softmax_cuda.json" -o "$RESULTS/roofline.png"; }
+keep_cache() { cp "$XDG_CACHE_HOME/minigpt/autotune.json" "$RESULTS/autotune.json"; }
+
+export RESULTS BUILD JOBS LOG BUILD_TARGETS="${BUILD_TARGETS:-}" BENCH_ARGS="${BENCH_ARGS:-}"
+export -f probe configure build run_ctest run_pytest run_bench render_md plot keep_cache
+
+step probe 60 probe
+step configure 300 configure
+step build 900 build
+step ctest 600 run_ctest
+step pytest 600 run_pytest
+if [[ -x $BUILD/minigpt ]]; then
+  step bench 900 run_bench
+  if [[ -s $RESULTS/bench_softmax_cuda.json ]]; then
+    step render-md 60 render_md
+    step roofline 120 plot
+  fi
+else
+  echo "FAIL: $BUILD/minigpt was not built; no benchmark"
+  NAMES+=(bench); STATUS+=("FAIL(no binary)"); SECS+=(0)
+fi
+step keep-autotune-cache 10 keep_cache
+
+echo
+echo "=== summary ==="
+if [[ -s $RESULTS/bench_softmax_cuda.json ]]; then
+  python3 - "$RESULTS/bench_softmax_cuda.json" <<'PY' || true
+import json, sys
+r = json.load(open(sys.argv[1]))
+m = r.get("meta", {})
+print(f"GPU {m.get('gpu', {}).get('model')}, copy {m.get('copy_bandwidth_GBps', 0):.0f} GB/s")
+cols = r["columns"]
+ix = {c: i for i, c in enumerate(cols)}
+print(f"{'kernel':<22}{'B':>8}{'V':>7}{'time_us':>11}{'GB/s':>9}{'copy%':>7}{'vs_torch':>9}")
+for row in r["rows"]:
+    g = lambda c: row[ix[c]] if c in ix else None
+    vs = g("vs_torch")
+    print(f"{g('kernel'):<22}{g('B'):>8}{g('V'):>7}{g('time_us'):>11.2f}{g('GB/s'):>9.0f}"
+          f"{100 * (g('frac_of_copy') or 0):>6.1f}%{(f'{vs:.2f}' if vs else '-'):>9}")
+PY
+fi
+fails=0
+for i in "${!NAMES[@]}"; do
+  printf '%-22s %-16s %5ss\n' "${NAMES[$i]}" "${STATUS[$i]}" "${SECS[$i]}"
+  [[ ${STATUS[$i]} == PASS ]] || fails=$((fails + 1))
+done
+echo "results in $RESULTS"
+((fails == 0)) || { echo "gpu-check: $fails step(s) failed"; exit 1; }
+echo "gpu-check: all steps passed"

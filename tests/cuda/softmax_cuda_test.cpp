@@ -1,0 +1,237 @@
+// The CUDA softmax family (naive, smem, every fused variant and autotune candidate) against
+// cpu::softmax_reference: odd and misaligned shapes, in place, B = 0, the special values of
+// design.md, outputs poisoned with NaN first so that every element must be written. Each test
+// skips when no GPU is visible.
+#include "core/error.h"
+#include "kernels/cpu/softmax.h"
+#include "kernels/cuda/autotune.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/softmax.h"
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+namespace {
+
+using namespace minigpt;
+using namespace minigpt::cuda;
+
+bool gpu_visible() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+#define REQUIRE_GPU() \
+  if (!gpu_visible()) GTEST_SKIP() << "no CUDA GPU visible"
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+using Launch = std::function<void(const float*, float*, int64_t, int64_t, cudaStream_t)>;
+
+struct Named {
+  std::string name;
+  Launch run;
+};
+
+std::vector<Named> fixed_kernels(int64_t cols) {
+  const FusedConfig c = fused_default_config(cols, fused_limits());
+  return {
+      {"naive", softmax_naive},
+      {"smem", softmax_smem},
+      {"fused " + c.name(), [c](const float* x, float* y, int64_t r, int64_t v, cudaStream_t s) {
+         softmax_fused(x, y, r, v, c, s);
+       }},
+  };
+}
+
+// Device scratch with room for offsets (misaligned views).
+struct Dev {
+  float* p = nullptr;
+  explicit Dev(size_t n) { MINIGPT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), (n + 8) * sizeof(float))); }
+  ~Dev() { cudaFree(p); }
+};
+
+std::vector<float> random_rows(int64_t rows, int64_t cols, uint32_t seed, float scale = 8.f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  for (float& v : x) v = u(gen);
+  return x;
+}
+
+// Runs `k` on x with the given element offsets of x and y inside their buffers (y poisoned with
+// NaN first) and returns y.
+std::vector<float> run(const Launch& k, const std::vector<float>& x, int64_t rows, int64_t cols,
+                       int x_off = 0, int y_off = 0, bool in_place = false) {
+  const size_t n = x.size();
+  Dev dx(n), dy(n);
+  float* xp = dx.p + x_off;
+  float* yp = in_place ? xp : dy.p + y_off;
+  MINIGPT_CUDA_CHECK(cudaMemset(dy.p, 0xff, (n + 8) * sizeof(float)));  // NaN everywhere
+  MINIGPT_CUDA_CHECK(cudaMemcpy(xp, x.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  k(xp, yp, rows, cols, nullptr);
+  MINIGPT_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> y(n);
+  MINIGPT_CUDA_CHECK(cudaMemcpy(y.data(), yp, n * sizeof(float), cudaMemcpyDeviceToHost));
+  return y;
+}
+
+// Every element written (NaN exactly where the reference has NaN) and within tolerance.
+::testing::AssertionResult matches_reference(const std::vector<float>& x, const std::vector<float>& y,
+                                             int64_t rows, int64_t cols) {
+  std::vector<float> ref(x.size());
+  cpu::softmax_reference(x.data(), ref.data(), rows, cols);
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (std::isnan(ref[i]) != std::isnan(y[i]))
+      return ::testing::AssertionFailure() << "element " << i << " (row " << i / cols << "): " << y[i]
+                                           << " vs reference " << ref[i];
+    if (std::isnan(ref[i])) continue;
+    const double d = std::abs(static_cast<double>(y[i]) - ref[i]);
+    if (!(d <= 1e-6 + 1e-4 * std::abs(ref[i])))
+      return ::testing::AssertionFailure() << "element " << i << " (row " << i / cols << " col "
+                                           << i % cols << "): " << y[i] << " vs reference " << ref[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(SoftmaxCuda, EveryKernelMatchesTheReferenceAtOddShapes) {
+  REQUIRE_GPU();
+  for (int64_t cols : {1, 3, 600, 601, 2049, 32000, 50257}) {
+    for (int64_t rows : {1, 7, 64}) {
+      if (rows * cols > 4'000'000) continue;
+      const auto x = random_rows(rows, cols, static_cast<uint32_t>(rows * 131 + cols));
+      for (const Named& k : fixed_kernels(cols))
+        EXPECT_TRUE(matches_reference(x, run(k.run, x, rows, cols), rows, cols))
+            << k.name << " at (" << rows << ", " << cols << ")";
+    }
+  }
+}
+
+TEST(SoftmaxCuda, MisalignedAndInPlace) {
+  REQUIRE_GPU();
+  for (int64_t cols : {3, 600, 601, 5000, 50257}) {
+    const int64_t rows = 5;
+    const auto x = random_rows(rows, cols, static_cast<uint32_t>(cols));
+    for (const Named& k : fixed_kernels(cols)) {
+      for (auto [xo, yo] : {std::pair{1, 1}, std::pair{3, 3}, std::pair{1, 2}, std::pair{0, 3}})
+        EXPECT_TRUE(matches_reference(x, run(k.run, x, rows, cols, xo, yo), rows, cols))
+            << k.name << " V=" << cols << " x+" << xo << " y+" << yo;
+      EXPECT_TRUE(matches_reference(x, run(k.run, x, rows, cols, 1, 0, /*in_place=*/true), rows, cols))
+          << k.name << " in place, V=" << cols;
+    }
+  }
+}
+
+TEST(SoftmaxCuda, EmptyBatchLaunchesNothing) {
+  REQUIRE_GPU();
+  for (const Named& k : fixed_kernels(600)) {
+    EXPECT_NO_THROW(k.run(nullptr, nullptr, 0, 600, nullptr)) << k.name;
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+  EXPECT_THROW(softmax_naive(nullptr, nullptr, 1, 0, nullptr), Error);
+  EXPECT_THROW(softmax_fused(nullptr, nullptr, -1, 5, FusedConfig{}, nullptr), Error);
+}
+
+// Rows of special values at positions that land in different threads, for every variant.
+TEST(SoftmaxCuda, SpecialValuesAsOnTheCpu) {
+  REQUIRE_GPU();
+  for (int64_t cols : {3, 600, 5000, 50257}) {
+    const int64_t rows = 6;
+    auto x = random_rows(rows, cols, 7);
+    auto at = [&](int64_t r, int64_t c) -> float& { return x[static_cast<size_t>(r * cols + c)]; };
+    at(0, cols / 2) = kNaN;                                  // NaN -> NaN row
+    at(1, cols - 1) = kInf;                                  // +inf -> NaN row
+    for (int64_t c = 0; c < cols; ++c) at(2, c) = -kInf;     // all -inf -> NaN row
+    for (int64_t c = 0; c < cols; ++c) at(3, c) = -kInf;     // [1e30, 0, -1e30, -inf...] -> [1, 0, 0...]
+    at(3, 0) = 1e30f, at(3, 1 % cols) = cols > 1 ? 0.f : 1e30f, at(3, 2 % cols) = cols > 2 ? -1e30f : at(3, 2 % cols);
+    for (int64_t c = 0; c < cols; c += 2) at(4, c) = -kInf;  // -inf entries in a finite row -> 0
+    at(5, cols - 1) = 1e30f;                                 // one huge value at the far end
+    std::vector<Named> kernels = fixed_kernels(cols);
+    for (const FusedConfig& c : fused_candidates(cols, fused_limits()))
+      kernels.push_back({"fused " + c.name(), [c](const float* a, float* b, int64_t r, int64_t v, cudaStream_t s) {
+                           softmax_fused(a, b, r, v, c, s);
+                         }});
+    for (const Named& k : kernels) {
+      const auto y = run(k.run, x, rows, cols);
+      EXPECT_TRUE(matches_reference(x, y, rows, cols)) << k.name << " V=" << cols;
+      for (int r = 0; r < 3; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          ASSERT_TRUE(std::isnan(y[static_cast<size_t>(r * cols + c)])) << k.name << " V=" << cols << " row " << r;
+      ASSERT_EQ(y[static_cast<size_t>(3 * cols)], 1.f) << k.name << " V=" << cols;
+      for (int64_t c = 1; c < cols; ++c) ASSERT_EQ(y[static_cast<size_t>(3 * cols + c)], 0.f) << k.name;
+      for (int64_t c = 0; c < cols; c += 2) ASSERT_EQ(y[static_cast<size_t>(4 * cols + c)], 0.f) << k.name;
+      ASSERT_EQ(y[static_cast<size_t>(5 * cols + cols - 1)], 1.f) << k.name;
+    }
+  }
+}
+
+// Every config the autotuner may pick is correct, aligned and not.
+TEST(SoftmaxCuda, EveryAutotuneCandidateIsCorrect) {
+  REQUIRE_GPU();
+  for (int64_t cols : {1, 17, 600, 601, 2049, 32000, 50257, 70001}) {
+    const int64_t rows = 9;
+    const auto x = random_rows(rows, cols, static_cast<uint32_t>(cols + 5));
+    const auto cands = fused_candidates(cols, fused_limits());
+    ASSERT_FALSE(cands.empty());
+    for (const FusedConfig& c : cands) {
+      const Launch k = [c](const float* a, float* b, int64_t r, int64_t v, cudaStream_t s) { softmax_fused(a, b, r, v, c, s); };
+      EXPECT_TRUE(matches_reference(x, run(k, x, rows, cols), rows, cols)) << c.name() << " V=" << cols;
+      EXPECT_TRUE(matches_reference(x, run(k, x, rows, cols, 1, 1), rows, cols)) << c.name() << " V=" << cols << " +1";
+      EXPECT_TRUE(matches_reference(x, run(k, x, rows, cols, 2, 1), rows, cols)) << c.name() << " V=" << cols << " +2/+1";
+    }
+  }
+}
+
+TEST(SoftmaxCuda, OnlineVariantHoldsRowsLongerThanAnyCache) {
+  REQUIRE_GPU();
+  FusedConfig c;
+  c.variant = FusedVariant::Online;
+  c.threads_per_row = 1024;
+  const int64_t rows = 2, cols = 600'001;
+  const auto x = random_rows(rows, cols, 3);
+  const Launch k = [c](const float* a, float* b, int64_t r, int64_t v, cudaStream_t s) { softmax_fused(a, b, r, v, c, s); };
+  EXPECT_TRUE(matches_reference(x, run(k, x, rows, cols), rows, cols));
+}
+
+TEST(SoftmaxCuda, AutotunerCachesAndRetunes) {
+  REQUIRE_GPU();
+  const std::string dir = (std::filesystem::temp_directory_path() / ("minigpt_tune_" + std::to_string(getpid()))).string();
+  std::filesystem::remove_all(dir);
+  AutotuneOptions o;
+  o.cache_path = dir + "/autotune.json";
+  o.launches_per_timing = 2;
+  o.timings = 1;
+  const int64_t rows = 256, cols = 600;
+  const auto x = random_rows(rows, cols, 11);
+  Dev dx(x.size());
+  MINIGPT_CUDA_CHECK(cudaMemcpy(dx.p, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+  const AutotuneResult first = autotune_fused(dx.p, rows, cols, o, nullptr);
+  EXPECT_FALSE(first.from_cache);
+  EXPECT_GT(first.candidates, 1);
+  const AutotuneResult second = autotune_fused(dx.p, rows, cols, o, nullptr);
+  EXPECT_TRUE(second.from_cache);
+  EXPECT_EQ(second.config, first.config);
+  o.retune = true;
+  EXPECT_FALSE(autotune_fused(dx.p, rows, cols, o, nullptr).from_cache);
+  // The winner is correct.
+  const Launch k = [c = first.config](const float* a, float* b, int64_t r, int64_t v, cudaStream_t s) { softmax_fused(a, b, r, v, c, s); };
+  EXPECT_TRUE(matches_reference(x, run(k, x, rows, cols), rows, cols));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
