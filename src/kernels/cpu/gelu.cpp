@@ -37,14 +37,16 @@ inline float gelu_grad_scalar(float x) {
 }
 
 // 8 floats -> 8 results. backward = false: y = GELU(x); true: y = dy * GELU'(x).
-__attribute__((target("avx512f"))) void gelu8_avx512(const float* x, const float* dy, float* y,
-                                                     bool backward) {
+template <bool backward>
+__attribute__((target("avx512f"), always_inline)) inline void gelu8_avx512(const float* x,
+                                                                          const float* dy,
+                                                                          float* y) {
   const __m512d xd = _mm512_cvtps_pd(_mm256_loadu_ps(x));
   __m512d gauss;
   const __m512d cdf = avx512::normal_cdf_pd(xd, &gauss);
   const __mmask8 inf = _mm512_cmp_pd_mask(_mm512_abs_pd(xd), _mm512_set1_pd(INFINITY), _CMP_EQ_OQ);
   __m512d r;
-  if (!backward) {
+  if constexpr (!backward) {
     r = _mm512_mul_pd(xd, cdf);  // x Phi(x); -inf * 0 is NaN: GELU(-inf) = -0 (+inf * 1 is fine)
     r = _mm512_mask_blend_pd(inf & _mm512_cmp_pd_mask(xd, _mm512_setzero_pd(), _CMP_LT_OQ), r,
                              _mm512_set1_pd(-0.0));
@@ -56,17 +58,23 @@ __attribute__((target("avx512f"))) void gelu8_avx512(const float* x, const float
   _mm256_storeu_ps(y, _mm512_cvtpd_ps(r));
 }
 
-// [i0, i1) in groups of 8; the last partial group goes through a padded copy.
-void gelu_range_avx512(const float* x, const float* dy, float* y, int64_t i0, int64_t i1,
-                       bool backward) {
+// [i0, i1) in groups of 16 (two independent groups of 8 in flight); the last partial group
+// goes through a zero-padded copy.
+template <bool backward>
+__attribute__((target("avx512f"))) void gelu_range_avx512(const float* x, const float* dy,
+                                                          float* y, int64_t i0, int64_t i1) {
   int64_t i = i0;
-  for (; i + 8 <= i1; i += 8) gelu8_avx512(x + i, backward ? dy + i : nullptr, y + i, backward);
-  if (i < i1) {
+  for (; i + 16 <= i1; i += 16) {
+    gelu8_avx512<backward>(x + i, dy + (backward ? i : 0), y + i);
+    gelu8_avx512<backward>(x + i + 8, dy + (backward ? i + 8 : 0), y + i + 8);
+  }
+  for (; i < i1; i += 8) {
+    const int64_t n = std::min<int64_t>(8, i1 - i);
     float xb[8] = {}, db[8] = {}, yb[8];
-    std::copy(x + i, x + i1, xb);
-    if (backward) std::copy(dy + i, dy + i1, db);
-    gelu8_avx512(xb, db, yb, backward);
-    std::copy(yb, yb + (i1 - i), y + i);
+    std::copy(x + i, x + i + n, xb);
+    if (backward) std::copy(dy + i, dy + i + n, db);
+    gelu8_avx512<backward>(xb, db, yb);
+    std::copy(yb, yb + n, y + i);
   }
 }
 
@@ -77,7 +85,7 @@ void gelu_forward(const float* x, float* y, int64_t n, ThreadPool& pool) {
   pool.parallel_for(
       n,
       [&](int64_t i0, int64_t i1) {
-        if (gemm_avx512_available()) return gelu_range_avx512(x, nullptr, y, i0, i1, false);
+        if (gemm_avx512_available()) return gelu_range_avx512<false>(x, nullptr, y, i0, i1);
         for (int64_t i = i0; i < i1; ++i) y[i] = gelu_scalar(x[i]);
       },
       kGrain);
@@ -88,7 +96,7 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, Thread
   pool.parallel_for(
       n,
       [&](int64_t i0, int64_t i1) {
-        if (gemm_avx512_available()) return gelu_range_avx512(x, dy, dx, i0, i1, true);
+        if (gemm_avx512_available()) return gelu_range_avx512<true>(x, dy, dx, i0, i1);
         for (int64_t i = i0; i < i1; ++i) dx[i] = dy[i] * gelu_grad_scalar(x[i]);
       },
       kGrain);
