@@ -210,6 +210,9 @@ TEST(SafetensorsMalformed, SizesShapesDtypes) {
   EXPECT_ST_ERROR(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", 0, "overflows");
   EXPECT_ST_ERROR(R"({"a":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]}})", 0, "overflows the byte size");
   EXPECT_ST_ERROR(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,0]}})", 0, "must be non-negative");
+  // Zero elements, but the other dimensions overflow: the strides of such a tensor could not
+  // be represented (found by fuzz_npy).
+  EXPECT_ST_ERROR(R"({"a":{"dtype":"F32","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}})", 0, "overflows");
   EXPECT_ST_ERROR(R"({"a":{"dtype":"F32","shape":"4","data_offsets":[0,16]}})", 16, "non-array shape");
   EXPECT_ST_ERROR(R"({"a":{"dtype":"F33","shape":[1],"data_offsets":[0,4]}})", 4, "unknown dtype 'F33'");
   EXPECT_ST_ERROR(R"({"a":{"dtype":7,"shape":[1],"data_offsets":[0,4]}})", 4, "non-string dtype");
@@ -341,6 +344,8 @@ TEST(NpyMalformed, Rejected) {
   expect(npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }\n", 0), "non-negative integers");
   expect(npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }\n", 0), "overflows");
   expect(npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }\n", 0), "overflows");
+  expect(npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (0, 4294967296, 4294967296), }\n", 0),
+         "overflows");  // found by fuzz_npy: an empty array whose strides overflow
   expect(npy_with_header("{'descr': '<f4', 'fortran_order': 0, 'shape': (1,)}\n", 4), "True or False");
   expect(npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (1,)} x\n", 4), "unexpected text after");
   expect(npy_with_header("{'descr': '<f4, 'fortran_order': False, 'shape': (1,)}\n", 4), "npy header");

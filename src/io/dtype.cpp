@@ -1,6 +1,7 @@
 #include "io/dtype.h"
 
 #include <array>
+#include <limits>
 #include <utility>
 
 namespace minigpt::io {
@@ -26,6 +27,22 @@ std::optional<DType> dtype_from_name(std::string_view name) {
   for (const auto& info : kDTypes)
     if (name == info.name) return info.dtype;
   return std::nullopt;
+}
+
+std::optional<uint64_t> checked_byte_size(const std::vector<int64_t>& shape, DType dtype) {
+  constexpr auto kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  uint64_t nonzero = dtype_size(dtype);  // product of the non-zero dims, times the item size
+  bool empty = false;
+  for (int64_t d : shape) {
+    if (d < 0) return std::nullopt;
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    if (nonzero > kMax / static_cast<uint64_t>(d)) return std::nullopt;
+    nonzero *= static_cast<uint64_t>(d);
+  }
+  return empty ? 0 : nonzero;
 }
 
 }  // namespace minigpt::io

@@ -202,30 +202,24 @@ NpyArray parse_npy(std::span<const uint8_t> bytes, const std::string& source) {
   HeaderParser(text, source).parse(out);
 
   // numel x item size, overflow checked; the data must be exactly that long.
-  uint64_t n = 1;
-  for (int64_t d : out.shape) {
-    const auto ud = static_cast<uint64_t>(d);
-    MINIGPT_CHECK(ud == 0 || n <= std::numeric_limits<uint64_t>::max() / ud, "{}: npy shape {} overflows the element count",
-                  source, shape_str(out.shape));
-    n *= ud;
-  }
-  const uint64_t item = dtype_size(out.dtype);
-  MINIGPT_CHECK(n <= std::numeric_limits<uint64_t>::max() / item, "{}: npy shape {} overflows the byte size", source,
-                shape_str(out.shape));
+  const auto size = checked_byte_size(out.shape, out.dtype);
+  MINIGPT_CHECK(size.has_value(), "{}: npy shape {} of {} overflows the byte size", source, shape_str(out.shape),
+                dtype_name(out.dtype));
+  const uint64_t need = *size;
   out.data_begin = header_start + header_len;
   const uint64_t have = bytes.size() - out.data_begin;
-  MINIGPT_CHECK(have >= n * item, "{}: npy data too short: shape {} of {} needs {} bytes, the file has {}", source,
-                shape_str(out.shape), dtype_name(out.dtype), n * item, have);
-  MINIGPT_CHECK(have == n * item, "{}: npy data too long: shape {} of {} needs {} bytes, the file has {}", source,
-                shape_str(out.shape), dtype_name(out.dtype), n * item, have);
-  out.data_end = out.data_begin + n * item;
+  MINIGPT_CHECK(have >= need, "{}: npy data too short: shape {} of {} needs {} bytes, the file has {}", source,
+                shape_str(out.shape), dtype_name(out.dtype), need, have);
+  MINIGPT_CHECK(have == need, "{}: npy data too long: shape {} of {} needs {} bytes, the file has {}", source,
+                shape_str(out.shape), dtype_name(out.dtype), need, have);
+  out.data_end = out.data_begin + need;
   return out;
 }
 
 std::vector<uint8_t> encode_npy(DType dtype, const Shape& shape, std::span<const uint8_t> data) {
-  const uint64_t n = static_cast<uint64_t>(shape_numel(shape));
-  MINIGPT_CHECK(n <= std::numeric_limits<uint64_t>::max() / dtype_size(dtype) && n * dtype_size(dtype) == data.size(),
-                "npy write: {} bytes given for shape {} of {}", data.size(), shape_str(shape), dtype_name(dtype));
+  const auto size = checked_byte_size(shape, dtype);
+  MINIGPT_CHECK(size.has_value() && *size == data.size(), "npy write: {} bytes given for shape {} of {}", data.size(),
+                shape_str(shape), dtype_name(dtype));
   std::string header = "{'descr': '" + std::string(descr_of(dtype)) + "', 'fortran_order': False, 'shape': " +
                        shape_tuple(shape) + ", }";
   // Version 1.0 while the header fits a u16; pad so the data starts 64-byte aligned, as numpy.

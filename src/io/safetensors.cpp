@@ -45,17 +45,10 @@ uint64_t as_u64(const json& v, const std::string& source, const std::string& nam
 
 // numel(shape) x dtype size, or an Error naming the tensor on overflow.
 uint64_t byte_size(const Shape& shape, DType dtype, const std::string& source, const std::string& name) {
-  uint64_t n = 1;
-  for (int64_t d : shape) {
-    const auto ud = static_cast<uint64_t>(d);
-    MINIGPT_CHECK(ud == 0 || n <= std::numeric_limits<uint64_t>::max() / ud,
-                  "{}: tensor '{}': shape {} overflows the element count", source, name, shape_str(shape));
-    n *= ud;
-  }
-  const uint64_t size = dtype_size(dtype);
-  MINIGPT_CHECK(n <= std::numeric_limits<uint64_t>::max() / size, "{}: tensor '{}': shape {} of {} overflows the byte size",
-                source, name, shape_str(shape), dtype_name(dtype));
-  return n * size;
+  const auto size = checked_byte_size(shape, dtype);
+  MINIGPT_CHECK(size.has_value(), "{}: tensor '{}': shape {} of {} overflows the byte size", source, name, shape_str(shape),
+                dtype_name(dtype));
+  return *size;
 }
 
 SafetensorsEntry parse_entry(const std::string& name, const json& v, const std::string& source, uint64_t data_size) {
