@@ -136,6 +136,24 @@ void transpose_avx512(int64_t rows, int64_t cols, const float* src, int64_t lds,
                   static_cast<int>(std::min<int64_t>(16, cols - j)));
 }
 
+void pack_panels_transposed_avx512(int64_t rows, int64_t cols, const float* src, int64_t lds,
+                                   float* dst) {
+  // src (rows, cols) -> B = src^T (cols, rows) in panels of 32 of B's columns (= src rows).
+  for (int64_t i = 0; i < rows; i += 16)
+    for (int64_t j = 0; j < cols; j += 16)
+      transpose16(src + i * lds + j, lds, dst + (i / kNR) * cols * kNR + j * kNR + i % kNR, kNR,
+                  static_cast<int>(std::min<int64_t>(16, rows - i)),
+                  static_cast<int>(std::min<int64_t>(16, cols - j)));
+}
+
+void pack_panels(int64_t K, int64_t N, const float* B, int64_t ldb, float* dst) {
+  for (int64_t j = 0; j < N; j += kNR) {
+    const int64_t w = std::min<int64_t>(kNR, N - j);
+    float* panel = dst + (j / kNR) * K * kNR;
+    for (int64_t k = 0; k < K; ++k) std::copy(B + k * ldb + j, B + k * ldb + j + w, panel + k * kNR);
+  }
+}
+
 __attribute__((target("avx512f"))) void gemv_rows_avx512(int64_t N, int64_t K, const float* x,
                                                          const float* W, int64_t ldw, float* y,
                                                          bool accumulate) {

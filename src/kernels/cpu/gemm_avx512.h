@@ -28,6 +28,18 @@ void gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_rs, 
 void transpose_avx512(int64_t rows, int64_t cols, const float* src, int64_t lds, float* dst,
                       int64_t ldd);
 
+// Panel-major B for gemm_avx512 called on one 32-column panel at a time: panel p holds
+// columns [32 p, 32 p + 32) of B as a contiguous (K, 32) block (ldb = 32), so the kernel reads
+// B sequentially instead of at a power-of-two row stride (L1 set conflicts at 256 floats).
+// dst needs ceil(N / 32) * 32 * K floats; columns past N in the last panel are left unwritten
+// (the kernel's masked loads never read them).
+constexpr int64_t kGemmPanel = 32;
+// B (K, N) row-major with leading dimension ldb -> panels.
+void pack_panels(int64_t K, int64_t N, const float* B, int64_t ldb, float* dst);
+// B = src^T, src (rows = N, cols = K) with leading dimension lds -> panels. Requires avx512.
+void pack_panels_transposed_avx512(int64_t rows, int64_t cols, const float* src, int64_t lds,
+                                   float* dst);
+
 // y[n] = [y[n] +] dot(x (K), W row n (K)) for n in [0, N): the one-row (decode) forward, where
 // transposing W for gemm_avx512 would cost more than the product. Requires avx512.
 void gemv_rows_avx512(int64_t N, int64_t K, const float* x, const float* W, int64_t ldw, float* y,

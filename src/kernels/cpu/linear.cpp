@@ -47,13 +47,14 @@ void check_sizes(int64_t N, int64_t in, int64_t out) {
                 "linear: sizes exceed the BLAS int range: N={} in={} out={}", N, in, out);
 }
 
-// C (M, Nc) = [C +] A B on gemm_avx512, cut into tasks of kTaskRows rows x 32 columns split over
-// the pool. Each element is summed over k in one FMA chain whatever the split, so 1 and 2
-// threads agree bitwise.
+// C (M, Nc) = [C +] A B on gemm_avx512, B packed in panels (pack_panels*), cut into tasks of
+// kTaskRows rows x one 32-column panel split over the pool. Each element is summed over k in
+// one FMA chain whatever the split, so 1 and 2 threads agree bitwise.
 constexpr int64_t kTaskRows = 48;
+// Floats of a panel-major copy of a (K, N) matrix.
+int64_t panel_floats(int64_t K, int64_t N) { return (N + kGemmPanel - 1) / kGemmPanel * kGemmPanel * K; }
 void gemm_parallel(int64_t M, int64_t Nc, int64_t K, const float* A, int64_t a_rs, int64_t a_cs,
-                   const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate,
-                   ThreadPool& pool) {
+                   const float* B, float* C, int64_t ldc, bool accumulate, ThreadPool& pool) {
   const int64_t row_tasks = (M + kTaskRows - 1) / kTaskRows, col_tasks = (Nc + 31) / 32;
   pool.parallel_for(
       row_tasks * col_tasks,
@@ -61,7 +62,8 @@ void gemm_parallel(int64_t M, int64_t Nc, int64_t K, const float* A, int64_t a_r
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t i = (t / col_tasks) * kTaskRows, j = (t % col_tasks) * 32;
           gemm_avx512(std::min(kTaskRows, M - i), std::min<int64_t>(32, Nc - j), K, A + i * a_rs,
-                      a_rs, a_cs, B + j, ldb, C + i * ldc + j, ldc, accumulate);
+                      a_rs, a_cs, B + (j / kGemmPanel) * K * kGemmPanel, kGemmPanel,
+                      C + i * ldc + j, ldc, accumulate);
         }
       },
       grain_for(kTaskRows * 32 * K));
@@ -87,9 +89,9 @@ void linear_forward(const float* x, const float* W, const float* b, float* y, in
       return;
     }
     // W^T (in, out) so the kernel reads B along contiguous output features.
-    std::unique_ptr<float[]> Wt(new float[static_cast<size_t>(in * out)]);
-    transpose_avx512(out, in, W, in, Wt.get(), out);
-    gemm_parallel(N, out, in, x, in, 1, Wt.get(), out, y, out, b != nullptr, pool);
+    std::unique_ptr<float[]> Wt(new float[static_cast<size_t>(panel_floats(in, out))]);
+    pack_panels_transposed_avx512(out, in, W, in, Wt.get());
+    gemm_parallel(N, out, in, x, in, 1, Wt.get(), y, out, b != nullptr, pool);
     return;
   }
   // No AVX-512: OpenBLAS.
@@ -124,9 +126,14 @@ void linear_backward(const float* x, const float* W, const float* dy, float* dx,
   if (N == 0) return;  // dx is empty; dW, db get nothing added
   if (gemm_avx512_available()) {
     // dx (N, in) = dy (N, out) @ W (out, in)
-    if (dx) gemm_parallel(N, in, out, dy, out, 1, W, in, dx, in, false, pool);
+    std::unique_ptr<float[]> Bp(new float[static_cast<size_t>(std::max(panel_floats(out, in), panel_floats(N, in)))]);
+    if (dx) {
+      pack_panels(out, in, W, in, Bp.get());
+      gemm_parallel(N, in, out, dy, out, 1, Bp.get(), dx, in, false, pool);
+    }
     // dW (out, in) += dy^T (out, N) @ x (N, in): A(o, n) = dy[n * out + o]
-    gemm_parallel(out, in, N, dy, 1, out, x, in, dW, in, true, pool);
+    pack_panels(N, in, x, in, Bp.get());
+    gemm_parallel(out, in, N, dy, 1, out, Bp.get(), dW, in, true, pool);
     if (db) column_sums(dy, db, N, out, pool);
     return;
   }
