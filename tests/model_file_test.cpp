@@ -113,6 +113,30 @@ TEST(ModelFile, PythonReadsBothFormats) {
   expect_same_model(m, load_model(dir.file("py.npz")));
 }
 
+// The Python side (python/minigpt/model_io.py) and this loader read each other's files.
+TEST(ModelFile, PythonModelIoInterop) {
+  const std::string pkg = std::string(MINIGPT_SOURCE_DIR) + "/python";
+  if (std::system(("PYTHONPATH=" + pkg + " python3 -c 'import minigpt.model_io, safetensors' >/dev/null 2>&1").c_str()) != 0)
+    GTEST_SKIP() << "python3 cannot import minigpt.model_io (numpy, safetensors)";
+  ScratchDir dir;
+  const ModelFile m = small_model(3);
+  save_model(dir.file("cpp.safetensors"), m);
+  save_model(dir.file("cpp.npz"), m);
+  const std::string script =
+      "import sys, numpy as np\n"
+      "from minigpt import model_io as mio\n"
+      "d = sys.argv[1]\n"
+      "a, b = mio.load_model(d + '/cpp.safetensors'), mio.load_model(d + '/cpp.npz')\n"
+      "assert a.vocab == b.vocab == ['<pad>', 'the', 'cat', 'sat', '.'] and a.config == b.config\n"
+      "for k in a.weights: assert np.array_equal(a.weights[k], b.weights[k]), k\n"
+      "mio.save_model(d + '/py.safetensors', a)\n"
+      "mio.save_model(d + '/py.npz', b)\n";
+  minigpt::testing::spit(dir.file("s.py"), std::vector<uint8_t>(script.begin(), script.end()));
+  ASSERT_EQ(std::system(("PYTHONPATH=" + pkg + " python3 " + dir.file("s.py") + " " + dir.path()).c_str()), 0);
+  expect_same_model(m, load_model(dir.file("py.safetensors")));
+  expect_same_model(m, load_model(dir.file("py.npz")));
+}
+
 TEST(ModelFile, SaveRejectsInconsistentModels) {
   ScratchDir dir;
   ModelFile m = small_model();
