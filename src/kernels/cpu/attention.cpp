@@ -116,7 +116,7 @@ void attention_forward(const float* qkv, float* out, float* att, int64_t B, int6
   const int64_t dh = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   const int64_t rows = B * NH * T;  // row = (b, h, t1)
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / (T * dh * 2));
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 17) / (T * dh * 2));
   pool.parallel_for(
       rows,
       [&](int64_t r0, int64_t r1) {
@@ -193,7 +193,7 @@ void attention_backward(const float* dout, const float* qkv, const float* att, f
   MINIGPT_CHECK(att != nullptr, "attention_backward needs the forward's att probabilities");
   const int64_t dh = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / (T * T * dh * 2));
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 17) / (T * T * dh * 2));
   pool.parallel_for(
       B * NH,
       [&](int64_t p0, int64_t p1) {

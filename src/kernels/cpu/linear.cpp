@@ -25,8 +25,8 @@ namespace {
 void column_sums(const float* dy, float* db, int64_t N, int64_t out, ThreadPool& pool);
 
 // Work below this many multiply-adds stays on the calling thread: waking a worker costs a few
-// microseconds, about what 2^17 FMAs take on one core.
-constexpr int64_t kMinParallelMacs = int64_t{1} << 17;
+// microseconds (more on a busy machine); 2^20 multiply-adds take ~10 us on one core.
+constexpr int64_t kMinParallelMacs = int64_t{1} << 20;
 constexpr int64_t kRowBlock = 64;      // rows of x per sgemm call (forward, dx)
 constexpr int64_t kFeatureBlock = 32;  // output features per sgemm call (dW, db)
 constexpr int64_t kGemvMaxRows = 4;    // below this many rows the forward uses dot products
