@@ -9,7 +9,7 @@
 # bench_softmax_cuda.json, bench_softmax_cuda.md, roofline.png, ctest.log, pytest.log,
 # autotune.json (8 files at most: the device tool returns no more). Knobs: BUILD_TARGETS (build
 # only these), GPU_CHECK_ALL_TESTS=1 (every ctest test), BENCH_ARGS (extra `bench softmax`
-# options, e.g. --retune or --shapes 64x600). Every step is time-boxed;
+# options, e.g. --retune or --shapes 64x600), GPU_CHECK_SKIP_PYTEST=1. Every step is time-boxed;
 # a failing step prints a FAIL line and the script goes on; the exit status is non-zero if any
 # step failed.
 set -euo pipefail
@@ -99,7 +99,7 @@ step probe 60 probe
 step configure 300 configure
 step build 900 build
 step ctest 600 run_ctest
-step pytest 600 run_pytest
+if [[ ${GPU_CHECK_SKIP_PYTEST:-0} == 1 ]]; then echo "pytest skipped (GPU_CHECK_SKIP_PYTEST=1)"; else step pytest 600 run_pytest; fi
 if [[ -x $BUILD/minigpt ]]; then
   step bench 900 run_bench
   if [[ -s $RESULTS/bench_softmax_cuda.json ]]; then
