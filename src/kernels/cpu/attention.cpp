@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/gemm_avx512.h"
+#include "kernels/cpu/vec_math_avx512.h"
 
 #include <immintrin.h>
 
@@ -108,6 +109,44 @@ void attend(const float* q, const float* k, const float* v, int64_t stride, int6
   attend_row(q, k, v, stride, len, dh, scale, p, out);
 }
 
+// The model's shape (dh = 16, T <= 16), one (b, h) pair: K^T (16, T) is built once with a
+// register transpose, then each query row's scores are one 16-lane vector (16 FMAs, no
+// horizontal sums per key), softmax over the unmasked lanes (exp in double, as
+// vec_math_avx512.h), and out = sum_t2 p[t2] v[t2] (one vector per key).
+__attribute__((target("avx512f"))) void attend_pair_dh16(const float* base, int64_t C3,
+                                                         int64_t T, float scale, float* att,
+                                                         float* out, int64_t out_stride,
+                                                         int64_t C) {
+  alignas(64) float kt[16 * 16] = {};  // lanes t2 >= T stay 0 (never live anyway)
+  transpose_avx512(T, 16, base + C, C3, kt, 16);  // kt[d * 16 + t2] = k[t2][d]
+  alignas(64) float p[16];
+  const __m512 scale_v = _mm512_set1_ps(scale);
+  for (int64_t t1 = 0; t1 < T; ++t1) {
+    const float* q = base + t1 * C3;
+    __m512 s = _mm512_setzero_ps();
+    for (int d = 0; d < 16; ++d)
+      s = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_load_ps(kt + d * 16), s);
+    s = _mm512_mul_ps(s, scale_v);
+    const __mmask16 live = static_cast<__mmask16>((2u << t1) - 1);  // keys 0..t1
+    const float mx = _mm512_mask_reduce_max_ps(live, s);
+    const __m512 sm = _mm512_sub_ps(s, _mm512_set1_ps(mx));
+    const __m512d e0 = avx512::exp_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(sm)));
+    const __m512d e1 = avx512::exp_pd(_mm512_cvtps_pd(
+        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sm), 1))));
+    const __m512 e = _mm512_maskz_mov_ps(
+        live, _mm512_castpd_ps(_mm512_insertf64x4(
+                  _mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(e0))),
+                  _mm256_castps_pd(_mm512_cvtpd_ps(e1)), 1)));
+    const float inv = 1.0f / _mm512_reduce_add_ps(e);  // masked lanes are exactly 0
+    _mm512_store_ps(p, _mm512_mul_ps(e, _mm512_set1_ps(inv)));
+    if (att) std::copy(p, p + T, att + t1 * T);  // masked entries: 0
+    __m512 o = _mm512_setzero_ps();
+    for (int64_t t2 = 0; t2 <= t1; ++t2)
+      o = _mm512_fmadd_ps(_mm512_set1_ps(p[t2]), _mm512_loadu_ps(base + t2 * C3 + 2 * C), o);
+    _mm512_storeu_ps(out + t1 * out_stride, o);
+  }
+}
+
 }  // namespace
 
 void attention_forward(const float* qkv, float* out, float* att, int64_t B, int64_t T,
@@ -115,6 +154,19 @@ void attention_forward(const float* qkv, float* out, float* att, int64_t B, int6
   check_sizes("attention_forward", B, T, C, NH);
   const int64_t dh = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  if (dh == 16 && T <= 16 && gemm_avx512_available()) {
+    pool.parallel_for(
+        B * NH,
+        [&](int64_t p0, int64_t p1) {
+          for (int64_t pair = p0; pair < p1; ++pair) {
+            const int64_t b = pair / NH, h = pair % NH;
+            attend_pair_dh16(qkv + b * T * C3 + h * dh, C3, T, scale,
+                             att ? att + pair * T * T : nullptr, out + b * T * C + h * dh, C, C);
+          }
+        },
+        std::max<int64_t>(1, (int64_t{1} << 17) / (T * T * dh * 2)));
+    return;
+  }
   const int64_t rows = B * NH * T;  // row = (b, h, t1)
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 17) / (T * dh * 2));
   pool.parallel_for(
