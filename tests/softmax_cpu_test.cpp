@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/softmax.h"
+#include "kernels/cpu/softmax_simd_ops.h"  // kScratchFloats: test both sides of it
 
 #include <gtest/gtest.h>
 
@@ -199,40 +200,42 @@ TEST(SoftmaxCpu, SpecialValuesOnEveryVersion) {
       {"+-max float", {3.4e38f, -3.4e38f}, {1.0f, 0.0f}},
   };
   // Long rows that cross the simd chunk boundary: the tricky cases for the online rescaling.
-  const int64_t L = 3 * kSimdChunk + 5;
-  {
-    Case c{"long: first chunk all -inf, then finite", std::vector<float>(L, -kInf), {}};
-    c.row[L - 2] = 0.0f;
-    c.expect = std::vector<float>(L, 0.0f);
-    c.expect[L - 2] = 1.0f;
-    cases.push_back(c);
-  }
-  {
-    Case c{"long: first chunk -inf and NaN, then finite", std::vector<float>(L, -kInf), {}};
-    c.row[3] = kNaN;
-    c.row[L - 2] = 0.0f;
-    cases.push_back(c);
-  }
-  {
-    Case c{"long: NaN in the last chunk", std::vector<float>(L, 1.0f), {}};
-    c.row[L - 1] = kNaN;
-    cases.push_back(c);
-  }
-  {
-    Case c{"long: +inf in the middle", std::vector<float>(L, 1.0f), {}};
-    c.row[kSimdChunk + 7] = kInf;
-    cases.push_back(c);
-  }
-  {
-    Case c{"long: all -inf", std::vector<float>(L, -kInf), {}};
-    cases.push_back(c);
-  }
-  {
-    Case c{"long: 1e30 late", std::vector<float>(L, -1e30f), {}};
-    c.row[2 * kSimdChunk + 1] = 1e30f;
-    c.expect = std::vector<float>(L, 0.0f);
-    c.expect[2 * kSimdChunk + 1] = 1.0f;
-    cases.push_back(c);
+  // Both lengths: rows kept in simd's scratch, and rows too long for it (exp recomputed).
+  for (const int64_t L : {3 * kSimdChunk + 5, detail::kScratchFloats + 3 * kSimdChunk + 5}) {
+    {
+      Case c{"L=" + std::to_string(L) + ": first chunk all -inf, then finite", std::vector<float>(L, -kInf), {}};
+      c.row[L - 2] = 0.0f;
+      c.expect = std::vector<float>(L, 0.0f);
+      c.expect[L - 2] = 1.0f;
+      cases.push_back(c);
+    }
+    {
+      Case c{"L=" + std::to_string(L) + ": first chunk -inf and NaN, then finite", std::vector<float>(L, -kInf), {}};
+      c.row[3] = kNaN;
+      c.row[L - 2] = 0.0f;
+      cases.push_back(c);
+    }
+    {
+      Case c{"L=" + std::to_string(L) + ": NaN in the last chunk", std::vector<float>(L, 1.0f), {}};
+      c.row[L - 1] = kNaN;
+      cases.push_back(c);
+    }
+    {
+      Case c{"L=" + std::to_string(L) + ": +inf in the middle", std::vector<float>(L, 1.0f), {}};
+      c.row[kSimdChunk + 7] = kInf;
+      cases.push_back(c);
+    }
+    {
+      Case c{"L=" + std::to_string(L) + ": all -inf", std::vector<float>(L, -kInf), {}};
+      cases.push_back(c);
+    }
+    {
+      Case c{"L=" + std::to_string(L) + ": 1e30 late", std::vector<float>(L, -1e30f), {}};
+      c.row[2 * kSimdChunk + 1] = 1e30f;
+      c.expect = std::vector<float>(L, 0.0f);
+      c.expect[2 * kSimdChunk + 1] = 1.0f;
+      cases.push_back(c);
+    }
   }
   for (const Case& c : cases) {
     // Three rows: a normal row, the case, a normal row; the neighbours must be untouched by it.

@@ -127,11 +127,16 @@ MINIGPT_AVX2 void write_avx2(const float* x, float* y, int64_t n, float m, float
 
 MINIGPT_AVX2 void fence_avx2() { _mm_sfence(); }
 
-MINIGPT_AVX2 float exp_store_sum_avx2(const float* x, float* e, int64_t n, float m) {
+MINIGPT_AVX2 float exp_store_sum_max_avx2(const float* x, float* e, int64_t n, float m,
+                                          const float* xn, int64_t nn, float* next_max) {
   const __m256 vm = _mm256_set1_ps(m);
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), m0 = ninf, m1 = ninf;
+  const int64_t both = n < nn ? n : nn;
   int64_t i = 0;
-  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+  for (; i + 2 * kLanes <= both; i += 2 * kLanes) {
+    m0 = _mm256_max_ps(m0, _mm256_loadu_ps(xn + i));
+    m1 = _mm256_max_ps(m1, _mm256_loadu_ps(xn + i + kLanes));
     const __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
     const __m256 e1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + kLanes), vm));
     _mm256_storeu_ps(e + i, e0);
@@ -139,12 +144,17 @@ MINIGPT_AVX2 float exp_store_sum_avx2(const float* x, float* e, int64_t n, float
     s0 = _mm256_add_ps(s0, e0);
     s1 = _mm256_add_ps(s1, e1);
   }
-  for (; i < n; i += kLanes) {  // at most two more vectors, the last one masked
-    const __m256i k = first_lanes(n - i < kLanes ? n - i : kLanes);
-    const __m256 v = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, k), vm)), _mm256_castsi256_ps(k));
-    _mm256_maskstore_ps(e + i, k, v);
+  for (int64_t j = i; j < n; j += kLanes) {  // the rest of this span, the last vector masked
+    const __m256i k = first_lanes(n - j < kLanes ? n - j : kLanes);
+    const __m256 v = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_maskload_ps(x + j, k), vm)), _mm256_castsi256_ps(k));
+    _mm256_maskstore_ps(e + j, k, v);
     s0 = _mm256_add_ps(s0, v);
   }
+  for (int64_t j = i; j < nn; j += kLanes) {  // the rest of the next span
+    const __m256i k = first_lanes(nn - j < kLanes ? nn - j : kLanes);
+    m0 = _mm256_max_ps(m0, _mm256_blendv_ps(ninf, _mm256_maskload_ps(xn + j, k), _mm256_castsi256_ps(k)));
+  }
+  *next_max = hmax8(_mm256_max_ps(m0, m1));
   return hsum8(_mm256_add_ps(s0, s1));
 }
 
@@ -182,7 +192,7 @@ MINIGPT_AVX2 void exp_poly_avx2(const float* x, float* y, int64_t n) {
 
 void softmax_rows_avx2(const float* x, float* y, int64_t rows, int64_t cols, bool stream) {
   const SimdOps ops{max_avx2,   sum_exp_avx2,       write_avx2,
-                    fence_avx2, exp_store_sum_avx2, scale_avx2};
+                    fence_avx2, exp_store_sum_max_avx2, scale_avx2};
   softmax_rows(ops, x, y, rows, cols, stream);
 }
 

@@ -116,11 +116,16 @@ MINIGPT_AVX512 void write_avx512(const float* x, float* y, int64_t n, float m, f
 
 MINIGPT_AVX512 void fence_avx512() { _mm_sfence(); }
 
-MINIGPT_AVX512 float exp_store_sum_avx512(const float* x, float* e, int64_t n, float m) {
+MINIGPT_AVX512 float exp_store_sum_max_avx512(const float* x, float* e, int64_t n, float m,
+                                              const float* xn, int64_t nn, float* next_max) {
   const __m512 vm = _mm512_set1_ps(m);
-  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps(), m0 = ninf, m1 = ninf;
+  const int64_t both = n < nn ? n : nn;
   int64_t i = 0;
-  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+  for (; i + 2 * kLanes <= both; i += 2 * kLanes) {
+    m0 = _mm512_max_ps(m0, _mm512_loadu_ps(xn + i));
+    m1 = _mm512_max_ps(m1, _mm512_loadu_ps(xn + i + kLanes));
     const __m512 e0 = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
     const __m512 e1 = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i + kLanes), vm));
     _mm512_storeu_ps(e + i, e0);
@@ -128,12 +133,17 @@ MINIGPT_AVX512 float exp_store_sum_avx512(const float* x, float* e, int64_t n, f
     s0 = _mm512_add_ps(s0, e0);
     s1 = _mm512_add_ps(s1, e1);
   }
-  for (; i < n; i += kLanes) {  // at most two more vectors, the last one masked
-    const __mmask16 k = first_lanes(n - i < kLanes ? n - i : kLanes);
-    const __m512 v = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm)));
-    _mm512_mask_storeu_ps(e + i, k, v);
+  for (int64_t j = i; j < n; j += kLanes) {  // the rest of this span, the last vector masked
+    const __mmask16 k = first_lanes(n - j < kLanes ? n - j : kLanes);
+    const __m512 v = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), vm)));
+    _mm512_mask_storeu_ps(e + j, k, v);
     s0 = _mm512_add_ps(s0, v);
   }
+  for (int64_t j = i; j < nn; j += kLanes) {  // the rest of the next span
+    const __mmask16 k = first_lanes(nn - j < kLanes ? nn - j : kLanes);
+    m0 = _mm512_max_ps(m0, _mm512_mask_loadu_ps(ninf, k, xn + j));
+  }
+  *next_max = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
   return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
 
@@ -171,7 +181,7 @@ MINIGPT_AVX512 void exp_poly_avx512(const float* x, float* y, int64_t n) {
 
 void softmax_rows_avx512(const float* x, float* y, int64_t rows, int64_t cols, bool stream) {
   const SimdOps ops{max_avx512,   sum_exp_avx512,       write_avx512,
-                    fence_avx512, exp_store_sum_avx512, scale_avx512};
+                    fence_avx512, exp_store_sum_max_avx512, scale_avx512};
   softmax_rows(ops, x, y, rows, cols, stream);
 }
 

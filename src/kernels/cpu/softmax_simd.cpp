@@ -55,9 +55,16 @@ void write_scalar(const float* x, float* y, int64_t n, float m, float scale, boo
 
 void fence_none() {}
 
-float exp_store_sum_scalar(const float* x, float* e, int64_t n, float m) {
+// Software prefetch of [begin, end) into L1, one request per 64-byte line.
+void prefetch(const float* begin, const float* end) {
+  for (const float* p = begin; p < end; p += 16) __builtin_prefetch(p, 0, 3);
+}
+
+float exp_store_sum_max_scalar(const float* x, float* e, int64_t n, float m, const float* xn,
+                               int64_t nn, float* next_max) {
   float s = 0.0f;
   for (int64_t i = 0; i < n; ++i) s += (e[i] = exp_scalar(x[i] - m));
+  *next_max = max_scalar(xn, nn);
   return s;
 }
 
@@ -75,17 +82,24 @@ void softmax_rows(const SimdOps& ops, const float* x, float* y, int64_t rows, in
   const int64_t chunks = (cols + kSimdChunk - 1) / kSimdChunk;
   std::vector<float> e(keep ? static_cast<size_t>(cols) : 0);
   std::vector<float> chunk_m(keep ? static_cast<size_t>(chunks) : 0);  // the m each chunk's e used
+  // Chunk k of a row starts at k * kSimdChunk; the chunk after the last one of a row is the
+  // first of the next row (rows are contiguous), and the last chunk of the last row has none.
+  auto chunk_len = [&](int64_t k) { return std::min(kSimdChunk, cols - k * kSimdChunk); };
+  float mc = rows > 0 ? ops.max(x, chunk_len(0)) : 0.0f;  // max of the chunk about to be done
   for (int64_t row = 0; row < rows; ++row) {
     const float* xr = x + row * cols;
     float* yr = y + row * cols;
-    // Pass 1, chunk by chunk (a chunk stays in L1 between its max and its sum): m is the max
-    // so far, s the sum of exp(x - m) so far, rescaled by exp(m_old - m_new) when m grows.
+    // Pass 1, chunk by chunk: m is the max so far, s the sum of exp(x - m) so far, rescaled by
+    // exp(m_old - m_new) when m grows. The max of chunk k + 1 is taken while chunk k's exps
+    // are computed (its loads from memory then overlap arithmetic on L1 data).
     float m = -kInf;
     double s = 0.0;
     bool nan = false;
     for (int64_t k = 0; k < chunks; ++k) {
-      const int64_t c0 = k * kSimdChunk, n = std::min(kSimdChunk, cols - c0);
-      const float mc = ops.max(xr + c0, n);
+      const int64_t c0 = k * kSimdChunk, n = chunk_len(k);
+      const bool last_of_row = k + 1 == chunks;
+      const float* xn = last_of_row ? xr + cols : xr + c0 + n;
+      const int64_t nn = last_of_row ? (row + 1 < rows ? chunk_len(0) : 0) : chunk_len(k + 1);
       const float m_new = mc > m ? mc : m;  // a NaN mc is dropped here but caught below
       if (m_new == -kInf) {
         // Every value so far is -inf or NaN: nothing to add (and exp(-inf - -inf) would be a
@@ -95,17 +109,19 @@ void softmax_rows(const SimdOps& ops, const float* x, float* y, int64_t rows, in
           std::fill(e.begin() + c0, e.begin() + c0 + n, 0.0f);  // exp(-inf) = 0
           chunk_m[k] = -kInf;
         }
+        mc = nn > 0 ? ops.max(xn, nn) : 0.0f;
         continue;
       }
-      if (m_new != m) s *= std::exp(static_cast<double>(m) - static_cast<double>(m_new));
+      if (m != -kInf && m_new != m) s *= std::exp(static_cast<double>(m) - static_cast<double>(m_new));
       m = m_new;
       // A NaN anywhere in the chunk makes its exp NaN and so s NaN, whatever m is; m = +inf
       // gives exp(inf - inf) = NaN too.
       if (keep) {
-        s += ops.exp_store_sum(xr + c0, e.data() + c0, n, m);
+        s += ops.exp_store_sum_max(xr + c0, e.data() + c0, n, m, xn, nn, &mc);
         chunk_m[k] = m;
       } else {
         s += ops.sum_exp(xr + c0, n, m);
+        mc = nn > 0 ? ops.max(xn, nn) : 0.0f;
       }
     }
     if (nan || !std::isfinite(m) || std::isnan(s)) {
@@ -120,7 +136,7 @@ void softmax_rows(const SimdOps& ops, const float* x, float* y, int64_t rows, in
     }
     // Pass 2 from scratch: y = e * exp(m_chunk - m) / s (a chunk of -inf has e = 0).
     for (int64_t k = 0; k < chunks; ++k) {
-      const int64_t c0 = k * kSimdChunk, n = std::min(kSimdChunk, cols - c0);
+      const int64_t c0 = k * kSimdChunk, n = chunk_len(k);
       const double rescale = chunk_m[k] == m ? 1.0 : std::exp(static_cast<double>(chunk_m[k]) - m);
       ops.scale(e.data() + c0, yr + c0, n, static_cast<float>(rescale / s), stream);
     }
@@ -130,7 +146,7 @@ void softmax_rows(const SimdOps& ops, const float* x, float* y, int64_t rows, in
 
 void softmax_rows_scalar(const float* x, float* y, int64_t rows, int64_t cols, bool stream) {
   const SimdOps ops{max_scalar, sum_exp_scalar,       write_scalar,
-                    fence_none, exp_store_sum_scalar, scale_scalar};
+                    fence_none, exp_store_sum_max_scalar, scale_scalar};
   softmax_rows(ops, x, y, rows, cols, stream);
 }
 

@@ -28,8 +28,11 @@ struct SimdOps {
   // y = exp_poly(x - m) * scale; stream = non-temporal stores for the aligned body.
   void (*write)(const float* x, float* y, int64_t n, float m, float scale, bool stream);
   void (*fence)();                                       // after streaming stores
-  // e = exp_poly(x - m), returns the float sum of e (pass 1 when the row fits in scratch).
-  float (*exp_store_sum)(const float* x, float* e, int64_t n, float m);
+  // e = exp_poly(x - m), returns the float sum of e (pass 1 when the row fits in scratch);
+  // meanwhile *next_max = max of xn[0, nn) (the next span: its loads from memory overlap
+  // this span's arithmetic, which runs on data already in L1). nn may be 0 (*next_max = -inf).
+  float (*exp_store_sum_max)(const float* x, float* e, int64_t n, float m, const float* xn,
+                             int64_t nn, float* next_max);
   // y = e * factor; stream as in write (pass 2 from scratch).
   void (*scale)(const float* e, float* y, int64_t n, float factor, bool stream);
 };
