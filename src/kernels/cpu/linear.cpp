@@ -1,12 +1,22 @@
-// Linear layer on the CPU (linear.h): forward and backward through OpenBLAS sgemm, split over
-// our ThreadPool in fixed chunks so a result depends only on the thread count, never on timing.
+// Linear layer on the CPU (linear.h): forward and backward, split over our ThreadPool in
+// fixed chunks so a result depends only on the thread count, never on timing.
 //
-// OpenBLAS itself is kept single-threaded (openblas_set_num_threads(1), once): its own pool
-// would split the work by load and fight ours for the 2 cores. The work is cut into fixed
-// blocks (kRowBlock rows for the forward and dx, kFeatureBlock output features for dW and db),
-// the same blocks for any thread count, each one sgemm call; every element's sum over the
-// reduction dimension runs inside one call. So the thread count changes which thread computes a
-// block, never how it is summed: 1 and 2 threads agree bitwise.
+// Production path (AVX-512, this machine): gemm_avx512.h, the hand-written kernel, for every N.
+// Measured against OpenBLAS sgemm in one process (/tmp harness, 1 thread, median of 200):
+// the Debian OpenBLAS runs its generic "Prescott" kernels on this CPU and is 3-4x slower at
+// N = 1, 32 and 1024; even forced to its SkylakeX kernels (OPENBLAS_CORETYPE, which must be set
+// before the library loads) it is 1.3-1.5x slower at N = 32 and on par at N = 1024.
+//   N < kGemvMaxRows (decode): one dot product per output feature, no packing.
+//   otherwise: W^T (forward), W (dx) and x (dW) packed panel-major, then the 12 x 32 kernel.
+//
+// Fallback without AVX-512: OpenBLAS sgemm, kept single-threaded (openblas_set_num_threads(1),
+// once: its own pool would split the work by load and fight ours for the cores), cut into fixed
+// blocks (kRowBlock rows for the forward and dx, kFeatureBlock output features for dW), the same
+// blocks for any thread count, because OpenBLAS picks kernels by matrix size.
+//
+// Either way every element's sum over the reduction dimension runs in one kernel call in a
+// fixed order, so the thread count changes which thread computes it, never how: 1 and 2 threads
+// agree bitwise.
 #include "kernels/cpu/linear.h"
 
 #include "core/error.h"
