@@ -25,13 +25,13 @@ MINIGPT_AVX2 inline __m256i first_lanes(int64_t n) {
                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-// exp_poly on 8 lanes; the same steps as exp16 in softmax_avx512.cpp (method in softmax.h).
+// exp_poly on 8 lanes; the same steps as exp16 in softmax_avx512.cpp (method in softmax.h),
+// with 2^n built in the exponent field (AVX2 has no vscalefps).
 MINIGPT_AVX2 inline __m256 exp8(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(kExpPolyLo);
-  const __m256 xc = _mm256_max_ps(lo, x);  // second operand on NaN: NaN stays NaN
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(kLog2e)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), xc);
+  const __m256 shift = _mm256_set1_ps(kRoundShift);
+  const __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(kLog2e), shift);  // n in the low bits
+  const __m256 n = _mm256_sub_ps(t, shift);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
   __m256 u = _mm256_set1_ps(kExpC5);
   u = _mm256_fmadd_ps(u, r, _mm256_set1_ps(kExpC4));
@@ -41,10 +41,12 @@ MINIGPT_AVX2 inline __m256 exp8(__m256 x) {
   u = _mm256_fmadd_ps(u, r, _mm256_set1_ps(kExpC0));
   u = _mm256_fmadd_ps(u, _mm256_mul_ps(r, r), r);
   u = _mm256_add_ps(u, _mm256_set1_ps(1.0f));
-  const __m256i bits = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  // t's low 9 bits hold n mod 512; (n + 127) << 23 is 2^n for n in [-126, 0] (the bits above
+  // are shifted out). Lanes with x < ln(FLT_MIN) get garbage here and are zeroed below; a NaN
+  // x makes u NaN and the compare false, so it stays NaN.
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(127)), 23);
   const __m256 e = _mm256_mul_ps(u, _mm256_castsi256_ps(bits));
-  return _mm256_blendv_ps(e, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LT_OQ));
+  return _mm256_blendv_ps(e, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(kExpPolyLo), _CMP_LT_OQ));
 }
 
 MINIGPT_AVX2 inline float hmax8(__m256 v) {

@@ -30,15 +30,11 @@ MINIGPT_AVX512 inline __mmask16 first_lanes(int64_t n) {
   return static_cast<__mmask16>((1u << n) - 1u);
 }
 
-// exp_poly on 16 lanes; the method and its measured error are in softmax.h.
+// exp_poly on 16 lanes; the method and its measured error are in softmax.h. 15 vector ops.
 MINIGPT_AVX512 inline __m512 exp16(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(kExpPolyLo);
-  // max(lo, x) and not max(x, lo): vmaxps returns its second operand when either is NaN, so
-  // a NaN x stays NaN (and -inf becomes lo, set to 0 at the end).
-  const __m512 xc = _mm512_max_ps(lo, x);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(kLog2e)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), xc);  // exact: n * ln2_hi has 8 bits
+  const __m512 shift = _mm512_set1_ps(kRoundShift);
+  const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(kLog2e), shift), shift);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);  // exact: n (7 bits) x ln2_hi (16 bits)
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
   __m512 u = _mm512_set1_ps(kExpC5);
   u = _mm512_fmadd_ps(u, r, _mm512_set1_ps(kExpC4));
@@ -48,10 +44,11 @@ MINIGPT_AVX512 inline __m512 exp16(__m512 x) {
   u = _mm512_fmadd_ps(u, r, _mm512_set1_ps(kExpC0));
   u = _mm512_fmadd_ps(u, _mm512_mul_ps(r, r), r);               // r + r^2 P(r)
   u = _mm512_add_ps(u, _mm512_set1_ps(1.0f));                   // exp(r), r in [-ln2/2, ln2/2]
-  // u * 2^n by vscalefps (exact for the n in [-126, 0] this domain gives; NaN stays NaN).
-  const __m512 e = _mm512_scalef_ps(u, n);
-  // x < lo (including -inf): the true result is below FLT_MIN; flush to 0.
-  return _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), _mm512_setzero_ps());
+  // u * 2^n by vscalefps, zeroed where x < ln(FLT_MIN) (the true result is below FLT_MIN;
+  // -inf and huge negatives land here, with garbage n and r that the zeroing hides). The
+  // compare is "not less than, unordered": a NaN x keeps its lane, and u is NaN there.
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpPolyLo), _CMP_NLT_UQ);
+  return _mm512_maskz_scalef_ps(keep, u, n);
 }
 
 MINIGPT_AVX512 float max_avx512(const float* x, int64_t n) {

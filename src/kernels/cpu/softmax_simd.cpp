@@ -22,8 +22,8 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 float exp_scalar(float x) {
   if (x != x) return x;
   if (x < kExpPolyLo) return 0.0f;  // and -inf
-  // min: x > 0 is outside the domain (wrong result) but must not overflow the int cast.
-  const float n = std::min(std::nearbyint(x * kLog2e), 128.0f);
+  // The vector code's rounding (x > 0 is outside the domain: clamped so the cast below is defined).
+  const float n = std::min(std::fma(x, kLog2e, kRoundShift) - kRoundShift, 128.0f);
   float r = std::fma(-n, kLn2Hi, x);
   r = std::fma(-n, kLn2Lo, r);
   float u = kExpC5;
@@ -54,11 +54,6 @@ void write_scalar(const float* x, float* y, int64_t n, float m, float scale, boo
 }
 
 void fence_none() {}
-
-// Software prefetch of [begin, end) into L1, one request per 64-byte line.
-void prefetch(const float* begin, const float* end) {
-  for (const float* p = begin; p < end; p += 16) __builtin_prefetch(p, 0, 3);
-}
 
 float exp_store_sum_max_scalar(const float* x, float* e, int64_t n, float m, const float* xn,
                                int64_t nn, float* next_max) {

@@ -11,6 +11,9 @@ namespace minigpt::cpu::detail {
 // exp(x) = 2^n * exp(r), n = round(x log2 e), r = x - n ln2 in [-ln2/2, ln2/2].
 inline constexpr float kExpPolyLo = -87.33654475f;         // ln(FLT_MIN); below: flushed to 0
 inline constexpr float kLog2e = 1.44269504088896341f;
+// 1.5 * 2^23: x * log2e + kRoundShift rounds x * log2e to the nearest integer n (ties to even)
+// in one FMA, leaving n in the low mantissa bits; subtracting it again gives n as a float.
+inline constexpr float kRoundShift = 12582912.0f;
 inline constexpr float kLn2Hi = 0.693145751953125f;        // 16 significant bits: n * kLn2Hi exact
 inline constexpr float kLn2Lo = 1.428606765330187045e-06f;  // ln2 - kLn2Hi
 // exp(r) ~ 1 + r + r^2 (C0 + C1 r + ... + C5 r^5): SLEEF's xexpf minimax coefficients.
