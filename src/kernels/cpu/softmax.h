@@ -12,14 +12,19 @@
 //   softmax_simd       fused + AVX2 or AVX-512 (chosen at run time) with a polynomial exp,
 //                      rows split across the pool's threads. This is the production kernel.
 //
-// softmax_simd in detail: rows longer than kSimdChunk floats are read in L1-sized chunks with
-// the running max and sum rescaled between chunks (one read of x from memory, the write pass
-// re-reads the row from L2 for rows up to ~100k floats); when the output is larger than
-// kStreamBytes the write pass uses non-temporal stores (y is not read back into the cache).
+// softmax_simd in detail: each row is read in L1-sized chunks of kSimdChunk floats; the running
+// max and sum are rescaled between chunks (online softmax), and the max of the next chunk (or
+// row) is taken while this chunk's exps are computed, so that memory loads overlap arithmetic.
+// Rows up to kScratchFloats (64k floats) keep exp(x - m) in an L2-resident scratch buffer and
+// the write pass only scales it (one exp per element, one read of x and one write of y from
+// memory); longer rows recompute the exp in the write pass. When the output is larger than
+// kStreamBytes the write pass uses non-temporal stores (y is not read into the cache first).
+// Rows are split over the pool's threads in contiguous blocks of at least 64k floats.
 //
-// The polynomial exp (exp_poly, shared by every ISA): n = round(x / ln2), r = x - n ln2 (ln2
-// split hi/lo), exp(r) by a degree-7 minimax polynomial (SLEEF's expf coefficients), times
-// 2^n. Domain x <= 0 (softmax only takes exp(x - max)); exp(-inf) = 0, exp(NaN) = NaN.
+// The polynomial exp (exp_poly, shared by every ISA): n = round(x / ln2) (by the 1.5 * 2^23
+// shift), r = x - n ln2 (ln2 split hi/lo), exp(r) by a degree-7 minimax polynomial (SLEEF's
+// expf coefficients), times 2^n; 15 vector ops per 16 (AVX-512) or 8 (AVX2) lanes. Domain
+// x <= 0 (softmax only takes exp(x - max)); exp(-inf) = 0, exp(NaN) = NaN.
 // Results below FLT_MIN (x < -87.3365) are flushed to 0 (their weight in a row that sums to 1
 // is < 1.2e-38). Measured max error, against exp in double, over every float in
 // [-87.3365, 0] (tests/softmax_cpu_test.cpp, SoftmaxExpPoly.FullSweep, all ~1.1e9 of them):
