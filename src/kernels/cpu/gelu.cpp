@@ -22,7 +22,7 @@ namespace {
 
 constexpr float kInvSqrt2 = 0.70710678118654752440f;
 constexpr float kInvSqrt2Pi = 0.39894228040143267794f;  // 1 / sqrt(2 pi)
-constexpr int64_t kGrain = 1 << 14;  // elements; smaller arrays stay on the calling thread
+constexpr int64_t kGrain = 1 << 14;  // elements; smaller arrays stay on the calling thread (a wake-up costs more)
 
 inline float gelu_scalar(float x) {
   if (x == -INFINITY) return -0.0f;
