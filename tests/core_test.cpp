@@ -32,6 +32,8 @@ TEST(Tensor, RejectsBadShapesWithClearErrors) {
   EXPECT_THROW(Tensor::empty({-1, 3}), Error);
   const int64_t big = std::numeric_limits<int64_t>::max() / 2;
   EXPECT_THROW(shape_numel({big, 4}), Error);
+  EXPECT_THROW(Tensor::empty({0, int64_t{1} << 32, int64_t{1} << 32}), Error);  // 0 elements, overflowing strides
+  EXPECT_EQ(shape_numel({0, 1 << 20, 1 << 20}), 0);
   Tensor t = Tensor::zeros({2, 3});
   EXPECT_THROW(t.view({4, 2}), Error);
   EXPECT_THROW(t.at({2, 0}), Error);

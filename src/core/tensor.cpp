@@ -14,14 +14,21 @@ namespace minigpt {
 const char* device_name(Device device) { return device == Device::CPU ? "cpu" : "cuda"; }
 
 int64_t shape_numel(const Shape& shape) {
-  int64_t n = 1;
+  // The product of the non-zero dimensions must fit too: strides are computed from it even
+  // when another dimension is 0 (a (0, 2^32, 2^32) shape has 0 elements but overflowing strides).
+  int64_t nonzero = 1;
+  bool empty = false;
   for (int64_t d : shape) {
     MINIGPT_CHECK(d >= 0, "negative dimension {} in shape {}", d, shape_str(shape));
-    MINIGPT_CHECK(d == 0 || n <= std::numeric_limits<int64_t>::max() / d,
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    MINIGPT_CHECK(nonzero <= std::numeric_limits<int64_t>::max() / d,
                   "shape {} overflows a 64-bit element count", shape_str(shape));
-    n *= d;
+    nonzero *= d;
   }
-  return n;
+  return empty ? 0 : nonzero;
 }
 
 std::string shape_str(const Shape& shape) {

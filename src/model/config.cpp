@@ -38,7 +38,9 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
   for (const auto& [key, value] : j.items()) {
     if (key == "layernorm_eps") {
       MINIGPT_CHECK(value.is_number(), "config: layernorm_eps must be a number");
-      c.layernorm_eps = value.get<float>();
+      const double eps = value.get<double>();  // range-check before narrowing to float
+      MINIGPT_CHECK(eps > 0.0 && eps < 1.0, "config: layernorm_eps must be in (0, 1), got {}", eps);
+      c.layernorm_eps = static_cast<float>(eps);
       continue;
     }
     MINIGPT_CHECK(value.is_number_integer(), "config: '{}' must be an integer", key);
