@@ -82,8 +82,9 @@ for k, v in r.get("meta", {}).items():
 print()
 print("| " + " | ".join(cols) + " |")
 print("|" + "---|" * len(cols))
-for row in r["rows"]:
-    print("| " + " | ".join(cell(v) for v in row) + " |")
+for row in r["rows"]:  # rows are objects keyed by column (Report::to_json) or lists
+    vals = [row.get(c) for c in cols] if isinstance(row, dict) else row
+    print("| " + " | ".join(cell(v) for v in vals) + " |")
 print()
 for n in r.get("notes", []):
     print(f"- {n}")
@@ -124,7 +125,7 @@ cols = r["columns"]
 ix = {c: i for i, c in enumerate(cols)}
 print(f"{'kernel':<22}{'B':>8}{'V':>7}{'time_us':>11}{'GB/s':>9}{'copy%':>7}{'vs_torch':>9}")
 for row in r["rows"]:
-    g = lambda c: row[ix[c]] if c in ix else None
+    g = (lambda c: row.get(c)) if isinstance(row, dict) else (lambda c: row[ix[c]] if c in ix else None)
     vs = g("vs_torch")
     print(f"{g('kernel'):<22}{g('B'):>8}{g('V'):>7}{g('time_us'):>11.2f}{g('GB/s'):>9.0f}"
           f"{100 * (g('frac_of_copy') or 0):>6.1f}%{(f'{vs:.2f}' if vs else '-'):>9}")

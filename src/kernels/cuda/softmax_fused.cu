@@ -119,8 +119,20 @@ void softmax_fused(const float* x, float* y, int64_t rows, int64_t cols, const F
   int optin = 48 * 1024;
   if (c.variant == FusedVariant::Smem) optin = fused_limits().smem_optin_bytes;
   MINIGPT_CUDA_REQUIRE(c.fits(cols, optin), "softmax_fused: config ", c.name(), " cannot hold rows of ", cols, " floats");
-  const FusedKernel fn = kernel_of(c);
+  FusedKernel fn = kernel_of(c);
   MINIGPT_CUDA_REQUIRE(fn != nullptr, "softmax_fused: config ", c.name(), " is not compiled");
+  if (c.vec != config.vec && max_threads_of(fn) < c.block_threads()) {
+    // The 4-byte twin of a register config can need more registers than its block allows
+    // (block(1024, nv=8): 60 registers with 16-byte accesses, 96 with 4-byte ones): rows whose
+    // x and y are misaligned differently then take the online kernel, which always launches.
+    FusedConfig o;
+    o.variant = FusedVariant::Online;
+    o.threads_per_row = 1024;
+    o.vec = 1;
+    o.streaming = c.streaming;
+    c = o;
+    fn = kernel_of(c);
+  }
   launch(fn, c, x, y, rows, static_cast<int>(cols), stream);
 }
 
@@ -159,6 +171,8 @@ std::vector<FusedConfig> fused_candidates(int64_t cols, const FusedLimits& limit
   std::vector<FusedConfig> out;
   auto add = [&](FusedConfig c) {
     if (!c.fits(cols, limits.smem_optin_bytes)) return;
+    for (const FusedConfig& o : out)
+      if (o == c) return;
     const FusedKernel fn = kernel_of(c);
     if (fn == nullptr || max_threads_of(fn) < c.block_threads()) return;  // too many registers
     if (c.cluster > 1) {  // can a cluster of this size be resident at all?
@@ -205,6 +219,16 @@ std::vector<FusedConfig> fused_candidates(int64_t cols, const FusedLimits& limit
             if (nv == 0 || 2 * cols < 4 * lanes * nv) continue;
             c.variant = FusedVariant::Block;
             c.threads_per_row = threads, c.rows_per_block = 1, c.cluster = cluster, c.nv = nv;
+            add(c);
+          }
+          // Exact fits: for each compiled nv, the fewest warps that hold the block's slice, so
+          // that few held slots idle (50257 floats: cluster 8 x 416 threads x nv 4 = 94% used).
+          const int64_t per_block = ((cols + 3) / 4 + cluster - 1) / cluster;  // float4s
+          for (int nv : kFusedNvChoices) {
+            const int64_t threads = ((per_block + nv - 1) / nv + 31) / 32 * 32;
+            if (threads < 64 || threads > 1024) continue;
+            c.variant = FusedVariant::Block;
+            c.threads_per_row = static_cast<int>(threads), c.rows_per_block = 1, c.cluster = cluster, c.nv = nv;
             add(c);
           }
         }
