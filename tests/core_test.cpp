@@ -88,6 +88,7 @@ TEST(Report, RendersAllFormats) {
   r.add_row({64, 600, 1.2345678});
   EXPECT_NE(r.render(ReportFormat::Markdown).find("| 64 | 600 | 1.235 |"), std::string::npos);
   EXPECT_NE(r.render(ReportFormat::Csv).find("B,V,us\n64,600,1.235"), std::string::npos);
+  EXPECT_NE(r.render(ReportFormat::Csv).find("# machine: "), std::string::npos);
   auto j = nlohmann::json::parse(r.render(ReportFormat::Json));
   EXPECT_EQ(j["rows"][0]["V"], 600);
   EXPECT_TRUE(j["meta"].contains("machine"));

@@ -70,6 +70,9 @@ std::string Report::render(ReportFormat format, int digits) const {
   if (format == ReportFormat::Json) return to_json().dump(2) + "\n";
   std::string out;
   if (format == ReportFormat::Csv) {
+    // The context travels as '#' comment lines (pandas: read_csv(..., comment='#')).
+    for (const auto& [key, value] : meta_.items())
+      out += fmt::format("# {}: {}\n", key, value.is_string() ? value.get<std::string>() : value.dump());
     for (size_t i = 0; i < columns_.size(); ++i) out += (i ? "," : "") + columns_[i];
     out += "\n";
     for (const auto& row : rows_) {
