@@ -26,12 +26,13 @@ ProgressDisplay::ProgressDisplay(std::FILE* out, bool terminal, int64_t first_st
       current_(first_step) {}
 
 double ProgressDisplay::tokens_per_second() const {
-  const double t = timer_.elapsed_s();
+  const double t = step_seconds_;
   return t > 0.0 ? static_cast<double>(steps_done_ * tokens_per_step_) / t : 0.0;
 }
 
 void ProgressDisplay::step(const StepStats& s) {
   ++steps_done_;
+  step_seconds_ += s.seconds;
   current_ = s.step + 1;
   last_ = s;
   loss_sum_ += s.loss;

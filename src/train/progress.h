@@ -6,8 +6,9 @@
 // Otherwise (a log file, a pipe, CI): one plain line every `log_every` steps and after the last,
 //   step 1234/6000  loss 1.234  lr 1.8e-03  |g| 0.412  52.1k tok/s  elapsed 0:23  ETA 1:32
 // "loss" is the mean training loss of the steps since the previous line (one step's loss is
-// noisy); evaluations and notes always get their own line. Throughput counts the steps since
-// the display started, so the first step's allocations weigh less as the run goes on.
+// noisy); evaluations and notes always get their own line. Throughput is the training steps'
+// tokens over their own time (StepStats::seconds) since the display started: evaluations and
+// checkpoints do not dilute it (the ETA, from wall time, does include them).
 #pragma once
 
 #include "core/timer.h"
@@ -45,6 +46,7 @@ class ProgressDisplay {
   Timer timer_;
   double last_draw_s_ = -1.0;
   int64_t steps_done_ = 0;   // since the display started
+  double step_seconds_ = 0.0;  // sum of StepStats::seconds since the display started
   int64_t current_ = 0;      // updates done in total
   double loss_sum_ = 0.0;    // since the last plain line / redraw window
   int64_t loss_count_ = 0;

@@ -21,10 +21,10 @@ namespace minigpt {
 
 struct TrainOptions {
   uint64_t seed = 42;
-  int64_t steps = 6000;
+  int64_t steps = 3000;
   int64_t batch = 64;
   int64_t seq = 32;
-  float lr = 2e-3f;
+  float lr = 3e-3f;
   float min_lr = 2e-4f;
   int64_t warmup = 200;
   float grad_clip = 1.0f;   // global-norm clip; 0 disables
