@@ -11,8 +11,8 @@
 //
 // CPU path: every kernel (naive, fused, simd with the best ISA, simd forced to AVX2, and a
 // memcpy of the same bytes for reference) runs with its rows split over the -t pool (naive and
-// fused are single-threaded kernels, called on row ranges), median of repeated runs in this process; inputs uniform in [-8, 8) from --seed
-// (never zeros); y poisoned with NaN before the first run and checked after the last (every
+// fused are single-threaded kernels, called on row ranges), median of repeated runs in this
+// process; inputs uniform in [-8, 8) from --seed (never zeros); y poisoned with NaN before the first run and checked after the last (every
 // element written, rows against softmax_reference). The ceiling is a memcpy of kCopyBytes
 // (far beyond the 300 MiB LLC of the machines we use) split over the same threads. The peers
 // (torch.softmax, torch.compile) come from bench/peers/softmax_peers.py, run as a subprocess.
