@@ -41,6 +41,20 @@ void BM_LinearForward(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * N * in * out, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
+// Same, with W packed once (linear_forward_packed): what a caller that keeps packed weights pays.
+void BM_LinearForwardPacked(benchmark::State& state) {
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  const int64_t N = state.range(1), in = state.range(2), out = state.range(3);
+  const Floats x = random_floats(N * in, 1), W = random_floats(out * in, 2), b = random_floats(out, 3);
+  Floats y(N * out), packed(static_cast<size_t>(minigpt::cpu::linear_packed_floats(in, out)));
+  minigpt::cpu::linear_pack_weights(W.data(), packed.data(), in, out);
+  for (auto _ : state) {
+    minigpt::cpu::linear_forward_packed(x.data(), W.data(), packed.data(), b.data(), y.data(), N, in, out, pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * N * in * out, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
 void BM_LinearBackward(benchmark::State& state) {
   ThreadPool pool(static_cast<int>(state.range(0)));
   const int64_t N = state.range(1), in = state.range(2), out = state.range(3);
@@ -61,6 +75,7 @@ void linear_args(benchmark::internal::Benchmark* b) {
         b->Args({t, N, in, out});
 }
 BENCHMARK(BM_LinearForward)->Apply(linear_args)->ArgNames({"t", "N", "in", "out"});
+BENCHMARK(BM_LinearForwardPacked)->Apply(linear_args)->ArgNames({"t", "N", "in", "out"});
 BENCHMARK(BM_LinearBackward)->Apply([](benchmark::internal::Benchmark* b) {
   for (int t : {1, 2})
     for (auto [in, out] : {std::pair<int64_t, int64_t>{64, 192}, {64, 64}, {64, 256}, {256, 64}, {64, 600}})

@@ -132,6 +132,23 @@ TEST(Linear, OneAndTwoThreadsAgreeBitwise) {
   }
 }
 
+TEST(Linear, PrepackedForwardEqualsForwardBitwise) {
+  ThreadPool one(1), two(2);
+  for (const auto& c : kLinearCases) {
+    const Floats x = random_floats(c.N * c.in, 13), W = random_floats(c.out * c.in, 14);
+    const Floats b = random_floats(c.out, 15);
+    Floats packed(static_cast<size_t>(cpu::linear_packed_floats(c.in, c.out)), NAN);
+    cpu::linear_pack_weights(W.data(), packed.data(), c.in, c.out);
+    for (ThreadPool* pool : {&one, &two}) {
+      Floats y(c.N * c.out, NAN), yp(c.N * c.out, NAN);
+      cpu::linear_forward(x.data(), W.data(), b.data(), y.data(), c.N, c.in, c.out, *pool);
+      cpu::linear_forward_packed(x.data(), W.data(), packed.data(), b.data(), yp.data(), c.N, c.in,
+                                 c.out, *pool);
+      expect_bitwise_equal(y, yp, "packed forward");
+    }
+  }
+}
+
 TEST(Linear, EmptyBatchAndBadSizes) {
   ThreadPool pool(2);
   const Floats W = random_floats(12, 1);

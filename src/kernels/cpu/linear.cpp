@@ -130,6 +130,29 @@ void linear_forward(const float* x, const float* W, const float* b, float* y, in
       grain_for(kRowBlock * in * out));
 }
 
+int64_t linear_packed_floats(int64_t in, int64_t out) {
+  check_sizes(0, in, out);
+  return gemm_avx512_available() ? panel_floats(in, out) : in * out;
+}
+
+void linear_pack_weights(const float* W, float* packed, int64_t in, int64_t out) {
+  check_sizes(0, in, out);
+  if (gemm_avx512_available())
+    pack_panels_transposed_avx512(out, in, W, in, packed);  // as linear_forward does per call
+  else
+    std::copy(W, W + in * out, packed);  // the OpenBLAS fallback reads W itself
+}
+
+void linear_forward_packed(const float* x, const float* W, const float* packed, const float* b,
+                           float* y, int64_t N, int64_t in, int64_t out, ThreadPool& pool) {
+  check_sizes(N, in, out);
+  if (N < kGemvMaxRows || !gemm_avx512_available())  // these paths read W, never a packing
+    return linear_forward(x, W, b, y, N, in, out, pool);
+  if (b)
+    for (int64_t r = 0; r < N; ++r) std::copy(b, b + out, y + r * out);
+  gemm_parallel(N, out, in, x, in, 1, packed, y, out, b != nullptr, pool);
+}
+
 void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW,
                      float* db, int64_t N, int64_t in, int64_t out, ThreadPool& pool) {
   check_sizes(N, in, out);
