@@ -22,6 +22,7 @@
 
 #include <cstdio>
 #include <deque>
+#include <filesystem>
 #include <memory>
 #include <numeric>
 
@@ -106,6 +107,8 @@ void run_train(const TrainArgs& args, const CLI::App& cmd, const GlobalOptions& 
   run_training(*trainer, loop, hooks, pool);
   progress.finish();
 
+  const std::filesystem::path parent = std::filesystem::path(args.output).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);  // models/ in a fresh checkout
   save_model(args.output, trainer->model_file());
   const double train_loss =
       recent.empty() ? 0.0 : std::accumulate(recent.begin(), recent.end(), 0.0) / static_cast<double>(recent.size());
