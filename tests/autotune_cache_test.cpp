@@ -112,6 +112,19 @@ TEST(FusedConfigTest, JsonRoundTripAndNames) {
   c.streaming = false;
   EXPECT_EQ(fused_config_from_json(to_json(c)), c);
   EXPECT_EQ(c.name(), "block(threads=512,cluster=4,nv=8,vec1,ca)");
+  FusedConfig r;
+  r.variant = FusedVariant::Rows;
+  r.threads_per_row = 32;
+  r.rows_per_block = 2;
+  r.nv = 5;
+  r.two_round = true;
+  EXPECT_EQ(fused_config_from_json(to_json(r)), r);
+  EXPECT_EQ(r.name(), "rows(tpr=32,rpb=2,nv=5,vec4,ca,2r)");
+  nlohmann::json old_entry = to_json(r);  // entries written before two_round existed
+  old_entry.erase("two_round");
+  EXPECT_FALSE(fused_config_from_json(old_entry).two_round);
+  c.two_round = true;  // only the Rows variant has a reduction choice
+  EXPECT_FALSE(c.fits(1000, 48 * 1024));
   EXPECT_THROW(fused_config_from_json(nlohmann::json{{"variant", "warp"}}), minigpt::Error);
   EXPECT_THROW(fused_config_from_json(nlohmann::json::array()), minigpt::Error);
 }

@@ -54,7 +54,7 @@ nlohmann::json to_json(const FusedConfig& c) {
   return {{"variant", variant_name(c.variant)}, {"threads_per_row", c.threads_per_row},
           {"rows_per_block", c.rows_per_block}, {"cluster", c.cluster},
           {"nv", c.nv},                         {"vec", c.vec},
-          {"streaming", c.streaming}};
+          {"streaming", c.streaming},           {"two_round", c.two_round}};
 }
 
 FusedConfig fused_config_from_json(const nlohmann::json& j) {
@@ -68,6 +68,7 @@ FusedConfig fused_config_from_json(const nlohmann::json& j) {
     c.nv = j.at("nv").get<int>();
     c.vec = j.at("vec").get<int>();
     c.streaming = j.at("streaming").get<bool>();
+    c.two_round = j.value("two_round", false);
     return c;
   } catch (const nlohmann::json::exception& e) {
     MINIGPT_FAIL("malformed fused config {}: {}", j.dump(), e.what());

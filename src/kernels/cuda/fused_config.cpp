@@ -35,6 +35,7 @@ static bool is_pow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
 bool FusedConfig::fits(int64_t cols, int smem_optin_bytes) const {
   if (cols < 1 || (vec != 1 && vec != 4)) return false;
+  if (two_round && variant != FusedVariant::Rows) return false;
   switch (variant) {
     case FusedVariant::Rows:
       // A sub-warp of 4..32 lanes; 16-byte rows need >= 8 lanes for the <= 6 head/tail floats.
@@ -59,8 +60,8 @@ std::string FusedConfig::name() const {
   const char* cache = streaming ? "cs" : "ca";
   switch (variant) {
     case FusedVariant::Rows:
-      return fmt::format("rows(tpr={},rpb={},nv={},vec{},{})", threads_per_row, rows_per_block, nv,
-                         vec, cache);
+      return fmt::format("rows(tpr={},rpb={},nv={},vec{},{}{})", threads_per_row, rows_per_block,
+                         nv, vec, cache, two_round ? ",2r" : "");
     case FusedVariant::Block:
       return fmt::format("block(threads={},cluster={},nv={},vec{},{})", threads_per_row, cluster,
                          nv, vec, cache);

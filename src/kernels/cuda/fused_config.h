@@ -31,6 +31,7 @@ struct FusedConfig {
   int nv = 1;                 // Rows/Block: each thread holds 4*nv floats of its row
   int vec = 4;                // 4: 16-byte accesses on rows aligned alike, 1: 4-byte accesses
   bool streaming = false;     // true: __ldcs/__stcs (evict-first), false: default caching
+  bool two_round = false;     // Rows only: reduce max then sum (true) or (max, sum) pairs once
 
   // Threads in one block, as launched.
   int block_threads() const { return variant == FusedVariant::Rows ? threads_per_row * rows_per_block : threads_per_row; }
@@ -43,7 +44,7 @@ struct FusedConfig {
   bool operator==(const FusedConfig& o) const {  // written out: the CUDA sources build as C++17
     return variant == o.variant && threads_per_row == o.threads_per_row &&
            rows_per_block == o.rows_per_block && cluster == o.cluster && nv == o.nv &&
-           vec == o.vec && streaming == o.streaming;
+           vec == o.vec && streaming == o.streaming && two_round == o.two_round;
   }
 };
 

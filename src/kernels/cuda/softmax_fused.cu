@@ -23,7 +23,8 @@ namespace {
 
 FusedKernel kernel_of(const FusedConfig& c) {
   switch (c.variant) {
-    case FusedVariant::Rows: return detail::rows_kernel(c.threads_per_row, c.nv, c.vec, c.streaming);
+    case FusedVariant::Rows:
+      return detail::rows_kernel(c.threads_per_row, c.nv, c.vec, c.streaming, c.two_round);
     case FusedVariant::Block: return detail::block_kernel(c.nv, c.vec, c.streaming);
     case FusedVariant::Smem: return detail::smem_kernel(c.vec, c.streaming);
     case FusedVariant::Online: return detail::online_kernel(c.vec, c.streaming);
@@ -198,16 +199,21 @@ std::vector<FusedConfig> fused_candidates(int64_t cols, const FusedLimits& limit
       FusedConfig c;
       c.vec = vec;
       c.streaming = streaming;
-      // Rows: each sub-warp width with the smallest nv that holds the row, 64..512 threads.
+      // Rows: each sub-warp width with the smallest nv that holds the row, 32..512 threads,
+      // both reduction kinds.
       for (int tpr : {4, 8, 16, 32}) {
         const int nv = smallest_nv(cols, tpr);
         if (nv == 0) continue;
         for (int rpb : {1, 2, 4, 8, 16, 32}) {
-          if (tpr * rpb < 64 || tpr * rpb > 512) continue;
-          c.variant = FusedVariant::Rows;
-          c.threads_per_row = tpr, c.rows_per_block = rpb, c.cluster = 1, c.nv = nv;
-          add(c);
+          if (tpr * rpb < 32 || tpr * rpb > 512) continue;
+          for (bool two_round : {false, true}) {
+            c.variant = FusedVariant::Rows;
+            c.threads_per_row = tpr, c.rows_per_block = rpb, c.cluster = 1, c.nv = nv;
+            c.two_round = two_round;
+            add(c);
+          }
         }
+        c.two_round = false;
       }
       // Block (cluster): at least half of the held slots used.
       if (cols > 128) {

@@ -22,8 +22,10 @@ using FusedKernel = void (*)(const float*, float*, int64_t, int, int);
 
 // ---- Rows: a sub-warp of TPR lanes per row (block = TPR x rows_per_block), row in registers.
 // Each lane holds NV float4 of the body (VEC = 4) or 4*NV scalars (VEC = 1). `unused` keeps
-// one signature for every table entry.
-template <int TPR, int NV, int VEC, bool STREAM>
+// one signature for every table entry. TWO_ROUND: reduce the max, then the sum of exp(x - M)
+// (two short shuffle chains, no exp inside them: lower latency for launch-bound sizes) instead
+// of one round of (max, sum) pairs.
+template <int TPR, int NV, int VEC, bool STREAM, bool TWO_ROUND>
 __global__ void fused_rows_kernel(const float* x, float* y, int64_t rows, int cols, int unused) {
   static_assert(VEC == 1 || TPR >= 8, "16-byte rows need >= 8 lanes for head and tail");
   const int lane = threadIdx.x;
@@ -65,18 +67,37 @@ __global__ void fused_rows_kernel(const float* x, float* y, int64_t rows, int co
   float m = ev;
 #pragma unroll
   for (int k = 0; k < N; ++k) m = max_ignoring_nan(m, v[k]);
-  const float sh = shift_of(m);
-  float s = 0.f;
+  float c;
+  if constexpr (TWO_ROUND) {
 #pragma unroll
-  for (int k = 0; k < N; ++k) {
-    v[k] = exp_le0(v[k] - sh);
-    s += v[k];
+    for (int off = TPR / 2; off > 0; off /= 2)
+      m = max_ignoring_nan(m, __shfl_xor_sync(mask, m, off, TPR));
+    // Row max M: +inf or an all -inf row make x - M NaN, a NaN stays NaN: the sum is NaN and
+    // so is the row; padding (-inf) of a finite row gives exp(-inf) = 0.
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      v[k] = exp_le0(v[k] - m);
+      s += v[k];
+    }
+    ev = exp_le0(ev - m);
+    s += ev;
+#pragma unroll
+    for (int off = TPR / 2; off > 0; off /= 2) s += __shfl_xor_sync(mask, s, off, TPR);
+    c = 1.f / s;
+  } else {
+    const float sh = shift_of(m);
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      v[k] = exp_le0(v[k] - sh);
+      s += v[k];
+    }
+    ev = exp_le0(ev - sh);
+    s += ev;
+    const MaxSum t = warp_reduce<TPR>(MaxSum{m, s}, mask);
+    c = rescale(m, t.m) / t.s;  // all -inf row: 0/0 = NaN; NaN or +inf: S is NaN
   }
-  ev = exp_le0(ev - sh);
-  s += ev;
-
-  const MaxSum t = warp_reduce<TPR>(MaxSum{m, s}, mask);
-  const float c = rescale(m, t.m) / t.s;  // all -inf row: 0/0 = NaN; NaN or +inf: S is NaN
 
   if constexpr (VEC == 4) {
     float4* yb = reinterpret_cast<float4*>(yr + r.head);  // y rows share x rows' alignment
@@ -322,13 +343,48 @@ __global__ void fused_online_kernel(const float* x, float* y, int64_t rows, int 
   }
 }
 
-// Tables (nullptr where not compiled): softmax_fused_rows.cu and softmax_fused_block.cu.
-FusedKernel rows_kernel(int tpr, int nv, int vec, bool streaming);
+// Tables (nullptr where not compiled): softmax_fused_rows.cu (one-round reduction),
+// softmax_fused_rows2.cu (two rounds) and softmax_fused_block.cu.
+FusedKernel rows_kernel(int tpr, int nv, int vec, bool streaming, bool two_round);
+FusedKernel rows_kernel_one_round(int tpr, int nv, int vec, bool streaming);
+FusedKernel rows_kernel_two_round(int tpr, int nv, int vec, bool streaming);
 FusedKernel block_kernel(int nv, int vec, bool streaming);
 FusedKernel smem_kernel(int vec, bool streaming);
 FusedKernel online_kernel(int vec, bool streaming);
 
-}  // namespace minigpt::cuda::detail
-
 // The compiled nv values, as an X-macro for the tables (must match kFusedNvChoices).
 #define MINIGPT_FUSED_NV_CASES(F) F(1) F(2) F(3) F(4) F(5) F(6) F(8) F(10) F(12) F(16)
+
+// The Rows table for one reduction kind; each .cu that includes it instantiates one TWO.
+template <int TPR, int VEC, bool S, bool TWO>
+FusedKernel rows_by_nv(int nv) {
+  if constexpr (VEC == 4 && TPR < 8) {
+    return nullptr;
+  } else {
+    switch (nv) {
+#define MINIGPT_CASE(NV) \
+  case NV: return &fused_rows_kernel<TPR, NV, VEC, S, TWO>;
+      MINIGPT_FUSED_NV_CASES(MINIGPT_CASE)
+#undef MINIGPT_CASE
+      default: return nullptr;
+    }
+  }
+}
+template <int TPR, bool TWO>
+FusedKernel rows_by_mode(int nv, int vec, bool s) {
+  if (vec == 4) return s ? rows_by_nv<TPR, 4, true, TWO>(nv) : rows_by_nv<TPR, 4, false, TWO>(nv);
+  if (vec == 1) return s ? rows_by_nv<TPR, 1, true, TWO>(nv) : rows_by_nv<TPR, 1, false, TWO>(nv);
+  return nullptr;
+}
+template <bool TWO>
+FusedKernel rows_table(int tpr, int nv, int vec, bool s) {
+  switch (tpr) {
+    case 4: return rows_by_mode<4, TWO>(nv, vec, s);
+    case 8: return rows_by_mode<8, TWO>(nv, vec, s);
+    case 16: return rows_by_mode<16, TWO>(nv, vec, s);
+    case 32: return rows_by_mode<32, TWO>(nv, vec, s);
+    default: return nullptr;
+  }
+}
+
+}  // namespace minigpt::cuda::detail
