@@ -89,7 +89,9 @@ def roofline(report: dict, out: Path, device: str | None = None, shape: str | No
     meta = report.get("meta", {})
     device = device or meta.get("device", "cpu")
     p = roofline_params(report, device)
-    rows = [r for r in report.get("rows", []) if isinstance(r.get("time_us"), (int, float)) and r["time_us"] > 0]
+    # "memcpy" rows (the CPU bench's same-bytes copy) are no softmax: they have no FLOPs.
+    rows = [r for r in report.get("rows", [])
+            if isinstance(r.get("time_us"), (int, float)) and r["time_us"] > 0 and r.get("kernel") != "memcpy"]
     b, v = pick_shape(rows, shape)
     ai = p["flops"] / p["bytes"]
 

@@ -12,7 +12,7 @@ from minigpt import plot  # noqa: E402
 
 def _report(device: str, with_rates: bool) -> dict:
     rows = []
-    for kernel, us in [("naive", 900.0), ("fused", 400.0), ("simd", 60.0), ("torch.softmax", 150.0)]:
+    for kernel, us in [("naive", 900.0), ("fused", 400.0), ("simd", 60.0), ("memcpy", 30.0), ("torch.softmax", 150.0)]:
         for b, v in [(512, 600), (4096, 600), (64, 600)]:
             t = us * b / 4096
             rows.append({"kernel": kernel, "B": b, "V": v, "time_us": t, "GB/s": 8 * b * v / (t * 1e3)})
