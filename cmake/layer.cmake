@@ -1,13 +1,16 @@
-# minigpt_layer(NAME DIR DEPS ...): one static library per layer folder, built from every
-# .cpp (and, with CUDA, .cu) file in DIR. Each folder owns its files; adding a source file is
+# minigpt_layer(NAME DIR DEPS ... [EXCLUDE files...]): one static library per layer folder,
+# built from every .cpp (and, with CUDA, .cu) file in DIR but the EXCLUDEd ones. Each folder owns its files; adding a source file is
 # enough to build it (CONFIGURE_DEPENDS re-globs on the next build).
 function(minigpt_layer name dir)
-  cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "DEPS;EXCLUDE" ${ARGN})
   file(GLOB sources CONFIGURE_DEPENDS ${dir}/*.cpp)
   if(MINIGPT_CUDA)
     file(GLOB cuda_sources CONFIGURE_DEPENDS ${dir}/*.cu)
     list(APPEND sources ${cuda_sources})
   endif()
+  foreach(excluded ${ARG_EXCLUDE})
+    list(REMOVE_ITEM sources ${dir}/${excluded})
+  endforeach()
   if(NOT sources)  # a layer whose sources are not written yet: headers only
     add_library(${name} INTERFACE)
     target_include_directories(${name} INTERFACE ${PROJECT_SOURCE_DIR}/src ${PROJECT_BINARY_DIR}/generated)

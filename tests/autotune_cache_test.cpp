@@ -4,12 +4,6 @@
 #include "kernels/cuda/autotune_cache.h"
 #include "minigpt/build_info.h"
 
-#if !MINIGPT_WITH_CUDA
-// Without CUDA the minigpt_kernels_cuda library is not built; its plain C++ cache code is
-// compiled into this test directly so that the cache logic is tested in every build.
-#include "kernels/cuda/autotune_cache.cpp"
-#include "kernels/cuda/fused_config.cpp"
-#endif
 
 #include <gtest/gtest.h>
 
