@@ -102,8 +102,8 @@ std::vector<float> next_token_probs(const GrammarMiniGPT& model, const Tokenizer
 void section_predictions(const GrammarMiniGPT& model, const Tokenizer& tokenizer, ThreadPool& pool) {
   fmt::print("== 2. The shipped model's next-word predictions (top 5) ==\n\n");
   const std::vector<std::string> prompts = {"Yesterday I", "Every day she", "Tomorrow we will",
-                                            "Right now they are", "She has already",
-                                            "Did you"};
+                                            "Right now they are", "She has",
+                                            "The children often", "Did you"};
   for (const std::string& prompt : prompts) {
     const std::vector<float> p = next_token_probs(model, tokenizer, prompt, pool);
     std::vector<int32_t> order(p.size());
