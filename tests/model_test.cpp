@@ -252,6 +252,54 @@ TEST(ModelForward, DeterministicAcrossRunsAndThreadCounts) {
   EXPECT_LE(across, 1e-6f);
 }
 
+ModelWeights deep_copy(const ModelWeights& w, const ModelConfig& c) {
+  ModelWeights out = ModelWeights::allocate(c);
+  auto dst = out.named();
+  const auto src = w.named();
+  for (size_t i = 0; i < dst.size(); ++i) dst[i].second->copy_from(*src[i].second);
+  return out;
+}
+
+// forward caches packed Linear weights and scratch: after a write through weights() (as the
+// trainer's optimiser step does) and after a change of (B, T), a forward must give exactly
+// what a fresh model with those weights gives.
+TEST(ModelForward, InferenceCacheFollowsWeightWritesAndShapes) {
+  const ModelConfig c = small_config();
+  GrammarMiniGPT model(c, perturbed_weights(c, 7, 2.0f));
+  const auto ids = random_ids(2 * 16, c.vocab_size, 3);
+  ThreadPool pool(1);
+  Tensor l0, p0;
+  model.forward(ids.data(), 2, 16, l0, p0, pool);
+  {
+    GrammarMiniGPT fresh(c, deep_copy(model.weights(), c));
+    Tensor lf, pf;
+    fresh.forward(ids.data(), 2, 16, lf, pf, pool);
+    EXPECT_EQ(max_abs_diff(l0.span(), lf.span()), 0.0f);
+  }
+  // write every Linear weight (and lm_head) through weights()
+  ModelWeights& w = model.weights();
+  for (auto& [name, t] : w.named())
+    if (name.ends_with("_weight") || name.ends_with(".weight"))
+      for (float& x : t->span()) x *= -1.25f;
+  Tensor l1, p1;
+  model.forward(ids.data(), 2, 16, l1, p1, pool);
+  GrammarMiniGPT fresh(c, deep_copy(model.weights(), c));
+  Tensor lf, pf;
+  fresh.forward(ids.data(), 2, 16, lf, pf, pool);
+  EXPECT_GT(max_abs_diff(l0.span(), l1.span()), 1e-3f) << "the weight write must change the logits";
+  EXPECT_EQ(max_abs_diff(l1.span(), lf.span()), 0.0f) << "forward used stale packed weights";
+  // another shape, then back: the scratch is reallocated, results unchanged
+  Tensor ls, ps;
+  model.forward(ids.data(), 1, 5, ls, ps, pool);
+  Tensor lfs, pfs;
+  fresh.forward(ids.data(), 1, 5, lfs, pfs, pool);
+  EXPECT_EQ(max_abs_diff(ls.span(), lfs.span()), 0.0f);
+  Tensor l2, p2;
+  model.forward(ids.data(), 2, 16, l2, p2, pool);
+  EXPECT_EQ(max_abs_diff(l2.span(), lf.span()), 0.0f);
+  EXPECT_EQ(max_abs_diff(p2.span(), pf.span()), 0.0f);
+}
+
 // ---- backward ------------------------------------------------------------------------------
 
 TEST(ModelBackward, LossMatchesForwardCrossEntropy) {

@@ -15,6 +15,8 @@
 #include "kernels/cpu/softmax.h"
 
 #include <algorithm>
+#include <array>
+#include <mutex>
 #include <utility>
 
 namespace minigpt {
@@ -131,10 +133,44 @@ void residual_add(const float* in, const float* delta, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = in[i] + delta[i];
 }
 
+// Every Linear's weights packed by cpu::linear_pack_weights (inference only): per block
+// qkv, proj, fc1, fc2, then lm_head.
+struct PackedLinears {
+  std::vector<std::array<Tensor, 4>> blocks;
+  Tensor lm_head;
+};
+
+Tensor pack(const Tensor& W) {  // W (out, in)
+  const int64_t out = W.shape()[0], in = W.shape()[1];
+  Tensor p = Tensor::empty({cpu::linear_packed_floats(in, out)});
+  cpu::linear_pack_weights(W.data(), p.data(), in, out);
+  return p;
+}
+
+PackedLinears pack_all(const ModelWeights& w) {
+  PackedLinears p;
+  for (const BlockWeights& bw : w.blocks)
+    p.blocks.push_back({pack(bw.qkv_weight), pack(bw.proj_weight), pack(bw.fc1_weight),
+                        pack(bw.fc2_weight)});
+  p.lm_head = pack(w.lm_head_weight);
+  return p;
+}
+
+// y (N, out) = x W^T + b, from the packed weights when there are some (bitwise the same).
+void linear(const float* x, const Tensor& W, const Tensor& b, const Tensor* packed, float* y,
+            int64_t N, int64_t in, int64_t out, ThreadPool& pool) {
+  if (packed)
+    cpu::linear_forward_packed(x, W.data(), packed->data(), b.data(), y, N, in, out, pool);
+  else
+    cpu::linear_forward(x, W.data(), b.data(), y, N, in, out, pool);
+}
+
 // The forward from embeddings to logits (N, V) over prepared activations. Saves LayerNorm
 // statistics where the activations hold tensors for them.
-void run_forward(const ModelConfig& c, const ModelWeights& w, const int32_t* ids,
-                 Activations& a, float* logits, ThreadPool& pool, ForwardTrace* trace) {
+// packed: null in training (every Linear packs W per call), else pack_all(w).
+void run_forward(const ModelConfig& c, const ModelWeights& w, const PackedLinears* packed,
+                 const int32_t* ids, Activations& a, float* logits, ThreadPool& pool,
+                 ForwardTrace* trace) {
   const int64_t B = a.B, T = a.T, N = B * T, d = c.d_model, F = c.d_ff(), V = c.vocab_size;
   const float eps = c.layernorm_eps;
   embed(ids, B, T, w, d, a.blocks[0].in.data());
@@ -144,23 +180,24 @@ void run_forward(const ModelConfig& c, const ModelWeights& w, const int32_t* ids
   for (int l = 0; l < c.n_layer; ++l) {
     const BlockWeights& bw = w.blocks[static_cast<size_t>(l)];
     BlockActs& b = a.blocks[static_cast<size_t>(l)];
+    const std::array<Tensor, 4>* pk = packed ? &packed->blocks[static_cast<size_t>(l)] : nullptr;
     // attention half: mid = in + proj(attention(ln1(in)))
     cpu::layernorm_forward(b.in.data(), bw.ln1_weight.data(), bw.ln1_bias.data(), b.ln1.data(),
                            ptr(b.ln1_mean), ptr(b.ln1_rstd), N, d, eps, pool);
-    cpu::linear_forward(b.ln1.data(), bw.qkv_weight.data(), bw.qkv_bias.data(), b.qkv.data(), N,
-                        d, 3 * d, pool);
+    linear(b.ln1.data(), bw.qkv_weight, bw.qkv_bias, pk ? &(*pk)[0] : nullptr, b.qkv.data(), N,
+           d, 3 * d, pool);
     cpu::attention_forward(b.qkv.data(), b.att_out.data(), b.att.data(), B, T, d, c.n_head, pool);
-    cpu::linear_forward(b.att_out.data(), bw.proj_weight.data(), bw.proj_bias.data(),
-                        a.tmp.data(), N, d, d, pool);
+    linear(b.att_out.data(), bw.proj_weight, bw.proj_bias, pk ? &(*pk)[1] : nullptr,
+           a.tmp.data(), N, d, d, pool);
     residual_add(b.in.data(), a.tmp.data(), b.mid.data(), N * d);
     // MLP half: out = mid + fc2(gelu(fc1(ln2(mid))))
     cpu::layernorm_forward(b.mid.data(), bw.ln2_weight.data(), bw.ln2_bias.data(), b.ln2.data(),
                            ptr(b.ln2_mean), ptr(b.ln2_rstd), N, d, eps, pool);
-    cpu::linear_forward(b.ln2.data(), bw.fc1_weight.data(), bw.fc1_bias.data(), b.fc1.data(), N,
-                        d, F, pool);
+    linear(b.ln2.data(), bw.fc1_weight, bw.fc1_bias, pk ? &(*pk)[2] : nullptr, b.fc1.data(), N,
+           d, F, pool);
     cpu::gelu_forward(b.fc1.data(), b.gelu.data(), N * F, pool);
-    cpu::linear_forward(b.gelu.data(), bw.fc2_weight.data(), bw.fc2_bias.data(), a.tmp.data(),
-                        N, F, d, pool);
+    linear(b.gelu.data(), bw.fc2_weight, bw.fc2_bias, pk ? &(*pk)[3] : nullptr, a.tmp.data(),
+           N, F, d, pool);
     residual_add(b.mid.data(), a.tmp.data(), b.out.data(), N * d);
     if (trace) trace->blocks.push_back(b.out.clone().view({B, T, d}));
   }
@@ -169,8 +206,8 @@ void run_forward(const ModelConfig& c, const ModelWeights& w, const int32_t* ids
   cpu::layernorm_forward(last.out.data(), w.ln_f_weight.data(), w.ln_f_bias.data(), a.lnf.data(),
                          ptr(a.lnf_mean), ptr(a.lnf_rstd), N, d, eps, pool);
   if (trace) trace->ln_f = a.lnf.clone().view({B, T, d});
-  cpu::linear_forward(a.lnf.data(), w.lm_head_weight.data(), w.lm_head_bias.data(), logits, N,
-                      d, V, pool);
+  linear(a.lnf.data(), w.lm_head_weight, w.lm_head_bias, packed ? &packed->lm_head : nullptr,
+         logits, N, d, V, pool);
 }
 
 void ensure_shape(Tensor& t, const Shape& shape) {
@@ -210,8 +247,19 @@ struct TrainState {
         dgelu(Tensor::empty({B * T, c.d_ff()})) {}
 };
 
+// Inference state kept across forward calls: the packed Linear weights (repacked when stale)
+// and the scratch activations of the last (B, T). The mutex makes concurrent forwards on one
+// model safe (they serialise).
+struct InferenceCache {
+  std::mutex mutex;
+  bool stale = true;  // weights_ may have changed since `packed` was made
+  PackedLinears packed;
+  Activations scratch;  // allocate_inference for (scratch.B, scratch.T); B == 0: none yet
+};
+
 GrammarMiniGPT::GrammarMiniGPT(ModelConfig config, ModelWeights weights)
-    : config_(std::move(config)), weights_(std::move(weights)) {
+    : config_(std::move(config)), weights_(std::move(weights)),
+      infer_(std::make_unique<InferenceCache>()) {
   config_.validate();
   check_weights(weights_, config_);
   for (const auto& [name, t] : weights_.named()) {
@@ -221,6 +269,11 @@ GrammarMiniGPT::GrammarMiniGPT(ModelConfig config, ModelWeights weights)
 }
 
 GrammarMiniGPT::~GrammarMiniGPT() = default;
+
+ModelWeights& GrammarMiniGPT::weights() {
+  if (infer_) infer_->stale = true;  // the caller may write through the reference
+  return weights_;
+}
 GrammarMiniGPT::GrammarMiniGPT(GrammarMiniGPT&&) noexcept = default;
 GrammarMiniGPT& GrammarMiniGPT::operator=(GrammarMiniGPT&&) noexcept = default;
 
@@ -239,8 +292,17 @@ void GrammarMiniGPT::forward(const int32_t* ids, int64_t B, int64_t T, Tensor& l
     }
     return;
   }
-  Activations a = allocate_inference(config_, B, T);
-  run_forward(config_, weights_, ids, a, logits.data(), pool, trace);
+  std::lock_guard<std::mutex> lock(infer_->mutex);
+  InferenceCache& cache = *infer_;
+  if (cache.stale) {
+    cache.packed = pack_all(weights_);
+    cache.stale = false;
+  }
+  if (cache.scratch.B != B || cache.scratch.T != T) {
+    cache.scratch = Activations{};  // free the old shape's buffers first
+    cache.scratch = allocate_inference(config_, B, T);
+  }
+  run_forward(config_, weights_, &cache.packed, ids, cache.scratch, logits.data(), pool, trace);
   if (trace) trace->logits = logits.clone();
   cpu::softmax(logits.data(), probs.data(), B * T, V, pool);
 }
@@ -262,7 +324,7 @@ float GrammarMiniGPT::forward_train(const int32_t* ids, const int32_t* targets, 
   }
   TrainState& s = *train_;
   std::copy(ids, ids + N, s.ids.begin());
-  run_forward(config_, weights_, ids, s.acts, s.logits.data(), pool, nullptr);
+  run_forward(config_, weights_, nullptr, ids, s.acts, s.logits.data(), pool, nullptr);
   const float loss =
       cpu::cross_entropy_forward_backward(s.logits.data(), targets, s.dlogits.data(), N, V, pool);
   s.ready = true;

@@ -29,7 +29,8 @@ struct ForwardTrace {
   Tensor logits;
 };
 
-struct TrainState;  // saved activations of the last forward_train (defined in gpt.cpp)
+struct TrainState;      // saved activations of the last forward_train (defined in gpt.cpp)
+struct InferenceCache;  // packed Linear weights + reused forward scratch (defined in gpt.cpp)
 
 class GrammarMiniGPT {
  public:
@@ -40,14 +41,21 @@ class GrammarMiniGPT {
   GrammarMiniGPT& operator=(GrammarMiniGPT&&) noexcept;
 
   const ModelConfig& config() const { return config_; }
-  ModelWeights& weights() { return weights_; }
+  // Non-const access marks the inference cache (packed Linear weights) stale: the next
+  // forward repacks from the current weights. So write weights through a reference obtained
+  // after the last forward (as the trainer does: adamw.step(model.weights(), ...)); a
+  // reference kept across a forward and written afterwards would leave the packing stale.
+  ModelWeights& weights();
   const ModelWeights& weights() const { return weights_; }
 
   // Inference. ids (B, T) row-major, 1 <= T <= block_size, every id in [0, V) (Error
   // otherwise). Writes logits and probs (B, T, V), allocating them if undefined or misshapen.
   // B == 0 gives empty outputs. trace, if non-null, receives every layer's output (copies).
-  // Scratch activations are allocated per call and freed on return (a few hundred KB at
-  // (2, 16)); results depend only on the inputs and the pool's thread count.
+  // The Linear weights are packed once (first forward after construction or after a
+  // non-const weights()) and scratch activations are kept for the last (B, T), so a steady
+  // stream of same-shaped calls allocates nothing; concurrent calls on one model serialise
+  // on a mutex. Results depend only on the inputs and the pool's thread count (bitwise the
+  // same as without the cache).
   void forward(const int32_t* ids, int64_t B, int64_t T, Tensor& logits, Tensor& probs,
                ThreadPool& pool, ForwardTrace* trace = nullptr) const;
 
@@ -66,6 +74,7 @@ class GrammarMiniGPT {
   ModelConfig config_;
   ModelWeights weights_;
   std::unique_ptr<TrainState> train_;
+  std::unique_ptr<InferenceCache> infer_;  // never null (allocated by the constructor)
 };
 
 }  // namespace minigpt
