@@ -15,13 +15,13 @@
 #include "core/timer.h"
 #include "data/corpus.h"
 #include "train/corpus_streams.h"
+#include "train/progress.h"
 #include "train/trainer.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <string>
 #include <memory>
 
@@ -39,16 +39,6 @@ struct BenchTrainArgs {
   std::string format = "md";
 };
 
-// Peak resident memory of this process: VmHWM from /proc/self/status. Not getrusage's
-// ru_maxrss, which Linux carries across execve (a child of a large Python would report the
-// parent's peak). 0 where /proc is absent.
-double peak_rss_mib() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line))
-    if (line.starts_with("VmHWM:")) return std::stod(line.substr(6)) / 1024.0;  // kB
-  return 0.0;
-}
 
 void run_bench_train(const BenchTrainArgs& a, const GlobalOptions& global) {
   const ReportFormat format = parse_report_format(a.format);
@@ -90,7 +80,7 @@ void run_bench_train(const BenchTrainArgs& a, const GlobalOptions& global) {
   report.set_meta("vocab_size", o.model.vocab_size);
   report.set_meta("step", "zero grads + batch + forward_train + backward + clip 1.0 + AdamW (wd 0.1 on matrices)");
   report.set_meta("warmup_steps", a.warmup);
-  report.set_meta("peak_rss_mib", std::round(peak_rss_mib() * 10.0) / 10.0);
+  report.set_meta("peak_rss_mib", std::round(process_peak_rss_mib() * 10.0) / 10.0);
   report.add_row({"minigpt C++", a.batch, a.seq, threads, med, *std::min_element(ms.begin(), ms.end()),
                   tokens / (med / 1e3), a.steps});
   report.add_note(fmt::format("Mean over the timed steps: {:.3f} ms/step, {:.0f} tokens/s; loss {:.3f} -> {:.3f}.",

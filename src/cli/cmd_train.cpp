@@ -118,7 +118,7 @@ void run_train(const TrainArgs& args, const CLI::App& cmd, const GlobalOptions& 
              last_val ? fmt::format(", val loss {:.4f}", *last_val) : "",
              progress.tokens_per_second() / 1e3, format_duration(progress.elapsed_s()),
              format_duration(wall.elapsed_s()));
-  fmt::print("wrote '{}'\n", args.output);
+  fmt::print("wrote '{}' (peak resident memory {:.1f} MiB)\n", args.output, process_peak_rss_mib());
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 
 namespace minigpt {
 
@@ -11,6 +12,14 @@ std::string format_duration(double seconds) {
   const auto s = static_cast<int64_t>(std::max(0.0, std::round(seconds)));
   if (s >= 3600) return fmt::format("{}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60);
   return fmt::format("{}:{:02}", s / 60, s % 60);
+}
+
+double process_peak_rss_mib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.starts_with("VmHWM:")) return std::stod(line.substr(6)) / 1024.0;  // kB
+  return 0.0;
 }
 
 static std::string format_rate(double tokens_per_s) {

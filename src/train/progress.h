@@ -23,6 +23,11 @@ namespace minigpt {
 
 std::string format_duration(double seconds);  // "0:07", "12:34", "1:02:03"
 
+// Peak resident memory of this process in MiB: VmHWM from /proc/self/status (0 where /proc is
+// absent). Not getrusage's ru_maxrss, which Linux carries across execve, so a child of a large
+// Python process would report its parent's peak.
+double process_peak_rss_mib();
+
 class ProgressDisplay {
  public:
   ProgressDisplay(std::FILE* out, bool terminal, int64_t first_step, int64_t total_steps,
