@@ -7,7 +7,7 @@
 #
 # Results go to $OUT when set (the device tool's folder), else build/gpu-check/: gpu-check.log,
 # bench_softmax_cuda.json, bench_softmax_cuda.md, roofline.png, ctest.log, pytest.log,
-# autotune.json (8 files at most: the device tool returns no more). Knobs: BUILD_TARGETS (build
+# autotune.json, manifest.json (experiment 24) (8 files at most: the device tool returns no more). Knobs: BUILD_TARGETS (build
 # only these), GPU_CHECK_ALL_TESTS=1 (every ctest test), BENCH_ARGS (extra `bench softmax`
 # options, e.g. --retune or --shapes 64x600), GPU_CHECK_SKIP_PYTEST=1. Every step is time-boxed;
 # a failing step prints a FAIL line and the script goes on; the exit status is non-zero if any
@@ -61,8 +61,9 @@ run_ctest() {
   ctest --test-dir "$BUILD" --output-on-failure -j4 --timeout 300 "${filter[@]}" 2>&1 | tee "$RESULTS/ctest.log"
 }
 run_pytest() {
+  # Every Python test, against this build's module (CUDA softmax bindings included) and Triton.
   set -o pipefail
-  python3 -m pytest -q -rs python/tests/test_triton_softmax.py 2>&1 | tee "$RESULTS/pytest.log"
+  PYTHONPATH="$ROOT/python:$ROOT/$BUILD/python" python3 -m pytest -q -rs python/tests 2>&1 | tee "$RESULTS/pytest.log"
 }
 run_bench() {
   "$BUILD/minigpt" bench softmax --device cuda -o json ${BENCH_ARGS:-} >"$RESULTS/bench_softmax_cuda.json"
@@ -92,9 +93,17 @@ PY
 }
 plot() { python3 -m minigpt.plot roofline "$RESULTS/bench_softmax_cuda.json" -o "$RESULTS/roofline.png"; }
 keep_cache() { cp "$XDG_CACHE_HOME/minigpt/autotune.json" "$RESULTS/autotune.json"; }
+# Experiment 24 (Triton vs CUDA C, the PyTorch port, the kernel swap) from the same bench JSON;
+# its manifest lands beside the other results (the full folder stays in build/exp24).
+experiment24() {
+  python3 experiments/24-triton-and-pytorch/bench.py --minigpt "$BUILD/minigpt" \
+    --bench-json "$RESULTS/bench_softmax_cuda.json" --out "$ROOT/build/exp24"
+  cp "$ROOT/build/exp24/manifest.json" "$RESULTS/manifest.json"
+}
 
 export RESULTS BUILD JOBS LOG BUILD_TARGETS="${BUILD_TARGETS:-}" BENCH_ARGS="${BENCH_ARGS:-}"
-export -f probe configure build run_ctest run_pytest run_bench render_md plot keep_cache
+export ROOT
+export -f probe configure build run_ctest run_pytest run_bench render_md plot keep_cache experiment24
 
 step probe 60 probe
 step configure 300 configure
@@ -106,6 +115,7 @@ if [[ -x $BUILD/minigpt ]]; then
   if [[ -s $RESULTS/bench_softmax_cuda.json ]]; then
     step render-md 60 render_md
     step roofline 120 plot
+    step experiment24 300 experiment24
   fi
 else
   echo "FAIL: $BUILD/minigpt was not built; no benchmark"
