@@ -20,7 +20,9 @@
 #include "kernels/cpu/linear.h"
 
 #include "core/error.h"
+#include "kernels/cpu/gelu.h"
 #include "kernels/cpu/gemm_avx512.h"
+#include "kernels/cpu/vec_math_avx512.h"
 
 #include <cblas.h>
 
@@ -151,6 +153,28 @@ void linear_forward_packed(const float* x, const float* W, const float* packed, 
   if (b)
     for (int64_t r = 0; r < N; ++r) std::copy(b, b + out, y + r * out);
   gemm_parallel(N, out, in, x, in, 1, packed, y, out, b != nullptr, pool);
+}
+
+namespace {
+// y[0, n) = GELU(y) in place, float (vec_math_avx512.h); the tail through a padded copy.
+__attribute__((target("avx512f"))) void gelu_inplace_avx512(float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, avx512::gelu_ps(_mm512_loadu_ps(y + i)));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(y + i, m, avx512::gelu_ps(_mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+}  // namespace
+
+void linear_forward_packed_gelu(const float* x, const float* W, const float* packed,
+                                const float* b, float* y, int64_t N, int64_t in, int64_t out,
+                                ThreadPool& pool) {
+  linear_forward_packed(x, W, packed, b, y, N, in, out, pool);
+  if (!gemm_avx512_available()) return gelu_forward(y, y, N * out, pool);
+  // 1 << 14 elements per chunk, as gelu_forward: smaller stays on the calling thread
+  pool.parallel_for(
+      N * out, [&](int64_t i0, int64_t i1) { gelu_inplace_avx512(y + i0, i1 - i0); }, 1 << 14);
 }
 
 void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW,

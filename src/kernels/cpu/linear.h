@@ -24,6 +24,14 @@ void linear_pack_weights(const float* W, float* packed, int64_t in, int64_t out)
 void linear_forward_packed(const float* x, const float* W, const float* packed, const float* b,
                            float* y, int64_t N, int64_t in, int64_t out, ThreadPool& pool);
 
+// Inference only: y (N, out) = GELU(x W^T + b), from packed weights, the GELU in float
+// (vec_math_avx512.h gelu_ps: within ~5e-7 of gelu_forward, not bitwise equal; so never on
+// the training path, whose numerics are frozen). Without AVX-512: linear_forward_packed then
+// gelu_forward (bitwise the unfused pair).
+void linear_forward_packed_gelu(const float* x, const float* W, const float* packed,
+                                const float* b, float* y, int64_t N, int64_t in, int64_t out,
+                                ThreadPool& pool);
+
 // Given dy (N, out): dx (N, in) = dy @ W (overwritten; skipped if dx is null),
 // dW (out, in) += dy^T @ x, db (out) += column sums of dy (skipped if db is null).
 void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW,
