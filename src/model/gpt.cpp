@@ -82,14 +82,14 @@ Activations allocate_train(const ModelConfig& c, int64_t B, int64_t T) {
 }
 
 // Inference: one residual buffer updated in place, one set of per-block scratch shared by
-// all blocks, no LayerNorm statistics.
+// all blocks, no LayerNorm statistics, no attention probabilities.
 Activations allocate_inference(const ModelConfig& c, int64_t B, int64_t T) {
   const int64_t N = B * T, d = c.d_model, F = c.d_ff();
   BlockActs b;
   b.in = b.mid = b.out = Tensor::empty({N, d});
   b.ln1 = b.ln2 = b.att_out = Tensor::empty({N, d});  // each is dead before the next is written
   b.qkv = Tensor::empty({N, 3 * d});
-  b.att = Tensor::empty({B, c.n_head, T, T});
+  // no att: attention_forward skips writing the probabilities (only the backward reads them)
   b.fc1 = Tensor::empty({N, F});
   b.gelu = Tensor::empty({N, F});
   Activations a;
@@ -192,7 +192,7 @@ void run_forward(const ModelConfig& c, const ModelWeights& w, const PackedLinear
                            ptr(b.ln1_mean), ptr(b.ln1_rstd), N, d, eps, pool);
     linear(b.ln1.data(), bw.qkv_weight, bw.qkv_bias, pk ? &(*pk)[0] : nullptr, b.qkv.data(), N,
            d, 3 * d, pool);
-    cpu::attention_forward(b.qkv.data(), b.att_out.data(), b.att.data(), B, T, d, c.n_head, pool);
+    cpu::attention_forward(b.qkv.data(), b.att_out.data(), ptr(b.att), B, T, d, c.n_head, pool);
     linear(b.att_out.data(), bw.proj_weight, bw.proj_bias, pk ? &(*pk)[1] : nullptr,
            a.tmp.data(), N, d, d, pool);
     residual_add(b.in.data(), a.tmp.data(), b.mid.data(), N * d);

@@ -131,8 +131,10 @@ __attribute__((target("avx512f"))) void attend_pair_dh16(const float* base, int6
     const float mx = _mm512_mask_reduce_max_ps(live, s);
     const __m512 sm = _mm512_sub_ps(s, _mm512_set1_ps(mx));
     const __m512d e0 = avx512::exp_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(sm)));
-    const __m512d e1 = avx512::exp_pd(_mm512_cvtps_pd(
-        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sm), 1))));
+    // keys 8..15 exist only from t1 = 8 on; before, their lanes are masked to 0 below anyway
+    const __m512d e1 = t1 < 8 ? _mm512_setzero_pd()
+                              : avx512::exp_pd(_mm512_cvtps_pd(_mm256_castpd_ps(
+                                    _mm512_extractf64x4_pd(_mm512_castps_pd(sm), 1))));
     const __m512 e = _mm512_maskz_mov_ps(
         live, _mm512_castpd_ps(_mm512_insertf64x4(
                   _mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(e0))),
