@@ -137,6 +137,8 @@ MINIGPT_AVX2 float exp_store_sum_max_avx2(const float* x, float* e, int64_t n, f
   const int64_t both = n < nn ? n : nn;
   int64_t i = 0;
   for (; i + 2 * kLanes <= both; i += 2 * kLanes) {
+    // 16 floats = one 64-byte line per iteration; why and how far ahead: softmax_simd_ops.h.
+    _mm_prefetch(reinterpret_cast<const char*>(xn + i + kPrefetchFloats), _MM_HINT_T1);
     m0 = _mm256_max_ps(m0, _mm256_loadu_ps(xn + i));
     m1 = _mm256_max_ps(m1, _mm256_loadu_ps(xn + i + kLanes));
     const __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));

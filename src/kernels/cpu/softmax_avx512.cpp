@@ -121,6 +121,9 @@ MINIGPT_AVX512 float exp_store_sum_max_avx512(const float* x, float* e, int64_t 
   const int64_t both = n < nn ? n : nn;
   int64_t i = 0;
   for (; i + 2 * kLanes <= both; i += 2 * kLanes) {
+    // xn is the stream that comes from DRAM: ask for it kPrefetchFloats ahead, into L2.
+    _mm_prefetch(reinterpret_cast<const char*>(xn + i + kPrefetchFloats), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(xn + i + kPrefetchFloats + kLanes), _MM_HINT_T1);
     m0 = _mm512_max_ps(m0, _mm512_loadu_ps(xn + i));
     m1 = _mm512_max_ps(m1, _mm512_loadu_ps(xn + i + kLanes));
     const __m512 e0 = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
