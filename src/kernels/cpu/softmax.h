@@ -15,6 +15,8 @@
 // softmax_simd in detail: each row is read in L1-sized chunks of kSimdChunk floats; the running
 // max and sum are rescaled between chunks (online softmax), and the max of the next chunk (or
 // row) is taken while this chunk's exps are computed, so that memory loads overlap arithmetic.
+// That next span is also prefetched 16 KiB ahead into L2 (kPrefetchFloats, softmax_simd_ops.h):
+// one row ahead alone left loads and arithmetic nearly serial out of cache.
 // Rows up to kScratchFloats (64k floats) keep exp(x - m) in an L2-resident scratch buffer and
 // the write pass only scales it (one exp per element, one read of x and one write of y from
 // memory); longer rows recompute the exp in the write pass. When the output is larger than
