@@ -84,9 +84,12 @@ TEST(AdamW, DecaysOnlyMatricesAndEmbeddings) {
     for (const float x : t->span()) ASSERT_FLOAT_EQ(x, expected) << name;
     decayed += matrix;
     if (name == "wte.weight" || name == "wpe.weight" || name == "lm_head.weight" ||
-        name.ends_with("qkv.weight") || name.ends_with("fc1.weight"))
+        name.ends_with("qkv.weight") || name.ends_with("fc1.weight")) {
       EXPECT_TRUE(matrix) << name;
-    if (name.find("ln") != std::string::npos || name.ends_with(".bias")) EXPECT_FALSE(matrix) << name;
+    }
+    if (name.find("ln") != std::string::npos || name.ends_with(".bias")) {
+      EXPECT_FALSE(matrix) << name;
+    }
   }
   EXPECT_EQ(decayed, 3 + 4 * config.n_layer);  // wte, wpe, lm_head + qkv, proj, fc1, fc2 per block
   EXPECT_EQ(opt.steps(), 1);
@@ -199,7 +202,7 @@ TEST(Trainer, LossFallsOnALearnableStream) {
   const float before = *t.evaluate(pool);
   EXPECT_NEAR(before, std::log(12.0f), 0.3f);  // a fresh model is close to uniform
   std::vector<float> losses;
-  run_training(t, {}, {.on_step = [&](const StepStats& s) { losses.push_back(s.loss); }}, pool);
+  run_training(t, {}, {.on_step = [&](const StepStats& s) { losses.push_back(s.loss); }, .on_eval = {}, .on_checkpoint = {}}, pool);
   ASSERT_EQ(losses.size(), 150u);
   const float after = *t.evaluate(pool);
   // The rule leaves only the start word and the length to chance: ~ (ln 8 + ln 4 * ...) / 7
@@ -217,7 +220,7 @@ std::vector<float> run_losses(Trainer& t, int64_t until, ThreadPool& pool, const
   loop.checkpoint_path = ckpt;
   loop.checkpoint_every = every;
   loop.eval_every = 3;  // evaluation between steps must not disturb training
-  run_training(t, loop, {.on_step = [&](const StepStats& s) { losses.push_back(s.loss); }}, pool);
+  run_training(t, loop, {.on_step = [&](const StepStats& s) { losses.push_back(s.loss); }, .on_eval = {}, .on_checkpoint = {}}, pool);
   return losses;
 }
 

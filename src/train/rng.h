@@ -21,7 +21,8 @@ struct Rng {
   // An integer in [0, n), n >= 1: the high word of a 64x64 product (Lemire). The bias is
   // below n / 2^64, far beneath anything a corpus of millions of tokens can show.
   uint64_t below(uint64_t n) {
-    return static_cast<uint64_t>((static_cast<unsigned __int128>(next()) * n) >> 64);
+    __extension__ using u128 = unsigned __int128;  // GCC/Clang extension; silences -Wpedantic
+    return static_cast<uint64_t>((static_cast<u128>(next()) * n) >> 64);
   }
 };
 
