@@ -5,7 +5,10 @@
 
 #include "core/report.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +28,11 @@ struct BenchSoftmaxOptions {
 
 // The sweep: B in {64, 512, 4096, 32768, 262144} at V = 600, (4096, 32000), (2048, 50257).
 std::vector<std::pair<int64_t, int64_t>> default_softmax_shapes();
+
+// Runs a shell command (a peer script) and returns its stdout parsed as JSON, copying the
+// object's "notes" into the report prefixed by `what`; nullopt, and a note saying why, when the
+// command cannot start, fails or prints no JSON. The benchmark then leaves the peer cells empty.
+std::optional<nlohmann::json> run_json(const std::string& cmd, const std::string& what, Report& report);
 
 // Fills `report` with one row per (kernel, shape). Throws Error when the device is missing.
 void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report);

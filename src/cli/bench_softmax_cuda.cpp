@@ -22,6 +22,7 @@
 #include "core/timer.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/cuda/autotune.h"
+#include "kernels/cuda/captured_launches.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/softmax.h"
 
@@ -102,32 +103,7 @@ void fill_uniform(float* x, int64_t n, uint64_t seed) {
   }
 }
 
-// Runs a command and returns its stdout parsed as JSON; nullopt (and a note) on failure.
-std::optional<nlohmann::json> run_json(const std::string& cmd, const std::string& what, Report& report) {
-  std::FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) {
-    report.add_note(fmt::format("{}: could not start '{}'", what, cmd));
-    return std::nullopt;
-  }
-  std::string out;
-  char buf[4096];
-  size_t got;
-  while ((got = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, got);
-  const int status = ::pclose(pipe);
-  if (status != 0) {
-    report.add_note(fmt::format("{}: '{}' failed (status {})", what, cmd, status));
-    return std::nullopt;
-  }
-  try {
-    nlohmann::json j = nlohmann::json::parse(out);
-    for (const auto& n : j.value("notes", nlohmann::json::array()))
-      report.add_note(what + ": " + n.get<std::string>());
-    return j;
-  } catch (const nlohmann::json::exception& e) {
-    report.add_note(fmt::format("{}: unreadable output ({})", what, e.what()));
-    return std::nullopt;
-  }
-}
+
 
 std::string shapes_arg(const std::vector<std::pair<int64_t, int64_t>>& shapes, double max_bytes) {
   std::string s;
@@ -154,30 +130,13 @@ double time_flushed(const std::function<void(cudaStream_t)>& launch, int warmup,
 
 // Time per launch (us) with kGraphLaunches launches captured into one graph; median of 5.
 double time_graph(const std::function<void(cudaStream_t)>& launch, cudaStream_t stream) {
-  cudaGraph_t graph = nullptr;
-  MINIGPT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  try {
-    for (int i = 0; i < kGraphLaunches; ++i) launch(stream);
-  } catch (...) {
-    cudaStreamEndCapture(stream, &graph);
-    if (graph) cudaGraphDestroy(graph);
-    throw;
-  }
-  MINIGPT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  MINIGPT_CUDA_CHECK(inst);
-  struct ExecGuard {
-    cudaGraphExec_t e;
-    ~ExecGuard() { cudaGraphExecDestroy(e); }
-  } guard{exec};
-  MINIGPT_CUDA_CHECK(cudaGraphLaunch(exec, stream));  // warm-up
+  const cuda::CapturedLaunches graph(launch, kGraphLaunches, stream);
+  graph.replay(stream);  // warm-up
   constexpr int kReps = 5;
   Events ev(kReps);
   for (int i = 0; i < kReps; ++i) {
     MINIGPT_CUDA_CHECK(cudaEventRecord(ev.start[i], stream));
-    MINIGPT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    graph.replay(stream);
     MINIGPT_CUDA_CHECK(cudaEventRecord(ev.stop[i], stream));
   }
   MINIGPT_CUDA_CHECK(cudaStreamSynchronize(stream));

@@ -267,28 +267,7 @@ std::optional<nlohmann::json> run_peers(const BenchSoftmaxOptions& o, int thread
       "PYTHONPATH='{}/python'\"${{PYTHONPATH:+:$PYTHONPATH}}\" python3 '{}' --device {} "
       "--threads {} --shapes {} --seed {} --json",
       root, script, o.device, threads, shapes_arg(o.shapes), o.seed);
-  std::FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) {
-    report.add_note(fmt::format("peers: could not start '{}'", cmd));
-    return std::nullopt;
-  }
-  std::string out;
-  char buf[4096];
-  size_t got;
-  while ((got = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, got);
-  const int status = ::pclose(pipe);
-  if (status != 0) {
-    report.add_note(fmt::format("peers: '{}' failed (status {}); peer columns left empty", cmd, status));
-    return std::nullopt;
-  }
-  try {
-    nlohmann::json j = nlohmann::json::parse(out);
-    for (const auto& n : j.value("notes", nlohmann::json::array())) report.add_note("peers: " + n.get<std::string>());
-    return j;
-  } catch (const nlohmann::json::exception& e) {
-    report.add_note(fmt::format("peers: unreadable output from {} ({})", script, e.what()));
-    return std::nullopt;
-  }
+  return run_json(cmd, "peers", report);
 }
 
 // Every element written (no NaN left from the poison; inputs are finite) and a few rows

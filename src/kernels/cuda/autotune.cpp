@@ -1,6 +1,8 @@
 // The fused softmax autotuner (see autotune.h).
 #include "kernels/cuda/autotune.h"
 
+#include "kernels/cuda/captured_launches.h"
+
 #include "core/error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/softmax.h"
@@ -47,33 +49,17 @@ struct Stream {
   ~Stream() { cudaStreamDestroy(s); }
 };
 
-// Per launch, `launches` launches captured in one CUDA graph; best of `timings` replays.
+// Per launch, kLaunches launches captured in one CUDA graph; best of `timings` replays.
 double time_graph(const FusedConfig& config, const float* x, float* y, int64_t rows, int64_t cols,
                   const AutotuneOptions& options, cudaStream_t stream, EventPair& ev) {
   constexpr int kLaunches = 20;
-  cudaGraph_t graph = nullptr;
-  MINIGPT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  try {
-    for (int i = 0; i < kLaunches; ++i) softmax_fused(x, y, rows, cols, config, stream);
-  } catch (...) {
-    cudaStreamEndCapture(stream, &graph);
-    if (graph) cudaGraphDestroy(graph);
-    throw;
-  }
-  MINIGPT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  MINIGPT_CUDA_CHECK(inst);
-  struct Guard {
-    cudaGraphExec_t e;
-    ~Guard() { cudaGraphExecDestroy(e); }
-  } guard{exec};
-  MINIGPT_CUDA_CHECK(cudaGraphLaunch(exec, stream));  // warm-up
+  const CapturedLaunches graph(
+      [&](cudaStream_t s) { softmax_fused(x, y, rows, cols, config, s); }, kLaunches, stream);
+  graph.replay(stream);  // warm-up
   double best = std::numeric_limits<double>::infinity();
   for (int t = 0; t < std::max(options.timings, 1); ++t) {
     MINIGPT_CUDA_CHECK(cudaEventRecord(ev.start, stream));
-    MINIGPT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    graph.replay(stream);
     MINIGPT_CUDA_CHECK(cudaEventRecord(ev.stop, stream));
     MINIGPT_CUDA_CHECK(cudaEventSynchronize(ev.stop));
     float ms = 0;
