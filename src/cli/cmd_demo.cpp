@@ -2,7 +2,8 @@
 //   1. training is possible: a few seconds of training a small model from scratch on the
 //      grammar corpus, printing the held-out loss falling;
 //   2. the shipped model's top-5 next words after "Yesterday I" and a few other prompts;
-//   3. the shipped model's grammar-probe accuracy per category.
+//   3. the shipped model's grammar-probe accuracy per category;
+//   4. the CPU softmax family on the LM head's shape, each version timed and checked.
 // Each section is a function of its own so more sections (kernels, benchmarks) slot in.
 // What it does not do: write files (the tiny run keeps its model in memory).
 #include "cli/commands.h"
@@ -13,6 +14,7 @@
 #include "data/grammar.h"
 #include "data/probes.h"
 #include "data/tokenizer.h"
+#include "kernels/cpu/softmax.h"
 #include "model/gpt.h"
 #include "model/model_file.h"
 #include "train/corpus_streams.h"
@@ -24,7 +26,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -150,6 +154,47 @@ void section_probes(const GrammarMiniGPT& model, const Tokenizer& tokenizer, Thr
   fmt::print("\n  (`minigpt eval-probes -v` lists any wrong prediction)\n\n");
 }
 
+// The softmax over the vocabulary for 4096 rows (a training batch's LM head), every CPU
+// version: median of a few runs and the largest difference from the double-precision
+// reference. `minigpt bench softmax` is the full measurement (peers, memory ceiling, GPU).
+void section_softmax(ThreadPool& pool) {
+  fmt::print("== 4. Softmax kernels on (4096, 600), the LM head's shape (CPU) ==\n\n");
+  constexpr int64_t B = 4096, V = 600;
+  std::vector<float> x(B * V), y(B * V);
+  std::vector<float> ref(B * V);
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> uniform(-8.0f, 8.0f);  // logits-like, never zeros
+  for (float& v : x) v = uniform(rng);
+  cpu::softmax_reference(x.data(), ref.data(), B, V);
+  const std::vector<std::pair<std::string, std::function<void()>>> kernels = {
+      {"naive (3 passes)", [&] { cpu::softmax_naive(x.data(), y.data(), B, V); }},
+      {"fused (online)", [&] { cpu::softmax_fused(x.data(), y.data(), B, V); }},
+      {fmt::format("simd ({}, {} thr)", cpu::softmax_simd_isa(), pool.size()),
+       [&] { cpu::softmax_simd(x.data(), y.data(), B, V, pool); }},
+  };
+  for (const auto& [name, run] : kernels) {
+    std::fill(y.begin(), y.end(), std::nanf(""));  // poisoned: an unwritten element shows
+    run();
+    double worst = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      const double d = std::abs(double(y[i]) - ref[i]);
+      worst = std::isnan(d) ? d : std::max(worst, d);  // NaN (unwritten) must not hide in max
+      if (std::isnan(worst)) break;
+    }
+    std::vector<double> us;
+    for (int r = 0; r < 5; ++r) {
+      Timer t;
+      run();
+      us.push_back(t.elapsed_us());
+    }
+    const double med = median(us);
+    fmt::print("  {:<22} {:>8.0f} us  {:>6.1f} GB/s   max |y - reference| {:.1e}\n", name, med,
+               8.0 * B * V / (med * 1e3), worst);
+  }
+  fmt::print("\n  (`minigpt bench softmax --device cpu|cuda` adds torch.softmax, torch.compile,\n"
+             "   Triton and the memory ceiling; GPU results: experiments/24-triton-and-pytorch/)\n\n");
+}
+
 void run_demo(const std::string& model_arg, const GlobalOptions& global) {
   Timer total;
   ThreadPool pool(global.resolved_threads());
@@ -164,6 +209,7 @@ void run_demo(const std::string& model_arg, const GlobalOptions& global) {
   const GrammarMiniGPT model(file.config, std::move(file.weights));
   section_predictions(model, tokenizer, pool);
   section_probes(model, tokenizer, pool);
+  section_softmax(pool);
   fmt::print("demo finished in {:.1f} s\n", total.elapsed_s());
 }
 
