@@ -252,14 +252,6 @@ TEST(ModelForward, DeterministicAcrossRunsAndThreadCounts) {
   EXPECT_LE(across, 1e-6f);
 }
 
-ModelWeights deep_copy(const ModelWeights& w, const ModelConfig& c) {
-  ModelWeights out = ModelWeights::allocate(c);
-  auto dst = out.named();
-  const auto src = w.named();
-  for (size_t i = 0; i < dst.size(); ++i) dst[i].second->copy_from(*src[i].second);
-  return out;
-}
-
 // forward caches packed Linear weights and scratch: after a write through weights() (as the
 // trainer's optimiser step does) and after a change of (B, T), a forward must give exactly
 // what a fresh model with those weights gives.
@@ -271,7 +263,7 @@ TEST(ModelForward, InferenceCacheFollowsWeightWritesAndShapes) {
   Tensor l0, p0;
   model.forward(ids.data(), 2, 16, l0, p0, pool);
   {
-    GrammarMiniGPT fresh(c, deep_copy(model.weights(), c));
+    GrammarMiniGPT fresh(c, model.weights().clone());
     Tensor lf, pf;
     fresh.forward(ids.data(), 2, 16, lf, pf, pool);
     EXPECT_EQ(max_abs_diff(l0.span(), lf.span()), 0.0f);
@@ -283,7 +275,7 @@ TEST(ModelForward, InferenceCacheFollowsWeightWritesAndShapes) {
       for (float& x : t->span()) x *= -1.25f;
   Tensor l1, p1;
   model.forward(ids.data(), 2, 16, l1, p1, pool);
-  GrammarMiniGPT fresh(c, deep_copy(model.weights(), c));
+  GrammarMiniGPT fresh(c, model.weights().clone());
   Tensor lf, pf;
   fresh.forward(ids.data(), 2, 16, lf, pf, pool);
   EXPECT_GT(max_abs_diff(l0.span(), l1.span()), 1e-3f) << "the weight write must change the logits";

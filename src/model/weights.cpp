@@ -65,6 +65,12 @@ ModelWeights ModelWeights::zeros_like(const ModelConfig& config) {
   return w;
 }
 
+ModelWeights ModelWeights::clone() const {
+  ModelWeights out = *this;  // copies the handles, then gives each its own storage
+  for (auto& [name, t] : out.named()) *t = t->clone();
+  return out;
+}
+
 ModelWeights ModelWeights::init_random(const ModelConfig& config, uint64_t seed) {
   ModelWeights w = allocate(config);
   std::mt19937_64 rng(seed);

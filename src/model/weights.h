@@ -36,6 +36,8 @@ struct ModelWeights {
   static ModelWeights allocate(const ModelConfig& config);
   // Same layout, all zeros (gradients, optimizer moments).
   static ModelWeights zeros_like(const ModelConfig& config);
+  // A deep copy (new storage, same values): checkpoints and snapshots of live weights.
+  ModelWeights clone() const;
   // GPT-2 style initialisation, deterministic for a seed: normal(0, 0.02) weights, zero biases,
   // unit LayerNorm gains; proj and fc2 scaled by 1/sqrt(2 * n_layer) (residual projections).
   static ModelWeights init_random(const ModelConfig& config, uint64_t seed);

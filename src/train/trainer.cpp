@@ -10,14 +10,6 @@ namespace minigpt {
 
 namespace {
 
-ModelWeights deep_copy(const ModelWeights& w, const ModelConfig& config) {
-  ModelWeights out = ModelWeights::allocate(config);
-  auto dst = out.named();
-  const auto src = w.named();
-  for (size_t i = 0; i < dst.size(); ++i) dst[i].second->copy_from(*src[i].second);
-  return out;
-}
-
 ModelConfig checked_model(const TrainOptions& options, size_t vocab_size) {
   options.validate();
   MINIGPT_CHECK(options.model.vocab_size == static_cast<int>(vocab_size),
@@ -93,9 +85,9 @@ TrainCheckpoint Trainer::checkpoint() const {
   TrainCheckpoint c;
   c.options = options_;
   c.vocab = vocab_;
-  c.weights = deep_copy(model_.weights(), options_.model);
-  c.adam_m = deep_copy(adamw_.m(), options_.model);
-  c.adam_v = deep_copy(adamw_.v(), options_.model);
+  c.weights = model_.weights().clone();
+  c.adam_m = adamw_.m().clone();
+  c.adam_v = adamw_.v().clone();
   c.step = step_;
   c.rng_state = sampler_.rng_state();
   c.windows_drawn = sampler_.windows_drawn();
@@ -119,7 +111,7 @@ void Trainer::save_checkpoint(const std::string& path) const {
 }
 
 ModelFile Trainer::model_file() const {
-  return ModelFile{options_.model, vocab_, deep_copy(model_.weights(), options_.model)};
+  return ModelFile{options_.model, vocab_, model_.weights().clone()};
 }
 
 void run_training(Trainer& trainer, const LoopOptions& loop, const LoopHooks& hooks, ThreadPool& pool) {
