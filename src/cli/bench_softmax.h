@@ -34,6 +34,10 @@ std::vector<std::pair<int64_t, int64_t>> default_softmax_shapes();
 // command cannot start, fails or prints no JSON. The benchmark then leaves the peer cells empty.
 std::optional<nlohmann::json> run_json(const std::string& cmd, const std::string& what, Report& report);
 
+// Benchmark inputs: uniform in [-8, 8) (logits-like, never zeros) from a xorshift stream,
+// fast enough for 157M elements; the same seed gives the same inputs on both devices.
+void fill_uniform(float* x, int64_t n, uint64_t seed);
+
 // Fills `report` with one row per (kernel, shape). Throws Error when the device is missing.
 void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report);
 void bench_softmax_cuda(const BenchSoftmaxOptions& options, Report& report);

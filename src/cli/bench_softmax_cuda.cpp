@@ -92,17 +92,6 @@ struct Events {
   }
 };
 
-// The same generator as the CPU path: uniform in [-8, 8), seeded.
-void fill_uniform(float* x, int64_t n, uint64_t seed) {
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (int64_t i = 0; i < n; ++i) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    x[i] = static_cast<float>(static_cast<double>(s >> 40) * (16.0 / 16777216.0) - 8.0);
-  }
-}
-
 
 
 std::string shapes_arg(const std::vector<std::pair<int64_t, int64_t>>& shapes, double max_bytes) {

@@ -148,17 +148,6 @@ std::string loadavg() {
   return a + " " + b + " " + c;
 }
 
-// A cheap, seeded generator for large inputs (mt19937 + normal would take seconds at 157M).
-void fill_uniform(float* x, int64_t n, uint64_t seed) {
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (int64_t i = 0; i < n; ++i) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    x[i] = static_cast<float>(static_cast<double>(s >> 40) * (16.0 / 16777216.0) - 8.0);
-  }
-}
-
 // Memory that is not initialised by the allocator (std::vector would zero 1 GiB first).
 struct Buffer {
   std::unique_ptr<float[]> data;

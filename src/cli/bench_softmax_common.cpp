@@ -1,4 +1,5 @@
-// run_json: a peer script's JSON answer, read through a pipe (see bench_softmax.h).
+// What both device paths of `minigpt bench softmax` share: the peer scripts' JSON answers
+// (run_json) and the input generator (fill_uniform). See bench_softmax.h.
 #include "cli/bench_softmax.h"
 
 #include <fmt/format.h>
@@ -30,6 +31,16 @@ std::optional<nlohmann::json> run_json(const std::string& cmd, const std::string
   } catch (const nlohmann::json::exception& e) {
     report.add_note(fmt::format("{}: unreadable output of '{}' ({})", what, cmd, e.what()));
     return std::nullopt;
+  }
+}
+
+void fill_uniform(float* x, int64_t n, uint64_t seed) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < n; ++i) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    x[i] = static_cast<float>(static_cast<double>(s >> 40) * (16.0 / 16777216.0) - 8.0);  // 24 bits
   }
 }
 
