@@ -6,11 +6,22 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <vector>
 
 namespace minigpt::testref {
 
 using Vec = std::vector<double>;
+
+// Test inputs: n floats uniform in [lo, hi) from a seed, and their double copy.
+inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+inline Vec to_double(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
 
 // y (N, out) = x (N, in) W^T (out, in) + b (out, empty = none)
 inline Vec linear(const Vec& x, const Vec& W, const Vec& b, int64_t N, int64_t in, int64_t out) {

@@ -20,18 +20,11 @@
 namespace minigpt {
 namespace {
 
+using testref::random_floats;
+using testref::to_double;
 using testref::Vec;
 using Floats = std::vector<float>;
 
-Floats random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  Floats v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
-Vec to_double(const Floats& v) { return Vec(v.begin(), v.end()); }
 
 // Every element within atol + rtol * |ref|; NaN never passes. Reports the worst element.
 void expect_close(const Floats& got, const Vec& ref, double atol, double rtol, const char* what) {
