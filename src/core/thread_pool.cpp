@@ -3,8 +3,36 @@
 #include "core/error.h"
 
 #include <algorithm>
+#include <chrono>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace minigpt {
+namespace {
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+// Polls done() for up to ThreadPool::kSpinMicros; true when it became true meanwhile.
+template <class Done>
+bool spin_until(Done done) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::microseconds(ThreadPool::kSpinMicros);
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {  // ~64 pauses (a few microseconds) between clock reads
+      if (done()) return true;
+      cpu_relax();
+    }
+    if (Clock::now() >= deadline) return done();
+  }
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int threads) {
   if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -25,32 +53,28 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int64_t, int64_t)>* job;
-    int64_t n;
-    int chunks;
-    {
+    // Wait for a new generation: poll first, then sleep. The generation is bumped under the
+    // mutex, so a worker that checks it under the mutex before sleeping cannot miss it.
+    if (!spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; })) {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      wake_.wait(lock, [&] { return stop_ || generation_.load(std::memory_order_acquire) != seen; });
       if (stop_) return;
-      seen = generation_;
-      job = job_;
-      n = job_n_;
-      chunks = job_chunks_;
     }
-    std::exception_ptr error;
+    seen = generation_.load(std::memory_order_acquire);
+    const int chunks = job_chunks_;
     if (index < chunks) {
       int64_t begin, end;
-      chunk_range(n, chunks, index, begin, end);
+      chunk_range(job_n_, chunks, index, begin, end);
       try {
-        (*job)(begin, end);
+        (*job_)(begin, end);
       } catch (...) {
-        error = std::current_exception();
+        std::lock_guard lock(mutex_);
+        if (!error_) error_ = std::current_exception();
       }
     }
-    {
-      std::lock_guard lock(mutex_);
-      if (error && !error_) error_ = error;
-      if (--pending_ == 0) done_.notify_one();
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard lock(mutex_);  // the caller may be about to sleep on done_
+      done_.notify_one();
     }
   }
 }
@@ -69,11 +93,11 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     job_ = &fn;
     job_n_ = n;
     job_chunks_ = chunks;
-    pending_ = threads_ - 1;
     error_ = nullptr;
-    ++generation_;
+    pending_.store(threads_ - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
   }
-  wake_.notify_all();
+  wake_.notify_all();  // no system call when every worker is still polling
   std::exception_ptr error;
   int64_t begin, end;
   chunk_range(n, chunks, 0, begin, end);
@@ -82,8 +106,14 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   } catch (...) {
     error = std::current_exception();
   }
-  std::unique_lock lock(mutex_);
-  done_.wait(lock, [&] { return pending_ == 0; });
+  const auto finished = [&] { return pending_.load(std::memory_order_acquire) == 0; };
+  std::unique_lock lock(mutex_, std::defer_lock);
+  if (!spin_until(finished)) {
+    lock.lock();
+    done_.wait(lock, finished);
+  } else {
+    lock.lock();  // error_ is read under the mutex
+  }
   job_ = nullptr;
   if (!error) error = error_;
   if (error) std::rethrow_exception(error);

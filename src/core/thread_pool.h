@@ -5,8 +5,16 @@
 // reproducible for a given `-t`. The calling thread runs chunk 0; a pool of one thread runs
 // everything inline with no synchronisation. Not a work-stealing scheduler: the kernels here
 // have uniform rows, and static chunks are what makes training bit-for-bit repeatable.
+//
+// Waiting is spin-then-sleep (as OpenMP runtimes do): a worker that finished a chunk polls for
+// the next job for up to kSpinMicros before it blocks on a condition variable, and the caller
+// polls for the workers' completion the same way. A training step issues ~150 parallel_for
+// calls a few tens of microseconds apart; waking a sleeping thread through the kernel costs
+// 5-50 us each on a virtual machine, which made the second thread worth only ~7%. The spin is
+// bounded, so an idle pool (or one on an oversubscribed machine) goes back to sleeping.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -27,24 +35,31 @@ class ThreadPool {
 
   // Calls fn(begin, end) on disjoint chunks covering [0, n). Chunks smaller than `grain`
   // items are merged so tiny loops stay on one thread. Exceptions from fn are rethrown here.
+  // Not reentrant: fn must not call parallel_for on the same pool.
   void parallel_for(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn,
                     int64_t grain = 1);
+
+  // How long a thread polls before it sleeps (a worker for the next job, the caller for
+  // the workers to finish).
+  static constexpr int64_t kSpinMicros = 200;
 
  private:
   void worker_loop(int index);
 
   int threads_;
   std::vector<std::thread> workers_;
-  std::mutex mutex_;
+  std::mutex mutex_;  // guards the sleeping side: wake_/done_ waits and stop_
   std::condition_variable wake_;
   std::condition_variable done_;
+  // The job, written by parallel_for before it bumps generation_ (release); a worker reads it
+  // after seeing the new generation (acquire).
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0;
   int job_chunks_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};  // workers that have not finished the current job
   bool stop_ = false;
-  std::exception_ptr error_;
+  std::exception_ptr error_;  // first worker exception of the current job (under mutex_)
 };
 
 // The half-open range of chunk `index` when [0, n) is split into `chunks` contiguous parts.
