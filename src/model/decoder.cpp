@@ -24,7 +24,6 @@ Decoder::Decoder(const GrammarMiniGPT& model)
   ln_ = Tensor::empty({1, d});
   qkv_ = Tensor::empty({1, 3 * d});
   att_out_ = Tensor::empty({1, d});
-  tmp_ = Tensor::empty({1, d});
   fc1_ = Tensor::empty({1, F});
   gelu_ = Tensor::empty({1, F});
   logits_ = Tensor::empty({1, static_cast<int64_t>(c.vocab_size)});
@@ -61,17 +60,14 @@ std::span<const float> Decoder::step(int32_t id, ThreadPool& pool) {
     std::copy(qkv + d, qkv + 2 * d, kc + t * d);
     std::copy(qkv + 2 * d, qkv + 3 * d, vc + t * d);
     cpu::attention_decode_step(qkv, kc, vc, att_out_.data(), t, d, c.n_head);
-    cpu::linear_forward(att_out_.data(), bw.proj_weight.data(), bw.proj_bias.data(), tmp_.data(),
-                        1, d, d, pool);
-    for (int64_t i = 0; i < d; ++i) x[i] += tmp_.data()[i];
+    cpu::linear_forward(att_out_.data(), bw.proj_weight.data(), bw.proj_bias.data(), x, 1, d, d,
+                        pool, {.residual = x});  // x += proj(att_out)
     cpu::layernorm_forward(x, bw.ln2_weight.data(), bw.ln2_bias.data(), ln_.data(), nullptr,
                            nullptr, 1, d, eps, pool);
     cpu::linear_forward(ln_.data(), bw.fc1_weight.data(), bw.fc1_bias.data(), fc1_.data(), 1, d,
-                        F, pool);
-    cpu::gelu_forward(fc1_.data(), gelu_.data(), F, pool);
-    cpu::linear_forward(gelu_.data(), bw.fc2_weight.data(), bw.fc2_bias.data(), tmp_.data(), 1,
-                        F, d, pool);
-    for (int64_t i = 0; i < d; ++i) x[i] += tmp_.data()[i];
+                        F, pool, {.gelu_out = gelu_.data()});
+    cpu::linear_forward(gelu_.data(), bw.fc2_weight.data(), bw.fc2_bias.data(), x, 1, F, d, pool,
+                        {.residual = x});  // x += fc2(gelu)
   }
   cpu::layernorm_forward(x, w.ln_f_weight.data(), w.ln_f_bias.data(), ln_.data(), nullptr,
                          nullptr, 1, d, eps, pool);

@@ -38,12 +38,13 @@ struct BlockActs {
   Tensor gelu;                      // (N, 4d)
   Tensor out;                       // (N, d) residual after the block
 };
+// (proj's and fc2's outputs go straight into mid and out: the residual add is fused into the
+// Linear's store, cpu::LinearEpilogue; so is the GELU into fc1's.)
 
 struct Activations {
   int64_t B = 0, T = 0;
   std::vector<BlockActs> blocks;
   Tensor lnf, lnf_mean, lnf_rstd;  // (N, d), (N), (N)
-  Tensor tmp;                      // (N, d) proj / fc2 output before the residual add
 };
 
 float* ptr(Tensor& t) { return t.defined() ? t.data() : nullptr; }
@@ -77,7 +78,6 @@ Activations allocate_train(const ModelConfig& c, int64_t B, int64_t T) {
   a.lnf = Tensor::empty({N, d});
   a.lnf_mean = Tensor::empty({N});
   a.lnf_rstd = Tensor::empty({N});
-  a.tmp = Tensor::empty({N, d});
   return a;
 }
 
@@ -97,7 +97,6 @@ Activations allocate_inference(const ModelConfig& c, int64_t B, int64_t T) {
   a.T = T;
   a.blocks.assign(static_cast<size_t>(c.n_layer), b);
   a.lnf = b.ln1;  // free once the last block is done
-  a.tmp = Tensor::empty({N, d});
   return a;
 }
 
@@ -128,16 +127,12 @@ void embed(const int32_t* ids, int64_t B, int64_t T, const ModelWeights& w, int6
   }
 }
 
-// out = in + delta, elementwise over n floats (out may alias in).
-void residual_add(const float* in, const float* delta, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = in[i] + delta[i];
+// out = in + delta, elementwise over n floats (out may alias in); chunks of >= 2^15 floats.
+void residual_add(const float* in, const float* delta, float* out, int64_t n, ThreadPool& pool) {
+  pool.parallel_for(
+      n, [&](int64_t i0, int64_t i1) { for (int64_t i = i0; i < i1; ++i) out[i] = in[i] + delta[i]; },
+      int64_t{1} << 15);
 }
-
-// Inference computes GELU in float, fused into fc1 (cpu::linear_forward_packed_gelu): -40 us
-// of 237 at (2, 16), 1 thread. It moves the logits by up to 1.8e-7 on random-init weights and
-// up to 5.7e-6 on the shipped model (logits up to 17, where a float ulp is 1.9e-6); the
-// C++ vs NumPy contract is 1e-5. false: the training kernels' double GELU, bitwise as before.
-constexpr bool kFloatGeluInference = true;
 
 // Every Linear's weights packed by cpu::linear_pack_weights (inference only): per block
 // qkv, proj, fc1, fc2, then lm_head.
@@ -162,13 +157,15 @@ PackedLinears pack_all(const ModelWeights& w) {
   return p;
 }
 
-// y (N, out) = x W^T + b, from the packed weights when there are some (bitwise the same).
+// y (N, out) = x W^T + b, then the epilogue (residual add, GELU); from the packed weights
+// when there are some (bitwise the same).
 void linear(const float* x, const Tensor& W, const Tensor& b, const Tensor* packed, float* y,
-            int64_t N, int64_t in, int64_t out, ThreadPool& pool) {
+            int64_t N, int64_t in, int64_t out, ThreadPool& pool,
+            const cpu::LinearEpilogue& ep = {}) {
   if (packed)
-    cpu::linear_forward_packed(x, W.data(), packed->data(), b.data(), y, N, in, out, pool);
+    cpu::linear_forward_packed(x, W.data(), packed->data(), b.data(), y, N, in, out, pool, ep);
   else
-    cpu::linear_forward(x, W.data(), b.data(), y, N, in, out, pool);
+    cpu::linear_forward(x, W.data(), b.data(), y, N, in, out, pool, ep);
 }
 
 // The forward from embeddings to logits (N, V) over prepared activations. Saves LayerNorm
@@ -194,22 +191,14 @@ void run_forward(const ModelConfig& c, const ModelWeights& w, const PackedLinear
            d, 3 * d, pool);
     cpu::attention_forward(b.qkv.data(), b.att_out.data(), ptr(b.att), B, T, d, c.n_head, pool);
     linear(b.att_out.data(), bw.proj_weight, bw.proj_bias, pk ? &(*pk)[1] : nullptr,
-           a.tmp.data(), N, d, d, pool);
-    residual_add(b.in.data(), a.tmp.data(), b.mid.data(), N * d);
+           b.mid.data(), N, d, d, pool, {.residual = b.in.data()});
     // MLP half: out = mid + fc2(gelu(fc1(ln2(mid))))
     cpu::layernorm_forward(b.mid.data(), bw.ln2_weight.data(), bw.ln2_bias.data(), b.ln2.data(),
                            ptr(b.ln2_mean), ptr(b.ln2_rstd), N, d, eps, pool);
-    if (pk && kFloatGeluInference) {  // inference: fc1 + float GELU (within ~5e-7 of gelu_forward)
-      cpu::linear_forward_packed_gelu(b.ln2.data(), bw.fc1_weight.data(), (*pk)[2].data(),
-                                      bw.fc1_bias.data(), b.gelu.data(), N, d, F, pool);
-    } else {  // training (bitwise frozen numerics; fc1 kept for the backward)
-      linear(b.ln2.data(), bw.fc1_weight, bw.fc1_bias, pk ? &(*pk)[2] : nullptr, b.fc1.data(), N,
-             d, F, pool);
-      cpu::gelu_forward(b.fc1.data(), b.gelu.data(), N * F, pool);
-    }
-    linear(b.gelu.data(), bw.fc2_weight, bw.fc2_bias, pk ? &(*pk)[3] : nullptr, a.tmp.data(),
-           N, F, d, pool);
-    residual_add(b.mid.data(), a.tmp.data(), b.out.data(), N * d);
+    linear(b.ln2.data(), bw.fc1_weight, bw.fc1_bias, pk ? &(*pk)[2] : nullptr, b.fc1.data(), N,
+           d, F, pool, {.gelu_out = b.gelu.data()});
+    linear(b.gelu.data(), bw.fc2_weight, bw.fc2_bias, pk ? &(*pk)[3] : nullptr, b.out.data(),
+           N, F, d, pool, {.residual = b.mid.data()});
     if (trace) trace->blocks.push_back(b.out.clone().view({B, T, d}));
   }
 
@@ -373,7 +362,7 @@ void GrammarMiniGPT::backward(ModelWeights& grads, ThreadPool& pool) {
     cpu::layernorm_backward(s.dln.data(), b.mid.data(), bw.ln2_weight.data(), b.ln2_mean.data(),
                             b.ln2_rstd.data(), s.dtmp.data(), bg.ln2_weight.data(),
                             bg.ln2_bias.data(), N, d, pool);
-    residual_add(dresid, s.dtmp.data(), dresid, N * d);
+    residual_add(dresid, s.dtmp.data(), dresid, N * d, pool);
     // mid = in + proj(attention(ln1(in)))
     cpu::linear_backward(b.att_out.data(), bw.proj_weight.data(), dresid, s.dln.data(),
                          bg.proj_weight.data(), bg.proj_bias.data(), N, d, d, pool);
@@ -384,7 +373,7 @@ void GrammarMiniGPT::backward(ModelWeights& grads, ThreadPool& pool) {
     cpu::layernorm_backward(s.dln.data(), b.in.data(), bw.ln1_weight.data(), b.ln1_mean.data(),
                             b.ln1_rstd.data(), s.dtmp.data(), bg.ln1_weight.data(),
                             bg.ln1_bias.data(), N, d, pool);
-    residual_add(dresid, s.dtmp.data(), dresid, N * d);
+    residual_add(dresid, s.dtmp.data(), dresid, N * d, pool);
   }
 
   // x = wte[ids] + wpe[t]: scatter-add, serial so repeated ids accumulate in a fixed order

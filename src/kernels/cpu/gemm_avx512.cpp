@@ -3,6 +3,8 @@
 // gemm_avx512_available() first.
 #include "kernels/cpu/gemm_avx512.h"
 
+#include "kernels/cpu/vec_math_avx512.h"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -15,15 +17,15 @@ namespace {
 constexpr int kMR = 12;  // rows of C per micro-tile: 12 x 2 zmm accumulators = 24 registers
 constexpr int kNR = 32;  // columns of C per micro-tile (2 zmm)
 
-// C tile (MR rows, up to 32 columns under masks m0, m1) = [C +] sum_k A(m, k) B(k, :).
+// C tile (MR rows, up to 32 columns under masks m0, m1) = epilogue(sum_k A(m, k) B(k, :)).
 // The accumulators are named variables, not an array: GCC keeps an array of __m512 in memory
-// and stores all 24 of them on every k step.
+// and stores all 24 of them on every k step. ep's pointers are already offset to the tile.
 #define MINIGPT_FOR_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 template <int MR>
 __attribute__((target("avx512f"))) void micro_tile(int64_t K, const float* A, int64_t a_rs,
                                                    int64_t a_cs, const float* B, int64_t ldb,
                                                    float* C, int64_t ldc, __mmask16 m0,
-                                                   __mmask16 m1, bool accumulate) {
+                                                   __mmask16 m1, const GemmEpilogue& ep) {
   static_assert(MR >= 1 && MR <= kMR);
 #define DECLARE(r) __m512 c##r##_0 = _mm512_setzero_ps(), c##r##_1 = _mm512_setzero_ps();
   MINIGPT_FOR_ROWS(DECLARE)
@@ -41,16 +43,32 @@ __attribute__((target("avx512f"))) void micro_tile(int64_t K, const float* A, in
     MINIGPT_FOR_ROWS(STEP)
 #undef STEP
   }
-  // C + sum when accumulating: the sum over k is finished first (as BLAS with beta = 1).
-#define STORE(r)                                                              \
-  if constexpr (MR > r) {                                                     \
-    float* c = C + r * ldc;                                                   \
-    if (accumulate) {                                                         \
-      c##r##_0 = _mm512_add_ps(c##r##_0, _mm512_maskz_loadu_ps(m0, c));       \
-      c##r##_1 = _mm512_add_ps(c##r##_1, _mm512_maskz_loadu_ps(m1, c + 16));  \
-    }                                                                         \
-    _mm512_mask_storeu_ps(c, m0, c##r##_0);                                   \
-    _mm512_mask_storeu_ps(c + 16, m1, c##r##_1);                              \
+  // The sum over k is finished first, then the epilogue's terms in gemm_avx512.h's order.
+  const __m512 bias0 = ep.bias ? _mm512_maskz_loadu_ps(m0, ep.bias) : _mm512_setzero_ps();
+  const __m512 bias1 = ep.bias ? _mm512_maskz_loadu_ps(m1, ep.bias + 16) : _mm512_setzero_ps();
+#define STORE(r)                                                                 \
+  if constexpr (MR > r) {                                                        \
+    float* c = C + r * ldc;                                                      \
+    if (ep.accumulate) {                                                         \
+      c##r##_0 = _mm512_add_ps(c##r##_0, _mm512_maskz_loadu_ps(m0, c));          \
+      c##r##_1 = _mm512_add_ps(c##r##_1, _mm512_maskz_loadu_ps(m1, c + 16));     \
+    }                                                                            \
+    if (ep.bias) {                                                               \
+      c##r##_0 = _mm512_add_ps(c##r##_0, bias0);                                 \
+      c##r##_1 = _mm512_add_ps(c##r##_1, bias1);                                 \
+    }                                                                            \
+    if (ep.residual) {                                                           \
+      const float* res = ep.residual + r * ep.ldr;                               \
+      c##r##_0 = _mm512_add_ps(c##r##_0, _mm512_maskz_loadu_ps(m0, res));        \
+      c##r##_1 = _mm512_add_ps(c##r##_1, _mm512_maskz_loadu_ps(m1, res + 16));   \
+    }                                                                            \
+    _mm512_mask_storeu_ps(c, m0, c##r##_0);                                      \
+    _mm512_mask_storeu_ps(c + 16, m1, c##r##_1);                                 \
+    if (ep.gelu_out) {                                                           \
+      float* g = ep.gelu_out + r * ep.ldg;                                       \
+      _mm512_mask_storeu_ps(g, m0, avx512::gelu_ps(c##r##_0));                   \
+      _mm512_mask_storeu_ps(g + 16, m1, avx512::gelu_ps(c##r##_1));              \
+    }                                                                            \
   }
   MINIGPT_FOR_ROWS(STORE)
 #undef STORE
@@ -58,7 +76,7 @@ __attribute__((target("avx512f"))) void micro_tile(int64_t K, const float* A, in
 #undef MINIGPT_FOR_ROWS
 
 using TileFn = void (*)(int64_t, const float*, int64_t, int64_t, const float*, int64_t, float*,
-                        int64_t, __mmask16, __mmask16, bool);
+                        int64_t, __mmask16, __mmask16, const GemmEpilogue&);
 
 template <int... R>
 constexpr auto make_tiles(std::integer_sequence<int, R...>) {
@@ -79,14 +97,14 @@ bool gemm_avx512_available() {
 }
 
 void gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_rs, int64_t a_cs,
-                 const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+                 const float* B, int64_t ldb, float* C, int64_t ldc, const GemmEpilogue& ep) {
   static constexpr auto tiles = make_tiles(std::make_integer_sequence<int, kMR>{});
   for (int64_t j = 0; j < N; j += kNR) {  // a K x 32 panel of B, reused by every row tile
     const __mmask16 m0 = mask_for(N - j), m1 = mask_for(N - j - 16);
     for (int64_t i = 0; i < M; i += kMR) {
       const int mr = static_cast<int>(std::min<int64_t>(kMR, M - i));
       tiles[static_cast<size_t>(mr - 1)](K, A + i * a_rs, a_rs, a_cs, B + j, ldb, C + i * ldc + j,
-                                         ldc, m0, m1, accumulate);
+                                         ldc, m0, m1, ep.at(i, j));
     }
   }
 }
@@ -146,17 +164,23 @@ void pack_panels_transposed_avx512(int64_t rows, int64_t cols, const float* src,
                   static_cast<int>(std::min<int64_t>(16, cols - j)));
 }
 
-void pack_panels(int64_t K, int64_t N, const float* B, int64_t ldb, float* dst) {
-  for (int64_t j = 0; j < N; j += kNR) {
-    const int64_t w = std::min<int64_t>(kNR, N - j);
+__attribute__((target("avx512f"))) void pack_panels_avx512(int64_t K, int64_t N, const float* B,
+                                                           int64_t ldb, float* dst) {
+  for (int64_t j = 0; j < N; j += kNR) {  // two masked 16-float moves per row of a panel
+    const __mmask16 m0 = mask_for(N - j), m1 = mask_for(N - j - 16);
     float* panel = dst + (j / kNR) * K * kNR;
-    for (int64_t k = 0; k < K; ++k) std::copy(B + k * ldb + j, B + k * ldb + j + w, panel + k * kNR);
+    for (int64_t k = 0; k < K; ++k) {
+      const float* src = B + k * ldb + j;
+      _mm512_mask_storeu_ps(panel + k * kNR, m0, _mm512_maskz_loadu_ps(m0, src));
+      _mm512_mask_storeu_ps(panel + k * kNR + 16, m1, _mm512_maskz_loadu_ps(m1, src + 16));
+    }
   }
 }
 
 __attribute__((target("avx512f"))) void gemv_rows_avx512(int64_t N, int64_t K, const float* x,
                                                          const float* W, int64_t ldw, float* y,
-                                                         bool accumulate) {
+                                                         const float* bias,
+                                                         const float* residual) {
   for (int64_t n = 0; n < N; ++n) {
     const float* w = W + n * ldw;
     __m512 acc = _mm512_setzero_ps();
@@ -165,8 +189,10 @@ __attribute__((target("avx512f"))) void gemv_rows_avx512(int64_t N, int64_t K, c
       acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + k), _mm512_loadu_ps(w + k), acc);
     const __mmask16 m = mask_for(K - k);
     acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + k), _mm512_maskz_loadu_ps(m, w + k), acc);
-    const float s = _mm512_reduce_add_ps(acc);
-    y[n] = accumulate ? y[n] + s : s;
+    float s = _mm512_reduce_add_ps(acc);
+    if (bias) s += bias[n];
+    if (residual) s += residual[n];
+    y[n] = s;
   }
 }
 

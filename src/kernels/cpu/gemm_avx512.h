@@ -18,11 +18,36 @@ namespace minigpt::cpu {
 // True when the CPU runs AVX-512F (checked once with __builtin_cpu_supports).
 bool gemm_avx512_available();
 
-// C (M, N) = [C +] A (M, K) B (K, N), where A(m, k) = A[m * a_rs + k * a_cs] (either layout,
-// or a transposed view), B row-major with leading dimension ldb, C row-major with ldc.
-// accumulate = false overwrites C. Requires gemm_avx512_available().
+// What happens to a finished sum s = sum_k A(m, k) B(k, n) on its way to C, in this order,
+// each step optional (fused into the store, so C is written once and nothing is re-read):
+//   s = s + C(m, n)          accumulate (dW += ..., as BLAS beta = 1)
+//   s = s + bias[n]          a Linear's bias
+//   s = s + residual(m, n)   a residual connection (residual may be C itself: in place)
+//   C(m, n) = s, or with gelu_out: C(m, n) = s and gelu_out(m, n) = GELU(s) (vec_math_avx512.h)
+// The pointers address element (0, 0) of the whole product; gemm_avx512 offsets them per tile.
+struct GemmEpilogue {
+  bool accumulate = false;
+  const float* bias = nullptr;      // (N)
+  const float* residual = nullptr;  // (M, N), leading dimension ldr
+  int64_t ldr = 0;
+  float* gelu_out = nullptr;        // (M, N), leading dimension ldg
+  int64_t ldg = 0;
+
+  // The same epilogue for the sub-product whose element (0, 0) is this one's (i, j).
+  GemmEpilogue at(int64_t i, int64_t j) const {
+    GemmEpilogue e = *this;
+    if (bias) e.bias = bias + j;
+    if (residual) e.residual = residual + i * ldr + j;
+    if (gelu_out) e.gelu_out = gelu_out + i * ldg + j;
+    return e;
+  }
+};
+
+// C (M, N) = epilogue(A (M, K) B (K, N)), where A(m, k) = A[m * a_rs + k * a_cs] (either
+// layout, or a transposed view), B row-major with leading dimension ldb, C row-major with ldc.
+// Requires gemm_avx512_available().
 void gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_rs, int64_t a_cs,
-                 const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate);
+                 const float* B, int64_t ldb, float* C, int64_t ldc, const GemmEpilogue& ep);
 
 // dst (cols, rows) = src (rows, cols)^T; lds, ldd are the row strides. Requires avx512.
 void transpose_avx512(int64_t rows, int64_t cols, const float* src, int64_t lds, float* dst,
@@ -34,15 +59,16 @@ void transpose_avx512(int64_t rows, int64_t cols, const float* src, int64_t lds,
 // dst needs ceil(N / 32) * 32 * K floats; columns past N in the last panel are left unwritten
 // (the kernel's masked loads never read them).
 constexpr int64_t kGemmPanel = 32;
-// B (K, N) row-major with leading dimension ldb -> panels.
-void pack_panels(int64_t K, int64_t N, const float* B, int64_t ldb, float* dst);
+// B (K, N) row-major with leading dimension ldb -> panels. Requires avx512.
+void pack_panels_avx512(int64_t K, int64_t N, const float* B, int64_t ldb, float* dst);
 // B = src^T, src (rows = N, cols = K) with leading dimension lds -> panels. Requires avx512.
 void pack_panels_transposed_avx512(int64_t rows, int64_t cols, const float* src, int64_t lds,
                                    float* dst);
 
-// y[n] = [y[n] +] dot(x (K), W row n (K)) for n in [0, N): the one-row (decode) forward, where
-// transposing W for gemm_avx512 would cost more than the product. Requires avx512.
+// y[n] = dot(x (K), W row n (K)) [+ bias[n]] [+ residual[n]] for n in [0, N) (null pointers
+// skip their term; residual may be y): the one-row (decode) forward, where transposing W for
+// gemm_avx512 would cost more than the product. Requires avx512.
 void gemv_rows_avx512(int64_t N, int64_t K, const float* x, const float* W, int64_t ldw, float* y,
-                      bool accumulate);
+                      const float* bias, const float* residual);
 
 }  // namespace minigpt::cpu

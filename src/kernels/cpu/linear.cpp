@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 namespace minigpt::cpu {
 namespace {
@@ -59,14 +60,14 @@ void check_sizes(int64_t N, int64_t in, int64_t out) {
                 "linear: sizes exceed the BLAS int range: N={} in={} out={}", N, in, out);
 }
 
-// C (M, Nc) = [C +] A B on gemm_avx512, B packed in panels (pack_panels*), cut into tasks of
-// kTaskRows rows x one 32-column panel split over the pool. Each element is summed over k in
-// one FMA chain whatever the split, so 1 and 2 threads agree bitwise.
+// C (M, Nc) = epilogue(A B) on gemm_avx512, B packed in panels (pack_panels*), cut into tasks
+// of kTaskRows rows x one 32-column panel split over the pool. Each element is summed over k
+// in one FMA chain whatever the split, so 1 and 2 threads agree bitwise.
 constexpr int64_t kTaskRows = 48;
 // Floats of a panel-major copy of a (K, N) matrix.
 int64_t panel_floats(int64_t K, int64_t N) { return (N + kGemmPanel - 1) / kGemmPanel * kGemmPanel * K; }
 void gemm_parallel(int64_t M, int64_t Nc, int64_t K, const float* A, int64_t a_rs, int64_t a_cs,
-                   const float* B, float* C, int64_t ldc, bool accumulate, ThreadPool& pool) {
+                   const float* B, float* C, int64_t ldc, const GemmEpilogue& ep, ThreadPool& pool) {
   const int64_t row_tasks = (M + kTaskRows - 1) / kTaskRows, col_tasks = (Nc + 31) / 32;
   pool.parallel_for(
       row_tasks * col_tasks,
@@ -75,7 +76,7 @@ void gemm_parallel(int64_t M, int64_t Nc, int64_t K, const float* A, int64_t a_r
           const int64_t i = (t / col_tasks) * kTaskRows, j = (t % col_tasks) * 32;
           gemm_avx512(std::min(kTaskRows, M - i), std::min<int64_t>(32, Nc - j), K, A + i * a_rs,
                       a_rs, a_cs, B + (j / kGemmPanel) * K * kGemmPanel, kGemmPanel,
-                      C + i * ldc + j, ldc, accumulate);
+                      C + i * ldc + j, ldc, ep.at(i, j));
         }
       },
       grain_for(kTaskRows * 32 * K));
@@ -83,31 +84,35 @@ void gemm_parallel(int64_t M, int64_t Nc, int64_t K, const float* A, int64_t a_r
 
 }  // namespace
 
-void linear_forward(const float* x, const float* W, const float* b, float* y, int64_t N,
-                    int64_t in, int64_t out, ThreadPool& pool) {
-  check_sizes(N, in, out);
-  if (N == 0) return;
-  if (gemm_avx512_available()) {
-    if (b)  // y = b, then y += x W^T (the product summed first, then + b, as BLAS beta = 1)
-      for (int64_t r = 0; r < N; ++r) std::copy(b, b + out, y + r * out);
-    if (N < kGemvMaxRows) {  // decode: dot products against W's rows, no transpose
-      pool.parallel_for(
-          out,
-          [&](int64_t o0, int64_t o1) {
-            for (int64_t r = 0; r < N; ++r)
-              gemv_rows_avx512(o1 - o0, in, x + r * in, W + o0 * in, in, y + r * out + o0, b != nullptr);
-          },
-          grain_for(N * in));
-      return;
-    }
-    // W^T (in, out) so the kernel reads B along contiguous output features.
-    std::unique_ptr<float[]> Wt(new float[static_cast<size_t>(panel_floats(in, out))]);
-    pack_panels_transposed_avx512(out, in, W, in, Wt.get());
-    gemm_parallel(N, out, in, x, in, 1, Wt.get(), y, out, b != nullptr, pool);
-    return;
-  }
-  // No AVX-512: OpenBLAS.
+namespace {
+
+GemmEpilogue gemm_epilogue(const float* b, int64_t out, const LinearEpilogue& ep) {
+  return {.accumulate = false, .bias = b, .residual = ep.residual, .ldr = out,
+          .gelu_out = ep.gelu_out, .ldg = out};
+}
+
+// Decode (N < kGemvMaxRows): dot products against W's rows, no transpose; bias and residual
+// added per element as the fused store does ((s + b) + residual), then the GELU.
+void forward_gemv(const float* x, const float* W, const float* b, float* y, int64_t N,
+                  int64_t in, int64_t out, ThreadPool& pool, const LinearEpilogue& ep) {
+  pool.parallel_for(
+      out,
+      [&](int64_t o0, int64_t o1) {
+        for (int64_t r = 0; r < N; ++r)
+          gemv_rows_avx512(o1 - o0, in, x + r * in, W + o0 * in, in, y + r * out + o0,
+                           b ? b + o0 : nullptr, ep.residual ? ep.residual + r * out + o0 : nullptr);
+      },
+      grain_for(N * in));
+  if (ep.gelu_out) gelu_forward(y, ep.gelu_out, N * out, pool);
+}
+
+// No AVX-512: OpenBLAS, then the epilogue as separate passes (the product goes to a scratch
+// buffer when a residual is added, since the residual may be y itself).
+void forward_blas(const float* x, const float* W, const float* b, float* y, int64_t N,
+                  int64_t in, int64_t out, ThreadPool& pool, const LinearEpilogue& ep) {
   blas_single_threaded();
+  std::vector<float> scratch(ep.residual ? static_cast<size_t>(N * out) : 0);
+  float* prod = ep.residual ? scratch.data() : y;
   // Fixed blocks of kRowBlock rows, whatever the thread count: OpenBLAS picks its kernels by
   // the matrix sizes, so a row's rounding may depend on how many rows share its call. With
   // fixed blocks every row sees the same call for 1 or 2 threads, and results match bitwise.
@@ -117,7 +122,7 @@ void linear_forward(const float* x, const float* W, const float* b, float* y, in
       [&](int64_t blk0, int64_t blk1) {
         for (int64_t blk = blk0; blk < blk1; ++blk) {
           const int64_t r0 = blk * kRowBlock, rows = std::min(N, r0 + kRowBlock) - r0;
-          float* yr = y + r0 * out;
+          float* yr = prod + r0 * out;
           float beta = 0.0f;
           if (b) {  // y = b, then y = x W^T + y in the sgemm (product first, then + b)
             for (int64_t r = 0; r < rows; ++r) std::copy(b, b + out, yr + r * out);
@@ -130,6 +135,48 @@ void linear_forward(const float* x, const float* W, const float* b, float* y, in
         }
       },
       grain_for(kRowBlock * in * out));
+  if (ep.residual)
+    for (int64_t i = 0; i < N * out; ++i) y[i] = prod[i] + ep.residual[i];
+  if (ep.gelu_out) gelu_forward(y, ep.gelu_out, N * out, pool);
+}
+
+// The panel packings of gemm_avx512.h split over the pool by whole panels (each panel is
+// written by one thread; the layout does not depend on the split). Chunks of >= 2^15 floats.
+// B (K, N) row-major -> panels:
+void pack_panels_parallel(int64_t K, int64_t N, const float* B, int64_t ldb, float* dst,
+                          ThreadPool& pool) {
+  pool.parallel_for(
+      (N + kGemmPanel - 1) / kGemmPanel,
+      [&](int64_t p0, int64_t p1) {
+        const int64_t j0 = p0 * kGemmPanel, j1 = std::min(N, p1 * kGemmPanel);
+        pack_panels_avx512(K, j1 - j0, B + j0, ldb, dst + p0 * K * kGemmPanel);
+      },
+      std::max<int64_t>(1, (int64_t{1} << 15) / (K * kGemmPanel)));
+}
+// B = W^T for W (out, in) -> panels (a panel is 32 rows of W):
+void pack_transposed_parallel(int64_t out, int64_t in, const float* W, float* dst,
+                              ThreadPool& pool) {
+  pool.parallel_for(
+      (out + kGemmPanel - 1) / kGemmPanel,
+      [&](int64_t p0, int64_t p1) {
+        const int64_t r0 = p0 * kGemmPanel, r1 = std::min(out, p1 * kGemmPanel);
+        pack_panels_transposed_avx512(r1 - r0, in, W + r0 * in, in, dst + p0 * in * kGemmPanel);
+      },
+      std::max<int64_t>(1, (int64_t{1} << 15) / (in * kGemmPanel)));
+}
+
+}  // namespace
+
+void linear_forward(const float* x, const float* W, const float* b, float* y, int64_t N,
+                    int64_t in, int64_t out, ThreadPool& pool, const LinearEpilogue& ep) {
+  check_sizes(N, in, out);
+  if (N == 0) return;
+  if (!gemm_avx512_available()) return forward_blas(x, W, b, y, N, in, out, pool, ep);
+  if (N < kGemvMaxRows) return forward_gemv(x, W, b, y, N, in, out, pool, ep);
+  // W^T (in, out) in panels, so the kernel reads B along contiguous output features.
+  std::unique_ptr<float[]> Wt(new float[static_cast<size_t>(panel_floats(in, out))]);
+  pack_transposed_parallel(out, in, W, Wt.get(), pool);
+  gemm_parallel(N, out, in, x, in, 1, Wt.get(), y, out, gemm_epilogue(b, out, ep), pool);
 }
 
 int64_t linear_packed_floats(int64_t in, int64_t out) {
@@ -146,35 +193,12 @@ void linear_pack_weights(const float* W, float* packed, int64_t in, int64_t out)
 }
 
 void linear_forward_packed(const float* x, const float* W, const float* packed, const float* b,
-                           float* y, int64_t N, int64_t in, int64_t out, ThreadPool& pool) {
+                           float* y, int64_t N, int64_t in, int64_t out, ThreadPool& pool,
+                           const LinearEpilogue& ep) {
   check_sizes(N, in, out);
   if (N < kGemvMaxRows || !gemm_avx512_available())  // these paths read W, never a packing
-    return linear_forward(x, W, b, y, N, in, out, pool);
-  if (b)
-    for (int64_t r = 0; r < N; ++r) std::copy(b, b + out, y + r * out);
-  gemm_parallel(N, out, in, x, in, 1, packed, y, out, b != nullptr, pool);
-}
-
-namespace {
-// y[0, n) = GELU(y) in place, float (vec_math_avx512.h); the tail through a padded copy.
-__attribute__((target("avx512f"))) void gelu_inplace_avx512(float* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, avx512::gelu_ps(_mm512_loadu_ps(y + i)));
-  if (i < n) {
-    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
-    _mm512_mask_storeu_ps(y + i, m, avx512::gelu_ps(_mm512_maskz_loadu_ps(m, y + i)));
-  }
-}
-}  // namespace
-
-void linear_forward_packed_gelu(const float* x, const float* W, const float* packed,
-                                const float* b, float* y, int64_t N, int64_t in, int64_t out,
-                                ThreadPool& pool) {
-  linear_forward_packed(x, W, packed, b, y, N, in, out, pool);
-  if (!gemm_avx512_available()) return gelu_forward(y, y, N * out, pool);
-  // 1 << 14 elements per chunk, as gelu_forward: smaller stays on the calling thread
-  pool.parallel_for(
-      N * out, [&](int64_t i0, int64_t i1) { gelu_inplace_avx512(y + i0, i1 - i0); }, 1 << 14);
+    return linear_forward(x, W, b, y, N, in, out, pool, ep);
+  gemm_parallel(N, out, in, x, in, 1, packed, y, out, gemm_epilogue(b, out, ep), pool);
 }
 
 void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW,
@@ -185,12 +209,12 @@ void linear_backward(const float* x, const float* W, const float* dy, float* dx,
     // dx (N, in) = dy (N, out) @ W (out, in)
     std::unique_ptr<float[]> Bp(new float[static_cast<size_t>(std::max(panel_floats(out, in), panel_floats(N, in)))]);
     if (dx) {
-      pack_panels(out, in, W, in, Bp.get());
-      gemm_parallel(N, in, out, dy, out, 1, Bp.get(), dx, in, false, pool);
+      pack_panels_parallel(out, in, W, in, Bp.get(), pool);
+      gemm_parallel(N, in, out, dy, out, 1, Bp.get(), dx, in, {}, pool);
     }
     // dW (out, in) += dy^T (out, N) @ x (N, in): A(o, n) = dy[n * out + o]
-    pack_panels(N, in, x, in, Bp.get());
-    gemm_parallel(out, in, N, dy, 1, out, Bp.get(), dW, in, true, pool);
+    pack_panels_parallel(N, in, x, in, Bp.get(), pool);
+    gemm_parallel(out, in, N, dy, 1, out, Bp.get(), dW, in, {.accumulate = true}, pool);
     if (db) column_sums(dy, db, N, out, pool);
     return;
   }
@@ -228,37 +252,39 @@ void linear_backward(const float* x, const float* W, const float* dy, float* dx,
 }
 
 namespace {
-// acc[o] += sum over rows of dy[n, o0 + o], rows in order: independent columns, so the compiler
-// vectorises it (AVX-512 when the CPU has it) without reordering any sum.
-__attribute__((target("avx512f"))) void column_block_sums_avx512(const float* dy, int64_t N,
-                                                                 int64_t out, int64_t o0,
-                                                                 int64_t w, double* acc) {
-  for (int64_t n = 0; n < N; ++n) {
-    const float* row = dy + n * out + o0;
-    for (int64_t o = 0; o < w; ++o) acc[o] += row[o];
+// db[o0, o0 + 16 * blocks) += column sums of dy, each column summed over the rows in order in
+// double (two 8-lane accumulators per 16 columns, so no sum is reordered).
+__attribute__((target("avx512f"))) void column_sums_avx512(const float* dy, int64_t N, int64_t out,
+                                                          int64_t o0, int64_t o1, float* db) {
+  for (int64_t o = o0; o < o1; o += 16) {
+    const __mmask16 m = o1 - o >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (o1 - o)) - 1u);
+    __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+    for (int64_t n = 0; n < N; ++n) {
+      const __m512 v = _mm512_maskz_loadu_ps(m, dy + n * out + o);
+      lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+      hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+    }
+    const __m512 sums = _mm512_castpd_ps(_mm512_insertf64x4(
+        _mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo))), _mm256_castps_pd(_mm512_cvtpd_ps(hi)), 1));
+    _mm512_mask_storeu_ps(db + o, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, db + o), sums));
   }
 }
 
 void column_sums(const float* dy, float* db, int64_t N, int64_t out, ThreadPool& pool) {
-  const int64_t blocks = (out + kFeatureBlock - 1) / kFeatureBlock;
+  // Fixed blocks of 16 columns; chunks of at least 2^16 elements (~20 us) per thread.
+  const int64_t blocks = (out + 15) / 16;
   pool.parallel_for(
       blocks,
       [&](int64_t blk0, int64_t blk1) {
-        for (int64_t blk = blk0; blk < blk1; ++blk) {
-          const int64_t o0 = blk * kFeatureBlock, o1 = std::min(out, o0 + kFeatureBlock);
-          double acc[kFeatureBlock] = {};
-          if (gemm_avx512_available()) {
-            column_block_sums_avx512(dy, N, out, o0, o1 - o0, acc);
-          } else {
-            for (int64_t n = 0; n < N; ++n) {
-              const float* row = dy + n * out + o0;
-              for (int64_t o = 0; o < o1 - o0; ++o) acc[o] += row[o];
-            }
-          }
-          for (int64_t o = o0; o < o1; ++o) db[o] += static_cast<float>(acc[o - o0]);
+        const int64_t o0 = blk0 * 16, o1 = std::min(out, blk1 * 16);
+        if (gemm_avx512_available()) return column_sums_avx512(dy, N, out, o0, o1, db);
+        for (int64_t o = o0; o < o1; ++o) {
+          double acc = 0.0;
+          for (int64_t n = 0; n < N; ++n) acc += dy[n * out + o];
+          db[o] += static_cast<float>(acc);
         }
       },
-      grain_for(kFeatureBlock * N));
+      std::max<int64_t>(1, (int64_t{1} << 16) / (16 * std::max<int64_t>(N, 1))));
 }
 }  // namespace
 

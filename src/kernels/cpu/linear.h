@@ -10,9 +10,17 @@
 
 namespace minigpt::cpu {
 
-// y (N, out) = x (N, in) @ W^T + b
+// Work fused into the forward's store, so the (N, out) result is written once and not re-read:
+struct LinearEpilogue {
+  const float* residual = nullptr;  // (N, out): y = residual + (x W^T + b); may be y itself
+  float* gelu_out = nullptr;        // (N, out): also GELU(y) here (y keeps the pre-activation,
+                                    // which the backward needs); GELU as gelu.h, in float
+};
+
+// y (N, out) = x (N, in) @ W^T + b, then the epilogue. The sum over `in` is finished before b
+// is added (as BLAS with beta = 1), then the residual: y = (x W^T + b) + residual.
 void linear_forward(const float* x, const float* W, const float* b, float* y, int64_t N,
-                    int64_t in, int64_t out, ThreadPool& pool);
+                    int64_t in, int64_t out, ThreadPool& pool, const LinearEpilogue& ep = {});
 
 // Inference with weights packed once (the forward packs W^T on every call otherwise, ~1/3 of
 // the time of a (32, 64) x (64, 600) product). packed holds linear_packed_floats(in, out)
@@ -22,15 +30,8 @@ void linear_forward(const float* x, const float* W, const float* b, float* y, in
 int64_t linear_packed_floats(int64_t in, int64_t out);
 void linear_pack_weights(const float* W, float* packed, int64_t in, int64_t out);
 void linear_forward_packed(const float* x, const float* W, const float* packed, const float* b,
-                           float* y, int64_t N, int64_t in, int64_t out, ThreadPool& pool);
-
-// Inference only: y (N, out) = GELU(x W^T + b), from packed weights, the GELU in float
-// (vec_math_avx512.h gelu_ps: within ~5e-7 of gelu_forward, not bitwise equal; so never on
-// the training path, whose numerics are frozen). Without AVX-512: linear_forward_packed then
-// gelu_forward (bitwise the unfused pair).
-void linear_forward_packed_gelu(const float* x, const float* W, const float* packed,
-                                const float* b, float* y, int64_t N, int64_t in, int64_t out,
-                                ThreadPool& pool);
+                           float* y, int64_t N, int64_t in, int64_t out, ThreadPool& pool,
+                           const LinearEpilogue& ep = {});
 
 // Given dy (N, out): dx (N, in) = dy @ W (overwritten; skipped if dx is null),
 // dW (out, in) += dy^T @ x, db (out) += column sums of dy (skipped if db is null).

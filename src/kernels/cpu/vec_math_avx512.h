@@ -1,17 +1,18 @@
-// AVX-512 double-precision exp and the normal CDF, for GELU and cross-entropy (not softmax:
-// that one has its own float exp in softmax_simd_ops.h); and gelu_ps, a float GELU for the
-// inference forward only (training keeps the double path: its numerics are frozen).
+// AVX-512 exp and the normal CDF in double (cross-entropy's log-sum-exp) and in float (GELU,
+// forward and backward). Not softmax: that one has its own float exp in softmax_simd_ops.h.
 //
-// Floats are widened to double, evaluated with ~1e-10 relative error, and rounded back to
-// float once, so the float results are within about half an ulp of the true values: as exact
-// as expf/erff, only 8 lanes at a time. Every function has target("avx512f"); callers check
-// gemm_avx512_available() (the same CPU test) before calling.
+// exp_pd: floats widened to double, ~1e-13 relative error, so a float result rounded from it is
+// within about half an ulp. The float functions trade that for ~4x the throughput: exp_ps is
+// about 1 ulp, the normal CDF ~1e-7 absolute (see each). Every function has target("avx512f");
+// callers check gemm_avx512_available() (the same CPU test) before calling.
 //
 // Coefficients: least-squares fits in relative error on Chebyshev nodes (numpy, double), with
 // the max relative error over the interval stated next to each polynomial.
 #pragma once
 
 #include <immintrin.h>
+
+#include <cmath>
 
 namespace minigpt::cpu::avx512 {
 
@@ -41,43 +42,6 @@ MINIGPT_AVX512 __m512d exp_pd(__m512d x) {
   return _mm512_scalef_pd(p, n);
 }
 
-// The standard normal CDF Phi(x) = erfc(-x / sqrt 2) / 2, and exp(-x^2 / 2) in *gauss (the
-// unnormalised density, shared with GELU's backward). One formula for every x, no branches:
-// with a = |x| / sqrt 2 and t = 1 / (1 + a / 2),
-//   erfc(a) = exp(-a^2) R(t),  R of degree 12 (max relative error 8.5e-11 for a in [0, 10]; a
-//   is clamped to 10 inside R, where erfc is already below the smallest float),
-//   Phi = 1 - erfc(a) / 2 for x >= 0, erfc(a) / 2 for x < 0.
-// The x < 0 side keeps full relative precision (no 1 + erf cancellation); on the x >= 0 side
-// Phi >= 1/2, so the absolute error of erfc is what counts. NaN gives NaN; Phi(-inf) = 0,
-// Phi(+inf) = 1 (*gauss = 0 at both).
-MINIGPT_AVX512 __m512d normal_cdf_pd(__m512d x, __m512d* gauss) {
-  const __m512d one = _mm512_set1_pd(1.0);
-  const __m512d a = _mm512_mul_pd(_mm512_abs_pd(x), _mm512_set1_pd(0.70710678118654752440));
-  *gauss = exp_pd(_mm512_sub_pd(_mm512_setzero_pd(), _mm512_mul_pd(a, a)));  // exp(-x^2 / 2)
-  // t = 1 / (1 + min(a, 10) / 2): rcp14 (2^-14) and two Newton steps (2^-56); vdivpd would be
-  // the slowest instruction here. NaN stays NaN (min returns its second operand on NaN).
-  const __m512d den = _mm512_fmadd_pd(_mm512_min_pd(_mm512_set1_pd(10.0), a), _mm512_set1_pd(0.5), one);
-  __m512d t = _mm512_rcp14_pd(den);
-  t = _mm512_fmadd_pd(t, _mm512_fnmadd_pd(den, t, one), t);
-  t = _mm512_fmadd_pd(t, _mm512_fnmadd_pd(den, t, one), t);
-  __m512d r = _mm512_set1_pd(-0.03491545558369883);
-  r = _mm512_fmadd_pd(r, t, _mm512_set1_pd(0.25802152253725014));
-  r = _mm512_fmadd_pd(r, t, _mm512_set1_pd(-0.8184835373560452));
-  r = _mm512_fmadd_pd(r, t, _mm512_set1_pd(1.4170038216148875));
-  r = _mm512_fmadd_pd(r, t, _mm512_set1_pd(-1.3985859323194965));
-  r = _mm512_fmadd_pd(r, t, _mm512_set1_pd(0.7865926962551179));
-  r = _mm512_fmadd_pd(r, t, _mm512_set1_pd(-0.37424634621171526));
-  r = _mm512_fmadd_pd(r, t, _mm512_set1_pd(0.19941454911020423));
-  r = _mm512_fmadd_pd(r, t, _mm512_set1_pd(0.1505818112756965));
-  r = _mm512_fmadd_pd(r, t, _mm512_set1_pd(0.25080889171517573));
-  r = _mm512_fmadd_pd(r, t, _mm512_set1_pd(0.28168935591681404));
-  r = _mm512_fmadd_pd(r, t, _mm512_set1_pd(0.28211928594982594));
-  r = _mm512_fmadd_pd(r, t, _mm512_set1_pd(-6.629891876397099e-07));
-  const __m512d half_erfc = _mm512_mul_pd(_mm512_mul_pd(*gauss, r), _mm512_set1_pd(0.5));
-  const __mmask8 neg = _mm512_cmp_pd_mask(x, _mm512_setzero_pd(), _CMP_LT_OQ);
-  return _mm512_mask_blend_pd(neg, _mm512_sub_pd(one, half_erfc), half_erfc);
-}
-
 // exp(x) in float, 16 lanes, for x in [-104, 89] (clamped: below gives 0 or the smallest
 // subnormal, above +inf). x = n ln2 + r, |r| <= ln2/2, exp(r) by Taylor to r^7 (relative
 // error < 6e-9 before rounding), times 2^n through scalef. About 1 ulp.
@@ -98,15 +62,19 @@ MINIGPT_AVX512 __m512 exp_ps(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-// GELU(x) = x Phi(x) in float, 16 lanes: normal_cdf_pd's formula (same R(t) coefficients,
-// rounded to float) evaluated in float. Phi's absolute error is ~1e-7 (R's float Horner sum
-// cancels: its terms reach 1.4 for values near 0.5), so GELU is within ~5e-7 absolute of the
-// double path, at most 9 ulp where |GELU| > 0.01 (tests/layers_test.cpp measures it), in
-// ~4x fewer cycles. For inference only. GELU(-inf) = -0, GELU(+inf) = +inf, NaN stays NaN.
-MINIGPT_AVX512 __m512 gelu_ps(__m512 x) {
+// The standard normal CDF Phi(x) = erfc(-x / sqrt 2) / 2 in float, 16 lanes, and exp(-x^2 / 2)
+// in *gauss (the unnormalised density, shared with GELU's backward). One formula for every x,
+// no branches: with a = |x| / sqrt 2 and t = 1 / (1 + a / 2),
+//   erfc(a) = exp(-a^2) R(t),  R of degree 12 (fitted in double: max relative error 8.5e-11
+//   for a in [0, 10]; a is clamped to 10 inside R, where erfc is already below the smallest
+//   float), Phi = 1 - erfc(a) / 2 for x >= 0, erfc(a) / 2 for x < 0.
+// The x < 0 side keeps relative precision (no 1 + erf cancellation). In float, R's Horner sum
+// cancels (its terms reach 1.4 for values near 0.5), so Phi's absolute error is ~1e-7.
+// NaN gives NaN; Phi(-inf) = 0, Phi(+inf) = 1 (*gauss = 0 at both).
+MINIGPT_AVX512 __m512 normal_cdf_ps(__m512 x, __m512* gauss) {
   const __m512 one = _mm512_set1_ps(1.0f);
   const __m512 a = _mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(0.70710678118654752440f));
-  const __m512 gauss = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(a, a)));
+  *gauss = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(a, a)));
   // t = 1 / (1 + min(a, 10) / 2): rcp14 and one Newton step (2^-28)
   const __m512 den = _mm512_fmadd_ps(_mm512_min_ps(_mm512_set1_ps(10.0f), a), _mm512_set1_ps(0.5f), one);
   __m512 t = _mm512_rcp14_ps(den);
@@ -124,13 +92,31 @@ MINIGPT_AVX512 __m512 gelu_ps(__m512 x) {
   r = _mm512_fmadd_ps(r, t, _mm512_set1_ps(0.28168935591681404f));
   r = _mm512_fmadd_ps(r, t, _mm512_set1_ps(0.28211928594982594f));
   r = _mm512_fmadd_ps(r, t, _mm512_set1_ps(-6.629891876397099e-07f));
-  const __m512 half_erfc = _mm512_mul_ps(_mm512_mul_ps(gauss, r), _mm512_set1_ps(0.5f));
+  const __m512 half_erfc = _mm512_mul_ps(_mm512_mul_ps(*gauss, r), _mm512_set1_ps(0.5f));
   const __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
-  const __m512 phi = _mm512_mask_blend_ps(neg, _mm512_sub_ps(one, half_erfc), half_erfc);
-  const __m512 y = _mm512_mul_ps(x, phi);
+  return _mm512_mask_blend_ps(neg, _mm512_sub_ps(one, half_erfc), half_erfc);
+}
+
+// GELU(x) = x Phi(x) in float, 16 lanes: within ~5e-7 absolute of the double formula, at most
+// ~9 ulp where |GELU| > 0.01 (tests/layers_test.cpp measures it). GELU(-inf) = -0,
+// GELU(+inf) = +inf, NaN stays NaN.
+MINIGPT_AVX512 __m512 gelu_ps(__m512 x) {
+  __m512 gauss;
+  const __m512 y = _mm512_mul_ps(x, normal_cdf_ps(x, &gauss));
   // -inf * 0 is NaN: GELU(-inf) = -0
   const __mmask16 minf = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
   return _mm512_mask_blend_ps(minf, y, _mm512_set1_ps(-0.0f));
+}
+
+// GELU'(x) = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi), in float: within ~3e-7
+// absolute (Phi's error, and the cancellation near the root x ~ -0.75). GELU'(-inf) = 0,
+// GELU'(+inf) = 1 (inf * 0 would be NaN), NaN stays NaN.
+MINIGPT_AVX512 __m512 gelu_grad_ps(__m512 x) {
+  __m512 gauss;
+  const __m512 cdf = normal_cdf_ps(x, &gauss);
+  const __m512 g = _mm512_fmadd_ps(_mm512_mul_ps(x, gauss), _mm512_set1_ps(0.39894228040143267794f), cdf);
+  const __mmask16 inf = _mm512_cmp_ps_mask(_mm512_abs_ps(x), _mm512_set1_ps(INFINITY), _CMP_EQ_OQ);
+  return _mm512_mask_blend_ps(inf, g, cdf);
 }
 
 #undef MINIGPT_AVX512
