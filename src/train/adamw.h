@@ -62,7 +62,8 @@ class AdamW {
 };
 
 // The L2 norm of every gradient element together, summed in double in canonical tensor order
-// (so the same bits for any thread count).
+// (each tensor in 16 lanes reduced in a fixed order with AVX-512), on the calling thread: the
+// same bits for any thread count.
 double global_grad_norm(const ModelWeights& grads);
 
 // Scales every gradient by max_norm / (norm + 1e-6) when norm > max_norm (as
