@@ -347,7 +347,7 @@ TEST(Gelu, OneAndTwoThreadsAgreeBitwise) {
 struct AttnCase {
   int64_t B, T, C, NH;
 };
-const AttnCase kAttnCases[] = {{2, 16, 64, 4}, {1, 1, 64, 4}, {3, 5, 12, 3}, {2, 7, 10, 1},
+const AttnCase kAttnCases[] = {{2, 16, 64, 4}, {1, 1, 64, 4}, {2, 11, 64, 4}, {3, 5, 12, 3}, {2, 7, 10, 1},
                                {64, 16, 64, 4}};
 
 TEST(Attention, ForwardMatchesDoubleReference) {

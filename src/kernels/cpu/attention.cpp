@@ -2,11 +2,17 @@
 //
 // One query row attends to keys 0..t1 only; the masked keys are never computed (no -inf or
 // -1e4 fill), and their att entries are written as 0. The softmax is the usual max-subtracted
-// one, local to this file, in float with exact expf. With AVX-512 the dot products and
-// row updates over dh run 16 lanes at a time (masked when dh is not a multiple of 16); the
-// scalar loops are the fallback. Work is split over (batch, head, query)
-// rows in the forward and over (batch, head) pairs in the backward, each written by exactly one
-// thread and summed in a fixed order, so every result is the same for any thread count.
+// one, local to this file, in float.
+//
+// Two implementations:
+// - the model's shape (head size 16, T <= 16) with AVX-512: a whole (batch, head) pair as
+//   16 x 16 register tiles, forward and backward (attend_pair_dh16, backward_pair_dh16), exp
+//   by vec_math_avx512.h exp_ps;
+// - any other shape: one query row at a time, dot products and row updates over dh (AVX-512
+//   16 lanes, masked tails, or scalar), exact expf.
+// Work is split over (batch, head) pairs (or (batch, head, query) rows), each written by
+// exactly one thread and summed in a fixed order, so every result is the same for any thread
+// count.
 #include "kernels/cpu/attention.h"
 
 #include "core/error.h"
@@ -109,43 +115,95 @@ void attend(const float* q, const float* k, const float* v, int64_t stride, int6
   attend_row(q, k, v, stride, len, dh, scale, p, out);
 }
 
-// The model's shape (dh = 16, T <= 16), one (b, h) pair: K^T (16, T) is built once with a
-// register transpose, then each query row's scores are one 16-lane vector (16 FMAs, no
-// horizontal sums per key), softmax over the unmasked lanes (exp in double, as
-// vec_math_avx512.h), and out = sum_t2 p[t2] v[t2] (one vector per key).
+// The model's shape (dh = 16, T <= 16), one (b, h) pair, as 16 x 16 tiles held "transposed":
+// a register per key t2 whose lanes are the queries t1. Then the softmax over keys is a
+// vertical max and sum across registers (no horizontal reductions, no per-row latency chain):
+//   Q^T (16 d x 16 t1) by a register transpose;
+//   S^T[t2] = scale * sum_d k[t2][d] Q^T[d]            16 FMAs per key, lanes t1 >= t2 live;
+//   P^T[t2] = exp(S^T[t2] - max) / sum                 float exp (vec_math_avx512.h exp_ps);
+//   out[t1] = sum_{t2 <= t1} P[t1][t2] v[t2]           one vector (d) per key, in key order.
+// pt gets P^T (pt[t2 * 16 + t1]); masked entries (t2 > t1) are exactly 0.
 __attribute__((target("avx512f"))) void attend_pair_dh16(const float* base, int64_t C3,
-                                                         int64_t T, float scale, float* att,
+                                                         int64_t T, float scale, float* pt,
                                                          float* out, int64_t out_stride,
                                                          int64_t C) {
-  alignas(64) float kt[16 * 16] = {};  // lanes t2 >= T stay 0 (never live anyway)
-  transpose_avx512(T, 16, base + C, C3, kt, 16);  // kt[d * 16 + t2] = k[t2][d]
-  alignas(64) float p[16];
-  const __m512 scale_v = _mm512_set1_ps(scale);
-  for (int64_t t1 = 0; t1 < T; ++t1) {
-    const float* q = base + t1 * C3;
-    __m512 s = _mm512_setzero_ps();
+  alignas(64) float qt[16 * 16] = {};  // lanes t1 >= T stay 0 (never stored)
+  transpose_avx512(T, 16, base, C3, qt, 16);  // qt[d * 16 + t1] = q[t1][d]
+  const float* k = base + C;
+  const float* v = base + 2 * C;
+  const __mmask16 rows = static_cast<__mmask16>((1u << T) - 1u);
+  __m512 s[16];
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int64_t t2 = 0; t2 < T; ++t2) {
+    __m512 acc = _mm512_setzero_ps();
     for (int d = 0; d < 16; ++d)
-      s = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_load_ps(kt + d * 16), s);
-    s = _mm512_mul_ps(s, scale_v);
-    const __mmask16 live = static_cast<__mmask16>((2u << t1) - 1);  // keys 0..t1
-    const float mx = _mm512_mask_reduce_max_ps(live, s);
-    const __m512 sm = _mm512_sub_ps(s, _mm512_set1_ps(mx));
-    const __m512d e0 = avx512::exp_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(sm)));
-    // keys 8..15 exist only from t1 = 8 on; before, their lanes are masked to 0 below anyway
-    const __m512d e1 = t1 < 8 ? _mm512_setzero_pd()
-                              : avx512::exp_pd(_mm512_cvtps_pd(_mm256_castpd_ps(
-                                    _mm512_extractf64x4_pd(_mm512_castps_pd(sm), 1))));
-    const __m512 e = _mm512_maskz_mov_ps(
-        live, _mm512_castpd_ps(_mm512_insertf64x4(
-                  _mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(e0))),
-                  _mm256_castps_pd(_mm512_cvtpd_ps(e1)), 1)));
-    const float inv = 1.0f / _mm512_reduce_add_ps(e);  // masked lanes are exactly 0
-    _mm512_store_ps(p, _mm512_mul_ps(e, _mm512_set1_ps(inv)));
-    if (att) std::copy(p, p + T, att + t1 * T);  // masked entries: 0
+      acc = _mm512_fmadd_ps(_mm512_set1_ps(k[t2 * C3 + d]), _mm512_load_ps(qt + d * 16), acc);
+    s[t2] = _mm512_mul_ps(acc, _mm512_set1_ps(scale));
+    const __mmask16 live = rows & static_cast<__mmask16>(0xFFFFu << t2);  // queries t1 >= t2
+    mx = _mm512_mask_max_ps(mx, live, mx, s[t2]);
+  }
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t t2 = 0; t2 < T; ++t2) {
+    const __mmask16 live = rows & static_cast<__mmask16>(0xFFFFu << t2);
+    s[t2] = _mm512_maskz_mov_ps(live, avx512::exp_ps(_mm512_sub_ps(s[t2], mx)));
+    sum = _mm512_add_ps(sum, s[t2]);
+  }
+  // lanes t1 >= T have sum 0: their 1/0 is never stored
+  const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), sum);
+  for (int64_t t2 = 0; t2 < T; ++t2) _mm512_store_ps(pt + t2 * 16, _mm512_mul_ps(s[t2], inv));
+  for (int64_t t1 = 0; t1 < T; ++t1) {
     __m512 o = _mm512_setzero_ps();
     for (int64_t t2 = 0; t2 <= t1; ++t2)
-      o = _mm512_fmadd_ps(_mm512_set1_ps(p[t2]), _mm512_loadu_ps(base + t2 * C3 + 2 * C), o);
+      o = _mm512_fmadd_ps(_mm512_set1_ps(pt[t2 * 16 + t1]), _mm512_loadu_ps(v + t2 * C3), o);
     _mm512_storeu_ps(out + t1 * out_stride, o);
+  }
+}
+
+// The backward of attend_pair_dh16 for one (b, h), in the same transposed tiles. With g[t1]
+// the output gradient rows and P the saved probabilities:
+//   dP^T[t2] = sum_d v[t2][d] G^T[d];  rowsum = sum_t2 P^T[t2] dP^T[t2]  (lanes t1)
+//   dS^T[t2] = P^T[t2] (dP^T[t2] - rowsum) scale                        (0 where masked)
+//   dv[t2] = sum_{t1 >= t2} P[t1][t2] g[t1];  dk[t2] = sum_{t1 >= t2} dS[t1][t2] q[t1];
+//   dq[t1] = sum_{t2 <= t1} dS[t1][t2] k[t2]                             (vectors over d)
+// Every dq, dk, dv row of this pair is written exactly once (no zero fill, no +=).
+__attribute__((target("avx512f"))) void backward_pair_dh16(const float* g, int64_t g_stride,
+                                                           const float* base, const float* att,
+                                                           float* dbase, int64_t C3, int64_t T,
+                                                           float scale, int64_t C) {
+  alignas(64) float gt[16 * 16] = {}, pt[16 * 16] = {}, dst[16 * 16];
+  transpose_avx512(T, 16, g, g_stride, gt, 16);  // gt[d * 16 + t1] = g[t1][d]
+  transpose_avx512(T, T, att, T, pt, 16);        // pt[t2 * 16 + t1] = P[t1][t2]
+  const float* q = base;
+  const float* k = base + C;
+  const float* v = base + 2 * C;
+  __m512 dp[16];
+  __m512 rowsum = _mm512_setzero_ps();
+  for (int64_t t2 = 0; t2 < T; ++t2) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int d = 0; d < 16; ++d)
+      acc = _mm512_fmadd_ps(_mm512_set1_ps(v[t2 * C3 + d]), _mm512_load_ps(gt + d * 16), acc);
+    dp[t2] = acc;
+    rowsum = _mm512_fmadd_ps(_mm512_load_ps(pt + t2 * 16), acc, rowsum);
+  }
+  const __m512 scale_v = _mm512_set1_ps(scale);
+  for (int64_t t2 = 0; t2 < T; ++t2)
+    _mm512_store_ps(dst + t2 * 16, _mm512_mul_ps(_mm512_mul_ps(_mm512_load_ps(pt + t2 * 16),
+                                                               _mm512_sub_ps(dp[t2], rowsum)),
+                                                 scale_v));
+  for (int64_t t2 = 0; t2 < T; ++t2) {
+    __m512 dv = _mm512_setzero_ps(), dk = _mm512_setzero_ps();
+    for (int64_t t1 = t2; t1 < T; ++t1) {
+      dv = _mm512_fmadd_ps(_mm512_set1_ps(pt[t2 * 16 + t1]), _mm512_loadu_ps(g + t1 * g_stride), dv);
+      dk = _mm512_fmadd_ps(_mm512_set1_ps(dst[t2 * 16 + t1]), _mm512_loadu_ps(q + t1 * C3), dk);
+    }
+    _mm512_storeu_ps(dbase + t2 * C3 + 2 * C, dv);
+    _mm512_storeu_ps(dbase + t2 * C3 + C, dk);
+  }
+  for (int64_t t1 = 0; t1 < T; ++t1) {
+    __m512 dq = _mm512_setzero_ps();
+    for (int64_t t2 = 0; t2 <= t1; ++t2)
+      dq = _mm512_fmadd_ps(_mm512_set1_ps(dst[t2 * 16 + t1]), _mm512_loadu_ps(k + t2 * C3), dq);
+    _mm512_storeu_ps(dbase + t1 * C3, dq);
   }
 }
 
@@ -160,10 +218,13 @@ void attention_forward(const float* qkv, float* out, float* att, int64_t B, int6
     pool.parallel_for(
         B * NH,
         [&](int64_t p0, int64_t p1) {
+          alignas(64) float pt[16 * 16];
           for (int64_t pair = p0; pair < p1; ++pair) {
             const int64_t b = pair / NH, h = pair % NH;
-            attend_pair_dh16(qkv + b * T * C3 + h * dh, C3, T, scale,
-                             att ? att + pair * T * T : nullptr, out + b * T * C + h * dh, C, C);
+            attend_pair_dh16(qkv + b * T * C3 + h * dh, C3, T, scale, pt,
+                             out + b * T * C + h * dh, C, C);
+            // att[t1][t2] = pt[t2 * 16 + t1]: the backward's row-major probabilities
+            if (att) transpose_avx512(T, T, pt, 16, att + pair * T * T, T);
           }
         },
         std::max<int64_t>(1, (int64_t{1} << 17) / (T * T * dh * 2)));
@@ -248,6 +309,20 @@ void attention_backward(const float* dout, const float* qkv, const float* att, f
   const int64_t dh = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 17) / (T * T * dh * 2));
+  if (dh == 16 && T <= 16 && gemm_avx512_available()) {
+    const int64_t C3 = 3 * C;
+    pool.parallel_for(
+        B * NH,
+        [&](int64_t p0, int64_t p1) {
+          for (int64_t pair = p0; pair < p1; ++pair) {
+            const int64_t b = pair / NH, h = pair % NH;
+            backward_pair_dh16(dout + b * T * C + h * dh, C, qkv + b * T * C3 + h * dh,
+                               att + pair * T * T, dqkv + b * T * C3 + h * dh, C3, T, scale, C);
+          }
+        },
+        grain);
+    return;
+  }
   pool.parallel_for(
       B * NH,
       [&](int64_t p0, int64_t p1) {
