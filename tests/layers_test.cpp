@@ -155,10 +155,11 @@ TEST(Linear, PrepackedForwardEqualsForwardBitwise) {
   }
 }
 
-// The fused epilogue (residual add, GELU) against the unfused sequence linear_forward, then
-// y + residual, then gelu_forward: bitwise equal on every path (the 12 x 32 kernel, packed or
-// not, the decode dot products at N < 4), for 1 and 2 threads, and with the residual being y
-// itself (in place, as the model's residual stream).
+// The fused epilogues against the unfused sequences: linear_forward, then y + residual, or
+// then gelu_forward and gelu_backward with dy = 1 (GELU'); linear_backward's dx_scale against
+// dx * scale. Bitwise equal on every path (the 12 x 32 kernel, packed or not, the decode dot
+// products at N < 4), for 1 and 2 threads, and with the residual being y itself (in place, as
+// the model's residual stream).
 TEST(Linear, FusedEpilogueEqualsUnfusedSequenceBitwise) {
   ThreadPool one(1), two(2);
   for (const auto& c : kLinearCases) {
@@ -168,9 +169,12 @@ TEST(Linear, FusedEpilogueEqualsUnfusedSequenceBitwise) {
     cpu::linear_pack_weights(W.data(), packed.data(), c.in, c.out);
     for (ThreadPool* pool : {&one, &two}) {
       Floats pre(c.N * c.out, NAN), sum(c.N * c.out, NAN), gelu(c.N * c.out, NAN);
+      Floats gelu_grad(c.N * c.out, NAN);
       cpu::linear_forward(x.data(), W.data(), b.data(), pre.data(), c.N, c.in, c.out, *pool);
       for (size_t i = 0; i < pre.size(); ++i) sum[i] = pre[i] + res[i];
       cpu::gelu_forward(pre.data(), gelu.data(), c.N * c.out, *pool);
+      const Floats ones(pre.size(), 1.0f);
+      cpu::gelu_backward(pre.data(), ones.data(), gelu_grad.data(), c.N * c.out, *pool);
       for (const bool use_packed : {false, true}) {
         const auto forward = [&](float* y, const cpu::LinearEpilogue& ep) {
           if (use_packed)
@@ -180,15 +184,26 @@ TEST(Linear, FusedEpilogueEqualsUnfusedSequenceBitwise) {
             cpu::linear_forward(x.data(), W.data(), b.data(), y, c.N, c.in, c.out, *pool, ep);
         };
         Floats y(c.N * c.out, NAN), g(c.N * c.out, NAN);
-        forward(y.data(), {.gelu_out = g.data()});
-        expect_bitwise_equal(y, pre, "pre-activation next to the fused GELU");
-        expect_bitwise_equal(g, gelu, "fused GELU");
+        forward(y.data(), {.gelu = true, .gelu_grad = g.data()});
+        expect_bitwise_equal(y, gelu, "fused GELU");
+        expect_bitwise_equal(g, gelu_grad, "fused GELU'");
+        forward(y.data(), {.gelu = true});
+        expect_bitwise_equal(y, gelu, "fused GELU without GELU'");
         forward(y.data(), {.residual = res.data()});
         expect_bitwise_equal(y, sum, "fused residual add");
         Floats inplace = res;  // y = y + x W^T + b, as the residual stream
         forward(inplace.data(), {.residual = inplace.data()});
         expect_bitwise_equal(inplace, sum, "fused residual add in place");
       }
+      // backward: dx = (dy @ W) * scale
+      const Floats dy = random_floats(c.N * c.out, 20), scale = random_floats(c.N * c.in, 21);
+      Floats dx(c.N * c.in, NAN), dx_scaled(c.N * c.in, NAN), dW(c.out * c.in, 0.0f);
+      cpu::linear_backward(x.data(), W.data(), dy.data(), dx.data(), dW.data(), nullptr, c.N,
+                           c.in, c.out, *pool);
+      cpu::linear_backward(x.data(), W.data(), dy.data(), dx_scaled.data(), dW.data(), nullptr,
+                           c.N, c.in, c.out, *pool, scale.data());
+      for (size_t i = 0; i < dx.size(); ++i) dx[i] *= scale[i];
+      expect_bitwise_equal(dx_scaled, dx, "fused dx scale");
     }
   }
 }
@@ -324,6 +339,24 @@ TEST(Gelu, BackwardMatchesClosedForm) {
   for (size_t i = 0; i < x.size(); ++i)
     ASSERT_LE(std::fabs(dx[i] - ref[i]), 6e-7 * std::fabs(ref[i]) + 3e-7 * std::fabs(dy[i]))
         << "x = " << x[i] << ", dy = " << dy[i];
+}
+
+TEST(Gelu, ForwardWithGradEqualsForwardAndBackwardBitwise) {
+  ThreadPool pool(2);
+  Floats x = random_floats(40001, 35, -9.0f, 9.0f);
+  for (const float v : {-INFINITY, INFINITY, NAN, -0.0f, 0.0f, -1e30f, 1e30f}) x.push_back(v);
+  const int64_t n = static_cast<int64_t>(x.size());
+  const Floats ones(x.size(), 1.0f);
+  Floats y(x.size(), NAN), grad(x.size(), NAN), y_ref(x.size(), NAN), grad_ref(x.size(), NAN);
+  cpu::gelu_forward(x.data(), y_ref.data(), n, pool);
+  cpu::gelu_backward(x.data(), ones.data(), grad_ref.data(), n, pool);
+  cpu::gelu_forward_with_grad(x.data(), y.data(), grad.data(), n, pool);
+  expect_bitwise_equal(y, y_ref, "gelu_forward_with_grad y");
+  expect_bitwise_equal(grad, grad_ref, "gelu_forward_with_grad grad");
+  Floats inplace = x;  // y = x
+  cpu::gelu_forward_with_grad(inplace.data(), inplace.data(), grad.data(), n, pool);
+  expect_bitwise_equal(inplace, y_ref, "gelu_forward_with_grad in place");
+  expect_bitwise_equal(grad, grad_ref, "gelu_forward_with_grad grad (in place)");
 }
 
 TEST(Gelu, OneAndTwoThreadsAgreeBitwise) {

@@ -12,9 +12,11 @@ implementation on CPU, torch.nn.utils.clip_grad_norm_. Ids: uniform random token
 step does not depend on which tokens); the C++ side draws windows of the grammar corpus.
 
 Timing: --warmup untimed steps, then the median of --steps timed ones (time.perf_counter around
-the whole step). Unless --no-cpp it first runs `minigpt bench train -o json` with the same B, T,
--t, --steps and --warmup, then prints both rows with cpp_speedup = torch ms / C++ ms (how many
-times faster the C++ step is), measured in one run on one machine.
+the whole step). Unless --no-cpp it runs `minigpt bench train -o json` with the same B, T, -t,
+--steps and --warmup. The two sides alternate for --rounds rounds (C++, torch, C++, torch, ...),
+so that a busy minute on a shared machine slows both; each side's figure is the median of its
+per-round medians, and the table prints cpp_speedup = torch ms / C++ ms (how many times faster
+the C++ step is), measured in one run on one machine, with the per-round figures above it.
 
 Without torch it prints why and exits 0 (a skip, not a failure).
 """
@@ -66,6 +68,8 @@ def main() -> int:
     ap.add_argument("-T", "--seq", type=int, default=16)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="alternating C++/torch rounds; each side reports the median of its round medians")
     ap.add_argument("--vocab-size", type=int, default=None,
                     help="V for the torch model (default: the C++ report's, else 611)")
     ap.add_argument("--no-cpp", action="store_true", help="do not run `minigpt bench train`")
@@ -75,32 +79,39 @@ def main() -> int:
 
     B, T = args.batch, args.seq
     meta: dict = {}
-    rows: list[dict] = []
-    cpp_ms = None
-    vocab_size = args.vocab_size
-    if not args.no_cpp:  # C++ first, so the two measurements are minutes apart at most
-        exe = find_minigpt(args.minigpt)
-        if exe is None:
-            meta["c++"] = "skipped: no minigpt binary found (build it, or pass --minigpt)"
-        else:
-            cmd = [exe, "bench", "train", "-o", "json", "-t", str(args.threads), "-B", str(B), "-T", str(T),
-                   "--steps", str(args.steps), "--warmup", str(args.warmup)]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode != 0:
-                print(f"torch_train.py: `{' '.join(cmd)}` failed:\n{proc.stderr}", file=sys.stderr)
-                return 1
-            report = json.loads(proc.stdout)
-            for k in ("machine", "build", "peak_rss_mib"):
-                meta["c++ " + k if k == "peak_rss_mib" else k] = report["meta"].get(k)
-            vocab_size = vocab_size or report["meta"].get("vocab_size")
-            r = report["rows"][0]
-            cpp_ms = r["median_ms"]
-            rows.append({"impl": r["impl"], "B": r["B"], "T": r["T"], "threads": r["threads"],
-                         "median_ms": cpp_ms, "tokens_per_s": r["tokens_per_s"], "steps": r["steps"]})
+    exe = None if args.no_cpp else find_minigpt(args.minigpt)
+    if not args.no_cpp and exe is None:
+        meta["c++"] = "skipped: no minigpt binary found (build it, or pass --minigpt)"
 
-    try:  # imported after the C++ run: the child starts from a small parent
+    def run_cpp() -> dict | None:
+        """One `minigpt bench train` run: its JSON report, or None after printing the error."""
+        cmd = [exe, "bench", "train", "-o", "json", "-t", str(args.threads), "-B", str(B), "-T", str(T),
+               "--steps", str(args.steps), "--warmup", str(args.warmup)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(f"torch_train.py: `{' '.join(cmd)}` failed:\n{proc.stderr}", file=sys.stderr)
+            return None
+        return json.loads(proc.stdout)
+
+    cpp_rounds: list[float] = []
+    cpp_row = None
+    vocab_size = args.vocab_size
+    if exe is not None:  # the first round's C++ run also gives the vocabulary size
+        report = run_cpp()
+        if report is None:
+            return 1
+        for k in ("machine", "build", "peak_rss_mib"):
+            meta["c++ " + k if k == "peak_rss_mib" else k] = report["meta"].get(k)
+        vocab_size = vocab_size or report["meta"].get("vocab_size")
+        cpp_row = report["rows"][0]
+        cpp_rounds.append(cpp_row["median_ms"])
+
+    try:  # imported after the first C++ run: the child starts from a small parent
         import torch
     except Exception as e:  # ImportError, or a broken install
+        rows = []
+        if cpp_row is not None:
+            rows.append({k: cpp_row[k] for k in ("impl", "B", "T", "threads", "median_ms", "tokens_per_s", "steps")})
         print(render(rows, meta, args.output))
         print(f"torch_train.py: torch peer skipped: torch is not importable ({type(e).__name__}: {e})")
         return 0
@@ -133,19 +144,45 @@ def main() -> int:
         opt.step()
         return loss.detach().item()
 
-    for i in range(args.warmup):
-        step(i)
-    times = []
-    for i in range(args.steps):
-        t0 = time.perf_counter()
-        step(i)
-        times.append((time.perf_counter() - t0) * 1e3)
-    torch_ms = statistics.median(times)
+    def run_torch() -> float:
+        """--warmup untimed steps, then the median ms of --steps timed ones."""
+        for i in range(args.warmup):
+            step(i)
+        times = []
+        for i in range(args.steps):
+            t0 = time.perf_counter()
+            step(i)
+            times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
+
+    # Rounds alternate the two sides (C++, torch, C++, torch, ...), so a slow minute on a shared
+    # machine hits both; each side's figure is the median of its per-round medians.
+    torch_rounds = [run_torch()]
+    for _ in range(args.rounds - 1):
+        if exe is not None:
+            report = run_cpp()
+            if report is None:
+                return 1
+            cpp_rounds.append(report["rows"][0]["median_ms"])
+        torch_rounds.append(run_torch())
+
+    rows = []
+    cpp_ms = statistics.median(cpp_rounds) if cpp_rounds else None
+    if cpp_row is not None:
+        rows.append({"impl": cpp_row["impl"], "B": B, "T": T, "threads": cpp_row["threads"],
+                     "median_ms": cpp_ms, "tokens_per_s": B * T / (cpp_ms / 1e3),
+                     "steps": args.steps * len(cpp_rounds)})
+    torch_ms = statistics.median(torch_rounds)
     rows.append({"impl": "torch eager", "B": B, "T": T, "threads": torch.get_num_threads(),
-                 "median_ms": torch_ms, "tokens_per_s": B * T / (torch_ms / 1e3), "steps": args.steps})
+                 "median_ms": torch_ms, "tokens_per_s": B * T / (torch_ms / 1e3),
+                 "steps": args.steps * len(torch_rounds)})
     meta.update({"torch": torch.__version__, "vocab_size": config.vocab_size,
-                 "step": "zero grads + forward_train + backward + clip 1.0 + AdamW (wd 0.1 on matrices)"})
+                 "step": "zero grads + forward_train + backward + clip 1.0 + AdamW (wd 0.1 on matrices)",
+                 "rounds": f"{args.rounds} (alternating C++ and torch; median of the per-round medians)",
+                 "torch ms per round": ", ".join(f"{t:.2f}" for t in torch_rounds)})
     if cpp_ms is not None:
+        meta["c++ ms per round"] = ", ".join(f"{t:.2f}" for t in cpp_rounds)
+        meta["speedup per round"] = ", ".join(f"{t / c:.2f}x" for t, c in zip(torch_rounds, cpp_rounds))
         for r in rows:
             r["cpp_speedup"] = r["median_ms"] / cpp_ms
     print(render(rows, meta, args.output))

@@ -24,7 +24,6 @@ Decoder::Decoder(const GrammarMiniGPT& model)
   ln_ = Tensor::empty({1, d});
   qkv_ = Tensor::empty({1, 3 * d});
   att_out_ = Tensor::empty({1, d});
-  fc1_ = Tensor::empty({1, F});
   gelu_ = Tensor::empty({1, F});
   logits_ = Tensor::empty({1, static_cast<int64_t>(c.vocab_size)});
 }
@@ -64,8 +63,8 @@ std::span<const float> Decoder::step(int32_t id, ThreadPool& pool) {
                         pool, {.residual = x});  // x += proj(att_out)
     cpu::layernorm_forward(x, bw.ln2_weight.data(), bw.ln2_bias.data(), ln_.data(), nullptr,
                            nullptr, 1, d, eps, pool);
-    cpu::linear_forward(ln_.data(), bw.fc1_weight.data(), bw.fc1_bias.data(), fc1_.data(), 1, d,
-                        F, pool, {.gelu_out = gelu_.data()});
+    cpu::linear_forward(ln_.data(), bw.fc1_weight.data(), bw.fc1_bias.data(), gelu_.data(), 1, d,
+                        F, pool, {.gelu = true});
     cpu::linear_forward(gelu_.data(), bw.fc2_weight.data(), bw.fc2_bias.data(), x, 1, F, d, pool,
                         {.residual = x});  // x += fc2(gelu)
   }

@@ -44,7 +44,7 @@ class Decoder {
   int64_t pos_ = 0;
   std::vector<Tensor> k_cache_, v_cache_;  // per layer, (block_size, d)
   // one-row scratch
-  Tensor x_, ln_, qkv_, att_out_, fc1_, gelu_, logits_;
+  Tensor x_, ln_, qkv_, att_out_, gelu_, logits_;
 };
 
 }  // namespace minigpt

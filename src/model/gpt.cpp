@@ -34,12 +34,13 @@ struct BlockActs {
   Tensor att_out;                   // (N, d) heads concatenated, before proj
   Tensor mid;                       // (N, d) residual after the attention half
   Tensor ln2, ln2_mean, ln2_rstd;   // (N, d), (N), (N)
-  Tensor fc1;                       // (N, 4d) before GELU
-  Tensor gelu;                      // (N, 4d)
+  Tensor gelu;                      // (N, 4d) GELU(fc1(ln2))
+  Tensor gelu_grad;                 // (N, 4d) GELU' at fc1's output (training only)
   Tensor out;                       // (N, d) residual after the block
 };
-// (proj's and fc2's outputs go straight into mid and out: the residual add is fused into the
-// Linear's store, cpu::LinearEpilogue; so is the GELU into fc1's.)
+// proj's and fc2's outputs go straight into mid and out: the residual add is fused into the
+// Linear's store (cpu::LinearEpilogue); so is the GELU into fc1's, which also saves GELU' for
+// the backward (fc1's pre-activation itself is never stored).
 
 struct Activations {
   int64_t B = 0, T = 0;
@@ -69,8 +70,8 @@ Activations allocate_train(const ModelConfig& c, int64_t B, int64_t T) {
     b.ln2 = Tensor::empty({N, d});
     b.ln2_mean = Tensor::empty({N});
     b.ln2_rstd = Tensor::empty({N});
-    b.fc1 = Tensor::empty({N, F});
     b.gelu = Tensor::empty({N, F});
+    b.gelu_grad = Tensor::empty({N, F});
     b.out = Tensor::empty({N, d});
     in = b.out;
     a.blocks.push_back(std::move(b));
@@ -89,8 +90,7 @@ Activations allocate_inference(const ModelConfig& c, int64_t B, int64_t T) {
   b.in = b.mid = b.out = Tensor::empty({N, d});
   b.ln1 = b.ln2 = b.att_out = Tensor::empty({N, d});  // each is dead before the next is written
   b.qkv = Tensor::empty({N, 3 * d});
-  // no att: attention_forward skips writing the probabilities (only the backward reads them)
-  b.fc1 = Tensor::empty({N, F});
+  // no att, no gelu_grad: only the backward reads them
   b.gelu = Tensor::empty({N, F});
   Activations a;
   a.B = B;
@@ -195,8 +195,8 @@ void run_forward(const ModelConfig& c, const ModelWeights& w, const PackedLinear
     // MLP half: out = mid + fc2(gelu(fc1(ln2(mid))))
     cpu::layernorm_forward(b.mid.data(), bw.ln2_weight.data(), bw.ln2_bias.data(), b.ln2.data(),
                            ptr(b.ln2_mean), ptr(b.ln2_rstd), N, d, eps, pool);
-    linear(b.ln2.data(), bw.fc1_weight, bw.fc1_bias, pk ? &(*pk)[2] : nullptr, b.fc1.data(), N,
-           d, F, pool, {.gelu_out = b.gelu.data()});
+    linear(b.ln2.data(), bw.fc1_weight, bw.fc1_bias, pk ? &(*pk)[2] : nullptr, b.gelu.data(),
+           N, d, F, pool, {.gelu = true, .gelu_grad = ptr(b.gelu_grad)});
     linear(b.gelu.data(), bw.fc2_weight, bw.fc2_bias, pk ? &(*pk)[3] : nullptr, b.out.data(),
            N, F, d, pool, {.residual = b.mid.data()});
     if (trace) trace->blocks.push_back(b.out.clone().view({B, T, d}));
@@ -230,8 +230,7 @@ struct TrainState {
   Tensor dln;     // (N, d) gradient at a LayerNorm output / attention output
   Tensor dtmp;    // (N, d) LayerNorm input gradient before it joins dresid
   Tensor dqkv;    // (N, 3d)
-  Tensor dfc;     // (N, 4d) gradient at the GELU output, then at fc1's output
-  Tensor dgelu;   // (N, 4d)
+  Tensor dfc;     // (N, 4d) gradient at fc1's output
   bool ready = false;  // a forward_train happened and its backward has not run yet
 
   TrainState(const ModelConfig& c, int64_t B, int64_t T)
@@ -243,8 +242,7 @@ struct TrainState {
         dln(Tensor::empty({B * T, c.d_model})),
         dtmp(Tensor::empty({B * T, c.d_model})),
         dqkv(Tensor::empty({B * T, 3 * static_cast<int64_t>(c.d_model)})),
-        dfc(Tensor::empty({B * T, c.d_ff()})),
-        dgelu(Tensor::empty({B * T, c.d_ff()})) {}
+        dfc(Tensor::empty({B * T, c.d_ff()})) {}
 };
 
 // Inference state kept across forward calls: the packed Linear weights (repacked when stale)
@@ -354,9 +352,10 @@ void GrammarMiniGPT::backward(ModelWeights& grads, ThreadPool& pool) {
     BlockWeights& bg = grads.blocks[static_cast<size_t>(l)];
     BlockActs& b = a.blocks[static_cast<size_t>(l)];
     // out = mid + fc2(gelu(fc1(ln2(mid)))): dresid flows to mid unchanged, plus the MLP branch
-    cpu::linear_backward(b.gelu.data(), bw.fc2_weight.data(), dresid, s.dgelu.data(),
-                         bg.fc2_weight.data(), bg.fc2_bias.data(), N, F, d, pool);
-    cpu::gelu_backward(b.fc1.data(), s.dgelu.data(), s.dfc.data(), N * F, pool);
+    // d(fc1 output) = (dresid @ fc2) * GELU'(fc1 output), the product fused into the store
+    cpu::linear_backward(b.gelu.data(), bw.fc2_weight.data(), dresid, s.dfc.data(),
+                         bg.fc2_weight.data(), bg.fc2_bias.data(), N, F, d, pool,
+                         b.gelu_grad.data());
     cpu::linear_backward(b.ln2.data(), bw.fc1_weight.data(), s.dfc.data(), s.dln.data(),
                          bg.fc1_weight.data(), bg.fc1_bias.data(), N, d, F, pool);
     cpu::layernorm_backward(s.dln.data(), b.mid.data(), bw.ln2_weight.data(), b.ln2_mean.data(),

@@ -36,17 +36,24 @@ inline float gelu_grad_scalar(float x) {
 }
 
 // y[i0, i1) = GELU(x) (backward = false) or dy * GELU'(x) (true), 16 lanes; the tail masked.
+// With grad (forward only): grad = GELU'(x) too.
 template <bool backward>
 __attribute__((target("avx512f"))) void gelu_range_avx512(const float* x, const float* dy,
-                                                          float* y, int64_t i0, int64_t i1) {
+                                                          float* y, float* grad, int64_t i0,
+                                                          int64_t i1) {
   for (int64_t i = i0; i < i1; i += 16) {
     const __mmask16 m = i1 - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (i1 - i)) - 1u);
     const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
     __m512 r;
-    if constexpr (backward)
+    if constexpr (backward) {
       r = _mm512_mul_ps(avx512::gelu_grad_ps(xv), _mm512_maskz_loadu_ps(m, dy + i));
-    else
+    } else if (grad) {
+      __m512 g;
+      r = avx512::gelu_with_grad_ps(xv, &g);
+      _mm512_mask_storeu_ps(grad + i, m, g);
+    } else {
       r = avx512::gelu_ps(xv);
+    }
     _mm512_mask_storeu_ps(y + i, m, r);
   }
 }
@@ -58,8 +65,23 @@ void gelu_forward(const float* x, float* y, int64_t n, ThreadPool& pool) {
   pool.parallel_for(
       n,
       [&](int64_t i0, int64_t i1) {
-        if (gemm_avx512_available()) return gelu_range_avx512<false>(x, nullptr, y, i0, i1);
+        if (gemm_avx512_available()) return gelu_range_avx512<false>(x, nullptr, y, nullptr, i0, i1);
         for (int64_t i = i0; i < i1; ++i) y[i] = gelu_scalar(x[i]);
+      },
+      kGrain);
+}
+
+void gelu_forward_with_grad(const float* x, float* y, float* grad, int64_t n, ThreadPool& pool) {
+  MINIGPT_CHECK(n >= 0, "gelu: negative size {}", n);
+  pool.parallel_for(
+      n,
+      [&](int64_t i0, int64_t i1) {
+        if (gemm_avx512_available()) return gelu_range_avx512<false>(x, nullptr, y, grad, i0, i1);
+        for (int64_t i = i0; i < i1; ++i) {
+          const float xi = x[i];  // y may be x
+          grad[i] = gelu_grad_scalar(xi);
+          y[i] = gelu_scalar(xi);
+        }
       },
       kGrain);
 }
@@ -69,7 +91,7 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, Thread
   pool.parallel_for(
       n,
       [&](int64_t i0, int64_t i1) {
-        if (gemm_avx512_available()) return gelu_range_avx512<true>(x, dy, dx, i0, i1);
+        if (gemm_avx512_available()) return gelu_range_avx512<true>(x, dy, dx, nullptr, i0, i1);
         for (int64_t i = i0; i < i1; ++i) dx[i] = dy[i] * gelu_grad_scalar(x[i]);
       },
       kGrain);

@@ -10,6 +10,10 @@
 namespace minigpt::cpu {
 
 void gelu_forward(const float* x, float* y, int64_t n, ThreadPool& pool);
+// y = GELU(x) and grad = GELU'(x) in one pass (y may be x): what a fused Linear + GELU saves
+// for its backward, which then multiplies instead of re-evaluating the CDF. Bitwise equal to
+// gelu_forward and gelu_backward with dy = 1.
+void gelu_forward_with_grad(const float* x, float* y, float* grad, int64_t n, ThreadPool& pool);
 // dx (n) overwritten with dy * GELU'(x).
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, ThreadPool& pool);
 

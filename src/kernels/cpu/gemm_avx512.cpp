@@ -62,13 +62,22 @@ __attribute__((target("avx512f"))) void micro_tile(int64_t K, const float* A, in
       c##r##_0 = _mm512_add_ps(c##r##_0, _mm512_maskz_loadu_ps(m0, res));        \
       c##r##_1 = _mm512_add_ps(c##r##_1, _mm512_maskz_loadu_ps(m1, res + 16));   \
     }                                                                            \
+    if (ep.scale) {                                                              \
+      const float* sc = ep.scale + r * ep.lds;                                   \
+      c##r##_0 = _mm512_mul_ps(c##r##_0, _mm512_maskz_loadu_ps(m0, sc));         \
+      c##r##_1 = _mm512_mul_ps(c##r##_1, _mm512_maskz_loadu_ps(m1, sc + 16));    \
+    }                                                                            \
+    if (ep.gelu) {                                                               \
+      __m512 d0, d1;                                                             \
+      c##r##_0 = avx512::gelu_with_grad_ps(c##r##_0, &d0);                       \
+      c##r##_1 = avx512::gelu_with_grad_ps(c##r##_1, &d1);                       \
+      if (ep.gelu_grad) {                                                        \
+        _mm512_mask_storeu_ps(ep.gelu_grad + r * ep.ldg, m0, d0);                \
+        _mm512_mask_storeu_ps(ep.gelu_grad + r * ep.ldg + 16, m1, d1);           \
+      }                                                                          \
+    }                                                                            \
     _mm512_mask_storeu_ps(c, m0, c##r##_0);                                      \
     _mm512_mask_storeu_ps(c + 16, m1, c##r##_1);                                 \
-    if (ep.gelu_out) {                                                           \
-      float* g = ep.gelu_out + r * ep.ldg;                                       \
-      _mm512_mask_storeu_ps(g, m0, avx512::gelu_ps(c##r##_0));                   \
-      _mm512_mask_storeu_ps(g + 16, m1, avx512::gelu_ps(c##r##_1));              \
-    }                                                                            \
   }
   MINIGPT_FOR_ROWS(STORE)
 #undef STORE

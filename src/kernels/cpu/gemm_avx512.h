@@ -23,14 +23,19 @@ bool gemm_avx512_available();
 //   s = s + C(m, n)          accumulate (dW += ..., as BLAS beta = 1)
 //   s = s + bias[n]          a Linear's bias
 //   s = s + residual(m, n)   a residual connection (residual may be C itself: in place)
-//   C(m, n) = s, or with gelu_out: C(m, n) = s and gelu_out(m, n) = GELU(s) (vec_math_avx512.h)
-// The pointers address element (0, 0) of the whole product; gemm_avx512 offsets them per tile.
+//   s = s * scale(m, n)      an elementwise factor (the GELU' saved by the forward)
+//   C(m, n) = s, or with gelu: C(m, n) = GELU(s) and, if gelu_grad, gelu_grad(m, n) = GELU'(s)
+//   (vec_math_avx512.h, float).
+// The pointers address element (0, 0) of the whole product; at() offsets them to a sub-product.
 struct GemmEpilogue {
   bool accumulate = false;
   const float* bias = nullptr;      // (N)
   const float* residual = nullptr;  // (M, N), leading dimension ldr
   int64_t ldr = 0;
-  float* gelu_out = nullptr;        // (M, N), leading dimension ldg
+  const float* scale = nullptr;     // (M, N), leading dimension lds
+  int64_t lds = 0;
+  bool gelu = false;
+  float* gelu_grad = nullptr;       // (M, N), leading dimension ldg
   int64_t ldg = 0;
 
   // The same epilogue for the sub-product whose element (0, 0) is this one's (i, j).
@@ -38,7 +43,8 @@ struct GemmEpilogue {
     GemmEpilogue e = *this;
     if (bias) e.bias = bias + j;
     if (residual) e.residual = residual + i * ldr + j;
-    if (gelu_out) e.gelu_out = gelu_out + i * ldg + j;
+    if (scale) e.scale = scale + i * lds + j;
+    if (gelu_grad) e.gelu_grad = gelu_grad + i * ldg + j;
     return e;
   }
 };

@@ -87,8 +87,17 @@ void gemm_parallel(int64_t M, int64_t Nc, int64_t K, const float* A, int64_t a_r
 namespace {
 
 GemmEpilogue gemm_epilogue(const float* b, int64_t out, const LinearEpilogue& ep) {
-  return {.accumulate = false, .bias = b, .residual = ep.residual, .ldr = out,
-          .gelu_out = ep.gelu_out, .ldg = out};
+  return {.accumulate = false, .bias = b, .residual = ep.residual, .ldr = out, .gelu = ep.gelu,
+          .gelu_grad = ep.gelu_grad, .ldg = out};
+}
+
+// The GELU part of the epilogue as a pass over y (the paths that cannot fuse it).
+void gelu_after(float* y, int64_t n, const LinearEpilogue& ep, ThreadPool& pool) {
+  if (!ep.gelu) return;
+  if (ep.gelu_grad)
+    gelu_forward_with_grad(y, y, ep.gelu_grad, n, pool);
+  else
+    gelu_forward(y, y, n, pool);
 }
 
 // Decode (N < kGemvMaxRows): dot products against W's rows, no transpose; bias and residual
@@ -103,7 +112,7 @@ void forward_gemv(const float* x, const float* W, const float* b, float* y, int6
                            b ? b + o0 : nullptr, ep.residual ? ep.residual + r * out + o0 : nullptr);
       },
       grain_for(N * in));
-  if (ep.gelu_out) gelu_forward(y, ep.gelu_out, N * out, pool);
+  gelu_after(y, N * out, ep, pool);
 }
 
 // No AVX-512: OpenBLAS, then the epilogue as separate passes (the product goes to a scratch
@@ -137,7 +146,7 @@ void forward_blas(const float* x, const float* W, const float* b, float* y, int6
       grain_for(kRowBlock * in * out));
   if (ep.residual)
     for (int64_t i = 0; i < N * out; ++i) y[i] = prod[i] + ep.residual[i];
-  if (ep.gelu_out) gelu_forward(y, ep.gelu_out, N * out, pool);
+  gelu_after(y, N * out, ep, pool);
 }
 
 // The panel packings of gemm_avx512.h split over the pool by whole panels (each panel is
@@ -202,7 +211,8 @@ void linear_forward_packed(const float* x, const float* W, const float* packed, 
 }
 
 void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW,
-                     float* db, int64_t N, int64_t in, int64_t out, ThreadPool& pool) {
+                     float* db, int64_t N, int64_t in, int64_t out, ThreadPool& pool,
+                     const float* dx_scale) {
   check_sizes(N, in, out);
   if (N == 0) return;  // dx is empty; dW, db get nothing added
   if (gemm_avx512_available()) {
@@ -210,7 +220,7 @@ void linear_backward(const float* x, const float* W, const float* dy, float* dx,
     std::unique_ptr<float[]> Bp(new float[static_cast<size_t>(std::max(panel_floats(out, in), panel_floats(N, in)))]);
     if (dx) {
       pack_panels_parallel(out, in, W, in, Bp.get(), pool);
-      gemm_parallel(N, in, out, dy, out, 1, Bp.get(), dx, in, {}, pool);
+      gemm_parallel(N, in, out, dy, out, 1, Bp.get(), dx, in, {.scale = dx_scale, .lds = in}, pool);
     }
     // dW (out, in) += dy^T (out, N) @ x (N, in): A(o, n) = dy[n * out + o]
     pack_panels_parallel(N, in, x, in, Bp.get(), pool);
@@ -231,6 +241,8 @@ void linear_backward(const float* x, const float* W, const float* dy, float* dx,
             const int64_t r0 = blk * kRowBlock, rows = std::min(N, r0 + kRowBlock) - r0;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), I, O,
                         1.0f, dy + r0 * out, O, W, I, 0.0f, dx + r0 * in, I);
+            if (dx_scale)
+              for (int64_t i = r0 * in; i < (r0 + rows) * in; ++i) dx[i] *= dx_scale[i];
           }
         },
         grain_for(kRowBlock * in * out));

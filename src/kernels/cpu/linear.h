@@ -13,8 +13,8 @@ namespace minigpt::cpu {
 // Work fused into the forward's store, so the (N, out) result is written once and not re-read:
 struct LinearEpilogue {
   const float* residual = nullptr;  // (N, out): y = residual + (x W^T + b); may be y itself
-  float* gelu_out = nullptr;        // (N, out): also GELU(y) here (y keeps the pre-activation,
-                                    // which the backward needs); GELU as gelu.h, in float
+  bool gelu = false;                // y = GELU(x W^T + b) (gelu.h, float)
+  float* gelu_grad = nullptr;       // with gelu: GELU'(x W^T + b) here, the backward's factor
 };
 
 // y (N, out) = x (N, in) @ W^T + b, then the epilogue. The sum over `in` is finished before b
@@ -35,8 +35,12 @@ void linear_forward_packed(const float* x, const float* W, const float* packed, 
 
 // Given dy (N, out): dx (N, in) = dy @ W (overwritten; skipped if dx is null),
 // dW (out, in) += dy^T @ x, db (out) += column sums of dy (skipped if db is null).
+// dx_scale (N, in), optional: dx = (dy @ W) * dx_scale elementwise, fused into dx's store: the
+// backward through a GELU that produced x, given the GELU' saved by the forward
+// (LinearEpilogue::gelu_grad).
 void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW,
-                     float* db, int64_t N, int64_t in, int64_t out, ThreadPool& pool);
+                     float* db, int64_t N, int64_t in, int64_t out, ThreadPool& pool,
+                     const float* dx_scale = nullptr);
 
 // Plain triple-loop reference in double, for tests: y = x W^T + b.
 void linear_reference(const float* x, const float* W, const float* b, float* y, int64_t N,

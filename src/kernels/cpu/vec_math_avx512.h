@@ -110,13 +110,24 @@ MINIGPT_AVX512 __m512 gelu_ps(__m512 x) {
 
 // GELU'(x) = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi), in float: within ~3e-7
 // absolute (Phi's error, and the cancellation near the root x ~ -0.75). GELU'(-inf) = 0,
-// GELU'(+inf) = 1 (inf * 0 would be NaN), NaN stays NaN.
-MINIGPT_AVX512 __m512 gelu_grad_ps(__m512 x) {
-  __m512 gauss;
-  const __m512 cdf = normal_cdf_ps(x, &gauss);
+// GELU'(+inf) = 1 (inf * 0 would be NaN), NaN stays NaN. gelu_with_grad_ps gives both from
+// one normal CDF, bitwise equal to gelu_ps and gelu_grad_ps.
+MINIGPT_AVX512 __m512 gelu_grad_from_cdf_ps(__m512 x, __m512 cdf, __m512 gauss) {
   const __m512 g = _mm512_fmadd_ps(_mm512_mul_ps(x, gauss), _mm512_set1_ps(0.39894228040143267794f), cdf);
   const __mmask16 inf = _mm512_cmp_ps_mask(_mm512_abs_ps(x), _mm512_set1_ps(INFINITY), _CMP_EQ_OQ);
   return _mm512_mask_blend_ps(inf, g, cdf);
+}
+MINIGPT_AVX512 __m512 gelu_grad_ps(__m512 x) {
+  __m512 gauss;
+  const __m512 cdf = normal_cdf_ps(x, &gauss);
+  return gelu_grad_from_cdf_ps(x, cdf, gauss);
+}
+MINIGPT_AVX512 __m512 gelu_with_grad_ps(__m512 x, __m512* grad) {
+  __m512 gauss;
+  const __m512 cdf = normal_cdf_ps(x, &gauss);
+  *grad = gelu_grad_from_cdf_ps(x, cdf, gauss);
+  const __mmask16 minf = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
+  return _mm512_mask_blend_ps(minf, _mm512_mul_ps(x, cdf), _mm512_set1_ps(-0.0f));
 }
 
 #undef MINIGPT_AVX512
