@@ -14,8 +14,8 @@
 namespace minigpt::cpu {
 namespace {
 
-constexpr int kMR = 12;  // rows of C per micro-tile: 12 x 2 zmm accumulators = 24 registers
-constexpr int kNR = 32;  // columns of C per micro-tile (2 zmm)
+constexpr int kMR = kGemmTileRows;  // rows of C per micro-tile: 12 x 2 zmm accumulators = 24 registers
+constexpr int kNR = kGemmPanel;     // columns of C per micro-tile (2 zmm)
 
 // C tile (MR rows, up to 32 columns under masks m0, m1) = epilogue(sum_k A(m, k) B(k, :)).
 // The accumulators are named variables, not an array: GCC keeps an array of __m512 in memory

@@ -65,6 +65,7 @@ void transpose_avx512(int64_t rows, int64_t cols, const float* src, int64_t lds,
 // dst needs ceil(N / 32) * 32 * K floats; columns past N in the last panel are left unwritten
 // (the kernel's masked loads never read them).
 constexpr int64_t kGemmPanel = 32;
+constexpr int64_t kGemmTileRows = 12;  // rows of C per micro-tile (12 x 2 zmm accumulators)
 // B (K, N) row-major with leading dimension ldb -> panels. Requires avx512.
 void pack_panels_avx512(int64_t K, int64_t N, const float* B, int64_t ldb, float* dst);
 // B = src^T, src (rows = N, cols = K) with leading dimension lds -> panels. Requires avx512.

@@ -61,25 +61,26 @@ void check_sizes(int64_t N, int64_t in, int64_t out) {
 }
 
 // C (M, Nc) = epilogue(A B) on gemm_avx512, B packed in panels (pack_panels*), cut into tasks
-// of kTaskRows rows x one 32-column panel split over the pool. Each element is summed over k
-// in one FMA chain whatever the split, so 1 and 2 threads agree bitwise.
-constexpr int64_t kTaskRows = 48;
-// Floats of a panel-major copy of a (K, N) matrix.
+// of one micro-tile row block (kGemmTileRows rows) x one 32-column panel, in row-major order,
+// split over the pool in equal contiguous chunks: a thread keeps its rows of A in L1 while it
+// walks the panels, and the threads' shares differ by at most one task. Each element is summed
+// over k in one FMA chain whatever the split, so 1 and 2 threads agree bitwise.
 int64_t panel_floats(int64_t K, int64_t N) { return (N + kGemmPanel - 1) / kGemmPanel * kGemmPanel * K; }
 void gemm_parallel(int64_t M, int64_t Nc, int64_t K, const float* A, int64_t a_rs, int64_t a_cs,
                    const float* B, float* C, int64_t ldc, const GemmEpilogue& ep, ThreadPool& pool) {
-  const int64_t row_tasks = (M + kTaskRows - 1) / kTaskRows, col_tasks = (Nc + 31) / 32;
+  const int64_t row_tasks = (M + kGemmTileRows - 1) / kGemmTileRows;
+  const int64_t col_tasks = (Nc + kGemmPanel - 1) / kGemmPanel;
   pool.parallel_for(
       row_tasks * col_tasks,
       [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
-          const int64_t i = (t / col_tasks) * kTaskRows, j = (t % col_tasks) * 32;
-          gemm_avx512(std::min(kTaskRows, M - i), std::min<int64_t>(32, Nc - j), K, A + i * a_rs,
-                      a_rs, a_cs, B + (j / kGemmPanel) * K * kGemmPanel, kGemmPanel,
+          const int64_t i = (t / col_tasks) * kGemmTileRows, j = (t % col_tasks) * kGemmPanel;
+          gemm_avx512(std::min(kGemmTileRows, M - i), std::min(kGemmPanel, Nc - j), K,
+                      A + i * a_rs, a_rs, a_cs, B + (j / kGemmPanel) * K * kGemmPanel, kGemmPanel,
                       C + i * ldc + j, ldc, ep.at(i, j));
         }
       },
-      grain_for(kTaskRows * 32 * K));
+      grain_for(kGemmTileRows * kGemmPanel * K));
 }
 
 }  // namespace
