@@ -24,14 +24,16 @@
 // Rows are split over the pool's threads in contiguous blocks of at least 64k floats.
 //
 // The polynomial exp (exp_poly, shared by every ISA): n = round(x / ln2) (by the 1.5 * 2^23
-// shift), r = x - n ln2 (ln2 split hi/lo), exp(r) by a degree-7 minimax polynomial (SLEEF's
-// expf coefficients), times 2^n; 15 vector ops per 16 (AVX-512) or 8 (AVX2) lanes. Domain
-// x <= 0 (softmax only takes exp(x - max)); exp(-inf) = 0, exp(NaN) = NaN.
+// shift), r = x - n ln2 (ln2 split hi/lo), exp(r) by a degree-6 minimax polynomial with its
+// two leading coefficients fixed at 1 (Horner, 6 FMAs; softmax_simd_ops.h), times 2^n; 12
+// vector ops per 16 (AVX-512) or 8 (AVX2) lanes. Domain x <= 0 (softmax only takes
+// exp(x - max)); exp(-inf) = 0, exp(NaN) = NaN.
 // Results below FLT_MIN (x < -87.3365) are flushed to 0 (their weight in a row that sums to 1
 // is < 1.2e-38). Measured max error, against exp in double, over every float in
 // [-87.3365, 0] (tests/softmax_cpu_test.cpp, SoftmaxExpPoly.FullSweep, all ~1.1e9 of them):
-// 0.986 ulp on AVX2 and AVX-512 (worst at x = -49.554966), so kExpPolyMaxUlp = 1. Tests give
-// simd (kExpPolyMaxUlp + 1) ulp plus the float sum's bound per chunk (softmax_cpu_test.cpp).
+// 0.882 ulp on AVX2 and AVX-512 (worst at x = -26.68565), so kExpPolyMaxUlp = 1. (SLEEF's
+// degree-7 polynomial, used before, measured 0.986 ulp in 15 ops.) Tests give simd
+// (kExpPolyMaxUlp + 1) ulp plus the float sum's bound per chunk (softmax_cpu_test.cpp).
 #pragma once
 
 #include "core/thread_pool.h"
@@ -66,7 +68,7 @@ inline constexpr int64_t kSimdChunk = 2048;               // floats per pass-1 c
 // Output size from which simd's stores stream: 4x a core's 2 MiB L2, beyond which y leaves L2
 // before anyone reads it. At (4096, 600), 9.8 MB, streaming measured 15.9 GB/s vs 11.7 (1 thread).
 inline constexpr int64_t kStreamBytes = int64_t{8} << 20;
-inline constexpr double kExpPolyMaxUlp = 1.0;             // measured 0.986; see above
+inline constexpr double kExpPolyMaxUlp = 1.0;             // measured 0.882; see above
 
 // softmax_simd with a given ISA (Error if the CPU lacks it) and store mode.
 void softmax_simd_with(SimdIsa isa, bool stream, const float* x, float* y, int64_t rows,

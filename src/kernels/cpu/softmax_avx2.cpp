@@ -33,14 +33,13 @@ MINIGPT_AVX2 inline __m256 exp8(__m256 x) {
   const __m256 n = _mm256_sub_ps(t, shift);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
-  __m256 u = _mm256_set1_ps(kExpC5);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  __m256 u = _mm256_fmadd_ps(_mm256_set1_ps(kExpC6), r, _mm256_set1_ps(kExpC5));
   u = _mm256_fmadd_ps(u, r, _mm256_set1_ps(kExpC4));
   u = _mm256_fmadd_ps(u, r, _mm256_set1_ps(kExpC3));
   u = _mm256_fmadd_ps(u, r, _mm256_set1_ps(kExpC2));
-  u = _mm256_fmadd_ps(u, r, _mm256_set1_ps(kExpC1));
-  u = _mm256_fmadd_ps(u, r, _mm256_set1_ps(kExpC0));
-  u = _mm256_fmadd_ps(u, _mm256_mul_ps(r, r), r);
-  u = _mm256_add_ps(u, _mm256_set1_ps(1.0f));
+  u = _mm256_fmadd_ps(u, r, one);
+  u = _mm256_fmadd_ps(u, r, one);
   // t's low 9 bits hold n mod 512; (n + 127) << 23 is 2^n for n in [-126, 0] (the bits above
   // are shifted out). Lanes with x < ln(FLT_MIN) get garbage here and are zeroed below; a NaN
   // x makes u NaN and the compare false, so it stays NaN.
