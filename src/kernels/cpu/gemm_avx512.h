@@ -26,7 +26,8 @@ bool gemm_avx512_available();
 //   s = s * scale(m, n)      an elementwise factor (the GELU' saved by the forward)
 //   C(m, n) = s, or with gelu: C(m, n) = GELU(s) and, if gelu_grad, gelu_grad(m, n) = GELU'(s)
 //   (vec_math_avx512.h, float).
-// The pointers address element (0, 0) of the whole product; at() offsets them to a sub-product.
+// The pointers address element (0, 0) of the whole product; a call on a block of it says where
+// the block starts (gemm_avx512's ep_i0, ep_j0).
 struct GemmEpilogue {
   bool accumulate = false;
   const float* bias = nullptr;      // (N)
@@ -37,23 +38,15 @@ struct GemmEpilogue {
   bool gelu = false;
   float* gelu_grad = nullptr;       // (M, N), leading dimension ldg
   int64_t ldg = 0;
-
-  // The same epilogue for the sub-product whose element (0, 0) is this one's (i, j).
-  GemmEpilogue at(int64_t i, int64_t j) const {
-    GemmEpilogue e = *this;
-    if (bias) e.bias = bias + j;
-    if (residual) e.residual = residual + i * ldr + j;
-    if (scale) e.scale = scale + i * lds + j;
-    if (gelu_grad) e.gelu_grad = gelu_grad + i * ldg + j;
-    return e;
-  }
 };
 
 // C (M, N) = epilogue(A (M, K) B (K, N)), where A(m, k) = A[m * a_rs + k * a_cs] (either
 // layout, or a transposed view), B row-major with leading dimension ldb, C row-major with ldc.
-// Requires gemm_avx512_available().
+// C's element (0, 0) is element (ep_i0, ep_j0) of the epilogue's arrays (a block of a larger
+// product). Requires gemm_avx512_available().
 void gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_rs, int64_t a_cs,
-                 const float* B, int64_t ldb, float* C, int64_t ldc, const GemmEpilogue& ep);
+                 const float* B, int64_t ldb, float* C, int64_t ldc, const GemmEpilogue& ep,
+                 int64_t ep_i0 = 0, int64_t ep_j0 = 0);
 
 // dst (cols, rows) = src (rows, cols)^T; lds, ldd are the row strides. Requires avx512.
 void transpose_avx512(int64_t rows, int64_t cols, const float* src, int64_t lds, float* dst,

@@ -77,7 +77,7 @@ void gemm_parallel(int64_t M, int64_t Nc, int64_t K, const float* A, int64_t a_r
           const int64_t i = (t / col_tasks) * kGemmTileRows, j = (t % col_tasks) * kGemmPanel;
           gemm_avx512(std::min(kGemmTileRows, M - i), std::min(kGemmPanel, Nc - j), K,
                       A + i * a_rs, a_rs, a_cs, B + (j / kGemmPanel) * K * kGemmPanel, kGemmPanel,
-                      C + i * ldc + j, ldc, ep.at(i, j));
+                      C + i * ldc + j, ldc, ep, i, j);
         }
       },
       grain_for(kGemmTileRows * kGemmPanel * K));
