@@ -10,6 +10,7 @@
 // row instead of two (max, then sum), and each exp computed once.
 #pragma once
 
+#include "kernels/cuda/softmax_cluster.cuh"
 #include "kernels/cuda/softmax_common.cuh"
 
 #include <cuda_runtime.h>
@@ -84,7 +85,7 @@ __global__ void fused_rows_kernel(const float* x, float* y, int64_t rows, int co
     s += ev;
 #pragma unroll
     for (int off = TPR / 2; off > 0; off /= 2) s += __shfl_xor_sync(mask, s, off, TPR);
-    c = 1.f / s;
+    c = __fdividef(1.f, s);  // s in [1, cols] for a finite row, else NaN or 0 (-> NaN)
   } else {
     const float sh = shift_of(m);
     float s = 0.f;
@@ -96,7 +97,7 @@ __global__ void fused_rows_kernel(const float* x, float* y, int64_t rows, int co
     ev = exp_le0(ev - sh);
     s += ev;
     const MaxSum t = warp_reduce<TPR>(MaxSum{m, s}, mask);
-    c = rescale(m, t.m) / t.s;  // all -inf row: 0/0 = NaN; NaN or +inf: S is NaN
+    c = __fdividef(rescale(m, t.m), t.s);  // all -inf row: 0/0 = NaN; NaN or +inf: S is NaN
   }
 
   if constexpr (VEC == 4) {
@@ -116,28 +117,6 @@ __global__ void fused_rows_kernel(const float* x, float* y, int64_t rows, int co
       if (j < cols) store1<STREAM>(yr + j, v[k] * c);
     }
   }
-}
-
-__device__ __forceinline__ void cluster_arrive() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ unsigned cluster_ctarank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-// Reads a MaxSum from the shared memory of block `rank` of this cluster.
-__device__ __forceinline__ MaxSum load_remote(const MaxSum* local, unsigned rank) {
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
-  unsigned remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
-  float m, s;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(m) : "r"(remote) : "memory");
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(s) : "r"(remote + 4) : "memory");
-  return {m, s};
 }
 
 // ---- Block: `cluster` blocks per row (1 = a plain block per row), row in registers. Block
@@ -184,7 +163,7 @@ __global__ void fused_block_kernel(const float* x, float* y, int64_t rows, int c
     }
   }
 
-  float m = ev;
+  float m = ev;  // linear chains: the block variant is bandwidth-bound, and a tree costs registers
 #pragma unroll
   for (int k = 0; k < N; ++k) m = max_ignoring_nan(m, v[k]);
   const float sh = shift_of(m);
@@ -198,20 +177,8 @@ __global__ void fused_block_kernel(const float* x, float* y, int64_t rows, int c
   s += ev;
 
   MaxSum b = block_reduce(MaxSum{m, s}, scratch);  // scratch[32] = this block's pair
-  if (cluster > 1) {
-    cluster_arrive();  // every block's scratch[32] is written ...
-    cluster_wait();    // ... and visible before anyone reads it
-    if (tid < 32) {
-      MaxSum w = tid < cluster ? load_remote(&scratch[32], static_cast<unsigned>(tid))
-                               : MaxSum{-INFINITY, 0.f};
-      w = warp_reduce<32>(w, 0xffffffffu);  // same order in every block: the same (M, S)
-      if (tid == 0) total = w;
-    }
-    __syncthreads();
-    b = total;
-    cluster_arrive();  // done reading the other blocks; they may leave once all arrived
-  }
-  const float c = rescale(m, b.m) / b.s;
+  if (cluster > 1) b = cluster_allreduce(&scratch[32], &total, cluster);
+  const float c = __fdividef(rescale(m, b.m), b.s);  // S in [1, cols] unless NaN or 0 (-> NaN)
 
   if constexpr (VEC == 4) {
     float4* yb = reinterpret_cast<float4*>(yr + r.head);
@@ -344,13 +311,14 @@ __global__ void fused_online_kernel(const float* x, float* y, int64_t rows, int 
 }
 
 // Tables (nullptr where not compiled): softmax_fused_rows.cu (one-round reduction),
-// softmax_fused_rows2.cu (two rounds) and softmax_fused_block.cu.
+// softmax_fused_rows2.cu (two rounds), softmax_fused_block.cu and softmax_fused_bulk.cu.
 FusedKernel rows_kernel(int tpr, int nv, int vec, bool streaming, bool two_round);
 FusedKernel rows_kernel_one_round(int tpr, int nv, int vec, bool streaming);
 FusedKernel rows_kernel_two_round(int tpr, int nv, int vec, bool streaming);
 FusedKernel block_kernel(int nv, int vec, bool streaming);
 FusedKernel smem_kernel(int vec, bool streaming);
 FusedKernel online_kernel(int vec, bool streaming);
+FusedKernel bulk_kernel(bool streaming);  // 16-byte accesses only
 
 // The compiled nv values, as an X-macro for the tables (must match kFusedNvChoices).
 #define MINIGPT_FUSED_NV_CASES(F) F(1) F(2) F(3) F(4) F(5) F(6) F(8) F(10) F(12) F(16)
