@@ -197,6 +197,36 @@ TEST(SoftmaxCuda, EveryAutotuneCandidateIsCorrect) {
   }
 }
 
+// The Bulk variant (slices copied into shared memory by cp.async.bulk) at every cluster size,
+// in place (y == x: each block reads its whole slice before any block of its row writes) and
+// out of place, rows at every 16-byte phase (V odd), slices of unequal length, and a row of
+// special values in the middle of a batch.
+TEST(SoftmaxCuda, BulkVariantInPlaceAtEveryClusterSize) {
+  REQUIRE_GPU();
+  const FusedLimits lim = fused_limits();
+  for (int64_t cols : {4099, 50257, 70001}) {
+    const int64_t rows = 6;
+    auto x = random_rows(rows, cols, static_cast<uint32_t>(cols + 17));
+    x[static_cast<size_t>(2 * cols + cols / 3)] = kNaN;  // row 2 -> NaN
+    for (int cluster : {1, 2, 4, 8}) {
+      for (int threads : {128, 1024}) {
+        FusedConfig c;
+        c.variant = FusedVariant::Bulk;
+        c.threads_per_row = threads, c.cluster = cluster, c.vec = 4;
+        if (!c.fits(cols, lim.smem_optin_bytes)) continue;
+        const Launch k = [c](const float* a, float* b, int64_t r, int64_t v, cudaStream_t s) { softmax_fused(a, b, r, v, c, s); };
+        for (int off : {0, 1, 3}) {
+          const auto y = run(k, x, rows, cols, off, off);
+          EXPECT_TRUE(matches_reference(x, y, rows, cols)) << c.name() << " V=" << cols << " +" << off;
+          EXPECT_TRUE(std::isnan(y[static_cast<size_t>(2 * cols)])) << c.name() << " V=" << cols;
+          EXPECT_TRUE(matches_reference(x, run(k, x, rows, cols, off, 0, /*in_place=*/true), rows, cols))
+              << c.name() << " in place, V=" << cols << " +" << off;
+        }
+      }
+    }
+  }
+}
+
 TEST(SoftmaxCuda, OnlineVariantHoldsRowsLongerThanAnyCache) {
   REQUIRE_GPU();
   FusedConfig c;

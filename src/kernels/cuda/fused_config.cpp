@@ -13,6 +13,7 @@ const char* variant_name(FusedVariant v) {
     case FusedVariant::Block: return "block";
     case FusedVariant::Smem: return "smem";
     case FusedVariant::Online: return "online";
+    case FusedVariant::Bulk: return "bulk";
   }
   return "?";
 }
@@ -22,7 +23,8 @@ FusedVariant parse_variant(const std::string& name) {
   if (name == "block") return FusedVariant::Block;
   if (name == "smem") return FusedVariant::Smem;
   if (name == "online") return FusedVariant::Online;
-  MINIGPT_FAIL("unknown fused softmax variant '{}' (expected rows, block, smem or online)", name);
+  if (name == "bulk") return FusedVariant::Bulk;
+  MINIGPT_FAIL("unknown fused softmax variant '{}' (expected rows, block, smem, online or bulk)", name);
 }
 
 bool is_compiled_nv(int nv) {
@@ -52,6 +54,10 @@ bool FusedConfig::fits(int64_t cols, int smem_optin_bytes) const {
       return smem_variant_bytes(cols) <= smem_optin_bytes;
     case FusedVariant::Online:
       return threads_per_row >= 32 && threads_per_row <= 1024 && threads_per_row % 32 == 0;
+    case FusedVariant::Bulk:
+      if (threads_per_row < 32 || threads_per_row > 1024 || threads_per_row % 32 != 0) return false;
+      if (!is_pow2(cluster) || cluster > 8 || rows_per_block != 1 || vec != 4) return false;
+      return bulk_variant_bytes(cols, cluster) + kBulkStaticBytes <= smem_optin_bytes;
   }
   return false;
 }
@@ -65,6 +71,8 @@ std::string FusedConfig::name() const {
     case FusedVariant::Block:
       return fmt::format("block(threads={},cluster={},nv={},vec{},{})", threads_per_row, cluster,
                          nv, vec, cache);
+    case FusedVariant::Bulk:
+      return fmt::format("bulk(threads={},cluster={},vec{},{})", threads_per_row, cluster, vec, cache);
     case FusedVariant::Smem:
     case FusedVariant::Online:
       return fmt::format("{}(threads={},vec{},{})", variant_name(variant), threads_per_row, vec,

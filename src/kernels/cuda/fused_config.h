@@ -14,6 +14,8 @@ enum class FusedVariant {
   Block,   // a block (or a cluster of `cluster` blocks) per row, row held in registers
   Smem,    // a block per row, row held in dynamic shared memory (up to the opt-in limit)
   Online,  // a block per row, online max/sum in a first read, then read + write: any length
+  Bulk,    // a block (or a cluster of `cluster` blocks) per row, its slice of the row copied
+           // into shared memory by cp.async.bulk (sm_90); 16-byte rows only (vec 4)
 };
 
 const char* variant_name(FusedVariant v);
@@ -27,7 +29,7 @@ struct FusedConfig {
   FusedVariant variant = FusedVariant::Online;
   int threads_per_row = 256;  // Rows: sub-warp width 4..32; other variants: the block size
   int rows_per_block = 1;     // Rows only: sub-warps per block (block = threads_per_row x this)
-  int cluster = 1;            // Block only: blocks cooperating on one row (thread-block cluster)
+  int cluster = 1;            // Block/Bulk: blocks cooperating on one row (thread-block cluster)
   int nv = 1;                 // Rows/Block: each thread holds 4*nv floats of its row
   int vec = 4;                // 4: 16-byte accesses on rows aligned alike, 1: 4-byte accesses
   bool streaming = false;     // true: __ldcs/__stcs (evict-first), false: default caching
@@ -51,5 +53,10 @@ struct FusedConfig {
 // Dynamic shared memory the Smem variant needs for a row of `cols` floats (16 B of slack for
 // the alignment head).
 inline int64_t smem_variant_bytes(int64_t cols) { return cols * 4 + 16; }
+// Dynamic shared memory of one block of the Bulk variant: its slice of the row's 16-byte body.
+inline int64_t bulk_variant_bytes(int64_t cols, int cluster) { return 16 * ((cols / 4 + cluster - 1) / cluster); }
+// Static shared memory of the Bulk kernel (reduction scratch, cluster slots, mbarrier), kept
+// free under the opt-in limit.
+inline constexpr int64_t kBulkStaticBytes = 1024;
 
 }  // namespace minigpt::cuda

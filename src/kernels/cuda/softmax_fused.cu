@@ -7,6 +7,9 @@
 //                                 registers (~ 512k floats at most)
 //   cols * 4 + 16 <= opt-in smem  Smem: a block per row, the row in shared memory (~ 58k floats
 //                                 on Hopper's 227 KB)
+//   cols / cluster <= ~ 56k       Bulk: a block or a cluster of up to 8 per row, each block's
+//                                 slice copied into shared memory by cp.async.bulk (~ 450k
+//                                 floats with 8 blocks)
 //   any cols                      Online: two reads (running max/sum, then write)
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/softmax.h"
@@ -28,8 +31,32 @@ FusedKernel kernel_of(const FusedConfig& c) {
     case FusedVariant::Block: return detail::block_kernel(c.nv, c.vec, c.streaming);
     case FusedVariant::Smem: return detail::smem_kernel(c.vec, c.streaming);
     case FusedVariant::Online: return detail::online_kernel(c.vec, c.streaming);
+    case FusedVariant::Bulk: return c.vec == 4 ? detail::bulk_kernel(c.streaming) : nullptr;
   }
   return nullptr;
+}
+
+// Dynamic shared memory of a launch of `c` (0 for the variants with static shared memory only;
+// the Smem variant's is set where it launches).
+int64_t dynamic_smem_of(const FusedConfig& c, int64_t cols) {
+  if (c.variant == FusedVariant::Bulk) return bulk_variant_bytes(cols, c.cluster);
+  return 0;
+}
+
+cudaLaunchConfig_t cluster_launch(const FusedConfig& c, int64_t blocks, int64_t bytes, cudaStream_t stream,
+                                  cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  cfg.blockDim = dim3(static_cast<unsigned>(c.threads_per_row));
+  cfg.dynamicSmemBytes = static_cast<size_t>(bytes);
+  cfg.stream = stream;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(c.cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
 }
 
 int max_threads_of(FusedKernel fn) {
@@ -55,24 +82,19 @@ void launch(FusedKernel fn, const FusedConfig& c, const float* x, float* y, int6
       fn<<<static_cast<unsigned>(blocks), block, 0, stream>>>(x, y, rows, cols, 1);
       break;
     }
-    case FusedVariant::Block: {
+    case FusedVariant::Block:
+    case FusedVariant::Bulk: {
+      const int64_t bytes = dynamic_smem_of(c, cols);
+      if (bytes > 48 * 1024)  // above 48 KB a kernel must opt in
+        MINIGPT_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                static_cast<int>(bytes)));
       const int64_t blocks = rows * c.cluster;
       MINIGPT_CUDA_REQUIRE(blocks <= INT_MAX, "softmax_fused: ", rows, " rows x ", c.cluster, " blocks is too many");
       if (c.cluster == 1) {
-        fn<<<static_cast<unsigned>(blocks), c.threads_per_row, 0, stream>>>(x, y, rows, cols, 1);
+        fn<<<static_cast<unsigned>(blocks), c.threads_per_row, static_cast<size_t>(bytes), stream>>>(x, y, rows, cols, 1);
       } else {
-        cudaLaunchConfig_t cfg{};
-        cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-        cfg.blockDim = dim3(static_cast<unsigned>(c.threads_per_row));
-        cfg.dynamicSmemBytes = 0;
-        cfg.stream = stream;
         cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = static_cast<unsigned>(c.cluster);
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
+        const cudaLaunchConfig_t cfg = cluster_launch(c, blocks, bytes, stream, attr);
         MINIGPT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, fn, x, y, rows, cols, c.cluster));
       }
       break;
@@ -116,9 +138,17 @@ void softmax_fused(const float* x, float* y, int64_t rows, int64_t cols, const F
   // the same config runs with 4-byte accesses (same capacity: 4*nv floats per thread).
   FusedConfig c = config;
   const bool same_phase = (reinterpret_cast<uintptr_t>(x) & 15) == (reinterpret_cast<uintptr_t>(y) & 15);
+  if (!same_phase && c.variant == FusedVariant::Bulk) {
+    // The bulk copy and the 16-byte stores need x and y rows at the same phase: the online
+    // kernel with 4-byte accesses serves the rest (any length, always launches).
+    c = FusedConfig{};
+    c.variant = FusedVariant::Online;
+    c.threads_per_row = 1024;
+    c.streaming = config.streaming;
+  }
   if (!same_phase) c.vec = 1;
   int optin = 48 * 1024;
-  if (c.variant == FusedVariant::Smem) optin = fused_limits().smem_optin_bytes;
+  if (c.variant == FusedVariant::Smem || c.variant == FusedVariant::Bulk) optin = fused_limits().smem_optin_bytes;
   MINIGPT_CUDA_REQUIRE(c.fits(cols, optin), "softmax_fused: config ", c.name(), " cannot hold rows of ", cols, " floats");
   FusedKernel fn = kernel_of(c);
   MINIGPT_CUDA_REQUIRE(fn != nullptr, "softmax_fused: config ", c.name(), " is not compiled");
@@ -159,7 +189,8 @@ FusedConfig fused_default_config(int64_t cols, const FusedLimits& limits) {
         c.threads_per_row = threads;
         c.cluster = cluster;
         c.nv = nv;
-        return c;
+        // 1024 threads x nv 8 needs <= 64 registers per thread; nvcc's choice can exceed that.
+        if (max_threads_of(kernel_of(c)) >= threads) return c;
       }
     }
   }
@@ -176,16 +207,15 @@ std::vector<FusedConfig> fused_candidates(int64_t cols, const FusedLimits& limit
       if (o == c) return;
     const FusedKernel fn = kernel_of(c);
     if (fn == nullptr || max_threads_of(fn) < c.block_threads()) return;  // too many registers
+    const int64_t bytes = dynamic_smem_of(c, cols);
+    if (bytes > 48 * 1024 &&
+        cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
     if (c.cluster > 1) {  // can a cluster of this size be resident at all?
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3(static_cast<unsigned>(c.cluster));
-      cfg.blockDim = dim3(static_cast<unsigned>(c.threads_per_row));
       cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = static_cast<unsigned>(c.cluster);
-      attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
+      const cudaLaunchConfig_t cfg = cluster_launch(c, c.cluster, bytes, nullptr, attr);
       int clusters = 0;
       if (cudaOccupancyMaxActiveClusters(&clusters, fn, &cfg) != cudaSuccess || clusters < 1) {
         cudaGetLastError();
@@ -249,6 +279,15 @@ std::vector<FusedConfig> fused_candidates(int64_t cols, const FusedLimits& limit
           for (int threads : {256, 1024}) {
             c.variant = FusedVariant::Online;
             c.threads_per_row = threads, c.rows_per_block = 1, c.cluster = 1, c.nv = 1;
+            add(c);
+          }
+        }
+      }
+      if (cols >= 4096 && vec == 4) {  // Bulk: a slice of >= 2 KB per block
+        for (int cluster : {1, 2, 4, 8}) {
+          for (int threads : {128, 256, 512, 1024}) {
+            c.variant = FusedVariant::Bulk;
+            c.threads_per_row = threads, c.rows_per_block = 1, c.cluster = cluster, c.nv = 1;
             add(c);
           }
         }
