@@ -8,8 +8,8 @@
 // launches, each alone between two CUDA events with L2 flushed before it (a memset of 2x the
 // L2 size, outside the events); time = median. Small shapes (<= 64 MB moved) also run in
 // graph mode: 100 launches captured into one CUDA graph, time per launch = graph time / 100
-// (median of 5 graph launches; L2 not flushed inside the graph). Ceiling: cudaMemcpyAsync
-// device-to-device of 1 GiB, bytes read + written over the median time.
+// (median of 5 graph launches, each waited for; L2 not flushed inside the graph). Ceiling:
+// cudaMemcpyAsync device-to-device of 1 GiB, bytes read + written over the median time.
 // Peers: bench/peers/softmax_peers.py (torch.softmax, torch.compile, Triton; L2 flushed) and
 // `python -m minigpt.triton_softmax graph-bench` (torch.softmax and Triton in graph mode), run
 // before our buffers exist.
@@ -118,17 +118,21 @@ double time_flushed(const std::function<void(cudaStream_t)>& launch, int warmup,
 }
 
 // Time per launch (us) with kGraphLaunches launches captured into one graph; median of 5.
+// Each replay is waited for before the next is launched, as the peers' graph mode does
+// (minigpt.triton_softmax.graph_time_us), so that both sides use one protocol (on the H200 the
+// two ways differed by < 1%: 1.466 vs 1.454 us per launch at (64, 600)).
 double time_graph(const std::function<void(cudaStream_t)>& launch, cudaStream_t stream) {
   const cuda::CapturedLaunches graph(launch, kGraphLaunches, stream);
   graph.replay(stream);  // warm-up
+  MINIGPT_CUDA_CHECK(cudaStreamSynchronize(stream));
   constexpr int kReps = 5;
   Events ev(kReps);
   for (int i = 0; i < kReps; ++i) {
     MINIGPT_CUDA_CHECK(cudaEventRecord(ev.start[i], stream));
     graph.replay(stream);
     MINIGPT_CUDA_CHECK(cudaEventRecord(ev.stop[i], stream));
+    MINIGPT_CUDA_CHECK(cudaEventSynchronize(ev.stop[i]));
   }
-  MINIGPT_CUDA_CHECK(cudaStreamSynchronize(stream));
   return median(ev.elapsed_us()) / kGraphLaunches;
 }
 
@@ -328,7 +332,7 @@ void bench_softmax_cuda(const BenchSoftmaxOptions& options, Report& report) {
   report.add_note(fmt::format(
       "time_us: median of {} single launches between CUDA events, L2 flushed before each ({} MiB "
       "memset), after {} warm-ups; 'graph' rows: {} launches in one CUDA graph, time per launch "
-      "(median of 5 graph launches, L2 warm). Every kernel's output was poisoned with NaN and "
+      "(median of 5 graph launches, each waited for, L2 warm). Every kernel's output was poisoned with NaN and "
       "checked element by element against softmax_reference before timing (max |diff| {:.2e}). "
       "GB/s = 2 * B * V * 4 bytes / time; frac_of_copy over a 1 GiB device-to-device copy, "
       "{:.0f} GB/s (read + write). vs_torch = torch.softmax time (same mode) / this time.",
