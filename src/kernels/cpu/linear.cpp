@@ -22,9 +22,9 @@
 #include "core/error.h"
 #include "kernels/cpu/gelu.h"
 #include "kernels/cpu/gemm_avx512.h"
-#include "kernels/cpu/vec_math_avx512.h"
 
 #include <cblas.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <memory>

@@ -1,10 +1,8 @@
-// AVX-512 exp and the normal CDF in double (cross-entropy's log-sum-exp) and in float (GELU,
-// forward and backward). Not softmax: that one has its own float exp in softmax_simd_ops.h.
-//
-// exp_pd: floats widened to double, ~1e-13 relative error, so a float result rounded from it is
-// within about half an ulp. The float functions trade that for ~4x the throughput: exp_ps is
-// about 1 ulp, the normal CDF ~1e-7 absolute (see each). Every function has target("avx512f");
-// callers check gemm_avx512_available() (the same CPU test) before calling.
+// AVX-512 float math for the model's layers: exp (cross-entropy, attention), the normal CDF,
+// GELU and GELU' (forward and backward). Not softmax: that one has its own exp in
+// softmax_simd_ops.h. exp_ps is about 1 ulp, the normal CDF ~1e-7 absolute (see each); an
+// earlier double-precision version (~1/2 ulp) cost ~4x the cycles. Every function has
+// target("avx512f"); callers check gemm_avx512_available() (the same CPU test) before calling.
 //
 // Coefficients: least-squares fits in relative error on Chebyshev nodes (numpy, double), with
 // the max relative error over the interval stated next to each polynomial.
@@ -17,30 +15,6 @@
 namespace minigpt::cpu::avx512 {
 
 #define MINIGPT_AVX512 __attribute__((target("avx512f"), always_inline)) inline
-
-// exp(x) for every double x: NaN stays NaN, x < -745 gives 0, x > 709.7 gives +inf.
-// x = n ln2 + r, |r| <= ln2/2; exp(r) by its Taylor series to r^11 (error < 3e-13), times 2^n
-// through scalef (exact, handles underflow to subnormals and 0).
-MINIGPT_AVX512 __m512d exp_pd(__m512d x) {
-  x = _mm512_min_pd(_mm512_set1_pd(710.0), _mm512_max_pd(_mm512_set1_pd(-746.0), x));  // NaN kept
-  const __m512d n = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(1.4426950408889634)),
-                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(6.93147180369123816490e-01), x);  // ln2 hi
-  r = _mm512_fnmadd_pd(n, _mm512_set1_pd(1.90821492927058770002e-10), r);          // ln2 lo
-  __m512d p = _mm512_set1_pd(1.0 / 39916800.0);
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 3628800.0));
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 362880.0));
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 40320.0));
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 5040.0));
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 720.0));
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 120.0));
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 24.0));
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 6.0));
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(0.5));
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0));
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0));
-  return _mm512_scalef_pd(p, n);
-}
 
 // exp(x) in float, 16 lanes, for x in [-104, 89] (clamped: below gives 0 or the smallest
 // subnormal, above +inf). x = n ln2 + r, |r| <= ln2/2, exp(r) by Taylor to r^7 (relative
