@@ -2,8 +2,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/gemm_avx512.h"  // gemm_avx512_available(): the AVX-512 CPU test
-
-#include <immintrin.h>
+#include "kernels/cpu/vec_math_avx512.h"
 
 #include <cmath>
 
@@ -24,7 +23,7 @@ __attribute__((target("avx512f"))) void adamw_avx512(float* p, const float* g, f
   const __m512 inv_sqrt_bc2 = _mm512_set1_ps(s.inv_sqrt_bc2), eps = _mm512_set1_ps(s.eps);
   const __m512 decay = _mm512_set1_ps(s.decay), step_size = _mm512_set1_ps(s.step_size);
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 k = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
+    const __mmask16 k = cpu::avx512::lanes(n - i);
     const __m512 gi = _mm512_maskz_loadu_ps(k, g + i);
     const __m512 mi = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_maskz_loadu_ps(k, m + i)),
                                     _mm512_mul_ps(one_b1, gi));
@@ -43,10 +42,8 @@ __attribute__((target("avx512f"))) void adamw_avx512(float* p, const float* g, f
 __attribute__((target("avx512f"))) double sum_squares_avx512(const float* x, int64_t n) {
   __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 k = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
-    const __m512 v = _mm512_maskz_loadu_ps(k, x + i);
-    const __m512d a = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-    const __m512d b = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    const __m512 v = _mm512_maskz_loadu_ps(cpu::avx512::lanes(n - i), x + i);
+    const __m512d a = cpu::avx512::widen_lo(v), b = cpu::avx512::widen_hi(v);
     lo = _mm512_fmadd_pd(a, a, lo);
     hi = _mm512_fmadd_pd(b, b, hi);
   }

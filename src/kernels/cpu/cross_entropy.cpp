@@ -30,9 +30,7 @@ namespace {
 // sums reduced in a fixed order), masked tails.
 __attribute__((target("avx512f"))) double row_avx512(const float* x, int64_t V, float* dx,
                                                      float* m_out) {
-  const auto mask = [V](int64_t v) {
-    return V - v >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (V - v)) - 1u);
-  };
+  const auto mask = [V](int64_t v) { return avx512::lanes(V - v); };
   __m512 mx = _mm512_set1_ps(-INFINITY);
   for (int64_t v = 0; v < V; v += 16) mx = _mm512_mask_max_ps(mx, mask(v), mx, _mm512_loadu_ps(x + v));
   const float m = _mm512_reduce_max_ps(mx);
@@ -42,8 +40,8 @@ __attribute__((target("avx512f"))) double row_avx512(const float* x, int64_t V, 
     const __mmask16 k = mask(v);
     const __m512 e = _mm512_maskz_mov_ps(k, avx512::exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + v), mv)));
     if (dx) _mm512_mask_storeu_ps(dx + v, k, e);
-    lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
-    hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+    lo = _mm512_add_pd(lo, avx512::widen_lo(e));
+    hi = _mm512_add_pd(hi, avx512::widen_hi(e));
   }
   *m_out = m;
   return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
@@ -53,7 +51,7 @@ __attribute__((target("avx512f"))) double row_avx512(const float* x, int64_t V, 
 __attribute__((target("avx512f"))) void scale_avx512(float* dx, int64_t V, float scale) {
   const __m512 sv = _mm512_set1_ps(scale);
   for (int64_t v = 0; v < V; v += 16) {
-    const __mmask16 k = V - v >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (V - v)) - 1u);
+    const __mmask16 k = avx512::lanes(V - v);
     _mm512_mask_storeu_ps(dx + v, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, dx + v), sv));
   }
 }

@@ -42,7 +42,7 @@ __attribute__((target("avx512f"))) void gelu_range_avx512(const float* x, const 
                                                           float* y, float* grad, int64_t i0,
                                                           int64_t i1) {
   for (int64_t i = i0; i < i1; i += 16) {
-    const __mmask16 m = i1 - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (i1 - i)) - 1u);
+    const __mmask16 m = avx512::lanes(i1 - i);
     const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
     __m512 r;
     if constexpr (backward) {

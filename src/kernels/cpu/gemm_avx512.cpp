@@ -97,11 +97,7 @@ constexpr auto make_tiles(std::integer_sequence<int, R...>) {
   return std::array<TileFn, sizeof...(R)>{&micro_tile<R + 1>...};
 }
 
-__mmask16 mask_for(int64_t cols) {  // the first min(cols, 16) lanes, none when cols <= 0
-  if (cols <= 0) return 0;
-  if (cols >= 16) return 0xFFFF;
-  return static_cast<__mmask16>((1u << cols) - 1);
-}
+using avx512::lanes;
 
 }  // namespace
 
@@ -115,7 +111,7 @@ void gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_rs, 
                  int64_t ep_i0, int64_t ep_j0) {
   static constexpr auto tiles = make_tiles(std::make_integer_sequence<int, kMR>{});
   for (int64_t j = 0; j < N; j += kNR) {  // a K x 32 panel of B, reused by every row tile
-    const __mmask16 m0 = mask_for(N - j), m1 = mask_for(N - j - 16);
+    const __mmask16 m0 = lanes(N - j), m1 = lanes(N - j - 16);
     for (int64_t i = 0; i < M; i += kMR) {
       const int mr = static_cast<int>(std::min<int64_t>(kMR, M - i));
       tiles[static_cast<size_t>(mr - 1)](K, A + i * a_rs, a_rs, a_cs, B + j, ldb, C + i * ldc + j,
@@ -130,7 +126,7 @@ namespace {
 // unpack / shuffle / 128-bit-lane shuffle network (no gathers, no scalar moves).
 __attribute__((target("avx512f"))) void transpose16(const float* src, int64_t lds, float* dst,
                                                     int64_t ldd, int rows, int cols) {
-  const __mmask16 col_mask = mask_for(cols), row_mask = mask_for(rows);
+  const __mmask16 col_mask = lanes(cols), row_mask = lanes(rows);
   __m512 r[16], t[16], u[16];
   for (int j = 0; j < 16; ++j)
     r[j] = j < rows ? _mm512_maskz_loadu_ps(col_mask, src + j * lds) : _mm512_setzero_ps();
@@ -182,7 +178,7 @@ void pack_panels_transposed_avx512(int64_t rows, int64_t cols, const float* src,
 __attribute__((target("avx512f"))) void pack_panels_avx512(int64_t K, int64_t N, const float* B,
                                                            int64_t ldb, float* dst) {
   for (int64_t j = 0; j < N; j += kNR) {  // two masked 16-float moves per row of a panel
-    const __mmask16 m0 = mask_for(N - j), m1 = mask_for(N - j - 16);
+    const __mmask16 m0 = lanes(N - j), m1 = lanes(N - j - 16);
     float* panel = dst + (j / kNR) * K * kNR;
     for (int64_t k = 0; k < K; ++k) {
       const float* src = B + k * ldb + j;
@@ -202,7 +198,7 @@ __attribute__((target("avx512f"))) void gemv_rows_avx512(int64_t N, int64_t K, c
     int64_t k = 0;
     for (; k + 16 <= K; k += 16)
       acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + k), _mm512_loadu_ps(w + k), acc);
-    const __mmask16 m = mask_for(K - k);
+    const __mmask16 m = lanes(K - k);
     acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + k), _mm512_maskz_loadu_ps(m, w + k), acc);
     float s = _mm512_reduce_add_ps(acc);
     if (bias) s += bias[n];

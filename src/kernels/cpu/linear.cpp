@@ -22,9 +22,9 @@
 #include "core/error.h"
 #include "kernels/cpu/gelu.h"
 #include "kernels/cpu/gemm_avx512.h"
+#include "kernels/cpu/vec_math_avx512.h"
 
 #include <cblas.h>
-#include <immintrin.h>
 
 #include <algorithm>
 #include <memory>
@@ -270,12 +270,12 @@ namespace {
 __attribute__((target("avx512f"))) void column_sums_avx512(const float* dy, int64_t N, int64_t out,
                                                           int64_t o0, int64_t o1, float* db) {
   for (int64_t o = o0; o < o1; o += 16) {
-    const __mmask16 m = o1 - o >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (o1 - o)) - 1u);
+    const __mmask16 m = avx512::lanes(o1 - o);
     __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
     for (int64_t n = 0; n < N; ++n) {
       const __m512 v = _mm512_maskz_loadu_ps(m, dy + n * out + o);
-      lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
-      hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+      lo = _mm512_add_pd(lo, avx512::widen_lo(v));
+      hi = _mm512_add_pd(hi, avx512::widen_hi(v));
     }
     const __m512 sums = _mm512_castpd_ps(_mm512_insertf64x4(
         _mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo))), _mm256_castps_pd(_mm512_cvtpd_ps(hi)), 1));

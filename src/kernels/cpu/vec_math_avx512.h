@@ -11,10 +11,24 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstdint>
 
 namespace minigpt::cpu::avx512 {
 
 #define MINIGPT_AVX512 __attribute__((target("avx512f"), always_inline)) inline
+
+// The first min(n, 16) lanes (none when n <= 0): the mask of a loop's last, partial vector.
+inline __mmask16 lanes(int64_t n) {
+  if (n <= 0) return 0;
+  if (n >= 16) return 0xFFFF;
+  return static_cast<__mmask16>((1u << n) - 1u);
+}
+
+// Lanes 0-7 and 8-15 of v widened to double (sums of floats kept in double).
+MINIGPT_AVX512 __m512d widen_lo(__m512 v) { return _mm512_cvtps_pd(_mm512_castps512_ps256(v)); }
+MINIGPT_AVX512 __m512d widen_hi(__m512 v) {
+  return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
 
 // exp(x) in float, 16 lanes, for x in [-104, 89] (clamped: below gives 0 or the smallest
 // subnormal, above +inf). x = n ln2 + r, |r| <= ln2/2, exp(r) by Taylor to r^7 (relative
