@@ -54,6 +54,23 @@ int64_t grain_for(int64_t macs_per_item) {
   return std::max<int64_t>(1, kMinParallelMacs / std::max<int64_t>(1, macs_per_item));
 }
 
+// fn(r0, rows) over fixed blocks of kRowBlock rows of [0, N), split over the pool: the OpenBLAS
+// paths' unit. OpenBLAS picks its kernels by the matrix sizes, so a row's rounding may depend on
+// how many rows share its call; with fixed blocks every row sees the same call for 1 or 2
+// threads, and results match bitwise. macs_per_row sizes the parallel grain.
+template <class Fn>
+void for_row_blocks(int64_t N, int64_t macs_per_row, ThreadPool& pool, const Fn& fn) {
+  pool.parallel_for(
+      (N + kRowBlock - 1) / kRowBlock,
+      [&](int64_t blk0, int64_t blk1) {
+        for (int64_t blk = blk0; blk < blk1; ++blk) {
+          const int64_t r0 = blk * kRowBlock;
+          fn(r0, std::min(N, r0 + kRowBlock) - r0);
+        }
+      },
+      grain_for(kRowBlock * macs_per_row));
+}
+
 void check_sizes(int64_t N, int64_t in, int64_t out) {
   MINIGPT_CHECK(N >= 0 && in >= 1 && out >= 1, "linear: bad sizes N={} in={} out={}", N, in, out);
   MINIGPT_CHECK(N <= INT32_MAX && in <= INT32_MAX && out <= INT32_MAX,
@@ -123,28 +140,17 @@ void forward_blas(const float* x, const float* W, const float* b, float* y, int6
   blas_single_threaded();
   std::vector<float> scratch(ep.residual ? static_cast<size_t>(N * out) : 0);
   float* prod = ep.residual ? scratch.data() : y;
-  // Fixed blocks of kRowBlock rows, whatever the thread count: OpenBLAS picks its kernels by
-  // the matrix sizes, so a row's rounding may depend on how many rows share its call. With
-  // fixed blocks every row sees the same call for 1 or 2 threads, and results match bitwise.
-  const int64_t blocks = (N + kRowBlock - 1) / kRowBlock;
-  pool.parallel_for(
-      blocks,
-      [&](int64_t blk0, int64_t blk1) {
-        for (int64_t blk = blk0; blk < blk1; ++blk) {
-          const int64_t r0 = blk * kRowBlock, rows = std::min(N, r0 + kRowBlock) - r0;
-          float* yr = prod + r0 * out;
-          float beta = 0.0f;
-          if (b) {  // y = b, then y = x W^T + y in the sgemm (product first, then + b)
-            for (int64_t r = 0; r < rows; ++r) std::copy(b, b + out, yr + r * out);
-            beta = 1.0f;
-          }
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
-                      static_cast<int>(out), static_cast<int>(in), 1.0f, x + r0 * in,
-                      static_cast<int>(in), W, static_cast<int>(in), beta, yr,
-                      static_cast<int>(out));
-        }
-      },
-      grain_for(kRowBlock * in * out));
+  for_row_blocks(N, in * out, pool, [&](int64_t r0, int64_t rows) {
+    float* yr = prod + r0 * out;
+    float beta = 0.0f;
+    if (b) {  // y = b, then y = x W^T + y in the sgemm (product first, then + b)
+      for (int64_t r = 0; r < rows; ++r) std::copy(b, b + out, yr + r * out);
+      beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
+                static_cast<int>(out), static_cast<int>(in), 1.0f, x + r0 * in,
+                static_cast<int>(in), W, static_cast<int>(in), beta, yr, static_cast<int>(out));
+  });
   if (ep.residual)
     for (int64_t i = 0; i < N * out; ++i) y[i] = prod[i] + ep.residual[i];
   gelu_after(y, N * out, ep, pool);
@@ -232,21 +238,14 @@ void linear_backward(const float* x, const float* W, const float* dy, float* dx,
   // No AVX-512: OpenBLAS.
   blas_single_threaded();
   const int I = static_cast<int>(in), O = static_cast<int>(out), Nn = static_cast<int>(N);
-  // dx (N, in) = dy (N, out) @ W (out, in): fixed blocks of rows (as in the forward).
+  // dx (N, in) = dy (N, out) @ W (out, in), [* dx_scale]: fixed blocks of rows (as the forward).
   if (dx) {
-    const int64_t blocks = (N + kRowBlock - 1) / kRowBlock;
-    pool.parallel_for(
-        blocks,
-        [&](int64_t blk0, int64_t blk1) {
-          for (int64_t blk = blk0; blk < blk1; ++blk) {
-            const int64_t r0 = blk * kRowBlock, rows = std::min(N, r0 + kRowBlock) - r0;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), I, O,
-                        1.0f, dy + r0 * out, O, W, I, 0.0f, dx + r0 * in, I);
-            if (dx_scale)
-              for (int64_t i = r0 * in; i < (r0 + rows) * in; ++i) dx[i] *= dx_scale[i];
-          }
-        },
-        grain_for(kRowBlock * in * out));
+    for_row_blocks(N, in * out, pool, [&](int64_t r0, int64_t rows) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), I, O, 1.0f,
+                  dy + r0 * out, O, W, I, 0.0f, dx + r0 * in, I);
+      if (dx_scale)
+        for (int64_t i = r0 * in; i < (r0 + rows) * in; ++i) dx[i] *= dx_scale[i];
+    });
   }
   // dW (out, in) += dy^T (out, N) @ x (N, in) and db (out) += sum over N of dy: fixed blocks of
   // output features, each summing over all N rows in one call.
