@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         out["notes"].append("torch sees no CUDA device; no peer timings")
         return emit()
-    torch.set_num_threads(args.threads)
+    from torch_threads import use_threads  # beside this script
+    use_threads(torch, args.threads)
 
     peers = {"torch.softmax": lambda x: torch.softmax(x, dim=-1)}
     if not args.no_compile:

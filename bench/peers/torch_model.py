@@ -100,12 +100,9 @@ def main() -> int:
     sys.path.insert(0, str(ROOT / "python"))
     from minigpt.model_io import ModelConfig, random_model, save_model
     from minigpt.torch_minigpt import GrammarMiniGPT
+    from torch_threads import use_threads  # beside this script
 
-    torch.set_num_threads(args.threads)
-    try:
-        torch.set_num_interop_threads(1)
-    except RuntimeError:
-        pass  # already set by an earlier parallel op
+    use_threads(torch, args.threads)
 
     tmpdir = None
     if args.model:

@@ -118,12 +118,9 @@ def main() -> int:
     sys.path.insert(0, str(ROOT / "python"))
     from minigpt.model_io import ModelConfig
     from minigpt.torch_minigpt import GrammarMiniGPT
+    from torch_threads import use_threads  # beside this script
 
-    torch.set_num_threads(args.threads)
-    try:
-        torch.set_num_interop_threads(1)
-    except RuntimeError:
-        pass  # already set by an earlier parallel op
+    use_threads(torch, args.threads)
     torch.manual_seed(42)
     config = ModelConfig(vocab_size=vocab_size or 611)
     model = GrammarMiniGPT(config).init_gpt2_(seed=42).train()
