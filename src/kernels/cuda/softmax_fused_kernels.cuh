@@ -21,6 +21,33 @@ namespace minigpt::cuda::detail {
 
 using FusedKernel = void (*)(const float*, float*, int64_t, int, int);
 
+// v[k] = exp(v[k] - sh) for a thread's held values and ev = exp(ev - sh) for its head/tail
+// element; returns their sum. sh is the thread's shift_of(max) (one round) or the row max.
+template <int N>
+__device__ __forceinline__ float exp_in_place_sum(float (&v)[N], float& ev, float sh) {
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    v[k] = exp_le0(v[k] - sh);
+    s += v[k];
+  }
+  ev = exp_le0(ev - sh);
+  return s + ev;
+}
+
+// Stores v * c as NV float4 of the 16-byte body: slot k of this thread is float4 index
+// first + k * stride, written where it is below end.
+template <int NV, bool STREAM>
+__device__ __forceinline__ void store_scaled4(float4* yb, const float (&v)[4 * NV], float c, int first,
+                                              int stride, int end) {
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int j = first + k * stride;
+    if (j < end)
+      store4<STREAM>(yb + j, make_float4(v[4 * k] * c, v[4 * k + 1] * c, v[4 * k + 2] * c, v[4 * k + 3] * c));
+  }
+}
+
 // ---- Rows: a sub-warp of TPR lanes per row (block = TPR x rows_per_block), row in registers.
 // Each lane holds NV float4 of the body (VEC = 4) or 4*NV scalars (VEC = 1). `unused` keeps
 // one signature for every table entry. TWO_ROUND: reduce the max, then the sum of exp(x - M)
@@ -75,40 +102,19 @@ __global__ void fused_rows_kernel(const float* x, float* y, int64_t rows, int co
       m = max_ignoring_nan(m, __shfl_xor_sync(mask, m, off, TPR));
     // Row max M: +inf or an all -inf row make x - M NaN, a NaN stays NaN: the sum is NaN and
     // so is the row; padding (-inf) of a finite row gives exp(-inf) = 0.
-    float s = 0.f;
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-      v[k] = exp_le0(v[k] - m);
-      s += v[k];
-    }
-    ev = exp_le0(ev - m);
-    s += ev;
+    float s = exp_in_place_sum(v, ev, m);
 #pragma unroll
     for (int off = TPR / 2; off > 0; off /= 2) s += __shfl_xor_sync(mask, s, off, TPR);
     c = __fdividef(1.f, s);  // s in [1, cols] for a finite row, else NaN or 0 (-> NaN)
   } else {
-    const float sh = shift_of(m);
-    float s = 0.f;
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-      v[k] = exp_le0(v[k] - sh);
-      s += v[k];
-    }
-    ev = exp_le0(ev - sh);
-    s += ev;
+    const float s = exp_in_place_sum(v, ev, shift_of(m));
     const MaxSum t = warp_reduce<TPR>(MaxSum{m, s}, mask);
     c = __fdividef(rescale(m, t.m), t.s);  // all -inf row: 0/0 = NaN; NaN or +inf: S is NaN
   }
 
   if constexpr (VEC == 4) {
-    float4* yb = reinterpret_cast<float4*>(yr + r.head);  // y rows share x rows' alignment
-#pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      const int j = lane + k * TPR;
-      if (j < r.body)
-        store4<STREAM>(yb + j, make_float4(v[4 * k] * c, v[4 * k + 1] * c, v[4 * k + 2] * c,
-                                           v[4 * k + 3] * c));
-    }
+    // y rows share x rows' alignment
+    store_scaled4<NV, STREAM>(reinterpret_cast<float4*>(yr + r.head), v, c, lane, TPR, r.body);
     if (eidx >= 0) store1<STREAM>(yr + eidx, ev * c);
   } else {
 #pragma unroll
@@ -166,29 +172,14 @@ __global__ void fused_block_kernel(const float* x, float* y, int64_t rows, int c
   float m = ev;  // linear chains: the block variant is bandwidth-bound, and a tree costs registers
 #pragma unroll
   for (int k = 0; k < N; ++k) m = max_ignoring_nan(m, v[k]);
-  const float sh = shift_of(m);
-  float s = 0.f;
-#pragma unroll
-  for (int k = 0; k < N; ++k) {
-    v[k] = exp_le0(v[k] - sh);
-    s += v[k];
-  }
-  ev = exp_le0(ev - sh);
-  s += ev;
+  const float s = exp_in_place_sum(v, ev, shift_of(m));
 
   MaxSum b = block_reduce(MaxSum{m, s}, scratch);  // scratch[32] = this block's pair
   if (cluster > 1) b = cluster_allreduce(&scratch[32], &total, cluster);
   const float c = __fdividef(rescale(m, b.m), b.s);  // S in [1, cols] unless NaN or 0 (-> NaN)
 
   if constexpr (VEC == 4) {
-    float4* yb = reinterpret_cast<float4*>(yr + r.head);
-#pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      const int j = begin + tid + k * T;
-      if (j < end)
-        store4<STREAM>(yb + j, make_float4(v[4 * k] * c, v[4 * k + 1] * c, v[4 * k + 2] * c,
-                                           v[4 * k + 3] * c));
-    }
+    store_scaled4<NV, STREAM>(reinterpret_cast<float4*>(yr + r.head), v, c, begin + tid, T, end);
     if (eidx >= 0) store1<STREAM>(yr + eidx, ev * c);
   } else {
 #pragma unroll
