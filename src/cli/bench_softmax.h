@@ -22,6 +22,7 @@ struct BenchSoftmaxOptions {
   int warmup = 3;
   int repeats = 100;
   bool retune = false;      // CUDA: ignore the autotune cache
+  bool tune_log = false;    // CUDA: the sweep prints every candidate's times (stderr)
   bool peers = true;        // run bench/peers/softmax_peers.py in the same command
   uint64_t seed = 42;
 };

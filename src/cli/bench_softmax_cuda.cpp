@@ -274,6 +274,7 @@ void bench_softmax_cuda(const BenchSoftmaxOptions& options, Report& report) {
   cuda::AutotuneOptions tune;
   tune.cache_path = cuda::default_autotune_cache_path();
   tune.retune = options.retune;
+  tune.log_candidates = options.tune_log;
   tune.log = &std::cerr;
   nlohmann::json choices = nlohmann::json::object();
   double worst_err = 0;

@@ -437,6 +437,7 @@ void add_bench_softmax_command(CLI::App& bench, GlobalOptions& global) {
   cmd->add_option("--repeats", options->repeats, "timed calls at most (CPU: also ~1 s per row)")
       ->check(CLI::Range(1, 100000));
   cmd->add_flag("--retune", options->retune, "CUDA: ignore the autotune cache");
+  cmd->add_flag("--tune-log", options->tune_log, "CUDA: print every candidate the autotuner times (stderr)");
   cmd->add_option("-s,--seed", options->seed, "input seed");
   cmd->callback([options, format, shapes, no_peers, &global] {
     const ReportFormat fmt_out = parse_report_format(*format);

@@ -200,14 +200,25 @@ AutotuneResult autotune_fused(const float* x, int64_t rows, int64_t cols,
   double best_single = kInf;
   for (size_t i = 0; i < single.size(); ++i)
     if (primary[i] < kInf && single[i] > 0) best_single = std::min(best_single, single[i]);
+  auto score_of = [&](size_t i) {
+    return both && best_single < kInf && single[i] > 0
+               ? primary[i] / best_primary + single[i] / best_single
+               : primary[i] / best_primary;
+  };
   size_t win = 0;
   double best_score = kInf;
   for (size_t i = 0; i < candidates.size(); ++i) {
     if (!(primary[i] < kInf)) continue;
-    const double score = both && best_single < kInf && single[i] > 0
-                             ? primary[i] / best_primary + single[i] / best_single
-                             : primary[i] / best_primary;
-    if (score < best_score) best_score = score, win = i;
+    if (score_of(i) < best_score) best_score = score_of(i), win = i;
+  }
+  if (options.log && options.log_candidates) {
+    // Every candidate, to see how close the runners-up came (and which failed to launch).
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      *options.log << fmt::format("autotune {}:   {:<44} {:>9.3f} us{}{}  score {:.3f}{}\n", key.bucket,
+                                  candidates[i].name(), primary[i], both ? " graph" : "",
+                                  both ? fmt::format(" {:>9.3f} us single", single[i]) : std::string(),
+                                  score_of(i), i == win ? "  <- picked" : "");
+    }
   }
   const FusedConfig winner = candidates[win];
   result.config = winner;

@@ -23,6 +23,7 @@ struct AutotuneOptions {
                                  // left the pick to noise between configs within 1%
   int timings = 3;               // graph replays per candidate, the best kept (small shapes)
   std::ostream* log = nullptr;   // one line per tuned shape when set
+  bool log_candidates = false;   // with `log`: also one line per candidate (its times, score)
 };
 
 struct AutotuneResult {
