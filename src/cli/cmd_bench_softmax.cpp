@@ -122,18 +122,24 @@ Timing time_runs(const std::function<void()>& fn, int warmup, int repeats) {
   return {median(us), static_cast<int>(us.size())};
 }
 
-// Round-robin timing of several functions: each round calls every function once, so that
-// load from other processes on a shared machine falls on all of them alike. Runs rounds until
-// `repeats` or a budget of kTimeBudgetS per function, with at least kMinRuns. Returns the
-// median per function.
+// Round-robin timing of several functions: each round calls every function, so that load
+// from other processes on a shared machine falls on all of them alike. Each timed call follows
+// an untimed call of the same function: it then meets the caches as that function left them
+// (its steady state, as a peer timed back to back in its own process does), not as the
+// previous kernel left them. Without the settling call, simd's streaming stores at (4096, 600)
+// met y's lines still dirty in the LLC from the kernel before it. Runs rounds until `repeats`
+// or a budget of kTimeBudgetS per function (timed calls only), with at least kMinRuns.
+// Returns the median per function.
 std::vector<Timing> time_interleaved(const std::vector<std::function<void()>>& fns, int repeats) {
   std::vector<std::vector<double>> us(fns.size());
-  Timer total;
+  double timed_s = 0;
   const double budget = kTimeBudgetS * static_cast<double>(fns.size());
-  for (int round = 0; round < std::max(repeats, 1) && (round < kMinRuns || total.elapsed_s() < budget); ++round)
+  for (int round = 0; round < std::max(repeats, 1) && (round < kMinRuns || timed_s < budget); ++round)
     for (size_t k = 0; k < fns.size(); ++k) {
+      fns[k]();  // settle
       Timer t;
       fns[k]();
+      timed_s += t.elapsed_s();
       us[k].push_back(t.elapsed_us());
     }
   std::vector<Timing> out;
@@ -406,7 +412,8 @@ void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report) {
   }
   report.add_note(fmt::format(
       "time_us: median over `runs` calls in one process, the kernels of a shape timed round-robin "
-      "(at least {} rounds, at most --repeats or ~{} s per kernel) after up to --warmup untimed "
+      "(at least {} rounds, at most --repeats or ~{} s per kernel; each timed call right after an "
+      "untimed call of the same kernel, its steady state) after up to --warmup untimed "
       "calls; inputs uniform in [-8, 8); every output poisoned and checked first. GB/s = 2 * B * V "
       "* 4 bytes / time. frac_of_copy: over a memcpy of {} MiB (src and dst each, >3x the LLC, "
       "pre-faulted, same split) on the same {} thread(s): {:.2f} GB/s (read + write), the best of "
