@@ -8,8 +8,11 @@ importable) the Triton kernel minigpt.triton_softmax, timed per shape.
 merges the timings into its table; it can also run beside it. Timing follows the C++ side:
 inputs uniform in [-8, 8) from --seed, a few untimed calls, then the median of timed calls
 (at least 5, at most --repeats or about 1 s per row). CPU: time.perf_counter around each call,
-torch.set_num_threads(--threads). CUDA: CUDA events per call, L2 flushed between calls by
-writing a 256 MiB buffer (outside the timed region).
+torch.set_num_threads(--threads), each peer timed back to back. CUDA: CUDA events per call, L2
+flushed before each call by writing a 256 MiB buffer (outside the timed region), the peers'
+calls alternating so that all meet the same GPU state; minigpt's own fused kernel joins them
+(peer "minigpt fused", through minigpt.core.softmax_cuda_into on the same tensors) when the C++
+module is importable.
 
 Output (--json): {"torch_version", "device", "threads", "results": [{"peer", "B", "V",
 "time_us", "runs"}], "notes": [...]}. Without torch it prints the same object with no results
@@ -52,20 +55,24 @@ def time_cpu(fn, warmup: int, repeats: int) -> tuple[float, int]:
     return statistics.median(times), len(times)
 
 
-def time_cuda(torch, fn, warmup: int, repeats: int) -> tuple[float, int]:
+def time_cuda(torch, fns: dict, warmup: int, repeats: int) -> dict:
+    """{name: (median us, runs)} of single calls, L2 flushed before each (outside the events).
+    The calls alternate between the fns, so that each meets the same GPU state."""
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    for _ in range(warmup):
-        fn()
-    times = []
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times = {name: [] for name in fns}
     for _ in range(repeats):
-        flush.zero_()  # evict x and y from L2
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times), len(times)
+        for name, fn in fns.items():
+            flush.zero_()  # evict x and y from L2
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end) * 1e3)
+    return {name: (statistics.median(t), len(t)) for name, t in times.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,25 +119,34 @@ def main(argv: list[str] | None = None) -> int:
         peers["torch.compile"] = torch.compile(lambda x: torch.softmax(x, dim=-1))
     if args.device == "cuda":
         try:
-            from minigpt import triton_softmax  # written by cuda-softmax; optional
+            from minigpt import triton_softmax  # optional: needs Triton
 
             peers["triton"] = triton_softmax.softmax
+            fused, reason = triton_softmax.minigpt_fused()  # our kernel, timed beside the peers
+            if fused is not None:
+                peers["minigpt fused"] = fused
+            else:
+                out["notes"].append(reason)
         except Exception as e:
             out["notes"].append(f"Triton kernel skipped ({type(e).__name__}: {e})")
 
     gen = torch.Generator(device="cpu").manual_seed(args.seed)
     for b, v in parse_shapes(args.shapes):
         x = (torch.rand(b, v, generator=gen) * 16 - 8).to(args.device)
+        timed = {}
         for name, fn in peers.items():
             try:
                 call = lambda fn=fn: fn(x)  # noqa: E731
                 if args.device == "cuda":
-                    us, runs = time_cuda(torch, call, args.warmup, args.repeats)
+                    call()  # a peer that fails here is left out of the round-robin
+                    timed[name] = call
                 else:
-                    us, runs = time_cpu(call, args.warmup, args.repeats)
+                    timed[name] = time_cpu(call, args.warmup, args.repeats)
             except Exception as e:
                 out["notes"].append(f"{name} at ({b}, {v}) failed: {type(e).__name__}: {e}")
-                continue
+        if args.device == "cuda":
+            timed = time_cuda(torch, timed, args.warmup, args.repeats)
+        for name, (us, runs) in timed.items():
             out["results"].append({"peer": name, "B": b, "V": v, "time_us": us, "runs": runs})
         del x
     return emit()

@@ -4,7 +4,7 @@
 // CPU kernels (src/kernels/cpu/softmax.h): reference (double, the oracle), naive, fused, simd
 // (the production kernel, on the module's thread pool). The CUDA kernels are bound in
 // softmax_cuda.cpp when the module is built with CUDA; here device="cuda" without them is a
-// clear error.
+// clear error. softmax_cuda_into runs a CUDA kernel on arrays that are already on the GPU.
 #include "common.h"
 
 #include "core/error.h"
@@ -13,13 +13,17 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdint>
 #include <cstring>
+#include <string>
 
 namespace minigpt::py {
 
 // Defined in softmax_cuda.cpp (CUDA builds) or below (CPU-only builds).
 std::vector<std::string> cuda_softmax_kernels();
 void cuda_softmax(const float* x, float* y, int64_t rows, int64_t cols, const std::string& kernel);
+void cuda_softmax_device(const float* x, float* y, int64_t rows, int64_t cols, int device,
+                         const std::string& kernel, uintptr_t stream);
 
 namespace {
 
@@ -63,6 +67,28 @@ void bind_softmax(nb::module_& m) {
   "Softmax over the last dimension of a float32 C-contiguous array; returns a new array. "
   "kernel: one of softmax_kernels(device); empty = the production kernel (simd on cpu, fused "
   "on cuda). device='cuda' copies x to the GPU and the result back.");
+
+  // (B, V) float32 C-contiguous arrays on a CUDA device: PyTorch CUDA tensors (DLPack) or any
+  // array exporting DLPack. nanobind rejects other dtypes, layouts and devices with a TypeError.
+  using CudaIn = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cuda>;
+  using CudaOut = nb::ndarray<float, nb::ndim<2>, nb::c_contig, nb::device::cuda>;
+  m.def("softmax_cuda_into", [](const CudaIn& x, const CudaOut& y, const std::string& kernel, uintptr_t stream) {
+    if (x.shape(0) != y.shape(0) || x.shape(1) != y.shape(1))
+      throw nb::value_error(("softmax_cuda_into: x is (" + std::to_string(x.shape(0)) + ", " +
+                             std::to_string(x.shape(1)) + ") but y is (" + std::to_string(y.shape(0)) +
+                             ", " + std::to_string(y.shape(1)) + ")").c_str());
+    if (x.shape(1) < 1) throw nb::value_error("softmax_cuda_into: rows must have at least 1 element");
+    if (x.device_id() != y.device_id()) throw nb::value_error("softmax_cuda_into: x and y are on different GPUs");
+    nb::gil_scoped_release release;
+    cuda_softmax_device(x.data(), y.data(), static_cast<int64_t>(x.shape(0)), static_cast<int64_t>(x.shape(1)),
+                        x.device_id(), kernel, stream);
+  }, nb::arg("x").noconvert(), nb::arg("y").noconvert(),  // never a silent copy (y would be lost)
+  nb::arg("kernel") = "fused_tuned", nb::arg("stream") = 0,
+  "y = softmax(x) over rows for (B, V) float32 C-contiguous arrays already on the current CUDA "
+  "device (e.g. torch tensors). Enqueued on `stream` (a cudaStream_t as an int, e.g. "
+  "torch.cuda.current_stream().cuda_stream; 0 = the legacy default stream): no copy, no "
+  "allocation, no synchronisation, so calls can be captured into a CUDA graph. fused_tuned "
+  "tunes (and synchronises) on its first call per shape bucket: make that call before a capture.");
 
   m.def("softmax_kernels", [](const std::string& device) {
     if (device == "cpu") return kCpuKernels;

@@ -16,8 +16,10 @@ Semantics (design.md): a row holding a NaN or +inf gives a NaN row, an all -inf 
 NaN row, [1e30, 0, -1e30] gives [1, 0, 0]; B == 0 launches nothing.
 
 `python -m minigpt.triton_softmax graph-bench --shapes 64x600,512x600 --json` prints the graph-mode
-times of torch.softmax and of this kernel (100 calls captured in one CUDA graph, time per call),
-which `minigpt bench softmax --device cuda` merges into its table.
+times of torch.softmax, of this kernel and of minigpt's fused CUDA kernel (called on the same
+torch tensors through minigpt.core.softmax_cuda_into when the C++ module is importable): 100
+calls captured in one CUDA graph per kernel, the graphs replayed in turn, time per call. `minigpt
+bench softmax --device cuda` merges them into its table.
 """
 from __future__ import annotations
 
@@ -125,30 +127,57 @@ def tune(shapes=TUNED_SHAPES, seed: int = 42) -> dict:
     return out
 
 
-def graph_time_us(fn, x: torch.Tensor, launches: int = 100, reps: int = 5) -> float:
-    """Time per call of fn(x) with `launches` calls captured in one CUDA graph (median of reps)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm up (and autotune) outside the capture
-        for _ in range(3):
-            fn(x)
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(launches):
-            fn(x)
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
+def minigpt_fused():
+    """minigpt's fused CUDA kernel (its autotuned config) as fn(x) -> y on torch CUDA tensors,
+    through minigpt.core.softmax_cuda_into on the current stream (no copy), so that it is timed
+    in the same process and the same CUDA graphs as torch.softmax and Triton. Returns (fn, None),
+    or (None, reason) when the C++ module is not importable or was built without CUDA."""
+    try:
+        from minigpt import core
+    except ImportError as e:
+        return None, f"minigpt fused skipped: the C++ module is not importable ({e})"
+    if not hasattr(core, "softmax_cuda_into") or "fused_tuned" not in core.softmax_kernels("cuda"):
+        return None, "minigpt fused skipped: the C++ module was built without CUDA"
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        y = torch.empty_like(x)
+        core.softmax_cuda_into(x, y, "fused_tuned", torch.cuda.current_stream().cuda_stream)
+        return y
+
+    return fn, None
+
+
+def graph_times_us(fns: dict, x: torch.Tensor, launches: int = 100, reps: int = 7) -> dict:
+    """Time per call of each fn(x) with `launches` calls captured in one CUDA graph per fn;
+    median of `reps` replays. The replays alternate between the fns (round-robin, each waited
+    for), so that every fn meets the same GPU state: on the H200 the time per launch of one
+    tiny kernel drifted by ~12% between the start and the end of one process."""
+    graphs = {}
+    for name, fn in fns.items():
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):  # warm up (and autotune) outside the capture
+            for _ in range(3):
+                fn(x)
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(launches):
+                fn(x)
         g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / launches)
-    return statistics.median(times)
+        graphs[name] = g
+    torch.cuda.synchronize()
+    times = {name: [] for name in graphs}
+    for _ in range(reps):
+        for name, g in graphs.items():
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            g.replay()
+            b.record()
+            b.synchronize()
+            times[name].append(a.elapsed_time(b) * 1e3 / launches)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def _graph_bench(argv: list[str]) -> int:
@@ -164,16 +193,25 @@ def _graph_bench(argv: list[str]) -> int:
         out["notes"].append("torch sees no CUDA device; no graph-mode peer timings")
         print(json.dumps(out))
         return 0
+    peers = {"torch.softmax graph": lambda t: torch.softmax(t, dim=-1), "triton graph": softmax}
+    fused, reason = minigpt_fused()
+    if fused is not None:
+        peers["minigpt fused graph"] = fused
+    else:
+        out["notes"].append(reason)
     gen = torch.Generator(device="cpu").manual_seed(args.seed)
     for item in filter(None, args.shapes.split(",")):
         b, v = (int(t) for t in item.split("x"))
         x = (torch.rand(b, v, generator=gen) * 16 - 8).cuda()
-        for name, fn in (("torch.softmax graph", lambda t: torch.softmax(t, dim=-1)), ("triton graph", softmax)):
+        working = {}
+        for name, fn in peers.items():  # a peer that fails leaves its cells empty, with the reason
             try:
-                us = graph_time_us(fn, x, args.launches)
-                out["results"].append({"peer": name, "B": b, "V": v, "time_us": us, "runs": args.launches})
-            except Exception as e:  # a failed peer leaves its cells empty, with the reason
+                fn(x)
+                working[name] = fn
+            except Exception as e:
                 out["notes"].append(f"{name} at ({b}, {v}) failed: {type(e).__name__}: {e}")
+        for name, us in graph_times_us(working, x, args.launches).items():
+            out["results"].append({"peer": name, "B": b, "V": v, "time_us": us, "runs": args.launches})
         out["triton_autotune"][item] = picked_config(b, v)
     print(json.dumps(out))
     return 0

@@ -12,7 +12,10 @@
 // cudaMemcpyAsync device-to-device of 1 GiB, bytes read + written over the median time.
 // Peers: bench/peers/softmax_peers.py (torch.softmax, torch.compile, Triton; L2 flushed) and
 // `python -m minigpt.triton_softmax graph-bench` (torch.softmax and Triton in graph mode), run
-// before our buffers exist.
+// before our buffers exist. Both also time our fused kernel (rows "minigpt fused" and "minigpt
+// fused graph") in their own process, on the same tensors, alternating with the peers' calls:
+// the times of tiny launches drift with the GPU's state (~12% within one process at (64, 600)),
+// so those rows are the like-for-like comparison with Triton; ours here are the same kernel.
 #include "cli/bench_softmax.h"
 #include "core/error.h"
 #include "minigpt/build_info.h"
@@ -170,7 +173,9 @@ void bench_softmax_cuda(const BenchSoftmaxOptions& options, Report& report) {
   std::map<std::string, std::map<std::pair<int64_t, int64_t>, nlohmann::json>> peers;  // peer -> shape -> row
   if (options.peers) {
     const std::string root = MINIGPT_SOURCE_DIR;
-    const std::string env = fmt::format("PYTHONPATH='{}/python'\"${{PYTHONPATH:+:$PYTHONPATH}}\"", root);
+    // python/ for the peers, <build>/python for the C++ module (our kernel timed beside them).
+    const std::string env = fmt::format("PYTHONPATH='{}/python:{}/python'\"${{PYTHONPATH:+:$PYTHONPATH}}\"", root,
+                                        MINIGPT_BINARY_DIR);
     const std::string all = shapes_arg(options.shapes, std::numeric_limits<double>::infinity());
     if (auto j = run_json(fmt::format("{} python3 '{}/bench/peers/softmax_peers.py' --device cuda "
                                       "--threads {} --shapes {} --seed {} --warmup {} --repeats {} --json",
