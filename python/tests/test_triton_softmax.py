@@ -1,8 +1,7 @@
 """The Triton softmax (minigpt.triton_softmax) against the NumPy reference (float64 sums) to
 1e-4 and against torch.softmax on the GPU; special values as design.md. Skipped, with the
 reason printed, when triton, torch or a CUDA GPU is missing. The comparison with the CUDA fused
-kernel is indirect: `minigpt bench softmax --device cuda` (scripts/gpu-check.sh) checks the
-CUDA kernels against the same double-precision reference on the same inputs.
+kernel on the same tensors is in test_softmax_cuda_into.py.
 """
 from __future__ import annotations
 
