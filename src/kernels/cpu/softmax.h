@@ -15,8 +15,9 @@
 // softmax_simd in detail: each row is read in L1-sized chunks of kSimdChunk floats; the running
 // max and sum are rescaled between chunks (online softmax), and the max of the next chunk (or
 // row) is taken while this chunk's exps are computed, so that memory loads overlap arithmetic.
-// That next span is also prefetched 16 KiB ahead into L2 (kPrefetchFloats, softmax_simd_ops.h):
-// one row ahead alone left loads and arithmetic nearly serial out of cache.
+// When a thread's share of x is beyond its L2 (kPrefetchMinBytes), that next span is also
+// prefetched 16 KiB ahead into L2 (kPrefetchFloats, softmax_simd_ops.h): one row ahead alone
+// left loads and arithmetic nearly serial out of cache.
 // Rows up to kScratchFloats (64k floats) keep exp(x - m) in an L2-resident scratch buffer and
 // the write pass only scales it (one exp per element, one read of x and one write of y from
 // memory); longer rows recompute the exp in the write pass. When the output is larger than
@@ -65,9 +66,16 @@ bool simd_isa_supported(SimdIsa isa);
 const char* simd_isa_name(SimdIsa isa);  // "scalar" | "avx2" | "avx512"
 
 inline constexpr int64_t kSimdChunk = 2048;               // floats per pass-1 chunk (8 KiB)
-// Output size from which simd's stores stream: 4x a core's 2 MiB L2, beyond which y leaves L2
-// before anyone reads it. At (4096, 600), 9.8 MB, streaming measured 15.9 GB/s vs 11.7 (1 thread).
-inline constexpr int64_t kStreamBytes = int64_t{8} << 20;
+// Output size from which simd's stores stream (non-temporal): y is then too big to stay in the
+// LLC for its reader. Measured on the GPU host's Xeon (2 MiB L2 per core, 300 MiB L3), 2
+// threads, each kernel in its steady state: (4096, 600), y = 9.8 MB: ordinary stores 572 us,
+// streaming 748 us; (32768, 600), y = 78.6 MB: streaming 6956 us, ordinary 9557 us.
+inline constexpr int64_t kStreamBytes = int64_t{32} << 20;
+// A thread's share of x from which the next span is prefetched: below it, x stays in that
+// core's L2 from one call to the next and the prefetches are only extra instructions. Same
+// machine: (512, 600), 614 KB per thread: 60.4 us without, 81.8 us with; (4096, 600), 4.9 MB
+// per thread: 572 us with, 617 us without.
+inline constexpr int64_t kPrefetchMinBytes = int64_t{1} << 20;
 inline constexpr double kExpPolyMaxUlp = 1.0;             // measured 0.882; see above
 
 // softmax_simd with a given ISA (Error if the CPU lacks it) and store mode.
@@ -78,10 +86,11 @@ void exp_poly(SimdIsa isa, const float* x, float* y, int64_t n);
 
 namespace detail {
 // One ISA's kernels (softmax_avx2.cpp, softmax_avx512.cpp, softmax_simd.cpp for scalar):
-// softmax of rows [0, rows) of x into y, single-threaded; stream = non-temporal stores.
-void softmax_rows_scalar(const float* x, float* y, int64_t rows, int64_t cols, bool stream);
-void softmax_rows_avx2(const float* x, float* y, int64_t rows, int64_t cols, bool stream);
-void softmax_rows_avx512(const float* x, float* y, int64_t rows, int64_t cols, bool stream);
+// softmax of rows [0, rows) of x into y, single-threaded; stream = non-temporal stores,
+// prefetch = software prefetch of the next span into L2.
+void softmax_rows_scalar(const float* x, float* y, int64_t rows, int64_t cols, bool stream, bool prefetch);
+void softmax_rows_avx2(const float* x, float* y, int64_t rows, int64_t cols, bool stream, bool prefetch);
+void softmax_rows_avx512(const float* x, float* y, int64_t rows, int64_t cols, bool stream, bool prefetch);
 void exp_poly_scalar(const float* x, float* y, int64_t n);
 void exp_poly_avx2(const float* x, float* y, int64_t n);
 void exp_poly_avx512(const float* x, float* y, int64_t n);

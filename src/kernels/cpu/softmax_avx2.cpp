@@ -129,7 +129,8 @@ MINIGPT_AVX2 void write_avx2(const float* x, float* y, int64_t n, float m, float
 MINIGPT_AVX2 void fence_avx2() { _mm_sfence(); }
 
 MINIGPT_AVX2 float exp_store_sum_max_avx2(const float* x, float* e, int64_t n, float m,
-                                          const float* xn, int64_t nn, float* next_max) {
+                                          const float* xn, int64_t nn, float* next_max,
+                                          bool prefetch) {
   const __m256 vm = _mm256_set1_ps(m);
   const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), m0 = ninf, m1 = ninf;
@@ -137,7 +138,7 @@ MINIGPT_AVX2 float exp_store_sum_max_avx2(const float* x, float* e, int64_t n, f
   int64_t i = 0;
   for (; i + 2 * kLanes <= both; i += 2 * kLanes) {
     // 16 floats = one 64-byte line per iteration; why and how far ahead: softmax_simd_ops.h.
-    _mm_prefetch(reinterpret_cast<const char*>(xn + i + kPrefetchFloats), _MM_HINT_T1);
+    if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(xn + i + kPrefetchFloats), _MM_HINT_T1);
     m0 = _mm256_max_ps(m0, _mm256_loadu_ps(xn + i));
     m1 = _mm256_max_ps(m1, _mm256_loadu_ps(xn + i + kLanes));
     const __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
@@ -193,10 +194,10 @@ MINIGPT_AVX2 void exp_poly_avx2(const float* x, float* y, int64_t n) {
   }
 }
 
-void softmax_rows_avx2(const float* x, float* y, int64_t rows, int64_t cols, bool stream) {
+void softmax_rows_avx2(const float* x, float* y, int64_t rows, int64_t cols, bool stream, bool prefetch) {
   const SimdOps ops{max_avx2,   sum_exp_avx2,       write_avx2,
                     fence_avx2, exp_store_sum_max_avx2, scale_avx2};
-  softmax_rows(ops, x, y, rows, cols, stream);
+  softmax_rows(ops, x, y, rows, cols, stream, prefetch);
 }
 
 }  // namespace minigpt::cpu::detail

@@ -113,16 +113,18 @@ MINIGPT_AVX512 void write_avx512(const float* x, float* y, int64_t n, float m, f
 MINIGPT_AVX512 void fence_avx512() { _mm_sfence(); }
 
 MINIGPT_AVX512 float exp_store_sum_max_avx512(const float* x, float* e, int64_t n, float m,
-                                              const float* xn, int64_t nn, float* next_max) {
+                                              const float* xn, int64_t nn, float* next_max,
+                                              bool prefetch) {
   const __m512 vm = _mm512_set1_ps(m);
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps(), m0 = ninf, m1 = ninf;
   const int64_t both = n < nn ? n : nn;
   int64_t i = 0;
   for (; i + 2 * kLanes <= both; i += 2 * kLanes) {
-    // xn is the stream that comes from DRAM: ask for it kPrefetchFloats ahead, into L2.
-    _mm_prefetch(reinterpret_cast<const char*>(xn + i + kPrefetchFloats), _MM_HINT_T1);
-    _mm_prefetch(reinterpret_cast<const char*>(xn + i + kPrefetchFloats + kLanes), _MM_HINT_T1);
+    if (prefetch) {  // xn is the stream that comes from memory: ask for it kPrefetchFloats ahead, into L2
+      _mm_prefetch(reinterpret_cast<const char*>(xn + i + kPrefetchFloats), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(xn + i + kPrefetchFloats + kLanes), _MM_HINT_T1);
+    }
     m0 = _mm512_max_ps(m0, _mm512_loadu_ps(xn + i));
     m1 = _mm512_max_ps(m1, _mm512_loadu_ps(xn + i + kLanes));
     const __m512 e0 = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
@@ -178,10 +180,10 @@ MINIGPT_AVX512 void exp_poly_avx512(const float* x, float* y, int64_t n) {
   }
 }
 
-void softmax_rows_avx512(const float* x, float* y, int64_t rows, int64_t cols, bool stream) {
+void softmax_rows_avx512(const float* x, float* y, int64_t rows, int64_t cols, bool stream, bool prefetch) {
   const SimdOps ops{max_avx512,   sum_exp_avx512,       write_avx512,
                     fence_avx512, exp_store_sum_max_avx512, scale_avx512};
-  softmax_rows(ops, x, y, rows, cols, stream);
+  softmax_rows(ops, x, y, rows, cols, stream, prefetch);
 }
 
 }  // namespace minigpt::cpu::detail

@@ -55,7 +55,7 @@ void write_scalar(const float* x, float* y, int64_t n, float m, float scale, boo
 void fence_none() {}
 
 float exp_store_sum_max_scalar(const float* x, float* e, int64_t n, float m, const float* xn,
-                               int64_t nn, float* next_max) {
+                               int64_t nn, float* next_max, bool /*prefetch*/) {
   float s = 0.0f;
   for (int64_t i = 0; i < n; ++i) s += (e[i] = exp_scalar(x[i] - m));
   *next_max = max_scalar(xn, nn);
@@ -69,7 +69,7 @@ void scale_scalar(const float* e, float* y, int64_t n, float factor, bool /*stre
 }  // namespace
 
 void softmax_rows(const SimdOps& ops, const float* x, float* y, int64_t rows, int64_t cols,
-                  bool stream) {
+                  bool stream, bool prefetch) {
   // Rows that fit keep exp(x - m_chunk) in `e` (L1/L2) and pass 2 only scales it: one exp per
   // element. Longer rows recompute the exp in pass 2 (x re-read, e not kept).
   const bool keep = cols <= kScratchFloats;
@@ -111,7 +111,7 @@ void softmax_rows(const SimdOps& ops, const float* x, float* y, int64_t rows, in
       // A NaN anywhere in the chunk makes its exp NaN and so s NaN, whatever m is; m = +inf
       // gives exp(inf - inf) = NaN too.
       if (keep) {
-        s += ops.exp_store_sum_max(xr + c0, e.data() + c0, n, m, xn, nn, &mc);
+        s += ops.exp_store_sum_max(xr + c0, e.data() + c0, n, m, xn, nn, &mc, prefetch);
         chunk_m[k] = m;
       } else {
         s += ops.sum_exp(xr + c0, n, m);
@@ -138,10 +138,10 @@ void softmax_rows(const SimdOps& ops, const float* x, float* y, int64_t rows, in
   if (stream) ops.fence();
 }
 
-void softmax_rows_scalar(const float* x, float* y, int64_t rows, int64_t cols, bool stream) {
+void softmax_rows_scalar(const float* x, float* y, int64_t rows, int64_t cols, bool stream, bool prefetch) {
   const SimdOps ops{max_scalar, sum_exp_scalar,       write_scalar,
                     fence_none, exp_store_sum_max_scalar, scale_scalar};
-  softmax_rows(ops, x, y, rows, cols, stream);
+  softmax_rows(ops, x, y, rows, cols, stream, prefetch);
 }
 
 void exp_poly_scalar(const float* x, float* y, int64_t n) {
@@ -195,7 +195,8 @@ void softmax_simd_with(SimdIsa isa, bool stream, const float* x, float* y, int64
   pool.parallel_for(
       rows,
       [&](int64_t begin, int64_t end) {
-        kernel(x + begin * cols, y + begin * cols, end - begin, cols, stream);
+        const bool prefetch = (end - begin) * cols * static_cast<int64_t>(sizeof(float)) >= kPrefetchMinBytes;
+        kernel(x + begin * cols, y + begin * cols, end - begin, cols, stream, prefetch);
       },
       grain);
 }

@@ -36,9 +36,10 @@ struct SimdOps {
   void (*fence)();                                       // after streaming stores
   // e = exp_poly(x - m), returns the float sum of e (pass 1 when the row fits in scratch);
   // meanwhile *next_max = max of xn[0, nn) (the next span: its loads from memory overlap
-  // this span's arithmetic, which runs on data already in L1). nn may be 0 (*next_max = -inf).
+  // this span's arithmetic, which runs on data already in L1), and with `prefetch` the bytes
+  // kPrefetchFloats beyond it are asked for. nn may be 0 (*next_max = -inf).
   float (*exp_store_sum_max)(const float* x, float* e, int64_t n, float m, const float* xn,
-                             int64_t nn, float* next_max);
+                             int64_t nn, float* next_max, bool prefetch);
   // y = e * factor; stream as in write (pass 2 from scratch).
   void (*scale)(const float* e, float* y, int64_t n, float factor, bool stream);
 };
@@ -56,6 +57,6 @@ inline constexpr int64_t kPrefetchFloats = 4096;
 
 // Softmax of rows [0, rows) with the given primitives, single-threaded (softmax_simd.cpp).
 void softmax_rows(const SimdOps& ops, const float* x, float* y, int64_t rows, int64_t cols,
-                  bool stream);
+                  bool stream, bool prefetch);
 
 }  // namespace minigpt::cpu::detail
