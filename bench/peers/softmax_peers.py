@@ -66,6 +66,9 @@ def time_cuda(torch, fns: dict, warmup: int, repeats: int) -> dict:
     for _ in range(repeats):
         for name, fn in fns.items():
             flush.zero_()  # evict x and y from L2
+            # Keep the GPU busy (~0.5 ms) while the host enqueues the timed call, so that a slow
+            # launch path (Triton's Python launcher: 30-60 us) is not timed as GPU idle time.
+            torch.cuda._sleep(1_000_000)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
