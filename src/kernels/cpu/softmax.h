@@ -22,7 +22,7 @@
 // the write pass only scales it (one exp per element, one read of x and one write of y from
 // memory); longer rows recompute the exp in the write pass. When the output is larger than
 // kStreamBytes the write pass uses non-temporal stores (y is not read into the cache first).
-// Rows are split over the pool's threads in contiguous blocks of at least 64k floats.
+// Rows are split over the pool's threads in contiguous blocks of at least 16k floats.
 //
 // The polynomial exp (exp_poly, shared by every ISA): n = round(x / ln2) (by the 1.5 * 2^23
 // shift), r = x - n ln2 (ln2 split hi/lo), exp(r) by a degree-6 minimax polynomial with its

@@ -188,10 +188,11 @@ void softmax_simd_with(SimdIsa isa, bool stream, const float* x, float* y, int64
   auto* kernel = isa == SimdIsa::Avx512 ? detail::softmax_rows_avx512
                  : isa == SimdIsa::Avx2 ? detail::softmax_rows_avx2
                                         : detail::softmax_rows_scalar;
-  // At least 64k floats per thread: a V = 600 row takes ~0.3 us, and waking a worker that has
-  // gone to sleep ~20 us on this VM (measured: (64, 600) split over 2 threads took 33-40 us
-  // in the benchmark's round-robin, against 19 us on one).
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / cols);
+  // At least 16k floats (64 KiB) per thread: (64, 600) is split over 2 threads, as
+  // torch.softmax splits it (its grain is 32k elements). A V = 600 row takes ~0.2 us, and a
+  // worker that is still polling (ThreadPool::kSpinMicros after its last job) starts in ~1 us;
+  // one that has gone to sleep takes 5-50 us to wake, which back-to-back calls do not meet.
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / cols);
   pool.parallel_for(
       rows,
       [&](int64_t begin, int64_t end) {
