@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -74,7 +75,9 @@ void softmax_rows(const SimdOps& ops, const float* x, float* y, int64_t rows, in
   // element. Longer rows recompute the exp in pass 2 (x re-read, e not kept).
   const bool keep = cols <= kScratchFloats;
   const int64_t chunks = (cols + kSimdChunk - 1) / kSimdChunk;
-  std::vector<float> e(keep ? static_cast<size_t>(cols) : 0);
+  // e starts on a 64-byte line, so that its vector stores and loads never split a line.
+  std::vector<float> e_buf(keep ? static_cast<size_t>(cols) + 15 : 0);
+  float* const e = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(e_buf.data()) + 63) & ~uintptr_t{63});
   std::vector<float> chunk_m(keep ? static_cast<size_t>(chunks) : 0);  // the m each chunk's e used
   // Chunk k of a row starts at k * kSimdChunk; the chunk after the last one of a row is the
   // first of the next row (rows are contiguous), and the last chunk of the last row has none.
@@ -100,7 +103,7 @@ void softmax_rows(const SimdOps& ops, const float* x, float* y, int64_t rows, in
         // NaN that must not leak into a row that later turns finite). Look for a NaN instead.
         for (int64_t i = 0; i < n; ++i) nan |= xr[c0 + i] != xr[c0 + i];
         if (keep) {
-          std::fill(e.begin() + c0, e.begin() + c0 + n, 0.0f);  // exp(-inf) = 0
+          std::fill(e + c0, e + c0 + n, 0.0f);  // exp(-inf) = 0
           chunk_m[k] = -kInf;
         }
         mc = nn > 0 ? ops.max(xn, nn) : 0.0f;
@@ -111,7 +114,7 @@ void softmax_rows(const SimdOps& ops, const float* x, float* y, int64_t rows, in
       // A NaN anywhere in the chunk makes its exp NaN and so s NaN, whatever m is; m = +inf
       // gives exp(inf - inf) = NaN too.
       if (keep) {
-        s += ops.exp_store_sum_max(xr + c0, e.data() + c0, n, m, xn, nn, &mc, prefetch);
+        s += ops.exp_store_sum_max(xr + c0, e + c0, n, m, xn, nn, &mc, prefetch);
         chunk_m[k] = m;
       } else {
         s += ops.sum_exp(xr + c0, n, m);
@@ -132,7 +135,7 @@ void softmax_rows(const SimdOps& ops, const float* x, float* y, int64_t rows, in
     for (int64_t k = 0; k < chunks; ++k) {
       const int64_t c0 = k * kSimdChunk, n = chunk_len(k);
       const double rescale = chunk_m[k] == m ? 1.0 : std::exp(static_cast<double>(chunk_m[k]) - m);
-      ops.scale(e.data() + c0, yr + c0, n, static_cast<float>(rescale / s), stream);
+      ops.scale(e + c0, yr + c0, n, static_cast<float>(rescale / s), stream);
     }
   }
   if (stream) ops.fence();
