@@ -64,6 +64,7 @@ const std::vector<std::string> kSoftmaxColumns = {"kernel", "B",    "V",       "
 
 constexpr int64_t kCopyBytes = int64_t{1} << 30;  // 1 GiB each way: >3x a 300 MiB LLC
 constexpr double kTimeBudgetS = 1.0;              // per (kernel, shape), after warm-up
+constexpr double kSettleS = 0.010;                 // untimed calls of a kernel before each timed one
 constexpr int kMinRuns = 5;
 
 // FLOPs per element, counted once per algorithmic operation: max 1 (compare), sub 1 (x - m),
@@ -124,19 +125,21 @@ Timing time_runs(const std::function<void()>& fn, int warmup, int repeats) {
 
 // Round-robin timing of several functions: each round calls every function, so that load
 // from other processes on a shared machine falls on all of them alike. Each timed call follows
-// an untimed call of the same function: it then meets the caches as that function left them
-// (its steady state, as a peer timed back to back in its own process does), not as the
-// previous kernel left them. Without the settling call, simd's streaming stores at (4096, 600)
-// met y's lines still dirty in the LLC from the kernel before it. Runs rounds until `repeats`
-// or a budget of kTimeBudgetS per function (timed calls only), with at least kMinRuns.
-// Returns the median per function.
+// untimed calls of the same function for at least kSettleS (one call at least): it then meets
+// the machine as that function leaves it (its steady state, as a peer timed back to back in
+// its own process does), not as the previous kernel left it. Measured on the 2-core VM, simd
+// at (4096, 600) timed right after the scalar fused kernel took 1120-1159 us with one settling
+// call, 975-980 us with four, 715-848 us with 10 ms of them, 727-857 us with fused left out of
+// the rotation: the effect outlasts the caches' refill (the core's clock, we think). Runs
+// rounds until `repeats` or a budget of kTimeBudgetS per function (timed calls only), with at
+// least kMinRuns. Returns the median per function.
 std::vector<Timing> time_interleaved(const std::vector<std::function<void()>>& fns, int repeats) {
   std::vector<std::vector<double>> us(fns.size());
   double timed_s = 0;
   const double budget = kTimeBudgetS * static_cast<double>(fns.size());
   for (int round = 0; round < std::max(repeats, 1) && (round < kMinRuns || timed_s < budget); ++round)
     for (size_t k = 0; k < fns.size(); ++k) {
-      fns[k]();  // settle
+      for (Timer settle; settle.elapsed_s() < kSettleS;) fns[k]();
       Timer t;
       fns[k]();
       timed_s += t.elapsed_s();
@@ -412,8 +415,8 @@ void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report) {
   }
   report.add_note(fmt::format(
       "time_us: median over `runs` calls in one process, the kernels of a shape timed round-robin "
-      "(at least {} rounds, at most --repeats or ~{} s per kernel; each timed call right after an "
-      "untimed call of the same kernel, its steady state) after up to --warmup untimed "
+      "(at least {} rounds, at most --repeats or ~{} s per kernel; each timed call after >= 10 ms of "
+      "untimed calls of the same kernel, its steady state) after up to --warmup untimed "
       "calls; inputs uniform in [-8, 8); every output poisoned and checked first. GB/s = 2 * B * V "
       "* 4 bytes / time. frac_of_copy: over a memcpy of {} MiB (src and dst each, >3x the LLC, "
       "pre-faulted, same split) on the same {} thread(s): {:.2f} GB/s (read + write), the best of "
