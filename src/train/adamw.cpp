@@ -4,6 +4,13 @@
 #include "kernels/cpu/gemm_avx512.h"  // gemm_avx512_available(): the AVX-512 CPU test
 #include "kernels/cpu/vec_math_avx512.h"
 
+// GCC 12's avx512fintrin.h builds unmasked ops on a self-initialised __Y, which
+// -Wmaybe-uninitialized reports where they are inlined here (a GCC bug, fixed in GCC 13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 #include <cmath>
 
 namespace minigpt {
