@@ -294,10 +294,12 @@ TEST(Gelu, ForwardMatchesDoubleReference) {
   // Float GELU (gelu.h): Phi carries ~1e-7 absolute error, so GELU = x Phi is bounded by
   // ~1.5e-7 |x| absolute plus a few float ulp. Printed: the measured worst cases.
   print_worst_errors(y, ref, "gelu forward");
-  for (size_t i = 0; i < x.size(); ++i)
-    if (std::isfinite(x[i]))
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isfinite(x[i])) {
       ASSERT_LE(std::fabs(y[i] - ref[i]), 6e-7 * std::fabs(ref[i]) + 2e-7 * std::fabs(x[i]) + 1e-30)
           << "x = " << x[i];
+    }
+  }
 }
 
 TEST(Gelu, InfinitiesNaNAndSignedZero) {
