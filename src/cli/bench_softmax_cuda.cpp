@@ -122,8 +122,9 @@ double time_flushed(const std::function<void(cudaStream_t)>& launch, int warmup,
 
 // Time per launch (us) with kGraphLaunches launches captured into one graph; median of 5.
 // Each replay is waited for before the next is launched, as the peers' graph mode does
-// (minigpt.triton_softmax.graph_time_us), so that both sides use one protocol (on the H200 the
-// two ways differed by < 1%: 1.466 vs 1.454 us per launch at (64, 600)).
+// (minigpt.triton_softmax.graph_times_us, which takes the median of 7 replays alternating
+// between its kernels; on the H200 waiting or not changed the time by < 1%: 1.466 vs 1.454 us
+// per launch at (64, 600)).
 double time_graph(const std::function<void(cudaStream_t)>& launch, cudaStream_t stream) {
   const cuda::CapturedLaunches graph(launch, kGraphLaunches, stream);
   graph.replay(stream);  // warm-up
