@@ -2,13 +2,13 @@
 // driver shared by every ISA, and the scalar fallback (the same polynomial exp, one lane).
 // The vector primitives are in softmax_avx2.cpp and softmax_avx512.cpp.
 #include "core/error.h"
+#include "core/tensor.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/cpu/softmax_simd_ops.h"
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -75,9 +75,9 @@ void softmax_rows(const SimdOps& ops, const float* x, float* y, int64_t rows, in
   // element. Longer rows recompute the exp in pass 2 (x re-read, e not kept).
   const bool keep = cols <= kScratchFloats;
   const int64_t chunks = (cols + kSimdChunk - 1) / kSimdChunk;
-  // e starts on a 64-byte line, so that its vector stores and loads never split a line.
-  std::vector<float> e_buf(keep ? static_cast<size_t>(cols) + 15 : 0);
-  float* const e = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(e_buf.data()) + 63) & ~uintptr_t{63});
+  // A Tensor's CPU storage starts on a 64-byte line: e's vector stores and loads never split one.
+  Tensor e_buf = keep ? Tensor::empty({cols}) : Tensor();
+  float* const e = keep ? e_buf.data() : nullptr;
   std::vector<float> chunk_m(keep ? static_cast<size_t>(chunks) : 0);  // the m each chunk's e used
   // Chunk k of a row starts at k * kSimdChunk; the chunk after the last one of a row is the
   // first of the next row (rows are contiguous), and the last chunk of the last row has none.
