@@ -39,6 +39,7 @@
 #include <map>
 #include <mutex>
 #include <memory>
+#include <new>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -157,10 +158,15 @@ std::string loadavg() {
   return a + " " + b + " " + c;
 }
 
-// Memory that is not initialised by the allocator (std::vector would zero 1 GiB first).
+// Memory that is not initialised by the allocator (std::vector would zero 1 GiB first), on a
+// 64-byte line as torch allocates its tensors (new float[] gives 16 bytes), so that the kernels
+// and their peers see rows that start at the same offsets within a cache line.
 struct Buffer {
-  std::unique_ptr<float[]> data;
-  explicit Buffer(int64_t n) : data(new float[static_cast<size_t>(n)]) {}
+  struct Free {
+    void operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  std::unique_ptr<float[], Free> data;
+  explicit Buffer(int64_t n) : data(new (std::align_val_t{64}) float[static_cast<size_t>(n)]) {}
   float* get() const { return data.get(); }
 };
 
