@@ -12,17 +12,21 @@
 //   softmax_simd       fused + AVX2 or AVX-512 (chosen at run time) with a polynomial exp,
 //                      rows split across the pool's threads. This is the production kernel.
 //
-// softmax_simd in detail: each row is read in L1-sized chunks of kSimdChunk floats; the running
-// max and sum are rescaled between chunks (online softmax), and the max of the next chunk (or
-// row) is taken while this chunk's exps are computed, so that memory loads overlap arithmetic.
-// When a thread's share of x is beyond its L2 (kPrefetchMinBytes), that next span is also
-// prefetched 16 KiB ahead into L2 (kPrefetchFloats, softmax_simd_ops.h): one row ahead alone
-// left loads and arithmetic nearly serial out of cache.
-// Rows up to kScratchFloats (64k floats) keep exp(x - m) in an L2-resident scratch buffer and
-// the write pass only scales it (one exp per element, one read of x and one write of y from
-// memory); longer rows recompute the exp in the write pass. When the output is larger than
-// kStreamBytes the write pass uses non-temporal stores (y is not read into the cache first).
-// Rows are split over the pool's threads in contiguous blocks of at least 16k floats.
+// softmax_simd in detail: a thread's rows flow through a three-stage pipeline, in chunks of
+// kSimdChunk floats (a V = 600 row is one chunk): while stage 2 computes the exps of one chunk
+// into an L1/L2 scratch buffer (against the running max: online softmax), stage 1 takes the
+// max of the next chunk or row, whose loads come from memory, and stage 3 writes the previous
+// row out of its scratch, times exp(m_chunk - m) / sum. The three run in one loop, so that
+// reads and writes of memory interleave line by line with the arithmetic, as in a copy loop;
+// with separate passes (max, exps, write) memory sat idle during the arithmetic, and the
+// kernel ran at 0.51-0.64 of the copy ceiling on the GPU host's Xeon (now 0.69-0.81).
+// When a thread's share of x is beyond its L2 (kPrefetchMinBytes), stage 1 also prefetches
+// 16 KiB ahead into L2 (kPrefetchFloats, softmax_simd_ops.h). Each element's exp is computed
+// once for rows up to kScratchFloats (64k floats); longer rows take two passes and compute it
+// twice. When the output is larger than kStreamBytes, stage 3 uses non-temporal stores (y is
+// not read into the cache first); its stores always start at y's next line (rows of 600 floats
+// start mid-line every other row). Rows are split over the pool's threads in contiguous blocks
+// of at least 16k floats.
 //
 // The polynomial exp (exp_poly, shared by every ISA): n = round(x / ln2) (by the 1.5 * 2^23
 // shift), r = x - n ln2 (ln2 split hi/lo), exp(r) by a degree-6 minimax polynomial with its
@@ -65,16 +69,18 @@ SimdIsa best_simd_isa();              // AVX-512F, else AVX2 + FMA, else scalar
 bool simd_isa_supported(SimdIsa isa);
 const char* simd_isa_name(SimdIsa isa);  // "scalar" | "avx2" | "avx512"
 
-inline constexpr int64_t kSimdChunk = 2048;               // floats per pass-1 chunk (8 KiB)
-// Output size from which simd's stores stream (non-temporal): y is then too big to stay in the
-// LLC for its reader. Measured on the GPU host's Xeon (2 MiB L2 per core, 300 MiB L3), 2
-// threads, each kernel in its steady state: (4096, 600), y = 9.8 MB: ordinary stores 572 us,
-// streaming 748 us; (32768, 600), y = 78.6 MB: streaming 6956 us, ordinary 9557 us.
+inline constexpr int64_t kSimdChunk = 2048;               // floats per pipeline chunk (8 KiB)
+// Output size from which simd's stores stream (non-temporal): below it y stays in the LLC for
+// its reader. Measured on the GPU host's Xeon (2 MiB L2 per core, 300 MiB L3), 2 threads, each
+// kernel in its steady state. (32768, 600), y = 78.6 MB: streaming 2683-6110 us against
+// ordinary 5376-10546 (three runs, the pipelined loop in the out-of-tree lab). (4096, 600),
+// y = 9.8 MB: streaming was as fast or faster there too (359-531 against 460-595 us), but a
+// reader would then fetch y from DRAM instead of the LLC, so the threshold stays above it.
 inline constexpr int64_t kStreamBytes = int64_t{32} << 20;
 // A thread's share of x from which the next span is prefetched: below it, x stays in that
 // core's L2 from one call to the next and the prefetches are only extra instructions. Same
-// machine: (512, 600), 614 KB per thread: 60.4 us without, 81.8 us with; (4096, 600), 4.9 MB
-// per thread: 572 us with, 617 us without.
+// machine, the two-pass kernel before the pipeline: (512, 600), 614 KB per thread: 60.4 us
+// without, 81.8 us with; (4096, 600), 4.9 MB per thread: 572 us with, 617 us without.
 inline constexpr int64_t kPrefetchMinBytes = int64_t{1} << 20;
 inline constexpr double kExpPolyMaxUlp = 1.0;             // measured 0.882; see above
 

@@ -1,8 +1,10 @@
-// softmax_simd's AVX-512 kernels: the polynomial exp on 16 lanes and the four span primitives
-// (max, sum of exp, scaled-exp write, exp) that the row driver in softmax_simd.cpp calls.
+// softmax_simd's AVX-512 kernels: the polynomial exp on 16 lanes, the pipelined row loop for
+// rows that fit in scratch, and the primitives (max, sum of exp, scaled-exp write) of the
+// two-pass driver in softmax_simd.cpp for longer rows.
 // Every function carries __attribute__((target("avx512f"))) so that this file builds without
 // -mavx512f; softmax_simd.cpp only calls it after __builtin_cpu_supports("avx512f").
 // Tails are masked loads and stores (no scalar remainder loop, no read past the row).
+#include "core/tensor.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/cpu/softmax_simd_ops.h"
 
@@ -14,6 +16,7 @@
 #endif
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -112,61 +115,113 @@ MINIGPT_AVX512 void write_avx512(const float* x, float* y, int64_t n, float m, f
 
 MINIGPT_AVX512 void fence_avx512() { _mm_sfence(); }
 
-MINIGPT_AVX512 float exp_store_sum_max_avx512(const float* x, float* e, int64_t n, float m,
-                                              const float* xn, int64_t nn, float* next_max,
-                                              bool prefetch) {
-  const __m512 vm = _mm512_set1_ps(m);
+// The three stages of PipelineSpan (softmax_simd_ops.h), two vectors of each per iteration
+// while all three run, then what is left of each on its own, the last vector masked.
+template <bool kStream, bool kPrefetch>
+MINIGPT_AVX512 __attribute__((always_inline)) inline SpanResult pipeline_step(const PipelineSpan p) {
+  const __m512 vm = _mm512_set1_ps(p.m), vf = _mm512_set1_ps(p.factor);
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps(), m0 = ninf, m1 = ninf;
-  const int64_t both = n < nn ? n : nn;
+  // Stage 3's body starts at y's next 64-byte boundary: vmovntps needs it, and ordinary
+  // stores that straddle lines are slower (odd rows of 600 floats start mid-line; aligning
+  // them was 3-11% faster at (32-512, 600) in four of five out-of-tree lab comparisons, 2
+  // threads, host and VM). y[0, head) goes last.
+  const int64_t head = std::min<int64_t>(p.np, ((64 - reinterpret_cast<uintptr_t>(p.y) % 64) % 64) / 4);
+  const float* ep = p.ep + head;
+  float* y = p.y + head;
   int64_t i = 0;
-  for (; i + 2 * kLanes <= both; i += 2 * kLanes) {
-    if (prefetch) {  // xn is the stream that comes from memory: ask for it kPrefetchFloats ahead, into L2
-      _mm_prefetch(reinterpret_cast<const char*>(xn + i + kPrefetchFloats), _MM_HINT_T1);
-      _mm_prefetch(reinterpret_cast<const char*>(xn + i + kPrefetchFloats + kLanes), _MM_HINT_T1);
+  if (p.nn > 0 && p.n > 0 && p.np > 0) {
+    const int64_t all = std::min({p.nn, p.n, p.np - head});
+    for (; i + 2 * kLanes <= all; i += 2 * kLanes) {
+      if constexpr (kPrefetch) {  // why and how far ahead: softmax_simd_ops.h
+        _mm_prefetch(reinterpret_cast<const char*>(p.xn + i + kPrefetchFloats), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(p.xn + i + kPrefetchFloats + kLanes), _MM_HINT_T1);
+      }
+      m0 = _mm512_max_ps(m0, _mm512_loadu_ps(p.xn + i));
+      m1 = _mm512_max_ps(m1, _mm512_loadu_ps(p.xn + i + kLanes));
+      const __m512 e0 = exp16(_mm512_sub_ps(_mm512_loadu_ps(p.x + i), vm));
+      const __m512 e1 = exp16(_mm512_sub_ps(_mm512_loadu_ps(p.x + i + kLanes), vm));
+      _mm512_storeu_ps(p.e + i, e0);
+      _mm512_storeu_ps(p.e + i + kLanes, e1);
+      s0 = _mm512_add_ps(s0, e0);
+      s1 = _mm512_add_ps(s1, e1);
+      const __m512 w0 = _mm512_mul_ps(_mm512_loadu_ps(ep + i), vf);
+      const __m512 w1 = _mm512_mul_ps(_mm512_loadu_ps(ep + i + kLanes), vf);
+      if constexpr (kStream) {
+        _mm512_stream_ps(y + i, w0);
+        _mm512_stream_ps(y + i + kLanes, w1);
+      } else {
+        _mm512_storeu_ps(y + i, w0);
+        _mm512_storeu_ps(y + i + kLanes, w1);
+      }
     }
-    m0 = _mm512_max_ps(m0, _mm512_loadu_ps(xn + i));
-    m1 = _mm512_max_ps(m1, _mm512_loadu_ps(xn + i + kLanes));
-    const __m512 e0 = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
-    const __m512 e1 = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i + kLanes), vm));
-    _mm512_storeu_ps(e + i, e0);
-    _mm512_storeu_ps(e + i + kLanes, e1);
-    s0 = _mm512_add_ps(s0, e0);
-    s1 = _mm512_add_ps(s1, e1);
   }
-  for (int64_t j = i; j < n; j += kLanes) {  // the rest of this span, the last vector masked
-    const __mmask16 k = first_lanes(n - j < kLanes ? n - j : kLanes);
-    const __m512 v = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), vm)));
-    _mm512_mask_storeu_ps(e + j, k, v);
-    s0 = _mm512_add_ps(s0, v);
+  // The rest of each stage, one vector at a time, the last one masked.
+  for (int64_t j = i; j < std::max(p.nn, p.n); j += kLanes) {
+    if (j < p.nn) m0 = _mm512_max_ps(m0, _mm512_mask_loadu_ps(ninf, first_lanes(std::min<int64_t>(p.nn - j, kLanes)), p.xn + j));
+    if (j < p.n) {
+      const __mmask16 k = first_lanes(std::min<int64_t>(p.n - j, kLanes));
+      const __m512 v = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, p.x + j), vm)));
+      _mm512_mask_storeu_ps(p.e + j, k, v);
+      s0 = _mm512_add_ps(s0, v);
+    }
   }
-  for (int64_t j = i; j < nn; j += kLanes) {  // the rest of the next span
-    const __mmask16 k = first_lanes(nn - j < kLanes ? nn - j : kLanes);
-    m0 = _mm512_max_ps(m0, _mm512_mask_loadu_ps(ninf, k, xn + j));
+  if (p.np > 0) {
+    if (head > 0) _mm512_mask_storeu_ps(p.y, first_lanes(head), _mm512_mul_ps(_mm512_maskz_loadu_ps(first_lanes(head), p.ep), vf));
+    int64_t j = head + i;
+    for (; j + kLanes <= p.np; j += kLanes) {
+      const __m512 w = _mm512_mul_ps(_mm512_loadu_ps(p.ep + j), vf);
+      if constexpr (kStream) _mm512_stream_ps(p.y + j, w);
+      else _mm512_storeu_ps(p.y + j, w);
+    }
+    if (j < p.np) {
+      const __mmask16 k = first_lanes(p.np - j);
+      _mm512_mask_storeu_ps(p.y + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p.ep + j), vf));
+    }
   }
-  *next_max = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
-  return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+  return {_mm512_reduce_add_ps(_mm512_add_ps(s0, s1)), _mm512_reduce_max_ps(_mm512_max_ps(m0, m1))};
 }
 
-MINIGPT_AVX512 void scale_avx512(const float* e, float* y, int64_t n, float factor, bool stream) {
-  const __m512 vf = _mm512_set1_ps(factor);
-  int64_t i = 0;
-  if (stream) {
-    const int64_t head = ((64 - reinterpret_cast<uintptr_t>(y) % 64) % 64) / 4;
-    if (head > 0) {
-      const int64_t h = head < n ? head : n;
-      const __mmask16 k = first_lanes(h);
-      _mm512_mask_storeu_ps(y, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, e), vf));
-      i = h;
+// Rows of up to kScratchFloats, through the three stages of PipelineSpan chunk by chunk. In
+// step t, for each chunk k: stage 2 puts the exps of row t's chunk k into e[t % 2], against the
+// running max (OnlineRow); stage 1 takes the max of the span after it, which is then in L1
+// when stage 2 gets there; stage 3 writes chunk k of row t - 1 from e[(t - 1) % 2]. With rows
+// of one chunk (V = 600) a step is a row: stage 1 reads row t + 1 and stage 3 writes row t - 1.
+// Stage 3 lags a whole row because a row's factors are known only after its last chunk.
+template <bool kStream, bool kPrefetch>
+MINIGPT_AVX512 void pipelined_rows(const float* x, float* y, int64_t rows, int64_t cols) {
+  const int64_t stride = (cols + kLanes - 1) / kLanes * kLanes;  // each row's scratch on a line
+  // Rows of one chunk keep their scratch on the stack (an allocation costs ~3% at (32, 600)).
+  alignas(64) float small[2 * kSimdChunk];
+  Tensor scratch = stride <= kSimdChunk ? Tensor() : Tensor::empty({2 * stride});  // 64-B aligned
+  float* const e0 = stride <= kSimdChunk ? small : scratch.data();
+  float* const e[2] = {e0, e0 + stride};
+  // Chunk k of a row starts at k * kSimdChunk; the span after a row's last chunk is the next
+  // row's first (rows are contiguous).
+  const int64_t chunks = (cols + kSimdChunk - 1) / kSimdChunk;
+  auto chunk_len = [&](int64_t k) { return std::min(kSimdChunk, cols - k * kSimdChunk); };
+  float chunk_m[kScratchFloats / kSimdChunk];  // the m row t's exps used, by chunk
+  float factor[kScratchFloats / kSimdChunk];   // row t - 1's stage 3 factors, by chunk
+  float mc = max_avx512(x, chunk_len(0));      // the max of the span stage 2 does next
+  for (int64_t t = 0; t <= rows; ++t) {        // step rows only drains stage 3
+    OnlineRow row;
+    for (int64_t k = 0; k < chunks; ++k) {
+      const int64_t c0 = k * kSimdChunk, n = chunk_len(k);
+      PipelineSpan p;
+      if (t < rows) {
+        const float* xr = x + t * cols;
+        if (k + 1 < chunks) p.xn = xr + c0 + n, p.nn = chunk_len(k + 1);
+        else if (t + 1 < rows) p.xn = xr + cols, p.nn = chunk_len(0);
+        p.x = xr + c0, p.e = e[t & 1] + c0, p.n = n, p.m = chunk_m[k] = row.begin_chunk(mc);
+      }
+      if (t > 0) p.ep = e[(t - 1) & 1] + c0, p.y = y + (t - 1) * cols + c0, p.np = n, p.factor = factor[k];
+      const SpanResult r = pipeline_step<kStream, kPrefetch>(p);
+      row.s += r.sum;
+      mc = r.max;
     }
-    for (; i + kLanes <= n; i += kLanes) _mm512_stream_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(e + i), vf));
-  } else {
-    for (; i + kLanes <= n; i += kLanes) _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(e + i), vf));
+    for (int64_t k = 0; k < chunks; ++k) factor[k] = row.factor(chunk_m[k]);
   }
-  if (i < n) {
-    const __mmask16 k = first_lanes(n - i);
-    _mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, e + i), vf));
-  }
+  if (kStream) _mm_sfence();
 }
 
 }  // namespace
@@ -181,9 +236,13 @@ MINIGPT_AVX512 void exp_poly_avx512(const float* x, float* y, int64_t n) {
 }
 
 void softmax_rows_avx512(const float* x, float* y, int64_t rows, int64_t cols, bool stream, bool prefetch) {
-  const SimdOps ops{max_avx512,   sum_exp_avx512,       write_avx512,
-                    fence_avx512, exp_store_sum_max_avx512, scale_avx512};
-  softmax_rows(ops, x, y, rows, cols, stream, prefetch);
+  if (cols > kScratchFloats) {
+    softmax_rows_recompute({max_avx512, sum_exp_avx512, write_avx512, fence_avx512}, x, y, rows, cols, stream);
+    return;
+  }
+  const auto rows_fn = stream ? (prefetch ? pipelined_rows<true, true> : pipelined_rows<true, false>)
+                              : (prefetch ? pipelined_rows<false, true> : pipelined_rows<false, false>);
+  rows_fn(x, y, rows, cols);
 }
 
 }  // namespace minigpt::cpu::detail

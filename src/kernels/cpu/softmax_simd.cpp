@@ -1,8 +1,8 @@
-// softmax_simd: the run-time ISA dispatch, the threading over rows, the chunked online row
-// driver shared by every ISA, and the scalar fallback (the same polynomial exp, one lane).
-// The vector primitives are in softmax_avx2.cpp and softmax_avx512.cpp.
+// softmax_simd: the run-time ISA dispatch, the threading over rows, the two-pass row driver
+// (rows longer than the scratch, and every row of the scalar fallback) and the scalar
+// primitives (the same polynomial exp, one lane). The pipelined row loops of the vector ISAs
+// are in softmax_avx2.cpp and softmax_avx512.cpp.
 #include "core/error.h"
-#include "core/tensor.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/cpu/softmax_simd_ops.h"
 
@@ -10,7 +10,6 @@
 #include <bit>
 #include <cmath>
 #include <limits>
-#include <vector>
 
 namespace minigpt::cpu {
 
@@ -55,96 +54,29 @@ void write_scalar(const float* x, float* y, int64_t n, float m, float scale, boo
 
 void fence_none() {}
 
-float exp_store_sum_max_scalar(const float* x, float* e, int64_t n, float m, const float* xn,
-                               int64_t nn, float* next_max, bool /*prefetch*/) {
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i) s += (e[i] = exp_scalar(x[i] - m));
-  *next_max = max_scalar(xn, nn);
-  return s;
-}
-
-void scale_scalar(const float* e, float* y, int64_t n, float factor, bool /*stream*/) {
-  for (int64_t i = 0; i < n; ++i) y[i] = e[i] * factor;
-}
-
 }  // namespace
 
-void softmax_rows(const SimdOps& ops, const float* x, float* y, int64_t rows, int64_t cols,
-                  bool stream, bool prefetch) {
-  // Rows that fit keep exp(x - m_chunk) in `e` (L1/L2) and pass 2 only scales it: one exp per
-  // element. Longer rows recompute the exp in pass 2 (x re-read, e not kept).
-  const bool keep = cols <= kScratchFloats;
-  const int64_t chunks = (cols + kSimdChunk - 1) / kSimdChunk;
-  // A Tensor's CPU storage starts on a 64-byte line: e's vector stores and loads never split one.
-  Tensor e_buf = keep ? Tensor::empty({cols}) : Tensor();
-  float* const e = keep ? e_buf.data() : nullptr;
-  std::vector<float> chunk_m(keep ? static_cast<size_t>(chunks) : 0);  // the m each chunk's e used
-  // Chunk k of a row starts at k * kSimdChunk; the chunk after the last one of a row is the
-  // first of the next row (rows are contiguous), and the last chunk of the last row has none.
-  auto chunk_len = [&](int64_t k) { return std::min(kSimdChunk, cols - k * kSimdChunk); };
-  float mc = rows > 0 ? ops.max(x, chunk_len(0)) : 0.0f;  // max of the chunk about to be done
-  for (int64_t row = 0; row < rows; ++row) {
-    const float* xr = x + row * cols;
-    float* yr = y + row * cols;
-    // Pass 1, chunk by chunk: m is the max so far, s the sum of exp(x - m) so far, rescaled by
-    // exp(m_old - m_new) when m grows. The max of chunk k + 1 is taken while chunk k's exps
-    // are computed (its loads from memory then overlap arithmetic on L1 data).
-    float m = -kInf;
-    double s = 0.0;
-    bool nan = false;
-    for (int64_t k = 0; k < chunks; ++k) {
-      const int64_t c0 = k * kSimdChunk, n = chunk_len(k);
-      const bool last_of_row = k + 1 == chunks;
-      const float* xn = last_of_row ? xr + cols : xr + c0 + n;
-      const int64_t nn = last_of_row ? (row + 1 < rows ? chunk_len(0) : 0) : chunk_len(k + 1);
-      const float m_new = mc > m ? mc : m;  // a NaN mc is dropped here but caught below
-      if (m_new == -kInf) {
-        // Every value so far is -inf or NaN: nothing to add (and exp(-inf - -inf) would be a
-        // NaN that must not leak into a row that later turns finite). Look for a NaN instead.
-        for (int64_t i = 0; i < n; ++i) nan |= xr[c0 + i] != xr[c0 + i];
-        if (keep) {
-          std::fill(e + c0, e + c0 + n, 0.0f);  // exp(-inf) = 0
-          chunk_m[k] = -kInf;
-        }
-        mc = nn > 0 ? ops.max(xn, nn) : 0.0f;
-        continue;
-      }
-      if (m != -kInf && m_new != m) s *= std::exp(static_cast<double>(m) - static_cast<double>(m_new));
-      m = m_new;
-      // A NaN anywhere in the chunk makes its exp NaN and so s NaN, whatever m is; m = +inf
-      // gives exp(inf - inf) = NaN too.
-      if (keep) {
-        s += ops.exp_store_sum_max(xr + c0, e + c0, n, m, xn, nn, &mc, prefetch);
-        chunk_m[k] = m;
-      } else {
-        s += ops.sum_exp(xr + c0, n, m);
-        mc = nn > 0 ? ops.max(xn, nn) : 0.0f;
-      }
+void softmax_rows_recompute(const SimdOps& ops, const float* x, float* y, int64_t rows,
+                            int64_t cols, bool stream) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    OnlineRow row;
+    for (int64_t c0 = 0; c0 < cols; c0 += kSimdChunk) {
+      const int64_t n = std::min(kSimdChunk, cols - c0);
+      row.s += ops.sum_exp(xr + c0, n, row.begin_chunk(ops.max(xr + c0, n)));
     }
-    if (nan || !std::isfinite(m) || std::isnan(s)) {
-      // The design.md rows: NaN or +inf in the row, or every value -inf.
-      std::fill(yr, yr + cols, std::numeric_limits<float>::quiet_NaN());
-      continue;
-    }
-    if (!keep) {
-      // Pass 2: re-reads the row (from L2 up to ~500k floats) and writes it once.
-      ops.write(xr, yr, cols, m, static_cast<float>(1.0 / s), stream);
-      continue;
-    }
-    // Pass 2 from scratch: y = e * exp(m_chunk - m) / s (a chunk of -inf has e = 0).
-    for (int64_t k = 0; k < chunks; ++k) {
-      const int64_t c0 = k * kSimdChunk, n = chunk_len(k);
-      const double rescale = chunk_m[k] == m ? 1.0 : std::exp(static_cast<double>(chunk_m[k]) - m);
-      ops.scale(e + c0, yr + c0, n, static_cast<float>(rescale / s), stream);
-    }
+    // Pass 2 re-reads the row (from L2 up to ~500k floats) and writes it once.
+    if (row.nan_row()) std::fill(yr, yr + cols, std::numeric_limits<float>::quiet_NaN());
+    else ops.write(xr, yr, cols, row.m, static_cast<float>(1.0 / row.s), stream);
   }
   if (stream) ops.fence();
 }
 
-void softmax_rows_scalar(const float* x, float* y, int64_t rows, int64_t cols, bool stream, bool prefetch) {
-  const SimdOps ops{max_scalar, sum_exp_scalar,       write_scalar,
-                    fence_none, exp_store_sum_max_scalar, scale_scalar};
-  softmax_rows(ops, x, y, rows, cols, stream, prefetch);
+// The scalar fallback takes the two-pass path at every length: it is the plain statement of the
+// vector code's arithmetic, not a fast path.
+void softmax_rows_scalar(const float* x, float* y, int64_t rows, int64_t cols, bool stream, bool /*prefetch*/) {
+  softmax_rows_recompute({max_scalar, sum_exp_scalar, write_scalar, fence_none}, x, y, rows, cols, stream);
 }
 
 void exp_poly_scalar(const float* x, float* y, int64_t n) {

@@ -1,10 +1,13 @@
 // Internal to softmax_simd (not part of the kernel's API): the polynomial exp's constants,
-// which every ISA shares, and the row driver that turns four per-ISA span primitives into the
-// chunked online softmax. The intrinsics live in softmax_avx2.cpp and softmax_avx512.cpp; the
-// scalar fallback and the dispatch in softmax_simd.cpp.
+// which every ISA shares, the three-stage pipeline step that each vector ISA implements for
+// rows that fit in scratch, and the two-pass row driver for longer rows. The intrinsics live
+// in softmax_avx2.cpp and softmax_avx512.cpp; the scalar fallback, the two-pass driver and the
+// dispatch in softmax_simd.cpp.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 
 namespace minigpt::cpu::detail {
 
@@ -27,36 +30,93 @@ inline constexpr float kExpC4 = 0.04166838899254799f;
 inline constexpr float kExpC3 = 0.1666652113199234f;
 inline constexpr float kExpC2 = 0.4999999403953552f;
 
-// One ISA's primitives over a span of n >= 1 floats (unaligned pointers allowed).
-struct SimdOps {
-  float (*max)(const float* x, int64_t n);               // NaN may or may not win; see driver
-  float (*sum_exp)(const float* x, int64_t n, float m);  // sum of exp_poly(x - m), float lanes
-  // y = exp_poly(x - m) * scale; stream = non-temporal stores for the aligned body.
-  void (*write)(const float* x, float* y, int64_t n, float m, float scale, bool stream);
-  void (*fence)();                                       // after streaming stores
-  // e = exp_poly(x - m), returns the float sum of e (pass 1 when the row fits in scratch);
-  // meanwhile *next_max = max of xn[0, nn) (the next span: its loads from memory overlap
-  // this span's arithmetic, which runs on data already in L1), and with `prefetch` the bytes
-  // kPrefetchFloats beyond it are asked for. nn may be 0 (*next_max = -inf).
-  float (*exp_store_sum_max)(const float* x, float* e, int64_t n, float m, const float* xn,
-                             int64_t nn, float* next_max, bool prefetch);
-  // y = e * factor; stream as in write (pass 2 from scratch).
-  void (*scale)(const float* e, float* y, int64_t n, float factor, bool stream);
+// One step of the row pipeline (softmax_avx2.cpp, softmax_avx512.cpp) over one chunk: three
+// independent stages in one loop, so that the loads of stage 1 and the stores of stage 3
+// interleave line by line with the arithmetic of stage 2, as a copy loop interleaves its loads
+// and stores. Any stage may be absent (length 0), as while the pipeline fills and drains. Each
+// ISA's row loop passes it by value to an inlined step (its fields stay in registers).
+struct PipelineSpan {
+  // Stage 1: the max of the span after stage 2's (the next chunk, or the next row's first),
+  // whose loads come from memory (with prefetch, its bytes kPrefetchFloats ahead are asked
+  // for too).
+  const float* xn = nullptr;
+  int64_t nn = 0;
+  // Stage 2: e = exp_poly(x - m) into scratch, x loaded by stage 1 one step before (in L1).
+  const float* x = nullptr;
+  float* e = nullptr;
+  int64_t n = 0;
+  float m = 0.0f;
+  // Stage 3: y = ep * factor, the previous row written out from its scratch (with streaming,
+  // the aligned body goes out with non-temporal stores and the caller fences).
+  const float* ep = nullptr;
+  float* y = nullptr;
+  int64_t np = 0;
+  float factor = 0.0f;
+};
+// A step's results: stage 2's float sum of e (0 without stage 2) and stage 1's max (-inf
+// without stage 1; a NaN in the span may or may not win).
+struct SpanResult {
+  float sum;
+  float max;
 };
 
-// Rows up to this many floats keep exp(x - m) in a per-call scratch buffer (256 KiB: L2) so
-// that each element's exp is computed once; longer rows recompute it in the write pass.
+// The bookkeeping of the row in stage 2, chunk by chunk (online softmax; plain arithmetic that
+// each ISA's row loop inlines): m is the max so far, s the sum of exp(x - m) so far, rescaled
+// by exp(m_old - m_new) when m grows; each chunk's exps use the m of their time, which stage 3
+// corrects by exp(m_chunk - m).
+struct OnlineRow {
+  float m = -std::numeric_limits<float>::infinity();
+  double s = 0.0;
+
+  // Folds in the max of the chunk about to be summed; returns the m its exps must use.
+  float begin_chunk(float chunk_max) {
+    const float m_new = chunk_max > m ? chunk_max : m;  // a NaN chunk_max is dropped here ...
+    if (m != -std::numeric_limits<float>::infinity() && m_new != m)
+      s *= std::exp(static_cast<double>(m) - static_cast<double>(m_new));
+    m = m_new;
+    // While every value so far is -inf or NaN, exp(x - m) would be exp(-inf + inf) = NaN even
+    // for a row that turns finite later. Against -FLT_MAX, -inf gives 0 and NaN stays NaN.
+    return m == -std::numeric_limits<float>::infinity() ? -std::numeric_limits<float>::max() : m;
+  }
+  // ... but caught here: a NaN anywhere makes its exp, and so s, NaN, whatever m is. These are
+  // the design.md rows that come out all NaN: NaN or +inf in the row (m = +inf gives
+  // exp(inf - inf) = NaN), or every value -inf.
+  bool nan_row() const { return std::isnan(s) || !std::isfinite(m); }
+  // The factor stage 3 applies to a chunk whose exps used m_chunk: exp(m_chunk - m) / s.
+  float factor(float m_chunk) const {
+    if (nan_row()) return std::numeric_limits<float>::quiet_NaN();
+    return static_cast<float>((m_chunk == m ? 1.0 : std::exp(static_cast<double>(m_chunk) - m)) / s);
+  }
+};
+
+// Rows up to this many floats go through the pipeline and keep exp(x - m) in scratch (two
+// rows of it, 512 KiB at most: L2), so that each element's exp is computed once; longer rows
+// take two passes (softmax_rows_recompute) and compute it twice.
 inline constexpr int64_t kScratchFloats = int64_t{1} << 16;
 
-// exp_store_sum_max prefetches its next span (the bytes that come from DRAM) this many floats
-// ahead into L2 (prefetcht1): one row of 600 floats ahead is too little to keep enough lines in
-// flight for one core, and the hardware prefetcher stops at each 4 KiB page. 16 KiB ahead
-// measured 7.2 -> 9.4 GB/s at (65536, 600) and 6.3 -> 9.2 at (1024, 50257) (the machine loaded).
+// Stage 1 prefetches its span this many floats ahead into L2 (prefetcht1): the hardware
+// prefetcher stops at each 4 KiB page, and demand loads alone keep too few lines in flight for
+// one core. On the GPU host's Xeon, 2 threads, (262144, 600): no prefetch 65.0 ms, 4 KiB ahead
+// 51.1, 16 KiB 45.7, 64 KiB 44.8; (32768, 600): 6263, 3437, 3361, 3303 us (out-of-tree lab, the
+// pipelined loop). prefetcht0 and prefetcht2 at 16 KiB: 51.9 and 51.4 ms at (262144, 600).
 // Prefetches past the end of x are harmless (they never fault).
 inline constexpr int64_t kPrefetchFloats = 4096;
 
-// Softmax of rows [0, rows) with the given primitives, single-threaded (softmax_simd.cpp).
-void softmax_rows(const SimdOps& ops, const float* x, float* y, int64_t rows, int64_t cols,
-                  bool stream, bool prefetch);
+// The primitives of the two-pass path for rows longer than kScratchFloats (unaligned pointers
+// allowed): the max of n >= 1 floats (NaN may or may not win), the sum of exp_poly(x - m) in
+// float lanes, the write y = exp_poly(x - m) * scale (stream: non-temporal stores for the
+// aligned body), and the fence after streaming stores.
+struct SimdOps {
+  float (*max)(const float* x, int64_t n);
+  float (*sum_exp)(const float* x, int64_t n, float m);
+  void (*write)(const float* x, float* y, int64_t n, float m, float scale, bool stream);
+  void (*fence)();
+};
+
+// Softmax of rows [0, rows) by two passes over each row (softmax_simd.cpp), single-threaded:
+// pass 1 sums the exps chunk by chunk with a running max (online softmax), pass 2 recomputes
+// them in the write. For rows longer than kScratchFloats, and for the scalar fallback.
+void softmax_rows_recompute(const SimdOps& ops, const float* x, float* y, int64_t rows,
+                            int64_t cols, bool stream);
 
 }  // namespace minigpt::cpu::detail
