@@ -233,7 +233,7 @@ MINIGPT_AVX2 void pipelined_rows(const float* x, float* y, int64_t rows, int64_t
     }
     for (int64_t k = 0; k < chunks; ++k) factor[k] = row.factor(chunk_m[k]);
   }
-  if (kStream) _mm_sfence();
+  if constexpr (kStream) _mm_sfence();
 }
 
 }  // namespace
@@ -248,6 +248,7 @@ MINIGPT_AVX2 void exp_poly_avx2(const float* x, float* y, int64_t n) {
 }
 
 void softmax_rows_avx2(const float* x, float* y, int64_t rows, int64_t cols, bool stream, bool prefetch) {
+  if (rows == 0) return;
   if (cols > kScratchFloats) {
     softmax_rows_recompute({max_avx2, sum_exp_avx2, write_avx2, fence_avx2}, x, y, rows, cols, stream);
     return;
