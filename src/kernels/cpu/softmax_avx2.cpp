@@ -138,10 +138,9 @@ MINIGPT_AVX2 __attribute__((always_inline)) inline SpanResult pipeline_step(cons
   const __m256 vm = _mm256_set1_ps(p.m), vf = _mm256_set1_ps(p.factor);
   const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), m0 = ninf, m1 = ninf;
-  // Stage 3's body starts at y's next 32-byte boundary: vmovntps needs it, and ordinary
-  // stores that straddle lines are slower (odd rows of 600 floats start mid-line; aligning
-  // them was 3-11% faster at (32-512, 600) in four of five out-of-tree lab comparisons, 2
-  // threads, host and VM). y[0, head) goes last.
+  // Stage 3's body starts at y's next 32-byte boundary: vmovntps needs it, and stores that
+  // straddle lines are slower (measured with the AVX-512 loop: softmax_avx512.cpp). y[0, head)
+  // goes last.
   const int64_t head = std::min<int64_t>(p.np, ((32 - reinterpret_cast<uintptr_t>(p.y) % 32) % 32) / 4);
   const float* ep = p.ep + head;
   float* y = p.y + head;
