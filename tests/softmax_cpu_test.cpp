@@ -1,5 +1,5 @@
 // CPU softmax: every version (naive, fused, simd on every ISA this CPU has, streamed or not,
-// 1 and 2 threads) against softmax_reference (double) at many shapes, misaligned pointers,
+// prefetching or not, 1 and 2 threads) against softmax_reference (double) at many shapes, misaligned pointers,
 // poisoned outputs, the design.md special values; and the polynomial exp's ulp error.
 //
 // Tolerance per element: |y - ref| <= ref * (rtol + |x - max| * 2^-24) + 2e-38. The |x - max|
@@ -41,7 +41,7 @@ struct Version {
   std::function<void(const float*, float*, int64_t, int64_t)> run;
 };
 
-// Every version on this machine, each thread count, each ISA and store mode.
+// Every version on this machine, each thread count, each ISA, store mode and prefetch.
 std::vector<Version> versions(ThreadPool& pool1, ThreadPool& pool2) {
   std::vector<Version> v;
   v.push_back({"naive", 1e-6, 0, [](const float* x, float* y, int64_t r, int64_t c) { softmax_naive(x, y, r, c); }});
@@ -52,15 +52,19 @@ std::vector<Version> versions(ThreadPool& pool1, ThreadPool& pool2) {
     // Terms per float accumulator lane within one chunk: scalar 1 lane, AVX2 2x8, AVX-512 2x16.
     const double lanes = isa == SimdIsa::Scalar ? 1 : isa == SimdIsa::Avx2 ? 16 : 32;
     const double terms = std::ceil(static_cast<double>(kSimdChunk) / lanes) + 2;
-    for (bool stream : {false, true})
-      for (ThreadPool* pool : {&pool1, &pool2}) {
-        const std::string name = std::string("simd(") + simd_isa_name(isa) + (stream ? ",stream" : "") +
-                                 ",t" + std::to_string(pool->size()) + ")";
-        v.push_back({name, (kExpPolyMaxUlp + 1.0) * 2 * kEps24, terms,
-                     [isa, stream, pool](const float* x, float* y, int64_t r, int64_t c) {
-                       softmax_simd_with(isa, stream, x, y, r, c, *pool);
-                     }});
-      }
+    // Each store mode with each prefetch setting forced (four instantiations of the row loop).
+    for (SimdMode stream : {SimdMode::Off, SimdMode::On})
+      for (SimdMode prefetch : {SimdMode::Off, SimdMode::On})
+        for (ThreadPool* pool : {&pool1, &pool2}) {
+          const std::string name = std::string("simd(") + simd_isa_name(isa) +
+                                   (stream == SimdMode::On ? ",stream" : "") +
+                                   (prefetch == SimdMode::On ? ",prefetch" : "") + ",t" +
+                                   std::to_string(pool->size()) + ")";
+          v.push_back({name, (kExpPolyMaxUlp + 1.0) * 2 * kEps24, terms,
+                       [isa, stream, prefetch, pool](const float* x, float* y, int64_t r, int64_t c) {
+                         softmax_simd_with(isa, stream, prefetch, x, y, r, c, *pool);
+                       }});
+        }
   }
   // softmax_simd(default) takes the best ISA: its sum is the AVX-512 (or weaker) one.
   const double worst_lanes = best_simd_isa() == SimdIsa::Avx512 ? 32 : best_simd_isa() == SimdIsa::Avx2 ? 16 : 1;

@@ -24,6 +24,7 @@ struct BenchSoftmaxOptions {
   bool retune = false;      // CUDA: ignore the autotune cache
   bool tune_log = false;    // CUDA: the sweep prints every candidate's times (stderr)
   bool peers = true;        // run bench/peers/softmax_peers.py in the same command
+  bool simd_modes = false;  // CPU: also time simd with its store mode and prefetch forced
   uint64_t seed = 42;
 };
 

@@ -344,9 +344,24 @@ void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report) {
                      }});
   if (isa == cpu::SimdIsa::Avx512 && cpu::simd_isa_supported(cpu::SimdIsa::Avx2))
     kernels.push_back({"simd-avx2", [&pool](const float* x, float* y, int64_t B, int64_t V) {
-                         const bool stream = B * V * 4 >= cpu::kStreamBytes;
-                         cpu::softmax_simd_with(cpu::SimdIsa::Avx2, stream, x, y, B, V, pool);
+                         cpu::softmax_simd_with(cpu::SimdIsa::Avx2, cpu::SimdMode::Auto,
+                                                cpu::SimdMode::Auto, x, y, B, V, pool);
                        }});
+  // --simd-modes: simd with one of its two size thresholds overridden (kStreamBytes,
+  // kPrefetchMinBytes in softmax.h), timed in the same rounds as the default it departs from.
+  struct ForcedMode {
+    const char* name;
+    cpu::SimdMode stream, prefetch;
+  };
+  constexpr ForcedMode kForcedModes[] = {{"simd stream=on", cpu::SimdMode::On, cpu::SimdMode::Auto},
+                                         {"simd stream=off", cpu::SimdMode::Off, cpu::SimdMode::Auto},
+                                         {"simd prefetch=on", cpu::SimdMode::Auto, cpu::SimdMode::On},
+                                         {"simd prefetch=off", cpu::SimdMode::Auto, cpu::SimdMode::Off}};
+  if (options.simd_modes)
+    for (const ForcedMode& m : kForcedModes)
+      kernels.push_back({m.name, [&pool, isa, m](const float* x, float* y, int64_t B, int64_t V) {
+                           cpu::softmax_simd_with(isa, m.stream, m.prefetch, x, y, B, V, pool);
+                         }});
 
   struct Row {
     std::string kernel;
@@ -449,6 +464,8 @@ void add_bench_softmax_command(CLI::App& bench, GlobalOptions& global) {
   cmd->add_option("-o,--output", *format, "md, json or csv");
   cmd->add_option("--shapes", *shapes, "BxV list, e.g. 64x600,4096x32000 (default: the issue's sweep)");
   cmd->add_flag("--no-peers", *no_peers, "do not run bench/peers/softmax_peers.py");
+  cmd->add_flag("--simd-modes", options->simd_modes,
+                "CPU: also time simd with streaming stores and prefetch forced on and off");
   cmd->add_option("--warmup", options->warmup, "untimed calls before timing")->check(CLI::Range(0, 1000));
   cmd->add_option("--repeats", options->repeats, "timed calls at most (CPU: also ~1 s per row)")
       ->check(CLI::Range(1, 100000));

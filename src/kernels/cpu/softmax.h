@@ -71,6 +71,9 @@ bool simd_isa_supported(SimdIsa isa);
 const char* simd_isa_name(SimdIsa isa);  // "scalar" | "avx2" | "avx512"
 
 inline constexpr int64_t kSimdChunk = 2048;               // floats per pipeline chunk (8 KiB)
+// `minigpt bench softmax --device cpu -t 2 --simd-modes` re-measures the two size thresholds
+// below (simd with each forced on and off, beside the default); the figures quoted here came
+// from an out-of-tree harness around the same loops, before that option existed.
 // Output size from which simd's stores stream (non-temporal): below it y stays in the LLC for
 // its reader. Measured on the GPU host's Xeon (2 MiB L2 per core, 300 MiB L3), 2 threads, each
 // kernel in its steady state. (32768, 600), y = 78.6 MB: streaming 2683-6110 us against
@@ -85,9 +88,13 @@ inline constexpr int64_t kStreamBytes = int64_t{32} << 20;
 inline constexpr int64_t kPrefetchMinBytes = int64_t{1} << 20;
 inline constexpr double kExpPolyMaxUlp = 1.0;             // measured 0.882; see above
 
-// softmax_simd with a given ISA (Error if the CPU lacks it) and store mode.
-void softmax_simd_with(SimdIsa isa, bool stream, const float* x, float* y, int64_t rows,
-                       int64_t cols, ThreadPool& pool);
+// How softmax_simd_with stores and prefetches. Auto is softmax_simd's own choice by size
+// (kStreamBytes, kPrefetchMinBytes); On and Off force it, for the tests and for
+// `minigpt bench softmax --simd-modes`.
+enum class SimdMode { Auto, On, Off };
+// softmax_simd with a given ISA (Error if the CPU lacks it), store mode and prefetch.
+void softmax_simd_with(SimdIsa isa, SimdMode stream, SimdMode prefetch, const float* x, float* y,
+                       int64_t rows, int64_t cols, ThreadPool& pool);
 // y[i] = exp_poly(x[i]) with the given ISA's vector code (the same code softmax_simd runs).
 void exp_poly(SimdIsa isa, const float* x, float* y, int64_t n);
 

@@ -111,8 +111,8 @@ const char* simd_isa_name(SimdIsa isa) {
 
 std::string softmax_simd_isa() { return simd_isa_name(best_simd_isa()); }
 
-void softmax_simd_with(SimdIsa isa, bool stream, const float* x, float* y, int64_t rows,
-                       int64_t cols, ThreadPool& pool) {
+void softmax_simd_with(SimdIsa isa, SimdMode stream_mode, SimdMode prefetch_mode, const float* x,
+                       float* y, int64_t rows, int64_t cols, ThreadPool& pool) {
   MINIGPT_CHECK(rows >= 0, "softmax: rows must be >= 0, got {}", rows);
   MINIGPT_CHECK(cols >= 1, "softmax: cols must be >= 1, got {}", cols);
   MINIGPT_CHECK(rows == 0 || (x != nullptr && y != nullptr), "softmax: null pointer with {} rows",
@@ -128,19 +128,24 @@ void softmax_simd_with(SimdIsa isa, bool stream, const float* x, float* y, int64
   // worker that is still polling (ThreadPool::kSpinMicros after its last job) starts in ~1 us;
   // one that has gone to sleep takes 5-50 us to wake, which back-to-back calls do not meet.
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / cols);
+  // Auto: stream only outputs far beyond the caches (a small y is usually read again soon);
+  // prefetch only a thread's share of x that its L2 does not keep from one call to the next.
+  constexpr int64_t kFloat = sizeof(float);
+  const bool stream = stream_mode == SimdMode::Auto ? rows * cols * kFloat >= kStreamBytes
+                                                    : stream_mode == SimdMode::On;
   pool.parallel_for(
       rows,
       [&](int64_t begin, int64_t end) {
-        const bool prefetch = (end - begin) * cols * static_cast<int64_t>(sizeof(float)) >= kPrefetchMinBytes;
+        const bool prefetch = prefetch_mode == SimdMode::Auto
+                                  ? (end - begin) * cols * kFloat >= kPrefetchMinBytes
+                                  : prefetch_mode == SimdMode::On;
         kernel(x + begin * cols, y + begin * cols, end - begin, cols, stream, prefetch);
       },
       grain);
 }
 
 void softmax_simd(const float* x, float* y, int64_t rows, int64_t cols, ThreadPool& pool) {
-  // Stream only outputs far beyond the caches: a small y is usually read again soon.
-  const bool stream = rows * cols * static_cast<int64_t>(sizeof(float)) >= kStreamBytes;
-  softmax_simd_with(best_simd_isa(), stream, x, y, rows, cols, pool);
+  softmax_simd_with(best_simd_isa(), SimdMode::Auto, SimdMode::Auto, x, y, rows, cols, pool);
 }
 
 void exp_poly(SimdIsa isa, const float* x, float* y, int64_t n) {
