@@ -108,9 +108,7 @@ MINIGPT_AVX2 void write_avx2(const float* x, float* y, int64_t n, float m, float
   const __m256 vm = _mm256_set1_ps(m), vs = _mm256_set1_ps(scale);
   int64_t i = 0;
   if (stream) {
-    const int64_t head = ((32 - reinterpret_cast<uintptr_t>(y) % 32) % 32) / 4;
-    if (head > 0) {
-      const int64_t h = head < n ? head : n;
+    if (const int64_t h = head_to_boundary<32>(y, n); h > 0) {
       const __m256i k = first_lanes(h);
       const __m256 v = _mm256_maskload_ps(x, k);
       _mm256_maskstore_ps(y, k, _mm256_mul_ps(exp8(_mm256_sub_ps(v, vm)), vs));
@@ -141,7 +139,7 @@ MINIGPT_AVX2 __attribute__((always_inline)) inline SpanResult pipeline_step(cons
   // Stage 3's body starts at y's next 32-byte boundary: vmovntps needs it, and stores that
   // straddle lines are slower (measured with the AVX-512 loop: softmax_avx512.cpp). y[0, head)
   // goes last.
-  const int64_t head = std::min<int64_t>(p.np, ((32 - reinterpret_cast<uintptr_t>(p.y) % 32) % 32) / 4);
+  const int64_t head = head_to_boundary<32>(p.y, p.np);
   const float* ep = p.ep + head;
   float* y = p.y + head;
   int64_t i = 0;

@@ -92,9 +92,7 @@ MINIGPT_AVX512 void write_avx512(const float* x, float* y, int64_t n, float m, f
   const __m512 vm = _mm512_set1_ps(m), vs = _mm512_set1_ps(scale);
   int64_t i = 0;
   if (stream) {
-    const int64_t head = ((64 - reinterpret_cast<uintptr_t>(y) % 64) % 64) / 4;  // y is 4-aligned
-    if (head > 0) {
-      const int64_t h = head < n ? head : n;
+    if (const int64_t h = head_to_boundary<64>(y, n); h > 0) {
       const __mmask16 k = first_lanes(h);
       const __m512 v = _mm512_maskz_loadu_ps(k, x);
       _mm512_mask_storeu_ps(y, k, _mm512_mul_ps(exp16(_mm512_sub_ps(v, vm)), vs));
@@ -126,7 +124,7 @@ MINIGPT_AVX512 __attribute__((always_inline)) inline SpanResult pipeline_step(co
   // stores that straddle lines are slower (odd rows of 600 floats start mid-line; aligning
   // them was 3-11% faster at (32-512, 600) in four of five out-of-tree lab comparisons, 2
   // threads, host and VM). y[0, head) goes last.
-  const int64_t head = std::min<int64_t>(p.np, ((64 - reinterpret_cast<uintptr_t>(p.y) % 64) % 64) / 4);
+  const int64_t head = head_to_boundary<64>(p.y, p.np);
   const float* ep = p.ep + head;
   float* y = p.y + head;
   int64_t i = 0;
