@@ -119,7 +119,7 @@ double check_close(const std::string& what, const float* x, const float* y, cons
   return worst;
 }
 
-struct Shape {
+struct RowsCols {  // not minigpt::Shape (core/tensor.h, which softmax_simd_ops.h includes)
   int64_t rows, cols;
 };
 
@@ -128,12 +128,12 @@ struct Shape {
 TEST(SoftmaxCpu, EveryVersionMatchesReferenceAtManyShapesAndMisalignedPointers) {
   ThreadPool pool1(1), pool2(2);
   const auto vs = versions(pool1, pool2);
-  const std::vector<Shape> shapes = {{1, 1},   {5, 1},    {3, 3},    {7, 15},  {7, 16},
-                                     {9, 17},  {64, 600}, {33, 601}, {5, 2048}, {5, 2049},
-                                     {3, 4097}, {2, 32000}, {2, 50257}, {1, 70001}};
+  const std::vector<RowsCols> shapes = {{1, 1},   {5, 1},    {3, 3},    {7, 15},  {7, 16},
+                                        {9, 17},  {64, 600}, {33, 601}, {5, 2048}, {5, 2049},
+                                        {3, 4097}, {2, 32000}, {2, 50257}, {1, 70001}};
   std::vector<double> worst(vs.size(), 0.0);
   uint32_t seed = 1000;
-  for (const Shape& s : shapes)
+  for (const RowsCols& s : shapes)
     for (int misalign : {0, 1}) {
       ++seed;
       SCOPED_TRACE("shape (" + std::to_string(s.rows) + ", " + std::to_string(s.cols) +

@@ -1,10 +1,10 @@
-// softmax_simd's AVX2 + FMA kernels: the polynomial exp on 8 lanes, the pipelined row loop
-// for rows that fit in scratch, and the primitives (max, sum of exp, scaled-exp write) of the
-// two-pass driver in softmax_simd.cpp for longer rows. Every function carries
-// __attribute__((target("avx2,fma"))) so that this file builds without -mavx2; softmax_simd.cpp
-// only calls it after __builtin_cpu_supports("avx2") and ("fma"). Tails use vmaskmovps
-// (masked-off lanes are neither read nor written).
-#include "core/tensor.h"
+// softmax_simd's AVX2 + FMA kernels: the polynomial exp on 8 lanes, the pipeline step (and
+// the shared row loop of softmax_simd_ops.h compiled around it) for rows that fit in scratch,
+// and the primitives (max, sum of exp, scaled-exp write) of the two-pass driver in
+// softmax_simd.cpp for longer rows. Every function carries __attribute__((target("avx2,fma")))
+// so that this file builds without -mavx2; softmax_simd.cpp only calls it after
+// __builtin_cpu_supports("avx2") and ("fma"). Tails use vmaskmovps (masked-off lanes are
+// neither read nor written).
 #include "kernels/cpu/softmax.h"
 #include "kernels/cpu/softmax_simd_ops.h"
 
@@ -132,7 +132,7 @@ MINIGPT_AVX2 void fence_avx2() { _mm_sfence(); }
 // The three stages of PipelineSpan (softmax_simd_ops.h), two vectors (one line) of each per
 // iteration while all three run, then what is left of each on its own, the last vector masked.
 template <bool kStream, bool kPrefetch>
-MINIGPT_AVX2 __attribute__((always_inline)) inline SpanResult pipeline_step(const PipelineSpan p) {
+MINIGPT_AVX2 inline SpanResult pipeline_step(const PipelineSpan p) {
   const __m256 vm = _mm256_set1_ps(p.m), vf = _mm256_set1_ps(p.factor);
   const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), m0 = ninf, m1 = ninf;
@@ -196,40 +196,18 @@ MINIGPT_AVX2 __attribute__((always_inline)) inline SpanResult pipeline_step(cons
   return {hsum8(_mm256_add_ps(s0, s1)), hmax8(_mm256_max_ps(m0, m1))};
 }
 
-// Rows of up to kScratchFloats: the row loop of pipelined_rows in softmax_avx512.cpp (its
-// comment says how the three stages step), on 8 lanes.
+// The ISA's two pieces of the shared row loop (pipelined_rows, softmax_simd_ops.h).
+struct Avx2Pipeline {
+  MINIGPT_AVX2 static float max(const float* x, int64_t n) { return max_avx2(x, n); }
+  template <bool kStream, bool kPrefetch>
+  MINIGPT_AVX2 static SpanResult step(const PipelineSpan& p) { return pipeline_step<kStream, kPrefetch>(p); }
+};
+
+// pipelined_rows compiled for this ISA (it is always_inline: its body lands here, under the
+// target attribute, with the step inlined).
 template <bool kStream, bool kPrefetch>
-MINIGPT_AVX2 void pipelined_rows(const float* x, float* y, int64_t rows, int64_t cols) {
-  const int64_t stride = (cols + 15) / 16 * 16;  // each row's scratch on a 64-byte line
-  alignas(64) float small[2 * kSimdChunk];       // rows of one chunk: scratch on the stack
-  Tensor scratch = stride <= kSimdChunk ? Tensor() : Tensor::empty({2 * stride});  // 64-B aligned
-  float* const e0 = stride <= kSimdChunk ? small : scratch.data();
-  float* const e[2] = {e0, e0 + stride};
-  // Chunk k of a row starts at k * kSimdChunk; the span after a row's last chunk is the next
-  // row's first (rows are contiguous).
-  const int64_t chunks = (cols + kSimdChunk - 1) / kSimdChunk;
-  auto chunk_len = [&](int64_t k) { return std::min(kSimdChunk, cols - k * kSimdChunk); };
-  float chunk_m[kScratchFloats / kSimdChunk];  // the m row t's exps used, by chunk
-  float factor[kScratchFloats / kSimdChunk];   // row t - 1's stage 3 factors, by chunk
-  float mc = max_avx2(x, chunk_len(0));        // the max of the span stage 2 does next
-  for (int64_t t = 0; t <= rows; ++t) {        // step rows only drains stage 3
-    OnlineRow row;
-    for (int64_t k = 0; k < chunks; ++k) {
-      const int64_t c0 = k * kSimdChunk, n = chunk_len(k);
-      PipelineSpan p;
-      if (t < rows) {
-        const float* xr = x + t * cols;
-        if (k + 1 < chunks) p.xn = xr + c0 + n, p.nn = chunk_len(k + 1);
-        else if (t + 1 < rows) p.xn = xr + cols, p.nn = chunk_len(0);
-        p.x = xr + c0, p.e = e[t & 1] + c0, p.n = n, p.m = chunk_m[k] = row.begin_chunk(mc);
-      }
-      if (t > 0) p.ep = e[(t - 1) & 1] + c0, p.y = y + (t - 1) * cols + c0, p.np = n, p.factor = factor[k];
-      const SpanResult r = pipeline_step<kStream, kPrefetch>(p);
-      row.s += r.sum;
-      mc = r.max;
-    }
-    for (int64_t k = 0; k < chunks; ++k) factor[k] = row.factor(chunk_m[k]);
-  }
+MINIGPT_AVX2 void pipelined_rows_avx2(const float* x, float* y, int64_t rows, int64_t cols) {
+  pipelined_rows<Avx2Pipeline, kStream, kPrefetch>(x, y, rows, cols);
   if constexpr (kStream) _mm_sfence();
 }
 
@@ -250,8 +228,8 @@ void softmax_rows_avx2(const float* x, float* y, int64_t rows, int64_t cols, boo
     softmax_rows_recompute({max_avx2, sum_exp_avx2, write_avx2, fence_avx2}, x, y, rows, cols, stream);
     return;
   }
-  const auto rows_fn = stream ? (prefetch ? pipelined_rows<true, true> : pipelined_rows<true, false>)
-                              : (prefetch ? pipelined_rows<false, true> : pipelined_rows<false, false>);
+  const auto rows_fn = stream ? (prefetch ? pipelined_rows_avx2<true, true> : pipelined_rows_avx2<true, false>)
+                              : (prefetch ? pipelined_rows_avx2<false, true> : pipelined_rows_avx2<false, false>);
   rows_fn(x, y, rows, cols);
 }
 

@@ -1,7 +1,7 @@
 // softmax_simd: the run-time ISA dispatch, the threading over rows, the two-pass row driver
 // (rows longer than the scratch, and every row of the scalar fallback) and the scalar
-// primitives (the same polynomial exp, one lane). The pipelined row loops of the vector ISAs
-// are in softmax_avx2.cpp and softmax_avx512.cpp.
+// primitives (the same polynomial exp, one lane). The vector ISAs' pipeline steps are in
+// softmax_avx2.cpp and softmax_avx512.cpp, the row loop they share in softmax_simd_ops.h.
 #include "core/error.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/cpu/softmax_simd_ops.h"

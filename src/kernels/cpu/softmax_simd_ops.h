@@ -1,10 +1,15 @@
 // Internal to softmax_simd (not part of the kernel's API): the polynomial exp's constants,
-// which every ISA shares, the three-stage pipeline step that each vector ISA implements for
-// rows that fit in scratch, and the two-pass row driver for longer rows. The intrinsics live
+// which every ISA shares, the three-stage pipeline (the step each vector ISA implements, the
+// row loop they share) for rows that fit in scratch, and the two-pass row driver for longer
+// rows. The intrinsics live
 // in softmax_avx2.cpp and softmax_avx512.cpp; the scalar fallback, the two-pass driver and the
 // dispatch in softmax_simd.cpp.
 #pragma once
 
+#include "core/tensor.h"
+#include "kernels/cpu/softmax.h"
+
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -109,6 +114,57 @@ inline constexpr int64_t kScratchFloats = int64_t{1} << 16;
 // pipelined loop). prefetcht0 and prefetcht2 at 16 KiB: 51.9 and 51.4 ms at (262144, 600).
 // Prefetches past the end of x are harmless (they never fault).
 inline constexpr int64_t kPrefetchFloats = 4096;
+
+// The pipeline's row loop, shared by the vector ISAs, for rows of up to kScratchFloats: the
+// three stages of PipelineSpan, chunk by chunk. In step t, for each chunk k: stage 2 puts the
+// exps of row t's chunk k into e[t % 2], against the running max (OnlineRow); stage 1 takes the
+// max of the span after it, which is then in L1 when stage 2 gets there; stage 3 writes chunk
+// k of row t - 1 from e[(t - 1) % 2]. With rows of one chunk (V = 600) a step is a row: stage 1
+// reads row t + 1 and stage 3 writes row t - 1. Stage 3 lags a whole row because a row's
+// factors are known only after its last chunk.
+//
+// Ops supplies max(x, n) and step<kStream, kPrefetch>(PipelineSpan). The loop is always_inline
+// so that it is compiled inside each ISA's entry point (softmax_avx2.cpp, softmax_avx512.cpp),
+// under that function's target attribute, where the compiler then inlines Ops::step too; as a
+// function of its own it would be built for the baseline ISA and call the step once per chunk,
+// which measured 10-20% slower at (32, 600). (Ops::step itself must not be always_inline: GCC
+// refuses to force a target-specific function into this untargeted template.) The caller
+// fences after streaming stores.
+template <class Ops, bool kStream, bool kPrefetch>
+__attribute__((always_inline)) inline void pipelined_rows(const float* x, float* y, int64_t rows,
+                                                          int64_t cols) {
+  const int64_t stride = (cols + 15) / 16 * 16;  // floats: each row's scratch on a 64-byte line
+  // Rows of one chunk keep their scratch on the stack (an allocation cost 3-5% at (32, 600)).
+  alignas(64) float small[2 * kSimdChunk];
+  Tensor scratch = stride <= kSimdChunk ? Tensor() : Tensor::empty({2 * stride});  // 64-B aligned
+  float* const e0 = stride <= kSimdChunk ? small : scratch.data();
+  float* const e[2] = {e0, e0 + stride};
+  // Chunk k of a row starts at k * kSimdChunk; the span after a row's last chunk is the next
+  // row's first (rows are contiguous).
+  const int64_t chunks = (cols + kSimdChunk - 1) / kSimdChunk;
+  auto chunk_len = [&](int64_t k) { return std::min(kSimdChunk, cols - k * kSimdChunk); };
+  float chunk_m[kScratchFloats / kSimdChunk];  // the m row t's exps used, by chunk
+  float factor[kScratchFloats / kSimdChunk];   // row t - 1's stage 3 factors, by chunk
+  float mc = Ops::max(x, chunk_len(0));        // the max of the span stage 2 does next
+  for (int64_t t = 0; t <= rows; ++t) {        // step rows only drains stage 3
+    OnlineRow row;
+    for (int64_t k = 0; k < chunks; ++k) {
+      const int64_t c0 = k * kSimdChunk, n = chunk_len(k);
+      PipelineSpan p;
+      if (t < rows) {
+        const float* xr = x + t * cols;
+        if (k + 1 < chunks) p.xn = xr + c0 + n, p.nn = chunk_len(k + 1);
+        else if (t + 1 < rows) p.xn = xr + cols, p.nn = chunk_len(0);
+        p.x = xr + c0, p.e = e[t & 1] + c0, p.n = n, p.m = chunk_m[k] = row.begin_chunk(mc);
+      }
+      if (t > 0) p.ep = e[(t - 1) & 1] + c0, p.y = y + (t - 1) * cols + c0, p.np = n, p.factor = factor[k];
+      const SpanResult r = Ops::template step<kStream, kPrefetch>(p);
+      row.s += r.sum;
+      mc = r.max;
+    }
+    for (int64_t k = 0; k < chunks; ++k) factor[k] = row.factor(chunk_m[k]);
+  }
+}
 
 // The primitives of the two-pass path for rows longer than kScratchFloats (unaligned pointers
 // allowed): the max of n >= 1 floats (NaN may or may not win), the sum of exp_poly(x - m) in
