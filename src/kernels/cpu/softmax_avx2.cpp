@@ -131,15 +131,17 @@ MINIGPT_AVX2 void fence_avx2() { _mm_sfence(); }
 
 // The three stages of PipelineSpan (softmax_simd_ops.h), two vectors (one line) of each per
 // iteration while all three run, then what is left of each on its own, the last vector masked.
+// Stage 3 reads each scratch element before stage 2 writes it (they may share the scratch):
+// its head goes first, its loads come first in the loop, and its rest goes before stage 2's.
 template <bool kStream, bool kPrefetch>
 MINIGPT_AVX2 inline SpanResult pipeline_step(const PipelineSpan p) {
   const __m256 vm = _mm256_set1_ps(p.m), vf = _mm256_set1_ps(p.factor);
   const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), m0 = ninf, m1 = ninf;
   // Stage 3's body starts at y's next 32-byte boundary: vmovntps needs it, and stores that
-  // straddle lines are slower (measured with the AVX-512 loop: softmax_avx512.cpp). y[0, head)
-  // goes last.
+  // straddle lines are slower (measured with the AVX-512 loop: softmax_avx512.cpp).
   const int64_t head = head_to_boundary<32>(p.y, p.np);
+  if (head > 0) _mm256_maskstore_ps(p.y, first_lanes(head), _mm256_mul_ps(_mm256_maskload_ps(p.ep, first_lanes(head)), vf));
   const float* ep = p.ep + head;
   float* y = p.y + head;
   int64_t i = 0;
@@ -148,6 +150,8 @@ MINIGPT_AVX2 inline SpanResult pipeline_step(const PipelineSpan p) {
     for (; i + 2 * kLanes <= all; i += 2 * kLanes) {
       // why and how far ahead: softmax_simd_ops.h
       if constexpr (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(p.xn + i + kPrefetchFloats), _MM_HINT_T1);
+      const __m256 w0 = _mm256_mul_ps(_mm256_loadu_ps(ep + i), vf);
+      const __m256 w1 = _mm256_mul_ps(_mm256_loadu_ps(ep + i + kLanes), vf);
       m0 = _mm256_max_ps(m0, _mm256_loadu_ps(p.xn + i));
       m1 = _mm256_max_ps(m1, _mm256_loadu_ps(p.xn + i + kLanes));
       const __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(p.x + i), vm));
@@ -156,8 +160,6 @@ MINIGPT_AVX2 inline SpanResult pipeline_step(const PipelineSpan p) {
       _mm256_storeu_ps(p.e + i + kLanes, e1);
       s0 = _mm256_add_ps(s0, e0);
       s1 = _mm256_add_ps(s1, e1);
-      const __m256 w0 = _mm256_mul_ps(_mm256_loadu_ps(ep + i), vf);
-      const __m256 w1 = _mm256_mul_ps(_mm256_loadu_ps(ep + i + kLanes), vf);
       if constexpr (kStream) {
         _mm256_stream_ps(y + i, w0);
         _mm256_stream_ps(y + i + kLanes, w1);
@@ -167,8 +169,18 @@ MINIGPT_AVX2 inline SpanResult pipeline_step(const PipelineSpan p) {
       }
     }
   }
-  // The rest of each stage, one vector at a time, the last one masked.
-  for (int64_t j = i; j < std::max(p.nn, p.n); j += kLanes) {
+  // The rest of each stage, one vector at a time, the last one masked: stage 3 first.
+  int64_t j = head + i;
+  for (; j + kLanes <= p.np; j += kLanes) {
+    const __m256 w = _mm256_mul_ps(_mm256_loadu_ps(p.ep + j), vf);
+    if constexpr (kStream) _mm256_stream_ps(p.y + j, w);
+    else _mm256_storeu_ps(p.y + j, w);
+  }
+  if (j < p.np) {
+    const __m256i k = first_lanes(p.np - j);
+    _mm256_maskstore_ps(p.y + j, k, _mm256_mul_ps(_mm256_maskload_ps(p.ep + j, k), vf));
+  }
+  for (j = i; j < std::max(p.nn, p.n); j += kLanes) {
     if (j < p.nn) {
       const __m256i k = first_lanes(std::min<int64_t>(p.nn - j, kLanes));
       m0 = _mm256_max_ps(m0, _mm256_blendv_ps(ninf, _mm256_maskload_ps(p.xn + j, k), _mm256_castsi256_ps(k)));
@@ -178,19 +190,6 @@ MINIGPT_AVX2 inline SpanResult pipeline_step(const PipelineSpan p) {
       const __m256 v = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_maskload_ps(p.x + j, k), vm)), _mm256_castsi256_ps(k));
       _mm256_maskstore_ps(p.e + j, k, v);
       s0 = _mm256_add_ps(s0, v);
-    }
-  }
-  if (p.np > 0) {
-    if (head > 0) _mm256_maskstore_ps(p.y, first_lanes(head), _mm256_mul_ps(_mm256_maskload_ps(p.ep, first_lanes(head)), vf));
-    int64_t j = head + i;
-    for (; j + kLanes <= p.np; j += kLanes) {
-      const __m256 w = _mm256_mul_ps(_mm256_loadu_ps(p.ep + j), vf);
-      if constexpr (kStream) _mm256_stream_ps(p.y + j, w);
-      else _mm256_storeu_ps(p.y + j, w);
-    }
-    if (j < p.np) {
-      const __m256i k = first_lanes(p.np - j);
-      _mm256_maskstore_ps(p.y + j, k, _mm256_mul_ps(_mm256_maskload_ps(p.ep + j, k), vf));
     }
   }
   return {hsum8(_mm256_add_ps(s0, s1)), hmax8(_mm256_max_ps(m0, m1))};

@@ -114,7 +114,9 @@ MINIGPT_AVX512 void write_avx512(const float* x, float* y, int64_t n, float m, f
 MINIGPT_AVX512 void fence_avx512() { _mm_sfence(); }
 
 // The three stages of PipelineSpan (softmax_simd_ops.h), two vectors of each per iteration
-// while all three run, then what is left of each on its own, the last vector masked.
+// while all three run, then what is left of each on its own, the last vector masked. Stage 3
+// reads each scratch element before stage 2 writes it (they may share the scratch): its head
+// goes first, its loads come first in the loop, and its rest goes before stage 2's.
 template <bool kStream, bool kPrefetch>
 MINIGPT_AVX512 inline SpanResult pipeline_step(const PipelineSpan p) {
   const __m512 vm = _mm512_set1_ps(p.m), vf = _mm512_set1_ps(p.factor);
@@ -123,8 +125,9 @@ MINIGPT_AVX512 inline SpanResult pipeline_step(const PipelineSpan p) {
   // Stage 3's body starts at y's next 64-byte boundary: vmovntps needs it, and ordinary
   // stores that straddle lines are slower (odd rows of 600 floats start mid-line; aligning
   // them was 3-11% faster at (32-512, 600) in four of five out-of-tree lab comparisons, 2
-  // threads, host and VM). y[0, head) goes last.
+  // threads, host and VM).
   const int64_t head = head_to_boundary<64>(p.y, p.np);
+  if (head > 0) _mm512_mask_storeu_ps(p.y, first_lanes(head), _mm512_mul_ps(_mm512_maskz_loadu_ps(first_lanes(head), p.ep), vf));
   const float* ep = p.ep + head;
   float* y = p.y + head;
   int64_t i = 0;
@@ -135,6 +138,8 @@ MINIGPT_AVX512 inline SpanResult pipeline_step(const PipelineSpan p) {
         _mm_prefetch(reinterpret_cast<const char*>(p.xn + i + kPrefetchFloats), _MM_HINT_T1);
         _mm_prefetch(reinterpret_cast<const char*>(p.xn + i + kPrefetchFloats + kLanes), _MM_HINT_T1);
       }
+      const __m512 w0 = _mm512_mul_ps(_mm512_loadu_ps(ep + i), vf);
+      const __m512 w1 = _mm512_mul_ps(_mm512_loadu_ps(ep + i + kLanes), vf);
       m0 = _mm512_max_ps(m0, _mm512_loadu_ps(p.xn + i));
       m1 = _mm512_max_ps(m1, _mm512_loadu_ps(p.xn + i + kLanes));
       const __m512 e0 = exp16(_mm512_sub_ps(_mm512_loadu_ps(p.x + i), vm));
@@ -143,8 +148,6 @@ MINIGPT_AVX512 inline SpanResult pipeline_step(const PipelineSpan p) {
       _mm512_storeu_ps(p.e + i + kLanes, e1);
       s0 = _mm512_add_ps(s0, e0);
       s1 = _mm512_add_ps(s1, e1);
-      const __m512 w0 = _mm512_mul_ps(_mm512_loadu_ps(ep + i), vf);
-      const __m512 w1 = _mm512_mul_ps(_mm512_loadu_ps(ep + i + kLanes), vf);
       if constexpr (kStream) {
         _mm512_stream_ps(y + i, w0);
         _mm512_stream_ps(y + i + kLanes, w1);
@@ -154,27 +157,24 @@ MINIGPT_AVX512 inline SpanResult pipeline_step(const PipelineSpan p) {
       }
     }
   }
-  // The rest of each stage, one vector at a time, the last one masked.
-  for (int64_t j = i; j < std::max(p.nn, p.n); j += kLanes) {
+  // The rest of each stage, one vector at a time, the last one masked: stage 3 first.
+  int64_t j = head + i;
+  for (; j + kLanes <= p.np; j += kLanes) {
+    const __m512 w = _mm512_mul_ps(_mm512_loadu_ps(p.ep + j), vf);
+    if constexpr (kStream) _mm512_stream_ps(p.y + j, w);
+    else _mm512_storeu_ps(p.y + j, w);
+  }
+  if (j < p.np) {
+    const __mmask16 k = first_lanes(p.np - j);
+    _mm512_mask_storeu_ps(p.y + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p.ep + j), vf));
+  }
+  for (j = i; j < std::max(p.nn, p.n); j += kLanes) {
     if (j < p.nn) m0 = _mm512_max_ps(m0, _mm512_mask_loadu_ps(ninf, first_lanes(std::min<int64_t>(p.nn - j, kLanes)), p.xn + j));
     if (j < p.n) {
       const __mmask16 k = first_lanes(std::min<int64_t>(p.n - j, kLanes));
       const __m512 v = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, p.x + j), vm)));
       _mm512_mask_storeu_ps(p.e + j, k, v);
       s0 = _mm512_add_ps(s0, v);
-    }
-  }
-  if (p.np > 0) {
-    if (head > 0) _mm512_mask_storeu_ps(p.y, first_lanes(head), _mm512_mul_ps(_mm512_maskz_loadu_ps(first_lanes(head), p.ep), vf));
-    int64_t j = head + i;
-    for (; j + kLanes <= p.np; j += kLanes) {
-      const __m512 w = _mm512_mul_ps(_mm512_loadu_ps(p.ep + j), vf);
-      if constexpr (kStream) _mm512_stream_ps(p.y + j, w);
-      else _mm512_storeu_ps(p.y + j, w);
-    }
-    if (j < p.np) {
-      const __mmask16 k = first_lanes(p.np - j);
-      _mm512_mask_storeu_ps(p.y + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p.ep + j), vf));
     }
   }
   return {_mm512_reduce_add_ps(_mm512_add_ps(s0, s1)), _mm512_reduce_max_ps(_mm512_max_ps(m0, m1))};
