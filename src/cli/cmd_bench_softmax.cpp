@@ -347,15 +347,14 @@ void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report) {
                          cpu::softmax_simd_with(cpu::SimdIsa::Avx2, cpu::SimdMode::Auto,
                                                 cpu::SimdMode::Auto, x, y, B, V, pool);
                        }});
-  // --simd-modes: simd with one of its two size thresholds overridden (kStreamBytes,
-  // kPrefetchMinBytes in softmax.h), timed in the same rounds as the default it departs from.
+  // --simd-modes: simd with its store mode forced either way (kStreamBytes in softmax.h) and
+  // without its prefetch (on by default), timed in the same rounds as the default.
   struct ForcedMode {
     const char* name;
     cpu::SimdMode stream, prefetch;
   };
   constexpr ForcedMode kForcedModes[] = {{"simd stream=on", cpu::SimdMode::On, cpu::SimdMode::Auto},
                                          {"simd stream=off", cpu::SimdMode::Off, cpu::SimdMode::Auto},
-                                         {"simd prefetch=on", cpu::SimdMode::Auto, cpu::SimdMode::On},
                                          {"simd prefetch=off", cpu::SimdMode::Auto, cpu::SimdMode::Off}};
   if (options.simd_modes)
     for (const ForcedMode& m : kForcedModes)

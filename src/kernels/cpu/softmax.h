@@ -21,8 +21,8 @@
 // with separate passes (max, exps, write) memory sat idle during the arithmetic, and the
 // kernel ran at 0.51-0.64 of the copy ceiling at the large shapes on the GPU host's Xeon; now
 // 0.62-0.84 (experiments/24-triton-and-pytorch has the runs).
-// When a thread's share of x is beyond its L2 (kPrefetchMinBytes), stage 1 also prefetches
-// 16 KiB ahead into L2 (kPrefetchFloats, softmax_simd_ops.h). Each element's exp is computed
+// Stage 1 also prefetches 16 KiB ahead into L2 (kPrefetchFloats, softmax_simd_ops.h). Each
+// element's exp is computed
 // once for rows up to kScratchFloats (64k floats); longer rows take two passes and compute it
 // twice. When the output is larger than kStreamBytes, stage 3 uses non-temporal stores (y is
 // not read into the cache first); its stores always start at y's next line (rows of 600 floats
@@ -71,25 +71,28 @@ bool simd_isa_supported(SimdIsa isa);
 const char* simd_isa_name(SimdIsa isa);  // "scalar" | "avx2" | "avx512"
 
 inline constexpr int64_t kSimdChunk = 2048;               // floats per pipeline chunk (8 KiB)
-// `minigpt bench softmax --device cpu -t 2 --simd-modes` re-measures the two size thresholds
-// below (simd with each forced on and off, beside the default); the figures quoted here came
-// from an out-of-tree harness around the same loops, before that option existed.
 // Output size from which simd's stores stream (non-temporal): below it y stays in the LLC for
-// its reader. Measured on the GPU host's Xeon (2 MiB L2 per core, 300 MiB L3), 2 threads, each
-// kernel in its steady state. (32768, 600), y = 78.6 MB: streaming 2683-6110 us against
-// ordinary 5376-10546 (three runs, the pipelined loop in the out-of-tree lab). (4096, 600),
-// y = 9.8 MB: streaming was as fast or faster there too (359-531 against 460-595 us), but a
-// reader would then fetch y from DRAM instead of the LLC, so the threshold stays above it.
+// its reader. `minigpt bench softmax --device cpu -t 2 --simd-modes` re-measures it (simd
+// with streaming forced on and off, beside the default, in the same rounds). Three runs on the
+// GPU host's Xeon (2 MiB L2 per core, 300 MiB L3), 2 threads pinned (the first before the
+// one-row scratch of softmax_simd_ops.h), on / off in us:
+//   (32768, 600), y = 78.6 MB: 5117 / 9780, 5829 / 9315, 5657 / 8517;
+//   (4096, 600),  y = 9.8 MB:  486 / 511, 697 / 670, 560 / 558;
+//   (512, 600),   y = 1.2 MB:  56.4 / 56.5, 72.9 / 64.8, 42.2 / 39.6;
+//   (64, 600):                 9.04 / 8.25, 11.15 / 10.18, 10.30 / 9.01.
+// Streaming wins far beyond the LLC and loses or ties inside it; at 9.8 MB it is a tie, and a
+// reader would then fetch y from DRAM instead of the LLC, so the threshold stays above that.
 inline constexpr int64_t kStreamBytes = int64_t{32} << 20;
-// A thread's share of x from which the next span is prefetched: below it, x stays in that
-// core's L2 from one call to the next and the prefetches are only extra instructions. Same
-// machine, the two-pass kernel before the pipeline: (512, 600), 614 KB per thread: 60.4 us
-// without, 81.8 us with; (4096, 600), 4.9 MB per thread: 572 us with, 617 us without.
-inline constexpr int64_t kPrefetchMinBytes = int64_t{1} << 20;
+// Stage 1's prefetch runs at every size (SimdMode::Auto is on). It used to start at 1 MiB per
+// thread: the two-pass kernel before the pipeline lost to it where x stays in L2 ((512, 600):
+// 60.4 us without, 81.8 with). The pipeline does not: --simd-modes, same three runs, on / off:
+// (64, 600) 8.26 / 8.58, 10.04 / 10.09, 8.79 / 8.89 us; (512, 600) 56.9 / 62.5, 64.5 / 65.1,
+// 38.9 / 40.7; (4096, 600) 507 / 511, 666 / 659, 558 / 550; and from (32768, 600) up it
+// saves 7-27%.
 inline constexpr double kExpPolyMaxUlp = 1.0;             // measured 0.882; see above
 
-// How softmax_simd_with stores and prefetches. Auto is softmax_simd's own choice by size
-// (kStreamBytes, kPrefetchMinBytes); On and Off force it, for the tests and for
+// How softmax_simd_with stores and prefetches. Auto is softmax_simd's own choice: streaming
+// by size (kStreamBytes), prefetch always; On and Off force it, for the tests and for
 // `minigpt bench softmax --simd-modes`.
 enum class SimdMode { Auto, On, Off };
 // softmax_simd with a given ISA (Error if the CPU lacks it), store mode and prefetch.

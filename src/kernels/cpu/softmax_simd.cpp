@@ -129,16 +129,14 @@ void softmax_simd_with(SimdIsa isa, SimdMode stream_mode, SimdMode prefetch_mode
   // one that has gone to sleep takes 5-50 us to wake, which back-to-back calls do not meet.
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / cols);
   // Auto: stream only outputs far beyond the caches (a small y is usually read again soon);
-  // prefetch only a thread's share of x that its L2 does not keep from one call to the next.
-  constexpr int64_t kFloat = sizeof(float);
-  const bool stream = stream_mode == SimdMode::Auto ? rows * cols * kFloat >= kStreamBytes
-                                                    : stream_mode == SimdMode::On;
+  // prefetch at every size (softmax.h has the measurements behind both).
+  const bool stream = stream_mode == SimdMode::Auto
+                          ? rows * cols * static_cast<int64_t>(sizeof(float)) >= kStreamBytes
+                          : stream_mode == SimdMode::On;
+  const bool prefetch = prefetch_mode != SimdMode::Off;
   pool.parallel_for(
       rows,
       [&](int64_t begin, int64_t end) {
-        const bool prefetch = prefetch_mode == SimdMode::Auto
-                                  ? (end - begin) * cols * kFloat >= kPrefetchMinBytes
-                                  : prefetch_mode == SimdMode::On;
         kernel(x + begin * cols, y + begin * cols, end - begin, cols, stream, prefetch);
       },
       grain);
