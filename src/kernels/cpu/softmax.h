@@ -20,14 +20,13 @@
 // reads and writes of memory interleave line by line with the arithmetic, as in a copy loop;
 // with separate passes (max, exps, write) memory sat idle during the arithmetic, and the
 // kernel ran at 0.51-0.64 of the copy ceiling at the large shapes on the GPU host's Xeon; now
-// 0.62-0.84 (experiments/24-triton-and-pytorch has the runs).
+// 0.62-0.84 (experiments/24-triton-and-pytorch has the runs, and what bounds them).
 // Stage 1 also prefetches 16 KiB ahead into L2 (kPrefetchFloats, softmax_simd_ops.h). Each
-// element's exp is computed
-// once for rows up to kScratchFloats (64k floats); longer rows take two passes and compute it
-// twice. When the output is larger than kStreamBytes, stage 3 uses non-temporal stores (y is
-// not read into the cache first); its stores always start at y's next line (rows of 600 floats
-// start mid-line every other row). Rows are split over the pool's threads in contiguous blocks
-// of at least 16k floats.
+// element's exp is computed once for rows up to kScratchFloats (64k floats); longer rows take
+// two passes and compute it twice. When the output is larger than kStreamBytes, stage 3 uses
+// non-temporal stores (y is not read into the cache first); its stores always start at y's
+// next line (rows of 600 floats start mid-line every other row). Rows are split over the
+// pool's threads in contiguous blocks of at least 16k floats.
 //
 // The polynomial exp (exp_poly, shared by every ISA): n = round(x / ln2) (by the 1.5 * 2^23
 // shift), r = x - n ln2 (ln2 split hi/lo), exp(r) by a degree-6 minimax polynomial with its

@@ -131,7 +131,7 @@ MINIGPT_AVX2 void fence_avx2() { _mm_sfence(); }
 
 // The three stages of PipelineSpan (softmax_simd_ops.h), two vectors (one line) of each per
 // iteration while all three run, then what is left of each on its own, the last vector masked.
-// Stage 3 reads each scratch element before stage 2 writes it (they may share the scratch):
+// Stage 3 reads each scratch element before stage 2 writes it (they share the scratch):
 // its head goes first, its loads come first in the loop, and its rest goes before stage 2's.
 template <bool kStream, bool kPrefetch>
 MINIGPT_AVX2 inline SpanResult pipeline_step(const PipelineSpan p) {

@@ -115,7 +115,7 @@ MINIGPT_AVX512 void fence_avx512() { _mm_sfence(); }
 
 // The three stages of PipelineSpan (softmax_simd_ops.h), two vectors of each per iteration
 // while all three run, then what is left of each on its own, the last vector masked. Stage 3
-// reads each scratch element before stage 2 writes it (they may share the scratch): its head
+// reads each scratch element before stage 2 writes it (they share the scratch): its head
 // goes first, its loads come first in the loop, and its rest goes before stage 2's.
 template <bool kStream, bool kPrefetch>
 MINIGPT_AVX512 inline SpanResult pipeline_step(const PipelineSpan p) {

@@ -52,8 +52,8 @@ struct PipelineSpan {
   int64_t n = 0;
   float m = 0.0f;
   // Stage 3: y = ep * factor, the previous row written out from its scratch (with streaming,
-  // the aligned body goes out with non-temporal stores and the caller fences). ep may be e:
-  // the step then reads each element of ep before stage 2 overwrites it.
+  // the aligned body goes out with non-temporal stores and the caller fences). ep is e (one
+  // scratch row): the step reads each element of ep before stage 2 overwrites it.
   const float* ep = nullptr;
   float* y = nullptr;
   int64_t np = 0;
