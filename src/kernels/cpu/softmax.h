@@ -87,7 +87,10 @@ inline constexpr int64_t kStreamBytes = int64_t{32} << 20;
 // 60.4 us without, 81.8 with). The pipeline does not: --simd-modes, same three runs, on / off:
 // (64, 600) 8.26 / 8.58, 10.04 / 10.09, 8.79 / 8.89 us; (512, 600) 56.9 / 62.5, 64.5 / 65.1,
 // 38.9 / 40.7; (4096, 600) 507 / 511, 666 / 659, 558 / 550; and from (32768, 600) up it
-// saves 7-27%.
+// saves 7-27%. Three more runs of the small shapes alone (--shapes 64x600,512x600,4096x600):
+// (64, 600) 7.98 / 8.09, 8.78 / 8.95, 8.98 / 8.90; (512, 600) 56.5 / 57.5, 58.5 / 59.4,
+// 59.6 / 59.9; (4096, 600), which prefetched under the old threshold too, 580 / 571, 542 / 526,
+// 638 / 634: within the host's noise either way.
 inline constexpr double kExpPolyMaxUlp = 1.0;             // measured 0.882; see above
 
 // How softmax_simd_with stores and prefetches. Auto is softmax_simd's own choice: streaming
