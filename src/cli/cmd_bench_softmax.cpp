@@ -435,7 +435,7 @@ void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report) {
   }
   report.add_note(fmt::format(
       "time_us: median over `runs` calls in one process, the kernels of a shape timed round-robin "
-      "(at least {} rounds, at most --repeats or ~{} s per kernel; each timed call after >= 10 ms of "
+      "(at least {} rounds, at most --repeats or ~{} s per kernel; each timed call after >= {:g} ms of "
       "untimed calls of the same kernel, its steady state) after up to --warmup untimed "
       "calls; inputs uniform in [-8, 8); every output poisoned and checked first. GB/s = 2 * B * V "
       "* 4 bytes / time. frac_of_copy: over a memcpy of {} MiB (src and dst each, >3x the LLC, "
@@ -445,7 +445,7 @@ void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report) {
       "processes held our cores. The memcpy rows: the same bytes as the shape, timed with the "
       "kernels. vs_torch = torch.softmax time / this time (> 1: faster); the peers run "
       "in a subprocess just before, same threads.",
-      kMinRuns, kTimeBudgetS, kCopyBytes >> 20, options.threads, copy_gbps, copy_before.runs,
+      kMinRuns, kTimeBudgetS, kSettleS * 1e3, kCopyBytes >> 20, options.threads, copy_gbps, copy_before.runs,
       copy_before.median_gbps, copy_before.best_gbps, copy_before.cpu_share, copy_after.runs,
       copy_after.median_gbps, copy_after.best_gbps, copy_after.cpu_share));
   report.add_note(fmt::format("simd streams its stores (non-temporal) when B * V * 4 >= {} MiB; "
@@ -464,7 +464,7 @@ void add_bench_softmax_command(CLI::App& bench, GlobalOptions& global) {
   cmd->add_option("--shapes", *shapes, "BxV list, e.g. 64x600,4096x32000 (default: the issue's sweep)");
   cmd->add_flag("--no-peers", *no_peers, "do not run bench/peers/softmax_peers.py");
   cmd->add_flag("--simd-modes", options->simd_modes,
-                "CPU: also time simd with streaming stores and prefetch forced on and off");
+                "CPU: also time simd with streaming stores forced on and off, and without prefetch");
   cmd->add_option("--warmup", options->warmup, "untimed calls before timing")->check(CLI::Range(0, 1000));
   cmd->add_option("--repeats", options->repeats, "timed calls at most (CPU: also ~1 s per row)")
       ->check(CLI::Range(1, 100000));
