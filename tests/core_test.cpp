@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <limits>
 #include <numeric>
+#include <thread>
 
 using namespace minigpt;
 
@@ -70,6 +72,29 @@ TEST(ThreadPool, CoversEveryIndexOnceWithFixedChunks) {
   chunk_range(10, 3, 2, b, e);
   EXPECT_EQ(b, 7);
   EXPECT_EQ(e, 10);
+}
+
+// Jobs of 1..threads chunks back to back: workers without a chunk are not waited for, so a
+// worker may still be looking at one job's word while the caller publishes the next. Every
+// job must still run each of its chunks exactly once, whether the workers are polling (jobs
+// back to back) or asleep (a pause longer than the pool's spin between some of them).
+TEST(ThreadPool, JobsOfFewChunksAndManyInterleave) {
+  constexpr int kThreads = 6;
+  ThreadPool pool(kThreads);
+  for (int job = 0; job < 3000; ++job) {
+    const int chunks = 1 + (job * 7) % kThreads;
+    const int64_t n = 100 * chunks;
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    std::atomic<int> calls = 0;
+    pool.parallel_for(n, [&](int64_t b, int64_t e) {
+      calls++;
+      for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+    }, 100);
+    ASSERT_EQ(calls.load(), chunks) << "job " << job;
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1) << "job " << job;
+    if (job % 500 == 499)
+      std::this_thread::sleep_for(std::chrono::microseconds(3 * ThreadPool::kSpinMicros));
+  }
 }
 
 TEST(ThreadPool, RethrowsWorkerErrors) {

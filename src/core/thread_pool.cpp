@@ -53,24 +53,23 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
-    // Wait for a new generation: poll first, then sleep. The generation is bumped under the
-    // mutex, so a worker that checks it under the mutex before sleeping cannot miss it.
-    if (!spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; })) {
+    // Wait for a new job: poll first, then sleep. The word is published under the mutex, so
+    // a worker that checks it under the mutex before sleeping cannot miss it.
+    if (!spin_until([&] { return job_word_.load(std::memory_order_acquire) != seen; })) {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || generation_.load(std::memory_order_acquire) != seen; });
+      wake_.wait(lock, [&] { return stop_ || job_word_.load(std::memory_order_acquire) != seen; });
       if (stop_) return;
     }
-    seen = generation_.load(std::memory_order_acquire);
-    const int chunks = job_chunks_;
-    if (index < chunks) {
-      int64_t begin, end;
-      chunk_range(job_n_, chunks, index, begin, end);
-      try {
-        (*job_)(begin, end);
-      } catch (...) {
-        std::lock_guard lock(mutex_);
-        if (!error_) error_ = std::current_exception();
-      }
+    seen = job_word_.load(std::memory_order_acquire);
+    const int chunks = static_cast<int>(seen & ((uint64_t{1} << kChunkBits) - 1));
+    if (index >= chunks) continue;  // a small job: the caller waits only for workers with a chunk
+    int64_t begin, end;
+    chunk_range(job_n_, chunks, index, begin, end);
+    try {
+      (*job_)(begin, end);
+    } catch (...) {
+      std::lock_guard lock(mutex_);
+      if (!error_) error_ = std::current_exception();
     }
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard lock(mutex_);  // the caller may be about to sleep on done_
@@ -92,10 +91,10 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     std::lock_guard lock(mutex_);
     job_ = &fn;
     job_n_ = n;
-    job_chunks_ = chunks;
     error_ = nullptr;
-    pending_.store(threads_ - 1, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
+    pending_.store(chunks - 1, std::memory_order_relaxed);
+    const uint64_t generation = (job_word_.load(std::memory_order_relaxed) >> kChunkBits) + 1;
+    job_word_.store(generation << kChunkBits | static_cast<uint64_t>(chunks), std::memory_order_release);
   }
   wake_.notify_all();  // no system call when every worker is still polling
   std::exception_ptr error;

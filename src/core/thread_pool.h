@@ -12,6 +12,9 @@
 // calls a few tens of microseconds apart; waking a sleeping thread through the kernel costs
 // 5-50 us each on a virtual machine, which made the second thread worth only ~7%. The spin is
 // bounded, so an idle pool (or one on an oversubscribed machine) goes back to sleeping.
+// A job of fewer chunks than threads waits only for the workers that have a chunk: with 16
+// threads, a softmax of 64 rows of 600 runs on 3, and the other 12 workers' acknowledgements
+// (each an atomic on the caller's cache line, or a wake-up from sleep) stay off its critical path.
 #pragma once
 
 #include <atomic>
@@ -51,13 +54,16 @@ class ThreadPool {
   std::mutex mutex_;  // guards the sleeping side: wake_/done_ waits and stop_
   std::condition_variable wake_;
   std::condition_variable done_;
-  // The job, written by parallel_for before it bumps generation_ (release); a worker reads it
-  // after seeing the new generation (acquire).
+  // The job, written by parallel_for before it publishes the job's word (release); a worker
+  // reads it after seeing the new word (acquire), and only when it has a chunk: the caller
+  // cannot start the next job before every worker with a chunk has finished this one.
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0;
-  int job_chunks_ = 0;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};  // workers that have not finished the current job
+  // generation << kChunkBits | chunks, in one word so that a worker without a chunk, which
+  // the caller does not wait for, never reads a field the next job may be rewriting.
+  static constexpr int kChunkBits = 16;
+  std::atomic<uint64_t> job_word_{0};
+  std::atomic<int> pending_{0};  // workers with a chunk that have not finished it
   bool stop_ = false;
   std::exception_ptr error_;  // first worker exception of the current job (under mutex_)
 };
