@@ -57,5 +57,5 @@ for n in r.get("notes", []):
 PY
 echo "=== summary ==="
 grep -E "^\| (minigpt|torch eager)" "$RESULTS"/train_t*.md || true
-grep -E "^\| (simd|memcpy|torch.softmax) " "$RESULTS/bench_softmax_cpu.md" || true
+grep -E "^\| (simd|memcpy|memcpy-stream|torch.softmax) " "$RESULTS/bench_softmax_cpu.md" || true
 echo "results in $RESULTS"

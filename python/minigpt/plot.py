@@ -67,6 +67,14 @@ def roofline_params(report: dict, device: str) -> dict:
     return {"flops": flops, "bytes": nbytes, "copy": copy, "fma": fma, "exp": exp, "defaults": sources}
 
 
+def softmax_rows(report: dict) -> list[dict]:
+    """The rows to plot: timed softmax kernels. The CPU bench's copy rows ("memcpy",
+    "memcpy-stream": the same bytes copied) are no softmax and have no FLOPs."""
+    return [r for r in report.get("rows", [])
+            if isinstance(r.get("time_us"), (int, float)) and r["time_us"] > 0
+            and not str(r.get("kernel", "")).startswith("memcpy")]
+
+
 def pick_shape(rows: list[dict], shape: str | None) -> tuple[int, int]:
     shapes = {(int(r["B"]), int(r["V"])) for r in rows}
     if not shapes:
@@ -89,9 +97,7 @@ def roofline(report: dict, out: Path, device: str | None = None, shape: str | No
     meta = report.get("meta", {})
     device = device or meta.get("device", "cpu")
     p = roofline_params(report, device)
-    # "memcpy" rows (the CPU bench's same-bytes copy) are no softmax: they have no FLOPs.
-    rows = [r for r in report.get("rows", [])
-            if isinstance(r.get("time_us"), (int, float)) and r["time_us"] > 0 and r.get("kernel") != "memcpy"]
+    rows = softmax_rows(report)
     b, v = pick_shape(rows, shape)
     ai = p["flops"] / p["bytes"]
 

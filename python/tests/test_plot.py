@@ -12,7 +12,8 @@ from minigpt import plot  # noqa: E402
 
 def _report(device: str, with_rates: bool) -> dict:
     rows = []
-    for kernel, us in [("naive", 900.0), ("fused", 400.0), ("simd", 60.0), ("memcpy", 30.0), ("torch.softmax", 150.0)]:
+    for kernel, us in [("naive", 900.0), ("fused", 400.0), ("simd", 60.0), ("memcpy", 30.0), ("memcpy-stream", 25.0),
+                       ("torch.softmax", 150.0)]:
         for b, v in [(512, 600), (4096, 600), (64, 600)]:
             t = us * b / 4096
             rows.append({"kernel": kernel, "B": b, "V": v, "time_us": t, "GB/s": 8 * b * v / (t * 1e3)})
@@ -49,6 +50,11 @@ def test_default_shape_is_largest_v600_and_unknown_shape_fails(tmp_path):
     src = tmp_path / "bench.json"
     src.write_text(json.dumps(_report("cpu", True)))
     assert plot.main(["roofline", str(src), "-o", str(tmp_path / "x.png"), "--shape", "7x7"]) == 1
+
+
+def test_copy_rows_are_not_plotted():
+    kernels = {r["kernel"] for r in plot.softmax_rows(_report("cpu", True))}
+    assert kernels == {"naive", "fused", "simd", "torch.softmax"}
 
 
 def test_cpu_report_without_copy_bandwidth_is_an_error():

@@ -9,13 +9,15 @@
 // frac_of_copy = GB/s over the measured copy bandwidth; vs_torch = torch.softmax time / this
 // time (> 1: faster than torch), torch measured in the same run with the same threads.
 //
-// CPU path: every kernel (naive, fused, simd with the best ISA, simd forced to AVX2, and a
-// memcpy of the same bytes for reference) runs with its rows split over the -t pool (naive and
+// CPU path: every kernel (naive, fused, simd with the best ISA, simd forced to AVX2, and two
+// copies of the same bytes for reference) runs with its rows split over the -t pool (naive and
 // fused are single-threaded kernels, called on row ranges), median of repeated runs in this
-// process; inputs uniform in [-8, 8) from --seed (never zeros); y poisoned with NaN before the first run and checked after the last (every
-// element written, rows against softmax_reference). The ceiling is the best of 9 timed
-// memcpys of kCopyBytes (far beyond the 300 MiB LLC of the machines we use), pre-faulted and
-// split over the same threads, before and after the kernels (measure_copy says why the best). The peers
+// process; inputs uniform in [-8, 8) from --seed (never zeros); y poisoned with NaN before the
+// first run and checked after the last (every element written, rows against
+// softmax_reference). The ceiling is the faster of two copy methods (memcpy, and copy_stream's
+// streaming stores), each the best of 9 timed copies of kCopyBytes (far beyond the 300 MiB LLC
+// of the machines we use), pre-faulted and split over the same threads, before and after the
+// kernels (measure_copy says why the best, copy_stream.h why two methods). The peers
 // (torch.softmax, torch.compile) come from bench/peers/softmax_peers.py, run as a subprocess.
 // The JSON form also carries what `python -m minigpt.plot roofline` needs (meta.roofline).
 #include "cli/bench_softmax.h"
@@ -25,6 +27,7 @@
 #include "core/report.h"
 #include "core/thread_pool.h"
 #include "core/timer.h"
+#include "kernels/cpu/copy_stream.h"
 #include "kernels/cpu/softmax.h"
 
 #include <fmt/format.h>
@@ -170,26 +173,46 @@ struct Buffer {
   float* get() const { return data.get(); }
 };
 
-// The copy ceiling: memcpy of `bytes` (src and dst each) over the pool's threads, with the
-// same split as the kernels' rows (one contiguous half per thread at -t 2). Both buffers are
-// written first on the thread that later copies them (pages faulted in and placed before any
-// timing), then two untimed copies, then kCopyRuns timed ones. Each run also sums the copying
-// threads' CPU time (CLOCK_THREAD_CPUTIME_ID): cpu_share = CPU time / (threads x wall), 1.0
-// when every thread had its core for the whole copy. On a machine shared with other processes
-// a thread that is descheduled stretches the wall time without any change in bandwidth (at
-// cpu_share 0.5 a copy reads half its real rate), so the ceiling is the best run, not the
-// median: load can only slow a copy down.
-struct CopyCeiling {
+// The copy ceiling: a copy of `bytes` (src and dst each) over the pool's threads, with the
+// same split as the kernels' rows (one contiguous half per thread at -t 2), by two methods:
+// memcpy, and copy_stream (streaming stores: no read for ownership of dst, which matters once
+// the threads together reach the memory's bandwidth; copy_stream.h). The ceiling is the
+// faster; both are reported. Both buffers are written first on the thread that later copies
+// them (pages faulted in and placed before any timing), then one untimed copy by each method,
+// then kCopyRuns timed ones by each, alternating, so that both see the same load. Each run
+// also sums the copying threads' CPU time (CLOCK_THREAD_CPUTIME_ID): cpu_share = CPU time /
+// (threads x wall), 1.0 when every thread had its core for the whole copy. On a machine shared
+// with other processes a thread that is descheduled stretches the wall time without any change
+// in bandwidth (at cpu_share 0.5 a copy reads half its real rate), so a method's figure is its
+// best run, not the median: load can only slow a copy down.
+struct CopyMethod {
   double best_gbps = 0, median_gbps = 0, cpu_share = 0;  // cpu_share of the best run
-  int runs = 0;
+};
+struct CopyCeiling {
+  CopyMethod by_memcpy, by_stream;
+  int runs = 0;  // per method
+  double best_gbps() const { return std::max(by_memcpy.best_gbps, by_stream.best_gbps); }
+  const char* best_method() const { return by_stream.best_gbps > by_memcpy.best_gbps ? "copy_stream" : "memcpy"; }
 };
 constexpr int kCopyRuns = 9;
-constexpr int64_t kCopyGrain = int64_t{1} << 16;  // floats; the bench's memcpy rows use it too
+constexpr int64_t kCopyGrain = int64_t{1} << 16;  // floats; the bench's copy rows use it too
+
+std::string describe(const CopyMethod& c) {
+  return fmt::format("median {:.2f}, best {:.2f} GB/s, CPU share of the best run {:.2f}", c.median_gbps,
+                     c.best_gbps, c.cpu_share);
+}
+
+// The bench's copy rows (no softmax: not verified, not plotted).
+bool is_copy_row(const std::string& kernel) { return kernel == "memcpy" || kernel == "memcpy-stream"; }
 
 double thread_cpu_s() {
   timespec t{};
   ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+void memcpy_floats(const float* src, float* dst, int64_t n) {
+  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
 }
 
 CopyCeiling measure_copy(ThreadPool& pool, int64_t bytes) {
@@ -201,32 +224,40 @@ CopyCeiling measure_copy(ThreadPool& pool, int64_t bytes) {
   }, kCopyGrain);
   std::mutex m;
   double cpu = 0;
-  auto copy = [&] {
+  // One timed copy by `method` over the pool: GB/s (read + write), and its cpu_share.
+  auto copy = [&](void (*method)(const float*, float*, int64_t)) {
+    cpu = 0;
+    Timer t;
     pool.parallel_for(n, [&](int64_t b, int64_t e) {
       const double c0 = thread_cpu_s();
-      std::memcpy(dst.get() + b, src.get() + b, static_cast<size_t>(e - b) * sizeof(float));
+      method(src.get() + b, dst.get() + b, e - b);
       const double c = thread_cpu_s() - c0;
       std::lock_guard<std::mutex> lock(m);
       cpu += c;
     }, kCopyGrain);
-  };
-  copy();
-  copy();
-  std::vector<double> gbps;
-  CopyCeiling out;
-  for (int r = 0; r < kCopyRuns; ++r) {
-    cpu = 0;
-    Timer t;
-    copy();
     const double s = t.elapsed_s();
-    gbps.push_back(2.0 * static_cast<double>(bytes) / (s * 1e9));
-    if (gbps.back() > out.best_gbps) {
-      out.best_gbps = gbps.back();
-      out.cpu_share = cpu / (s * pool.size());
+    return std::pair{2.0 * static_cast<double>(bytes) / (s * 1e9), cpu / (s * pool.size())};
+  };
+  CopyCeiling out;
+  out.runs = kCopyRuns;
+  struct Timed {
+    void (*method)(const float*, float*, int64_t);
+    CopyMethod* result;
+    std::vector<double> gbps;
+  };
+  Timed timed[] = {{memcpy_floats, &out.by_memcpy, {}}, {cpu::copy_stream, &out.by_stream, {}}};
+  for (Timed& t : timed) copy(t.method);  // untimed
+  for (int r = 0; r < kCopyRuns; ++r) {
+    for (Timed& t : timed) {
+      const auto [g, share] = copy(t.method);
+      t.gbps.push_back(g);
+      if (g > t.result->best_gbps) {
+        t.result->best_gbps = g;
+        t.result->cpu_share = share;
+      }
     }
   }
-  out.median_gbps = median(gbps);
-  out.runs = kCopyRuns;
+  for (Timed& t : timed) t.result->median_gbps = median(t.gbps);
   return out;
 }
 
@@ -334,14 +365,17 @@ void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report) {
       {"fused", rows_split([](const float* x, float* y, int64_t b, int64_t v) { cpu::softmax_fused(x, y, b, v); })},
       {"simd", [&pool](const float* x, float* y, int64_t B, int64_t V) { cpu::softmax_simd(x, y, B, V, pool); }},
   };
-  // Not a softmax: y = x by memcpy over the same threads, timed round-robin with the kernels,
-  // so that a shape's softmax rows can be read against a copy of the same bytes made under the
-  // same load (frac_of_copy still uses the 1 GiB copy).
-  kernels.push_back({"memcpy", [&pool](const float* x, float* y, int64_t B, int64_t V) {
-                       pool.parallel_for(B * V, [&](int64_t b, int64_t e) {
-                         std::memcpy(y + b, x + b, static_cast<size_t>(e - b) * sizeof(float));
-                       }, kCopyGrain);
-                     }});
+  // Not softmaxes: y = x over the same threads by each copy method of the ceiling (memcpy,
+  // copy_stream), timed round-robin with the kernels, so that a shape's softmax rows can be
+  // read against copies of the same bytes made under the same load (frac_of_copy still uses
+  // the 1 GiB copies).
+  using CopyFn = void (*)(const float*, float*, int64_t);
+  for (const auto& [name, method] : {std::pair<const char*, CopyFn>{"memcpy", memcpy_floats},
+                                     std::pair<const char*, CopyFn>{"memcpy-stream", cpu::copy_stream}})
+    kernels.push_back({name, [&pool, method](const float* x, float* y, int64_t B, int64_t V) {
+                         pool.parallel_for(B * V, [&](int64_t b, int64_t e) { method(x + b, y + b, e - b); },
+                                           kCopyGrain);
+                       }});
   if (isa == cpu::SimdIsa::Avx512 && cpu::simd_isa_supported(cpu::SimdIsa::Avx2))
     kernels.push_back({"simd-avx2", [&pool](const float* x, float* y, int64_t B, int64_t V) {
                          cpu::softmax_simd_with(cpu::SimdIsa::Avx2, cpu::SimdMode::Auto,
@@ -381,7 +415,7 @@ void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report) {
     for (const Kernel& k : kernels) {
       std::fill(y.get(), y.get() + n, std::numeric_limits<float>::quiet_NaN());
       k.run(x.get(), y.get(), B, V);
-      if (k.name != "memcpy") verify_output(k.name, x.get(), y.get(), B, V);
+      if (!is_copy_row(k.name)) verify_output(k.name, x.get(), y.get(), B, V);
       calls.push_back([&k, &x, &y, B = B, V = V] { k.run(x.get(), y.get(), B, V); });
       Timer warm;
       for (int i = 0; i < options.warmup && warm.elapsed_s() < kTimeBudgetS / 2; ++i) calls.back()();
@@ -396,7 +430,9 @@ void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report) {
   // The ceiling: the best copy before or after the kernels (load from other processes can
   // only slow a copy down).
   const CopyCeiling copy_after = measure_copy(pool, kCopyBytes);
-  const double copy_gbps = std::max(copy_before.best_gbps, copy_after.best_gbps);
+  const double copy_gbps = std::max(copy_before.best_gbps(), copy_after.best_gbps());
+  const char* copy_method =
+      (copy_before.best_gbps() >= copy_after.best_gbps() ? copy_before : copy_after).best_method();
 
   const double ghz = cpu_ghz();
   const int lanes = isa == cpu::SimdIsa::Avx512 ? 16 : isa == cpu::SimdIsa::Avx2 ? 8 : 1;
@@ -405,9 +441,14 @@ void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report) {
   report.set_meta("device", "cpu");
   report.set_meta("isa", cpu::simd_isa_name(isa));
   report.set_meta("copy_bandwidth_GBps", copy_gbps);
+  report.set_meta("copy_method", copy_method);
+  auto method_json = [](const CopyMethod& c, int runs) {
+    return nlohmann::json{{"best_GBps", c.best_gbps}, {"median_GBps", c.median_gbps}, {"runs", runs},
+                          {"cpu_share_of_best", c.cpu_share}};
+  };
   for (const auto& [key, c] : {std::pair{"copy_before", copy_before}, std::pair{"copy_after", copy_after}})
-    report.set_meta(key, nlohmann::json{{"best_GBps", c.best_gbps}, {"median_GBps", c.median_gbps},
-                                        {"runs", c.runs}, {"cpu_share_of_best", c.cpu_share}});
+    report.set_meta(key, nlohmann::json{{"memcpy", method_json(c.by_memcpy, c.runs)},
+                                        {"copy_stream", method_json(c.by_stream, c.runs)}});
   report.set_meta("copy_bytes", kCopyBytes);
   report.set_meta("roofline", nlohmann::json{
       {"flops_per_element", kFlopsPerElement},
@@ -438,16 +479,17 @@ void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report) {
       "(at least {} rounds, at most --repeats or ~{} s per kernel; each timed call after >= {:g} ms of "
       "untimed calls of the same kernel, its steady state) after up to --warmup untimed "
       "calls; inputs uniform in [-8, 8); every output poisoned and checked first. GB/s = 2 * B * V "
-      "* 4 bytes / time. frac_of_copy: over a memcpy of {} MiB (src and dst each, >3x the LLC, "
-      "pre-faulted, same split) on the same {} thread(s): {:.2f} GB/s (read + write), the best of "
-      "{} timed runs before (median {:.2f}, best {:.2f}, CPU share of the best run {:.2f}) and "
-      "{} after (median {:.2f}, best {:.2f}, CPU share {:.2f}); CPU share < 1 means other "
-      "processes held our cores. The memcpy rows: the same bytes as the shape, timed with the "
-      "kernels. vs_torch = torch.softmax time / this time (> 1: faster); the peers run "
-      "in a subprocess just before, same threads.",
-      kMinRuns, kTimeBudgetS, kSettleS * 1e3, kCopyBytes >> 20, options.threads, copy_gbps, copy_before.runs,
-      copy_before.median_gbps, copy_before.best_gbps, copy_before.cpu_share, copy_after.runs,
-      copy_after.median_gbps, copy_after.best_gbps, copy_after.cpu_share));
+      "* 4 bytes / time. frac_of_copy: over the faster of two copies of {} MiB (src and dst each, "
+      ">3x the LLC, pre-faulted, same split) on the same {} thread(s), memcpy and copy_stream "
+      "(streaming stores): {:.2f} GB/s (read + write, {}). Each the best of {} timed runs, "
+      "alternating, before the kernels (memcpy {}; copy_stream {}) and {} after (memcpy {}; "
+      "copy_stream {}); CPU share < 1 means other processes held our cores. The memcpy and "
+      "memcpy-stream rows: the same bytes as the shape by each method, timed with the kernels. "
+      "vs_torch = torch.softmax time / this time (> 1: faster); the peers run in a subprocess "
+      "just before, same threads.",
+      kMinRuns, kTimeBudgetS, kSettleS * 1e3, kCopyBytes >> 20, options.threads, copy_gbps, copy_method,
+      copy_before.runs, describe(copy_before.by_memcpy), describe(copy_before.by_stream), copy_after.runs,
+      describe(copy_after.by_memcpy), describe(copy_after.by_stream)));
   report.add_note(fmt::format("simd streams its stores (non-temporal) when B * V * 4 >= {} MiB; "
                               "naive and fused split rows over the same pool.",
                               cpu::kStreamBytes >> 20));

@@ -1,0 +1,26 @@
+// copy_stream: dst = src through non-temporal (streaming) stores, the CPU bench's second
+// copy method beside memcpy for the copy ceiling.
+//
+// Why a second method: memcpy's regular stores read each destination line into the cache
+// before overwriting it (a read for ownership), so a copy of N bytes moves 3N through memory
+// where streaming stores move 2N. On one or two cores that hardly matters (what bounds a
+// core is how many misses it keeps in flight), but once enough cores share the memory
+// controllers, bandwidth is the bound, and softmax_simd, whose stores stream above
+// kStreamBytes, outran a memcpy ceiling by 1.4x at 16 threads on the GPU host. The ceiling is
+// the faster of the two copies (cmd_bench_softmax.cpp).
+#pragma once
+
+#include <cstdint>
+
+namespace minigpt::cpu {
+
+// Copies n floats; src and dst must not overlap. The destination's aligned body goes out with
+// 64-byte (AVX-512) or 16-byte (SSE2) streaming stores, followed by a store fence, so the
+// data is visible to other threads on return; the unaligned head and tail use memcpy.
+void copy_stream(const float* src, float* dst, int64_t n);
+
+// For tests: the same with the store width chosen (avx512 = false: 16-byte SSE2 stores, the
+// fallback; avx512 = true needs a CPU with AVX-512F).
+void copy_stream_with(bool avx512, const float* src, float* dst, int64_t n);
+
+}  // namespace minigpt::cpu
