@@ -26,7 +26,7 @@
 // two passes and compute it twice. When the output is larger than kStreamBytes, stage 3 uses
 // non-temporal stores (y is not read into the cache first); its stores always start at y's
 // next line (rows of 600 floats start mid-line every other row). Rows are split over the
-// pool's threads in contiguous blocks of at least 16k floats.
+// pool's threads in contiguous blocks of at least 8k floats.
 //
 // The polynomial exp (exp_poly, shared by every ISA): n = round(x / ln2) (by the 1.5 * 2^23
 // shift), r = x - n ln2 (ln2 split hi/lo), exp(r) by a degree-6 minimax polynomial with its

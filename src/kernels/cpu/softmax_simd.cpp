@@ -123,11 +123,13 @@ void softmax_simd_with(SimdIsa isa, SimdMode stream_mode, SimdMode prefetch_mode
   auto* kernel = isa == SimdIsa::Avx512 ? detail::softmax_rows_avx512
                  : isa == SimdIsa::Avx2 ? detail::softmax_rows_avx2
                                         : detail::softmax_rows_scalar;
-  // At least 16k floats (64 KiB) per thread: (64, 600) is split over 2 threads, as
-  // torch.softmax splits it (its grain is 32k elements). A V = 600 row takes ~0.2 us, and a
+  // At least 8k floats (32 KiB) per thread: 13 rows of 600, ~2.6 us at ~0.2 us a row, while a
   // worker that is still polling (ThreadPool::kSpinMicros after its last job) starts in ~1 us;
   // one that has gone to sleep takes 5-50 us to wake, which back-to-back calls do not meet.
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / cols);
+  // (64, 600) runs on 2 threads at -t 2 and on 5 from -t 5 up. With 16k floats (3 threads from
+  // -t 3 up) it took 7.55 and 6.83 us at -t 8 on the GPU host, against 5.50 and 5.68 with 8k
+  // (and 7.44 against 6.19 at -t 16); torch.softmax takes 11-13 us there.
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 13) / cols);
   // Auto: stream only outputs far beyond the caches (a small y is usually read again soon);
   // prefetch at every size (softmax.h has the measurements behind both).
   const bool stream = stream_mode == SimdMode::Auto
