@@ -19,8 +19,10 @@
 // row out of its scratch, times exp(m_chunk - m) / sum. The three run in one loop, so that
 // reads and writes of memory interleave line by line with the arithmetic, as in a copy loop;
 // with separate passes (max, exps, write) memory sat idle during the arithmetic, and the
-// kernel ran at 0.51-0.64 of the copy ceiling at the large shapes on the GPU host's Xeon; now
-// 0.62-0.84 (experiments/24-triton-and-pytorch has the runs, and what bounds them).
+// kernel ran at 0.51-0.64 of the copy ceiling at the large shapes on the GPU host's Xeon (2
+// threads); now 0.62-0.84 at 2 threads and 0.80-0.82 at 16, where each core's share of the
+// memory's bandwidth is small enough for the exps to hide under it
+// (experiments/24-triton-and-pytorch has the runs, and what bounds them).
 // Stage 1 also prefetches 16 KiB ahead into L2 (kPrefetchFloats, softmax_simd_ops.h). Each
 // element's exp is computed once for rows up to kScratchFloats (64k floats); longer rows take
 // two passes and compute it twice. When the output is larger than kStreamBytes, stage 3 uses
