@@ -202,17 +202,28 @@ std::string describe(const CopyMethod& c) {
                      c.best_gbps, c.cpu_share);
 }
 
-// The bench's copy rows (no softmax: not verified, not plotted).
-bool is_copy_row(const std::string& kernel) { return kernel == "memcpy" || kernel == "memcpy-stream"; }
+using CopyFn = void (*)(const float* src, float* dst, int64_t n);
+
+void memcpy_floats(const float* src, float* dst, int64_t n) {
+  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+
+// The two copy methods, by the name of their rows in the report (y = x, the same bytes as
+// the shape: no softmax, so neither verified nor plotted).
+struct CopyRow {
+  const char* name;
+  CopyFn copy;
+};
+constexpr CopyRow kCopyRows[] = {{"memcpy", memcpy_floats}, {"memcpy-stream", cpu::copy_stream}};
+
+bool is_copy_row(const std::string& kernel) {
+  return std::any_of(std::begin(kCopyRows), std::end(kCopyRows), [&](const CopyRow& r) { return kernel == r.name; });
+}
 
 double thread_cpu_s() {
   timespec t{};
   ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
-void memcpy_floats(const float* src, float* dst, int64_t n) {
-  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
 }
 
 CopyCeiling measure_copy(ThreadPool& pool, int64_t bytes) {
@@ -225,7 +236,7 @@ CopyCeiling measure_copy(ThreadPool& pool, int64_t bytes) {
   std::mutex m;
   double cpu = 0;
   // One timed copy by `method` over the pool: GB/s (read + write), and its cpu_share.
-  auto copy = [&](void (*method)(const float*, float*, int64_t)) {
+  auto copy = [&](CopyFn method) {
     cpu = 0;
     Timer t;
     pool.parallel_for(n, [&](int64_t b, int64_t e) {
@@ -241,7 +252,7 @@ CopyCeiling measure_copy(ThreadPool& pool, int64_t bytes) {
   CopyCeiling out;
   out.runs = kCopyRuns;
   struct Timed {
-    void (*method)(const float*, float*, int64_t);
+    CopyFn method;
     CopyMethod* result;
     std::vector<double> gbps;
   };
@@ -369,11 +380,9 @@ void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report) {
   // copy_stream), timed round-robin with the kernels, so that a shape's softmax rows can be
   // read against copies of the same bytes made under the same load (frac_of_copy still uses
   // the 1 GiB copies).
-  using CopyFn = void (*)(const float*, float*, int64_t);
-  for (const auto& [name, method] : {std::pair<const char*, CopyFn>{"memcpy", memcpy_floats},
-                                     std::pair<const char*, CopyFn>{"memcpy-stream", cpu::copy_stream}})
-    kernels.push_back({name, [&pool, method](const float* x, float* y, int64_t B, int64_t V) {
-                         pool.parallel_for(B * V, [&](int64_t b, int64_t e) { method(x + b, y + b, e - b); },
+  for (const CopyRow& row : kCopyRows)
+    kernels.push_back({row.name, [&pool, copy = row.copy](const float* x, float* y, int64_t B, int64_t V) {
+                         pool.parallel_for(B * V, [&](int64_t b, int64_t e) { copy(x + b, y + b, e - b); },
                                            kCopyGrain);
                        }});
   if (isa == cpu::SimdIsa::Avx512 && cpu::simd_isa_supported(cpu::SimdIsa::Avx2))
