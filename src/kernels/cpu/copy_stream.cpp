@@ -1,6 +1,7 @@
 #include "kernels/cpu/copy_stream.h"
 
-#include <algorithm>
+#include "kernels/cpu/simd_align.h"
+
 #include <cstring>
 
 #if defined(__x86_64__)
@@ -10,12 +11,6 @@
 namespace minigpt::cpu {
 
 namespace {
-
-// Floats before p reaches the next multiple of `align` bytes (0 when already there).
-int64_t floats_to_alignment(const float* p, uintptr_t align) {
-  const uintptr_t misalign = reinterpret_cast<uintptr_t>(p) & (align - 1);
-  return misalign == 0 ? 0 : static_cast<int64_t>((align - misalign) / sizeof(float));
-}
 
 void copy_floats(const float* src, float* dst, int64_t n) {
   if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
@@ -39,8 +34,6 @@ __attribute__((target("avx512f"))) int64_t stream_body_avx512(const float* src, 
 
 int64_t stream_body_sse2(const float* src, float* dst, int64_t n) {  // baseline x86-64
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int k = 0; k < 16; k += 4) _mm_stream_ps(dst + i + k, _mm_loadu_ps(src + i + k));
   for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
   return i;
 }
@@ -50,20 +43,16 @@ int64_t stream_body_sse2(const float* src, float* dst, int64_t n) {  // baseline
 
 void copy_stream_with(bool avx512, const float* src, float* dst, int64_t n) {
 #if defined(__x86_64__)
-  const uintptr_t align = avx512 ? 64 : 16;
-  if (reinterpret_cast<uintptr_t>(dst) % sizeof(float) == 0) {  // else nothing can align it
-    const int64_t head = std::min(n, floats_to_alignment(dst, align));
-    copy_floats(src, dst, head);
-    const int64_t body = avx512 ? stream_body_avx512(src + head, dst + head, n - head)
-                                : stream_body_sse2(src + head, dst + head, n - head);
-    copy_floats(src + head + body, dst + head + body, n - head - body);
-    _mm_sfence();  // streaming stores are weakly ordered: make them visible before returning
-    return;
-  }
+  const int64_t head = avx512 ? detail::head_to_boundary<64>(dst, n) : detail::head_to_boundary<16>(dst, n);
+  copy_floats(src, dst, head);
+  const int64_t body = avx512 ? stream_body_avx512(src + head, dst + head, n - head)
+                              : stream_body_sse2(src + head, dst + head, n - head);
+  copy_floats(src + head + body, dst + head + body, n - head - body);
+  _mm_sfence();  // streaming stores are weakly ordered: make them visible before returning
 #else
   (void)avx512;
-#endif
   copy_floats(src, dst, n);
+#endif
 }
 
 void copy_stream(const float* src, float* dst, int64_t n) {

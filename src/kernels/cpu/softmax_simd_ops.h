@@ -7,6 +7,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "kernels/cpu/simd_align.h"
 #include "kernels/cpu/softmax.h"
 
 #include <algorithm>
@@ -59,13 +60,6 @@ struct PipelineSpan {
   int64_t np = 0;
   float factor = 0.0f;
 };
-// The floats of y[0, n) before its first kBytes boundary: the masked head that brings vector
-// stores to an aligned address (vmovntps needs one; ordinary stores across lines are slower).
-template <int kBytes>
-inline int64_t head_to_boundary(const float* y, int64_t n) {
-  const auto floats = static_cast<int64_t>((kBytes - reinterpret_cast<uintptr_t>(y) % kBytes) % kBytes / sizeof(float));
-  return floats < n ? floats : n;
-}
 
 // A step's results: stage 2's float sum of e (0 without stage 2) and stage 1's max (-inf
 // without stage 1; a NaN in the span may or may not win).
