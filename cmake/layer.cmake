@@ -1,13 +1,22 @@
-# minigpt_layer(NAME DIR DEPS ... [EXCLUDE files...]): one static library per layer folder,
-# built from every .cpp (and, with CUDA, .cu) file in DIR but the EXCLUDEd ones. Each folder owns its files; adding a source file is
+# minigpt_layer(NAME DIR DEPS ... [EXCLUDE files...] [SUBDIRS dirs...]): one static library per
+# layer folder, built from every .cpp (and, with CUDA, .cu) file in DIR (and in DIR/SUBDIRS, for
+# a layer with a folder per kind of file, as compile/passes/) but the EXCLUDEd ones. Each folder owns its files; adding a source file is
 # enough to build it (CONFIGURE_DEPENDS re-globs on the next build).
 function(minigpt_layer name dir)
-  cmake_parse_arguments(ARG "" "" "DEPS;EXCLUDE" ${ARGN})
-  file(GLOB sources CONFIGURE_DEPENDS ${dir}/*.cpp)
-  if(MINIGPT_CUDA)
-    file(GLOB cuda_sources CONFIGURE_DEPENDS ${dir}/*.cu)
-    list(APPEND sources ${cuda_sources})
-  endif()
+  cmake_parse_arguments(ARG "" "" "DEPS;EXCLUDE;SUBDIRS" ${ARGN})
+  set(dirs ${dir})
+  foreach(sub ${ARG_SUBDIRS})
+    list(APPEND dirs ${dir}/${sub})
+  endforeach()
+  set(sources "")
+  foreach(d ${dirs})
+    file(GLOB dir_sources CONFIGURE_DEPENDS ${d}/*.cpp)
+    list(APPEND sources ${dir_sources})
+    if(MINIGPT_CUDA)
+      file(GLOB cuda_sources CONFIGURE_DEPENDS ${d}/*.cu)
+      list(APPEND sources ${cuda_sources})
+    endif()
+  endforeach()
   foreach(excluded ${ARG_EXCLUDE})
     list(REMOVE_ITEM sources ${dir}/${excluded})
   endforeach()
