@@ -1,12 +1,18 @@
-// Core: tensor shapes and views, overflow-checked sizes, the deterministic thread pool.
+// Core: tensor shapes and views, overflow-checked sizes, the deterministic thread pool, the
+// MINIGPT_ISA switch.
 #include "core/error.h"
+#include "core/isa.h"
 #include "core/report.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 
+#include "expect_error.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <limits>
 #include <numeric>
@@ -119,4 +125,37 @@ TEST(Report, RendersAllFormats) {
   EXPECT_TRUE(j["meta"].contains("machine"));
   EXPECT_THROW(parse_report_format("xml"), Error);
   EXPECT_THROW(r.add_row({1}), Error);
+}
+
+TEST(Isa, NamesParseAndTheActiveOneIsSupported) {
+  const std::vector<Isa> isas = supported_isas();
+  ASSERT_FALSE(isas.empty());
+  EXPECT_EQ(isas.front(), Isa::Scalar);  // scalar runs everywhere
+  for (const Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    const bool listed = std::find(isas.begin(), isas.end(), isa) != isas.end();
+    EXPECT_EQ(cpu_supports(isa), listed) << isa_name(isa);
+    if (listed) {
+      EXPECT_EQ(isa_from_env_value(isa_name(isa)), isa);
+    }
+  }
+  EXPECT_EQ(std::string(isa_name(Isa::Avx512)), "avx512");
+  // Unset or empty: the best the CPU has.
+  EXPECT_EQ(isa_from_env_value(nullptr), isas.back());
+  EXPECT_EQ(isa_from_env_value(""), isas.back());
+  EXPECT_TRUE(cpu_supports(active_isa()));
+  const char* env = std::getenv("MINIGPT_ISA");
+  if (env && *env) {
+    EXPECT_EQ(std::string(isa_name(active_isa())), env);
+  }
+}
+
+TEST(Isa, UnknownOrUnsupportedNamesAreErrorsNamingTheValueAndTheCpu) {
+  EXPECT_ERROR(isa_from_env_value("avx9000"), "MINIGPT_ISA=avx9000: unknown instruction set");
+  EXPECT_ERROR(isa_from_env_value("AVX2"), "use one of scalar, avx2, avx512");
+  EXPECT_ERROR(isa_from_env_value("sse"), "this CPU has: scalar");
+  for (const Isa isa : {Isa::Avx2, Isa::Avx512}) {
+    if (!cpu_supports(isa)) {
+      EXPECT_ERROR(isa_from_env_value(isa_name(isa)), "this CPU does not support");
+    }
+  }
 }

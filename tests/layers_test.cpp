@@ -138,6 +138,10 @@ TEST(Linear, OneAndTwoThreadsAgreeBitwise) {
   }
 }
 
+// The packed forward is its own code path on every ISA (gemm_avx512 on the packing made once,
+// sgemm on W^T, or the scalar row updates over W^T): it gets a NaN-filled W wherever it does
+// not read W (linear.h), so a result that matches proves the packing was used, and it is
+// checked against the double reference as well as bitwise against linear_forward.
 TEST(Linear, PrepackedForwardEqualsForwardBitwise) {
   ThreadPool one(1), two(2);
   for (const auto& c : kLinearCases) {
@@ -145,12 +149,18 @@ TEST(Linear, PrepackedForwardEqualsForwardBitwise) {
     const Floats b = random_floats(c.out, 15);
     Floats packed(static_cast<size_t>(cpu::linear_packed_floats(c.in, c.out)), NAN);
     cpu::linear_pack_weights(W.data(), packed.data(), c.in, c.out);
+    const Floats W_nan(W.size(), NAN);
+    const bool reads_W = cpu::linear_packed_reads_weights(c.N);
+    const Vec ref = testref::linear(to_double(x), to_double(W), to_double(b), c.N, c.in, c.out);
     for (ThreadPool* pool : {&one, &two}) {
+      SCOPED_TRACE(::testing::Message() << "N=" << c.N << " in=" << c.in << " out=" << c.out
+                                        << " threads=" << pool->size());
       Floats y(c.N * c.out, NAN), yp(c.N * c.out, NAN);
       cpu::linear_forward(x.data(), W.data(), b.data(), y.data(), c.N, c.in, c.out, *pool);
-      cpu::linear_forward_packed(x.data(), W.data(), packed.data(), b.data(), yp.data(), c.N, c.in,
-                                 c.out, *pool);
+      cpu::linear_forward_packed(x.data(), reads_W ? W.data() : W_nan.data(), packed.data(),
+                                 b.data(), yp.data(), c.N, c.in, c.out, *pool);
       expect_bitwise_equal(y, yp, "packed forward");
+      expect_close(yp, ref, 1e-5, 1e-5, "packed forward against the reference");
     }
   }
 }
@@ -168,6 +178,8 @@ TEST(Linear, FusedEpilogueEqualsUnfusedSequenceBitwise) {
     Floats packed(static_cast<size_t>(cpu::linear_packed_floats(c.in, c.out)), NAN);
     cpu::linear_pack_weights(W.data(), packed.data(), c.in, c.out);
     for (ThreadPool* pool : {&one, &two}) {
+      SCOPED_TRACE(::testing::Message() << "N=" << c.N << " in=" << c.in << " out=" << c.out
+                                        << " threads=" << pool->size());
       Floats pre(c.N * c.out, NAN), sum(c.N * c.out, NAN), gelu(c.N * c.out, NAN);
       Floats gelu_grad(c.N * c.out, NAN);
       cpu::linear_forward(x.data(), W.data(), b.data(), pre.data(), c.N, c.in, c.out, *pool);

@@ -42,25 +42,26 @@ struct Version {
   std::function<void(const float*, float*, int64_t, int64_t)> run;
 };
 
-// Every version on this machine, each thread count, each ISA, store mode and prefetch.
+// Every version, each thread count, store mode and prefetch, simd on the active ISA
+// (core/isa.h: ctest runs this binary once per ISA the CPU has, with MINIGPT_ISA set).
 std::vector<Version> versions(ThreadPool& pool1, ThreadPool& pool2) {
   std::vector<Version> v;
   v.push_back({"naive", 1e-6, 0, [](const float* x, float* y, int64_t r, int64_t c) { softmax_naive(x, y, r, c); }});
   v.push_back({"fused", 1e-6, -1, [](const float* x, float* y, int64_t r, int64_t c) { softmax_fused(x, y, r, c); }});
   v.push_back({"simd(default,t2)", 0, 0, [&pool2](const float* x, float* y, int64_t r, int64_t c) { softmax_simd(x, y, r, c, pool2); }});
-  for (SimdIsa isa : {SimdIsa::Scalar, SimdIsa::Avx2, SimdIsa::Avx512}) {
-    if (!simd_isa_supported(isa)) continue;
+  {
+    const Isa isa = active_isa();
     // Terms per float accumulator lane within one chunk: scalar 1 lane, AVX2 2x8, AVX-512 2x16.
-    const double lanes = isa == SimdIsa::Scalar ? 1 : isa == SimdIsa::Avx2 ? 16 : 32;
+    const double lanes = isa == Isa::Scalar ? 1 : isa == Isa::Avx2 ? 16 : 32;
     const double terms = std::ceil(static_cast<double>(kSimdChunk) / lanes) + 2;
     // Each store mode with each prefetch setting forced (four instantiations of the row loop;
     // the scalar fallback has no prefetch, so it runs once per store mode).
-    const auto prefetches = isa == SimdIsa::Scalar ? std::vector<SimdMode>{SimdMode::Off}
-                                                   : std::vector<SimdMode>{SimdMode::Off, SimdMode::On};
+    const auto prefetches = isa == Isa::Scalar ? std::vector<SimdMode>{SimdMode::Off}
+                                               : std::vector<SimdMode>{SimdMode::Off, SimdMode::On};
     for (SimdMode stream : {SimdMode::Off, SimdMode::On})
       for (SimdMode prefetch : prefetches)
         for (ThreadPool* pool : {&pool1, &pool2}) {
-          const std::string name = std::string("simd(") + simd_isa_name(isa) +
+          const std::string name = std::string("simd(") + isa_name(isa) +
                                    (stream == SimdMode::On ? ",stream" : "") +
                                    (prefetch == SimdMode::On ? ",prefetch" : "") + ",t" +
                                    std::to_string(pool->size()) + ")";
@@ -70,8 +71,8 @@ std::vector<Version> versions(ThreadPool& pool1, ThreadPool& pool2) {
                        }});
         }
   }
-  // softmax_simd(default) takes the best ISA: its sum is the AVX-512 (or weaker) one.
-  const double worst_lanes = best_simd_isa() == SimdIsa::Avx512 ? 32 : best_simd_isa() == SimdIsa::Avx2 ? 16 : 1;
+  // softmax_simd(default) takes the active ISA.
+  const double worst_lanes = active_isa() == Isa::Avx512 ? 32 : active_isa() == Isa::Avx2 ? 16 : 1;
   v[2].rtol_base = (kExpPolyMaxUlp + 1.0) * 2 * kEps24;
   v[2].sum_terms_per_lane = std::ceil(kSimdChunk / worst_lanes) + 2;
   return v;
@@ -311,7 +312,7 @@ double ulp_error(float y, double exact) {
 
 // Max ulp error of exp_poly over the floats in [kExpPolyLo, 0] taking every `stride`-th bit
 // pattern (x < 0: larger bit patterns are more negative).
-double sweep_ulp(SimdIsa isa, uint32_t stride, float* worst_x) {
+double sweep_ulp(Isa isa, uint32_t stride, float* worst_x) {
   const uint32_t first = std::bit_cast<uint32_t>(-0.0f);
   const uint32_t last = std::bit_cast<uint32_t>(-87.33654f);
   std::vector<float> x, y;
@@ -336,33 +337,30 @@ double sweep_ulp(SimdIsa isa, uint32_t stride, float* worst_x) {
 }  // namespace
 
 TEST(SoftmaxExpPoly, MaxUlpErrorOnASampleOfTheDomain) {
-  for (SimdIsa isa : {SimdIsa::Scalar, SimdIsa::Avx2, SimdIsa::Avx512}) {
-    if (!simd_isa_supported(isa)) continue;
-    float wx = 0;
-    const double worst = sweep_ulp(isa, 997, &wx);  // ~1.1M points spread over the range
-    std::printf("  exp_poly %-7s max %.3f ulp (at x = %.9g), every 997th float in [-87.34, 0]\n",
-                simd_isa_name(isa), worst, wx);
-    EXPECT_LE(worst, kExpPolyMaxUlp) << simd_isa_name(isa) << " at x = " << wx;
-  }
+  const Isa isa = active_isa();
+  float wx = 0;
+  const double worst = sweep_ulp(isa, 997, &wx);  // ~1.1M points spread over the range
+  std::printf("  exp_poly %-7s max %.3f ulp (at x = %.9g), every 997th float in [-87.34, 0]\n",
+              isa_name(isa), worst, wx);
+  EXPECT_LE(worst, kExpPolyMaxUlp) << isa_name(isa) << " at x = " << wx;
 }
 
 // The measurement behind kExpPolyMaxUlp: every float in [-87.34, 0] (about 1.1e9 of them,
 // ~30 s). Run with --gtest_also_run_disabled_tests --gtest_filter='*FullSweep*'.
+// MINIGPT_ISA picks the ISA measured.
 TEST(SoftmaxExpPoly, DISABLED_FullSweep) {
-  for (SimdIsa isa : {SimdIsa::Avx2, SimdIsa::Avx512}) {
-    if (!simd_isa_supported(isa)) continue;
-    float wx = 0;
-    const double worst = sweep_ulp(isa, 1, &wx);
-    std::printf("  exp_poly %-7s max %.4f ulp (at x = %.9g), every float in [-87.34, 0]\n",
-                simd_isa_name(isa), worst, wx);
-    EXPECT_LE(worst, kExpPolyMaxUlp);
-  }
+  const Isa isa = active_isa();
+  float wx = 0;
+  const double worst = sweep_ulp(isa, 1, &wx);
+  std::printf("  exp_poly %-7s max %.4f ulp (at x = %.9g), every float in [-87.34, 0]\n",
+              isa_name(isa), worst, wx);
+  EXPECT_LE(worst, kExpPolyMaxUlp);
 }
 
 TEST(SoftmaxExpPoly, SpecialValues) {
-  for (SimdIsa isa : {SimdIsa::Scalar, SimdIsa::Avx2, SimdIsa::Avx512}) {
-    if (!simd_isa_supported(isa)) continue;
-    SCOPED_TRACE(simd_isa_name(isa));
+  {
+    const Isa isa = active_isa();
+    SCOPED_TRACE(isa_name(isa));
     const std::vector<float> x = {0.0f, -0.0f, -kInf, kNaN, -87.4f, -1000.0f, -1e30f, -1.0f};
     std::vector<float> y(x.size(), 5.0f);
     exp_poly(isa, x.data(), y.data(), static_cast<int64_t>(x.size()));

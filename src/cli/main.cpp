@@ -1,6 +1,7 @@
 // minigpt: the command-line front end. Subcommands live one per cmd_*.cpp file.
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/isa.h"
 
 #include <fmt/format.h>
 
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
   add_bench_softmax_command(*bench, global);
 
   try {
+    minigpt::active_isa();  // a bad MINIGPT_ISA is reported here, before any subcommand runs
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
