@@ -30,8 +30,10 @@ test: setup build
 test-cpp:
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
+# MINIGPT_TEST_STRICT: a missing C++ module or minigpt binary fails the run (conftest.require);
+# only GPU tests may skip.
 test-python:
-	$(PYTHON) -m pytest -q python/tests
+	MINIGPT_TEST_STRICT=1 $(PYTHON) -m pytest -q python/tests
 
 fuzz:
 	@scripts/fuzz.sh

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "kernels/cuda/autotune_cache.h"
 #include "minigpt/build_info.h"
+#include "expect_error.h"
 
 
 #include <gtest/gtest.h>
@@ -119,8 +120,8 @@ TEST(FusedConfigTest, JsonRoundTripAndNames) {
   EXPECT_FALSE(fused_config_from_json(old_entry).two_round);
   c.two_round = true;  // only the Rows variant has a reduction choice
   EXPECT_FALSE(c.fits(1000, 48 * 1024));
-  EXPECT_THROW(fused_config_from_json(nlohmann::json{{"variant", "warp"}}), minigpt::Error);
-  EXPECT_THROW(fused_config_from_json(nlohmann::json::array()), minigpt::Error);
+  EXPECT_ERROR(fused_config_from_json(nlohmann::json{{"variant", "warp"}}), "unknown fused softmax variant 'warp'");
+  EXPECT_ERROR(fused_config_from_json(nlohmann::json::array()), "fused config must be a JSON object, got []");
 }
 
 TEST(FusedConfigTest, FitsFollowsTheCapacityRules) {

@@ -38,7 +38,7 @@ def require(reason: str):
     """A prerequisite is missing: skip saying why, or under `make test` (STRICT) fail."""
     if STRICT:
         pytest.fail(f"{reason} (MINIGPT_TEST_STRICT=1: `make test` needs it)", pytrace=False)
-    pytest.skip(reason)
+    pytest.skip(reason, allow_module_level=True)
 
 
 CONTRACT_SEED = 42

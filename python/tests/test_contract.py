@@ -68,10 +68,10 @@ def test_bad_inputs_are_clear_errors(core, contract_files):
         model.forward(np.zeros((1, 4), dtype=np.float32))
     with pytest.raises(ValueError, match=r"expected shape \(B, T\), got \(4,\)"):
         model.forward(np.zeros(4, dtype=np.int64))
-    with pytest.raises(core.Error):
-        model.forward(np.full((1, 4), 600, dtype=np.int64))  # id out of range
-    with pytest.raises(core.Error):
-        model.forward(np.zeros((1, 65), dtype=np.int64))  # longer than block_size
+    with pytest.raises(core.Error, match=r"token id 600 at \(batch 0, position 0\) is outside the vocabulary \[0, 600\)"):
+        model.forward(np.full((1, 4), 600, dtype=np.int64))
+    with pytest.raises(core.Error, match="sequence length 65 exceeds the model's block_size 64"):
+        model.forward(np.zeros((1, 65), dtype=np.int64))
     with pytest.raises(ValueError, match=r"targets: shape \(1, 3\) differs from ids \(1, 4\)"):
         model.loss_and_grads(np.zeros((1, 4), np.int64), np.zeros((1, 3), np.int64))
 
@@ -192,9 +192,9 @@ def test_tokenizer_round_trip(core):
     assert tok.decode(ids) == "yesterday , i walked home ."
     assert tok.encode_with_unknown("yesterday you ran") == ([4, 3, 3], ["you", "ran"])
     assert tok.vocab == vocab and len(tok) == 10 and tok.id("home") == 7 and tok.token(6) == "walked"
-    with pytest.raises(core.Error):
+    with pytest.raises(core.Error, match="token id 10 is out of range for a vocabulary of 10 tokens"):
         tok.decode([10])
-    with pytest.raises(core.Error):
+    with pytest.raises(core.Error, match="id 0 must be '<pad>', got '<bos>'"):
         core.Tokenizer(["<bos>", "<pad>", "<eos>", "<unk>"])  # specials out of place
 
 
