@@ -20,8 +20,9 @@ def cpp_and_numpy(request, core, contract_files, contract_ids):
     path = contract_files[request.param]
     model = core.Model.load(str(path))
     logits, probs, layers = model.forward(contract_ids, trace=True)
-    layers = dict(layers, probs=probs)
-    assert np.array_equal(layers["logits"], logits)
+    # The returned logits and probs, not the trace's copy of the logits, are what gets compared
+    # with NumPy (a copy compared with its original proves nothing).
+    layers = dict(layers, logits=logits, probs=probs)
     return request.param, nm.NumpyMiniGPT.from_file(path).forward(contract_ids), layers
 
 
