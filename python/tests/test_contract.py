@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import compare
+from conftest import U, compare, compare_probs
 from minigpt import numpy_minigpt as nm
 from minigpt.model_io import ModelConfig, load_model, random_model, save_model
 
@@ -26,12 +26,24 @@ def cpp_and_numpy(request, core, contract_files, contract_ids):
     return request.param, nm.NumpyMiniGPT.from_file(path).forward(contract_ids), layers
 
 
+def probs_rtol(logits, ref_logits) -> float:
+    """The relative error probabilities may carry, given the logits they came from: softmax's
+    relative condition (dp_i / p_i = dz_i - sum_j p_j dz_j, so at most 2 max |dz|) applied to
+    the logits' measured difference, plus the C++ softmax's own float arithmetic (<= 16 u at
+    V = 600: tests/softmax_cpu_test.cpp's bound) and NumPy's float32 rounding (1 u)."""
+    dz = float(np.max(np.abs(np.asarray(logits, np.float64) - np.asarray(ref_logits, np.float64))))
+    return 2 * dz + 17 * U
+
+
 @pytest.mark.parametrize("layer", LAYERS + ["probs"])
 def test_cpp_vs_numpy(cpp_and_numpy, layer):
     fmt, ref, layers = cpp_and_numpy
-    expected = ref.probs if layer == "probs" else ref.trace[layer]
     assert layers[layer].dtype == np.float32
-    compare(f"C++ vs NumPy ({fmt})", layer, layers[layer], expected)
+    if layer == "probs":
+        compare_probs(f"C++ vs NumPy ({fmt})", layer, layers["probs"], ref.probs,
+                      rtol=probs_rtol(layers["logits"], ref.trace["logits"]))
+    else:
+        compare(f"C++ vs NumPy ({fmt})", layer, layers[layer], ref.trace[layer])
 
 
 def test_cpp_vs_numpy_int32_ids_and_other_shapes(core, contract_model):
@@ -43,7 +55,10 @@ def test_cpp_vs_numpy_int32_ids_and_other_shapes(core, contract_model):
     logits, probs = model.forward(ids)
     compare("C++ vs NumPy (1 x 64, int32 ids)", "logits", logits, ref.forward(ids).logits)
     ids = np.asfortranarray(np.random.default_rng(6).integers(0, 600, (3, 7)))  # strided ids are fine
-    compare("C++ vs NumPy (3 x 7, strided ids)", "probs", model.forward(ids)[1], ref.forward(ids).probs)
+    logits, probs = model.forward(ids)
+    expected = ref.forward(ids)
+    compare_probs("C++ vs NumPy (3 x 7, strided ids)", "probs", probs, expected.probs,
+                  rtol=probs_rtol(logits, expected.logits))
 
 
 def test_threads_do_not_change_the_answer_much(core, contract_files, contract_ids):
@@ -147,11 +162,19 @@ def test_cpp_loader_names_the_bad_tensor(core, contract_model, tmp_path):
 # --- bound kernels and tokenizer --------------------------------------------------------------
 
 
+# Each CPU kernel's relative bound at V = 600 (tests/softmax_cpu_test.cpp's, derived there), plus
+# 1 u for NumPy's float32 rounding; per element, |x - max| u for the rounding of x - max, which
+# NumPy does in float32 and the C++ reference in double.
+CPU_SOFTMAX_RTOL = {"reference": 2 * U, "naive": (6 + 600 / 8) * U, "fused": 6 * U, "simd": 16 * U}
+
+
 @pytest.mark.parametrize("kernel", ["reference", "naive", "fused", "simd"])
 def test_cpu_softmax_kernels_vs_numpy(core, kernel):
     rng = np.random.default_rng(42)
     x = (rng.standard_normal((64, 600)) * 4).astype(np.float32)
-    compare("C++ softmax vs NumPy", f"{kernel} (64, 600)", core.softmax(x, kernel=kernel), nm.softmax(x))
+    cond = np.abs(x.astype(np.float64) - x.max(axis=-1, keepdims=True)) * U
+    compare_probs("C++ softmax vs NumPy", f"{kernel} (64, 600)", core.softmax(x, kernel=kernel), nm.softmax(x),
+                  rtol=CPU_SOFTMAX_RTOL[kernel], cond=cond)
     if kernel == "simd":
         assert np.array_equal(core.softmax(x), core.softmax(x, kernel="simd")), "simd is the CPU default"
     y = core.softmax(np.array([[1e30, 0.0, -1e30]], np.float32), kernel=kernel)
@@ -177,12 +200,18 @@ def test_cuda_softmax_or_a_clear_reason(core):
         pytest.skip(f"no CUDA softmax in this build (cuda={core.build_info()['cuda']}, "
                     f"GPUs seen={core.build_info()['gpus']})")
     x = (np.random.default_rng(1).standard_normal((512, 600)) * 4).astype(np.float32)
-    compare("CUDA softmax vs NumPy", "default kernel (512, 600)", core.softmax(x, device="cuda"), nm.softmax(x))
+    # tests/cuda/softmax_cuda_test.cpp's bounds at V = 600: naive V u / 4 + 8 u = 158 u; smem and
+    # fused at most 3 + 8 * 8 levels + 8 = 75 u; per element 2 |x - max| u (x - max and its
+    # product with log2 e in float).
+    cond = 2 * np.abs(x.astype(np.float64) - x.max(axis=-1, keepdims=True)) * U
+    rtol = {"naive": 158 * U}
+    compare_probs("CUDA softmax vs NumPy", "default kernel (512, 600)", core.softmax(x, device="cuda"), nm.softmax(x),
+                  rtol=75 * U, cond=cond)
     assert np.array_equal(core.softmax(np.array([[1e30, 0.0, -1e30]], np.float32), device="cuda"), [[1.0, 0.0, 0.0]])
     assert core.softmax(np.zeros((0, 7), np.float32), device="cuda").shape == (0, 7)
     for kernel in kernels:
-        compare("CUDA softmax vs NumPy", f"{kernel} (512, 600)", core.softmax(x, kernel=kernel, device="cuda"),
-                nm.softmax(x))
+        compare_probs("CUDA softmax vs NumPy", f"{kernel} (512, 600)", core.softmax(x, kernel=kernel, device="cuda"),
+                      nm.softmax(x), rtol=rtol.get(kernel, 75 * U), cond=cond)
 
 
 def test_tokenizer_round_trip(core):
