@@ -3,6 +3,7 @@
 // active_isa() is Isa::Avx512 (core/isa.h).
 #include "kernels/cpu/gemm_avx512.h"
 
+#include "core/isa.h"
 #include "kernels/cpu/vec_math_avx512.h"
 
 #include <immintrin.h>
@@ -100,6 +101,8 @@ constexpr auto make_tiles(std::integer_sequence<int, R...>) {
 using avx512::lanes;
 
 }  // namespace
+
+bool gemm_avx512_available() { return active_isa() == Isa::Avx512; }
 
 void gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_rs, int64_t a_cs,
                  const float* B, int64_t ldb, float* C, int64_t ldc, const GemmEpilogue& ep,
