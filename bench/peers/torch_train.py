@@ -23,31 +23,29 @@ Without torch it prints why and exits 0 (a skip, not a failure).
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def find_minigpt(given: str | None) -> str | None:
-    if given:
-        return given
-    candidates = [p for p in glob.glob(str(ROOT / "build" / "*" / "minigpt")) if os.access(p, os.X_OK)]
-    candidates += [p for p in glob.glob(str(ROOT / "build" / "minigpt")) if os.access(p, os.X_OK)]
-    return max(candidates, key=os.path.getmtime) if candidates else None  # the newest build
+from cpp_side import FAIRNESS, ROOT, find_minigpt, run_cpp  # beside this script; before torch
 
 
-def render(rows: list[dict], meta: dict, fmt: str) -> str:
+# Seconds between a torch round and the next C++ round, so that torch's intra-op threads, which
+# spin for a while after their last parallel region, are asleep before the C++ side is timed.
+SETTLE_S = 0.5
+
+
+def render(rows: list[dict], meta: dict, fmt: str, notes: list[str] | None = None) -> str:
+    """The table; JSON (for `minigpt bench train`) is {"title", "torch_version", "meta", "columns",
+    "rows", "notes"}, with torch_version null when torch is not importable."""
     columns = ["impl", "B", "T", "threads", "median_ms", "tokens_per_s", "cpp_speedup", "steps"]
     title = "GrammarMiniGPT training step: C++ vs the PyTorch port (CPU, fp32, AdamW)"
+    notes = notes or []
     if fmt == "json":
-        return json.dumps({"title": title, "meta": meta, "columns": columns, "rows": rows}, indent=2)
+        return json.dumps({"title": title, "torch_version": meta.get("torch"), "meta": meta, "columns": columns,
+                           "rows": rows, "notes": notes}, indent=2)
 
     def cell(v):
         if v is None:
@@ -58,6 +56,7 @@ def render(rows: list[dict], meta: dict, fmt: str) -> str:
     lines += ["", "| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
     lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
     lines += ["", "cpp_speedup = this row's median ms / the C++ step's median ms (same run, same threads)."]
+    lines += [f"note: {n}" for n in notes]
     return "\n".join(lines)
 
 
@@ -73,33 +72,31 @@ def main() -> int:
     ap.add_argument("--vocab-size", type=int, default=None,
                     help="V for the torch model (default: the C++ report's, else 611)")
     ap.add_argument("--no-cpp", action="store_true", help="do not run `minigpt bench train`")
-    ap.add_argument("--minigpt", help="path to the minigpt binary (default: newest build/*/minigpt)")
+    ap.add_argument("--minigpt", help="the minigpt binary: a path (relative to the working directory) or a name "
+                                      "on PATH (default: newest build/*/minigpt)")
     ap.add_argument("-o", "--output", choices=["md", "json"], default="md")
     args = ap.parse_args()
 
     B, T = args.batch, args.seq
-    meta: dict = {}
+    meta: dict = {"torch": None}
     exe = None if args.no_cpp else find_minigpt(args.minigpt)
     if not args.no_cpp and exe is None:
         meta["c++"] = "skipped: no minigpt binary found (build it, or pass --minigpt)"
 
-    def run_cpp() -> dict | None:
+    def cpp_round() -> dict | None:
         """One `minigpt bench train` run: its JSON report, or None after printing the error."""
-        cmd = [exe, "bench", "train", "-o", "json", "-t", str(args.threads), "-B", str(B), "-T", str(T),
-               "--steps", str(args.steps), "--warmup", str(args.warmup)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            print(f"torch_train.py: `{' '.join(cmd)}` failed:\n{proc.stderr}", file=sys.stderr)
-            return None
-        return json.loads(proc.stdout)
+        return run_cpp([exe, "bench", "train", "--no-peers", "-o", "json", "-t", str(args.threads), "-B", str(B),
+                        "-T", str(T), "--steps", str(args.steps), "--warmup", str(args.warmup)], "torch_train.py")
 
     cpp_rounds: list[float] = []
     cpp_row = None
     vocab_size = args.vocab_size
     if exe is not None:  # the first round's C++ run also gives the vocabulary size
-        report = run_cpp()
+        report = cpp_round()
         if report is None:
             return 1
+        meta["fairness"] = (FAIRNESS + "; the first C++ round runs before this process imports torch, the "
+                            f"later ones after a {SETTLE_S:g} s pause that lets torch's idle threads stop spinning")
         for k in ("machine", "build", "peak_rss_mib"):
             meta["c++ " + k if k == "peak_rss_mib" else k] = report["meta"].get(k)
         vocab_size = vocab_size or report["meta"].get("vocab_size")
@@ -112,8 +109,7 @@ def main() -> int:
         rows = []
         if cpp_row is not None:
             rows.append({k: cpp_row[k] for k in ("impl", "B", "T", "threads", "median_ms", "tokens_per_s", "steps")})
-        print(render(rows, meta, args.output))
-        print(f"torch_train.py: torch peer skipped: torch is not importable ({type(e).__name__}: {e})")
+        print(render(rows, meta, args.output, [f"torch is not importable ({type(e).__name__}: {e}); no torch rows"]))
         return 0
     sys.path.insert(0, str(ROOT / "python"))
     from minigpt.model_io import ModelConfig
@@ -157,7 +153,8 @@ def main() -> int:
     torch_rounds = [run_torch()]
     for _ in range(args.rounds - 1):
         if exe is not None:
-            report = run_cpp()
+            time.sleep(SETTLE_S)
+            report = cpp_round()
             if report is None:
                 return 1
             cpp_rounds.append(report["rows"][0]["median_ms"])
