@@ -1,6 +1,6 @@
 // CPU softmax: every version (naive, fused, simd on every ISA this CPU has, streamed or not,
 // prefetching or not, 1 and 2 threads) against softmax_reference (double) at many shapes,
-// misaligned pointers, poisoned outputs, the design.md special values; and the polynomial
+// misaligned pointers, poisoned outputs, the docs/ARCHITECTURE.md special values; and the polynomial
 // exp's ulp error.
 //
 // Tolerance per element: |y - ref| <= ref * (rtol + |x - max| * 2^-24) + 2e-38. The |x - max|

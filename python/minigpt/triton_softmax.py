@@ -12,7 +12,7 @@ then a second pass writes exp(x - M) / S. The choice is cached by Triton's own a
 (`cache_results=True`, on disk under Triton's cache folder, TRITON_CACHE_DIR or
 ~/.triton/cache) where the installed Triton supports it; always in memory for the process.
 
-Semantics (design.md): a row holding a NaN or +inf gives a NaN row, an all -inf row gives a
+Semantics (docs/ARCHITECTURE.md): a row holding a NaN or +inf gives a NaN row, an all -inf row gives a
 NaN row, [1e30, 0, -1e30] gives [1, 0, 0]; B == 0 launches nothing.
 
 `python -m minigpt.triton_softmax graph-bench --shapes 64x600,512x600 --json` prints the graph-mode

@@ -1,5 +1,5 @@
 """The Triton softmax (minigpt.triton_softmax) against the NumPy reference (float64 sums) to
-1e-4 and against torch.softmax on the GPU; special values as design.md. Skipped, with the
+1e-4 and against torch.softmax on the GPU; special values as docs/ARCHITECTURE.md. Skipped, with the
 reason printed, when triton, torch or a CUDA GPU is missing. The comparison with the CUDA fused
 kernel on the same tensors is in test_softmax_cuda_into.py.
 """
@@ -8,10 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is not installed")
-pytest.importorskip("triton", reason="triton is not installed")
-if not torch.cuda.is_available():
+from conftest import require  # noqa: E402
+
+torch = require("torch", "torch is not importable", module_level=True)
+if not torch.cuda.is_available():  # before triton: on a CPU machine the GPU is the reason
     pytest.skip("no CUDA GPU visible (torch.cuda.is_available() is False)", allow_module_level=True)
+require("triton", "triton is not importable", module_level=True)
 
 from minigpt import triton_softmax as ts  # noqa: E402
 from minigpt.numpy_minigpt import softmax as np_softmax  # noqa: E402
