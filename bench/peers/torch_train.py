@@ -12,13 +12,21 @@ implementation on CPU, torch.nn.utils.clip_grad_norm_. Ids: uniform random token
 step does not depend on which tokens); the C++ side draws windows of the grammar corpus.
 
 Timing: --warmup untimed steps, then the median of --steps timed ones (time.perf_counter around
-the whole step). Unless --no-cpp it runs `minigpt bench train -o json` with the same B, T, -t,
+the whole step). Unless --no-cpp it runs `minigpt bench train --no-peers -o json` with the same B, T, -t,
 --steps and --warmup. The two sides alternate for --rounds rounds (C++, torch, C++, torch, ...),
 so that a busy minute on a shared machine slows both; each side's figure is the median of its
 per-round medians, and the table prints cpp_speedup = torch ms / C++ ms (how many times faster
 the C++ step is), measured in one run on one machine, with the per-round figures above it.
 
-Without torch it prints why and exits 0 (a skip, not a failure).
+Fairness (printed in the header): the two sides never run at once. Each C++ round is a child
+process (`minigpt bench train --no-peers`) started on the CPU set this script had at start
+(cpp_side.py) while the script waits; the first runs before torch is imported, the others after
+a pause that lets torch's idle threads go to sleep. Each round's CPU share (CPU time / (threads x
+wall)) is printed: well below 1, other processes held the cores. `minigpt bench train` runs this
+script with --no-cpp --rounds 1 after its own timing. --minigpt may be relative (to the directory
+the script is started in) or a name on PATH.
+
+Without torch it prints the C++ row and why (JSON: "torch_version": null and a note), exit 0.
 """
 from __future__ import annotations
 
@@ -89,6 +97,7 @@ def main() -> int:
                         "-T", str(T), "--steps", str(args.steps), "--warmup", str(args.warmup)], "torch_train.py")
 
     cpp_rounds: list[float] = []
+    cpp_shares: list = []  # each C++ round's cpu_share (its report's meta)
     cpp_row = None
     vocab_size = args.vocab_size
     if exe is not None:  # the first round's C++ run also gives the vocabulary size
@@ -96,12 +105,15 @@ def main() -> int:
         if report is None:
             return 1
         meta["fairness"] = (FAIRNESS + "; the first C++ round runs before this process imports torch, the "
-                            f"later ones after a {SETTLE_S:g} s pause that lets torch's idle threads stop spinning")
+                            f"later ones after a {SETTLE_S:g} s pause that lets torch's idle threads stop spinning; "
+                            "cpu share = CPU time / (threads x wall) of a round's timed steps, well below 1 when "
+                            "other processes held the cores")
         for k in ("machine", "build", "peak_rss_mib"):
             meta["c++ " + k if k == "peak_rss_mib" else k] = report["meta"].get(k)
         vocab_size = vocab_size or report["meta"].get("vocab_size")
         cpp_row = report["rows"][0]
         cpp_rounds.append(cpp_row["median_ms"])
+        cpp_shares.append(report["meta"].get("cpu_share"))
 
     try:  # imported after the first C++ run: the child starts from a small parent
         import torch
@@ -137,15 +149,20 @@ def main() -> int:
         opt.step()
         return loss.detach().item()
 
+    torch_shares: list[float] = []
+
     def run_torch() -> float:
-        """--warmup untimed steps, then the median ms of --steps timed ones."""
+        """--warmup untimed steps, then the median ms of --steps timed ones (and their CPU share:
+        CPU time / (threads x wall), in torch_shares)."""
         for i in range(args.warmup):
             step(i)
         times = []
+        cpu0, wall0 = time.process_time(), time.perf_counter()
         for i in range(args.steps):
             t0 = time.perf_counter()
             step(i)
             times.append((time.perf_counter() - t0) * 1e3)
+        torch_shares.append((time.process_time() - cpu0) / (args.threads * (time.perf_counter() - wall0)))
         return statistics.median(times)
 
     # Rounds alternate the two sides (C++, torch, C++, torch, ...), so a slow minute on a shared
@@ -158,6 +175,7 @@ def main() -> int:
             if report is None:
                 return 1
             cpp_rounds.append(report["rows"][0]["median_ms"])
+            cpp_shares.append(report["meta"].get("cpu_share"))
         torch_rounds.append(run_torch())
 
     rows = []
@@ -173,9 +191,10 @@ def main() -> int:
     meta.update({"torch": torch.__version__, "vocab_size": config.vocab_size,
                  "step": "zero grads + forward_train + backward + clip 1.0 + AdamW (wd 0.1 on matrices)",
                  "rounds": f"{args.rounds} (alternating C++ and torch; median of the per-round medians)",
-                 "torch ms per round": ", ".join(f"{t:.2f}" for t in torch_rounds)})
+                 "torch ms per round (cpu share)": ", ".join(f"{t:.2f} ({sh:.3f})"
+                                                             for t, sh in zip(torch_rounds, torch_shares))})
     if cpp_ms is not None:
-        meta["c++ ms per round"] = ", ".join(f"{t:.2f}" for t in cpp_rounds)
+        meta["c++ ms per round (cpu share)"] = ", ".join(f"{t:.2f} ({sh})" for t, sh in zip(cpp_rounds, cpp_shares))
         meta["speedup per round"] = ", ".join(f"{t / c:.2f}x" for t, c in zip(torch_rounds, cpp_rounds))
         for r in rows:
             r["cpp_speedup"] = r["median_ms"] / cpp_ms

@@ -12,6 +12,7 @@
 // same model file, -t, --runs, --warmup and shape, and its rows join the table with
 // cpp_speedup = their median / our forward median. Our forward is timed while no torch
 // process exists (peers.h); without torch the peer cells stay empty and a note says why.
+#include "cli/bench_conditions.h"
 #include "cli/commands.h"
 #include "cli/peers.h"
 #include "core/error.h"
@@ -77,7 +78,7 @@ LoadedModel load_bench_model(const std::string& given) {
 // file we timed ("" for random weights: the script then makes its own, same config, V = 600).
 void add_peer_rows(const BenchModelOptions& opt, const std::string& model, int threads, double cpp_us,
                    Report& report) {
-  std::string args = fmt::format("{} --no-cpp -o json -t {} --runs {} --warmup {} --batch {} --seq {}",
+  std::string args = fmt::format("{} --no-cpp --rounds 1 -o json -t {} --runs {} --warmup {} --batch {} --seq {}",
                                  peer_script("torch_model.py"), threads, opt.runs, opt.warmup, opt.batch, opt.seq);
   if (!model.empty()) args += " -m " + shell_quote(model);
   if (!opt.compile) args += " --no-compile";
@@ -115,15 +116,17 @@ void run_bench_model(const BenchModelOptions& opt, const GlobalOptions& global) 
   for (auto& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(c.vocab_size));
 
   // forward (B, T): logits + probs
+  const std::string load_at_start = loadavg();
   Tensor logits, probs;
   for (int i = 0; i < opt.warmup; ++i) model.forward(ids.data(), B, T, logits, probs, pool);
   std::vector<double> fwd_us;
+  const CpuShare share(threads);
   for (int i = 0; i < opt.runs; ++i) {
     Timer timer;
     model.forward(ids.data(), B, T, logits, probs, pool);
     fwd_us.push_back(timer.elapsed_us());
   }
-  const double fwd = median(fwd_us);
+  const double fwd = median(fwd_us), fwd_share = share.share();
 
   // KV-cache decode: one whole context per timed run
   std::vector<int32_t> ctx(static_cast<size_t>(c.block_size));
@@ -157,6 +160,7 @@ void run_bench_model(const BenchModelOptions& opt, const GlobalOptions& global) 
   report.add_note(fmt::format("forward: median of {} runs after {} warm-up; decode: {} tokens from an empty "
                               "cache per run, median of {} runs, us per token",
                               opt.runs, opt.warmup, c.block_size, decode_runs));
+  report_conditions(report, load_at_start, fwd_share, "the timed forward runs");
   fmt::print("{}", report.render(format));
 }
 

@@ -20,6 +20,7 @@
 // kernels (measure_copy says why the best, copy_stream.h why two methods). The peers
 // (torch.softmax, torch.compile) come from bench/peers/softmax_peers.py, run as a subprocess.
 // The JSON form also carries what `python -m minigpt.plot roofline` needs (meta.roofline).
+#include "cli/bench_conditions.h"
 #include "cli/bench_softmax.h"
 #include "cli/commands.h"
 #include "core/device_info.h"
@@ -151,13 +152,6 @@ std::vector<Timing> time_interleaved(const std::vector<std::function<void()>>& f
   std::vector<Timing> out;
   for (const auto& u : us) out.push_back({median(u), static_cast<int>(u.size())});
   return out;
-}
-
-std::string loadavg() {
-  std::ifstream f("/proc/loadavg");
-  std::string a, b, c;
-  f >> a >> b >> c;
-  return a + " " + b + " " + c;
 }
 
 // Memory that is not initialised by the allocator (std::vector would zero 1 GiB first), on a

@@ -10,6 +10,7 @@
 // same B, T, -t, --steps, --warmup and vocabulary size) runs as a child process and its row
 // joins the table with cpp_speedup = its median / ours; without torch the cells stay empty
 // and a note says why (peers.h). Run alone, torch_train.py alternates the two sides in rounds.
+#include "cli/bench_conditions.h"
 #include "cli/commands.h"
 #include "cli/peers.h"
 #include "core/error.h"
@@ -88,7 +89,9 @@ void run_bench_train(const BenchTrainArgs& a, const GlobalOptions& global) {
   CorpusStreams streams = make_corpus_streams(o, tokenizer);
   Trainer trainer(o, std::move(vocab), streams.train, nullptr);
 
+  const std::string load_at_start = loadavg();
   for (int64_t i = 0; i < a.warmup; ++i) trainer.train_step(pool);
+  const CpuShare share(threads);
   std::vector<double> ms;
   float first_loss = 0.0f, last_loss = 0.0f;
   Timer total;
@@ -98,7 +101,7 @@ void run_bench_train(const BenchTrainArgs& a, const GlobalOptions& global) {
     if (i == 0) first_loss = s.loss;
     last_loss = s.loss;
   }
-  const double wall_s = total.elapsed_s();
+  const double wall_s = total.elapsed_s(), step_share = share.share();
   const double med = median(ms);
   const double tokens = static_cast<double>(a.batch * a.seq);
 
@@ -114,6 +117,7 @@ void run_bench_train(const BenchTrainArgs& a, const GlobalOptions& global) {
   report.add_note(fmt::format("Mean over the timed steps: {:.3f} ms/step, {:.0f} tokens/s; loss {:.3f} -> {:.3f}.",
                               wall_s * 1e3 / static_cast<double>(a.steps),
                               tokens * static_cast<double>(a.steps) / wall_s, first_loss, last_loss));
+  report_conditions(report, load_at_start, step_share, "the timed steps");
   if (a.peers.enabled) {
     add_peer_rows(a, threads, o.model.vocab_size, med, report);
   } else {
