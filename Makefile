@@ -15,11 +15,11 @@ export MINIGPT_BIN := $(CURDIR)/$(BUILD)/minigpt
 all: build
 
 setup:
-	@scripts/setup.sh
+	@PYTHON=$(PYTHON) scripts/setup.sh
 
 # torch from PyPI (about 1 minute and 5 GB once per machine); fails, saying why, if it cannot.
 setup-torch: setup
-	@scripts/setup.sh --torch
+	@PYTHON=$(PYTHON) scripts/setup.sh --torch
 
 configure:
 	@cmake --preset $(PRESET) > /dev/null
