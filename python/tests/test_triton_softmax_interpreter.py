@@ -10,7 +10,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-
 from conftest import require  # noqa: E402
 
 require("torch", "torch is not importable", module_level=True)
