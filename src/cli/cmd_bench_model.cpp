@@ -1,4 +1,4 @@
-// `minigpt bench model [-m MODEL] [-o md|json|csv] [--runs N] [-t THREADS] [--no-peers]`:
+// `minigpt bench model [-m MODEL] [-o md|json|csv] [--runs N] [-t THREADS] [--no-peers] [--no-compile]`:
 // forward latency of GrammarMiniGPT at (B=2, T=16) and KV-cache decode throughput, with the
 // PyTorch port's forward (eager and torch.compile) beside it, as a Report (machine, threads,
 // build in its header).
