@@ -15,8 +15,9 @@ calls alternating so that all meet the same GPU state; minigpt's own fused kerne
 module is importable.
 
 Output (--json): {"torch_version", "device", "threads", "results": [{"peer", "B", "V",
-"time_us", "runs"}], "notes": [...]}; one note says how the sides were kept fair. Without torch it prints the same object with no results
-and a note saying why, and exits 0: the caller leaves its peer columns empty.
+"time_us", "runs"}], "notes": [...]}; one note says how the sides were kept fair. Without
+torch it prints the same object with no results ("torch_version": null) and a note saying why,
+and exits 0: the caller leaves its peer columns empty.
 """
 from __future__ import annotations
 
