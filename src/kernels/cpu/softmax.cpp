@@ -23,6 +23,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace minigpt::cpu {
 
@@ -33,22 +34,6 @@ void check_args(const float* x, float* y, int64_t rows, int64_t cols) {
   MINIGPT_CHECK(cols >= 1, "softmax: cols must be >= 1, got {}", cols);
   MINIGPT_CHECK(rows == 0 || (x != nullptr && y != nullptr), "softmax: null pointer with {} rows",
                 rows);
-}
-
-// softmax_fused keeps at most this many running-max segments per row; random rows raise the
-// max ~ln(cols) times (~11 at 50257), a rising row folds every kFusedSegments changes.
-constexpr int kFusedSegments = 64;
-
-// Rescales y[seg[0].start, end) (written against the segments' maxima) to exp(x - m) and
-// leaves one segment starting where the first did, with max m.
-template <typename Segment>
-void fold_segments(float* y, Segment* seg, int nseg, int64_t end, float m) {
-  for (int k = 0; k < nseg; ++k) {
-    const int64_t stop = k + 1 < nseg ? seg[k + 1].start : end;
-    const double scale = std::exp(static_cast<double>(seg[k].m) - static_cast<double>(m));
-    for (int64_t c = seg[k].start; c < stop; ++c) y[c] = static_cast<float>(y[c] * scale);
-  }
-  seg[0].m = m;
 }
 
 }  // namespace
@@ -86,12 +71,15 @@ void softmax_naive(const float* x, float* y, int64_t rows, int64_t cols) {
 void softmax_fused(const float* x, float* y, int64_t rows, int64_t cols) {
   check_args(x, y, rows, cols);
   constexpr float kInf = std::numeric_limits<float>::infinity();
-  // One segment per change of the running max: y[start..] holds exp(x - m) for that m.
+  // One segment per change of the running max: y[start..] holds exp(x - m) for that m. A random
+  // row raises its max about ln(cols) times (~11 at 50257); a rising row once per element, and
+  // the vector grows for it (each element is still scaled once, so its rounding does not pile up).
   struct Segment {
     int64_t start;
     float m;
   };
-  Segment seg[kFusedSegments];
+  std::vector<Segment> seg;
+  seg.reserve(64);
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;
     float* yr = y + r * cols;
@@ -109,18 +97,13 @@ void softmax_fused(const float* x, float* y, int64_t rows, int64_t cols) {
     float m = xr[c0];
     double s = 1.0;
     yr[c0] = 1.0f;
-    int nseg = 1;
-    seg[0] = {c0, m};
+    seg.assign(1, {c0, m});
     for (int64_t c = c0 + 1; c < cols; ++c) {
       const float v = xr[c];
       if (v > m) {
         s *= std::exp(static_cast<double>(m) - static_cast<double>(v));
         m = v;
-        if (nseg == kFusedSegments) {  // rare (a row rising 64 times): fold y[c0, c) to this m
-          fold_segments(yr, seg, nseg, c, m);
-          nseg = 1;
-        }
-        seg[nseg++] = {c, m};
+        seg.push_back({c, m});
       }
       const float e = std::exp(v - m);  // the same scalar exp as naive, once per element
       yr[c] = e;
@@ -131,8 +114,8 @@ void softmax_fused(const float* x, float* y, int64_t rows, int64_t cols) {
       continue;
     }
     // Pass 2 (y only, in cache for rows that fit): each segment times exp(m_seg - m) / s.
-    for (int k = 0; k < nseg; ++k) {
-      const int64_t end = k + 1 < nseg ? seg[k + 1].start : cols;
+    for (size_t k = 0; k < seg.size(); ++k) {
+      const int64_t end = k + 1 < seg.size() ? seg[k + 1].start : cols;
       const double scale = std::exp(static_cast<double>(seg[k].m) - static_cast<double>(m)) / s;
       for (int64_t c = seg[k].start; c < end; ++c) yr[c] = static_cast<float>(yr[c] * scale);
     }
