@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 # Each subcommand at a size that runs in about a second (softmax: a 1 MiB copy ceiling).
 BENCHES = {
-    "model": ["bench", "model", "-t", "1", "--runs", "3", "--warmup", "1", "--no-compile"],
+    "model": ["bench", "model", "-t", "1", "--runs", "3", "--warmup", "1", "--no-torch-compile"],
     "train": ["bench", "train", "-t", "1", "-B", "2", "-T", "4", "--steps", "2", "--warmup", "1"],
     "softmax": ["bench", "softmax", "--device", "cpu", "-t", "1", "--shapes", "3x5,2x7", "--repeats", "5",
                 "--warmup", "1", "--copy-mib", "1"],

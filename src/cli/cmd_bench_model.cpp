@@ -1,4 +1,4 @@
-// `minigpt bench model [-m MODEL] [-o md|json|csv] [--runs N] [-t THREADS] [--no-peers] [--no-compile]`:
+// `minigpt bench model [-m MODEL] [-o md|json|csv] [--runs N] [-t THREADS] [--no-peers] [--no-torch-compile]`:
 // forward latency of GrammarMiniGPT at (B=2, T=16) and KV-cache decode throughput, with the
 // PyTorch port's forward (eager and torch.compile) beside it, as a Report (machine, threads,
 // build in its header).
@@ -42,7 +42,7 @@ struct BenchModelOptions {
   int warmup = 50;
   int batch = 2;
   int seq = 16;
-  bool compile = true;  // the peer also times torch.compile (its first call takes seconds to minutes)
+  bool torch_compile = true;  // the peer also times torch.compile (its first call takes seconds to minutes)
   PeerOptions peers;
 };
 
@@ -81,7 +81,7 @@ void add_peer_rows(const BenchModelOptions& opt, const std::string& model, int t
   std::string args = fmt::format("{} --no-cpp --rounds 1 -o json -t {} --runs {} --warmup {} --batch {} --seq {}",
                                  peer_script("torch_model.py"), threads, opt.runs, opt.warmup, opt.batch, opt.seq);
   if (!model.empty()) args += " -m " + shell_quote(model);
-  if (!opt.compile) args += " --no-compile";
+  if (!opt.torch_compile) args += " --no-compile";
   const auto answer = run_json(peer_command(opt.peers, args), "peers", report);
   if (!answer) return;
   report.set_meta("torch", peer_torch_version(*answer));
@@ -175,7 +175,7 @@ void add_bench_model_command(CLI::App& bench, GlobalOptions& global) {
   cmd->add_option("--warmup", opt->warmup, "untimed forward calls first")->check(CLI::Range(0, 1000000));
   cmd->add_option("--batch", opt->batch, "forward batch size B")->check(CLI::Range(1, 4096));
   cmd->add_option("--seq", opt->seq, "forward sequence length T")->check(CLI::Range(1, 8192));
-  cmd->add_flag_callback("--no-compile", [opt] { opt->compile = false; },
+  cmd->add_flag_callback("--no-torch-compile", [opt] { opt->torch_compile = false; },
                          "the peer skips torch.compile (its first call takes seconds to minutes)");
   add_peer_options(cmd, opt->peers, "bench/peers/torch_model.py");
   cmd->callback([opt, &global] { run_bench_model(*opt, global); });
