@@ -18,6 +18,9 @@ set -euo pipefail
 export PYTHONUNBUFFERED=1
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# Folders given relative to where the script was started become absolute before the cd below.
+[[ -n ${OUT:-} ]] && OUT=$(realpath -m -- "$OUT")
+[[ -n ${XDG_CACHE_HOME:-} ]] && XDG_CACHE_HOME=$(realpath -m -- "$XDG_CACHE_HOME")
 cd "$ROOT"
 RESULTS=$ROOT/build/gpu-check
 rm -rf "$RESULTS"

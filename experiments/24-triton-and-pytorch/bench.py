@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import platform
 import re
 import subprocess
@@ -135,6 +136,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(Path(__file__).parent))
     ap.add_argument("--prompt", default="Yesterday I")
     args = ap.parse_args()
+    args.minigpt = os.path.abspath(args.minigpt) if os.sep in args.minigpt else args.minigpt  # relative: from here
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is not installed")
-pytest.importorskip("triton", reason="triton is not installed")
-if not torch.cuda.is_available():
+from conftest import require  # noqa: E402
+
+torch = require("torch", "torch is not importable", module_level=True)
+if not torch.cuda.is_available():  # before triton: on a CPU machine the GPU is the reason
     pytest.skip("needs a CUDA GPU (torch.cuda.is_available() is False)", allow_module_level=True)
+require("triton", "triton is not importable", module_level=True)
 
 from minigpt import triton_softmax as ts  # noqa: E402
 from minigpt.numpy_minigpt import softmax as np_softmax  # noqa: E402

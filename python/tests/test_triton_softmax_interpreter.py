@@ -10,10 +10,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
+from conftest import require  # noqa: E402
 
-pytest.importorskip("torch", reason="torch is not installed")
-pytest.importorskip("triton", reason="triton is not installed")
+require("torch", "torch is not importable", module_level=True)
+require("triton", "triton is not importable (it comes with PyPI's torch)", module_level=True)
 
 _PY = Path(__file__).resolve().parents[1]
 
