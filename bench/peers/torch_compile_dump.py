@@ -180,22 +180,29 @@ def match_check(torch, name: str, eager_out, comp_out) -> dict:
 
 # ---------------------------------------------------------------------------------- timing
 
-def time_interleaved(fns: dict, runs: int, warmup: int, sync, block: int = 10) -> dict[str, float]:
-    """Median µs per call of each fn, timed one call at a time, blocks of `block` calls in turn
-    (so a change in the machine's load falls on every fn alike)."""
+def time_interleaved(fns: dict, runs: int, warmup: int, sync, block: int = 10) -> dict[str, dict]:
+    """{fn: {"wall_us", "thread_cpu_us"}}: medians per call, timed one call at a time, blocks of
+    `block` calls in turn (so a change in the machine's load falls on every fn alike).
+    thread_cpu_us is the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID): at one thread it is
+    the whole call's work, and unlike the wall time it does not grow while a busy machine keeps
+    the process off the CPU; at more threads it leaves out the other threads' work."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
         sync()
-    times = {k: [] for k in fns}
-    while len(next(iter(times.values()))) < runs:
+    wall = {k: [] for k in fns}
+    cpu = {k: [] for k in fns}
+    while len(wall[next(iter(fns))]) < runs:
         for k, fn in fns.items():
             for _ in range(block):
-                t0 = time.perf_counter()
+                c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
                 fn()
                 sync()
-                times[k].append((time.perf_counter() - t0) * 1e6)
-    return {k: statistics.median(v[:runs]) for k, v in times.items()}
+                t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+                wall[k].append((t1 - t0) / 1e3)
+                cpu[k].append((c1 - c0) / 1e3)
+    return {k: {"wall_us": statistics.median(wall[k][:runs]), "thread_cpu_us": statistics.median(cpu[k][:runs])}
+            for k in fns}
 
 
 def cache_counters() -> dict[str, int]:
@@ -368,8 +375,11 @@ def main(argv: list[str] | None = None) -> int:
                      "grad": "torch.inference_mode()", "timing": "per call, perf_counter, eager and "
                      "compiled interleaved in blocks of 10 calls, median of runs"},
         "load_average_before": load_average(),
-        "units": {"first_call_s": "s", "warm_first_call_s": "s", "eager_median_us": "us per call",
-                  "compiled_median_us": "us per call", "max_abs_diff": "absolute, fp32",
+        "units": {"first_call_s": "s, wall, the first compiled call (tracing + compiling + running)",
+                  "warm_first_call_s": "s, wall, the same after torch._dynamo.reset(): FX-graph cache hit",
+                  "eager_median_us": "us per call, wall", "compiled_median_us": "us per call, wall",
+                  "eager_thread_cpu_median_us": "us per call, CPU time of the calling thread",
+                  "compiled_thread_cpu_median_us": "us per call, CPU time of the calling thread", "max_abs_diff": "absolute, fp32",
                   "speedup": "eager_median_us / compiled_median_us (> 1: compiled faster)"},
         "results": [],
     }
@@ -426,13 +436,16 @@ def main(argv: list[str] | None = None) -> int:
                             med = time_interleaved({"eager": lambda: module(*inputs),
                                                     "compiled": lambda: compiled(*inputs)},
                                                    args.runs, args.warmup, sync)
-                        row["eager_median_us"] = med["eager"]
-                        row["compiled_median_us"] = med["compiled"]
-                        row["speedup"] = med["eager"] / med["compiled"]
+                        row["eager_median_us"] = med["eager"]["wall_us"]
+                        row["compiled_median_us"] = med["compiled"]["wall_us"]
+                        row["speedup"] = row["eager_median_us"] / row["compiled_median_us"]
+                        row["eager_thread_cpu_median_us"] = med["eager"]["thread_cpu_us"]
+                        row["compiled_thread_cpu_median_us"] = med["compiled"]["thread_cpu_us"]
                         row["load_average"] = load_average()
                         report["results"].append(row)
                         print(f"# {name} {device} mode={mode} t={n}: first call {row['first_call_s']:.2f} s, "
-                              f"eager {med['eager']:.1f} us, compiled {med['compiled']:.1f} us, "
+                              f"eager {row['eager_median_us']:.1f} us, compiled {row['compiled_median_us']:.1f} us (thread CPU "
+                              f"{row['eager_thread_cpu_median_us']:.1f} / {row['compiled_thread_cpu_median_us']:.1f} us), "
                               f"max|diff| {row['match']['max_abs_diff']:.3g} "
                               f"({'pass' if row['match']['passed'] else 'FAIL'})", file=sys.stderr, flush=True)
         report["kernel_files"] = write_kernel_files(torch, out, dumps, argv_list)

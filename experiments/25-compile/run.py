@@ -4,11 +4,13 @@
     PYTHONPATH=python python3 experiments/25-compile/run.py [--minigpt build/default/minigpt] \
         [--threads 1,2] [--work out/25-compile] [--quick] [--torch-json FILE]
 
-1. PyTorch: bench/peers/torch_compile_dump.py --out WORK/torch (TinyHead and the port of the
-   grammar MiniGPT, torch.compile default and max-autotune, eager against compiled at every
-   --threads count, a cold private Inductor cache), or a torch_compile.json it already wrote
-   (--torch-json). Inductor's kernel files are copied here: kernel_inductor.cpp (TinyHead's fused
-   softmax and its call()) and kernels_gpt_inductor.cpp.
+1. PyTorch: bench/peers/torch_compile_dump.py --out WORK/torch/<model>_<mode>, one fresh process
+   and one emptied Inductor cache per (model, mode) so that every first call is cold (TinyHead and
+   the port of the grammar MiniGPT; torch.compile default and max-autotune; eager against
+   compiled at every --threads count), or the torch_compile.json files such runs wrote
+   (--torch-json). Inductor's kernel files from the default-mode runs are copied here:
+   kernel_inductor.cpp (TinyHead's fused softmax and its call()), kernels_gpt_inductor.cpp, and
+   their *_t2.cpp twins compiled at 2 threads.
 2. minigpt: `minigpt compile --graph tinyhead|gpt --dump DIR --explain` and, at every thread
    count, `minigpt bench model -o json` (eager) and `minigpt bench model --compile -o json`,
    each pinned to the first n CPUs as the torch side is. A command the binary does not have yet
@@ -28,6 +30,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -75,41 +78,62 @@ def record(entry: dict, keep_stdout: bool = False) -> dict:
     if entry["rc"] == 0:
         e["status"] = "ok"
     else:
-        # CLI11 says "The following argument was not expected" or names an unknown subcommand:
-        # the binary predates the compiler. Anything else is a real failure.
+        # CLI11's words for an option or subcommand it does not know: the binary predates the
+        # compiler (minigpt_features normally catches that before running). Else a real failure.
         msg = entry["stderr_tail"]
-        missing = any(s in msg for s in ("not expected", "was not expected", "Extras", "not recognized",
-                                          "unknown", "Unknown", "No such file"))
+        missing = any(s in msg for s in ("was not expected", "A subcommand is required", "not recognized"))
         e["status"] = "not available in this binary" if missing else "failed"
     return e
 
 
-def torch_side(args, work: Path) -> tuple[dict | None, dict]:
-    """(torch_compile.json, its command record)."""
+def torch_side(args, work: Path) -> tuple[list[dict], list[dict]]:
+    """([torch_compile.json of each run], [command records]). One process per (model, mode),
+    each with its own emptied Inductor cache, so every (model, mode)'s first call is cold: the
+    process's one-time costs (Inductor's imports, its probe of the CPU's vector ISA, the compile
+    workers) included, as a user's first torch.compile of that model would pay them."""
     if args.torch_json:
-        path = Path(args.torch_json)
-        return json.loads(path.read_text()), {"command": f"(read {path})", "rc": 0, "status": "ok"}
-    cmd = [sys.executable, str(PEERS / "torch_compile_dump.py"), "--out", str(work / "torch"),
-           "--threads", args.threads, "-m", str(args.model)]
-    if args.quick:
-        cmd.append("--quick")
-    entry = run_cmd(cmd, timeout=4 * 3600)
-    rec = record(entry)
-    report_path = work / "torch" / "torch_compile.json"
-    report = json.loads(report_path.read_text()) if report_path.is_file() else None
-    if entry["rc"] != 0:
-        print(f"run.py: torch side exited {entry['rc']}:\n{entry['stderr_tail']}", file=sys.stderr)
-    return report, rec
+        paths = [Path(p) for p in args.torch_json]
+        return [json.loads(p.read_text()) for p in paths], [
+            {"command": f"(read {p})", "rc": 0, "status": "ok"} for p in paths]
+    models = ["tinyhead", "gpt"]
+    modes = ["default"] if args.quick else ["default", "max-autotune"]
+    reports, records = [], []
+    for model in models:
+        for mode in modes:
+            out = work / "torch" / f"{model}_{mode}"
+            cmd = [sys.executable, str(PEERS / "torch_compile_dump.py"), "--out", str(out),
+                   "--models", model, "--modes", mode, "--threads", args.threads, "-m", str(args.model)]
+            if args.quick:
+                cmd.append("--quick")
+            entry = run_cmd(cmd, timeout=3600)
+            records.append(record(entry))
+            if entry["rc"] != 0:
+                print(f"run.py: `{entry['command']}` exited {entry['rc']}:\n{entry['stderr_tail']}", file=sys.stderr)
+            report_path = out / "torch_compile.json"
+            if report_path.is_file():
+                reports.append(json.loads(report_path.read_text()))
+    return reports, records
 
 
 def copy_torch_kernels(work: Path) -> dict:
+    """Inductor's kernel files of the default-mode runs -> this folder."""
     kept = {}
-    for src in sorted((work / "torch").glob("kernel*_inductor*")):
-        name = src.name
-        if src.is_file():
-            shutil.copyfile(src, HERE / name)
-            kept[name] = f"copied from {os.path.relpath(src, ROOT)}"
+    for src in sorted((work / "torch").glob("*_default/kernel*_inductor*")):
+        shutil.copyfile(src, HERE / src.name)
+        kept[src.name] = f"copied from {os.path.relpath(src, ROOT)}"
     return kept
+
+
+def minigpt_features(exe: str) -> dict[str, bool]:
+    """Which of the compiler's commands this binary has, read from its own --help."""
+    top = run_cmd([exe, "--help"])["stdout"]
+    bench = run_cmd([exe, "bench", "model", "--help"])["stdout"]
+    return {"compile": re.search(r"^\s+compile\b", top, re.M) is not None,
+            "bench_model_compile": "--compile" in bench}
+
+
+def not_available(cmd: list[str], why: str) -> dict:
+    return {"command": " ".join(cmd), "rc": None, "status": "not available in this binary", "reason": why}
 
 
 def minigpt_side(args, work: Path, threads: list[int], cpus: list[int]) -> dict:
@@ -118,23 +142,32 @@ def minigpt_side(args, work: Path, threads: list[int], cpus: list[int]) -> dict:
     if exe is None or not os.access(exe, os.X_OK):
         side["status"] = "no minigpt binary found (build it: cmake --build build/default --target minigpt)"
         return side
+    features = minigpt_features(exe)
+    side["features"] = features
     model = ["-m", str(args.model)]
     for graph in ("tinyhead", "gpt"):
         dump = work / "minigpt" / graph
+        cmd = [exe, "compile", "--graph", graph, "--dump", str(dump), "--explain"]
+        if not features["compile"]:
+            side["commands"].append(not_available(cmd, "`minigpt --help` lists no `compile` subcommand"))
+            continue
         shutil.rmtree(dump, ignore_errors=True)
-        entry = run_cmd([exe, "compile", "--graph", graph, "--dump", str(dump), "--explain"],
-                        cpus=cpus[:threads[0]])
+        entry = run_cmd(cmd, cpus=cpus[:threads[0]])
         rec = record(entry, keep_stdout=True)
         side["commands"].append(rec)
         if rec["status"] == "ok":
             (work / "minigpt").mkdir(parents=True, exist_ok=True)
             explain = work / "minigpt" / f"explain_{graph}.txt"
             explain.write_text(entry["stdout"])
-            side["compile"][graph] = {"dump": os.path.relpath(dump, ROOT), "explain": os.path.relpath(explain, ROOT),
+            shutil.copyfile(explain, HERE / explain.name)
+            side["compile"][graph] = {"dump": os.path.relpath(dump, ROOT), "explain": explain.name,
                                       "files": sorted(p.name for p in dump.iterdir()) if dump.is_dir() else []}
     for n in threads:
         for extra in ([], ["--compile"]):
             cmd = [exe, "bench", "model", *model, "-o", "json", "-t", str(n), "--runs", str(args.runs), *extra]
+            if extra and not features["bench_model_compile"]:
+                side["commands"].append(not_available(cmd, "`minigpt bench model --help` has no --compile"))
+                continue
             entry = run_cmd(cmd, cpus=cpus[:n])
             rec = record(entry)
             side["commands"].append(rec)
@@ -174,18 +207,38 @@ def versions() -> dict:
     return out
 
 
-def torch_figures(report: dict) -> dict:
+def torch_figures(reports: list[dict]) -> dict:
     """The manifest's torch block: one row per (model, device, mode, threads), units in names."""
-    rows = []
-    for r in report.get("results", []):
-        rows.append({k: r.get(k) for k in ("model", "device", "mode", "threads", "first_call_s",
-                                            "warm_first_call_s", "eager_median_us", "compiled_median_us",
-                                            "speedup", "cache", "warm_cache", "kernels", "load_average")})
-    return {"torch": report.get("torch"), "command": report.get("command"), "settings": report.get("settings"),
-            "machine": report.get("machine"), "units": report.get("units"),
-            "load_average_before": report.get("load_average_before"),
-            "load_average_after": report.get("load_average_after"), "rows": rows,
-            "kernel_files": report.get("kernel_files"), "error": report.get("error")}
+    keys = ("model", "device", "mode", "threads", "first_call_s", "warm_first_call_s", "eager_median_us",
+            "compiled_median_us", "speedup", "eager_thread_cpu_median_us", "compiled_thread_cpu_median_us",
+            "cache", "warm_cache", "kernels", "load_average")
+    first = reports[0]
+    return {"torch": first.get("torch"), "commands": [r.get("command") for r in reports],
+            "settings": {k: v for k, v in first.get("settings", {}).items() if k not in ("models", "modes")},
+            "machine": first.get("machine"), "units": first.get("units"),
+            "load_average_before_each_run": [r.get("load_average_before") for r in reports],
+            "load_average_after_each_run": [r.get("load_average_after") for r in reports],
+            "rows": [{k: row.get(k) for k in keys} for r in reports for row in r.get("results", [])],
+            "kernel_files": {k: v for r in reports for k, v in (r.get("kernel_files") or {}).items()},
+            "errors": [r["error"] for r in reports if r.get("error")]}
+
+
+def markdown_tables(manifest: dict) -> str:
+    """The torch figures as the markdown rows REPORT.md quotes (printed on stdout)."""
+    rows = manifest.get("pytorch", {}).get("rows", [])
+    match = {(m["model"], m["device"], m["mode"], m["threads"]): m for m in manifest.get("compile_match", [])}
+    lines = ["| model | device | mode | threads | eager us | compiled us | eager/compiled | thread CPU us, "
+             "eager / compiled | first call s | warm first call s | max abs diff (tol) |",
+             "| " + " | ".join(["---"] * 11) + " |"]
+    for r in rows:
+        m = match.get((r["model"], r["device"], r["mode"], r["threads"]), {})
+        warm = r.get("warm_first_call_s")
+        lines.append(f"| {r['model']} | {r['device']} | {r['mode']} | {r['threads']} | {r['eager_median_us']:.1f} | "
+                     f"{r['compiled_median_us']:.1f} | {r['speedup']:.2f} | {r['eager_thread_cpu_median_us']:.1f} / "
+                     f"{r['compiled_thread_cpu_median_us']:.1f} | {r['first_call_s']:.1f} | "
+                     f"{'-' if warm is None else f'{warm:.2f}'} | {m.get('max_abs_diff', float('nan')):.2g} "
+                     f"(< {m.get('tolerance')}) |")
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -195,7 +248,8 @@ def main() -> int:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--runs", type=int, default=500, help="timed calls of `minigpt bench model`")
     ap.add_argument("--work", default=str(ROOT / "out" / "25-compile"), help="scratch folder (dumps, caches)")
-    ap.add_argument("--torch-json", help="use this torch_compile.json instead of running the torch side")
+    ap.add_argument("--torch-json", nargs="+", help="use these torch_compile.json files (WORK/torch/*/) "
+                    "instead of running the torch side again")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
 
@@ -218,19 +272,20 @@ def main() -> int:
         "load_average_start": load_average(),
         "commands": [],
     }
-    report, rec = torch_side(args, work)
-    manifest["commands"].append(rec)
-    if report is not None:
-        manifest["machine"]["cpu"] = report["machine"]["cpu"]
-        manifest["versions"]["torch"] = report["torch"]
-        manifest["pytorch"] = torch_figures(report)
+    reports, recs = torch_side(args, work)
+    manifest["commands"] += recs
+    if reports:
+        manifest["machine"]["cpu"] = reports[0]["machine"]["cpu"]
+        manifest["versions"]["torch"] = reports[0]["torch"]
+        manifest["pytorch"] = torch_figures(reports)
         manifest["compile_match"] = [
             {"model": r["model"], "device": r["device"], "mode": r["mode"], "threads": r["threads"], **r["match"]}
-            for r in report.get("results", [])]
-        manifest["compile_match_passed"] = report.get("compile_match_passed")
+            for rep in reports for r in rep.get("results", [])]
+        manifest["compile_match_passed"] = (all(rep.get("compile_match_passed") for rep in reports)
+                                            and len(reports) == len(recs))
         manifest["kernel_files"] = copy_torch_kernels(work)
     else:
-        manifest["pytorch"] = {"status": "torch_compile.json not written; see commands[0]"}
+        manifest["pytorch"] = {"status": "no torch_compile.json written; see commands"}
 
     ours = minigpt_side(args, work, threads, cpus)
     manifest["commands"] += ours.pop("commands")
@@ -244,6 +299,7 @@ def main() -> int:
     tmp.write_text(json.dumps(manifest, indent=2) + "\n")
     tmp.replace(out)
     print(f"run.py: wrote {os.path.relpath(out, ROOT)}", file=sys.stderr)
+    print(markdown_tables(manifest))
     return 0 if manifest.get("compile_match_passed") else 1
 
 
