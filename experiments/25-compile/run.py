@@ -296,7 +296,8 @@ def main() -> int:
 
     out = HERE / "manifest.json"
     tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+    # Paths inside the repository relative to its root, so the manifest reads the same anywhere.
+    tmp.write_text(json.dumps(manifest, indent=2).replace(str(ROOT) + os.sep, "") + "\n")
     tmp.replace(out)
     print(f"run.py: wrote {os.path.relpath(out, ROOT)}", file=sys.stderr)
     print(markdown_tables(manifest))
