@@ -138,7 +138,9 @@ def not_available(cmd: list[str], why: str) -> dict:
 
 def minigpt_side(args, work: Path, threads: list[int], cpus: list[int]) -> dict:
     exe = args.minigpt or find_minigpt(None)
-    side = {"binary": exe, "commands": [], "compile": {}, "bench": []}
+    side = {"binary": exe, "commands": [], "compile": {}, "bench": [],
+            "units": {"median_us": "us, median: per forward call (B, T) or per decoded token",
+                      "tokens_per_s": "tokens per second"}}
     if exe is None or not os.access(exe, os.X_OK):
         side["status"] = "no minigpt binary found (build it: cmake --build build/default --target minigpt)"
         return side
@@ -265,7 +267,7 @@ def main() -> int:
         "experiment": "25-compile",
         "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "quick": args.quick,
-        "machine": {"platform": platform.platform(), "cpus_usable": len(cpus)},
+        "machine": {"platform": platform.platform(), "cpus_usable": len(cpus), "cpus_online": os.cpu_count()},
         "versions": versions(),
         "threads": threads,
         "model": os.path.relpath(args.model, ROOT) if Path(args.model).is_absolute() else args.model,
