@@ -21,7 +21,8 @@
    (an allclose-style bound, never "byte equal").
 
 --quick passes --quick to the torch script (TinyHead and the GPT, default mode, first thread
-count, 30 runs) for a smoke run of the whole driver; its manifest says quick: true.
+count, 30 runs) for a smoke run of the whole driver; its manifest says quick: true. Give it
+--dest and --work elsewhere to leave this folder's files alone.
 """
 from __future__ import annotations
 
@@ -115,11 +116,11 @@ def torch_side(args, work: Path) -> tuple[list[dict], list[dict]]:
     return reports, records
 
 
-def copy_torch_kernels(work: Path) -> dict:
+def copy_torch_kernels(work: Path, dest: Path) -> dict:
     """Inductor's kernel files of the default-mode runs -> this folder."""
     kept = {}
     for src in sorted((work / "torch").glob("*_default/kernel*_inductor*")):
-        shutil.copyfile(src, HERE / src.name)
+        shutil.copyfile(src, dest / src.name)
         kept[src.name] = f"copied from {os.path.relpath(src, ROOT)}"
     return kept
 
@@ -161,7 +162,7 @@ def minigpt_side(args, work: Path, threads: list[int], cpus: list[int]) -> dict:
             (work / "minigpt").mkdir(parents=True, exist_ok=True)
             explain = work / "minigpt" / f"explain_{graph}.txt"
             explain.write_text(entry["stdout"])
-            shutil.copyfile(explain, HERE / explain.name)
+            shutil.copyfile(explain, args.dest / explain.name)
             side["compile"][graph] = {"dump": os.path.relpath(dump, ROOT), "explain": explain.name,
                                       "files": sorted(p.name for p in dump.iterdir()) if dump.is_dir() else []}
     for n in threads:
@@ -182,7 +183,7 @@ def minigpt_side(args, work: Path, threads: list[int], cpus: list[int]) -> dict:
     return side
 
 
-def copy_our_kernel(side: dict) -> str | None:
+def copy_our_kernel(side: dict, dest: Path) -> str | None:
     """Our fused softmax kernel (the tinyhead dump's cpp_fused_softmax_* file) -> kernel.cpp."""
     info = side.get("compile", {}).get("tinyhead")
     if not info:
@@ -191,7 +192,7 @@ def copy_our_kernel(side: dict) -> str | None:
     found = sorted(p for p in dump.rglob("*") if p.is_file() and "softmax" in p.name)
     if not found:
         return None
-    shutil.copyfile(found[0], HERE / "kernel.cpp")
+    shutil.copyfile(found[0], dest / "kernel.cpp")
     return f"copied from {os.path.relpath(found[0], ROOT)}"
 
 
@@ -253,6 +254,8 @@ def main() -> int:
     ap.add_argument("--torch-json", nargs="+", help="use these torch_compile.json files (WORK/torch/*/) "
                     "instead of running the torch side again")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--dest", type=Path, default=HERE, help="where manifest.json and the kept kernel files "
+                    "go (default: this folder; give another for a smoke run)")
     args = ap.parse_args()
 
     threads = [int(s) for s in args.threads.split(",") if s.strip()]
@@ -261,6 +264,8 @@ def main() -> int:
         print(f"run.py: error: --threads {args.threads}: counts must be in [1, {len(cpus)}]", file=sys.stderr)
         return 2
     work = Path(args.work).resolve()
+    args.dest = args.dest.resolve()
+    args.dest.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
 
     manifest = {
@@ -285,18 +290,18 @@ def main() -> int:
             for rep in reports for r in rep.get("results", [])]
         manifest["compile_match_passed"] = (all(rep.get("compile_match_passed") for rep in reports)
                                             and len(reports) == len(recs))
-        manifest["kernel_files"] = copy_torch_kernels(work)
+        manifest["kernel_files"] = copy_torch_kernels(work, args.dest)
     else:
         manifest["pytorch"] = {"status": "no torch_compile.json written; see commands"}
 
     ours = minigpt_side(args, work, threads, cpus)
     manifest["commands"] += ours.pop("commands")
     manifest["minigpt"] = ours
-    kernel = copy_our_kernel(ours)
+    kernel = copy_our_kernel(ours, args.dest)
     manifest.setdefault("kernel_files", {})["kernel.cpp"] = kernel or "not written: no `minigpt compile --dump` output yet"
     manifest["load_average_end"] = load_average()
 
-    out = HERE / "manifest.json"
+    out = args.dest / "manifest.json"
     tmp = out.with_suffix(".json.tmp")
     # Paths inside the repository relative to its root, so the manifest reads the same anywhere.
     tmp.write_text(json.dumps(manifest, indent=2).replace(str(ROOT) + os.sep, "") + "\n")
