@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import require
+from conftest import missing
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "models" / "grammar-minigpt.safetensors"
@@ -27,9 +27,9 @@ MODEL = REPO / "models" / "grammar-minigpt.safetensors"
 def minigpt() -> str:
     path = Path(os.environ.get("MINIGPT_BIN") or REPO / "build" / "default" / "minigpt")
     if not path.is_file():
-        require(f"the minigpt binary {path} is not built (`make build`; MINIGPT_BIN names another)")
+        missing(f"the minigpt binary {path} is not built (`make build`; MINIGPT_BIN names another)")
     if not MODEL.is_file():
-        require(f"the shipped model {MODEL} is missing")
+        missing(f"the shipped model {MODEL} is missing")
     return str(path)
 
 
@@ -162,8 +162,8 @@ def test_unknown_subcommand_is_named(minigpt):
 
 
 def test_missing_and_malformed_model_files(minigpt, tmp_path):
-    missing = tmp_path / "nope.safetensors"
-    fails(minigpt, "predict", "-m", str(missing), "the cat", names=[str(missing), "does not exist"])
+    absent = tmp_path / "nope.safetensors"
+    fails(minigpt, "predict", "-m", str(absent), "the cat", names=[str(absent), "does not exist"])
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"garbage, not a safetensors file")
     fails(minigpt, "predict", "-m", str(bad), "the cat", names=[str(bad)])

@@ -5,12 +5,9 @@ import json
 
 import pytest
 
-from conftest import require
+from conftest import require  # noqa: E402
 
-try:
-    import matplotlib  # noqa: F401  (scripts/setup.sh installs it: a failure under make test)
-except ImportError:
-    require("matplotlib is not installed")
+require("matplotlib", "matplotlib is not importable: the plot tests are skipped", module_level=True)
 
 from minigpt import plot  # noqa: E402
 
