@@ -3,6 +3,7 @@
 // compiler errors with their diagnostics, and MINIGPT_CACHE_DIR.
 #include "compile/jit.h"
 
+#include "compile_jit_test_util.h"
 #include "core/error.h"
 
 #include <gtest/gtest.h>
@@ -27,12 +28,6 @@ namespace {
 // A fresh cache folder per test, removed afterwards.
 class JitTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "minigpt_jit_test_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
 
   JitRequest request(const std::string& source) const {
     JitRequest r;
@@ -43,7 +38,8 @@ class JitTest : public ::testing::Test {
     return r;
   }
 
-  fs::path dir_;
+  testjit::TempCacheDir tmp_;
+  const fs::path& dir_ = tmp_.path();
 };
 
 const char* kAnswer = R"(extern "C" int answer(int x) { return 40 + x; })";
