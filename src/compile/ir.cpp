@@ -60,16 +60,6 @@ bool Graph::is_graph_output(int tensor_id) const {
 
 namespace {
 
-const char* kind_text(TensorKind k) {
-  switch (k) {
-    case TensorKind::Input: return "input";
-    case TensorKind::Weight: return "weight";
-    case TensorKind::Intermediate: return "tmp";
-    case TensorKind::Output: return "output";
-  }
-  return "?";
-}
-
 std::string node_attrs(const Node& n) {
   std::string a;
   switch (n.op) {

@@ -76,7 +76,9 @@ WeightBinding bind_tinyhead(const TinyHead& h) {
 Lowered lower(const Graph& captured, const CompileOptions& opt) {
   Lowered l;
   const auto t0 = std::chrono::steady_clock::now();
-  const Graph planned = run_passes(captured, opt.passes, {.post_fusion = [&](const Graph& g) { l.post_fusion = g; }});
+  PassTrace trace;
+  trace.post_fusion = [&](const Graph& g) { l.post_fusion = g; };
+  const Graph planned = run_passes(captured, opt.passes, trace);
   l.schedule = schedule(planned);
   l.passes_s = seconds_since(t0);
   const auto t1 = std::chrono::steady_clock::now();
