@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
@@ -63,8 +64,12 @@ void expect_model_matches(const GrammarMiniGPT& model, int64_t B, int64_t T, uin
   model.forward(ids.data(), B, T, el, ep, pool);
   CompiledModel cm(model, test_options());
   cm.forward(ids.data(), B, T, cl, cp, pool);
-  EXPECT_LT(max_abs_diff(el.data(), cl.data(), el.numel()), 1e-5f) << "logits";
-  EXPECT_LT(max_abs_diff(ep.data(), cp.data(), ep.numel()), 1e-6f) << "probs";
+  const float dl = max_abs_diff(el.data(), cl.data(), el.numel());
+  const float dp = max_abs_diff(ep.data(), cp.data(), ep.numel());
+  EXPECT_LT(dl, 1e-5f) << "logits";
+  EXPECT_LT(dp, 1e-6f) << "probs";
+  std::printf("compiled vs eager (B=%lld, T=%lld): max |logits diff| %.3g, max |probs diff| %.3g\n",
+              static_cast<long long>(B), static_cast<long long>(T), dl, dp);
 }
 
 }  // namespace
@@ -85,6 +90,7 @@ TEST(CompileModel, TinyHeadMatchesEagerWithin1e6) {
   cg.run(in, out, pool);
   const float diff = max_abs_diff(eager.data(), compiled.data(), eager.numel());
   EXPECT_LT(diff, 1e-6f);
+  std::printf("TinyHead compiled vs eager: max abs diff %.3g\n", diff);
   RecordProperty("max_abs_diff", std::to_string(diff));
   double sum = 0;
   for (int64_t c = 0; c < TinyHead::kOut; ++c) sum += compiled.at({0, c});
@@ -138,7 +144,9 @@ TEST(CompileModel, ShippedModelMatchesEagerAndEveryProbe) {
   model.forward(ids.data(), B, T, el, ep, pool);
   CompiledModel cm(model, test_options());
   cm.forward(ids.data(), B, T, cl, cp, pool);
-  EXPECT_LT(max_abs_diff(el.data(), cl.data(), el.numel()), 1e-5f);
+  const float dl = max_abs_diff(el.data(), cl.data(), el.numel());
+  EXPECT_LT(dl, 1e-5f);
+  std::printf("every probe (B=%lld, T=%lld): max |logits diff| %.3g\n", static_cast<long long>(B), static_cast<long long>(T), dl);
   for (int64_t b = 0; b < B; ++b) {
     const int64_t t = static_cast<int64_t>(prompts[static_cast<size_t>(b)].size()) - 1;
     const float* e = el.data() + (b * T + t) * V;

@@ -83,6 +83,61 @@ static inline float mg_rsqrt(float x) { return (float)(1.0 / sqrt((double)x)); }
 static inline float mg_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.707106781f)); }
 )";
 
+// The vector helpers: GCC vector extensions of MG_W lanes (defined before this text). Each
+// does what its scalar namesake does, lane by lane, with the same operations in the same order
+// (so a tail column rounds exactly as a vector column).
+const char* kVectorHelpers = R"(// ---- vector helpers: MG_W lanes (GCC vector extensions) -------------------------------
+typedef float mg_vf __attribute__((vector_size(4 * MG_W)));
+typedef double mg_vd __attribute__((vector_size(8 * MG_W)));
+typedef int32_t mg_vi __attribute__((vector_size(4 * MG_W)));
+
+static inline mg_vf mg_splat(float s) { return (mg_vf){} + s; }
+static inline mg_vf mg_load(const float* p) { mg_vf v; memcpy(&v, p, sizeof v); return v; }
+static inline void mg_store(float* p, mg_vf v) { memcpy(p, &v, sizeof v); }
+static inline mg_vd mg_widen(mg_vf v) { return __builtin_convertvector(v, mg_vd); }
+static inline mg_vf mg_max_v(mg_vf a, mg_vf b) { return ((b > a) | (b != b)) ? b : a; }
+static inline mg_vd mg_maxd_v(mg_vd a, mg_vd b) { return ((b > a) | (b != b)) ? b : a; }
+static inline mg_vi mg_iota(void) { mg_vi v; for (int l = 0; l < MG_W; ++l) v[l] = l; return v; }
+// max across the lanes as a tree (log2(MG_W) steps of independent operations; max is exact)
+static inline float mg_hmax(mg_vf v) {
+  float t[MG_W];
+  memcpy(t, &v, sizeof t);
+  for (int w = MG_W / 2; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) t[i] = mg_max(t[i], t[i + w]);
+  return t[0];
+}
+// the sum in lane order (as eager adds its probabilities, key by key)
+static inline float mg_hsum(mg_vf v) {
+  float s = v[0];
+  for (int l = 1; l < MG_W; ++l) s += v[l];
+  return s;
+}
+
+// mg_exp on every lane
+static inline mg_vf mg_exp_v(mg_vf x) {
+  const mg_vf lo = mg_splat(-87.33654f), hi = mg_splat(88.72283f);
+  mg_vf xc = x < lo ? lo : x;
+  xc = xc > hi ? hi : xc;
+  const mg_vf n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;
+  mg_vf r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  mg_vf p = mg_splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const mg_vi bits = (__builtin_convertvector(n, mg_vi) + 126) << 23;  // 2^(n-1)
+  mg_vf y = p * (mg_vf)bits * 2.0f;
+  y = x < lo ? mg_splat(0.0f) : y;
+  y = x > hi ? mg_splat(INFINITY) : y;
+  return y;
+}
+static inline mg_vf mg_rsqrt_v(mg_vf x) { for (int l = 0; l < MG_W; ++l) x[l] = mg_rsqrt(x[l]); return x; }
+static inline mg_vf mg_gelu_v(mg_vf x) { for (int l = 0; l < MG_W; ++l) x[l] = mg_gelu(x[l]); return x; }
+)";
+
 struct Names {
   std::map<int, std::string> var;  // tensor id -> variable in call()
 };
@@ -127,7 +182,7 @@ std::string kernel_comment(const Schedule& s, const Kernel& k, const std::vector
 class RowwiseGen {
  public:
   RowwiseGen(const Schedule& s, const Kernel& k, const CodegenOptions& opt)
-      : g_(s.graph), s_(s), k_(k), R_(k.rows), C_(k.cols), W_(std::max(1, opt.vec_width)), opt_(opt) {
+      : g_(s.graph), s_(s), k_(k), R_(k.rows), C_(k.cols), W_(opt.vec_width), opt_(opt) {
     for (size_t i = 0; i < k.reads.size(); ++i) ptr_[k.reads[i]] = fmt::format("in_ptr{}", i);
     for (size_t i = 0; i < k.writes.size(); ++i) out_[k.writes[i]] = fmt::format("out_ptr{}", i);
     for (int i : k.nodes) in_group_.insert(g_.nodes[static_cast<size_t>(i)].output);
@@ -136,32 +191,42 @@ class RowwiseGen {
   std::string generate(std::string& call_args);
 
  private:
+  // Where an expression is evaluated: one row value, one column c (scalar, the tail), or
+  // MG_W columns from c0 (a vector).
+  enum class Mode { Row, Scalar, Vector };
+
   bool is_row(int node) const {
     const Node& n = g_.nodes[static_cast<size_t>(node)];
     return kReduction.contains(n.op) || (g_.tensor(n.output).cols() == 1 && C_ > 1);
   }
-  // The value of tensor t at (r, c) (in a column loop) or at r (row statement).
-  std::string operand(int t, bool in_loop) const {
+  // p[index] as a scalar, or the vector of MG_W floats from there.
+  static std::string load(const std::string& p, const std::string& index, Mode m) {
+    return m == Mode::Vector ? fmt::format("mg_load(&{}[{}])", p, index) : fmt::format("{}[{}]", p, index);
+  }
+  std::string col(Mode m) const { return m == Mode::Vector ? "c0" : "c"; }
+  // The value of tensor t at (r, c), at columns [c0, c0 + MG_W), or at row r.
+  std::string operand(int t, Mode m) const {
     if (in_group_.count(t)) {
       const int p = g_.tensor(t).producer;
       return is_row(p) ? fmt::format("row{}", t) : fmt::format("tmp{}", t);
     }
     const TensorInfo& ti = g_.tensor(t);
     const std::string& p = ptr_.at(t);
-    if (ti.cols() == C_ && ti.rows() == R_) return C_ == 1 ? fmt::format("{}[r]", p) : fmt::format("{}[r * {} + c]", p, C_);
+    if (ti.cols() == C_ && ti.rows() == R_ && C_ > 1) return load(p, fmt::format("r * {} + {}", C_, col(m)), m);
     if (ti.cols() == 1 && ti.rows() == R_) return fmt::format("{}[r]", p);
-    if (ti.shape.size() == 1 && ti.shape[0] == C_ && in_loop) return fmt::format("{}[c]", p);
+    if (ti.shape.size() == 1 && ti.shape[0] == C_ && m != Mode::Row) return load(p, col(m), m);
     MINIGPT_FAIL("codegen: {} cannot index {} {} in a ({}, {}) loop", k_.name, ti.name, shape_text(ti.shape), R_, C_);
   }
-  std::string expr(int node, bool in_loop) const {
+  std::string expr(int node, Mode m) const {
     const Node& n = g_.nodes[static_cast<size_t>(node)];
-    auto a = [&](size_t i) { return operand(n.inputs[i], in_loop); };
+    auto a = [&](size_t i) { return operand(n.inputs[i], m); };
+    const char* v = m == Mode::Vector ? "_v" : "";
     switch (n.op) {
-      case Op::Embedding:
-        return fmt::format("{}[(int64_t){}[r] * {} + c]", ptr_.at(n.inputs[1]), ptr_.at(n.inputs[0]), C_);
-      case Op::PosEmbedding:
-        return n.period == 1 ? fmt::format("{}[{} + c]", ptr_.at(n.inputs[0]), n.offset * C_)
-                             : fmt::format("{}[({} + r % {}) * {} + c]", ptr_.at(n.inputs[0]), n.offset, n.period, C_);
+      case Op::Embedding:  // row ids[r] of the table
+        return load(ptr_.at(n.inputs[1]), fmt::format("(int64_t){}[r] * {} + {}", ptr_.at(n.inputs[0]), C_, col(m)), m);
+      case Op::PosEmbedding:  // row offset + r % period of the table
+        return n.period == 1 ? load(ptr_.at(n.inputs[0]), fmt::format("{} + {}", n.offset * C_, col(m)), m)
+                             : load(ptr_.at(n.inputs[0]), fmt::format("({} + r % {}) * {} + {}", n.offset, n.period, C_, col(m)), m);
       case Op::Add:
       case Op::BiasAdd: return a(0) + " + " + a(1);
       case Op::Sub: return a(0) + " - " + a(1);
@@ -169,9 +234,9 @@ class RowwiseGen {
       case Op::Div: return a(0) + " / " + a(1);
       case Op::AddScalar: return a(0) + " + " + flit(n.alpha);
       case Op::MulScalar: return a(0) + " * " + flit(n.alpha);
-      case Op::Exp: return "mg_exp(" + a(0) + ")";
-      case Op::Rsqrt: return "mg_rsqrt(" + a(0) + ")";
-      case Op::Gelu: return "mg_gelu(" + a(0) + ")";
+      case Op::Exp: return fmt::format("mg_exp{}({})", v, a(0));
+      case Op::Rsqrt: return fmt::format("mg_rsqrt{}({})", v, a(0));
+      case Op::Gelu: return fmt::format("mg_gelu{}({})", v, a(0));
       default: MINIGPT_FAIL("codegen: {} is not a row-wise op", op_name(n.op));
     }
   }
@@ -188,31 +253,30 @@ class RowwiseGen {
     }
     return {need.begin(), need.end()};  // node ids ascend in kernel (topological) order
   }
-  // The statements of one column-loop iteration at column c (lane l).
-  std::string body(const std::vector<int>& nodes, const std::string& indent) const {
+  // The statements of one column step.
+  std::string body(const std::vector<int>& nodes, Mode m) const {
     std::string b;
     for (int node : nodes) {
       const int t = g_.nodes[static_cast<size_t>(node)].output;
-      b += fmt::format("{}const float tmp{} = {};  // {}\n", indent, t, expr(node, true), g_.tensor(t).name);
+      b += fmt::format("const {} tmp{} = {};  // {}\n", m == Mode::Vector ? "mg_vf" : "float", t, expr(node, m), g_.tensor(t).name);
     }
     return b;
   }
-  // A column loop: main part in steps of W lanes, then the scalar tail. `per_element` uses
-  // c and l.
-  std::string column_loop(const std::string& per_element, const std::string& indent) const {
+  // A column loop: vector steps of MG_W columns, then the scalar tail over the last C % W.
+  // per(m) gives one step's statements.
+  template <typename F>
+  std::string column_loop(F&& per, const std::string& indent) const {
     const int64_t main = C_ / W_ * W_;
     std::string s;
     if (main > 0) {
-      s += fmt::format("{}for (int64_t c0 = 0; c0 < {}; c0 += {}) {{\n", indent, main, W_);
-      s += fmt::format("{}  for (int64_t l = 0; l < {}; ++l) {{  // {} lanes: one vector step\n", indent, W_, W_);
-      s += fmt::format("{}    const int64_t c = c0 + l;\n", indent);
-      s += indent_text(per_element, indent + "    ");
-      s += fmt::format("{}  }}\n{}}}\n", indent, indent);
+      s += fmt::format("{}for (int64_t c0 = 0; c0 < {}; c0 += MG_W) {{  // {} lanes a step\n", indent, main, W_);
+      s += indent_text(per(Mode::Vector), indent + "  ");
+      s += fmt::format("{}}}\n", indent);
     }
     if (main < C_) {
       s += fmt::format("{}for (int64_t c = {}; c < {}; ++c) {{  // scalar tail: columns [{}, {})\n", indent, main, C_, main, C_);
-      s += fmt::format("{}  const int64_t l = c - {};\n", indent, main);
-      s += indent_text(per_element, indent + "  ");
+      s += fmt::format("{}  const int64_t l = c - {};  // the lane this column adds to\n", indent, main);
+      s += indent_text(per(Mode::Scalar), indent + "  ");
       s += fmt::format("{}}}\n", indent);
     }
     return s;
@@ -239,8 +303,7 @@ class RowwiseGen {
 };
 
 std::string RowwiseGen::generate(std::string& call_args) {
-  (void)s_;
-  std::vector<std::string> params, fields, inits;
+  std::vector<std::string> params, fields;
   for (int t : k_.reads) {
     const TensorInfo& ti = g_.tensor(t);
     const char* type = ti.dtype == DType::I32 ? "const int32_t*" : "const float*";
@@ -274,25 +337,36 @@ std::string RowwiseGen::generate(std::string& call_args) {
     if (kReduction.contains(n.op)) {
       const bool dbl = n.acc_f64;
       const bool mx = n.op == Op::ReduceMax;
-      const char* acc_t = dbl ? "double" : "float";
       const int src = n.inputs[0];
-      code += fmt::format("{}// {} of {} over the row{}\n", in2, mx ? "max" : "sum", g_.tensor(src).name, dbl ? ", in double" : "");
-      code += fmt::format("{}{} acc{}[{}];\n", in2, acc_t, t, W_);
-      code += fmt::format("{}for (int64_t l = 0; l < {}; ++l) acc{}[l] = {};\n", in2, W_, t, mx ? "-INFINITY" : "0");
+      code += fmt::format("{}// {} of {} over the row{}: lane-wise, lanes combined in order\n", in2, mx ? "max" : "sum",
+                          g_.tensor(src).name, dbl ? ", in double" : "");
+      code += fmt::format("{}{} acc{} = {};\n", in2, dbl ? "mg_vd" : "mg_vf", t,
+                          mx ? (dbl ? "(mg_vd){} - INFINITY" : "mg_splat(-INFINITY)") : "{}");
       std::vector<int> targets;
       if (in_group_.count(src)) targets.push_back(g_.tensor(src).producer);
-      std::string per = body(closure(targets), "");
-      const std::string v = operand(src, true);
-      const std::string vv = dbl ? "(double)" + v : v;
-      per += mx ? fmt::format("acc{}[l] = {}(acc{}[l], {});\n", t, dbl ? "mg_maxd" : "mg_max", t, vv)
-                : fmt::format("acc{}[l] += {};\n", t, vv);
-      code += column_loop(per, in2);
-      code += fmt::format("{}{} tot{} = acc{}[0];\n", in2, acc_t, t, t);
-      code += fmt::format("{}for (int64_t l = 1; l < {}; ++l) tot{} = {};  // lanes in order\n", in2, W_, t,
+      const std::vector<int> nodes = closure(targets);
+      code += column_loop(
+          [&](Mode m) {
+            std::string per = body(nodes, m);
+            std::string val = operand(src, m);
+            if (m == Mode::Vector) {
+              if (dbl) val = "mg_widen(" + val + ")";
+              per += mx ? fmt::format("acc{} = {}(acc{}, {});\n", t, dbl ? "mg_maxd_v" : "mg_max_v", t, val)
+                        : fmt::format("acc{} += {};\n", t, val);
+            } else {
+              if (dbl) val = "(double)" + val;
+              per += mx ? fmt::format("acc{}[l] = {}(acc{}[l], {});\n", t, dbl ? "mg_maxd" : "mg_max", t, val)
+                        : fmt::format("acc{}[l] += {};\n", t, val);
+            }
+            return per;
+          },
+          in2);
+      code += fmt::format("{}{} tot{} = acc{}[0];\n", in2, dbl ? "double" : "float", t, t);
+      code += fmt::format("{}for (int l = 1; l < MG_W; ++l) tot{} = {};\n", in2, t,
                           mx ? fmt::format("{}(tot{}, acc{}[l])", dbl ? "mg_maxd" : "mg_max", t, t) : fmt::format("tot{} + acc{}[l]", t, t));
       code += fmt::format("{}const float row{} = (float)tot{};  // {}\n", in2, t, t, g_.tensor(t).name);
     } else {
-      code += fmt::format("{}const float row{} = {};  // {}\n", in2, t, expr(node, false), g_.tensor(t).name);
+      code += fmt::format("{}const float row{} = {};  // {}\n", in2, t, expr(node, Mode::Row), g_.tensor(t).name);
     }
     if (out_.count(t)) code += fmt::format("{}{}[r] = row{};\n", in2, out_[t], t);
   }
@@ -301,17 +375,28 @@ std::string RowwiseGen::generate(std::string& call_args) {
   for (int t : k_.writes)
     if (!is_row(g_.tensor(t).producer)) stores.push_back(g_.tensor(t).producer);
   if (!stores.empty()) {
-    code += fmt::format("{}// outputs: {}\n", in2, [&] {
-      std::string s;
-      for (int node : stores) s += (s.empty() ? "" : ", ") + g_.tensor(g_.nodes[static_cast<size_t>(node)].output).name;
-      return s;
-    }());
-    std::string per = body(closure(stores), "");
-    for (int node : stores) {
-      const int t = g_.nodes[static_cast<size_t>(node)].output;
-      per += C_ == 1 ? fmt::format("{}[r] = tmp{};\n", out_[t], t) : fmt::format("{}[r * {} + c] = tmp{};\n", out_[t], C_, t);
+    std::string names;
+    for (int node : stores) names += (names.empty() ? "" : ", ") + g_.tensor(g_.nodes[static_cast<size_t>(node)].output).name;
+    code += fmt::format("{}// outputs: {}\n", in2, names);
+    const std::vector<int> nodes = closure(stores);
+    if (C_ == 1) {  // one value per row: no column loop
+      code += fmt::format("{}{{\n{}  const int64_t c = 0;\n", in2, in2);
+      code += indent_text(body(nodes, Mode::Scalar), in2 + "  ");
+      for (int node : stores) code += fmt::format("{}  {}[r] = tmp{};\n", in2, out_[g_.nodes[static_cast<size_t>(node)].output], g_.nodes[static_cast<size_t>(node)].output);
+      code += fmt::format("{}}}\n", in2);
+    } else {
+      code += column_loop(
+          [&](Mode m) {
+            std::string per = body(nodes, m);
+            for (int node : stores) {
+              const int t = g_.nodes[static_cast<size_t>(node)].output;
+              per += m == Mode::Vector ? fmt::format("mg_store(&{}[r * {} + c0], tmp{});\n", out_[t], C_, t)
+                                       : fmt::format("{}[r * {} + c] = tmp{};\n", out_[t], C_, t);
+            }
+            return per;
+          },
+          in2);
     }
-    code += column_loop(per, in2);
   }
   code += "  }\n}\n";
   // launcher
@@ -327,6 +412,54 @@ std::string RowwiseGen::generate(std::string& call_args) {
 }
 
 // ---- attention ------------------------------------------------------------------------
+
+// The attention loops with MG_W-lane vectors: a block of MG_W keys is one vector of scores,
+// the head's output dh / MG_W vectors.
+std::string attention_vector_body(const std::string& name, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t dh,
+                                  int64_t offset, float scale, bool decode, int W) {
+  (void)B;
+  const int64_t S = T + offset;
+  const int64_t S_pad = (S + W - 1) / W * W;
+  const int64_t DV = dh / W;  // vectors per head row
+  const std::string kaddr = decode ? fmt::format("a->in_ptr1[s * {} + h * {} + d]", C, dh)
+                                   : fmt::format("a->in_ptr0[(b * {} + s) * {} + {} + h * {} + d]", T, 3 * C, C, dh);
+  const std::string vrow = decode ? fmt::format("a->in_ptr2 + (s0 + j) * {} + h * {}", C, dh)
+                                  : fmt::format("a->in_ptr0 + (b * {} + s0 + j) * {} + {} + h * {}", T, 3 * C, 2 * C, dh);
+  std::string code = fmt::format("static void {}_pairs(void* ctx, int64_t p0, int64_t p1) {{\n", name);
+  code += fmt::format("  const {}_args* a = (const {}_args*)ctx;\n", name, name);
+  code += "  const mg_vi lane = mg_iota();\n";
+  code += "  for (int64_t p = p0; p < p1; ++p) {\n";
+  code += fmt::format("    const int64_t b = p / {}, h = p % {};\n", NH, NH);
+  code += fmt::format("    float kt[{}][{}];  // kt[d][s] = k[s][d]: keys along the lanes; keys past {} are 0\n", dh, S_pad, S);
+  code += fmt::format("    for (int64_t d = 0; d < {}; ++d)\n      for (int64_t s = {}; s < {}; ++s) kt[d][s] = 0.0f;\n", dh, S, S_pad);
+  code += fmt::format("    for (int64_t s = 0; s < {}; ++s)\n      for (int64_t d = 0; d < {}; ++d) kt[d][s] = {};\n", S, dh, kaddr);
+  code += fmt::format("    for (int64_t t = 0; t < {}; ++t) {{\n", T);
+  code += fmt::format("      const float* q = a->in_ptr0 + (b * {} + t) * {} + h * {};\n", T, 3 * C, dh);
+  code += fmt::format("      const int64_t keys = t + {};  // causal: keys [0, keys)\n", offset + 1);
+  code += fmt::format("      float m = -INFINITY, l = 0.0f;  // running max and sum\n      mg_vf acc[{}] = {{}};  // sum of p v, not yet / l\n", DV);
+  code += "      for (int64_t s0 = 0; s0 < keys; s0 += MG_W) {\n";
+  // sums over d and over keys in order, as the eager kernel adds them (only the roundings of
+  // its FMAs differ): compiled against eager stays within 1e-5 on the logits
+  code += "        mg_vf sc = {};  // scores of keys [s0, s0 + MG_W)\n";
+  code += fmt::format("        for (int64_t d = 0; d < {}; ++d) sc += q[d] * mg_load(&kt[d][s0]);\n", dh);
+  code += fmt::format("        sc = sc * {};  // scale 1/sqrt({})\n", flit(scale), dh);
+  code += "        sc = (lane + (int32_t)s0 < (int32_t)keys) ? sc : mg_splat(-INFINITY);  // causal mask\n";
+  code += "        const float m_new = mg_max(m, mg_hmax(sc));\n";
+  code += "        const float corr = mg_exp(m - m_new);  // rescales the earlier blocks; 0 on the first (m = -inf)\n";
+  code += "        const mg_vf pv = mg_exp_v(sc - m_new);  // masked lanes: exp(-inf) = 0\n";
+  code += "        l = l * corr + mg_hsum(pv);\n";
+  code += fmt::format("        for (int k = 0; k < {}; ++k) acc[k] *= corr;\n", DV);
+  code += "        const int64_t live = keys - s0 < MG_W ? keys - s0 : MG_W;\n";
+  code += "        for (int64_t j = 0; j < live; ++j) {\n";
+  code += fmt::format("          const float* v = {};\n", vrow);
+  code += fmt::format("          for (int k = 0; k < {}; ++k) acc[k] += pv[j] * mg_load(v + k * MG_W);\n", DV);
+  code += "        }\n";
+  code += "        m = m_new;\n      }\n";
+  code += fmt::format("      float* o = a->out_ptr0 + (b * {} + t) * {} + h * {};\n", T, C, dh);
+  code += fmt::format("      for (int k = 0; k < {}; ++k) mg_store(o + k * MG_W, acc[k] / l);\n", DV);
+  code += "    }\n  }\n}\n";
+  return code;
+}
 
 std::string generate_attention(const Schedule& s, const Kernel& k, const CodegenOptions& opt, std::string& call_args) {
   const Graph& g = s.graph;
@@ -355,8 +488,13 @@ std::string generate_attention(const Schedule& s, const Kernel& k, const Codegen
       "//   scores (one vector), causal mask, running max m and sum l (online softmax: earlier\n"
       "//   blocks rescaled by exp(m_old - m_new)), acc += p v; out = acc / l. No (T, S) score or\n"
       "//   probability matrix exists.\n",
-      dh, S_pad, KB);
+      dh, dh % opt.vec_width == 0 ? (S + opt.vec_width - 1) / opt.vec_width * opt.vec_width : S_pad,
+      dh % opt.vec_width == 0 ? opt.vec_width : KB);
   code += fmt::format("struct {}_args {{ const float* in_ptr0; const float* in_ptr1; const float* in_ptr2; float* out_ptr0; }};\n", k.name);
+  if (dh % opt.vec_width == 0) {
+    code += attention_vector_body(k.name, B, T, C, NH, dh, n.offset, scale, decode, opt.vec_width);
+  } else {
+  code += fmt::format("// head size {} is not a multiple of {} lanes: scalar loops\n", dh, opt.vec_width);
   code += fmt::format("static void {}_pairs(void* ctx, int64_t p0, int64_t p1) {{\n", k.name);
   code += fmt::format("  const {}_args* a = (const {}_args*)ctx;\n", k.name, k.name);
   code += "  for (int64_t p = p0; p < p1; ++p) {\n";
@@ -399,6 +537,7 @@ std::string generate_attention(const Schedule& s, const Kernel& k, const Codegen
   code += fmt::format("      float* o = a->out_ptr0 + (b * {} + t) * {} + h * {};\n", T, C, dh);
   code += fmt::format("      for (int64_t d = 0; d < {}; ++d) o[d] = acc[d] / l;\n", dh);
   code += "    }\n  }\n}\n";
+  }
   code += fmt::format("static void {}(const MgRuntime* rt, const {}_args* a) {{\n", k.name, k.name);
   const int64_t work = B * NH * T * S * dh;
   if (work >= opt.parallel_min_work && B * NH > 1)
@@ -468,7 +607,11 @@ GeneratedCode generate_cpp(const Schedule& s, const CodegenOptions& opt) {
   src += "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n";
   src += opt.runtime_abi;
   src += "\n";
+  MINIGPT_CHECK(opt.vec_width == 4 || opt.vec_width == 8 || opt.vec_width == 16 || opt.vec_width == 32,
+                "generate_cpp: vec_width must be 4, 8, 16 or 32, got {}", opt.vec_width);
   src += kHelpers;
+  src += fmt::format("\n#define MG_W {}  // lanes per vector step\n", opt.vec_width);
+  src += kVectorHelpers;
   std::vector<std::string> calls;
   for (const Kernel& k : s.kernels) {
     std::string code, call_args;
