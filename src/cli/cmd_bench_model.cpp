@@ -9,6 +9,7 @@
 // config with V = 600 (the table's "model" field says which). bench/peers/torch_model.py runs
 // this with -o json and puts the PyTorch port beside it.
 #include "cli/commands.h"
+#include "compile/runner.h"
 #include "core/error.h"
 #include "core/report.h"
 #include "core/thread_pool.h"
@@ -35,6 +36,7 @@ struct BenchModelOptions {
   int warmup = 50;
   int batch = 2;
   int seq = 16;
+  bool compile = false;
 };
 
 struct LoadedModel {
@@ -88,6 +90,24 @@ void run_bench_model(const BenchModelOptions& opt, const GlobalOptions& global) 
   }
   const double fwd = median(fwd_us);
 
+  // the compiled forward (minigpt compile), same ids, same pool, after its compile
+  double cfwd = 0, compile_s = 0;
+  if (opt.compile) {
+    Timer ct;
+    compile::CompiledModel compiled(model);
+    Tensor cl, cp;
+    compiled.forward(ids.data(), B, T, cl, cp, pool);
+    compile_s = ct.elapsed_s();
+    for (int i = 0; i < opt.warmup; ++i) compiled.forward(ids.data(), B, T, cl, cp, pool);
+    std::vector<double> us;
+    for (int i = 0; i < opt.runs; ++i) {
+      Timer timer;
+      compiled.forward(ids.data(), B, T, cl, cp, pool);
+      us.push_back(timer.elapsed_us());
+    }
+    cfwd = median(us);
+  }
+
   // KV-cache decode: one whole context per timed run
   std::vector<int32_t> ctx(static_cast<size_t>(c.block_size));
   for (auto& id : ctx) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(c.vocab_size));
@@ -111,6 +131,11 @@ void run_bench_model(const BenchModelOptions& opt, const GlobalOptions& global) 
   report.set_meta("model", loaded.description);
   report.set_meta("config", c.to_json());
   report.add_row({"forward (logits+probs)", B, T, fwd, static_cast<double>(B * T) / fwd * 1e6, opt.runs});
+  if (opt.compile) {
+    report.add_row({"forward compiled (minigpt compile)", B, T, cfwd, static_cast<double>(B * T) / cfwd * 1e6, opt.runs});
+    report.add_note(fmt::format("compiled forward: {:.2f}x eager at {} threads; first call (capture, passes, codegen, "
+                                "JIT or cache hit) {:.3f} s", fwd / cfwd, threads, compile_s));
+  }
   report.add_row({"kv decode, per token", 1, c.block_size, dec, 1e6 / dec, decode_runs});
   report.add_note(fmt::format("forward: median of {} runs after {} warm-up; decode: {} tokens from an empty "
                               "cache per run, median of {} runs, us per token",
@@ -129,6 +154,7 @@ void add_bench_model_command(CLI::App& bench, GlobalOptions& global) {
   cmd->add_option("--warmup", opt->warmup, "untimed forward calls first")->check(CLI::Range(0, 1000000));
   cmd->add_option("--batch", opt->batch, "forward batch size B")->check(CLI::Range(1, 4096));
   cmd->add_option("--seq", opt->seq, "forward sequence length T")->check(CLI::Range(1, 8192));
+  cmd->add_flag("--compile", opt->compile, "also time the compiled forward (minigpt compile), side by side");
   cmd->callback([opt, &global] { run_bench_model(*opt, global); });
 }
 

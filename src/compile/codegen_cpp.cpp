@@ -413,51 +413,62 @@ std::string RowwiseGen::generate(std::string& call_args) {
 
 // ---- attention ------------------------------------------------------------------------
 
-// The attention loops with MG_W-lane vectors: a block of MG_W keys is one vector of scores,
-// the head's output dh / MG_W vectors.
+// The attention loops with MG_W-lane vectors, queries along the lanes (as the eager kernel's
+// transposed tiles): per (batch, head) and block of MG_W queries, keys in blocks of MG_W; per
+// key a vector of scores (one lane per query, sum over d in order), the causal mask per lane,
+// a running max m and sum l per lane (online softmax: earlier key blocks rescaled by
+// exp(m_old - m_new)), and out^T[d] += p v[d] in key order. The (T, S) scores exist only as
+// one block of MG_W vectors at a time.
 std::string attention_vector_body(const std::string& name, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t dh,
                                   int64_t offset, float scale, bool decode, int W) {
   (void)B;
-  const int64_t S = T + offset;
-  const int64_t S_pad = (S + W - 1) / W * W;
-  const int64_t DV = dh / W;  // vectors per head row
-  const std::string kaddr = decode ? fmt::format("a->in_ptr1[s * {} + h * {} + d]", C, dh)
-                                   : fmt::format("a->in_ptr0[(b * {} + s) * {} + {} + h * {} + d]", T, 3 * C, C, dh);
-  const std::string vrow = decode ? fmt::format("a->in_ptr2 + (s0 + j) * {} + h * {}", C, dh)
-                                  : fmt::format("a->in_ptr0 + (b * {} + s0 + j) * {} + {} + h * {}", T, 3 * C, 2 * C, dh);
+  (void)W;
+  const std::string kaddr = decode ? fmt::format("a->in_ptr1 + s * {} + h * {}", C, dh)
+                                   : fmt::format("a->in_ptr0 + (b * {} + s) * {} + {} + h * {}", T, 3 * C, C, dh);
+  const std::string vaddr = decode ? fmt::format("a->in_ptr2 + s * {} + h * {}", C, dh)
+                                   : fmt::format("a->in_ptr0 + (b * {} + s) * {} + {} + h * {}", T, 3 * C, 2 * C, dh);
   std::string code = fmt::format("static void {}_pairs(void* ctx, int64_t p0, int64_t p1) {{\n", name);
   code += fmt::format("  const {}_args* a = (const {}_args*)ctx;\n", name, name);
   code += "  const mg_vi lane = mg_iota();\n";
   code += "  for (int64_t p = p0; p < p1; ++p) {\n";
   code += fmt::format("    const int64_t b = p / {}, h = p % {};\n", NH, NH);
-  code += fmt::format("    float kt[{}][{}];  // kt[d][s] = k[s][d]: keys along the lanes; keys past {} are 0\n", dh, S_pad, S);
-  code += fmt::format("    for (int64_t d = 0; d < {}; ++d)\n      for (int64_t s = {}; s < {}; ++s) kt[d][s] = 0.0f;\n", dh, S, S_pad);
-  code += fmt::format("    for (int64_t s = 0; s < {}; ++s)\n      for (int64_t d = 0; d < {}; ++d) kt[d][s] = {};\n", S, dh, kaddr);
-  code += fmt::format("    for (int64_t t = 0; t < {}; ++t) {{\n", T);
-  code += fmt::format("      const float* q = a->in_ptr0 + (b * {} + t) * {} + h * {};\n", T, 3 * C, dh);
-  code += fmt::format("      const int64_t keys = t + {};  // causal: keys [0, keys)\n", offset + 1);
-  code += fmt::format("      float m = -INFINITY, l = 0.0f;  // running max and sum\n      mg_vf acc[{}] = {{}};  // sum of p v, not yet / l\n", DV);
+  code += fmt::format("    for (int64_t q0 = 0; q0 < {}; q0 += MG_W) {{  // queries [q0, q0 + MG_W) along the lanes\n", T);
+  code += fmt::format("      mg_vf qt[{}];  // qt[d][l] = q[q0 + l][d] (0 past the last query)\n", dh);
+  code += fmt::format("      for (int64_t d = 0; d < {}; ++d)\n", dh);
+  code += "        for (int l = 0; l < MG_W; ++l)\n";
+  code += fmt::format("          qt[d][l] = q0 + l < {} ? a->in_ptr0[(b * {} + q0 + l) * {} + h * {} + d] : 0.0f;\n", T, T, 3 * C, dh);
+  code += fmt::format("      mg_vf m = mg_splat(-INFINITY), l = {{}}, ot[{}] = {{}};  // running max, sum, out^T\n", dh);
+  code += fmt::format("      const int64_t keys = (q0 + MG_W < {} ? q0 + MG_W : {}) + {};  // keys the block's last query sees\n", T, T, offset);
   code += "      for (int64_t s0 = 0; s0 < keys; s0 += MG_W) {\n";
-  // sums over d and over keys in order, as the eager kernel adds them (only the roundings of
-  // its FMAs differ): compiled against eager stays within 1e-5 on the logits
-  code += "        mg_vf sc = {};  // scores of keys [s0, s0 + MG_W)\n";
-  code += fmt::format("        for (int64_t d = 0; d < {}; ++d) sc += q[d] * mg_load(&kt[d][s0]);\n", dh);
-  code += fmt::format("        sc = sc * {};  // scale 1/sqrt({})\n", flit(scale), dh);
-  code += "        sc = (lane + (int32_t)s0 < (int32_t)keys) ? sc : mg_splat(-INFINITY);  // causal mask\n";
-  code += "        const float m_new = mg_max(m, mg_hmax(sc));\n";
-  code += "        const float corr = mg_exp(m - m_new);  // rescales the earlier blocks; 0 on the first (m = -inf)\n";
-  code += "        const mg_vf pv = mg_exp_v(sc - m_new);  // masked lanes: exp(-inf) = 0\n";
-  code += "        l = l * corr + mg_hsum(pv);\n";
-  code += fmt::format("        for (int k = 0; k < {}; ++k) acc[k] *= corr;\n", DV);
-  code += "        const int64_t live = keys - s0 < MG_W ? keys - s0 : MG_W;\n";
-  code += "        for (int64_t j = 0; j < live; ++j) {\n";
-  code += fmt::format("          const float* v = {};\n", vrow);
-  code += fmt::format("          for (int k = 0; k < {}; ++k) acc[k] += pv[j] * mg_load(v + k * MG_W);\n", DV);
+  code += "        const int64_t n = keys - s0 < MG_W ? keys - s0 : MG_W;\n";
+  code += "        mg_vf sv[MG_W];  // sv[j][l]: score of key s0 + j for query q0 + l\n";
+  code += "        mg_vf bm = mg_splat(-INFINITY);\n";
+  code += "        for (int64_t j = 0; j < n; ++j) {\n";
+  code += "          const int64_t s = s0 + j;\n";
+  code += fmt::format("          const float* k = {};\n", kaddr);
+  code += "          mg_vf acc = {};\n";
+  code += fmt::format("          for (int64_t d = 0; d < {}; ++d) acc += qt[d] * k[d];\n", dh);
+  code += fmt::format("          acc = acc * {};  // scale 1/sqrt({})\n", flit(scale), dh);
+  code += fmt::format("          sv[j] = (lane + (int32_t)(q0 + {}) >= (int32_t)s) ? acc : mg_splat(-INFINITY);  // causal mask\n", offset);
+  code += "          bm = mg_max_v(bm, sv[j]);\n";
   code += "        }\n";
-  code += "        m = m_new;\n      }\n";
-  code += fmt::format("      float* o = a->out_ptr0 + (b * {} + t) * {} + h * {};\n", T, C, dh);
-  code += fmt::format("      for (int k = 0; k < {}; ++k) mg_store(o + k * MG_W, acc[k] / l);\n", DV);
-  code += "    }\n  }\n}\n";
+  code += "        const mg_vf m_new = mg_max_v(m, bm);\n";
+  code += "        const mg_vf corr = mg_exp_v(m - m_new);  // 0 on the first block (m = -inf)\n";
+  code += "        l = l * corr;\n";
+  code += fmt::format("        for (int64_t d = 0; d < {}; ++d) ot[d] = ot[d] * corr;\n", dh);
+  code += "        for (int64_t j = 0; j < n; ++j) {\n";
+  code += "          const int64_t s = s0 + j;\n";
+  code += "          const mg_vf pj = mg_exp_v(sv[j] - m_new);  // masked: exp(-inf) = 0\n";
+  code += "          l += pj;\n";
+  code += fmt::format("          const float* v = {};\n", vaddr);
+  code += fmt::format("          for (int64_t d = 0; d < {}; ++d) ot[d] += pj * v[d];\n", dh);
+  code += "        }\n";
+  code += "        m = m_new;\n";
+  code += "      }\n";
+  code += fmt::format("      for (int l2 = 0; l2 < MG_W && q0 + l2 < {}; ++l2) {{\n", T);
+  code += fmt::format("        float* o = a->out_ptr0 + (b * {} + q0 + l2) * {} + h * {};\n", T, C, dh);
+  code += fmt::format("        for (int64_t d = 0; d < {}; ++d) o[d] = ot[d][l2] / l[l2];\n", dh);
+  code += "      }\n    }\n  }\n}\n";
   return code;
 }
 
@@ -468,8 +479,6 @@ std::string generate_attention(const Schedule& s, const Kernel& k, const Codegen
   const int64_t B = qs[0], T = qs[1], C = qs[2] / 3, NH = n.heads, dh = C / NH;
   const bool decode = n.inputs.size() == 3;
   const int64_t S = T + n.offset;  // keys seen by the last query
-  constexpr int64_t KB = 16;       // keys per block (one vector of scores)
-  const int64_t S_pad = (S + KB - 1) / KB * KB;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   std::vector<std::string> params{fmt::format("in_ptr0 = {} (q | k | v per row)", describe(g, n.inputs[0]))};
   call_args += ", " + tensor_var(g, n.inputs[0]);
@@ -484,60 +493,13 @@ std::string generate_attention(const Schedule& s, const Kernel& k, const Codegen
   call_args += ", " + tensor_var(g, n.output);
   std::string code = kernel_comment(s, k, params);
   code += fmt::format(
-      "//   per (batch, head): K^T of the head in a local ({}, {}) tile; per query, blocks of {} keys:\n"
-      "//   scores (one vector), causal mask, running max m and sum l (online softmax: earlier\n"
-      "//   blocks rescaled by exp(m_old - m_new)), acc += p v; out = acc / l. No (T, S) score or\n"
+      "//   per (batch, head), {} queries at a time along the vector lanes, keys in blocks of {}:\n"
+      "//   scores, causal mask, online softmax (running max and sum per query, earlier blocks\n"
+      "//   rescaled by exp(m_old - m_new)), out^T += p v; out = out^T / sum. No (T, S) score or\n"
       "//   probability matrix exists.\n",
-      dh, dh % opt.vec_width == 0 ? (S + opt.vec_width - 1) / opt.vec_width * opt.vec_width : S_pad,
-      dh % opt.vec_width == 0 ? opt.vec_width : KB);
+      opt.vec_width, opt.vec_width);
   code += fmt::format("struct {}_args {{ const float* in_ptr0; const float* in_ptr1; const float* in_ptr2; float* out_ptr0; }};\n", k.name);
-  if (dh % opt.vec_width == 0) {
-    code += attention_vector_body(k.name, B, T, C, NH, dh, n.offset, scale, decode, opt.vec_width);
-  } else {
-  code += fmt::format("// head size {} is not a multiple of {} lanes: scalar loops\n", dh, opt.vec_width);
-  code += fmt::format("static void {}_pairs(void* ctx, int64_t p0, int64_t p1) {{\n", k.name);
-  code += fmt::format("  const {}_args* a = (const {}_args*)ctx;\n", k.name, k.name);
-  code += "  for (int64_t p = p0; p < p1; ++p) {\n";
-  code += fmt::format("    const int64_t b = p / {}, h = p % {};\n", NH, NH);
-  // where key s, dim d of this head lives
-  const std::string kaddr = decode ? fmt::format("a->in_ptr1[s * {} + h * {} + d]", C, dh)
-                                   : fmt::format("a->in_ptr0[(b * {} + s) * {} + {} + h * {} + d]", T, 3 * C, C, dh);
-  const std::string vrow = decode ? fmt::format("a->in_ptr2 + (s0 + j) * {} + h * {}", C, dh)
-                                  : fmt::format("a->in_ptr0 + (b * {} + s0 + j) * {} + {} + h * {}", T, 3 * C, 2 * C, dh);
-  code += fmt::format("    float kt[{}][{}];  // kt[d][s] = k[s][d]; keys past {} are 0\n", dh, S_pad, S);
-  code += fmt::format("    for (int64_t d = 0; d < {}; ++d)\n      for (int64_t s = {}; s < {}; ++s) kt[d][s] = 0.0f;\n", dh, S, S_pad);
-  code += fmt::format("    for (int64_t s = 0; s < {}; ++s)\n      for (int64_t d = 0; d < {}; ++d) kt[d][s] = {};\n", S, dh, kaddr);
-  code += fmt::format("    for (int64_t t = 0; t < {}; ++t) {{\n", T);
-  code += fmt::format("      const float* q = a->in_ptr0 + (b * {} + t) * {} + h * {};\n", T, 3 * C, dh);
-  code += fmt::format("      const int64_t keys = t + {};  // causal: keys [0, keys)\n", n.offset + 1);
-  code += fmt::format("      float m = -INFINITY, l = 0.0f, acc[{}];\n", dh);
-  code += fmt::format("      for (int64_t d = 0; d < {}; ++d) acc[d] = 0.0f;\n", dh);
-  code += fmt::format("      for (int64_t s0 = 0; s0 < keys; s0 += {}) {{\n", KB);
-  code += fmt::format("        float sc[{}];\n", KB);
-  code += fmt::format("        for (int64_t j = 0; j < {}; ++j) sc[j] = 0.0f;\n", KB);
-  code += fmt::format("        for (int64_t d = 0; d < {}; ++d) {{\n", dh);
-  code += "          const float qd = q[d];\n";
-  code += fmt::format("          for (int64_t j = 0; j < {}; ++j) sc[j] += qd * kt[d][s0 + j];  // {} lanes\n", KB, KB);
-  code += "        }\n";
-  code += "        float bm = -INFINITY;\n";
-  code += fmt::format("        for (int64_t j = 0; j < {}; ++j) {{\n", KB);
-  code += fmt::format("          sc[j] = s0 + j < keys ? sc[j] * {} : -INFINITY;  // scale 1/sqrt({}), causal mask\n", flit(scale), dh);
-  code += "          bm = mg_max(bm, sc[j]);\n        }\n";
-  code += "        const float m_new = mg_max(m, bm);\n";
-  code += "        const float corr = mg_exp(m - m_new);  // 0 on the first block (m = -inf)\n";
-  code += "        float ps = 0.0f;\n";
-  code += fmt::format("        for (int64_t j = 0; j < {}; ++j) {{\n          sc[j] = mg_exp(sc[j] - m_new);\n          ps += sc[j];\n        }}\n", KB);
-  code += "        l = l * corr + ps;\n";
-  code += fmt::format("        for (int64_t d = 0; d < {}; ++d) acc[d] *= corr;\n", dh);
-  code += fmt::format("        const int64_t live = keys - s0 < {} ? keys - s0 : {};\n", KB, KB);
-  code += "        for (int64_t j = 0; j < live; ++j) {\n";
-  code += fmt::format("          const float* v = {};\n", vrow);
-  code += fmt::format("          for (int64_t d = 0; d < {}; ++d) acc[d] += sc[j] * v[d];\n", dh);
-  code += "        }\n        m = m_new;\n      }\n";
-  code += fmt::format("      float* o = a->out_ptr0 + (b * {} + t) * {} + h * {};\n", T, C, dh);
-  code += fmt::format("      for (int64_t d = 0; d < {}; ++d) o[d] = acc[d] / l;\n", dh);
-  code += "    }\n  }\n}\n";
-  }
+  code += attention_vector_body(k.name, B, T, C, NH, dh, n.offset, scale, decode, opt.vec_width);
   code += fmt::format("static void {}(const MgRuntime* rt, const {}_args* a) {{\n", k.name, k.name);
   const int64_t work = B * NH * T * S * dh;
   if (work >= opt.parallel_min_work && B * NH > 1)
