@@ -240,27 +240,62 @@ class RowwiseGen {
       default: MINIGPT_FAIL("codegen: {} is not a row-wise op", op_name(n.op));
     }
   }
-  // Element nodes (in kernel order) that computing `targets` needs.
-  std::vector<int> closure(const std::vector<int>& targets) const {
+  // Element nodes (in kernel order) that computing `targets` needs; nodes in `loaded` are read
+  // back from where an earlier loop stored them instead of recomputed.
+  std::vector<int> closure(const std::vector<int>& targets, const std::map<int, int>& loaded = {}) const {
     std::set<int> need;
     std::vector<int> stack = targets;
     while (!stack.empty()) {
       const int node = stack.back();
       stack.pop_back();
-      if (is_row(node) || !need.insert(node).second) continue;
+      if (is_row(node) || !need.insert(node).second || loaded.count(node)) continue;
       for (int in : g_.nodes[static_cast<size_t>(node)].inputs)
         if (in_group_.count(in)) stack.push_back(g_.tensor(in).producer);
     }
     return {need.begin(), need.end()};  // node ids ascend in kernel (topological) order
   }
-  // The statements of one column step.
-  std::string body(const std::vector<int>& nodes, Mode m) const {
+  // The statements of one column step. loaded: node -> output tensor whose buffer holds it.
+  std::string body(const std::vector<int>& nodes, Mode m, const std::map<int, int>& loaded = {}) const {
     std::string b;
     for (int node : nodes) {
       const int t = g_.nodes[static_cast<size_t>(node)].output;
-      b += fmt::format("const {} tmp{} = {};  // {}\n", m == Mode::Vector ? "mg_vf" : "float", t, expr(node, m), g_.tensor(t).name);
+      const char* type = m == Mode::Vector ? "mg_vf" : "float";
+      if (loaded.count(node)) {
+        const std::string& o = out_.at(loaded.at(node));
+        b += fmt::format("const {} tmp{} = {};  // {}, stored there by the loop above\n", type, t,
+                         load(o, fmt::format("r * {} + {}", C_, col(m)), m), g_.tensor(t).name);
+      } else {
+        b += fmt::format("const {} tmp{} = {};  // {}\n", type, t, expr(node, m), g_.tensor(t).name);
+      }
     }
     return b;
+  }
+  // Values a reduction loop computes anyway and the store loop needs again (softmax's
+  // exp(x - max)): the reduction loop stores them into the output they feed, the store loop
+  // reads them back instead of recomputing (as Inductor's softmax kernel reuses out_ptr).
+  // Fills stash: reduction node -> [(value node, output tensor)], and loaded for the store loop.
+  void plan_stash(const std::vector<int>& stores, std::map<int, std::vector<std::pair<int, int>>>& stash,
+                  std::map<int, int>& loaded) const {
+    if (C_ <= 1) return;
+    for (int y : stores) {
+      int x = -1, elem_inputs = 0;
+      for (int in : g_.nodes[static_cast<size_t>(y)].inputs) {
+        if (!in_group_.count(in) || is_row(g_.tensor(in).producer)) continue;
+        ++elem_inputs;
+        x = g_.tensor(in).producer;
+      }
+      if (elem_inputs != 1 || loaded.count(x)) continue;
+      int last = -1;  // the last reduction loop that computes x
+      for (int node : k_.nodes) {
+        const Node& n = g_.nodes[static_cast<size_t>(node)];
+        if (!kReduction.contains(n.op) || !in_group_.count(n.inputs[0])) continue;
+        const std::vector<int> c = closure({g_.tensor(n.inputs[0]).producer});
+        if (std::find(c.begin(), c.end(), x) != c.end()) last = node;
+      }
+      if (last < 0) continue;
+      stash[last].push_back({x, g_.nodes[static_cast<size_t>(y)].output});
+      loaded[x] = g_.nodes[static_cast<size_t>(y)].output;
+    }
   }
   // A column loop: vector steps of MG_W columns, then the scalar tail over the last C % W.
   // per(m) gives one step's statements.
@@ -330,6 +365,12 @@ std::string RowwiseGen::generate(std::string& call_args) {
   for (int t : k_.writes) code += fmt::format("  float* __restrict {} = a->{};\n", out_[t], out_[t]);
   code += "  for (int64_t r = r0; r < r1; ++r) {\n";
   const std::string in2 = "    ";
+  std::vector<int> stores;  // every element-wise output of the kernel
+  for (int t : k_.writes)
+    if (!is_row(g_.tensor(t).producer)) stores.push_back(g_.tensor(t).producer);
+  std::map<int, std::vector<std::pair<int, int>>> stash;
+  std::map<int, int> loaded;
+  plan_stash(stores, stash, loaded);
   for (int node : k_.nodes) {
     const Node& n = g_.nodes[static_cast<size_t>(node)];
     const int t = n.output;
@@ -358,6 +399,11 @@ std::string RowwiseGen::generate(std::string& call_args) {
               per += mx ? fmt::format("acc{}[l] = {}(acc{}[l], {});\n", t, dbl ? "mg_maxd" : "mg_max", t, val)
                         : fmt::format("acc{}[l] += {};\n", t, val);
             }
+            for (const auto& [x, y] : stash[node]) {
+              const int xt = g_.nodes[static_cast<size_t>(x)].output;
+              per += m == Mode::Vector ? fmt::format("mg_store(&{}[r * {} + c0], tmp{});  // kept for the store loop\n", out_[y], C_, xt)
+                                       : fmt::format("{}[r * {} + c] = tmp{};  // kept for the store loop\n", out_[y], C_, xt);
+            }
             return per;
           },
           in2);
@@ -370,15 +416,12 @@ std::string RowwiseGen::generate(std::string& call_args) {
     }
     if (out_.count(t)) code += fmt::format("{}{}[r] = row{};\n", in2, out_[t], t);
   }
-  // the store loop: every element-wise output of the kernel
-  std::vector<int> stores;
-  for (int t : k_.writes)
-    if (!is_row(g_.tensor(t).producer)) stores.push_back(g_.tensor(t).producer);
+  // the store loop
   if (!stores.empty()) {
     std::string names;
     for (int node : stores) names += (names.empty() ? "" : ", ") + g_.tensor(g_.nodes[static_cast<size_t>(node)].output).name;
     code += fmt::format("{}// outputs: {}\n", in2, names);
-    const std::vector<int> nodes = closure(stores);
+    const std::vector<int> nodes = closure(stores, loaded);
     if (C_ == 1) {  // one value per row: no column loop
       code += fmt::format("{}{{\n{}  const int64_t c = 0;\n", in2, in2);
       code += indent_text(body(nodes, Mode::Scalar), in2 + "  ");
@@ -387,7 +430,7 @@ std::string RowwiseGen::generate(std::string& call_args) {
     } else {
       code += column_loop(
           [&](Mode m) {
-            std::string per = body(nodes, m);
+            std::string per = body(nodes, m, loaded);
             for (int node : stores) {
               const int t = g_.nodes[static_cast<size_t>(node)].output;
               per += m == Mode::Vector ? fmt::format("mg_store(&{}[r * {} + c0], tmp{});\n", out_[t], C_, t)
