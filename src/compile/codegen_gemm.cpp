@@ -101,22 +101,27 @@ std::string emit_tile(const GemmSpec& s, const TileKind& t, int64_t P) {
         o += fmt::format("{}{} = {}", (v || c) ? ", " : "", acc(r, v, c), op.zero);
     o += ";\n";
   }
-  o += fmt::format("#pragma GCC unroll {}\n", s.unroll);
-  o += fmt::format("  for (int64_t k = 0; k < {}; k += {}) {{\n", s.K, S);
-  for (int c = 0; c < S; ++c) {
-    const std::string kk = c ? fmt::format("(k + {})", c) : "k";
-    for (int v = 0; v < t.nv; ++v)
-      o += fmt::format("    const {} w{}_{} = {};\n", op.type, v, c,
-                       fmt::format(fmt::runtime(op.load), fmt::format("w + {} * {} + {}", kk, P, v * L)));
-    for (int r = 0; r < t.mr; ++r) {
-      o += fmt::format("    {{ const {} a = {};", op.type,
-                       fmt::format(fmt::runtime(op.bcast), fmt::format("x[{} * {} + {}]", r, s.K, kk)));
+  // The K loop unrolled by the generator (U steps of S chains per trip; U S divides K): GCC's
+  // own `#pragma GCC unroll` lost the constant trip count once the tile was inlined into the
+  // row loop, and emitted remainder code for a remainder that cannot exist.
+  const int U = s.unroll;
+  o += fmt::format("  for (int64_t k = 0; k < {}; k += {}) {{\n", s.K, U * S);
+  for (int u = 0; u < U; ++u)
+    for (int c = 0; c < S; ++c) {
+      const int step = u * S + c;
+      const std::string kk = step ? fmt::format("(k + {})", step) : "k";
       for (int v = 0; v < t.nv; ++v)
-        o += fmt::format(" {0} = {1};", acc(r, v, c),
-                         fmt::format(fmt::runtime(op.fma), "a", fmt::format("w{}_{}", v, c), acc(r, v, c)));
-      o += " }\n";
+        o += fmt::format("    const {} w{}_{} = {};\n", op.type, v, step,
+                         fmt::format(fmt::runtime(op.load), fmt::format("w + {} * {} + {}", kk, P, v * L)));
+      for (int r = 0; r < t.mr; ++r) {
+        o += fmt::format("    {{ const {} a = {};", op.type,
+                         fmt::format(fmt::runtime(op.bcast), fmt::format("x[{} * {} + {}]", r, s.K, kk)));
+        for (int v = 0; v < t.nv; ++v)
+          o += fmt::format(" {0} = {1};", acc(r, v, c),
+                           fmt::format(fmt::runtime(op.fma), "a", fmt::format("w{}_{}", v, step), acc(r, v, c)));
+        o += " }\n";
+      }
     }
-  }
   o += "  }\n";
   // Epilogue, per element in codegen_gemm.h's order: chains summed, + b, + residual or GELU.
   if (S > 1) {
@@ -184,21 +189,34 @@ GemmSpec gemm_resolve(GemmSpec s) {
   // Registers: AVX-512 has 32, AVX2 16 (a tile's accumulators + its nv weight vectors + one
   // broadcast must fit); scalar code is left to the compiler's own allocation.
   const int regs = s.isa == GemmIsa::kAvx512 ? 32 : s.isa == GemmIsa::kAvx2 ? 16 : 64;
+  // Defaults, from bench/compile_gemm_bench.cpp on the model's shapes (AVX-512, 1 thread):
+  // the K x P weight panel should stay in L1 while every row tile reads it (at K = 256 a
+  // 64-column panel is 64 KiB and 4 x 64 tiles ran 25% slower than 12 x 32 ones), and the
+  // tile should be as tall as the registers allow (6 x 4, 8 x 3, 12 x 2 vectors: 24
+  // accumulators); the unrolled K loop was no faster than the plain one (within noise).
   if (s.nv == 0) {
     const int64_t vectors = ceil_div(s.N, L);
-    s.nv = static_cast<int>(std::min<int64_t>(vectors, s.isa == GemmIsa::kAvx512 ? 4 : s.isa == GemmIsa::kAvx2 ? 2 : 8));
+    const int max_nv = s.isa == GemmIsa::kAvx512 ? 4 : s.isa == GemmIsa::kAvx2 ? 2 : 8;
+    int nv = max_nv;
+    while (nv > 1 && s.K * nv * L * 4 > (32 << 10)) --nv;  // the panel within 32 KiB of L1
+    s.nv = static_cast<int>(std::min<int64_t>(vectors, nv));
   }
-  if (s.mr == 0) s.mr = static_cast<int>(std::min<int64_t>(s.M, 4));
+  if (s.mr == 0) {
+    const int max_acc = s.isa == GemmIsa::kAvx512 ? 24 : s.isa == GemmIsa::kAvx2 ? 8 : 32;
+    s.mr = static_cast<int>(std::min<int64_t>({s.M, std::max(1, max_acc / s.nv), 12}));
+  }
   if (s.ksplit == 0) {
     // At least 8 independent FMA chains (latency 4 x 2 ports); more chains change the order.
     s.ksplit = 1;
     while (s.mr * s.nv * s.ksplit < 8 && s.K % (2 * s.ksplit) == 0 && s.ksplit < 4) s.ksplit *= 2;
   }
-  if (s.unroll == 0) s.unroll = 4;
+  if (s.unroll == 0) s.unroll = 1;
   MINIGPT_CHECK(s.mr >= 1 && s.nv >= 1 && s.unroll >= 1 && s.ksplit >= 1,
                 "codegen_gemm: schedule mr {} nv {} unroll {} ksplit {} must be positive", s.mr,
                 s.nv, s.unroll, s.ksplit);
   MINIGPT_CHECK(s.K % s.ksplit == 0, "codegen_gemm: ksplit {} does not divide K = {}", s.ksplit, s.K);
+  if (s.K % (s.ksplit * s.unroll) != 0) s.unroll = 1;  // keep the trip count whole
+  MINIGPT_CHECK(s.unroll * s.ksplit <= 64, "codegen_gemm: unroll {} x ksplit {} steps per trip is too many", s.unroll, s.ksplit);
   MINIGPT_CHECK(s.isa == GemmIsa::kScalar || s.mr * s.nv * s.ksplit + s.nv + 1 <= regs,
                 "codegen_gemm: a {} x {} tile with {} chains needs more than {}'s {} registers",
                 s.mr, s.nv, s.ksplit, gemm_isa_name(s.isa), regs);
@@ -215,7 +233,12 @@ std::string gemm_prelude(GemmIsa isa) {
     case GemmIsa::kAvx512:
       o += "#include <immintrin.h>\n";
       o += "// vec_math_avx512.h, as compiled into the engine (GELU of the fused epilogue).\n";
-      o += kVecMathAvx512Source;
+      {
+        std::string math = kVecMathAvx512Source;
+        const size_t once = math.find("#pragma once\n");  // a header's guard, not for a main file
+        if (once != std::string::npos) math.erase(once, 13);
+        o += math;
+      }
       break;
     case GemmIsa::kAvx2:
       o += "#include <immintrin.h>\n"
@@ -263,7 +286,7 @@ GeneratedGemm generate_gemm(const GemmSpec& spec) {
   std::string o;
   o += fmt::format(
       "// {0}: y ({1}, {2}) = x ({1}, {3}) W^T{4}{5}; {6}, {7} x {8} register tiles, K loop "
-      "unrolled by {9}{10}.\n"
+      "unrolled {9} times{10}.\n"
       "// {11:.0f} FLOPs. W^T packed in {12} panels of {13} columns (K x {13} each, zero-padded).\n"
       "// Sum order of y(m, n): k = 0 .. {14} in {15}, then + b[n]{16}.\n",
       s.name, s.M, s.N, s.K, s.bias ? " + b" : "",

@@ -7,7 +7,7 @@
 //     columns: panel p is a (K, P) row-major block holding columns [p P, p P + P) of W^T,
 //     zero-padded past N, so every weight load is a full aligned-size vector;
 //   - a register tile of mr rows x nv vectors accumulates over the whole of K (the K loop's
-//     bound is a constant; `#pragma GCC unroll` by spec.unroll), x broadcast from memory;
+//     bound is a constant, unrolled spec.unroll times in the text), x broadcast from memory;
 //   - tiles run panel by panel (the K x P panel stays in L1 for every row tile), rows inside;
 //     the entry point takes a panel range [p0, p1) so that a caller may split panels over
 //     threads;
@@ -44,7 +44,7 @@ struct GemmSpec {
   // The schedule; 0 = the default for the shape (gemm_default_schedule).
   int mr = 0;      // rows per register tile
   int nv = 0;      // vectors per register tile (panel width P = nv * lanes)
-  int unroll = 0;  // `#pragma GCC unroll` of the K loop
+  int unroll = 0;  // k steps written out per trip of the K loop (1 when it does not divide K)
   int ksplit = 0;  // independent FMA chains over k (1 = eager's order)
   std::string name;  // the entry point's name; empty = derived from the shape and schedule
 };
