@@ -14,6 +14,8 @@
 #include "core/timer.h"
 #include "kernels/cpu/linear.h"
 
+#include "bench_inputs.h"
+
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 #include <stdlib.h>
@@ -29,13 +31,7 @@ using namespace minigpt;
 using namespace minigpt::compile;
 using Floats = std::vector<float>;
 
-Floats random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  Floats v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using minigpt::bench::random_floats;
 
 struct Shape {
   int64_t M, N, K;
