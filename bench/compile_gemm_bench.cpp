@@ -1,6 +1,6 @@
 // The generated fixed-shape GEMM (src/compile/codegen_gemm.h) against the engine's packed GEMM
 // (cpu::linear_forward_packed) at the model's Linear shapes, 1 thread, and the core's FMA peak
-// (a JIT-compiled loop of independent AVX-512 FMAs) as the ceiling. Also the JIT's cold compile
+// (autotune.h's fma_peak, printed at start) as the ceiling. Also the JIT's cold compile
 // time and warm load time for one typical source (the five model GEMMs in one unit).
 //
 // Every generated variant is compiled once at start (into a private cache folder, so the cold
@@ -8,6 +8,7 @@
 //   taskset -c 1 build/<dir>/bench/compile_gemm_bench --benchmark_repetitions=15
 //       --benchmark_report_aggregates_only=true --benchmark_min_time=0.1   (one line)
 // Names: Eager/<shape> and Gen/<shape>/<variant>, shape = MxNxK_epilogue.
+#include "compile/autotune.h"
 #include "compile/codegen_gemm.h"
 #include "compile/jit.h"
 #include "core/thread_pool.h"
@@ -70,27 +71,13 @@ struct Case {
   GeneratedGemm gen;
 };
 
-// The core's FMA peak: 24 independent chains of 16-lane FMAs (latency x ports hidden).
-const char* kPeakSource = R"(
-#include <immintrin.h>
-#include <stdint.h>
-extern "C" void mg_fma_peak(float* out, int64_t iters) {
-  __m512 c[24];
-  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
-  for (int i = 0; i < 24; ++i) c[i] = _mm512_set1_ps((float)i);
-  for (int64_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 24
-    for (int i = 0; i < 24; ++i) c[i] = _mm512_fmadd_ps(c[i], a, b);
-  }
-  __m512 s = c[0];
-  for (int i = 1; i < 24; ++i) s = _mm512_add_ps(s, c[i]);
-  *out = _mm512_reduce_add_ps(s);
-}
-)";
+double g_peak_flops = 0;  // per second, set in main
 
+// GFLOP/s and the fraction of the core's FMA peak.
 void set_rate(benchmark::State& state, double flops) {
   state.counters["GFLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate,
                                                  benchmark::Counter::kIs1000);
+  state.counters["of_peak"] = benchmark::Counter(flops / g_peak_flops, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 }  // namespace
@@ -98,7 +85,6 @@ void set_rate(benchmark::State& state, double flops) {
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   const std::filesystem::path dir = bench_cache_dir();
-  auto lib_holder = std::make_shared<std::vector<std::shared_ptr<JitLibrary>>>();
 
   // One unit with every variant of every shape.
   std::vector<Case> cases;
@@ -132,7 +118,6 @@ int main(int argc, char** argv) {
   request.name = "gemm_bench";
   request.cache_dir = dir;
   const auto lib = jit_load(request);
-  lib_holder->push_back(lib);
   fmt::print(stderr, "compiled {} GEMM variants in one unit: {:.2f} s ({})\n", cases.size(),
              lib->compile_seconds(), host_compiler().describe());
 
@@ -160,24 +145,10 @@ int main(int argc, char** argv) {
                typical.size(), cold->compile_seconds(), cold->load_seconds(), median(warm) * 1e3);
   }
 
-  {
-    JitRequest r;
-    r.source = kPeakSource;
-    r.name = "fma_peak";
-    r.cache_dir = dir;
-    const auto peak = jit_load(r);
-    lib_holder->push_back(peak);
-    auto fn = reinterpret_cast<void (*)(float*, int64_t)>(peak->symbol("mg_fma_peak"));
-    benchmark::RegisterBenchmark("FmaPeak/avx512", [fn](benchmark::State& state) {
-      float out = 0;
-      const int64_t iters = 4096;
-      for (auto _ : state) {
-        fn(&out, iters);
-        benchmark::DoNotOptimize(out);
-      }
-      set_rate(state, 24.0 * 16 * 2 * iters);
-    });
-  }
+  // The ceiling: one core's FMA rate (autotune.h), measured the same way as --explain's.
+  const FmaPeak& peak = fma_peak(dir);
+  fmt::print(stderr, "FMA peak of this core: {:.1f} GFLOP/s ({})\n", peak.gflops, peak.isa);
+  g_peak_flops = peak.gflops * 1e9;
 
   for (const Shape& s : kShapes) {
     benchmark::RegisterBenchmark(("Eager/" + s.label()).c_str(), [s](benchmark::State& state) {
@@ -216,7 +187,6 @@ int main(int argc, char** argv) {
   }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  lib_holder->clear();
   std::filesystem::remove_all(dir);
   return 0;
 }

@@ -153,3 +153,11 @@ TEST(CompileAutotune, NothingToChooseIsAnError) {
   wrong.check = [] { return std::string("no"); };
   EXPECT_THROW(autotune({wrong}), Error);
 }
+
+TEST(CompileAutotune, FmaPeakIsMeasured) {
+  testjit::TempCacheDir dir;
+  const FmaPeak& peak = fma_peak(dir.path());
+  EXPECT_TRUE(peak.isa == "avx512" || peak.isa == "avx2") << peak.isa;
+  EXPECT_GT(peak.gflops, 1.0);  // a core of the last decade does tens to hundreds
+  EXPECT_EQ(&fma_peak(), &peak) << "measured once per process";
+}

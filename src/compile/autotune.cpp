@@ -126,4 +126,53 @@ std::string AutotuneResult::table() const {
   return o;
 }
 
+const FmaPeak& fma_peak(const std::filesystem::path& cache_dir) {
+  static const FmaPeak peak = [&cache_dir] {
+    const bool avx512 = __builtin_cpu_supports("avx512f");
+    MINIGPT_CHECK(avx512 || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")),
+                  "fma_peak: the CPU has neither AVX-512 nor AVX2 with FMA");
+    const int lanes = avx512 ? 16 : 8, chains = avx512 ? 24 : 12;  // of 32 / 16 registers
+    const char* v = avx512 ? "__m512" : "__m256";
+    const char* p = avx512 ? "_mm512" : "_mm256";
+    JitRequest r;
+    r.name = "fma_peak";
+    r.cache_dir = cache_dir;
+    r.source = fmt::format(R"(#include <immintrin.h>
+#include <stdint.h>
+// {2} independent FMA chains: enough to cover the FMA latency on every port.
+extern "C" float mg_fma_peak(int64_t iters) {{
+  {0} c[{2}];
+  const {0} a = {1}_set1_ps(0.999f), b = {1}_set1_ps(1e-3f);
+  for (int i = 0; i < {2}; ++i) c[i] = {1}_set1_ps((float)i);
+  for (int64_t it = 0; it < iters; ++it) {{
+#pragma GCC unroll {2}
+    for (int i = 0; i < {2}; ++i) c[i] = {1}_fmadd_ps(c[i], a, b);
+  }}
+  {0} s = c[0];
+  for (int i = 1; i < {2}; ++i) s = {1}_add_ps(s, c[i]);
+  float out[{3}];
+  {1}_storeu_ps(out, s);
+  return out[0];
+}}
+)",
+                           v, p, chains, lanes);
+    const auto lib = jit_load(r);
+    const auto fn = reinterpret_cast<float (*)(int64_t)>(lib->symbol("mg_fma_peak"));
+    const int64_t iters = 4096;  // ~0.5 ms at 2 GHz
+    volatile float sink = fn(iters);  // warm-up
+    double best_s = 1e30;
+    for (int run = 0; run < 15; ++run) {
+      const Timer t;
+      sink = fn(iters);
+      best_s = std::min(best_s, t.elapsed_s());
+    }
+    (void)sink;
+    FmaPeak f;
+    f.isa = avx512 ? "avx512" : "avx2";
+    f.gflops = 2.0 * lanes * chains * static_cast<double>(iters) / best_s * 1e-9;
+    return f;
+  }();
+  return peak;
+}
+
 }  // namespace minigpt::compile

@@ -10,6 +10,11 @@
 // candidate's time is the median of its samples. A candidate that does not compile or fails
 // its check is reported with the reason and never chosen.
 //
+// Compile time: each distinct request is one compiler run (~0.6 s of it parsing <immintrin.h>
+// and the embedded math), so variants are best generated into one source and given as
+// candidates sharing that request with different symbols: the first compiles it, the others
+// wait on the JIT's lock and load the same entry.
+//
 // What it does not do: generate the variants (codegen_*), or remember the choice across runs
 // (the caller keys its choice on the same things as the JIT key, if it wants to).
 #pragma once
@@ -61,5 +66,15 @@ struct AutotuneResult {
 // Error if there are no candidates or none survives compilation and its check.
 AutotuneResult autotune(const std::vector<AutotuneCandidate>& candidates,
                         const AutotuneOptions& options = {});
+
+// The ceiling a kernel's FLOP rate is set against (--explain's fraction of the roofline): one
+// core's fp32 FMA rate, measured once per process with a JIT-compiled loop of 24 independent
+// FMA chains of the widest vectors the CPU has (AVX-512, else AVX2), best of 15 runs of ~0.5 ms
+// (the best, not the median: a ceiling). cache_dir as JitRequest's.
+struct FmaPeak {
+  double gflops = 0;  // 2 flops per lane per FMA
+  std::string isa;    // "avx512" or "avx2"
+};
+const FmaPeak& fma_peak(const std::filesystem::path& cache_dir = {});
 
 }  // namespace minigpt::compile
