@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -73,7 +74,7 @@ TEST(JitHostCompiler, FoundAndDescribed) {
   const HostCompiler& hc = host_compiler();
   EXPECT_TRUE(fs::path(hc.path).is_absolute()) << hc.path;
   EXPECT_FALSE(hc.version.empty());
-  EXPECT_NE(std::find(hc.flags.begin(), hc.flags.end(), "-ffp-contract=off"), hc.flags.end());
+  EXPECT_NE(std::find(hc.flags.begin(), hc.flags.end(), "-ffp-contract=fast"), hc.flags.end());
   EXPECT_NE(hc.describe().find(hc.version), std::string::npos);
   EXPECT_FALSE(cpu_features().empty());
 }
@@ -326,4 +327,23 @@ TEST_F(JitTest, CacheDirFromEnvironment) {
   if (xdg) ::setenv("XDG_CACHE_HOME", saved_xdg.c_str(), 1);
   else ::unsetenv("XDG_CACHE_HOME");
   if (old) ::setenv("MINIGPT_CACHE_DIR", saved.c_str(), 1);
+}
+
+// A process killed mid-compile or mid-load leaves a build folder or a load copy behind: the next
+// compile in the folder removes those older than an hour, and nothing recent.
+TEST_F(JitTest, LeftoversOfDeadProcessesAreSwept) {
+  const fs::path old_build = dir_ / ".build-0123456789abcdef-XXXXXX";
+  const fs::path old_load = dir_ / ".0123456789abcdef.load.abcdef.so";
+  const fs::path new_load = dir_ / ".fedcba9876543210.load.abcdef.so";
+  fs::create_directory(old_build);
+  write_text(old_build / "x.cpp", "int x;");
+  write_text(old_load, "partial");
+  write_text(new_load, "in use");
+  const auto two_hours_ago = fs::file_time_type::clock::now() - std::chrono::hours(2);
+  fs::last_write_time(old_build, two_hours_ago);
+  fs::last_write_time(old_load, two_hours_ago);
+  jit_load(request(kAnswer));
+  EXPECT_FALSE(fs::exists(old_build));
+  EXPECT_FALSE(fs::exists(old_load));
+  EXPECT_TRUE(fs::exists(new_load));
 }

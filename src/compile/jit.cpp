@@ -9,6 +9,7 @@
 #include "core/timer.h"
 #include "io/atomic_file.h"
 #include "io/file_bytes.h"
+#include "kernels/cuda/autotune_cache.h"  // utc_now_iso8601
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -26,7 +27,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -162,15 +162,6 @@ std::string read_cpu_features() {
   }
   if (flags.empty()) return "unknown cpu";  // not Linux: key on the compiler alone
   return fmt::format("{} family {} model {} ({}): {}", vendor, family, model, name, flags);
-}
-
-std::string utc_now() {
-  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 std::string sha256_bytes(const void* data, size_t size) {
@@ -361,7 +352,7 @@ std::vector<uint8_t> build_entry(const fs::path& dir, const Entry& e, const std:
   j["so_sha256"] = so_sha;
   j["source_sha256"] = sha256_hex(request.source);
   j["compile_seconds"] = compile_s;
-  j["created"] = utc_now();
+  j["created"] = cuda::utc_now_iso8601();
   if (!r.output.empty()) j["diagnostics"] = r.output;
 
   // The .so first, the .json last: an entry is only valid once its .json names the .so's
@@ -372,6 +363,24 @@ std::vector<uint8_t> build_entry(const fs::path& dir, const Entry& e, const std:
   io::write_file_atomic(e.cpp.string(), request.source);
   io::write_file_atomic(e.json.string(), j.dump(2) + "\n");
   return so;
+}
+
+// Removes what a process killed mid-compile or mid-load left in the folder: build folders and
+// load copies (hidden names, see BuildDir and load_bytes) older than an hour, so never one that
+// a live process is still using. Runs only on a miss (rare); errors are ignored.
+void sweep_leftovers(const fs::path& dir) {
+  std::error_code ec;
+  const auto cutoff = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const bool leftover = name.rfind(".build-", 0) == 0 ||
+                          (name[0] == '.' && name.find(".load.") != std::string::npos);
+    std::error_code tec;
+    if (leftover && fs::last_write_time(it->path(), tec) < cutoff && !tec) {
+      std::error_code rec;
+      fs::remove_all(it->path(), rec);
+    }
+  }
 }
 
 }  // namespace
@@ -457,6 +466,7 @@ std::shared_ptr<JitLibrary> jit_load(const JitRequest& request) {
       if (c.problem != "missing")
         fmt::print(stderr, "minigpt jit: cache entry {} for '{}' is bad ({}): rebuilding\n",
                    e.json.string(), request.name, c.problem);
+      sweep_leftovers(dir);
       c.so = build_entry(dir, e, key, request, hc, flags, lib->compile_s_);
       c.sha256 = sha256_bytes(c.so.data(), c.so.size());
     }
