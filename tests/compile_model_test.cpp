@@ -55,14 +55,15 @@ ModelWeights random_weights(const ModelConfig& c, uint64_t seed) {
   return w;
 }
 
-void expect_model_matches(const GrammarMiniGPT& model, int64_t B, int64_t T, uint64_t seed) {
+void expect_model_matches(const GrammarMiniGPT& model, int64_t B, int64_t T, uint64_t seed,
+                          CompileOptions opt = test_options()) {
   std::mt19937_64 rng(seed);
   std::vector<int32_t> ids(static_cast<size_t>(B * T));
   for (int32_t& v : ids) v = static_cast<int32_t>(rng() % static_cast<uint64_t>(model.config().vocab_size));
   ThreadPool pool(2);
   Tensor el, ep, cl, cp;
   model.forward(ids.data(), B, T, el, ep, pool);
-  CompiledModel cm(model, test_options());
+  CompiledModel cm(model, opt);
   cm.forward(ids.data(), B, T, cl, cp, pool);
   const float dl = max_abs_diff(el.data(), cl.data(), el.numel());
   const float dp = max_abs_diff(ep.data(), cp.data(), ep.numel());
@@ -161,6 +162,20 @@ TEST(CompileModel, RandomWeightsMatchEager) {
   c.block_size = 24;
   const GrammarMiniGPT model(c, random_weights(c, 3));
   expect_model_matches(model, 3, 21, 11);  // T past one 16-key block: the online softmax rescales
+}
+
+TEST(CompileModel, GeneratedGemmAndOtherVectorWidthsMatchEager) {
+  // what max-autotune chooses between: the generated fixed-shape GEMMs, 8 and 32 lanes
+  ModelConfig c;
+  c.vocab_size = 97;
+  c.block_size = 24;
+  const GrammarMiniGPT model(c, random_weights(c, 4));
+  for (const auto& [w, gen] : {std::pair{16, true}, std::pair{8, false}, std::pair{32, true}}) {
+    CompileOptions o = test_options();
+    o.codegen.vec_width = w;
+    o.codegen.generated_gemm = gen;
+    expect_model_matches(model, 2, 19, 13, o);
+  }
 }
 
 TEST(CompileModel, DecodeStepEqualsEagerDecodeStep) {

@@ -37,6 +37,7 @@ struct BenchModelOptions {
   int batch = 2;
   int seq = 16;
   bool compile = false;
+  std::string compile_mode = "default";
 };
 
 struct LoadedModel {
@@ -94,7 +95,9 @@ void run_bench_model(const BenchModelOptions& opt, const GlobalOptions& global) 
   double cfwd = 0, compile_s = 0;
   if (opt.compile) {
     Timer ct;
-    compile::CompiledModel compiled(model);
+    compile::CompileOptions co;
+    co.mode = opt.compile_mode;
+    compile::CompiledModel compiled(model, co);
     Tensor cl, cp;
     compiled.forward(ids.data(), B, T, cl, cp, pool);
     compile_s = ct.elapsed_s();
@@ -132,7 +135,7 @@ void run_bench_model(const BenchModelOptions& opt, const GlobalOptions& global) 
   report.set_meta("config", c.to_json());
   report.add_row({"forward (logits+probs)", B, T, fwd, static_cast<double>(B * T) / fwd * 1e6, opt.runs});
   if (opt.compile) {
-    report.add_row({"forward compiled (minigpt compile)", B, T, cfwd, static_cast<double>(B * T) / cfwd * 1e6, opt.runs});
+    report.add_row({fmt::format("forward compiled (minigpt compile, {})", opt.compile_mode), B, T, cfwd, static_cast<double>(B * T) / cfwd * 1e6, opt.runs});
     report.add_note(fmt::format("compiled forward: {:.2f}x eager at {} threads; first call (capture, passes, codegen, "
                                 "JIT or cache hit) {:.3f} s", fwd / cfwd, threads, compile_s));
   }
@@ -155,6 +158,8 @@ void add_bench_model_command(CLI::App& bench, GlobalOptions& global) {
   cmd->add_option("--batch", opt->batch, "forward batch size B")->check(CLI::Range(1, 4096));
   cmd->add_option("--seq", opt->seq, "forward sequence length T")->check(CLI::Range(1, 8192));
   cmd->add_flag("--compile", opt->compile, "also time the compiled forward (minigpt compile), side by side");
+  cmd->add_option("--compile-mode", opt->compile_mode, "default | max-autotune")
+      ->check(CLI::IsMember({"default", "max-autotune"}));
   cmd->callback([opt, &global] { run_bench_model(*opt, global); });
 }
 

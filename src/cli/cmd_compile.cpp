@@ -8,9 +8,10 @@
 // of memory against eager (with their bytes), bytes moved, FLOPs, the measured time (median,
 // kernel run alone on warm data) and the fraction of the roofline floor
 // max(bytes / bandwidth, FLOPs / FMA peak) it reaches. The bandwidth is a measured in-cache
-// memcpy (these graphs' tensors live in L1/L2) and the peak threads x GHz x 16 lanes x 2 FMA
-// units x 2 FLOP.
+// memcpy (these graphs' tensors live in L1/L2) and the peak threads x one core's measured FMA
+// rate (autotune.h's fma_peak).
 #include "cli/commands.h"
+#include "compile/autotune.h"
 #include "compile/capture.h"
 #include "compile/runner.h"
 #include "core/error.h"
@@ -23,7 +24,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -41,18 +41,6 @@ struct CompileCliOptions {
   std::string mode = "default";
   int runs = 200;
 };
-
-double cpu_ghz_from_proc() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("cpu MHz", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos) return std::stod(line.substr(colon + 1)) / 1000.0;
-    }
-  }
-  return 2.0;  // unknown: a conservative guess, said in the output
-}
 
 // Best in-cache copy bandwidth (bytes/s) over a 256 KiB buffer.
 double cache_bandwidth() {
@@ -129,11 +117,11 @@ void run_compile(const CompileCliOptions& opt, const GlobalOptions& global) {
   if (!opt.explain) return;
 
   cg.run(inputs, out_ptrs, pool);
-  const double ghz = cpu_ghz_from_proc();
-  const double peak = pool.size() * ghz * 1e9 * 16 * 2 * 2;
+  const FmaPeak& fp = fma_peak();
+  const double peak = pool.size() * fp.gflops * 1e9;
   const double bw = cache_bandwidth();
-  fmt::print("\nexplain ({} threads; FMA peak {:.1f} GFLOP/s = {} x {:.2f} GHz x 16 lanes x 2 FMA x 2; in-cache copy {:.1f} GB/s)\n",
-             pool.size(), peak / 1e9, pool.size(), ghz, bw / 1e9);
+  fmt::print("\nexplain ({} threads; FMA peak {:.1f} GFLOP/s = {} x {:.1f} measured per core ({}); in-cache copy {:.1f} GB/s)\n",
+             pool.size(), peak / 1e9, pool.size(), fp.gflops, fp.isa, bw / 1e9);
   fmt::print("| kernel | ops fused | removed vs eager | bytes moved | FLOPs | time (us) | roofline |\n");
   fmt::print("| --- | --- | --- | ---: | ---: | ---: | ---: |\n");
   double total_us = 0;

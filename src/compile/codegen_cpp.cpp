@@ -106,6 +106,22 @@ static inline float mg_hmax(mg_vf v) {
     for (int i = 0; i < w; ++i) t[i] = mg_max(t[i], t[i + w]);
   return t[0];
 }
+static inline double mg_hmaxd(mg_vd v) {
+  double t[MG_W];
+  memcpy(t, &v, sizeof t);
+  for (int w = MG_W / 2; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) t[i] = mg_maxd(t[i], t[i + w]);
+  return t[0];
+}
+// double lanes summed as a tree: exact for the sums of <= 2^29 floats a layernorm makes of a
+// constant row, and short dependency chains
+static inline double mg_hsumd(mg_vd v) {
+  double t[MG_W];
+  memcpy(t, &v, sizeof t);
+  for (int w = MG_W / 2; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) t[i] = t[i] + t[i + w];
+  return t[0];
+}
 // the sum in lane order (as eager adds its probabilities, key by key)
 static inline float mg_hsum(mg_vf v) {
   float s = v[0];
@@ -407,9 +423,12 @@ std::string RowwiseGen::generate(std::string& call_args) {
             return per;
           },
           in2);
-      code += fmt::format("{}{} tot{} = acc{}[0];\n", in2, dbl ? "double" : "float", t, t);
-      code += fmt::format("{}for (int l = 1; l < MG_W; ++l) tot{} = {};\n", in2, t,
-                          mx ? fmt::format("{}(tot{}, acc{}[l])", dbl ? "mg_maxd" : "mg_max", t, t) : fmt::format("tot{} + acc{}[l]", t, t));
+      if (mx || dbl) {  // a max in any order is exact; double lanes as a tree
+        code += fmt::format("{}const {} tot{} = {}(acc{});\n", in2, dbl ? "double" : "float", t,
+                            mx ? (dbl ? "mg_hmaxd" : "mg_hmax") : "mg_hsumd", t);
+      } else {  // float lanes added in order
+        code += fmt::format("{}const float tot{} = mg_hsum(acc{});\n", in2, t, t);
+      }
       code += fmt::format("{}const float row{} = (float)tot{};  // {}\n", in2, t, t, g_.tensor(t).name);
     } else {
       code += fmt::format("{}const float row{} = {};  // {}\n", in2, t, expr(node, Mode::Row), g_.tensor(t).name);
@@ -587,6 +606,46 @@ std::string generate_matmul(const Schedule& s, const Kernel& k, const std::map<i
   return code;
 }
 
+// A matmul through a generated fixed-shape GEMM: an args struct, a panel-range function and a
+// launcher that splits the panels over threads when the product is large.
+std::string generate_gemm_call(const Schedule& s, const Kernel& k, const GeneratedGemm& gm, const std::string& packed,
+                               const CodegenOptions& opt, std::string& call_line) {
+  const Graph& g = s.graph;
+  const Node& n = g.nodes[static_cast<size_t>(k.nodes[0])];
+  std::vector<std::string> params{fmt::format("x = {}", describe(g, n.inputs[0])), fmt::format("W = {}", describe(g, n.inputs[1]))};
+  if (n.has_bias) params.push_back(fmt::format("bias = {}", describe(g, n.inputs[2])));
+  if (n.has_residual) params.push_back(fmt::format("residual = {}", describe(g, n.inputs.back())));
+  params.push_back(fmt::format("y = {}{}", describe(g, n.output), n.gelu ? " = GELU(x W^T + b)" : n.has_residual ? " = x W^T + b + residual" : " = x W^T + b"));
+  std::string code = kernel_comment(s, k, params);
+  code += fmt::format("//   generated GEMM {} (mr {}, nv {}, unroll {}, ksplit {}): {} panels of {} columns\n", gm.name, gm.spec.mr,
+                      gm.spec.nv, gm.spec.unroll, gm.spec.ksplit, gm.panels, gm.panel_width);
+  code += fmt::format("struct {}_args {{ const float* x; const float* wp; const float* b; const float* res; float* y; }};\n", k.name);
+  code += fmt::format("static void {}_panels(void* ctx, int64_t p0, int64_t p1) {{\n", k.name);
+  code += fmt::format("  const {}_args* a = (const {}_args*)ctx;\n  {}(a->x, a->wp, a->b, a->res, a->y, p0, p1);\n}}\n", k.name, k.name, gm.name);
+  code += fmt::format("static void {}(const MgRuntime* rt, const {}_args* a) {{\n", k.name, k.name);
+  if (gm.flops >= 64.0 * static_cast<double>(opt.parallel_min_work) && gm.panels > 1)
+    code += fmt::format("  if (rt->threads > 1) {{ rt->parallel_for(rt->pool, {}, 1, {}_panels, (void*)a); return; }}\n", gm.panels, k.name);
+  else
+    code += "  (void)rt;  // small: one thread\n";
+  code += fmt::format("  {}_panels((void*)a, 0, {});\n}}\n", k.name, gm.panels);
+  call_line = fmt::format("  {{ const {}_args a = {{{}, {}, {}, {}, {}}}; {}(rt, &a); }}\n", k.name, tensor_var(g, n.inputs[0]), packed,
+                          n.has_bias ? tensor_var(g, n.inputs[2]) : "NULL", n.has_residual ? tensor_var(g, n.inputs.back()) : "NULL",
+                          tensor_var(g, n.output), k.name);
+  return code;
+}
+
+GemmSpec gemm_spec_for(const Graph& g, const Node& n) {
+  GemmSpec spec;
+  const TensorInfo& x = g.tensor(n.inputs[0]);
+  spec.M = x.rows();
+  spec.K = x.cols();
+  spec.N = g.tensor(n.inputs[1]).shape[0];
+  spec.bias = n.has_bias;
+  spec.epilogue = n.gelu ? GemmEpilogueKind::kGelu : n.has_residual ? GemmEpilogueKind::kResidual : GemmEpilogueKind::kNone;
+  spec.isa = __builtin_cpu_supports("avx512f") ? GemmIsa::kAvx512 : __builtin_cpu_supports("avx2") ? GemmIsa::kAvx2 : GemmIsa::kScalar;
+  return gemm_resolve(spec);
+}
+
 }  // namespace
 
 GeneratedCode generate_cpp(const Schedule& s, const CodegenOptions& opt) {
@@ -594,14 +653,31 @@ GeneratedCode generate_cpp(const Schedule& s, const CodegenOptions& opt) {
   const Graph& g = s.graph;
   GeneratedCode out;
   // io[] layout: inputs, outputs, weights, packed weights of every matmul
-  for (int t : g.inputs) out.io.push_back({IoSlot::Kind::Input, t, g.tensor(t).name});
-  for (int t : g.outputs) out.io.push_back({IoSlot::Kind::Output, t, g.tensor(t).name});
-  for (int t : g.weights) out.io.push_back({IoSlot::Kind::Weight, t, g.tensor(t).name});
-  std::map<int, std::string> packed_var;
-  for (const Node& n : g.nodes) {
-    if (n.op != Op::Matmul || packed_var.count(n.inputs[1])) continue;
-    packed_var[n.inputs[1]] = "pk_" + sanitize(g.tensor(n.inputs[1]).name);
-    out.io.push_back({IoSlot::Kind::Packed, n.inputs[1], g.tensor(n.inputs[1]).name});
+  for (int t : g.inputs) out.io.push_back({IoSlot::Kind::Input, t, g.tensor(t).name, ""});
+  for (int t : g.outputs) out.io.push_back({IoSlot::Kind::Output, t, g.tensor(t).name, ""});
+  for (int t : g.weights) out.io.push_back({IoSlot::Kind::Weight, t, g.tensor(t).name, ""});
+  std::map<int, std::string> packed_var;          // library packing, by weight
+  std::map<int, GeneratedGemm> node_gemm;          // generated GEMM, by node
+  std::map<std::string, std::string> gemm_packed;  // "gemm name|weight" -> variable
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.op != Op::Matmul) continue;
+    const std::string& wname = g.tensor(n.inputs[1]).name;
+    if (opt.generated_gemm) {
+      const GeneratedGemm gm = generate_gemm(gemm_spec_for(g, n));
+      node_gemm[static_cast<int>(i)] = gm;
+      if (std::none_of(out.gemms.begin(), out.gemms.end(), [&](const GeneratedGemm& o) { return o.name == gm.name; }))
+        out.gemms.push_back(gm);
+      const std::string key = gm.name + "|" + wname;
+      if (!gemm_packed.count(key)) {
+        gemm_packed[key] = fmt::format("pk{}_{}", gemm_packed.size(), sanitize(wname));
+        out.io.push_back({IoSlot::Kind::Packed, n.inputs[1], wname, gm.name});
+      }
+      continue;
+    }
+    if (packed_var.count(n.inputs[1])) continue;
+    packed_var[n.inputs[1]] = "pk_" + sanitize(wname);
+    out.io.push_back({IoSlot::Kind::Packed, n.inputs[1], wname, ""});
   }
 
   std::string src = fmt::format(
@@ -617,6 +693,11 @@ GeneratedCode generate_cpp(const Schedule& s, const CodegenOptions& opt) {
   src += kHelpers;
   src += fmt::format("\n#define MG_W {}  // lanes per vector step\n", opt.vec_width);
   src += kVectorHelpers;
+  if (!out.gemms.empty()) {
+    src += "\n// ---- the generated GEMMs (codegen_gemm), one per distinct shape and epilogue -------------\n";
+    src += gemm_prelude(out.gemms[0].spec.isa);
+    for (const GeneratedGemm& gm : out.gemms) src += "\n" + gm.code;
+  }
   std::vector<std::string> calls;
   for (const Kernel& k : s.kernels) {
     std::string code, call_args;
@@ -630,7 +711,13 @@ GeneratedCode generate_cpp(const Schedule& s, const CodegenOptions& opt) {
       case KernelKind::KvWrite: code = generate_kv_write(s, k, call_args); break;
       case KernelKind::Matmul: {
         std::string line;
-        code = generate_matmul(s, k, packed_var, line);
+        const auto gm = node_gemm.find(k.nodes[0]);
+        if (gm != node_gemm.end()) {
+          const Node& n = g.nodes[static_cast<size_t>(k.nodes[0])];
+          code = generate_gemm_call(s, k, gm->second, gemm_packed.at(gm->second.name + "|" + g.tensor(n.inputs[1]).name), opt, line);
+        } else {
+          code = generate_matmul(s, k, packed_var, line);
+        }
         calls.push_back(line);
         break;
       }
@@ -658,7 +745,10 @@ GeneratedCode generate_cpp(const Schedule& s, const CodegenOptions& opt) {
         entry += fmt::format("  const float* {} = (const float*)io[{}];  // weight {}\n", tensor_var(g, slot.tensor), i, describe(g, slot.tensor));
         break;
       case IoSlot::Kind::Packed:
-        entry += fmt::format("  const float* {} = (const float*)io[{}];  // {} packed for the GEMM\n", packed_var[slot.tensor], i, t.name);
+        if (slot.gemm.empty())
+          entry += fmt::format("  const float* {} = (const float*)io[{}];  // {} packed for the GEMM\n", packed_var[slot.tensor], i, t.name);
+        else
+          entry += fmt::format("  const float* {} = (const float*)io[{}];  // {} in {}'s panels\n", gemm_packed[slot.gemm + "|" + t.name], i, t.name, slot.gemm);
         break;
     }
   }

@@ -14,6 +14,7 @@
 // (runner.h's max-autotune), generate matmuls (codegen_gemm.h).
 #pragma once
 
+#include "compile/codegen_gemm.h"
 #include "compile/schedule.h"
 
 #include <cstdint>
@@ -28,6 +29,9 @@ struct CodegenOptions {
   int vec_width = 16;                    // lanes per vector step of a row loop (1 = scalar)
   int64_t parallel_min_work = 1 << 15;   // elements (rows x cols) before a kernel uses threads
   std::string runtime_abi;               // runtime_abi.h's text, embedded verbatim
+  // Matmuls: false = the engine's packed GEMM through MgRuntime (Inductor's extern addmm);
+  // true = a fixed-shape GEMM generated for each shape with its epilogue (codegen_gemm.h).
+  bool generated_gemm = false;
 };
 
 // What each slot of call()'s `io` array holds.
@@ -35,6 +39,7 @@ struct IoSlot {
   enum class Kind : uint8_t { Input, Output, Weight, Packed } kind;
   int tensor;        // graph tensor id (Packed: the weight's id)
   std::string name;  // "ids", "logits", "wte.weight", "blocks.0.attn.qkv.weight"
+  std::string gemm;  // Packed: the generated GEMM whose panels these are; empty: the engine's
 };
 
 struct GeneratedKernel {
@@ -46,6 +51,7 @@ struct GeneratedCode {
   std::string source;                   // the whole translation unit
   std::vector<GeneratedKernel> kernels;  // one per scheduled kernel, for debug dumps
   std::vector<IoSlot> io;                // call()'s io[] layout
+  std::vector<GeneratedGemm> gemms;      // the generated GEMMs the source holds (by name)
   std::string entry = "call";           // extern "C" void call(const MgRuntime*, char* arena, void* const* io)
 };
 

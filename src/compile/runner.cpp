@@ -56,6 +56,17 @@ const float* WeightBinding::packed_for(const std::string& name) {
   return packed.emplace(name, std::move(p)).first->second.data();
 }
 
+const float* WeightBinding::packed_gemm(const GeneratedGemm& gemm, const std::string& name) {
+  const std::string key = name + "|" + gemm.name;
+  auto it = packed.find(key);
+  if (it != packed.end()) return it->second.data();
+  const auto v = values.find(name);
+  MINIGPT_CHECK(v != values.end(), "compile: no weight '{}' to pack", name);
+  Tensor p = Tensor::empty({gemm.packed_floats});
+  gemm_pack_weights(gemm, v->second, p.data());
+  return packed.emplace(key, std::move(p)).first->second.data();
+}
+
 WeightBinding bind_weights(const ModelWeights& w) {
   WeightBinding b;
   for (const auto& [name, t] : w.named()) {
@@ -131,19 +142,22 @@ CompiledGraph::CompiledGraph(const Graph& captured, WeightBinding& weights, cons
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Built> candidates;
   if (opt.mode == "max-autotune") {
-    for (int w : {16, 8, 32}) {
+    // variants: vector width of the generated loops x the engine's GEMM or generated GEMMs
+    for (const auto& [w, gen] : {std::pair{16, false}, std::pair{16, true}, std::pair{8, true}, std::pair{32, true}}) {
       CompileOptions o = opt;
       o.codegen.vec_width = w;
-      candidates.push_back(build(captured, o, fmt::format("vec{}", w)));
+      o.codegen.generated_gemm = gen;
+      candidates.push_back(build(captured, o, fmt::format("vec{} {}", w, gen ? "generated-gemm" : "engine-gemm")));
     }
   } else {
     MINIGPT_CHECK(opt.mode == "default", "compile: unknown mode '{}' (default | max-autotune)", opt.mode);
-    candidates.push_back(build(captured, opt, fmt::format("vec{}", opt.codegen.vec_width)));
+    candidates.push_back(build(captured, opt, fmt::format("vec{} {}", opt.codegen.vec_width,
+                                                          opt.codegen.generated_gemm ? "generated-gemm" : "engine-gemm")));
   }
   // bind weights (and their packed forms) into io slots
   auto adopt = [&](Built& b) {
-    schedule_ = std::move(b.lowered.schedule);
-    code_ = std::move(b.lowered.code);
+    schedule_ = b.lowered.schedule;  // copies: max-autotune adopts candidates more than once
+    code_ = b.lowered.code;
     lib_ = b.lib;
     stats_.passes_s = b.lowered.passes_s;
     stats_.codegen_s = b.lowered.codegen_s;
@@ -161,8 +175,12 @@ CompiledGraph::CompiledGraph(const Graph& captured, WeightBinding& weights, cons
         const auto it = weights.values.find(s.name);
         MINIGPT_CHECK(it != weights.values.end(), "compile: graph {} needs weight '{}', which the model does not have", captured.name, s.name);
         io_[i] = const_cast<float*>(it->second);
-      } else if (s.kind == IoSlot::Kind::Packed) {
+      } else if (s.kind == IoSlot::Kind::Packed && s.gemm.empty()) {
         io_[i] = const_cast<float*>(weights.packed_for(s.name));
+      } else if (s.kind == IoSlot::Kind::Packed) {
+        const auto gm = std::find_if(code_.gemms.begin(), code_.gemms.end(), [&](const GeneratedGemm& g) { return g.name == s.gemm; });
+        MINIGPT_CHECK(gm != code_.gemms.end(), "compile: io slot names GEMM {} which the source lacks", s.gemm);
+        io_[i] = const_cast<float*>(weights.packed_gemm(*gm, s.name));
       }
     }
   };

@@ -55,7 +55,8 @@ struct WeightBinding {
   std::map<std::string, const float*> values;
   std::map<std::string, std::pair<int64_t, int64_t>> shapes;  // (out, in) of matrices
   std::map<std::string, Tensor> packed;                       // filled on first use
-  const float* packed_for(const std::string& name);
+  const float* packed_for(const std::string& name);                              // engine's GEMM
+  const float* packed_gemm(const GeneratedGemm& gemm, const std::string& name);  // generated GEMM
 };
 WeightBinding bind_weights(const ModelWeights& w);
 WeightBinding bind_tinyhead(const TinyHead& h);
