@@ -6,6 +6,8 @@
 #include "compile/passes/passes.h"
 #include "core/error.h"
 
+#include "compile_test_config.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -15,15 +17,7 @@ using namespace minigpt::compile;
 
 namespace {
 
-ModelConfig tiny_config() {
-  ModelConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.d_model = 32;
-  c.block_size = 16;
-  c.vocab_size = 50;
-  return c;
-}
+ModelConfig tiny_config() { return compile_tiny_config(); }
 
 // The message of the Error fn throws ("" if none).
 template <typename F>

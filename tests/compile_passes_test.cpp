@@ -6,6 +6,8 @@
 #include "compile/runner.h"
 #include "compile/schedule.h"
 
+#include "compile_test_config.h"
+
 #include <gtest/gtest.h>
 
 #include <set>
@@ -16,15 +18,7 @@ using namespace minigpt::compile;
 
 namespace {
 
-ModelConfig tiny_config() {
-  ModelConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.d_model = 32;
-  c.block_size = 16;
-  c.vocab_size = 50;
-  return c;
-}
+ModelConfig tiny_config() { return compile_tiny_config(); }
 
 int count(const Graph& g, Op op) {
   int n = 0;
