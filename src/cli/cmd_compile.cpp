@@ -1,4 +1,4 @@
-// `minigpt compile --graph tinyhead|gpt [--batch B --seq T] [-m MODEL] [--dump DIR] [--explain]
+// `minigpt compile --graph tinyhead|gpt|decode [--batch B --seq T | --pos t] [-m MODEL] [--dump DIR] [--explain]
 // [--mode default|max-autotune]`: captures the graph, runs the passes, generates the C++,
 // compiles it through the JIT cache and reports the kernels and the compile times.
 //
@@ -36,6 +36,7 @@ struct CompileCliOptions {
   std::string graph = "gpt";
   std::string model;
   int64_t batch = 2, seq = 16;
+  int64_t pos = 15;  // decode: tokens already cached
   std::string dump;
   bool explain = false;
   std::string mode = "default";
@@ -77,23 +78,33 @@ void run_compile(const CompileCliOptions& opt, const GlobalOptions& global) {
   std::unique_ptr<GrammarMiniGPT> model;
   TinyHead head;
   std::mt19937_64 rng(42);
+  int64_t vocab = 1;
   if (opt.graph == "tinyhead") {
     head = TinyHead::init(42);
     weights = bind_tinyhead(head);
     captured = capture_tinyhead(opt.batch);
-    fin.push_back(Tensor::empty({opt.batch, TinyHead::kIn}));
-    std::normal_distribution<float> nd;
-    for (float& v : fin.back().span()) v = nd(rng);
-    inputs.push_back(fin.back().data());
   } else {
-    MINIGPT_CHECK(opt.graph == "gpt", "--graph must be tinyhead or gpt, got '{}'", opt.graph);
+    MINIGPT_CHECK(opt.graph == "gpt" || opt.graph == "decode", "--graph must be tinyhead, gpt or decode, got '{}'", opt.graph);
     ModelFile f = load_model(resolve_model_path(opt.model));
     model = std::make_unique<GrammarMiniGPT>(f.config, std::move(f.weights));
     weights = bind_weights(model->weights());
-    captured = capture_gpt(model->config(), opt.batch, opt.seq);
-    ids.emplace_back(static_cast<size_t>(opt.batch * opt.seq));
-    for (int32_t& v : ids.back()) v = static_cast<int32_t>(rng() % static_cast<uint64_t>(model->config().vocab_size));
-    inputs.push_back(ids.back().data());
+    vocab = model->config().vocab_size;
+    captured = opt.graph == "gpt" ? capture_gpt(model->config(), opt.batch, opt.seq)
+                                  : capture_gpt_decode(model->config(), opt.pos);
+  }
+  // inputs drawn from seed 42 (never zeros): token ids, or normal floats (x, the KV caches)
+  std::normal_distribution<float> nd;
+  for (int t : captured.inputs) {
+    const TensorInfo& ti = captured.tensor(t);
+    if (ti.dtype == DType::I32) {
+      ids.emplace_back(static_cast<size_t>(ti.numel()));
+      for (int32_t& v : ids.back()) v = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
+      inputs.push_back(ids.back().data());
+    } else {
+      fin.push_back(Tensor::empty(ti.shape));
+      for (float& v : fin.back().span()) v = nd(rng);
+      inputs.push_back(fin.back().data());
+    }
   }
   for (int t : captured.outputs) outs.push_back(Tensor::empty(captured.tensor(t).shape));
   std::vector<float*> out_ptrs;
@@ -160,7 +171,9 @@ void run_compile(const CompileCliOptions& opt, const GlobalOptions& global) {
 void add_compile_command(CLI::App& app, GlobalOptions& global) {
   auto opt = std::make_shared<CompileCliOptions>();
   CLI::App* cmd = app.add_subcommand("compile", "Compile a graph (TinyHead or the model) to fused C++ kernels");
-  cmd->add_option("--graph", opt->graph, "tinyhead | gpt")->check(CLI::IsMember({"tinyhead", "gpt"}));
+  cmd->add_option("--graph", opt->graph, "tinyhead | gpt | decode (one KV-cache step)")
+      ->check(CLI::IsMember({"tinyhead", "gpt", "decode"}));
+  cmd->add_option("--pos", opt->pos, "decode: cache length t (tokens already cached)")->check(CLI::Range(0, 8192));
   cmd->add_option("-m,--model", opt->model, "model file (gpt; default: the shipped model)");
   cmd->add_option("--batch", opt->batch, "batch size B")->check(CLI::Range(1, 4096));
   cmd->add_option("--seq", opt->seq, "sequence length T (gpt)")->check(CLI::Range(1, 8192));

@@ -122,6 +122,14 @@ static inline double mg_hsumd(mg_vd v) {
     for (int i = 0; i < w; ++i) t[i] = t[i] + t[i + w];
   return t[0];
 }
+// float lanes summed as a tree (as _mm512_reduce_add_ps: eager's dot products)
+static inline float mg_hsum_tree(mg_vf v) {
+  float t[MG_W];
+  memcpy(t, &v, sizeof t);
+  for (int w = MG_W / 2; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) t[i] = t[i] + t[i + w];
+  return t[0];
+}
 // the sum in lane order (as eager adds its probabilities, key by key)
 static inline float mg_hsum(mg_vf v) {
   float s = v[0];
@@ -534,6 +542,36 @@ std::string attention_vector_body(const std::string& name, int64_t B, int64_t T,
   return code;
 }
 
+// One query per (batch, head) (the decode step): keys along a local row of scores. Per key a
+// dot product of one vector (dh = MG_W) reduced as a tree (as eager's decode step), the max,
+// exp and sum over the row, out = sum_s p_s v_s / sum. The row (S floats) is the only score
+// storage.
+std::string attention_one_query_body(const std::string& name, int64_t T, int64_t C, int64_t NH, int64_t dh,
+                                     int64_t offset, float scale, bool decode) {
+  const int64_t S = offset + 1;
+  const std::string kaddr = decode ? fmt::format("a->in_ptr1 + s * {} + h * {}", C, dh)
+                                   : fmt::format("a->in_ptr0 + (b * {} + s) * {} + {} + h * {}", T, 3 * C, C, dh);
+  const std::string vaddr = decode ? fmt::format("a->in_ptr2 + s * {} + h * {}", C, dh)
+                                   : fmt::format("a->in_ptr0 + (b * {} + s) * {} + {} + h * {}", T, 3 * C, 2 * C, dh);
+  std::string code = fmt::format("static void {}_pairs(void* ctx, int64_t p0, int64_t p1) {{\n", name);
+  code += fmt::format("  const {}_args* a = (const {}_args*)ctx;\n", name, name);
+  code += "  for (int64_t p = p0; p < p1; ++p) {\n";
+  code += fmt::format("    const int64_t b = p / {}, h = p % {};\n", NH, NH);
+  code += fmt::format("    const mg_vf q = mg_load(a->in_ptr0 + b * {} + h * {});  // the head's query (dh = MG_W)\n", 3 * C, dh);
+  code += fmt::format("    float sc[{}];  // scores of keys [0, {}): every key is at or before the query\n", S, S);
+  code += "    float m = -INFINITY;\n";
+  code += fmt::format("    for (int64_t s = 0; s < {}; ++s) {{\n", S);
+  code += fmt::format("      sc[s] = mg_hsum_tree(q * mg_load({})) * {};  // q . k_s, scale 1/sqrt({})\n", kaddr, flit(scale), dh);
+  code += "      m = mg_max(m, sc[s]);\n    }\n";
+  code += "    float l = 0.0f;\n";
+  code += fmt::format("    for (int64_t s = 0; s < {}; ++s) {{\n      sc[s] = mg_exp(sc[s] - m);\n      l += sc[s];\n    }}\n", S);
+  code += "    mg_vf acc = {};\n";
+  code += fmt::format("    for (int64_t s = 0; s < {}; ++s) acc += sc[s] * mg_load({});\n", S, vaddr);
+  code += fmt::format("    mg_store(a->out_ptr0 + b * {} + h * {}, acc / l);\n", C, dh);
+  code += "  }\n}\n";
+  return code;
+}
+
 std::string generate_attention(const Schedule& s, const Kernel& k, const CodegenOptions& opt, std::string& call_args) {
   const Graph& g = s.graph;
   const Node& n = g.nodes[static_cast<size_t>(k.nodes[0])];
@@ -561,7 +599,12 @@ std::string generate_attention(const Schedule& s, const Kernel& k, const Codegen
       "//   probability matrix exists.\n",
       opt.vec_width, opt.vec_width);
   code += fmt::format("struct {}_args {{ const float* in_ptr0; const float* in_ptr1; const float* in_ptr2; float* out_ptr0; }};\n", k.name);
-  code += attention_vector_body(k.name, B, T, C, NH, dh, n.offset, scale, decode, opt.vec_width);
+  if (T == 1 && dh == opt.vec_width) {
+    code += "//   one query per (batch, head): keys along a row of scores instead\n";
+    code += attention_one_query_body(k.name, T, C, NH, dh, n.offset, scale, decode);
+  } else {
+    code += attention_vector_body(k.name, B, T, C, NH, dh, n.offset, scale, decode, opt.vec_width);
+  }
   code += fmt::format("static void {}(const MgRuntime* rt, const {}_args* a) {{\n", k.name, k.name);
   const int64_t work = B * NH * T * S * dh;
   if (work >= opt.parallel_min_work && B * NH > 1)
