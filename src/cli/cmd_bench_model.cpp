@@ -38,6 +38,7 @@ struct BenchModelOptions {
   int seq = 16;
   bool compile = false;
   std::string compile_mode = "default";
+  bool compile_decode = false;
 };
 
 struct LoadedModel {
@@ -129,6 +130,26 @@ void run_bench_model(const BenchModelOptions& opt, const GlobalOptions& global) 
   }
   const double dec = median(dec_us) / static_cast<double>(c.block_size);  // per token
 
+  // the compiled decode step: one graph per cache length (compiled on first use, cached on disk)
+  double cdec = 0;
+  if (opt.compile_decode) {
+    compile::CompileOptions co;
+    co.mode = opt.compile_mode;
+    compile::CompiledDecoder cdecoder(model, co);
+    auto cdecode_all = [&] {
+      cdecoder.reset();
+      for (int32_t id : ctx) cdecoder.step(id, pool);
+    };
+    for (int i = 0; i < std::max(2, opt.warmup / 10); ++i) cdecode_all();  // the first compiles
+    std::vector<double> us;
+    for (int i = 0; i < decode_runs; ++i) {
+      Timer timer;
+      cdecode_all();
+      us.push_back(timer.elapsed_us());
+    }
+    cdec = median(us) / static_cast<double>(c.block_size);
+  }
+
   Report report("GrammarMiniGPT forward and KV-cache decode (CPU, fp32)",
                 {"case", "B", "T", "median_us", "tokens_per_s", "runs"}, threads);
   report.set_meta("model", loaded.description);
@@ -140,6 +161,11 @@ void run_bench_model(const BenchModelOptions& opt, const GlobalOptions& global) 
                                 "JIT or cache hit) {:.3f} s", fwd / cfwd, threads, compile_s));
   }
   report.add_row({"kv decode, per token", 1, c.block_size, dec, 1e6 / dec, decode_runs});
+  if (opt.compile_decode) {
+    report.add_row({fmt::format("kv decode compiled (minigpt compile, {}), per token", opt.compile_mode), 1, c.block_size, cdec,
+                    1e6 / cdec, decode_runs});
+    report.add_note(fmt::format("compiled decode step: {:.2f}x eager at {} threads", dec / cdec, threads));
+  }
   report.add_note(fmt::format("forward: median of {} runs after {} warm-up; decode: {} tokens from an empty "
                               "cache per run, median of {} runs, us per token",
                               opt.runs, opt.warmup, c.block_size, decode_runs));
@@ -158,6 +184,9 @@ void add_bench_model_command(CLI::App& bench, GlobalOptions& global) {
   cmd->add_option("--batch", opt->batch, "forward batch size B")->check(CLI::Range(1, 4096));
   cmd->add_option("--seq", opt->seq, "forward sequence length T")->check(CLI::Range(1, 8192));
   cmd->add_flag("--compile", opt->compile, "also time the compiled forward (minigpt compile), side by side");
+  cmd->add_flag("--compile-decode", opt->compile_decode,
+                "also time the compiled decode step (one graph per cache length: the first run compiles "
+                "block_size graphs, later runs load them from the JIT cache)");
   cmd->add_option("--compile-mode", opt->compile_mode, "default | max-autotune")
       ->check(CLI::IsMember({"default", "max-autotune"}));
   cmd->callback([opt, &global] { run_bench_model(*opt, global); });
