@@ -241,7 +241,8 @@ int lm_head(GraphBuilder& b, const HeadLeaves& h, int x, float eps) {
 }  // namespace
 
 Graph capture_gpt(const ModelConfig& c, int64_t B, int64_t T) {
-  MINIGPT_CHECK(B >= 1 && T >= 1 && T <= c.block_size, "capture_gpt: bad shape B={} T={}", B, T);
+  MINIGPT_CHECK(B >= 1 && T >= 1, "capture_gpt: batch {} and sequence length {} must be >= 1", B, T);
+  MINIGPT_CHECK(T <= c.block_size, "capture_gpt: sequence length {} exceeds the model's block_size {}", T, c.block_size);
   const int64_t N = B * T, d = c.d_model, V = c.vocab_size;
   const float eps = c.layernorm_eps;
   GraphBuilder b(fmt::format("gpt_B{}_T{}", B, T));
