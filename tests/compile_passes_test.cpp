@@ -191,6 +191,11 @@ TEST(CompilePasses, CodegenGeneratesLoopsNotEagerCalls) {
     EXPECT_NE(src.find("FLOPs"), std::string::npos);
   }
   EXPECT_EQ(l.code.kernels.size(), l.schedule.kernels.size());
+  // the same op in another block is the same loops: emitted once, called twice
+  size_t attention_bodies = 0;
+  for (size_t at = src.find("_pairs(void* ctx"); at != std::string::npos; at = src.find("_pairs(void* ctx", at + 1)) ++attention_bodies;
+  EXPECT_EQ(attention_bodies, 1u);
+  EXPECT_NE(src.find("same loops as cpp_fused_attention_"), std::string::npos);
   // the attention kernel holds no score matrix: no (T, T) buffer in the arena
   for (const Node& n : l.schedule.graph.nodes) EXPECT_NE(n.op, Op::AttnScores);
 }

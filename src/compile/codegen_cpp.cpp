@@ -742,6 +742,7 @@ GeneratedCode generate_cpp(const Schedule& s, const CodegenOptions& opt) {
     for (const GeneratedGemm& gm : out.gemms) src += "\n" + gm.code;
   }
   std::vector<std::string> calls;
+  std::map<std::string, std::string> loops_emitted;  // kernel text with its name as "@" -> name
   for (const Kernel& k : s.kernels) {
     std::string code, call_args;
     switch (k.kind) {
@@ -766,7 +767,22 @@ GeneratedCode generate_cpp(const Schedule& s, const CodegenOptions& opt) {
       }
     }
     if (k.kind != KernelKind::Matmul) {
-      calls.push_back(fmt::format("  {{ const {}_args a = {{{}}}; {}(rt, &a); }}\n", k.name, call_args.substr(2), k.name));
+      // A kernel whose loops are the text of an earlier one (the same layer op in another
+      // block: only the buffers passed differ) is emitted once and called under that name, as
+      // Inductor reuses identical kernels; its comment stays, for the reader.
+      const size_t body_at = code.find("struct " + k.name + "_args");
+      std::string shape_of_loops = code.substr(body_at);
+      for (size_t at = shape_of_loops.find(k.name); at != std::string::npos; at = shape_of_loops.find(k.name, at))
+        shape_of_loops.replace(at, k.name.size(), "@");
+      std::string fn = k.name;
+      const auto seen = loops_emitted.find(shape_of_loops);
+      if (seen != loops_emitted.end()) {
+        fn = seen->second;
+        code = code.substr(0, body_at) + fmt::format("//   same loops as {} (emitted once, called with this kernel's buffers)\n", fn);
+      } else {
+        loops_emitted.emplace(shape_of_loops, k.name);
+      }
+      calls.push_back(fmt::format("  {{ const {}_args a = {{{}}}; {}(rt, &a); }}  // {}\n", fn, call_args.substr(2), fn, k.name));
     }
     out.kernels.push_back({k.name, code});
     src += "\n" + code;
