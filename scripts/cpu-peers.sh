@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # cpu-peers.sh: the CPU performance figures with their PyTorch peers, each measured in one run:
+#   - the forward at (2, 16) (bench/peers/torch_model.py: C++ vs torch eager and torch.compile)
+#     at 1 and 2 threads;
 #   - the training step at B = 64, T = 16 (bench/peers/torch_train.py: C++ vs torch eager,
 #     alternating rounds) at 1 and 2 threads;
 #   - `minigpt bench softmax --device cpu` at 2 threads (torch.softmax and torch.compile beside
@@ -8,13 +10,21 @@
 # torch installed. Both sides are pinned to the same cores (CPUS, default the first two), so a
 # 2-thread figure means 2 cores, as on the project's 2-core machine.
 #
-# Builds the `cpu` preset (build/cpu) unless MINIGPT=path/to/minigpt is given. Results go to
-# $OUT when set (the device tool's folder), else build/cpu-peers/: train_t1.md, train_t2.md,
+# Builds the `cpu` preset (build/cpu) unless MINIGPT=path/to/minigpt is given (relative paths are
+# taken from the directory it is started in). Results go to $OUT when set (the device tool's
+# folder), else build/cpu-peers/: forward_t1.md, forward_t2.md, train_t1.md, train_t2.md,
 # bench_softmax_cpu.md, bench_softmax_cpu.json, cpu-peers.log.
 set -euo pipefail
 export PYTHONUNBUFFERED=1
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# Paths given relative to where the script was started (MINIGPT=build/cpu/minigpt, OUT=results)
+# become absolute before the cd below; a bare MINIGPT name is looked up on PATH.
+if [[ -n ${MINIGPT:-} ]]; then
+  if [[ $MINIGPT == */* ]]; then MINIGPT=$(realpath -m -- "$MINIGPT"); else MINIGPT=$(command -v -- "$MINIGPT" || true); fi
+  [[ -x $MINIGPT ]] || { echo "cpu-peers.sh: MINIGPT=$MINIGPT is not an executable file" >&2; exit 1; }
+fi
+[[ -n ${OUT:-} ]] && OUT=$(realpath -m -- "$OUT")
 cd "$ROOT"
 RESULTS=${OUT:-$ROOT/build/cpu-peers}
 mkdir -p "$RESULTS"
@@ -28,9 +38,14 @@ python3 -c 'import torch; print("torch", torch.__version__)' || true
 if [[ -z ${MINIGPT:-} ]]; then
   cmake --preset cpu >/dev/null
   cmake --build build/cpu -j"$(nproc)" --target minigpt
-  MINIGPT=build/cpu/minigpt
+  MINIGPT=$ROOT/build/cpu/minigpt
 fi
 git log -1 --format="commit %h %s" || true
+
+for t in 1 2; do
+  echo "=== forward (2, 16), $t thread(s), cores $CPUS ==="
+  taskset -c "$CPUS" python3 bench/peers/torch_model.py -t "$t" --minigpt "$MINIGPT" | tee "$RESULTS/forward_t$t.md"
+done
 
 for t in 1 2; do
   echo "=== training step, $t thread(s), cores $CPUS ==="
@@ -56,6 +71,6 @@ for n in r.get("notes", []):
     print(f"\n- {n}")
 PY
 echo "=== summary ==="
-grep -E "^\| (minigpt|torch eager)" "$RESULTS"/train_t*.md || true
+grep -E "^\| (minigpt|torch eager|torch.compile)" "$RESULTS"/forward_t*.md "$RESULTS"/train_t*.md || true
 grep -E "^\| (simd|memcpy|memcpy-stream|torch.softmax) " "$RESULTS/bench_softmax_cpu.md" || true
 echo "results in $RESULTS"

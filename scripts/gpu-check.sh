@@ -5,9 +5,11 @@
 # torch.compile, Triton; graph mode for small shapes), renders the table as markdown, draws the
 # roofline (python -m minigpt.plot roofline) and prints a summary last.
 #
-# Results go to $OUT when set (the device tool's folder), else build/gpu-check/: gpu-check.log,
-# bench_softmax_cuda.json, bench_softmax_cuda.md, roofline.png, ctest.log, pytest.log,
-# autotune.json, manifest.json (experiment 24) (8 files at most: the device tool returns no more). Knobs: BUILD_TARGETS (build
+# Results go to build/gpu-check/: gpu-check.log, bench_softmax_cuda{,_any}.{json,md} (the sweep
+# and issue 19's "any shape" table), roofline.png, ctest.log, pytest.log, autotune.json,
+# triton_autotune.json, manifest.json (experiment 24). When $OUT is set (the device tool's
+# folder) the log, the tables, the roofline, the manifest and results.tar.gz (all of it) are
+# copied there: the device tool returns 8 files at most. Knobs: BUILD_TARGETS (build
 # only these), GPU_CHECK_ALL_TESTS=1 (every ctest test), BENCH_ARGS (extra `bench softmax`
 # options, e.g. --retune or --shapes 64x600), GPU_CHECK_SKIP_PYTEST=1. Every step is time-boxed;
 # a failing step prints a FAIL line and the script goes on; the exit status is non-zero if any
@@ -16,10 +18,16 @@ set -euo pipefail
 export PYTHONUNBUFFERED=1
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# Folders given relative to where the script was started become absolute before the cd below.
+[[ -n ${OUT:-} ]] && OUT=$(realpath -m -- "$OUT")
+[[ -n ${XDG_CACHE_HOME:-} ]] && XDG_CACHE_HOME=$(realpath -m -- "$XDG_CACHE_HOME")
 cd "$ROOT"
-RESULTS=${OUT:-$ROOT/build/gpu-check}
+RESULTS=$ROOT/build/gpu-check
+rm -rf "$RESULTS"
 mkdir -p "$RESULTS"
-LOG="$RESULTS/gpu-check.log"
+# The device tool brings back at most 8 files from $OUT: the log (written there as it goes, so
+# a run killed at its limit still returns it), the tables, the roofline, and a tarball of all.
+LOG="${OUT:-$RESULTS}/gpu-check.log"
 : >"$LOG"
 exec > >(tee -a "$LOG") 2>&1
 export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
@@ -68,8 +76,13 @@ run_pytest() {
 run_bench() {
   "$BUILD/minigpt" bench softmax --device cuda -o json ${BENCH_ARGS:-} >"$RESULTS/bench_softmax_cuda.json"
 }
-render_md() {
-  python3 - "$RESULTS/bench_softmax_cuda.json" >"$RESULTS/bench_softmax_cuda.md" <<'PY'
+# The "any shape" table (issue 19): shapes outside the tuned sweep, every kernel and peer.
+ANY_SHAPES=${ANY_SHAPES:-1000x1000,65536x128,8192x4096,100x128256,16x1048576,24576x2048,1024x152064,65537x7,3x100003,128x65536}
+run_bench_any() {
+  "$BUILD/minigpt" bench softmax --device cuda --shapes "$ANY_SHAPES" -o json >"$RESULTS/bench_softmax_cuda_any.json"
+}
+render_md() {  # render_md JSON MD
+  python3 - "$1" >"$2" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 cols = r["columns"]
@@ -92,7 +105,10 @@ for n in r.get("notes", []):
 PY
 }
 plot() { python3 -m minigpt.plot roofline "$RESULTS/bench_softmax_cuda.json" -o "$RESULTS/roofline.png"; }
-keep_cache() { cp "$XDG_CACHE_HOME/minigpt/autotune.json" "$RESULTS/autotune.json"; }
+keep_cache() {
+  cp "$XDG_CACHE_HOME/minigpt/autotune.json" "$RESULTS/autotune.json"
+  cp "$XDG_CACHE_HOME/minigpt/triton_autotune.json" "$RESULTS/triton_autotune.json" || true
+}
 # Experiment 24 (Triton vs CUDA C, the PyTorch port, the kernel swap) from the same bench JSON;
 # its manifest lands beside the other results (the full folder stays in build/exp24).
 experiment24() {
@@ -103,7 +119,8 @@ experiment24() {
 
 export RESULTS BUILD JOBS LOG BUILD_TARGETS="${BUILD_TARGETS:-}" BENCH_ARGS="${BENCH_ARGS:-}"
 export ROOT
-export -f probe configure build run_ctest run_pytest run_bench render_md plot keep_cache experiment24
+export ANY_SHAPES
+export -f probe configure build run_ctest run_pytest run_bench run_bench_any render_md plot keep_cache experiment24
 
 step probe 60 probe
 step configure 300 configure
@@ -113,10 +130,13 @@ if [[ ${GPU_CHECK_SKIP_PYTEST:-0} == 1 ]]; then echo "pytest skipped (GPU_CHECK_
 if [[ -x $BUILD/minigpt ]]; then
   step bench 900 run_bench
   if [[ -s $RESULTS/bench_softmax_cuda.json ]]; then
-    step render-md 60 render_md
+    step render-md 60 render_md "$RESULTS/bench_softmax_cuda.json" "$RESULTS/bench_softmax_cuda.md"
     step roofline 120 plot
     step experiment24 300 experiment24
   fi
+  step bench-any-shape 600 run_bench_any
+  [[ -s $RESULTS/bench_softmax_cuda_any.json ]] &&
+    step render-md-any 60 render_md "$RESULTS/bench_softmax_cuda_any.json" "$RESULTS/bench_softmax_cuda_any.md"
 else
   echo "FAIL: $BUILD/minigpt was not built; no benchmark"
   NAMES+=(bench); STATUS+=("FAIL(no binary)"); SECS+=(0)
@@ -125,8 +145,10 @@ step keep-autotune-cache 10 keep_cache
 
 echo
 echo "=== summary ==="
-if [[ -s $RESULTS/bench_softmax_cuda.json ]]; then
-  python3 - "$RESULTS/bench_softmax_cuda.json" <<'PY' || true
+for table in bench_softmax_cuda.json bench_softmax_cuda_any.json; do
+  [[ -s $RESULTS/$table ]] || continue
+  echo "--- $table"
+  python3 - "$RESULTS/$table" <<'PY' || true
 import json, sys
 r = json.load(open(sys.argv[1]))
 m = r.get("meta", {})
@@ -140,12 +162,18 @@ for row in r["rows"]:
     print(f"{g('kernel'):<22}{g('B'):>8}{g('V'):>7}{g('time_us'):>11.2f}{g('GB/s'):>9.0f}"
           f"{100 * (g('frac_of_copy') or 0):>6.1f}%{(f'{vs:.2f}' if vs else '-'):>9}")
 PY
-fi
+done
 fails=0
 for i in "${!NAMES[@]}"; do
   printf '%-22s %-16s %5ss\n' "${NAMES[$i]}" "${STATUS[$i]}" "${SECS[$i]}"
   [[ ${STATUS[$i]} == PASS ]] || fails=$((fails + 1))
 done
-echo "results in $RESULTS"
+if [[ -n ${OUT:-} ]]; then
+  for f in bench_softmax_cuda.md bench_softmax_cuda_any.md roofline.png manifest.json; do
+    [[ -f $RESULTS/$f ]] && cp "$RESULTS/$f" "$OUT/"
+  done
+  tar -czf "$OUT/results.tar.gz" -C "$RESULTS" .
+fi
+echo "results in $RESULTS${OUT:+ (and \$OUT: gpu-check.log, the tables, roofline.png, manifest.json, results.tar.gz)}"
 ((fails == 0)) || { echo "gpu-check: $fails step(s) failed"; exit 1; }
 echo "gpu-check: all steps passed"

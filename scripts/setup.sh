@@ -2,7 +2,38 @@
 # Installs everything minigpt.cpp needs on a fresh Debian 12 machine: compilers and libraries
 # from apt, Python packages from pip. Idempotent and quiet when everything is already there.
 # The CUDA toolkit is not installed here: the build uses it when nvcc is on the machine.
+#
+#   scripts/setup.sh           what `make run` needs (no torch: it is large)
+#   scripts/setup.sh --torch   torch from PyPI, for `make test` (the PyTorch port's tests and the
+#                              benchmarks' peers): about 1 minute and 5 GB, once per machine.
+#                              Exits non-zero, saying why, when torch cannot be installed.
 set -euo pipefail
+
+PYTHON=${PYTHON:-python3}
+
+# pip_install PACKAGE...: pip into $PYTHON; Debian's own python3 is "externally managed", a
+# pyenv or venv python is not.
+pip_install() {
+  "$PYTHON" -m pip install -q "$@" 2>/dev/null || "$PYTHON" -m pip install -q --break-system-packages "$@"
+}
+
+if [[ ${1:-} == --torch ]]; then
+  if "$PYTHON" -c "import torch" 2>/dev/null; then exit 0; fi
+  echo "setup: installing torch from PyPI for the PyTorch tests (about 1 minute and 5 GB, once)"
+  log=$(mktemp)
+  if ! { "$PYTHON" -m pip install -q torch >>"$log" 2>&1 ||
+         "$PYTHON" -m pip install -q --break-system-packages torch >>"$log" 2>&1; } ||
+     ! "$PYTHON" -c "import torch" >>"$log" 2>&1; then
+    echo "setup: ERROR: torch could not be installed with '$PYTHON -m pip install torch'; pip said:" >&2
+    tail -n 15 "$log" >&2
+    echo "setup: \`make test\` runs the PyTorch port's contract tests and needs torch: fix the cause above" >&2
+    echo "       (network, disk space: about 5 GB), or install torch yourself, then run it again." >&2
+    rm -f "$log"
+    exit 1
+  fi
+  rm -f "$log"
+  exit 0
+fi
 
 APT_PACKAGES=(
   build-essential cmake ninja-build git pkg-config
@@ -25,7 +56,6 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-PYTHON=${PYTHON:-python3}
 need_pip=()
 for p in "${PIP_PACKAGES[@]}"; do
   "$PYTHON" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$p') is None)" 2>/dev/null \
@@ -33,7 +63,5 @@ for p in "${PIP_PACKAGES[@]}"; do
 done
 if ((${#need_pip[@]})); then
   echo "setup: installing pip packages: ${need_pip[*]}"
-  # Debian's own python3 is "externally managed"; a pyenv or venv python is not.
-  "$PYTHON" -m pip install -q "${need_pip[@]}" 2>/dev/null \
-    || "$PYTHON" -m pip install -q --break-system-packages "${need_pip[@]}"
+  pip_install "${need_pip[@]}"
 fi

@@ -1,5 +1,5 @@
 // Forward (and closed-form backward) of the CPU layers against the double references in
-// layers_reference.h, the design.md numerics cases, and bitwise equality between 1 and 2
+// layers_reference.h, the docs/ARCHITECTURE.md numerics cases, and bitwise equality between 1 and 2
 // threads. Finite-difference checks of the backwards live in gradcheck_test.cpp.
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"

@@ -1,6 +1,6 @@
 // CPU softmax: every version (naive, fused, simd on every ISA this CPU has, streamed or not,
 // prefetching or not, 1 and 2 threads) against softmax_reference (double) at many shapes,
-// misaligned pointers, poisoned outputs, the design.md special values; and the polynomial
+// misaligned pointers, poisoned outputs, the docs/ARCHITECTURE.md special values; and the polynomial
 // exp's ulp error.
 //
 // Tolerance per element: |y - ref| <= ref * (rtol + |x - max| * 2^-24) + 2e-38. The |x - max|
@@ -158,6 +158,41 @@ TEST(SoftmaxCpu, EveryVersionMatchesReferenceAtManyShapesAndMisalignedPointers) 
     }
   for (size_t k = 0; k < vs.size(); ++k)
     std::printf("  %-24s max relative error %.3g\n", vs[k].name.c_str(), worst[k]);
+}
+
+// Rows whose running max rises many times: the online versions rescale at every rise (fused
+// keeps one stretch of y per rise and scales each once at the end). Rising by small steps
+// (every element a new max), a sawtooth that climbs, and a rise after a long flat start.
+TEST(SoftmaxCpu, RowsWhoseMaxRisesOftenOnEveryVersion) {
+  ThreadPool pool1(1), pool2(2);
+  const auto vs = versions(pool1, pool2);
+  struct Row {
+    std::string name;
+    std::vector<float> x;
+  };
+  std::vector<Row> rows;
+  for (const int64_t cols : {int64_t{100}, int64_t{5000}, 2 * kSimdChunk + 3}) {
+    Row rising{"rising, " + std::to_string(cols), std::vector<float>(static_cast<size_t>(cols))};
+    for (int64_t c = 0; c < cols; ++c) rising.x[c] = -8.0f + 16.0f * static_cast<float>(c) / static_cast<float>(cols);
+    rows.push_back(rising);
+    Row saw{"climbing sawtooth, " + std::to_string(cols), std::vector<float>(static_cast<size_t>(cols))};
+    for (int64_t c = 0; c < cols; ++c) saw.x[c] = 0.01f * static_cast<float>(c) - static_cast<float>(c % 7);
+    rows.push_back(saw);
+    Row late{"flat, then rising, " + std::to_string(cols), std::vector<float>(static_cast<size_t>(cols), -30.0f)};
+    for (int64_t c = cols / 2; c < cols; ++c) late.x[c] = -30.0f + 0.05f * static_cast<float>(c - cols / 2);
+    rows.push_back(late);
+  }
+  for (const Row& r : rows) {
+    const auto cols = static_cast<int64_t>(r.x.size());
+    std::vector<float> ref(r.x.size()), y(r.x.size());
+    softmax_reference(r.x.data(), ref.data(), 1, cols);
+    for (const Version& v : vs) {
+      SCOPED_TRACE(r.name + " / " + v.name);
+      std::fill(y.begin(), y.end(), kNaN);  // poison: an unwritten element fails
+      v.run(r.x.data(), y.data(), 1, cols);
+      check_close(v.name, r.x.data(), y.data(), ref.data(), 1, cols, rtol_for(v, cols));
+    }
+  }
 }
 
 TEST(SoftmaxCpu, VariedSeedsPrintTheirSeed) {

@@ -15,13 +15,15 @@ calls alternating so that all meet the same GPU state; minigpt's own fused kerne
 module is importable.
 
 Output (--json): {"torch_version", "device", "threads", "results": [{"peer", "B", "V",
-"time_us", "runs"}], "notes": [...]}. Without torch it prints the same object with no results
-and a note saying why, and exits 0: the caller leaves its peer columns empty.
+"time_us", "runs"}], "notes": [...]}; one note says how the sides were kept fair. Without
+torch it prints the same object with no results ("torch_version": null) and a note saying why,
+and exits 0: the caller leaves its peer columns empty.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -114,6 +116,15 @@ def main(argv: list[str] | None = None) -> int:
         return emit()
     from torch_threads import use_threads  # beside this script
     use_threads(torch, args.threads)
+    if args.device == "cpu":
+        out["notes"].append(
+            f"fairness: torch with {args.threads} intra-op thread(s) and 1 inter-op thread, on this process's "
+            f"CPU set {sorted(os.sched_getaffinity(0))}; `minigpt bench softmax` runs this script to completion "
+            "before it times its own kernels, so no torch thread exists while the C++ side is timed")
+    else:
+        out["notes"].append(
+            "fairness: every peer and minigpt's own fused kernel (when importable) timed in this one process "
+            "on the same tensors, their calls alternating, L2 flushed before each")
 
     peers = {"torch.softmax": lambda x: torch.softmax(x, dim=-1)}
     if not args.no_compile:

@@ -7,60 +7,68 @@ torch.compile, on the same model and thread count, beside the C++ engine in ONE 
 What it measures: GrammarMiniGPT.forward(ids) -> (logits, probs) under torch.inference_mode(),
 median of --runs timed calls after --warmup untimed ones, ids from seed 42. torch.compile
 (default mode): the first compiled call (compilation included) is reported on its own row and
-the steady-state median beside eager. Unless --no-cpp, it then runs `minigpt bench model
--o json` with the same model file, -t and --runs and prints the C++ rows with the ratios
-(peer time / C++ time: how many times faster the C++ forward is), so the ratio is read in one
-run on one machine.
+the steady-state median beside eager. Unless --no-cpp, it also runs `minigpt bench model
+--no-peers -o json` with the same model file, -t, --runs and shape, and prints the ratios
+(cpp_speedup = peer time / C++ time), read in one run on one machine.
+
+Fairness (printed in the header): the two sides never run at once. The C++ side is a child
+process started on the CPU set this script had at start (cpp_side.py) while the script waits;
+its first round runs before torch is imported. --rounds (default 3) alternate C++ and torch,
+so that load from other processes falls on both; each side's figure is the median of its round
+medians, and each round's CPU share (CPU time / (threads x wall)) is printed: at -t 2 a share
+well below 1 means other processes held the cores, and then both sides' times measure the load
+(every op waits for its slowest thread), not the code. `minigpt bench model` runs this script
+with --no-cpp --rounds 1 after its own timing.
 
 Model: -m if given, else models/grammar-minigpt.safetensors if present, else random weights
 (model_io.random_model, default config, V=600, seed 42) written to a temporary file that both
-sides load, so they time the very same weights.
+sides load, so they time the very same weights. Relative paths (-m, --minigpt) are taken from
+the directory the script is started in.
 
-Without torch it prints why and exits 0 (a skip, not a failure).
+Without torch it prints the C++ rows and why (JSON: "torch_version": null and a note), exit 0.
 """
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from cpp_side import FAIRNESS, ROOT, abs_path, find_minigpt, run_cpp  # beside this script; before torch
+
 SHIPPED = ROOT / "models" / "grammar-minigpt.safetensors"
+# Seconds between a torch round and the next C++ round, so that torch's intra-op threads, which
+# spin for a while after their last parallel region, are asleep before the C++ side is timed.
+SETTLE_S = 0.5
 
 
-def find_minigpt(given: str | None) -> str | None:
-    if given:
-        return given
-    candidates = [p for p in glob.glob(str(ROOT / "build" / "*" / "minigpt")) if os.access(p, os.X_OK)]
-    candidates += [p for p in glob.glob(str(ROOT / "build" / "minigpt")) if os.access(p, os.X_OK)]
-    if not candidates:
-        return None
-    return max(candidates, key=os.path.getmtime)  # the most recent build
-
-
-def time_us(fn, runs: int, warmup: int) -> list[float]:
+def time_us(fn, runs: int, warmup: int, threads: int) -> tuple[float, float]:
+    """(median us of `runs` timed calls after `warmup` untimed ones, CPU share of the timed calls:
+    this process's CPU time over threads x wall time, as `minigpt bench model` reports it)."""
     for _ in range(warmup):
         fn()
     out = []
+    cpu0, wall0 = time.process_time(), time.perf_counter()
     for _ in range(runs):
         t0 = time.perf_counter()
         fn()
         out.append((time.perf_counter() - t0) * 1e6)
-    return out
+    share = (time.process_time() - cpu0) / (threads * (time.perf_counter() - wall0))
+    return statistics.median(out), share
 
 
-def render(rows: list[dict], meta: dict, fmt: str) -> str:
+def render(rows: list[dict], meta: dict, fmt: str, notes: list[str] | None = None) -> str:
+    """The table; JSON (for `minigpt bench model`) is {"title", "torch_version", "meta", "columns",
+    "rows", "notes"}, with torch_version null when torch is not importable."""
     columns = ["impl", "B", "T", "median_us", "cpp_speedup", "runs"]
+    notes = notes or []
     if fmt == "json":
-        return json.dumps({"title": "GrammarMiniGPT forward: C++ vs the PyTorch port", "meta": meta,
-                           "columns": columns, "rows": rows}, indent=2)
+        return json.dumps({"title": "GrammarMiniGPT forward: C++ vs the PyTorch port",
+                           "torch_version": meta.get("torch"), "meta": meta, "columns": columns,
+                           "rows": rows, "notes": notes}, indent=2)
 
     def cell(v):
         if v is None:
@@ -75,6 +83,7 @@ def render(rows: list[dict], meta: dict, fmt: str) -> str:
     for r in rows:
         lines.append("| " + " | ".join(cell(r.get(c)) for c in columns) + " |")
     lines += ["", "cpp_speedup = this row's median / the C++ forward median (same run, same threads)."]
+    lines += [f"note: {n}" for n in notes]
     return "\n".join(lines)
 
 
@@ -88,25 +97,18 @@ def main() -> int:
     ap.add_argument("--seq", type=int, default=16)
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (its first call takes minutes on 2 cores)")
     ap.add_argument("--no-cpp", action="store_true", help="do not run `minigpt bench model`")
-    ap.add_argument("--minigpt", help="path to the minigpt binary (default: newest build/*/minigpt)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="alternating C++/torch rounds; each side reports the median of its round medians")
+    ap.add_argument("--minigpt", help="the minigpt binary: a path (relative to the working directory) or a name "
+                                      "on PATH (default: newest build/*/minigpt)")
     ap.add_argument("-o", "--output", choices=["md", "json"], default="md")
     args = ap.parse_args()
-
-    try:
-        import torch
-    except Exception as e:  # ImportError, or a broken install
-        print(f"torch_model.py: skipped: torch is not importable ({type(e).__name__}: {e})")
-        return 0
     sys.path.insert(0, str(ROOT / "python"))
-    from minigpt.model_io import ModelConfig, random_model, save_model
-    from minigpt.torch_minigpt import GrammarMiniGPT
-    from torch_threads import use_threads  # beside this script
-
-    use_threads(torch, args.threads)
+    from minigpt.model_io import ModelConfig, random_model, save_model  # NumPy only: torch not yet loaded
 
     tmpdir = None
     if args.model:
-        path, described = args.model, args.model
+        path = described = abs_path(args.model)
     elif SHIPPED.exists():
         path, described = str(SHIPPED), str(SHIPPED)
     else:
@@ -114,57 +116,92 @@ def main() -> int:
         path = os.path.join(tmpdir.name, "random.safetensors")
         save_model(path, random_model(ModelConfig(vocab_size=600), seed=42))
         described = "random weights (model_io.random_model, default config, V=600, seed 42)"
-
-    model = GrammarMiniGPT.from_file(path).eval()
-    cfg = model.config
     B, T = args.batch, args.seq
-    g = torch.Generator().manual_seed(42)
-    ids = torch.randint(0, cfg.vocab_size, (B, T), generator=g)
+    meta = {"model": described, "threads": args.threads, "torch": None}
+    notes: list[str] = []
+    exe = None if args.no_cpp else find_minigpt(args.minigpt)
+    if not args.no_cpp and exe is None:
+        meta["c++"] = "skipped: no minigpt binary found (build it, or pass --minigpt)"
+    cpp_rounds: list[dict] = []  # the forward row of each C++ round, with the round's cpu_share
 
-    rows = []
-    with torch.inference_mode():
-        eager = statistics.median(time_us(lambda: model(ids), args.runs, args.warmup))
-        rows.append({"impl": "torch eager", "B": B, "T": T, "median_us": eager, "runs": args.runs})
-        if not args.no_compile:
-            compiled = torch.compile(model)
-            t0 = time.perf_counter()
-            compiled(ids)
-            first_s = time.perf_counter() - t0
-            comp = statistics.median(time_us(lambda: compiled(ids), args.runs, args.warmup))
-            rows.append({"impl": "torch.compile", "B": B, "T": T, "median_us": comp, "runs": args.runs})
-            rows.append({"impl": "torch.compile first call", "B": B, "T": T, "median_us": first_s * 1e6, "runs": 1})
+    def cpp_round() -> bool:
+        report = run_cpp([exe, "bench", "model", "--no-peers", "-m", path, "-o", "json", "-t", str(args.threads),
+                          "--runs", str(args.runs), "--warmup", str(args.warmup), "--batch", str(B),
+                          "--seq", str(T)], "torch_model.py")
+        if report is None:
+            return False
+        for k in ("machine", "build"):
+            meta[k] = report["meta"].get(k)
+        rows_by_case = {r["case"].split(" ")[0]: r for r in report["rows"]}
+        cpp_rounds.append({**rows_by_case["forward"], "cpu_share": report["meta"].get("cpu_share"),
+                           "decode": rows_by_case.get("kv")})
+        return True
 
-    meta = {"model": described, "threads": args.threads, "torch": torch.__version__,
-            "torch threads": torch.get_num_threads()}
+    # Round 1 of the C++ side runs before this process imports torch: no torch thread exists yet.
+    if exe is not None and not cpp_round():
+        return 1
+    try:
+        import torch
+    except Exception as e:  # ImportError, or a broken install: the C++ rows alone, and why
+        notes.append(f"torch is not importable ({type(e).__name__}: {e}); no torch rows")
+        torch = None
+    torch_rounds: dict[str, list[tuple[float, float]]] = {}  # impl -> [(median us, cpu share)] per round
+    first_s = None
+    if torch is not None:
+        from minigpt.torch_minigpt import GrammarMiniGPT
+        from torch_threads import use_threads  # beside this script
 
-    if not args.no_cpp:
-        exe = find_minigpt(args.minigpt)
-        if exe is None:
-            meta["c++"] = "skipped: no minigpt binary found (build it, or pass --minigpt)"
-        else:
-            cmd = [exe, "bench", "model", "-m", path, "-o", "json", "-t", str(args.threads),
-                   "--runs", str(args.runs), "--warmup", str(args.warmup),
-                   "--batch", str(B), "--seq", str(T)]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode != 0:
-                print(f"torch_model.py: `{' '.join(cmd)}` failed:\n{proc.stderr}", file=sys.stderr)
-                return 1
-            report = json.loads(proc.stdout)
-            for k in ("machine", "build"):
-                meta[k] = report["meta"].get(k)
-            cpp_rows = report["rows"]
-            fwd = next(r for r in cpp_rows if r["case"].startswith("forward"))
-            cpp_us = fwd["median_us"]
-            rows.insert(0, {"impl": "minigpt C++", "B": fwd["B"], "T": fwd["T"], "median_us": cpp_us,
-                            "runs": fwd["runs"]})
-            for r in rows:
-                if r["impl"] != "torch.compile first call":
-                    r["cpp_speedup"] = r["median_us"] / cpp_us
-            for r in cpp_rows:
-                if r["case"].startswith("kv decode"):
-                    rows.append({"impl": f"minigpt C++ {r['case']} ({r['tokens_per_s']:.0f} tokens/s)",
-                                 "B": r["B"], "T": r["T"], "median_us": r["median_us"], "runs": r["runs"]})
-    print(render(rows, meta, args.output))
+        use_threads(torch, args.threads)
+        model = GrammarMiniGPT.from_file(path).eval()
+        g = torch.Generator().manual_seed(42)
+        ids = torch.randint(0, model.config.vocab_size, (B, T), generator=g)
+        compiled = None
+        with torch.inference_mode():
+            if not args.no_compile:
+                compiled = torch.compile(model)
+                t0 = time.perf_counter()
+                compiled(ids)
+                first_s = time.perf_counter() - t0
+            for r in range(args.rounds):
+                if r > 0 and exe is not None:  # C++ round r + 1, after a pause for torch's threads to sleep
+                    time.sleep(SETTLE_S)
+                    if not cpp_round():
+                        return 1
+                torch_rounds.setdefault("torch eager", []).append(
+                    time_us(lambda: model(ids), args.runs, args.warmup, args.threads))
+                if compiled is not None:
+                    torch_rounds.setdefault("torch.compile", []).append(
+                        time_us(lambda: compiled(ids), args.runs, args.warmup, args.threads))
+        meta.update({"torch": torch.__version__, "torch threads": torch.get_num_threads()})
+
+    # Each side's figure: the median of its per-round medians.
+    rows: list[dict] = []
+    cpp_us = None
+    if cpp_rounds:
+        cpp_us = statistics.median(r["median_us"] for r in cpp_rounds)
+        rows.append({"impl": "minigpt C++", "B": B, "T": T, "median_us": cpp_us,
+                     "runs": sum(r["runs"] for r in cpp_rounds)})
+        meta["c++ us per round (cpu share)"] = ", ".join(f"{r['median_us']:.1f} ({r['cpu_share']})"
+                                                         for r in cpp_rounds)
+    for impl, per_round in torch_rounds.items():
+        rows.append({"impl": impl, "B": B, "T": T, "median_us": statistics.median(us for us, _ in per_round),
+                     "runs": args.runs * len(per_round)})
+        meta[f"{impl} us per round (cpu share)"] = ", ".join(f"{us:.1f} ({sh:.3f})" for us, sh in per_round)
+    if first_s is not None:
+        rows.append({"impl": "torch.compile first call", "B": B, "T": T, "median_us": first_s * 1e6, "runs": 1})
+    if cpp_us is not None:
+        for r in rows:
+            if r["impl"] != "torch.compile first call":
+                r["cpp_speedup"] = r["median_us"] / cpp_us
+        decode = cpp_rounds[0]["decode"]
+        if decode:
+            rows.append({"impl": f"minigpt C++ {decode['case']} ({decode['tokens_per_s']:.0f} tokens/s)",
+                         "B": decode["B"], "T": decode["T"], "median_us": decode["median_us"], "runs": decode["runs"]})
+        meta["fairness"] = (FAIRNESS + f"; {len(cpp_rounds)} C++ round(s) alternate with the torch rounds, the "
+                            f"first before this process imported torch, the others after a {SETTLE_S:g} s pause; "
+                            "each side reports the median of its round medians; cpu share = CPU time / (threads x "
+                            "wall) of a round's timed calls, well below 1 when other processes held the cores")
+    print(render(rows, meta, args.output, notes))
     if tmpdir is not None:
         tmpdir.cleanup()
     return 0

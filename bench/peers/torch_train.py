@@ -12,42 +12,48 @@ implementation on CPU, torch.nn.utils.clip_grad_norm_. Ids: uniform random token
 step does not depend on which tokens); the C++ side draws windows of the grammar corpus.
 
 Timing: --warmup untimed steps, then the median of --steps timed ones (time.perf_counter around
-the whole step). Unless --no-cpp it runs `minigpt bench train -o json` with the same B, T, -t,
+the whole step). Unless --no-cpp it runs `minigpt bench train --no-peers -o json` with the same B, T, -t,
 --steps and --warmup. The two sides alternate for --rounds rounds (C++, torch, C++, torch, ...),
 so that a busy minute on a shared machine slows both; each side's figure is the median of its
 per-round medians, and the table prints cpp_speedup = torch ms / C++ ms (how many times faster
 the C++ step is), measured in one run on one machine, with the per-round figures above it.
 
-Without torch it prints why and exits 0 (a skip, not a failure).
+Fairness (printed in the header): the two sides never run at once. Each C++ round is a child
+process (`minigpt bench train --no-peers`) started on the CPU set this script had at start
+(cpp_side.py) while the script waits; the first runs before torch is imported, the others after
+a pause that lets torch's idle threads go to sleep. Each round's CPU share (CPU time / (threads x
+wall)) is printed: well below 1, other processes held the cores. `minigpt bench train` runs this
+script with --no-cpp --rounds 1 after its own timing. --minigpt may be relative (to the directory
+the script is started in) or a name on PATH.
+
+Without torch it prints the C++ row and why (JSON: "torch_version": null and a note), exit 0.
 """
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def find_minigpt(given: str | None) -> str | None:
-    if given:
-        return given
-    candidates = [p for p in glob.glob(str(ROOT / "build" / "*" / "minigpt")) if os.access(p, os.X_OK)]
-    candidates += [p for p in glob.glob(str(ROOT / "build" / "minigpt")) if os.access(p, os.X_OK)]
-    return max(candidates, key=os.path.getmtime) if candidates else None  # the newest build
+from cpp_side import FAIRNESS, ROOT, find_minigpt, run_cpp  # beside this script; before torch
 
 
-def render(rows: list[dict], meta: dict, fmt: str) -> str:
+# Seconds between a torch round and the next C++ round, so that torch's intra-op threads, which
+# spin for a while after their last parallel region, are asleep before the C++ side is timed.
+SETTLE_S = 0.5
+
+
+def render(rows: list[dict], meta: dict, fmt: str, notes: list[str] | None = None) -> str:
+    """The table; JSON (for `minigpt bench train`) is {"title", "torch_version", "meta", "columns",
+    "rows", "notes"}, with torch_version null when torch is not importable."""
     columns = ["impl", "B", "T", "threads", "median_ms", "tokens_per_s", "cpp_speedup", "steps"]
     title = "GrammarMiniGPT training step: C++ vs the PyTorch port (CPU, fp32, AdamW)"
+    notes = notes or []
     if fmt == "json":
-        return json.dumps({"title": title, "meta": meta, "columns": columns, "rows": rows}, indent=2)
+        return json.dumps({"title": title, "torch_version": meta.get("torch"), "meta": meta, "columns": columns,
+                           "rows": rows, "notes": notes}, indent=2)
 
     def cell(v):
         if v is None:
@@ -58,6 +64,7 @@ def render(rows: list[dict], meta: dict, fmt: str) -> str:
     lines += ["", "| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
     lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
     lines += ["", "cpp_speedup = this row's median ms / the C++ step's median ms (same run, same threads)."]
+    lines += [f"note: {n}" for n in notes]
     return "\n".join(lines)
 
 
@@ -73,38 +80,40 @@ def main() -> int:
     ap.add_argument("--vocab-size", type=int, default=None,
                     help="V for the torch model (default: the C++ report's, else 611)")
     ap.add_argument("--no-cpp", action="store_true", help="do not run `minigpt bench train`")
-    ap.add_argument("--minigpt", help="path to the minigpt binary (default: newest build/*/minigpt)")
+    ap.add_argument("--minigpt", help="the minigpt binary: a path (relative to the working directory) or a name "
+                                      "on PATH (default: newest build/*/minigpt)")
     ap.add_argument("-o", "--output", choices=["md", "json"], default="md")
     args = ap.parse_args()
 
     B, T = args.batch, args.seq
-    meta: dict = {}
+    meta: dict = {"torch": None}
     exe = None if args.no_cpp else find_minigpt(args.minigpt)
     if not args.no_cpp and exe is None:
         meta["c++"] = "skipped: no minigpt binary found (build it, or pass --minigpt)"
 
-    def run_cpp() -> dict | None:
+    def cpp_round() -> dict | None:
         """One `minigpt bench train` run: its JSON report, or None after printing the error."""
-        cmd = [exe, "bench", "train", "-o", "json", "-t", str(args.threads), "-B", str(B), "-T", str(T),
-               "--steps", str(args.steps), "--warmup", str(args.warmup)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            print(f"torch_train.py: `{' '.join(cmd)}` failed:\n{proc.stderr}", file=sys.stderr)
-            return None
-        return json.loads(proc.stdout)
+        return run_cpp([exe, "bench", "train", "--no-peers", "-o", "json", "-t", str(args.threads), "-B", str(B),
+                        "-T", str(T), "--steps", str(args.steps), "--warmup", str(args.warmup)], "torch_train.py")
 
     cpp_rounds: list[float] = []
+    cpp_shares: list = []  # each C++ round's cpu_share (its report's meta)
     cpp_row = None
     vocab_size = args.vocab_size
     if exe is not None:  # the first round's C++ run also gives the vocabulary size
-        report = run_cpp()
+        report = cpp_round()
         if report is None:
             return 1
+        meta["fairness"] = (FAIRNESS + "; the first C++ round runs before this process imports torch, the "
+                            f"later ones after a {SETTLE_S:g} s pause that lets torch's idle threads stop spinning; "
+                            "cpu share = CPU time / (threads x wall) of a round's timed steps, well below 1 when "
+                            "other processes held the cores")
         for k in ("machine", "build", "peak_rss_mib"):
             meta["c++ " + k if k == "peak_rss_mib" else k] = report["meta"].get(k)
         vocab_size = vocab_size or report["meta"].get("vocab_size")
         cpp_row = report["rows"][0]
         cpp_rounds.append(cpp_row["median_ms"])
+        cpp_shares.append(report["meta"].get("cpu_share"))
 
     try:  # imported after the first C++ run: the child starts from a small parent
         import torch
@@ -112,8 +121,7 @@ def main() -> int:
         rows = []
         if cpp_row is not None:
             rows.append({k: cpp_row[k] for k in ("impl", "B", "T", "threads", "median_ms", "tokens_per_s", "steps")})
-        print(render(rows, meta, args.output))
-        print(f"torch_train.py: torch peer skipped: torch is not importable ({type(e).__name__}: {e})")
+        print(render(rows, meta, args.output, [f"torch is not importable ({type(e).__name__}: {e}); no torch rows"]))
         return 0
     sys.path.insert(0, str(ROOT / "python"))
     from minigpt.model_io import ModelConfig
@@ -141,15 +149,20 @@ def main() -> int:
         opt.step()
         return loss.detach().item()
 
+    torch_shares: list[float] = []
+
     def run_torch() -> float:
-        """--warmup untimed steps, then the median ms of --steps timed ones."""
+        """--warmup untimed steps, then the median ms of --steps timed ones (and their CPU share:
+        CPU time / (threads x wall), in torch_shares)."""
         for i in range(args.warmup):
             step(i)
         times = []
+        cpu0, wall0 = time.process_time(), time.perf_counter()
         for i in range(args.steps):
             t0 = time.perf_counter()
             step(i)
             times.append((time.perf_counter() - t0) * 1e3)
+        torch_shares.append((time.process_time() - cpu0) / (args.threads * (time.perf_counter() - wall0)))
         return statistics.median(times)
 
     # Rounds alternate the two sides (C++, torch, C++, torch, ...), so a slow minute on a shared
@@ -157,10 +170,12 @@ def main() -> int:
     torch_rounds = [run_torch()]
     for _ in range(args.rounds - 1):
         if exe is not None:
-            report = run_cpp()
+            time.sleep(SETTLE_S)
+            report = cpp_round()
             if report is None:
                 return 1
             cpp_rounds.append(report["rows"][0]["median_ms"])
+            cpp_shares.append(report["meta"].get("cpu_share"))
         torch_rounds.append(run_torch())
 
     rows = []
@@ -176,9 +191,10 @@ def main() -> int:
     meta.update({"torch": torch.__version__, "vocab_size": config.vocab_size,
                  "step": "zero grads + forward_train + backward + clip 1.0 + AdamW (wd 0.1 on matrices)",
                  "rounds": f"{args.rounds} (alternating C++ and torch; median of the per-round medians)",
-                 "torch ms per round": ", ".join(f"{t:.2f}" for t in torch_rounds)})
+                 "torch ms per round (cpu share)": ", ".join(f"{t:.2f} ({sh:.3f})"
+                                                             for t, sh in zip(torch_rounds, torch_shares))})
     if cpp_ms is not None:
-        meta["c++ ms per round"] = ", ".join(f"{t:.2f}" for t in cpp_rounds)
+        meta["c++ ms per round (cpu share)"] = ", ".join(f"{t:.2f} ({sh})" for t, sh in zip(cpp_rounds, cpp_shares))
         meta["speedup per round"] = ", ".join(f"{t / c:.2f}x" for t, c in zip(torch_rounds, cpp_rounds))
         for r in rows:
             r["cpp_speedup"] = r["median_ms"] / cpp_ms

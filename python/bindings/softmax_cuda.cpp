@@ -106,7 +106,7 @@ void launch(const std::string& kernel, const float* x, float* y, int64_t rows, i
 
 void cuda_softmax(const float* x, float* y, int64_t rows, int64_t cols, const std::string& kernel) {
   check_kernel(kernel);
-  if (rows == 0) return;  // no launch for an empty batch (design.md)
+  if (rows == 0) return;  // no launch for an empty batch (docs/ARCHITECTURE.md)
   const size_t bytes = static_cast<size_t>(shape_numel({rows, cols})) * sizeof(float);
   DeviceBuffer dx(bytes), dy(bytes);
   cuda_memory::copy_to_device(dx.ptr, x, bytes);
@@ -123,7 +123,7 @@ void cuda_softmax_device(const float* x, float* y, int64_t rows, int64_t cols, i
   MINIGPT_CUDA_CHECK(cudaGetDevice(&current));
   MINIGPT_CHECK(device == current, "softmax_cuda_into: the arrays are on GPU {}, the current device is {}",
                 device, current);
-  if (rows == 0) return;  // no launch for an empty batch (design.md)
+  if (rows == 0) return;  // no launch for an empty batch (docs/ARCHITECTURE.md)
   launch(kernel, x, y, rows, cols, reinterpret_cast<cudaStream_t>(stream));
 }
 

@@ -79,7 +79,7 @@ def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -> np.nda
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """Softmax with the max subtracted (exp never overflows); sums in float64.
 
-    Follows design.md: a row with a NaN or +inf gives a NaN row (inf - inf = NaN), an all -inf
+    Follows docs/ARCHITECTURE.md: a row with a NaN or +inf gives a NaN row (inf - inf = NaN), an all -inf
     row gives a NaN row, [1e30, 0, -1e30] gives [1, 0, 0].
     """
     with np.errstate(invalid="ignore"):

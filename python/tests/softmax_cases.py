@@ -1,4 +1,4 @@
-"""The special-value rows of design.md for the GPU softmax tests (Triton, softmax_cuda_into):
+"""The special-value rows of docs/ARCHITECTURE.md for the GPU softmax tests (Triton, softmax_cuda_into):
 one place that writes them and one that checks them."""
 from __future__ import annotations
 

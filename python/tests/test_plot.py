@@ -5,7 +5,9 @@ import json
 
 import pytest
 
-pytest.importorskip("matplotlib")
+from conftest import require  # noqa: E402
+
+require("matplotlib", "matplotlib is not importable: the plot tests are skipped", module_level=True)
 
 from minigpt import plot  # noqa: E402
 

@@ -1,7 +1,7 @@
 """core.softmax_cuda_into: the CUDA kernels on torch tensors that are already on the GPU (DLPack,
 no copy), on the caller's stream, capturable into a CUDA graph. Checked against the NumPy
 reference (float64 sums), against the Triton kernel to 1e-4 (issue 4), and for the special
-values of design.md. The GPU tests skip, with the reason, without torch, a CUDA build of the
+values of docs/ARCHITECTURE.md. The GPU tests skip, with the reason, without torch, a CUDA build of the
 module or a GPU; the argument checks run everywhere.
 """
 from __future__ import annotations
@@ -9,7 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-core = pytest.importorskip("minigpt.core", reason="the C++ module _minigpt_core is not built")
+from conftest import require  # noqa: E402
+
+core = require("minigpt.core", "the C++ module _minigpt_core is not built", module_level=True)
 from minigpt.numpy_minigpt import softmax as np_softmax  # noqa: E402
 from softmax_cases import check_special_rows, write_special_rows  # noqa: E402
 
@@ -23,7 +25,7 @@ def test_host_arrays_are_rejected():
 
 
 def _cuda_torch():
-    torch = pytest.importorskip("torch", reason="torch is not installed")
+    torch = require("torch", "torch is not importable")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU visible (torch.cuda.is_available() is False)")
     if "fused_tuned" not in core.softmax_kernels("cuda"):

@@ -3,6 +3,7 @@
 // bench_softmax_cuda() (bench_softmax_cuda.cpp) for --device cuda; both fill one Report.
 #pragma once
 
+#include "cli/peers.h"
 #include "core/report.h"
 
 #include <nlohmann/json.hpp>
@@ -23,18 +24,27 @@ struct BenchSoftmaxOptions {
   int repeats = 100;
   bool retune = false;      // CUDA: ignore the autotune cache
   bool tune_log = false;    // CUDA: the sweep prints every candidate's times (stderr)
-  bool peers = true;        // run bench/peers/softmax_peers.py in the same command
+  PeerOptions peers;        // bench/peers/softmax_peers.py, run in the same command
   bool simd_modes = false;  // CPU: also time simd with its store mode and prefetch forced
   uint64_t seed = 42;
+  int64_t copy_mib = 1024;  // CPU: each buffer of the copy ceiling, 1 GiB: >3x a 300 MiB LLC
 };
 
 // The sweep: B in {64, 512, 4096, 32768, 262144} at V = 600, (4096, 32000), (2048, 50257).
 std::vector<std::pair<int64_t, int64_t>> default_softmax_shapes();
 
-// Runs a shell command (a peer script) and returns its stdout parsed as JSON, copying the
-// object's "notes" into the report prefixed by `what`; nullopt, and a note saying why, when the
-// command cannot start, fails or prints no JSON. The benchmark then leaves the peer cells empty.
-std::optional<nlohmann::json> run_json(const std::string& cmd, const std::string& what, Report& report);
+// One timing of a softmax peer (softmax_peers.py or triton_softmax graph-bench answers
+// {"results": [{"peer", "B", "V", "time_us", "runs"}, ...]}).
+struct SoftmaxPeerRow {
+  std::string peer;
+  int64_t B = 0, V = 0;
+  double time_us = 0;
+  int runs = 0;
+};
+
+// The results of a peer's answer that carry every field with its type, a positive time and
+// B >= 0, V >= 1; any other is left out, and a note says how many.
+std::vector<SoftmaxPeerRow> softmax_peer_rows(const nlohmann::json& answer, const std::string& what, Report& report);
 
 // Benchmark inputs: uniform in [-8, 8) (logits-like, never zeros) from a xorshift stream,
 // fast enough for 157M elements; the same seed gives the same inputs on both devices.

@@ -1,37 +1,23 @@
-// What both device paths of `minigpt bench softmax` share: the peer scripts' JSON answers
-// (run_json) and the input generator (fill_uniform). See bench_softmax.h.
+// What both device paths of `minigpt bench softmax` share: reading the peers' timings
+// (softmax_peer_rows) and the input generator (fill_uniform). See bench_softmax.h.
 #include "cli/bench_softmax.h"
 
 #include <fmt/format.h>
 
-#include <cstdio>
-
 namespace minigpt::cli {
 
-std::optional<nlohmann::json> run_json(const std::string& cmd, const std::string& what, Report& report) {
-  std::FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) {
-    report.add_note(fmt::format("{}: could not start '{}'", what, cmd));
-    return std::nullopt;
-  }
-  std::string out;
-  char buf[4096];
-  size_t got;
-  while ((got = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, got);
-  const int status = ::pclose(pipe);
-  if (status != 0) {
-    report.add_note(fmt::format("{}: '{}' failed (status {}); peer columns left empty", what, cmd, status));
-    return std::nullopt;
-  }
-  try {
-    nlohmann::json j = nlohmann::json::parse(out);
-    for (const auto& n : j.value("notes", nlohmann::json::array()))
-      report.add_note(what + ": " + n.get<std::string>());
-    return j;
-  } catch (const nlohmann::json::exception& e) {
-    report.add_note(fmt::format("{}: unreadable output of '{}' ({})", what, cmd, e.what()));
-    return std::nullopt;
-  }
+std::vector<SoftmaxPeerRow> softmax_peer_rows(const nlohmann::json& answer, const std::string& what, Report& report) {
+  std::vector<SoftmaxPeerRow> rows;
+  for_each_peer_row(answer, "results", what, "a string peer, integer B >= 0, V >= 1 and runs, a positive time_us",
+                    report, [&](const nlohmann::json& r) {
+                      const auto peer = json_string(r, "peer");
+                      const auto B = json_int(r, "B"), V = json_int(r, "V"), runs = json_int(r, "runs");
+                      const auto us = json_number(r, "time_us");
+                      if (!peer || !B || !V || !runs || !us || *B < 0 || *V < 1 || !(*us > 0)) return false;
+                      rows.push_back({*peer, *B, *V, *us, static_cast<int>(*runs)});
+                      return true;
+                    });
+  return rows;
 }
 
 void fill_uniform(float* x, int64_t n, uint64_t seed) {

@@ -171,31 +171,25 @@ void bench_softmax_cuda(const BenchSoftmaxOptions& options, Report& report) {
   const std::vector<std::string> columns = report.to_json()["columns"].get<std::vector<std::string>>();
 
   // ---- peers, before our buffers take the GPU's memory
-  std::map<std::string, std::map<std::pair<int64_t, int64_t>, nlohmann::json>> peers;  // peer -> shape -> row
-  if (options.peers) {
-    const std::string root = MINIGPT_SOURCE_DIR;
+  std::map<std::string, std::map<std::pair<int64_t, int64_t>, SoftmaxPeerRow>> peers;  // peer -> shape -> row
+  if (options.peers.enabled) {
     // python/ for the peers, <build>/python for the C++ module (our kernel timed beside them).
-    const std::string env = fmt::format("PYTHONPATH='{}/python:{}/python'\"${{PYTHONPATH:+:$PYTHONPATH}}\"", root,
-                                        MINIGPT_BINARY_DIR);
+    const std::string build_python = std::string(MINIGPT_BINARY_DIR) + "/python";
     const std::string all = shapes_arg(options.shapes, std::numeric_limits<double>::infinity());
-    if (auto j = run_json(fmt::format("{} python3 '{}/bench/peers/softmax_peers.py' --device cuda "
-                                      "--threads {} --shapes {} --seed {} --warmup {} --repeats {} --json",
-                                      env, root, options.threads, all, options.seed, options.warmup,
-                                      options.repeats),
-                          "peers", report)) {
-      report.set_meta("torch", j->value("torch_version", nlohmann::json()));
-      for (const auto& r : j->value("results", nlohmann::json::array()))
-        peers[r.at("peer").get<std::string>()][{r.at("B").get<int64_t>(), r.at("V").get<int64_t>()}] = r;
+    const std::string args = fmt::format("{} --device cuda --threads {} --shapes {} --seed {} --warmup {} "
+                                         "--repeats {} --json", peer_script("softmax_peers.py"), options.threads,
+                                         all, options.seed, options.warmup, options.repeats);
+    if (auto j = run_json(peer_command(options.peers, args, build_python), "peers", report)) {
+      report.set_meta("torch", peer_torch_version(*j));
+      for (const SoftmaxPeerRow& r : softmax_peer_rows(*j, "peers", report)) peers[r.peer][{r.B, r.V}] = r;
     }
     const std::string small = shapes_arg(options.shapes, kGraphMaxBytes);
     if (!small.empty()) {
-      if (auto j = run_json(fmt::format("{} python3 -m minigpt.triton_softmax graph-bench --shapes {} "
-                                        "--seed {} --launches {}",
-                                        env, small, options.seed, kGraphLaunches),
-                            "graph peers", report)) {
+      const std::string graph_args = fmt::format("-m minigpt.triton_softmax graph-bench --shapes {} --seed {} "
+                                                 "--launches {}", small, options.seed, kGraphLaunches);
+      if (auto j = run_json(peer_command(options.peers, graph_args, build_python), "graph peers", report)) {
         if (j->contains("triton_autotune")) report.set_meta("triton_autotune", (*j)["triton_autotune"]);
-        for (const auto& r : j->value("results", nlohmann::json::array()))
-          peers[r.at("peer").get<std::string>()][{r.at("B").get<int64_t>(), r.at("V").get<int64_t>()}] = r;
+        for (const SoftmaxPeerRow& r : softmax_peer_rows(*j, "graph peers", report)) peers[r.peer][{r.B, r.V}] = r;
       }
     }
   } else {
@@ -265,8 +259,7 @@ void bench_softmax_cuda(const BenchSoftmaxOptions& options, Report& report) {
     const double gbps = us > 0 ? bytes / (us * 1e3) : 0.0;
     nlohmann::json vs = nullptr;
     if (auto p = peers.find(torch_peer); p != peers.end())
-      if (auto r = p->second.find({B, V}); r != p->second.end() && r->second.at("time_us").is_number() && us > 0)
-        vs = r->second.at("time_us").get<double>() / us;
+      if (auto r = p->second.find({B, V}); r != p->second.end() && us > 0) vs = r->second.time_us / us;
     const std::map<std::string, nlohmann::json> cells = {
         {"kernel", kernel}, {"B", B}, {"V", V}, {"MB", bytes / 1e6}, {"threads", nullptr},
         {"runs", runs}, {"time_us", us}, {"GB/s", gbps}, {"frac_of_copy", gbps / copy_gbps},
@@ -326,10 +319,9 @@ void bench_softmax_cuda(const BenchSoftmaxOptions& options, Report& report) {
       if (graph) add_row(k.name + " graph", B, V, kGraphLaunches, time_graph(k.launch, stream.s), "torch.softmax graph");
     }
     for (const auto& [peer, rows] : peers) {
-      if (auto r = rows.find({B, V}); r != rows.end() && r->second.at("time_us").is_number()) {
+      if (auto r = rows.find({B, V}); r != rows.end()) {
         const bool is_graph = peer.find("graph") != std::string::npos;
-        add_row(peer, B, V, r->second.value("runs", 0), r->second.at("time_us").get<double>(),
-                is_graph ? "torch.softmax graph" : "torch.softmax");
+        add_row(peer, B, V, r->second.runs, r->second.time_us, is_graph ? "torch.softmax graph" : "torch.softmax");
       }
     }
     std::cerr << fmt::format("bench softmax cuda {}: done\n", shape);

@@ -1,14 +1,20 @@
-// `minigpt bench model [-m MODEL] [-o md|json|csv] [--runs N] [-t THREADS]`: forward latency
-// of GrammarMiniGPT at (B=2, T=16) and KV-cache decode throughput, as a Report (machine,
-// threads, build in its header).
+// `minigpt bench model [-m MODEL] [-o md|json|csv] [--runs N] [-t THREADS] [--no-peers] [--no-torch-compile]`:
+// forward latency of GrammarMiniGPT at (B=2, T=16) and KV-cache decode throughput, with the
+// PyTorch port's forward (eager and torch.compile) beside it, as a Report (machine, threads,
+// build in its header).
 //
 // Forward: logits and probabilities, median of --runs timed calls after --warmup untimed ones,
 // inputs drawn from seed 42 (never zeros). Decode: a full context (block_size tokens) fed one
 // token at a time from an empty cache, tokens/s from the median time of one whole context.
 // Model: -m if given, else the shipped model if present, else random weights of the default
-// config with V = 600 (the table's "model" field says which). bench/peers/torch_model.py runs
-// this with -o json and puts the PyTorch port beside it.
+// config with V = 600 (the table's "model" field says which).
+// Peers: after our timing, bench/peers/torch_model.py --no-cpp runs as a child process with the
+// same model file, -t, --runs, --warmup and shape, and its rows join the table with
+// cpp_speedup = their median / our forward median. Our forward is timed while no torch
+// process exists (peers.h); without torch the peer cells stay empty and a note says why.
+#include "cli/bench_conditions.h"
 #include "cli/commands.h"
+#include "cli/peers.h"
 #include "compile/runner.h"
 #include "core/error.h"
 #include "core/report.h"
@@ -19,6 +25,7 @@
 #include "model/model_file.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <random>
@@ -36,15 +43,18 @@ struct BenchModelOptions {
   int warmup = 50;
   int batch = 2;
   int seq = 16;
-  bool compile = false;
+  bool compile = false;                // also time our compiled forward (minigpt compile)
   std::string compile_mode = "default";
-  bool compile_decode = false;
+  bool compile_decode = false;         // also time our compiled decode step
+  bool torch_compile = true;  // the peer also times torch.compile (its first call takes seconds to minutes)
+  PeerOptions peers;
 };
 
 struct LoadedModel {
   ModelConfig config;
   ModelWeights weights;
-  std::string description;
+  std::string description;  // the file's path, or how the weights were made
+  bool from_file = false;
 };
 
 LoadedModel load_bench_model(const std::string& given) {
@@ -60,11 +70,39 @@ LoadedModel load_bench_model(const std::string& given) {
   }
   if (!path.empty()) {
     ModelFile f = load_model(path);
-    return {f.config, std::move(f.weights), path};
+    return {f.config, std::move(f.weights), std::filesystem::absolute(path).string(), true};
   }
   ModelConfig c;
   c.vocab_size = 600;
-  return {c, ModelWeights::init_random(c, 42), "random weights (default config, V=600, seed 42)"};
+  return {c, ModelWeights::init_random(c, 42), "random weights (default config, V=600, seed 42)", false};
+}
+
+// The PyTorch port's rows (torch_model.py --no-cpp -o json: {"torch_version", "rows": [{"impl",
+// "B", "T", "median_us", "runs"}], "notes"}), run now that our timing is over. `model` is the
+// file we timed ("" for random weights: the script then makes its own, same config, V = 600).
+void add_peer_rows(const BenchModelOptions& opt, const std::string& model, int threads, double cpp_us,
+                   Report& report) {
+  std::string args = fmt::format("{} --no-cpp --rounds 1 -o json -t {} --runs {} --warmup {} --batch {} --seq {}",
+                                 peer_script("torch_model.py"), threads, opt.runs, opt.warmup, opt.batch, opt.seq);
+  if (!model.empty()) args += " -m " + shell_quote(model);
+  if (!opt.torch_compile) args += " --no-compile";
+  const auto answer = run_json(peer_command(opt.peers, args), "peers", report);
+  if (!answer) return;
+  report.set_meta("torch", peer_torch_version(*answer));
+  for_each_peer_row(*answer, "rows", "peers", "a string impl, integer B, T and runs, a positive median_us", report,
+                    [&](const nlohmann::json& r) {
+                      const auto impl = json_string(r, "impl");
+                      const auto b = json_int(r, "B"), t = json_int(r, "T"), runs = json_int(r, "runs");
+                      const auto us = json_number(r, "median_us");
+                      if (!impl || !b || !t || !runs || !us || !(*us > 0) || *b < 1 || *t < 1) return false;
+                      // The first compiled call includes compilation: no rate, no ratio.
+                      const bool first = impl->find("first call") != std::string::npos;
+                      report.add_row({*impl, *b, *t, *us, first ? nlohmann::json() : nlohmann::json(*b * *t / *us * 1e6),
+                                      *runs, first ? nlohmann::json() : nlohmann::json(*us / cpp_us)});
+                      return true;
+                    });
+  report.add_note("cpp_speedup = the row's median / the C++ forward's median (> 1: the C++ forward is faster); "
+                  "the peer ran as a child process after the C++ timing, on the same CPU set and thread count.");
 }
 
 void run_bench_model(const BenchModelOptions& opt, const GlobalOptions& global) {
@@ -82,15 +120,17 @@ void run_bench_model(const BenchModelOptions& opt, const GlobalOptions& global) 
   for (auto& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(c.vocab_size));
 
   // forward (B, T): logits + probs
+  const std::string load_at_start = loadavg();
   Tensor logits, probs;
   for (int i = 0; i < opt.warmup; ++i) model.forward(ids.data(), B, T, logits, probs, pool);
   std::vector<double> fwd_us;
+  const CpuShare share(threads);
   for (int i = 0; i < opt.runs; ++i) {
     Timer timer;
     model.forward(ids.data(), B, T, logits, probs, pool);
     fwd_us.push_back(timer.elapsed_us());
   }
-  const double fwd = median(fwd_us);
+  const double fwd = median(fwd_us), fwd_share = share.share();
 
   // the compiled forward (minigpt compile), same ids, same pool, after its compile
   double cfwd = 0, compile_s = 0;
@@ -151,24 +191,31 @@ void run_bench_model(const BenchModelOptions& opt, const GlobalOptions& global) 
   }
 
   Report report("GrammarMiniGPT forward and KV-cache decode (CPU, fp32)",
-                {"case", "B", "T", "median_us", "tokens_per_s", "runs"}, threads);
+                {"case", "B", "T", "median_us", "tokens_per_s", "runs", "cpp_speedup"}, threads);
   report.set_meta("model", loaded.description);
   report.set_meta("config", c.to_json());
-  report.add_row({"forward (logits+probs)", B, T, fwd, static_cast<double>(B * T) / fwd * 1e6, opt.runs});
-  if (opt.compile) {
-    report.add_row({fmt::format("forward compiled (minigpt compile, {})", opt.compile_mode), B, T, cfwd, static_cast<double>(B * T) / cfwd * 1e6, opt.runs});
+  report.add_row({"forward (logits+probs)", B, T, fwd, static_cast<double>(B * T) / fwd * 1e6, opt.runs, 1.0});
+  if (opt.compile) {  // cpp_speedup: eager / compiled, like the peers' their / ours
+    report.add_row({fmt::format("forward compiled (minigpt compile, {})", opt.compile_mode), B, T, cfwd,
+                    static_cast<double>(B * T) / cfwd * 1e6, opt.runs, cfwd / fwd});
     report.add_note(fmt::format("compiled forward: {:.2f}x eager at {} threads; first call (capture, passes, codegen, "
                                 "JIT or cache hit) {:.3f} s", fwd / cfwd, threads, compile_s));
   }
-  report.add_row({"kv decode, per token", 1, c.block_size, dec, 1e6 / dec, decode_runs});
+  report.add_row({"kv decode, per token", 1, c.block_size, dec, 1e6 / dec, decode_runs, nullptr});
   if (opt.compile_decode) {
     report.add_row({fmt::format("kv decode compiled (minigpt compile, {}), per token", opt.compile_mode), 1, c.block_size, cdec,
-                    1e6 / cdec, decode_runs});
+                    1e6 / cdec, decode_runs, nullptr});
     report.add_note(fmt::format("compiled decode step: {:.2f}x eager at {} threads", dec / cdec, threads));
+  }
+  if (opt.peers.enabled) {
+    add_peer_rows(opt, loaded.from_file ? loaded.description : "", threads, fwd, report);
+  } else {
+    report.add_note("peers: skipped (--no-peers)");
   }
   report.add_note(fmt::format("forward: median of {} runs after {} warm-up; decode: {} tokens from an empty "
                               "cache per run, median of {} runs, us per token",
                               opt.runs, opt.warmup, c.block_size, decode_runs));
+  report_conditions(report, load_at_start, fwd_share, "the timed forward runs");
   fmt::print("{}", report.render(format));
 }
 
@@ -183,12 +230,15 @@ void add_bench_model_command(CLI::App& bench, GlobalOptions& global) {
   cmd->add_option("--warmup", opt->warmup, "untimed forward calls first")->check(CLI::Range(0, 1000000));
   cmd->add_option("--batch", opt->batch, "forward batch size B")->check(CLI::Range(1, 4096));
   cmd->add_option("--seq", opt->seq, "forward sequence length T")->check(CLI::Range(1, 8192));
-  cmd->add_flag("--compile", opt->compile, "also time the compiled forward (minigpt compile), side by side");
+  cmd->add_flag("--compile", opt->compile, "also time our compiled forward (minigpt compile), side by side");
   cmd->add_flag("--compile-decode", opt->compile_decode,
                 "also time the compiled decode step (one graph per cache length: the first run compiles "
                 "block_size graphs, later runs load them from the JIT cache)");
   cmd->add_option("--compile-mode", opt->compile_mode, "default | max-autotune")
       ->check(CLI::IsMember({"default", "max-autotune"}));
+  cmd->add_flag_callback("--no-torch-compile", [opt] { opt->torch_compile = false; },
+                         "the peer skips torch.compile (its first call takes seconds to minutes)");
+  add_peer_options(cmd, opt->peers, "bench/peers/torch_model.py");
   cmd->callback([opt, &global] { run_bench_model(*opt, global); });
 }
 

@@ -15,11 +15,12 @@
 // process; inputs uniform in [-8, 8) from --seed (never zeros); y poisoned with NaN before the
 // first run and checked after the last (every element written, rows against
 // softmax_reference). The ceiling is the faster of two copy methods (memcpy, and copy_stream's
-// streaming stores), each the best of 9 timed copies of kCopyBytes (far beyond the 300 MiB LLC
-// of the machines we use), pre-faulted and split over the same threads, before and after the
+// streaming stores), each the best of 9 timed copies of --copy-mib (default kCopyMiB: far beyond
+// the 300 MiB LLC of the machines we use; tests pass a small size and measure a cache instead), pre-faulted and split over the same threads, before and after the
 // kernels (measure_copy says why the best, copy_stream.h why two methods). The peers
 // (torch.softmax, torch.compile) come from bench/peers/softmax_peers.py, run as a subprocess.
 // The JSON form also carries what `python -m minigpt.plot roofline` needs (meta.roofline).
+#include "cli/bench_conditions.h"
 #include "cli/bench_softmax.h"
 #include "cli/commands.h"
 #include "core/device_info.h"
@@ -66,7 +67,6 @@ const std::vector<std::string> kSoftmaxColumns = {"kernel", "B",    "V",       "
                                                   "threads", "runs", "time_us", "GB/s",
                                                   "frac_of_copy", "vs_torch"};
 
-constexpr int64_t kCopyBytes = int64_t{1} << 30;  // 1 GiB each way: >3x a 300 MiB LLC
 constexpr double kTimeBudgetS = 1.0;              // per (kernel, shape), after warm-up
 constexpr double kSettleS = 0.010;                 // untimed calls of a kernel before each timed one
 constexpr int kMinRuns = 5;
@@ -152,13 +152,6 @@ std::vector<Timing> time_interleaved(const std::vector<std::function<void()>>& f
   std::vector<Timing> out;
   for (const auto& u : us) out.push_back({median(u), static_cast<int>(u.size())});
   return out;
-}
-
-std::string loadavg() {
-  std::ifstream f("/proc/loadavg");
-  std::string a, b, c;
-  f >> a >> b >> c;
-  return a + " " + b + " " + c;
 }
 
 // Memory that is not initialised by the allocator (std::vector would zero 1 GiB first), on a
@@ -307,13 +300,9 @@ double cpu_ghz() {
 // The peers script's answer: {"torch_version", "results": [{"peer", "B", "V", "time_us",
 // "runs"}], "notes": [...]}; nullopt (and a note) when it could not run.
 std::optional<nlohmann::json> run_peers(const BenchSoftmaxOptions& o, int threads, Report& report) {
-  const std::string root = MINIGPT_SOURCE_DIR;
-  const std::string script = root + "/bench/peers/softmax_peers.py";
-  const std::string cmd = fmt::format(
-      "PYTHONPATH='{}/python'\"${{PYTHONPATH:+:$PYTHONPATH}}\" python3 '{}' --device {} "
-      "--threads {} --shapes {} --seed {} --json",
-      root, script, o.device, threads, shapes_arg(o.shapes), o.seed);
-  return run_json(cmd, "peers", report);
+  const std::string args = fmt::format("{} --device {} --threads {} --shapes {} --seed {} --json",
+                                       peer_script("softmax_peers.py"), o.device, threads, shapes_arg(o.shapes), o.seed);
+  return run_json(peer_command(o.peers, args), "peers", report);
 }
 
 // Every element written (no NaN left from the poison; inputs are finite) and a few rows
@@ -342,22 +331,21 @@ void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report) {
 
   // Peers first: the Python process and ours never hold the big buffers at the same time.
   std::map<std::pair<int64_t, int64_t>, double> torch_us;
-  std::vector<nlohmann::json> peer_rows;
-  if (options.peers) {
+  std::vector<SoftmaxPeerRow> peer_rows;
+  if (options.peers.enabled) {
     if (auto j = run_peers(options, options.threads, report)) {
-      report.set_meta("torch", j->value("torch_version", "unknown"));
-      for (const auto& r : j->value("results", nlohmann::json::array())) {
-        peer_rows.push_back(r);
-        if (r.at("peer") == "torch.softmax" && r.at("time_us").is_number())
-          torch_us[{r.at("B").get<int64_t>(), r.at("V").get<int64_t>()}] = r.at("time_us").get<double>();
-      }
+      report.set_meta("torch", peer_torch_version(*j));
+      peer_rows = softmax_peer_rows(*j, "peers", report);
+      for (const SoftmaxPeerRow& r : peer_rows)
+        if (r.peer == "torch.softmax") torch_us[{r.B, r.V}] = r.time_us;
     }
   } else {
     report.add_note("peers: skipped (--no-peers)");
   }
 
+  const int64_t copy_bytes = options.copy_mib << 20;
   report.set_meta("loadavg_at_start", loadavg());
-  const CopyCeiling copy_before = measure_copy(pool, kCopyBytes);
+  const CopyCeiling copy_before = measure_copy(pool, copy_bytes);
   const double exp_rate = measure_exp_rate(pool);
 
   struct Kernel {
@@ -431,14 +419,13 @@ void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report) {
     }
     const std::vector<Timing> t = time_interleaved(calls, options.repeats);
     for (size_t k = 0; k < kernels.size(); ++k) rows.push_back({kernels[k].name, B, V, t[k].runs, t[k].us});
-    for (const auto& r : peer_rows)
-      if (r.at("B") == B && r.at("V") == V && r.at("time_us").is_number())
-        rows.push_back({r.at("peer").get<std::string>(), B, V, r.value("runs", 0), r.at("time_us").get<double>()});
+    for (const SoftmaxPeerRow& r : peer_rows)
+      if (r.B == B && r.V == V) rows.push_back({r.peer, B, V, r.runs, r.time_us});
   }
   report.set_meta("loadavg_at_end", loadavg());
   // The ceiling: the best copy before or after the kernels (load from other processes can
   // only slow a copy down).
-  const CopyCeiling copy_after = measure_copy(pool, kCopyBytes);
+  const CopyCeiling copy_after = measure_copy(pool, copy_bytes);
   const double copy_gbps = std::max(copy_before.best_gbps(), copy_after.best_gbps());
   const char* copy_method =
       (copy_before.best_gbps() >= copy_after.best_gbps() ? copy_before : copy_after).best_method();
@@ -458,7 +445,7 @@ void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report) {
   for (const auto& [key, c] : {std::pair{"copy_before", copy_before}, std::pair{"copy_after", copy_after}})
     report.set_meta(key, nlohmann::json{{"memcpy", method_json(c.by_memcpy, c.runs)},
                                         {"copy_stream", method_json(c.by_stream, c.runs)}});
-  report.set_meta("copy_bytes", kCopyBytes);
+  report.set_meta("copy_bytes", copy_bytes);
   report.set_meta("roofline", nlohmann::json{
       {"flops_per_element", kFlopsPerElement},
       {"bytes_per_element", kBytesPerElement},
@@ -489,14 +476,16 @@ void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report) {
       "untimed calls of the same kernel, its steady state) after up to --warmup untimed "
       "calls; inputs uniform in [-8, 8); every output poisoned and checked first. GB/s = 2 * B * V "
       "* 4 bytes / time. frac_of_copy: over the faster of two copies of {} MiB (src and dst each, "
-      ">3x the LLC, pre-faulted, same split) on the same {} thread(s), memcpy and copy_stream "
+      "{}, pre-faulted, same split) on the same {} thread(s), memcpy and copy_stream "
       "(streaming stores): {:.2f} GB/s (read + write, {}). Each the best of {} timed runs, "
       "alternating, before the kernels (memcpy {}; copy_stream {}) and {} after (memcpy {}; "
       "copy_stream {}); CPU share < 1 means other processes held our cores. The memcpy and "
       "memcpy-stream rows: the same bytes as the shape by each method, timed with the kernels. "
       "vs_torch = torch.softmax time / this time (> 1: faster); the peers run in a subprocess "
       "just before, same threads.",
-      kMinRuns, kTimeBudgetS, kSettleS * 1e3, kCopyBytes >> 20, options.threads, copy_gbps, copy_method,
+      kMinRuns, kTimeBudgetS, kSettleS * 1e3, copy_bytes >> 20,
+      options.copy_mib >= 1024 ? ">3x the LLC" : "set by --copy-mib: may fit a cache, so not the memory's rate",
+      options.threads, copy_gbps, copy_method,
       copy_before.runs, describe(copy_before.by_memcpy), describe(copy_before.by_stream), copy_after.runs,
       describe(copy_after.by_memcpy), describe(copy_after.by_stream)));
   report.add_note(fmt::format("simd streams its stores (non-temporal) when B * V * 4 >= {} MiB; "
@@ -509,24 +498,26 @@ void add_bench_softmax_command(CLI::App& bench, GlobalOptions& global) {
   auto options = std::make_shared<BenchSoftmaxOptions>();
   auto format = std::make_shared<std::string>("md");
   auto shapes = std::make_shared<std::string>();
-  auto no_peers = std::make_shared<bool>(false);
   cmd->add_option("--device", options->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("-o,--output", *format, "md, json or csv");
   cmd->add_option("--shapes", *shapes, "BxV list, e.g. 64x600,4096x32000 (default: the issue's sweep)");
-  cmd->add_flag("--no-peers", *no_peers, "do not run bench/peers/softmax_peers.py");
+  add_peer_options(cmd, options->peers, "bench/peers/softmax_peers.py");
   cmd->add_flag("--simd-modes", options->simd_modes,
                 "CPU: also time simd with streaming stores forced on and off, and without prefetch");
   cmd->add_option("--warmup", options->warmup, "untimed calls before timing")->check(CLI::Range(0, 1000));
   cmd->add_option("--repeats", options->repeats, "timed calls at most (CPU: also ~1 s per row)")
       ->check(CLI::Range(1, 100000));
+  cmd->add_option("--copy-mib", options->copy_mib,
+                  "CPU: MiB of each buffer of the copy ceiling (default 1024, well beyond the LLC; smaller "
+                  "sizes measure a cache, for quick tests)")
+      ->check(CLI::Range(1, 65536));
   cmd->add_flag("--retune", options->retune, "CUDA: ignore the autotune cache");
   cmd->add_flag("--tune-log", options->tune_log, "CUDA: print every candidate the autotuner times (stderr)");
   cmd->add_option("-s,--seed", options->seed, "input seed");
-  cmd->callback([options, format, shapes, no_peers, &global] {
+  cmd->callback([options, format, shapes, &global] {
     const ReportFormat fmt_out = parse_report_format(*format);
     options->threads = global.resolved_threads();
     options->shapes = shapes->empty() ? default_softmax_shapes() : parse_shapes(*shapes);
-    options->peers = !*no_peers;
     Report report("bench softmax (" + options->device + ")", kSoftmaxColumns, options->threads);
     if (options->device == "cuda") {
       bench_softmax_cuda(*options, report);

@@ -6,9 +6,13 @@
 // step allocates the saved activations), then --steps timed ones; the median and the minimum
 // are reported with tokens/s = B*T / median. Data: the grammar corpus (seed --seed), the
 // shipped model's architecture and AdamW settings (TrainOptions defaults).
-// The PyTorch peer (bench/peers/torch_train.py) runs this command with -o json and prints both
-// in one table with the ratio.
+// Peer: after our timing, bench/peers/torch_train.py --no-cpp (the PyTorch port's eager step,
+// same B, T, -t, --steps, --warmup and vocabulary size) runs as a child process and its row
+// joins the table with cpp_speedup = its median / ours; without torch the cells stay empty
+// and a note says why (peers.h). Run alone, torch_train.py alternates the two sides in rounds.
+#include "cli/bench_conditions.h"
 #include "cli/commands.h"
+#include "cli/peers.h"
 #include "core/error.h"
 #include "core/report.h"
 #include "core/thread_pool.h"
@@ -19,6 +23,7 @@
 #include "train/trainer.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -37,7 +42,31 @@ struct BenchTrainArgs {
   uint64_t seed = 42;
   int64_t corpus_tokens = 200'000;
   std::string format = "md";
+  PeerOptions peers;
 };
+
+// The PyTorch port's step (torch_train.py --no-cpp -o json: {"torch_version", "rows": [{"impl",
+// "B", "T", "threads", "median_ms", "tokens_per_s", "steps"}], "notes"}), run after our timing.
+void add_peer_rows(const BenchTrainArgs& a, int threads, int vocab_size, double cpp_ms, Report& report) {
+  const std::string args = fmt::format("{} --no-cpp -o json -t {} -B {} -T {} --steps {} --warmup {} --rounds 1 "
+                                       "--vocab-size {}", peer_script("torch_train.py"), threads, a.batch, a.seq,
+                                       a.steps, a.warmup, vocab_size);
+  const auto answer = run_json(peer_command(a.peers, args), "peers", report);
+  if (!answer) return;
+  report.set_meta("torch", peer_torch_version(*answer));
+  for_each_peer_row(*answer, "rows", "peers", "a string impl, integer threads and steps, a positive median_ms",
+                    report, [&](const nlohmann::json& r) {
+                      const auto impl = json_string(r, "impl");
+                      const auto t = json_int(r, "threads"), steps = json_int(r, "steps");
+                      const auto ms = json_number(r, "median_ms");
+                      if (!impl || !t || !steps || !ms || !(*ms > 0)) return false;
+                      report.add_row({*impl, a.batch, a.seq, *t, *ms, nullptr,
+                                      static_cast<double>(a.batch * a.seq) / (*ms / 1e3), *steps, *ms / cpp_ms});
+                      return true;
+                    });
+  report.add_note("cpp_speedup = the row's median ms / the C++ step's median ms (> 1: the C++ step is faster); "
+                  "the peer ran as a child process after the C++ timing, on the same CPU set and thread count.");
+}
 
 
 void run_bench_train(const BenchTrainArgs& a, const GlobalOptions& global) {
@@ -60,7 +89,9 @@ void run_bench_train(const BenchTrainArgs& a, const GlobalOptions& global) {
   CorpusStreams streams = make_corpus_streams(o, tokenizer);
   Trainer trainer(o, std::move(vocab), streams.train, nullptr);
 
+  const std::string load_at_start = loadavg();
   for (int64_t i = 0; i < a.warmup; ++i) trainer.train_step(pool);
+  const CpuShare share(threads);
   std::vector<double> ms;
   float first_loss = 0.0f, last_loss = 0.0f;
   Timer total;
@@ -70,23 +101,28 @@ void run_bench_train(const BenchTrainArgs& a, const GlobalOptions& global) {
     if (i == 0) first_loss = s.loss;
     last_loss = s.loss;
   }
-  const double wall_s = total.elapsed_s();
+  const double wall_s = total.elapsed_s(), step_share = share.share();
   const double med = median(ms);
   const double tokens = static_cast<double>(a.batch * a.seq);
 
   Report report("GrammarMiniGPT training step (CPU, fp32, AdamW)",
-                {"impl", "B", "T", "threads", "median_ms", "min_ms", "tokens_per_s", "steps"}, threads);
+                {"impl", "B", "T", "threads", "median_ms", "min_ms", "tokens_per_s", "steps", "cpp_speedup"}, threads);
   report.set_meta("parameters", o.model.parameter_count());
   report.set_meta("vocab_size", o.model.vocab_size);
   report.set_meta("step", "zero grads + batch + forward_train + backward + clip 1.0 + AdamW (wd 0.1 on matrices)");
   report.set_meta("warmup_steps", a.warmup);
   report.set_meta("peak_rss_mib", std::round(process_peak_rss_mib() * 10.0) / 10.0);
   report.add_row({"minigpt C++", a.batch, a.seq, threads, med, *std::min_element(ms.begin(), ms.end()),
-                  tokens / (med / 1e3), a.steps});
+                  tokens / (med / 1e3), a.steps, 1.0});
   report.add_note(fmt::format("Mean over the timed steps: {:.3f} ms/step, {:.0f} tokens/s; loss {:.3f} -> {:.3f}.",
                               wall_s * 1e3 / static_cast<double>(a.steps),
                               tokens * static_cast<double>(a.steps) / wall_s, first_loss, last_loss));
-  report.add_note("Peer: bench/peers/torch_train.py runs the PyTorch port's eager step beside this one.");
+  report_conditions(report, load_at_start, step_share, "the timed steps");
+  if (a.peers.enabled) {
+    add_peer_rows(a, threads, o.model.vocab_size, med, report);
+  } else {
+    report.add_note("peers: skipped (--no-peers)");
+  }
   fmt::print("{}", report.render(format));
 }
 
@@ -101,6 +137,7 @@ void add_bench_train_command(CLI::App& bench, GlobalOptions& global) {
   cmd->add_option("--warmup", a->warmup, "Untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("-s,--seed", a->seed, "Seed of the weights and the corpus")->capture_default_str();
   cmd->add_option("-o,--output", a->format, "md | json | csv")->capture_default_str();
+  add_peer_options(cmd, a->peers, "bench/peers/torch_train.py");
   cmd->callback([a, &global] { run_bench_train(*a, global); });
 }
 

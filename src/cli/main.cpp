@@ -8,6 +8,17 @@
 #include <filesystem>
 #include <thread>
 
+// OpenBLAS (the Linear's fallback on CPUs without AVX-512, always single-threaded: see
+// kernels/cpu/linear.cpp) starts a server thread per core when the library loads, and each one
+// spins for about 0.1 s before it sleeps: a busy thread on another core during the first timed
+// runs of every benchmark (measured on the 2-core machine: `bench model -t 1` at a CPU share of
+// 2.0 instead of 1.0). main() stops them before any work. Weak references: an OpenBLAS without
+// a thread server (the serial build) has no blas_thread_shutdown_, and then nothing is called.
+extern "C" {
+void openblas_set_num_threads(int threads) __attribute__((weak));
+int blas_thread_shutdown_(void) __attribute__((weak));
+}
+
 namespace minigpt::cli {
 
 int GlobalOptions::resolved_threads() const {
@@ -30,6 +41,10 @@ std::string resolve_model_path(const std::string& given) {
 }  // namespace minigpt::cli
 
 int main(int argc, char** argv) {
+  if (openblas_set_num_threads && blas_thread_shutdown_) {
+    openblas_set_num_threads(1);
+    blas_thread_shutdown_();
+  }
   using namespace minigpt::cli;
   CLI::App app{"minigpt: the grammar MiniGPT engine (C++20, optional CUDA)"};
   app.require_subcommand(1);

@@ -281,7 +281,7 @@ void GrammarMiniGPT::forward(const int32_t* ids, int64_t B, int64_t T, Tensor& l
   const int64_t V = config_.vocab_size, d = config_.d_model;
   ensure_shape(logits, {B, T, V});
   ensure_shape(probs, {B, T, V});
-  if (B == 0) {  // empty batch: empty outputs, no kernel runs (design.md)
+  if (B == 0) {  // empty batch: empty outputs, no kernel runs (docs/ARCHITECTURE.md)
     if (trace) {
       trace->embed = Tensor::empty({0, T, d});
       trace->blocks.assign(static_cast<size_t>(config_.n_layer), Tensor::empty({0, T, d}));

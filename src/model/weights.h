@@ -1,5 +1,5 @@
 // ModelWeights: every parameter tensor of GrammarMiniGPT, named as the PyTorch port's
-// state_dict (design.md), with the shapes the config implies.
+// state_dict (docs/ARCHITECTURE.md), with the shapes the config implies.
 //
 // Linear weights are (out, in) as nn.Linear. qkv.weight is (3d, d): rows [0, d) produce q,
 // [d, 2d) k, [2d, 3d) v, and within each, head h owns rows [h*dh, (h+1)*dh).

@@ -1,6 +1,6 @@
 // The CUDA softmax family (naive, smem, every fused variant and autotune candidate) against
 // cpu::softmax_reference: odd and misaligned shapes, in place, B = 0, the special values of
-// design.md, outputs poisoned with NaN first so that every element must be written. Each test
+// docs/ARCHITECTURE.md, outputs poisoned with NaN first so that every element must be written. Each test
 // skips when no GPU is visible.
 #include "core/error.h"
 #include "kernels/cpu/softmax.h"

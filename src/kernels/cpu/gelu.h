@@ -1,5 +1,5 @@
 // GELU, the exact erf form of nn.GELU(): y = x/2 (1 + erf(x / sqrt 2)), and its backward.
-// GELU(-inf) = -0, GELU(+inf) = +inf, NaN stays NaN (design.md). Computed in float: within
+// GELU(-inf) = -0, GELU(+inf) = +inf, NaN stays NaN (docs/ARCHITECTURE.md). Computed in float: within
 // ~5e-7 absolute of the exact values (forward and GELU'), see gelu.cpp.
 #pragma once
 

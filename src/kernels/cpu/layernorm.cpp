@@ -2,7 +2,7 @@
 //
 // Row statistics are computed in double, two passes (mean, then the mean of squared
 // deviations): for a constant row the double sum of C copies of x is exact, so the mean equals x
-// exactly, every deviation is exactly 0 and the output is exactly the bias (design.md). Rows are
+// exactly, every deviation is exactly 0 and the output is exactly the bias (docs/ARCHITECTURE.md). Rows are
 // split over the pool; dweight/dbias are split by column, each column summed over all rows in
 // order, so every result is the same for any thread count. With AVX-512 the row sums run in
 // 8 double lanes (each lane summed in order, lanes reduced in a fixed order: still exact for a

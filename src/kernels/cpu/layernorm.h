@@ -2,7 +2,7 @@
 // and its backward.
 //
 // Shapes: x, y (N, C); weight, bias (C); mean, rstd (N) saved for the backward (may be null
-// at inference). A constant row normalises to exactly 0 (then + bias): design.md.
+// at inference). A constant row normalises to exactly 0 (then + bias): docs/ARCHITECTURE.md.
 #pragma once
 
 #include "core/thread_pool.h"

@@ -1,14 +1,16 @@
 // Softmax over the last dimension on the CPU: one op, several versions.
 //
 // x, y (rows, cols), row-major, contiguous; y may alias x. Semantics shared by every version
-// and every backend (design.md): a row holding a NaN or +inf gives a NaN row; an all -inf row
+// and every backend (docs/ARCHITECTURE.md): a row holding a NaN or +inf gives a NaN row; an all -inf row
 // gives a NaN row (as torch.softmax); [1e30, 0, -1e30] gives [1, 0, 0] exactly; rows == 0
 // does nothing. cols >= 1 (checked).
 //
 //   softmax_reference  three passes in double; the oracle every test compares against.
 //   softmax_naive      three passes in float, exp materialised in y (max, exp+sum, scale).
-//   softmax_fused      online max and sum in one read pass, then one write pass (std::exp,
-//                      the sum kept in double so that 50257 terms stay within ~1e-6).
+//   softmax_fused      online max and sum in one read pass of x that writes exp(x - running
+//                      max) into y (std::exp once per element, as naive), then one pass over
+//                      y that rescales each stretch of equal running max by exp(m_run - m) /
+//                      sum (the sum kept in double so that 50257 terms stay within ~1e-6).
 //   softmax_simd       fused + AVX2 or AVX-512 (chosen at run time) with a polynomial exp,
 //                      rows split across the pool's threads. This is the production kernel.
 //

@@ -87,7 +87,7 @@ struct OnlineRow {
     return m == -std::numeric_limits<float>::infinity() ? -std::numeric_limits<float>::max() : m;
   }
   // ... but caught here: a NaN anywhere makes its exp, and so s, NaN, whatever m is. These are
-  // the design.md rows that come out all NaN: NaN or +inf in the row (m = +inf gives
+  // the docs/ARCHITECTURE.md rows that come out all NaN: NaN or +inf in the row (m = +inf gives
   // exp(inf - inf) = NaN), or every value -inf.
   bool nan_row() const { return std::isnan(s) || !std::isfinite(m); }
   // The factor stage 3 applies to a chunk whose exps used m_chunk: exp(m_chunk - m) / s.

@@ -1,6 +1,6 @@
 // Row softmax on the GPU, fp32, (rows, cols) row-major and contiguous: one op, three versions.
 // Host-callable launchers; the kernels are in softmax_naive.cu, softmax_smem.cu and
-// softmax_fused*.cu. Semantics are the CPU's (design.md, kernels/cpu/softmax.h): a row holding
+// softmax_fused*.cu. Semantics are the CPU's (docs/ARCHITECTURE.md, kernels/cpu/softmax.h): a row holding
 // a NaN or +inf gives a NaN row, an all -inf row gives a NaN row, [1e30, 0, -1e30] gives
 // [1, 0, 0]; rows == 0 launches nothing; cols >= 1. y may alias x (each thread reads every
 // element it writes before writing it).

@@ -2,7 +2,7 @@
 // (max, sum) pair that the fused kernels reduce, and warp/block reductions of it.
 // Device code only; included by the .cu files, never by plain C++.
 //
-// Special values (design.md): the pair reduction keeps a row's NaN or +inf as a NaN sum, and
+// Special values (docs/ARCHITECTURE.md): the pair reduction keeps a row's NaN or +inf as a NaN sum, and
 // an all -inf row as (max -inf, sum 0), whose final scale 0/0 is NaN. A thread whose own
 // values are all -inf (or padding) contributes (-inf, 0) without poisoning a finite row.
 #pragma once

@@ -1,0 +1,315 @@
+#!/usr/bin/env python3
+"""Experiment 25: minigpt's graph compiler set against torch.compile. Writes manifest.json.
+
+    PYTHONPATH=python python3 experiments/25-compile/run.py [--minigpt build/default/minigpt] \
+        [--threads 1,2] [--work out/25-compile] [--quick] [--torch-json FILE]
+
+1. PyTorch: bench/peers/torch_compile_dump.py --out WORK/torch/<model>_<mode>, one fresh process
+   and one emptied Inductor cache per (model, mode) so that every first call is cold (TinyHead and
+   the port of the grammar MiniGPT; torch.compile default and max-autotune; eager against
+   compiled at every --threads count), or the torch_compile.json files such runs wrote
+   (--torch-json). Inductor's kernel files from the default-mode runs are copied here:
+   kernel_inductor.cpp (TinyHead's fused softmax and its call()), kernels_gpt_inductor.cpp, and
+   their *_t2.cpp twins compiled at 2 threads.
+2. minigpt: `minigpt compile --graph tinyhead|gpt --dump DIR --explain` and, at every thread
+   count, `minigpt bench model -o json` (eager) and `minigpt bench model --compile -o json`,
+   each pinned to the first n CPUs as the torch side is. A command the binary does not have yet
+   (the compiler is being built) is recorded in the manifest with its exit status and message,
+   never a crash. Our fused softmax kernel, if the dump has one, is copied to kernel.cpp.
+3. manifest.json here: machine, load averages, versions, threads, every command run, every
+   figure with its unit, and the compile-match results with the tolerance actually checked
+   (an allclose-style bound, never "byte equal").
+
+--quick passes --quick to the torch script (TinyHead and the GPT, default mode, first thread
+count, 30 runs) for a smoke run of the whole driver; its manifest says quick: true. Give it
+--dest and --work elsewhere to leave this folder's files alone.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+PEERS = ROOT / "bench" / "peers"
+SHIPPED = ROOT / "models" / "grammar-minigpt.safetensors"
+sys.path.insert(0, str(PEERS))
+from torch_model import find_minigpt  # noqa: E402  (newest build/*/minigpt)
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def tail(text: str, n: int = 1500) -> str:
+    return text[-n:] if text else ""
+
+
+def run_cmd(cmd: list[str], cpus: list[int] | None = None, timeout: int = 3600) -> dict:
+    """Runs cmd (pinned to cpus if given); {command, rc, stdout, stderr tail, seconds}."""
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    t0 = dt.datetime.now()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, preexec_fn=pin)
+        rc, out, err = p.returncode, p.stdout, p.stderr
+    except FileNotFoundError as e:
+        rc, out, err = 127, "", str(e)
+    except subprocess.TimeoutExpired as e:
+        rc, out, err = 124, e.stdout or "", f"timed out after {timeout} s"
+    return {"command": " ".join(cmd), "pinned_cpus": cpus, "rc": rc, "stdout": out,
+            "stderr_tail": tail(err), "seconds": (dt.datetime.now() - t0).total_seconds()}
+
+
+def record(entry: dict, keep_stdout: bool = False) -> dict:
+    """The manifest's view of a command: status ok / not available / failed, no bulky stdout."""
+    e = {k: v for k, v in entry.items() if k != "stdout"}
+    if keep_stdout:
+        e["stdout_tail"] = tail(entry["stdout"], 4000)
+    if entry["rc"] == 0:
+        e["status"] = "ok"
+    else:
+        # CLI11's words for an option or subcommand it does not know: the binary predates the
+        # compiler (minigpt_features normally catches that before running). Else a real failure.
+        msg = entry["stderr_tail"]
+        missing = any(s in msg for s in ("was not expected", "A subcommand is required", "not recognized"))
+        e["status"] = "not available in this binary" if missing else "failed"
+    return e
+
+
+def torch_side(args, work: Path) -> tuple[list[dict], list[dict]]:
+    """([torch_compile.json of each run], [command records]). One process per (model, mode),
+    each with its own emptied Inductor cache, so every (model, mode)'s first call is cold: the
+    process's one-time costs (Inductor's imports, its probe of the CPU's vector ISA, the compile
+    workers) included, as a user's first torch.compile of that model would pay them."""
+    if args.torch_json:
+        paths = [Path(p) for p in args.torch_json]
+        return [json.loads(p.read_text()) for p in paths], [
+            {"command": f"(read {p})", "rc": 0, "status": "ok"} for p in paths]
+    models = ["tinyhead", "gpt"]
+    modes = ["default"] if args.quick else ["default", "max-autotune"]
+    reports, records = [], []
+    for model in models:
+        for mode in modes:
+            out = work / "torch" / f"{model}_{mode}"
+            cmd = [sys.executable, str(PEERS / "torch_compile_dump.py"), "--out", str(out),
+                   "--models", model, "--modes", mode, "--threads", args.threads, "-m", str(args.model)]
+            if args.quick:
+                cmd.append("--quick")
+            entry = run_cmd(cmd, timeout=3600)
+            records.append(record(entry))
+            if entry["rc"] != 0:
+                print(f"run.py: `{entry['command']}` exited {entry['rc']}:\n{entry['stderr_tail']}", file=sys.stderr)
+            report_path = out / "torch_compile.json"
+            if report_path.is_file():
+                reports.append(json.loads(report_path.read_text()))
+    return reports, records
+
+
+def copy_torch_kernels(work: Path, dest: Path) -> dict:
+    """Inductor's kernel files of the default-mode runs -> this folder."""
+    kept = {}
+    for src in sorted((work / "torch").glob("*_default/kernel*_inductor*")):
+        shutil.copyfile(src, dest / src.name)
+        kept[src.name] = f"copied from {os.path.relpath(src, ROOT)}"
+    return kept
+
+
+def minigpt_features(exe: str) -> dict[str, bool]:
+    """Which of the compiler's commands this binary has, read from its own --help."""
+    top = run_cmd([exe, "--help"])["stdout"]
+    bench = run_cmd([exe, "bench", "model", "--help"])["stdout"]
+    return {"compile": re.search(r"^\s+compile\b", top, re.M) is not None,
+            "bench_model_compile": "--compile" in bench}
+
+
+def not_available(cmd: list[str], why: str) -> dict:
+    return {"command": " ".join(cmd), "rc": None, "status": "not available in this binary", "reason": why}
+
+
+def minigpt_side(args, work: Path, threads: list[int], cpus: list[int]) -> dict:
+    exe = args.minigpt or find_minigpt(None)
+    side = {"binary": exe, "commands": [], "compile": {}, "bench": [],
+            "units": {"median_us": "us, median: per forward call (B, T) or per decoded token",
+                      "tokens_per_s": "tokens per second"}}
+    if exe is None or not os.access(exe, os.X_OK):
+        side["status"] = "no minigpt binary found (build it: cmake --build build/default --target minigpt)"
+        return side
+    features = minigpt_features(exe)
+    side["features"] = features
+    model = ["-m", str(args.model)]
+    for graph in ("tinyhead", "gpt"):
+        dump = work / "minigpt" / graph
+        cmd = [exe, "compile", "--graph", graph, "--dump", str(dump), "--explain"]
+        if not features["compile"]:
+            side["commands"].append(not_available(cmd, "`minigpt --help` lists no `compile` subcommand"))
+            continue
+        shutil.rmtree(dump, ignore_errors=True)
+        entry = run_cmd(cmd, cpus=cpus[:threads[0]])
+        rec = record(entry, keep_stdout=True)
+        side["commands"].append(rec)
+        if rec["status"] == "ok":
+            (work / "minigpt").mkdir(parents=True, exist_ok=True)
+            explain = work / "minigpt" / f"explain_{graph}.txt"
+            explain.write_text(entry["stdout"])
+            shutil.copyfile(explain, args.dest / explain.name)
+            side["compile"][graph] = {"dump": os.path.relpath(dump, ROOT), "explain": explain.name,
+                                      "files": sorted(p.name for p in dump.iterdir()) if dump.is_dir() else []}
+    for n in threads:
+        for extra in ([], ["--compile"]):
+            cmd = [exe, "bench", "model", *model, "-o", "json", "-t", str(n), "--runs", str(args.runs), *extra]
+            if extra and not features["bench_model_compile"]:
+                side["commands"].append(not_available(cmd, "`minigpt bench model --help` has no --compile"))
+                continue
+            entry = run_cmd(cmd, cpus=cpus[:n])
+            rec = record(entry)
+            side["commands"].append(rec)
+            if rec["status"] == "ok":
+                try:
+                    side["bench"].append({"threads": n, "compiled_flag": bool(extra),
+                                          "report": json.loads(entry["stdout"])})
+                except json.JSONDecodeError as e:
+                    rec["status"] = f"failed: stdout is not JSON ({e})"
+    return side
+
+
+def copy_our_kernel(side: dict, dest: Path) -> str | None:
+    """Our fused softmax kernel (the tinyhead dump's cpp_fused_softmax_* file) -> kernel.cpp."""
+    info = side.get("compile", {}).get("tinyhead")
+    if not info:
+        return None
+    dump = ROOT / info["dump"]
+    found = sorted(p for p in dump.rglob("*") if p.is_file() and "softmax" in p.name)
+    if not found:
+        return None
+    shutil.copyfile(found[0], dest / "kernel.cpp")
+    return f"copied from {os.path.relpath(found[0], ROOT)}"
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version()}
+    try:
+        out["g++"] = subprocess.run(["g++", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    except (OSError, IndexError):
+        out["g++"] = None
+    try:
+        out["git_commit"] = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                                           capture_output=True, text=True).stdout.strip()
+    except OSError:
+        out["git_commit"] = None
+    return out
+
+
+def torch_figures(reports: list[dict]) -> dict:
+    """The manifest's torch block: one row per (model, device, mode, threads), units in names."""
+    keys = ("model", "device", "mode", "threads", "first_call_s", "warm_first_call_s", "eager_median_us",
+            "compiled_median_us", "speedup", "eager_thread_cpu_median_us", "compiled_thread_cpu_median_us",
+            "cache", "warm_cache", "kernels", "load_average")
+    first = reports[0]
+    return {"torch": first.get("torch"), "commands": [r.get("command") for r in reports],
+            "settings": {k: v for k, v in first.get("settings", {}).items() if k not in ("models", "modes")},
+            "machine": first.get("machine"), "units": first.get("units"),
+            "load_average_before_each_run": [r.get("load_average_before") for r in reports],
+            "load_average_after_each_run": [r.get("load_average_after") for r in reports],
+            "rows": [{k: row.get(k) for k in keys} for r in reports for row in r.get("results", [])],
+            "kernel_files": {k: v for r in reports for k, v in (r.get("kernel_files") or {}).items()},
+            "errors": [r["error"] for r in reports if r.get("error")]}
+
+
+def markdown_tables(manifest: dict) -> str:
+    """The torch figures as the markdown rows REPORT.md quotes (printed on stdout)."""
+    rows = manifest.get("pytorch", {}).get("rows", [])
+    match = {(m["model"], m["device"], m["mode"], m["threads"]): m for m in manifest.get("compile_match", [])}
+    lines = ["| model | device | mode | threads | eager us | compiled us | eager/compiled | thread CPU us, "
+             "eager / compiled | first call s | warm first call s | max abs diff (tol) |",
+             "| " + " | ".join(["---"] * 11) + " |"]
+    for r in rows:
+        m = match.get((r["model"], r["device"], r["mode"], r["threads"]), {})
+        warm = r.get("warm_first_call_s")
+        lines.append(f"| {r['model']} | {r['device']} | {r['mode']} | {r['threads']} | {r['eager_median_us']:.1f} | "
+                     f"{r['compiled_median_us']:.1f} | {r['speedup']:.2f} | {r['eager_thread_cpu_median_us']:.1f} / "
+                     f"{r['compiled_thread_cpu_median_us']:.1f} | {r['first_call_s']:.1f} | "
+                     f"{'-' if warm is None else f'{warm:.2f}'} | {m.get('max_abs_diff', float('nan')):.2g} "
+                     f"(< {m.get('tolerance')}) |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--minigpt", help="minigpt binary (default: newest build/*/minigpt)")
+    ap.add_argument("-m", "--model", default=str(SHIPPED))
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--runs", type=int, default=500, help="timed calls of `minigpt bench model`")
+    ap.add_argument("--work", default=str(ROOT / "out" / "25-compile"), help="scratch folder (dumps, caches)")
+    ap.add_argument("--torch-json", nargs="+", help="use these torch_compile.json files (WORK/torch/*/) "
+                    "instead of running the torch side again")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--dest", type=Path, default=HERE, help="where manifest.json and the kept kernel files "
+                    "go (default: this folder; give another for a smoke run)")
+    args = ap.parse_args()
+
+    threads = [int(s) for s in args.threads.split(",") if s.strip()]
+    cpus = sorted(os.sched_getaffinity(0))
+    if not threads or min(threads) < 1 or max(threads) > len(cpus):
+        print(f"run.py: error: --threads {args.threads}: counts must be in [1, {len(cpus)}]", file=sys.stderr)
+        return 2
+    work = Path(args.work).resolve()
+    args.dest = args.dest.resolve()
+    args.dest.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+
+    manifest = {
+        "experiment": "25-compile",
+        "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "quick": args.quick,
+        "machine": {"platform": platform.platform(), "cpus_usable": len(cpus), "cpus_online": os.cpu_count()},
+        "versions": versions(),
+        "threads": threads,
+        "model": os.path.relpath(args.model, ROOT) if Path(args.model).is_absolute() else args.model,
+        "load_average_start": load_average(),
+        "commands": [],
+    }
+    reports, recs = torch_side(args, work)
+    manifest["commands"] += recs
+    if reports:
+        manifest["machine"]["cpu"] = reports[0]["machine"]["cpu"]
+        manifest["versions"]["torch"] = reports[0]["torch"]
+        manifest["pytorch"] = torch_figures(reports)
+        manifest["compile_match"] = [
+            {"model": r["model"], "device": r["device"], "mode": r["mode"], "threads": r["threads"], **r["match"]}
+            for rep in reports for r in rep.get("results", [])]
+        manifest["compile_match_passed"] = (all(rep.get("compile_match_passed") for rep in reports)
+                                            and len(reports) == len(recs))
+        manifest["kernel_files"] = copy_torch_kernels(work, args.dest)
+    else:
+        manifest["pytorch"] = {"status": "no torch_compile.json written; see commands"}
+
+    ours = minigpt_side(args, work, threads, cpus)
+    manifest["commands"] += ours.pop("commands")
+    manifest["minigpt"] = ours
+    kernel = copy_our_kernel(ours, args.dest)
+    manifest.setdefault("kernel_files", {})["kernel.cpp"] = kernel or "not written: no `minigpt compile --dump` output yet"
+    manifest["load_average_end"] = load_average()
+
+    out = args.dest / "manifest.json"
+    tmp = out.with_suffix(".json.tmp")
+    # Paths inside the repository relative to its root, so the manifest reads the same anywhere.
+    tmp.write_text(json.dumps(manifest, indent=2).replace(str(ROOT) + os.sep, "") + "\n")
+    tmp.replace(out)
+    print(f"run.py: wrote {os.path.relpath(out, ROOT)}", file=sys.stderr)
+    print(markdown_tables(manifest))
+    return 0 if manifest.get("compile_match_passed") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
