@@ -90,7 +90,7 @@ Lowered lower(const Graph& captured, const CompileOptions& opt) {
   PassTrace trace;
   trace.post_fusion = [&](const Graph& g) { l.post_fusion = g; };
   const Graph planned = run_passes(captured, opt.passes, trace);
-  l.schedule = schedule(planned);
+  l.schedule = schedule(planned, opt.codegen.generated_gemm);
   l.passes_s = seconds_since(t0);
   const auto t1 = std::chrono::steady_clock::now();
   CodegenOptions cg = opt.codegen;

@@ -37,15 +37,13 @@ int64_t node_flops(const Graph& g, const Node& n) {
   }
 }
 
-std::string kernel_stem(const Graph& g, const Kernel& k) {
-  const Node& first = g.nodes[static_cast<size_t>(k.nodes[0])];
+std::string kernel_stem(const Graph& g, const Kernel& k, bool generated_gemm) {
   switch (k.kind) {
-    case KernelKind::Matmul: return "extern_linear";
+    case KernelKind::Matmul: return generated_gemm ? "cpp_gemm" : "extern_linear";
     case KernelKind::Attention: return "cpp_fused_attention";
     case KernelKind::KvWrite: return "cpp_kv_write";
     case KernelKind::Rowwise: break;
   }
-  (void)first;
   std::set<std::string> names;
   for (int i : k.nodes) {
     const Node& n = g.nodes[static_cast<size_t>(i)];
@@ -58,7 +56,7 @@ std::string kernel_stem(const Graph& g, const Kernel& k) {
 
 }  // namespace
 
-Schedule schedule(const Graph& fused) {
+Schedule schedule(const Graph& fused, bool generated_gemm) {
   Schedule s;
   s.graph = fused;
   const Graph& g = s.graph;
@@ -120,7 +118,7 @@ Schedule schedule(const Graph& fused) {
       k.rows = rs.rows;
       k.cols = rs.cols;
     }
-    k.name = fmt::format("{}_{}", kernel_stem(g, k), gi);
+    k.name = fmt::format("{}_{}", kernel_stem(g, k, generated_gemm), gi);
   }
   return s;
 }

@@ -35,7 +35,9 @@ struct Schedule {
   std::vector<Kernel> kernels;
 };
 
-Schedule schedule(const Graph& fused);
+// generated_gemm: matmuls will be generated GEMMs (named cpp_gemm_N), else calls of the
+// engine's GEMM (extern_linear_N).
+Schedule schedule(const Graph& fused, bool generated_gemm = false);
 // A table: one line per kernel (name, ops, shapes, bytes, FLOPs).
 std::string print_schedule(const Schedule& s);
 
