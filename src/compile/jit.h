@@ -78,6 +78,7 @@ class JitLibrary {
   const std::string& so_sha256() const { return so_sha256_; }  // of the bytes loaded
   bool cache_hit() const { return cache_hit_; }      // loaded without compiling
   double compile_seconds() const { return compile_s_; }  // 0 on a hit
+  double compile_cpu_seconds() const { return compile_cpu_s_; }  // the compiler's CPU time
   double load_seconds() const { return load_s_; }
 
  private:
@@ -88,7 +89,7 @@ class JitLibrary {
   std::filesystem::path path_;  // the cache entry's <key>.so
   std::string so_sha256_;
   bool cache_hit_ = false;
-  double compile_s_ = 0, load_s_ = 0;
+  double compile_s_ = 0, compile_cpu_s_ = 0, load_s_ = 0;
 };
 
 // The cache key of a request (hex SHA-256), without compiling anything.
