@@ -355,6 +355,22 @@ std::string gemm_source(const GemmSpec& spec) {
   return gemm_prelude(spec.isa) + generate_gemm(spec).code;
 }
 
+std::string generate_gemm_parallel(const GeneratedGemm& g) {
+  return fmt::format(
+      "// {0} over the runtime's thread pool: panels [0, {1}) in contiguous chunks.\n"
+      "struct {0}_args {{ const float* x; const float* wp; const float* b; const float* residual; float* y; }};\n"
+      "static void {0}_range(void* ctx, int64_t p0, int64_t p1) {{\n"
+      "  const struct {0}_args* a = (const struct {0}_args*)ctx;\n"
+      "  {0}(a->x, a->wp, a->b, a->residual, a->y, p0, p1);\n"
+      "}}\n"
+      "extern \"C\" void {0}_mt(const MgRuntime* rt, const float* x, const float* wp, const float* b,\n"
+      "    const float* residual, float* y, int64_t grain) {{\n"
+      "  struct {0}_args a = {{x, wp, b, residual, y}};\n"
+      "  rt->parallel_for(rt->pool, {1}, grain, {0}_range, &a);\n"
+      "}}\n\n",
+      g.name, g.panels);
+}
+
 void gemm_pack_weights(const GeneratedGemm& g, const float* W, float* packed) {
   const int64_t K = g.spec.K, N = g.spec.N, P = g.panel_width;
   for (int64_t p = 0; p < g.panels; ++p)

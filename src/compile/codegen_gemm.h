@@ -24,6 +24,8 @@
 // itself (the caller splits [0, panels)).
 #pragma once
 
+#include "compile/runtime_abi.h"
+
 #include <cstdint>
 #include <string>
 
@@ -75,6 +77,16 @@ std::string gemm_prelude(GemmIsa isa);
 GeneratedGemm generate_gemm(const GemmSpec& spec);
 // gemm_prelude + generate_gemm: a whole translation unit for jit_load.
 std::string gemm_source(const GemmSpec& spec);
+
+// The thread split: a wrapper that runs the entry point's panels through the runtime's pool,
+//   extern "C" void NAME_mt(const MgRuntime* rt, const float* x, const float* wp,
+//                           const float* b, const float* residual, float* y, int64_t grain);
+// [0, panels) split by rt->parallel_for into contiguous chunks of at least `grain` panels (each
+// element is computed as on one thread: the result does not depend on the split). Needs
+// runtime_abi_source() (runtime.h) earlier in the unit.
+std::string generate_gemm_parallel(const GeneratedGemm& gemm);
+using GemmParallelFn = void (*)(const MgRuntime* rt, const float* x, const float* wp,
+                                const float* b, const float* residual, float* y, int64_t grain);
 
 // W (N, K) row-major (nn.Linear's (out, in)) -> the panels the generated code reads
 // (packed_floats floats, padding zeroed).
