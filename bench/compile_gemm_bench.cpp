@@ -91,11 +91,7 @@ int main(int argc, char** argv) {
   std::string source = gemm_prelude(GemmIsa::kAvx512);
   for (const Shape& s : kShapes)
     for (const Variant& v : kVariants) {
-      GemmSpec spec;
-      spec.M = s.M;
-      spec.N = s.N;
-      spec.K = s.K;
-      spec.epilogue = s.epilogue;
+      GemmSpec spec = gemm_spec(s.M, s.N, s.K, s.epilogue);
       spec.mr = static_cast<int>(std::min<int64_t>(v.mr, s.M));
       spec.nv = v.nv;
       spec.unroll = v.unroll;
@@ -125,12 +121,7 @@ int main(int argc, char** argv) {
   {
     std::string typical = gemm_prelude(GemmIsa::kAvx512);
     for (size_t i = 0; i < 5; ++i) {
-      GemmSpec spec;
-      spec.M = kShapes[i].M;
-      spec.N = kShapes[i].N;
-      spec.K = kShapes[i].K;
-      spec.epilogue = kShapes[i].epilogue;
-      typical += generate_gemm(spec).code;
+      typical += generate_gemm(gemm_spec(kShapes[i].M, kShapes[i].N, kShapes[i].K, kShapes[i].epilogue)).code;
     }
     JitRequest r;
     r.source = typical;

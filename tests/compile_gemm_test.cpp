@@ -25,13 +25,7 @@ const std::vector<std::pair<int64_t, int64_t>> kModelShapes = {
     {64, 192}, {64, 64}, {64, 256}, {256, 64}, {64, 600}};
 
 GemmSpec spec(int64_t M, int64_t N, int64_t K, GemmEpilogueKind e, GemmIsa isa) {
-  GemmSpec s;
-  s.M = M;
-  s.N = N;
-  s.K = K;
-  s.epilogue = e;
-  s.isa = isa;
-  return s;
+  return gemm_spec(M, N, K, e, true, isa);
 }
 
 std::vector<GemmSpec> specs_for(GemmIsa isa) {

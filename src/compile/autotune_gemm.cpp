@@ -22,13 +22,7 @@ std::vector<GemmSpec> gemm_variants(int64_t M, int64_t N, int64_t K, GemmEpilogu
   std::vector<GemmSpec> out;
   for (const auto& g : grid) {
     if ((M >= 4) != (g[0] != 1) && g[0] != 0) continue;  // one-row schedules for one row
-    GemmSpec s;
-    s.M = M;
-    s.N = N;
-    s.K = K;
-    s.bias = bias;
-    s.epilogue = epilogue;
-    s.isa = isa;
+    GemmSpec s = gemm_spec(M, N, K, epilogue, bias, isa);
     s.mr = static_cast<int>(std::min<int64_t>(g[0], M));
     s.nv = g[1];
     s.ksplit = g[2];

@@ -182,6 +182,18 @@ int gemm_isa_lanes(GemmIsa isa) {
   return 1;
 }
 
+GemmSpec gemm_spec(int64_t M, int64_t N, int64_t K, GemmEpilogueKind epilogue, bool bias,
+                   GemmIsa isa) {
+  GemmSpec s;
+  s.M = M;
+  s.N = N;
+  s.K = K;
+  s.epilogue = epilogue;
+  s.bias = bias;
+  s.isa = isa;
+  return s;
+}
+
 GemmSpec gemm_resolve(GemmSpec s) {
   MINIGPT_CHECK(s.M > 0 && s.N > 0 && s.K > 0, "codegen_gemm: shape ({}, {}, {}) must be positive",
                 s.M, s.N, s.K);

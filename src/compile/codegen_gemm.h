@@ -51,6 +51,11 @@ struct GemmSpec {
   std::string name;  // the entry point's name; empty = derived from the shape and schedule
 };
 
+// A spec of this shape with the default schedule (fill mr, nv, ... afterwards to choose one).
+GemmSpec gemm_spec(int64_t M, int64_t N, int64_t K,
+                   GemmEpilogueKind epilogue = GemmEpilogueKind::kNone, bool bias = true,
+                   GemmIsa isa = GemmIsa::kAvx512);
+
 // spec with every 0 in its schedule replaced by the default for its shape (measured on the
 // model's shapes: see bench/compile_gemm_bench.cpp), and its name filled in.
 GemmSpec gemm_resolve(GemmSpec spec);
