@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
         Floats y(s.M * s.N), packed(static_cast<size_t>(gen.packed_floats));
         gemm_pack_weights(gen, W.data(), packed.data());
         for (auto _ : state) {
-          fn(x.data(), packed.data(), b.data(), res.data(), y.data(), 0, gen.panels);
+          fn(x.data(), packed.data(), b.data(), res.data(), y.data(), 0, gen.tasks);
           benchmark::DoNotOptimize(y.data());
         }
         set_rate(state, gen.flops);

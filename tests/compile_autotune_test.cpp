@@ -50,8 +50,8 @@ AutotuneCandidate gemm_candidate(Problem& p, GemmSpec spec, const std::filesyste
   c.request.name = g.name;
   c.request.cache_dir = dir;
   c.symbol = g.name;
-  c.call = [&p, packed, panels = g.panels](void* fn) {
-    reinterpret_cast<GemmFn>(fn)(p.x.data(), packed->data(), p.b.data(), nullptr, p.y.data(), 0, panels);
+  c.call = [&p, packed, tasks = g.tasks](void* fn) {
+    reinterpret_cast<GemmFn>(fn)(p.x.data(), packed->data(), p.b.data(), nullptr, p.y.data(), 0, tasks);
   };
   c.check = [&p] { return p.check(); };
   return c;

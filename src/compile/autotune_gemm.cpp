@@ -112,15 +112,15 @@ GemmChoice autotune_gemm(const GemmProblem& p, const std::vector<GemmSpec>& vari
       c.symbol = gens[v].name + (mt ? "_mt" : "");
       const float* packed = buf->packed[v].data();
       const float* b = p.b;
-      const int64_t panels = gens[v].panels;
+      const int64_t tasks = gens[v].tasks;
       if (mt)
         c.call = [buf, packed, b](void* fn) {
           reinterpret_cast<GemmParallelFn>(fn)(&buf->rt, buf->x.data(), packed, b, buf->res.data(),
                                                buf->y.data(), 1);
         };
       else
-        c.call = [buf, packed, b, panels](void* fn) {
-          reinterpret_cast<GemmFn>(fn)(buf->x.data(), packed, b, buf->res.data(), buf->y.data(), 0, panels);
+        c.call = [buf, packed, b, tasks](void* fn) {
+          reinterpret_cast<GemmFn>(fn)(buf->x.data(), packed, b, buf->res.data(), buf->y.data(), 0, tasks);
         };
       c.check = check;
       cands.push_back(std::move(c));
