@@ -2,6 +2,7 @@
 // GEMM: all compiled, checked and timed; the winner is the lowest median and callable; a
 // candidate that does not compile or gives a wrong result is reported and never chosen.
 #include "compile/autotune.h"
+#include "compile/autotune_gemm.h"
 #include "compile/codegen_gemm.h"
 #include "compile_jit_test_util.h"
 #include "core/error.h"
@@ -49,8 +50,8 @@ AutotuneCandidate gemm_candidate(Problem& p, GemmSpec spec, const std::filesyste
   c.request.name = g.name;
   c.request.cache_dir = dir;
   c.symbol = g.name;
-  c.call = [&p, packed, panels = g.panels](void* fn) {
-    reinterpret_cast<GemmFn>(fn)(p.x.data(), packed->data(), p.b.data(), nullptr, p.y.data(), 0, panels);
+  c.call = [&p, packed, tasks = g.tasks](void* fn) {
+    reinterpret_cast<GemmFn>(fn)(p.x.data(), packed->data(), p.b.data(), nullptr, p.y.data(), 0, tasks);
   };
   c.check = [&p] { return p.check(); };
   return c;
@@ -160,4 +161,41 @@ TEST(CompileAutotune, FmaPeakIsMeasured) {
   EXPECT_TRUE(peak.isa == "avx512" || peak.isa == "avx2") << peak.isa;
   EXPECT_GT(peak.gflops, 1.0);  // a core of the last decade does tens to hundreds
   EXPECT_EQ(&fma_peak(), &peak) << "measured once per process";
+}
+
+// max-autotune of one Linear (autotune_gemm.h): every variant of one source, with the library
+// GEMM, on 1 and 2 threads; the choice, run again, agrees with the library within 1e-5.
+TEST(CompileAutotune, GemmChoiceOnOneAndTwoThreads) {
+  testjit::TempCacheDir dir;
+  const int64_t M = 32, N = 64, K = 64;
+  const auto W = testref::random_floats(N * K, 31), b = testref::random_floats(N, 32);
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    GemmProblem p;
+    p.M = M;
+    p.N = N;
+    p.K = K;
+    p.epilogue = GemmEpilogueKind::kResidual;
+    p.W = W.data();
+    p.b = b.data();
+    p.pool = &pool;
+    const auto variants = gemm_variants(M, N, K, p.epilogue, true);
+    ASSERT_GE(variants.size(), 3u);
+    AutotuneOptions opt;
+    opt.rounds = 5;
+    opt.min_sample_us = 5;
+    const GemmChoice c = autotune_gemm(p, variants, opt, dir.path());
+    const size_t expected = variants.size() * (threads > 1 ? 2 : 1) + 1;
+    ASSERT_EQ(c.result.timings.size(), expected) << c.result.table();
+    for (const AutotuneTiming& t : c.result.timings) EXPECT_EQ(t.error, "") << t.label;
+    int compiled = 0;
+    for (const AutotuneTiming& t : c.result.timings) compiled += t.compile_s > 0;
+    EXPECT_LE(compiled, 1) << "one source, compiled at most once (a second pool size hits)";
+    std::printf("%d thread(s):\n%s", threads, c.result.table().c_str());
+    if (c.library) continue;
+    EXPECT_EQ(c.threaded, c.result.timings[c.result.best].label.find("split") != std::string::npos);
+    EXPECT_EQ(c.spec.M, M);
+    EXPECT_FALSE(c.spec.name.empty());
+  }
+  EXPECT_THROW(autotune_gemm(GemmProblem{}, {}), Error);
 }

@@ -3,6 +3,7 @@
 // FMA chain bit for bit against the engine's cpu::linear_forward_packed (the same sum order).
 #include "compile/codegen_gemm.h"
 #include "compile/jit.h"
+#include "compile/runtime.h"
 #include "compile_jit_test_util.h"
 #include "core/error.h"
 #include "kernels/cpu/gemm_avx512.h"
@@ -12,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -25,13 +27,7 @@ const std::vector<std::pair<int64_t, int64_t>> kModelShapes = {
     {64, 192}, {64, 64}, {64, 256}, {256, 64}, {64, 600}};
 
 GemmSpec spec(int64_t M, int64_t N, int64_t K, GemmEpilogueKind e, GemmIsa isa) {
-  GemmSpec s;
-  s.M = M;
-  s.N = N;
-  s.K = K;
-  s.epilogue = e;
-  s.isa = isa;
-  return s;
+  return gemm_spec(M, N, K, e, true, isa);
 }
 
 std::vector<GemmSpec> specs_for(GemmIsa isa) {
@@ -86,11 +82,14 @@ void check_isa(GemmIsa isa) {
     gemm_pack_weights(g, W.data(), packed.data());
     const auto fn = reinterpret_cast<GemmFn>(lib->symbol(g.name));
     std::vector<float> y(s.M * s.N, NAN), y_split(s.M * s.N, NAN);
-    fn(x.data(), packed.data(), s.bias ? b.data() : nullptr, res.data(), y.data(), 0, g.panels);
-    fn(x.data(), packed.data(), s.bias ? b.data() : nullptr, res.data(), y_split.data(), 0, g.panels / 2);
-    fn(x.data(), packed.data(), s.bias ? b.data() : nullptr, res.data(), y_split.data(), g.panels / 2, g.panels);
+    fn(x.data(), packed.data(), s.bias ? b.data() : nullptr, res.data(), y.data(), 0, g.tasks);
+    // Three ranges, cutting inside a panel's row tiles: only which elements are written changes.
+    const int64_t cut1 = g.tasks / 3, cut2 = g.tasks - 1;
+    fn(x.data(), packed.data(), s.bias ? b.data() : nullptr, res.data(), y_split.data(), cut2, g.tasks);
+    fn(x.data(), packed.data(), s.bias ? b.data() : nullptr, res.data(), y_split.data(), 0, cut1);
+    fn(x.data(), packed.data(), s.bias ? b.data() : nullptr, res.data(), y_split.data(), cut1, cut2);
     EXPECT_EQ(0, std::memcmp(y.data(), y_split.data(), y.size() * sizeof(float)))
-        << "a panel range changes nothing but which columns are written";
+        << "a task range changes nothing but which elements are written";
 
     const auto ref = testref::linear(testref::to_double(x), testref::to_double(W),
                                      s.bias ? testref::to_double(b) : testref::Vec{}, s.M, s.K, s.N);
@@ -155,6 +154,41 @@ TEST(CompileGemm, ScheduleChecked) {
   const GeneratedGemm g = generate_gemm(wide);
   EXPECT_EQ(g.panel_width, 64);
   EXPECT_EQ(g.panels, 10);
+  EXPECT_EQ(g.row_tiles, 6);  // 32 rows in tiles of 6: five full, one of 2
+  EXPECT_EQ(g.tasks, 60);
   EXPECT_EQ(g.packed_floats, 10 * 64 * 64);
   EXPECT_NE(g.code.find("0x00ff"), std::string::npos) << "600 = 37 x 16 + 8: the last 8 lanes masked";
+}
+
+// The thread split (generate_gemm_parallel): tasks over a 2-thread pool through the runtime
+// ABI give the one-thread result bit for bit, for a shape of one panel (rows split) and of many.
+TEST(CompileGemm, SplitOverThePoolChangesNothing) {
+  std::string source = std::string(runtime_abi_source()) + gemm_prelude(GemmIsa::kAvx512);
+  std::vector<GeneratedGemm> gens;
+  for (const auto& [K, N] : {std::pair<int64_t, int64_t>{64, 64}, {64, 600}}) {
+    gens.push_back(generate_gemm(gemm_spec(32, N, K, GemmEpilogueKind::kGelu)));
+    source += gens.back().code + generate_gemm_parallel(gens.back());
+  }
+  testjit::TempCacheDir dir;
+  JitRequest request;
+  request.source = source;
+  request.name = "gemm_split_test";
+  request.cache_dir = dir.path();
+  const auto lib = jit_load(request);
+  ThreadPool pool(2);
+  const MgRuntime rt = make_runtime(pool);
+  for (const GeneratedGemm& g : gens) {
+    SCOPED_TRACE(g.name);
+    const GemmSpec& s = g.spec;
+    const auto x = testref::random_floats(s.M * s.K, 41), W = testref::random_floats(s.N * s.K, 42),
+               b = testref::random_floats(s.N, 43);
+    std::vector<float> packed(static_cast<size_t>(g.packed_floats));
+    gemm_pack_weights(g, W.data(), packed.data());
+    std::vector<float> one(s.M * s.N, NAN), two(s.M * s.N, NAN);
+    reinterpret_cast<GemmFn>(lib->symbol(g.name))(x.data(), packed.data(), b.data(), nullptr,
+                                                  one.data(), 0, g.tasks);
+    reinterpret_cast<GemmParallelFn>(lib->symbol(g.name + "_mt"))(&rt, x.data(), packed.data(),
+                                                                  b.data(), nullptr, two.data(), 1);
+    EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * sizeof(float)));
+  }
 }

@@ -90,6 +90,7 @@ TEST_F(JitTest, MissThenHit) {
   const auto first = jit_load(r);
   EXPECT_FALSE(first->cache_hit());
   EXPECT_GT(first->compile_seconds(), 0.0);
+  EXPECT_GT(first->compile_cpu_seconds(), 0.0);
   EXPECT_EQ(call_answer(*first, 2), 42);
   EXPECT_EQ(first->key(), jit_key(r));
   EXPECT_EQ(first->path(), dir_ / (first->key() + ".so"));
@@ -103,6 +104,7 @@ TEST_F(JitTest, MissThenHit) {
   EXPECT_EQ(j.at("so_sha256"), first->so_sha256());
   EXPECT_EQ(j.at("compiler").at("path"), host_compiler().path);
   EXPECT_EQ(j.at("cpu_features"), cpu_features());
+  EXPECT_GT(j.at("compile_cpu_seconds").get<double>(), 0.0);
 
   const auto second = jit_load(r);
   EXPECT_TRUE(second->cache_hit());

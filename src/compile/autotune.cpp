@@ -20,30 +20,57 @@ struct Loaded {
   void* fn = nullptr;
 };
 
-// Compiles (or loads) every JIT candidate, compile_threads at a time; errors go into timings.
+// Compiles (or loads) every distinct request once, compile_threads at a time, then looks up
+// each candidate's symbol; errors go into timings.
 std::vector<Loaded> compile_all(const std::vector<AutotuneCandidate>& cands, int threads,
                                 std::vector<AutotuneTiming>& timings) {
-  std::vector<Loaded> loaded(cands.size());
+  std::vector<std::string> keys(cands.size());
+  std::vector<size_t> unique;  // the first candidate of each distinct key
+  for (size_t i = 0; i < cands.size(); ++i) {
+    if (cands[i].request.source.empty()) continue;  // a host candidate
+    keys[i] = jit_key(cands[i].request);
+    bool seen = false;
+    for (size_t u : unique) seen = seen || keys[u] == keys[i];
+    if (!seen) unique.push_back(i);
+  }
+  std::vector<std::shared_ptr<JitLibrary>> libs(cands.size());
+  std::vector<std::string> errors(cands.size());
   std::atomic<size_t> next{0};
   auto worker = [&]() {
-    for (size_t i = next++; i < cands.size(); i = next++) {
-      if (cands[i].request.source.empty()) continue;  // a host candidate
+    for (size_t n = next++; n < unique.size(); n = next++) {
       try {
-        loaded[i].lib = jit_load(cands[i].request);
-        loaded[i].fn = loaded[i].lib->symbol(cands[i].symbol);
-        timings[i].cache_hit = loaded[i].lib->cache_hit();
-        timings[i].compile_s = loaded[i].lib->compile_seconds();
+        libs[unique[n]] = jit_load(cands[unique[n]].request);
       } catch (const std::exception& e) {
-        loaded[i] = {};
-        timings[i].error = e.what();
+        errors[unique[n]] = e.what();
       }
     }
   };
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
-  for (int t = 1; t < std::min<int>(threads, static_cast<int>(cands.size())); ++t) pool.emplace_back(worker);
+  for (int t = 1; t < std::min<int>(threads, static_cast<int>(unique.size())); ++t) pool.emplace_back(worker);
   worker();
   for (std::thread& t : pool) t.join();
+
+  std::vector<Loaded> loaded(cands.size());
+  for (size_t i = 0; i < cands.size(); ++i) {
+    if (keys[i].empty()) continue;
+    size_t u = 0;
+    while (keys[unique[u]] != keys[i]) ++u;
+    const size_t first = unique[u];
+    if (!errors[first].empty()) {
+      timings[i].error = errors[first];
+      continue;
+    }
+    try {
+      loaded[i].lib = libs[first];
+      loaded[i].fn = libs[first]->symbol(cands[i].symbol);
+      timings[i].cache_hit = first != i || libs[first]->cache_hit();
+      timings[i].compile_s = first == i ? libs[first]->compile_seconds() : 0;
+    } catch (const std::exception& e) {
+      loaded[i] = {};
+      timings[i].error = e.what();
+    }
+  }
   return loaded;
 }
 

@@ -12,8 +12,7 @@
 //
 // Compile time: each distinct request is one compiler run (~0.6 s of it parsing <immintrin.h>
 // and the embedded math), so variants are best generated into one source and given as
-// candidates sharing that request with different symbols: the first compiles it, the others
-// wait on the JIT's lock and load the same entry.
+// candidates sharing that request with different symbols: it is compiled and loaded once.
 //
 // What it does not do: generate the variants (codegen_*), or remember the choice across runs
 // (the caller keys its choice on the same things as the JIT key, if it wants to).

@@ -182,6 +182,18 @@ int gemm_isa_lanes(GemmIsa isa) {
   return 1;
 }
 
+GemmSpec gemm_spec(int64_t M, int64_t N, int64_t K, GemmEpilogueKind epilogue, bool bias,
+                   GemmIsa isa) {
+  GemmSpec s;
+  s.M = M;
+  s.N = N;
+  s.K = K;
+  s.epilogue = epilogue;
+  s.bias = bias;
+  s.isa = isa;
+  return s;
+}
+
 GemmSpec gemm_resolve(GemmSpec s) {
   MINIGPT_CHECK(s.M > 0 && s.N > 0 && s.K > 0, "codegen_gemm: shape ({}, {}, {}) must be positive",
                 s.M, s.N, s.K);
@@ -276,6 +288,8 @@ GeneratedGemm generate_gemm(const GemmSpec& spec) {
   const int64_t P = g.panel_width;
   g.panels = ceil_div(s.N, P);
   g.packed_floats = g.panels * s.K * P;
+  g.row_tiles = ceil_div(s.M, s.mr);
+  g.tasks = g.panels * g.row_tiles;
   g.flops = 2.0 * static_cast<double>(s.M) * static_cast<double>(s.N) * static_cast<double>(s.K);
 
   // Tile kinds: full panels and the last (narrower) one, full row blocks and the last one.
@@ -318,23 +332,25 @@ GeneratedGemm generate_gemm(const GemmSpec& spec) {
                        s.bias ? ", b + j" : "",
                        residual ? fmt::format(", residual + {} * {} + j", row, s.N) : "", row, s.N);
   };
+  // One task's tile: the full row tile or the last one of this panel kind.
   auto panel_body = [&](int nv, int tail, const std::string& indent) {
-    std::string b;
-    if (full_rows)
-      b += fmt::format("{}for (int64_t i = 0; i < {}; i += {}) {}\n", indent, full_rows, s.mr,
-                       call({s.mr, nv, tail}, "i"));
-    if (last_rows)
-      b += fmt::format("{}{}\n", indent, call({static_cast<int>(last_rows), nv, tail}, std::to_string(full_rows)));
-    return b;
+    if (!last_rows) return fmt::format("{}{}\n", indent, call({s.mr, nv, tail}, "i"));
+    if (!full_rows) return fmt::format("{}{}\n", indent, call({static_cast<int>(last_rows), nv, tail}, "i"));
+    return fmt::format("{0}if (i < {1}) {2}\n{0}else {3}  // the last {4} rows\n", indent, full_rows,
+                       call({s.mr, nv, tail}, "i"), call({static_cast<int>(last_rows), nv, tail}, "i"),
+                       last_rows);
   };
   o += fmt::format(
+      "// Task t: row tile t % {3} (rows [i, i + {4})) of panel t / {3} (columns [j, j + {1})); the\n"
+      "// tasks of one panel are consecutive, so its K x {1} weights stay in L1 between them.\n"
       "extern \"C\" void {0}(const float* x, const float* wp, const float* b, const float* residual,\n"
-      "    float* y, int64_t p0, int64_t p1) {{\n"
+      "    float* y, int64_t t0, int64_t t1) {{\n"
       "  (void)b; (void)residual;\n"
-      "  for (int64_t p = p0; p < p1; ++p) {{  // panel p: columns [p {1}, p {1} + {1})\n"
+      "  for (int64_t t = t0; t < t1; ++t) {{\n"
+      "    const int64_t p = t / {3}, i = t % {3} * {4};\n"
       "    const float* w = wp + p * {2};\n"
       "    const int64_t j = p * {1};\n",
-      s.name, P, s.K * P);
+      s.name, P, s.K * P, g.row_tiles, s.mr);
   if (full_panels && last_cols) {
     o += fmt::format("    if (p < {}) {{\n", full_panels);
     o += panel_body(s.nv, 0, "      ");
@@ -353,6 +369,22 @@ GeneratedGemm generate_gemm(const GemmSpec& spec) {
 
 std::string gemm_source(const GemmSpec& spec) {
   return gemm_prelude(spec.isa) + generate_gemm(spec).code;
+}
+
+std::string generate_gemm_parallel(const GeneratedGemm& g) {
+  return fmt::format(
+      "// {0} over the runtime's thread pool: tasks [0, {1}) in contiguous chunks.\n"
+      "struct {0}_args {{ const float* x; const float* wp; const float* b; const float* residual; float* y; }};\n"
+      "static void {0}_range(void* ctx, int64_t t0, int64_t t1) {{\n"
+      "  const struct {0}_args* a = (const struct {0}_args*)ctx;\n"
+      "  {0}(a->x, a->wp, a->b, a->residual, a->y, t0, t1);\n"
+      "}}\n"
+      "extern \"C\" void {0}_mt(const MgRuntime* rt, const float* x, const float* wp, const float* b,\n"
+      "    const float* residual, float* y, int64_t grain) {{\n"
+      "  struct {0}_args a = {{x, wp, b, residual, y}};\n"
+      "  rt->parallel_for(rt->pool, {1}, grain, {0}_range, &a);\n"
+      "}}\n\n",
+      g.name, g.tasks);
 }
 
 void gemm_pack_weights(const GeneratedGemm& g, const float* W, float* packed) {

@@ -8,9 +8,9 @@
 //     zero-padded past N, so every weight load is a full aligned-size vector;
 //   - a register tile of mr rows x nv vectors accumulates over the whole of K (the K loop's
 //     bound is a constant, unrolled spec.unroll times in the text), x broadcast from memory;
-//   - tiles run panel by panel (the K x P panel stays in L1 for every row tile), rows inside;
-//     the entry point takes a panel range [p0, p1) so that a caller may split panels over
-//     threads;
+//   - the work is a list of tasks, one register tile each, panel by panel (the K x P panel
+//     stays in L1 for every row tile of it), rows inside; the entry point takes a task range
+//     [t0, t1), so a caller may split rows and panels over threads;
 //   - the last panel's last vector is stored under a mask when N is not a multiple of lanes.
 // Summation order, element (m, n): s = sum over k = 0, 1, ..., K-1 of x(m, k) W(n, k), one FMA
 // chain in increasing k (with ksplit = S > 1: S chains, chain s over k = s, s + S, ...,
@@ -21,8 +21,10 @@
 // order; their GELU is the scalar erf form of gelu.cpp's fallback.
 //
 // What it does not do: choose among variants (autotune.h), compile (jit.h), or run threads
-// itself (the caller splits [0, panels)).
+// itself (the caller splits [0, tasks), or generate_gemm_parallel's wrapper does).
 #pragma once
+
+#include "compile/runtime_abi.h"
 
 #include <cstdint>
 #include <string>
@@ -49,6 +51,11 @@ struct GemmSpec {
   std::string name;  // the entry point's name; empty = derived from the shape and schedule
 };
 
+// A spec of this shape with the default schedule (fill mr, nv, ... afterwards to choose one).
+GemmSpec gemm_spec(int64_t M, int64_t N, int64_t K,
+                   GemmEpilogueKind epilogue = GemmEpilogueKind::kNone, bool bias = true,
+                   GemmIsa isa = GemmIsa::kAvx512);
+
 // spec with every 0 in its schedule replaced by the default for its shape (measured on the
 // model's shapes: see bench/compile_gemm_bench.cpp), and its name filled in.
 GemmSpec gemm_resolve(GemmSpec spec);
@@ -58,8 +65,11 @@ struct GeneratedGemm {
   std::string name;       // extern "C" entry point (spec.name)
   std::string code;       // the function text (needs gemm_prelude(isa) earlier in the unit)
   int64_t panel_width = 0;    // P, columns per panel
-  int64_t panels = 0;         // ceil(N / P): the entry point's [p0, p1) range is within this
+  int64_t panels = 0;         // ceil(N / P)
   int64_t packed_floats = 0;  // panels * K * P
+  int64_t row_tiles = 0;      // ceil(M / mr)
+  int64_t tasks = 0;          // panels * row_tiles: task t is row tile t % row_tiles of panel
+                              // t / row_tiles; the entry point runs [t0, t1)
   double flops = 0;           // 2 M N K
 };
 
@@ -69,12 +79,24 @@ std::string gemm_prelude(GemmIsa isa);
 
 // The entry point generated is
 //   extern "C" void NAME(const float* x, const float* wp, const float* b, const float* residual,
-//                        float* y, int64_t p0, int64_t p1);
+//                        float* y, int64_t t0, int64_t t1);
 // x (M, K), wp from gemm_pack_weights, b (N) (ignored without spec.bias), residual (M, N)
-// (read only with the residual epilogue; may be y itself), y (M, N); panels [p0, p1).
+// (read only with the residual epilogue; may be y itself), y (M, N); tasks [t0, t1) (all:
+// [0, tasks)). Every element is computed the same way whatever the range: the split does not
+// change the result.
 GeneratedGemm generate_gemm(const GemmSpec& spec);
 // gemm_prelude + generate_gemm: a whole translation unit for jit_load.
 std::string gemm_source(const GemmSpec& spec);
+
+// The thread split: a wrapper that runs the entry point's panels through the runtime's pool,
+//   extern "C" void NAME_mt(const MgRuntime* rt, const float* x, const float* wp,
+//                           const float* b, const float* residual, float* y, int64_t grain);
+// [0, tasks) split by rt->parallel_for into contiguous chunks of at least `grain` tasks (each
+// element is computed as on one thread: the result does not depend on the split). Needs
+// runtime_abi_source() (runtime.h) earlier in the unit.
+std::string generate_gemm_parallel(const GeneratedGemm& gemm);
+using GemmParallelFn = void (*)(const MgRuntime* rt, const float* x, const float* wp,
+                                const float* b, const float* residual, float* y, int64_t grain);
 
 // W (N, K) row-major (nn.Linear's (out, in)) -> the panels the generated code reads
 // (packed_floats floats, padding zeroed).
@@ -82,6 +104,6 @@ void gemm_pack_weights(const GeneratedGemm& gemm, const float* W, float* packed)
 
 // The signature of the entry point, for a caller that loads it with JitLibrary::symbol.
 using GemmFn = void (*)(const float* x, const float* wp, const float* b, const float* residual,
-                        float* y, int64_t p0, int64_t p1);
+                        float* y, int64_t t0, int64_t t1);
 
 }  // namespace minigpt::compile

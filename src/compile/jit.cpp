@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,6 +49,7 @@ std::string getenv_str(const char* name) {
 struct ProcessResult {
   int status = -1;
   std::string output;
+  double cpu_s = 0;  // the child's user + system time (the compiler's own work, on a busy machine)
 };
 
 // Runs argv[0] (an absolute path) with argv in folder cwd, collecting its output through a
@@ -85,8 +87,11 @@ ProcessResult run_process(const std::vector<std::string>& args, const fs::path& 
   }
   ::close(fds[0]);
   int wstatus = 0;
-  while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  struct rusage ru {};
+  while (::wait4(pid, &wstatus, 0, &ru) < 0 && errno == EINTR) {
   }
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  result.cpu_s = seconds(ru.ru_utime) + seconds(ru.ru_stime);
   if (WIFEXITED(wstatus)) result.status = WEXITSTATUS(wstatus);
   else if (WIFSIGNALED(wstatus)) result.status = -WTERMSIG(wstatus);
   if (result.status == 127 && result.output.empty()) result.output = "exec failed";
@@ -317,7 +322,8 @@ void write_text(const fs::path& path, const std::string& text) {
 // and the compile time. Error with the compiler's diagnostics when the source does not compile.
 std::vector<uint8_t> build_entry(const fs::path& dir, const Entry& e, const std::string& key,
                                  const JitRequest& request, const HostCompiler& hc,
-                                 const std::vector<std::string>& flags, double& compile_s) {
+                                 const std::vector<std::string>& flags, double& compile_s,
+                                 double& compile_cpu_s) {
   const BuildDir build(dir, key);
   // Relative names and a fixed seed: the object holds no path or random name of this build, so
   // every process compiling this key gets the same bytes.
@@ -330,6 +336,7 @@ std::vector<uint8_t> build_entry(const fs::path& dir, const Entry& e, const std:
   const Timer timer;
   const ProcessResult r = run_process(args, build.path());
   compile_s = timer.elapsed_s();
+  compile_cpu_s = r.cpu_s;
   if (r.status != 0) {
     // Kept for the reader of the error; never loaded (no .so, no .json).
     const fs::path failed = dir / (key + ".failed.cpp");
@@ -352,6 +359,7 @@ std::vector<uint8_t> build_entry(const fs::path& dir, const Entry& e, const std:
   j["so_sha256"] = so_sha;
   j["source_sha256"] = sha256_hex(request.source);
   j["compile_seconds"] = compile_s;
+  j["compile_cpu_seconds"] = compile_cpu_s;
   j["created"] = cuda::utc_now_iso8601();
   if (!r.output.empty()) j["diagnostics"] = r.output;
 
@@ -467,7 +475,7 @@ std::shared_ptr<JitLibrary> jit_load(const JitRequest& request) {
         fmt::print(stderr, "minigpt jit: cache entry {} for '{}' is bad ({}): rebuilding\n",
                    e.json.string(), request.name, c.problem);
       sweep_leftovers(dir);
-      c.so = build_entry(dir, e, key, request, hc, flags, lib->compile_s_);
+      c.so = build_entry(dir, e, key, request, hc, flags, lib->compile_s_, lib->compile_cpu_s_);
       c.sha256 = sha256_bytes(c.so.data(), c.so.size());
     }
   }

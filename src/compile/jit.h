@@ -29,7 +29,7 @@ struct HostCompiler {
   std::string path;     // absolute; $MINIGPT_CXX, else $CXX, else c++ / g++ / clang++ on PATH
   std::string version;  // first line of `path --version`
   std::vector<std::string> flags;  // -O3 -march=native -fPIC -shared ... (recorded, hashed)
-  std::string describe() const;    // "g++ (Debian 12.2.0-14) 12.2.0 -O3 -march=native ..."
+  std::string describe() const;    // "c++ (Debian 12.2.0-14) 12.2.0 [/usr/bin/c++] -O3 ..."
 };
 const HostCompiler& host_compiler();  // found once; Error naming what is missing if none
 
@@ -76,8 +76,10 @@ class JitLibrary {
   const std::string& key() const { return key_; }
   const std::filesystem::path& path() const { return path_; }
   const std::string& so_sha256() const { return so_sha256_; }  // of the bytes loaded
-  bool cache_hit() const { return cache_hit_; }      // loaded without compiling
+  bool cache_hit() const { return cache_hit_; }  // loaded without compiling (also when another
+                                                 // process compiled it while this one waited)
   double compile_seconds() const { return compile_s_; }  // 0 on a hit
+  double compile_cpu_seconds() const { return compile_cpu_s_; }  // the compiler's CPU time
   double load_seconds() const { return load_s_; }
 
  private:
@@ -88,7 +90,7 @@ class JitLibrary {
   std::filesystem::path path_;  // the cache entry's <key>.so
   std::string so_sha256_;
   bool cache_hit_ = false;
-  double compile_s_ = 0, load_s_ = 0;
+  double compile_s_ = 0, compile_cpu_s_ = 0, load_s_ = 0;
 };
 
 // The cache key of a request (hex SHA-256), without compiling anything.
