@@ -10,6 +10,8 @@
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/linear.h"
 
+#include "bench_inputs.h"
+
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -20,13 +22,7 @@ namespace {
 using minigpt::ThreadPool;
 using Floats = std::vector<float>;
 
-Floats random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  Floats v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using minigpt::bench::random_floats;
 
 // Args: threads, N, in, out.
 void BM_LinearForward(benchmark::State& state) {

@@ -4,13 +4,15 @@
 // Python sees `Model`: Model.load(path), Model.from_weights(config, vocab, weights), .config
 // (dict, the JSON keys of ModelConfig), .vocab, .weights() (dict name -> float32 array, a copy),
 // .save(path), .forward(ids, trace=False), .loss_and_grads(ids, targets), .decode(ids) (the
-// KV-cache path, one token at a time).
+// KV-cache path, one token at a time), .compile(mode=...) -> CompiledModel (minigpt compile:
+// .forward(ids) as Model.forward, .kernels, .source, .compile_seconds, .cache_hit).
 // Compute runs with the GIL released on the module's thread pool; a mutex per Model serialises
 // calls on one Model (forward_train keeps state for the backward).
 //
 // Not here: sampling, the optimiser.
 #include "common.h"
 
+#include "compile/runner.h"
 #include "core/error.h"
 #include "model/config.h"
 #include "model/decoder.h"
@@ -106,7 +108,41 @@ struct PyModel {
   std::mutex mutex;
 };
 
+// Model.compile(): the compiled forward, bound to the model's weights (which the Python Model
+// keeps alive). Compiles for each new (B, T) on first use (the shape guard).
+struct PyCompiled {
+  PyCompiled(PyModel& p, compile::CompileOptions opt) : owner(&p), compiled(p.model, std::move(opt)) {}
+  PyModel* owner;
+  compile::CompiledModel compiled;
+  std::mutex mutex;
+};
+
 void bind_model(nb::module_& m) {
+  nb::class_<PyCompiled>(m, "CompiledModel", "Model.compile(): the forward as generated, fused C++ kernels.")
+      .def("forward", [](PyCompiled& c, const AnyArray& ids_array) {
+        int64_t B = 0, T = 0;
+        const std::vector<int32_t> ids = to_ids(ids_array, "ids", B, T);
+        Tensor logits, probs;
+        {
+          auto pool = current_pool();
+          nb::gil_scoped_release release;
+          std::lock_guard<std::mutex> lock(c.mutex);
+          c.compiled.forward(ids.data(), B, T, logits, probs, *pool);
+        }
+        return nb::make_tuple(to_numpy(logits), to_numpy(probs));
+      }, nb::arg("ids"), "ids (B, T) -> (logits, probs) as Model.forward; a new (B, T) compiles anew.")
+      .def("kernels", [](PyCompiled& c, int64_t B, int64_t T) {
+        std::lock_guard<std::mutex> lock(c.mutex);
+        std::vector<std::string> names;
+        for (const compile::Kernel& k : c.compiled.graph_for(B, T).schedule().kernels) names.push_back(k.name);
+        return names;
+      }, nb::arg("batch"), nb::arg("seq"), "The generated kernels' names for (B, T), in call order.")
+      .def("source", [](PyCompiled& c, int64_t B, int64_t T) {
+        std::lock_guard<std::mutex> lock(c.mutex);
+        return c.compiled.graph_for(B, T).code().source;
+      }, nb::arg("batch"), nb::arg("seq"), "The generated C++ source for (B, T).")
+      .def_prop_ro("compiles", [](PyCompiled& c) { return c.compiled.compiles(); });
+
   m.def("load_model", [](const std::string& path) {
     ModelFile f;
     {
@@ -200,6 +236,14 @@ void bind_model(nb::module_& m) {
       }, nb::arg("ids"),
       "KV-cache decoding of one sequence ids (1, T), one token at a time: logits (1, T, V), "
       "position t predicting token t+1 (equal to forward's within 1e-5).")
+      .def("compile", [](PyModel& p, const std::string& mode) {
+        compile::CompileOptions o;
+        o.mode = mode;
+        o.quiet = true;
+        return new PyCompiled(p, o);
+      }, nb::arg("mode") = "default", nb::keep_alive<0, 1>(), nb::rv_policy::take_ownership,
+      "The compiled forward (minigpt compile; mode 'default' or 'max-autotune'): a CompiledModel "
+      "whose forward(ids) matches Model.forward within 1e-5.")
       .def("loss_and_grads", [](PyModel& p, const AnyArray& ids_array, const AnyArray& targets_array) {
         int64_t B = 0, T = 0, Bt = 0, Tt = 0;
         const std::vector<int32_t> ids = to_ids(ids_array, "ids", B, T);

@@ -15,6 +15,7 @@
 #include "cli/bench_conditions.h"
 #include "cli/commands.h"
 #include "cli/peers.h"
+#include "compile/runner.h"
 #include "core/error.h"
 #include "core/report.h"
 #include "core/thread_pool.h"
@@ -42,6 +43,9 @@ struct BenchModelOptions {
   int warmup = 50;
   int batch = 2;
   int seq = 16;
+  bool compile = false;                // also time our compiled forward (minigpt compile)
+  std::string compile_mode = "default";
+  bool compile_decode = false;         // also time our compiled decode step
   bool torch_compile = true;  // the peer also times torch.compile (its first call takes seconds to minutes)
   PeerOptions peers;
 };
@@ -128,6 +132,26 @@ void run_bench_model(const BenchModelOptions& opt, const GlobalOptions& global) 
   }
   const double fwd = median(fwd_us), fwd_share = share.share();
 
+  // the compiled forward (minigpt compile), same ids, same pool, after its compile
+  double cfwd = 0, compile_s = 0;
+  if (opt.compile) {
+    Timer ct;
+    compile::CompileOptions co;
+    co.mode = opt.compile_mode;
+    compile::CompiledModel compiled(model, co);
+    Tensor cl, cp;
+    compiled.forward(ids.data(), B, T, cl, cp, pool);
+    compile_s = ct.elapsed_s();
+    for (int i = 0; i < opt.warmup; ++i) compiled.forward(ids.data(), B, T, cl, cp, pool);
+    std::vector<double> us;
+    for (int i = 0; i < opt.runs; ++i) {
+      Timer timer;
+      compiled.forward(ids.data(), B, T, cl, cp, pool);
+      us.push_back(timer.elapsed_us());
+    }
+    cfwd = median(us);
+  }
+
   // KV-cache decode: one whole context per timed run
   std::vector<int32_t> ctx(static_cast<size_t>(c.block_size));
   for (auto& id : ctx) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(c.vocab_size));
@@ -146,12 +170,43 @@ void run_bench_model(const BenchModelOptions& opt, const GlobalOptions& global) 
   }
   const double dec = median(dec_us) / static_cast<double>(c.block_size);  // per token
 
+  // the compiled decode step: one graph per cache length (compiled on first use, cached on disk)
+  double cdec = 0;
+  if (opt.compile_decode) {
+    compile::CompileOptions co;
+    co.mode = opt.compile_mode;
+    compile::CompiledDecoder cdecoder(model, co);
+    auto cdecode_all = [&] {
+      cdecoder.reset();
+      for (int32_t id : ctx) cdecoder.step(id, pool);
+    };
+    for (int i = 0; i < std::max(2, opt.warmup / 10); ++i) cdecode_all();  // the first compiles
+    std::vector<double> us;
+    for (int i = 0; i < decode_runs; ++i) {
+      Timer timer;
+      cdecode_all();
+      us.push_back(timer.elapsed_us());
+    }
+    cdec = median(us) / static_cast<double>(c.block_size);
+  }
+
   Report report("GrammarMiniGPT forward and KV-cache decode (CPU, fp32)",
                 {"case", "B", "T", "median_us", "tokens_per_s", "runs", "cpp_speedup"}, threads);
   report.set_meta("model", loaded.description);
   report.set_meta("config", c.to_json());
   report.add_row({"forward (logits+probs)", B, T, fwd, static_cast<double>(B * T) / fwd * 1e6, opt.runs, 1.0});
+  if (opt.compile) {  // cpp_speedup: eager / compiled, like the peers' their / ours
+    report.add_row({fmt::format("forward compiled (minigpt compile, {})", opt.compile_mode), B, T, cfwd,
+                    static_cast<double>(B * T) / cfwd * 1e6, opt.runs, cfwd / fwd});
+    report.add_note(fmt::format("compiled forward: {:.2f}x eager at {} threads; first call (capture, passes, codegen, "
+                                "JIT or cache hit) {:.3f} s", fwd / cfwd, threads, compile_s));
+  }
   report.add_row({"kv decode, per token", 1, c.block_size, dec, 1e6 / dec, decode_runs, nullptr});
+  if (opt.compile_decode) {
+    report.add_row({fmt::format("kv decode compiled (minigpt compile, {}), per token", opt.compile_mode), 1, c.block_size, cdec,
+                    1e6 / cdec, decode_runs, nullptr});
+    report.add_note(fmt::format("compiled decode step: {:.2f}x eager at {} threads", dec / cdec, threads));
+  }
   if (opt.peers.enabled) {
     add_peer_rows(opt, loaded.from_file ? loaded.description : "", threads, fwd, report);
   } else {
@@ -175,6 +230,12 @@ void add_bench_model_command(CLI::App& bench, GlobalOptions& global) {
   cmd->add_option("--warmup", opt->warmup, "untimed forward calls first")->check(CLI::Range(0, 1000000));
   cmd->add_option("--batch", opt->batch, "forward batch size B")->check(CLI::Range(1, 4096));
   cmd->add_option("--seq", opt->seq, "forward sequence length T")->check(CLI::Range(1, 8192));
+  cmd->add_flag("--compile", opt->compile, "also time our compiled forward (minigpt compile), side by side");
+  cmd->add_flag("--compile-decode", opt->compile_decode,
+                "also time the compiled decode step (one graph per cache length: the first run compiles "
+                "block_size graphs, later runs load them from the JIT cache)");
+  cmd->add_option("--compile-mode", opt->compile_mode, "default | max-autotune")
+      ->check(CLI::IsMember({"default", "max-autotune"}));
   cmd->add_flag_callback("--no-torch-compile", [opt] { opt->torch_compile = false; },
                          "the peer skips torch.compile (its first call takes seconds to minutes)");
   add_peer_options(cmd, opt->peers, "bench/peers/torch_model.py");

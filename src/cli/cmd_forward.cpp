@@ -3,6 +3,7 @@
 // position, or writes them as a float32 .npy (atomically: no half-written file on error).
 // --ids gives one sequence (B = 1); an ids file holds (T) or (B, T) int32/int64 ids.
 #include "cli/commands.h"
+#include "compile/runner.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "io/npy.h"
@@ -24,6 +25,7 @@ struct ForwardOptions {
   std::string ids;
   std::string ids_file;
   std::string out;
+  bool compile = false;
 };
 
 // "3 17 42" (spaces, tabs or commas between ids) -> {3, 17, 42}; anything else is an Error.
@@ -70,7 +72,12 @@ void run_forward_command(const ForwardOptions& opt, const GlobalOptions& global)
   const GrammarMiniGPT model(file.config, std::move(file.weights));
   ThreadPool pool(global.resolved_threads());
   Tensor logits, probs;
-  model.forward(ids.data(), B, T, logits, probs, pool);  // validates T and every id
+  if (opt.compile) {
+    compile::CompiledModel compiled(model);  // the compiled forward (minigpt compile)
+    compiled.forward(ids.data(), B, T, logits, probs, pool);  // validates T and every id
+  } else {
+    model.forward(ids.data(), B, T, logits, probs, pool);  // validates T and every id
+  }
 
   if (!opt.out.empty()) {
     io::write_npy_f32(opt.out, logits);
@@ -99,6 +106,7 @@ void add_forward_command(CLI::App& app, GlobalOptions& global) {
   auto* ids = cmd->add_option("--ids", opt->ids, "token ids of one sequence, e.g. \"3 17 42\"");
   auto* file = cmd->add_option("--ids-file", opt->ids_file, ".npy of int32/int64 ids, shape (T) or (B, T)");
   ids->excludes(file);
+  cmd->add_flag("--compile", opt->compile, "run the compiled forward (minigpt compile) instead of eager");
   cmd->add_option("--out", opt->out, "write the logits to this .npy file instead of printing them");
   cmd->callback([opt, &global] {
     MINIGPT_CHECK(!opt->ids.empty() || !opt->ids_file.empty(), "forward: give --ids or --ids-file");

@@ -5,6 +5,7 @@
 // tokens, at <eos>, or when the context (block_size) is full, which is reported on stderr.
 // --temp 0 is greedy decoding. The same seed, prompt and model give the same text.
 #include "cli/commands.h"
+#include "compile/runner.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "data/tokenizer.h"
@@ -29,6 +30,7 @@ struct GenerateOptions {
   float temperature = 0.8f;
   int top_k = 40;
   uint64_t seed = 42;
+  bool compile = false;
 };
 
 void run_generate(const GenerateOptions& opt, const GlobalOptions& global) {
@@ -46,11 +48,21 @@ void run_generate(const GenerateOptions& opt, const GlobalOptions& global) {
   prompt.insert(prompt.end(), enc.ids.begin(), enc.ids.end());
 
   ThreadPool pool(global.resolved_threads());
+  // eager Decoder, or the compiled decode step (one graph per cache length, JIT-cached on disk)
   Decoder decoder(model);
+  std::unique_ptr<compile::CompiledDecoder> compiled;
+  if (opt.compile) compiled = std::make_unique<compile::CompiledDecoder>(model);
+  auto step = [&](int32_t id) { return compiled ? compiled->step(id, pool) : decoder.step(id, pool); };
+  auto position = [&] { return compiled ? compiled->position() : decoder.position(); };
   MINIGPT_CHECK(static_cast<int64_t>(prompt.size()) < decoder.capacity(),
                 "the prompt has {} tokens with <bos>; the model's context holds {}, leaving no room to generate",
                 prompt.size(), decoder.capacity());
-  std::span<const float> logits = decoder.prefill(prompt, pool);
+  std::span<const float> logits;
+  if (compiled) {
+    for (int32_t id : prompt) logits = step(id);
+  } else {
+    logits = decoder.prefill(prompt, pool);
+  }
   Sampler sampler(opt.seed);
   std::vector<int32_t> generated;
   std::string stop = fmt::format("-n {}", opt.n);
@@ -61,11 +73,11 @@ void run_generate(const GenerateOptions& opt, const GlobalOptions& global) {
       break;
     }
     generated.push_back(id);
-    if (decoder.position() == decoder.capacity()) {
+    if (position() == decoder.capacity()) {
       stop = fmt::format("context full ({} tokens)", decoder.capacity());
       break;
     }
-    logits = decoder.step(id, pool);
+    logits = step(id);
   }
   const std::string text = tokenizer.decode(enc.ids);
   const std::string continuation = tokenizer.decode(generated);
@@ -85,6 +97,7 @@ void add_generate_command(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--temp", opt->temperature, "sampling temperature; 0 = greedy");
   cmd->add_option("--top-k", opt->top_k, "sample from the k most likely tokens; 0 = all");
   cmd->add_option("-s,--seed", opt->seed, "random seed");
+  cmd->add_flag("--compile", opt->compile, "run the compiled decode step (minigpt compile) instead of eager");
   cmd->callback([opt, &global] { run_generate(*opt, global); });
 }
 

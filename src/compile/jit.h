@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace minigpt::compile {
@@ -28,9 +29,29 @@ struct HostCompiler {
   std::string path;     // absolute; $MINIGPT_CXX, else $CXX, else c++ / g++ / clang++ on PATH
   std::string version;  // first line of `path --version`
   std::vector<std::string> flags;  // -O3 -march=native -fPIC -shared ... (recorded, hashed)
-  std::string describe() const;    // "g++ (Debian 12.2.0-14) 12.2.0 -O3 -march=native ..."
+  std::string describe() const;    // "c++ (Debian 12.2.0-14) 12.2.0 [/usr/bin/c++] -O3 ..."
 };
 const HostCompiler& host_compiler();  // found once; Error naming what is missing if none
+
+// The flags, and why these: the engine's kernels are built by the same GCC with -O3, their
+// AVX-512 paths (the ones that run on an AVX-512 machine) through target("avx512f"), where
+// GCC's default for C++, -ffp-contract=fast, turns a * b + c into an FMA. Generated code must
+// round as those kernels do, so it is compiled with the same contraction rule, spelled out
+// (clang's default differs): measured on layernorm's `(x - mean) * rstd * w + b` at C = 64,
+// a generated loop matches eager on all 262144 outputs with -ffp-contract=fast and differs on
+// 57246 with -ffp-contract=off. (Eager's scalar fallbacks, built for baseline x86-64 without
+// FMA, never contract: generated code is not bitwise equal to those on a machine without
+// AVX-512.) -march=native: the generated kernels are for this machine only (the CPU is in
+// the key).
+inline constexpr const char* kJitFlags[] = {"-O3", "-march=native", "-std=c++20", "-fPIC",
+                                            "-shared", "-ffp-contract=fast"};
+
+// What the CPU offers (vendor, family, model, name and the kernel's feature flags, from
+// /proc/cpuinfo), read once: part of every key, since -march=native depends on it.
+const std::string& cpu_features();
+
+// Hex SHA-256 of bytes (OpenSSL's libcrypto). For cache keys and checksums.
+std::string sha256_hex(std::string_view bytes);
 
 std::filesystem::path default_cache_dir();
 
@@ -39,6 +60,9 @@ struct JitRequest {
   std::string key_extra;    // what else the code depends on: codegen version, graph hash, mode
   std::string name;         // for logs: "gpt_B2_T16"
   std::filesystem::path cache_dir;  // empty: default_cache_dir()
+  // Appended to the compiler's flags (hashed): "-DMG_UNROLL=4" for an autotune variant,
+  // "-mno-avx512f" to build an AVX2 variant on an AVX-512 machine.
+  std::vector<std::string> extra_flags;
 };
 
 // A loaded library; dlclose on destruction. Keep it alive while any symbol from it is in use.
@@ -51,8 +75,11 @@ class JitLibrary {
   void* symbol(const std::string& name) const;  // Error naming the symbol if missing
   const std::string& key() const { return key_; }
   const std::filesystem::path& path() const { return path_; }
-  bool cache_hit() const { return cache_hit_; }      // loaded without compiling
+  const std::string& so_sha256() const { return so_sha256_; }  // of the bytes loaded
+  bool cache_hit() const { return cache_hit_; }  // loaded without compiling (also when another
+                                                 // process compiled it while this one waited)
   double compile_seconds() const { return compile_s_; }  // 0 on a hit
+  double compile_cpu_seconds() const { return compile_cpu_s_; }  // the compiler's CPU time
   double load_seconds() const { return load_s_; }
 
  private:
@@ -60,9 +87,10 @@ class JitLibrary {
   JitLibrary() = default;
   void* handle_ = nullptr;
   std::string key_;
-  std::filesystem::path path_;
+  std::filesystem::path path_;  // the cache entry's <key>.so
+  std::string so_sha256_;
   bool cache_hit_ = false;
-  double compile_s_ = 0, load_s_ = 0;
+  double compile_s_ = 0, compile_cpu_s_ = 0, load_s_ = 0;
 };
 
 // The cache key of a request (hex SHA-256), without compiling anything.
@@ -70,6 +98,13 @@ std::string jit_key(const JitRequest& request);
 
 // Loads the request's library from the cache, or compiles it there first. Error with the
 // compiler's own diagnostics when the source does not compile.
+// How: the .json and the .so are read and checked (key, compiler, checksum); the verified bytes
+// are written to a private file (unique name, so dlopen's cache by path never hands back an
+// older library), dlopen'ed and unlinked: what runs is exactly what was checked, even if the
+// entry is replaced meanwhile. A miss takes an flock on <key>.lock (released by the kernel if
+// the process dies), checks again, compiles in a private folder (-frandom-seed=<key>, so every
+// process produces the same bytes), and renames the .so, the .cpp and last the .json into
+// place: concurrent callers wait for one compile and then load its entry.
 std::shared_ptr<JitLibrary> jit_load(const JitRequest& request);
 
 }  // namespace minigpt::compile

@@ -1,0 +1,146 @@
+// autotune_gemm (autotune_gemm.h): one source with every variant (and its thread-split
+// wrapper), the library GEMM as a host candidate, autotune() to time them.
+#include "compile/autotune_gemm.h"
+
+#include "compile/runtime.h"
+#include "core/error.h"
+#include "kernels/cpu/linear.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+
+namespace minigpt::compile {
+
+std::vector<GemmSpec> gemm_variants(int64_t M, int64_t N, int64_t K, GemmEpilogueKind epilogue,
+                                    bool bias, GemmIsa isa) {
+  // (mr, nv, ksplit); 0 = the default's choice.
+  const int grid[][3] = {{0, 0, 0}, {6, 4, 1}, {8, 3, 1}, {12, 2, 1}, {4, 4, 1}, {4, 2, 1},
+                         {1, 4, 2}, {1, 4, 4}, {1, 3, 4}, {1, 2, 4}};
+  std::vector<GemmSpec> out;
+  for (const auto& g : grid) {
+    if ((M >= 4) != (g[0] != 1) && g[0] != 0) continue;  // one-row schedules for one row
+    GemmSpec s = gemm_spec(M, N, K, epilogue, bias, isa);
+    s.mr = static_cast<int>(std::min<int64_t>(g[0], M));
+    s.nv = g[1];
+    s.ksplit = g[2];
+    try {
+      s = gemm_resolve(s);
+    } catch (const Error&) {
+      continue;  // does not fit this shape or ISA
+    }
+    bool seen = false;
+    for (const GemmSpec& o : out) seen = seen || o.name == s.name;
+    if (!seen) out.push_back(s);
+  }
+  return out;
+}
+
+GemmChoice autotune_gemm(const GemmProblem& p, const std::vector<GemmSpec>& variants,
+                         const AutotuneOptions& options, const std::filesystem::path& cache_dir) {
+  MINIGPT_CHECK(p.W && p.pool && p.M > 0 && p.N > 0 && p.K > 0,
+                "autotune_gemm: a problem needs W, a pool and a positive shape");
+  MINIGPT_CHECK(!variants.empty(), "autotune_gemm: no variants");
+  const bool threaded = p.pool->size() > 1;
+
+  // The inputs every candidate reads, and the library's result they are checked against.
+  struct Buffers {
+    std::vector<float> x, res, y, want, lib_packed;
+    std::vector<std::vector<float>> packed;
+    MgRuntime rt{};
+  };
+  auto buf = std::make_shared<Buffers>();
+  std::mt19937 rng(1234);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  buf->x.resize(p.M * p.K);
+  buf->res.resize(p.M * p.N);
+  for (float& v : buf->x) v = dist(rng);
+  for (float& v : buf->res) v = dist(rng);
+  buf->y.resize(p.M * p.N);
+  buf->want.resize(p.M * p.N);
+  buf->lib_packed.resize(static_cast<size_t>(cpu::linear_packed_floats(p.K, p.N)));
+  cpu::linear_pack_weights(p.W, buf->lib_packed.data(), p.K, p.N);
+  buf->rt = make_runtime(*p.pool);
+  cpu::LinearEpilogue ep;
+  ep.gelu = p.epilogue == GemmEpilogueKind::kGelu;
+  ep.residual = p.epilogue == GemmEpilogueKind::kResidual ? buf->res.data() : nullptr;
+  auto run_library = [buf, p, ep](float* y) {
+    cpu::linear_forward_packed(buf->x.data(), p.W, buf->lib_packed.data(), p.b, y, p.M, p.K, p.N,
+                               *p.pool, ep);
+  };
+  run_library(buf->want.data());
+  auto check = [buf]() -> std::string {
+    for (size_t i = 0; i < buf->want.size(); ++i)
+      if (!(std::abs(buf->y[i] - buf->want[i]) <= 1e-5f + 1e-5f * std::abs(buf->want[i])))
+        return fmt::format("y[{}] = {}, the library gives {}", i, buf->y[i], buf->want[i]);
+    return "";
+  };
+
+  // One source: the runtime ABI (for the split), every variant, its wrapper.
+  std::vector<GeneratedGemm> gens;
+  std::string source = std::string(runtime_abi_source()) + gemm_prelude(variants[0].isa);
+  for (const GemmSpec& s : variants) {
+    MINIGPT_CHECK(s.M == p.M && s.N == p.N && s.K == p.K && s.epilogue == p.epilogue &&
+                      s.bias == (p.b != nullptr) && s.isa == variants[0].isa,
+                  "autotune_gemm: variant {} is not of this problem", s.name);
+    gens.push_back(generate_gemm(s));
+    source += gens.back().code;
+    if (threaded) source += generate_gemm_parallel(gens.back());
+    buf->packed.emplace_back(static_cast<size_t>(gens.back().packed_floats));
+    gemm_pack_weights(gens.back(), p.W, buf->packed.back().data());
+  }
+  JitRequest request;
+  request.source = std::move(source);
+  request.key_extra = "autotune_gemm v1";
+  request.name = fmt::format("autotune_gemm_{}x{}x{}_{}", p.M, p.N, p.K, gemm_epilogue_name(p.epilogue));
+  request.cache_dir = cache_dir;
+
+  std::vector<AutotuneCandidate> cands;
+  struct Which {
+    int variant;  // -1: the library
+    bool threaded;
+  };
+  std::vector<Which> which;
+  for (size_t v = 0; v < gens.size(); ++v)
+    for (bool mt : {false, true}) {
+      if (mt && !threaded) continue;
+      AutotuneCandidate c;
+      c.label = fmt::format("generated {}{}", gens[v].name, mt ? " split over the pool" : "");
+      c.request = request;  // one source: compiled once, the others load it
+      c.symbol = gens[v].name + (mt ? "_mt" : "");
+      const float* packed = buf->packed[v].data();
+      const float* b = p.b;
+      const int64_t tasks = gens[v].tasks;
+      if (mt)
+        c.call = [buf, packed, b](void* fn) {
+          reinterpret_cast<GemmParallelFn>(fn)(&buf->rt, buf->x.data(), packed, b, buf->res.data(),
+                                               buf->y.data(), 1);
+        };
+      else
+        c.call = [buf, packed, b, tasks](void* fn) {
+          reinterpret_cast<GemmFn>(fn)(buf->x.data(), packed, b, buf->res.data(), buf->y.data(), 0, tasks);
+        };
+      c.check = check;
+      cands.push_back(std::move(c));
+      which.push_back({static_cast<int>(v), mt});
+    }
+  AutotuneCandidate lib;
+  lib.label = fmt::format("library linear_forward_packed ({} thread{})", p.pool->size(),
+                          p.pool->size() > 1 ? "s" : "");
+  lib.call = [buf, run_library](void*) { run_library(buf->y.data()); };
+  lib.check = check;
+  cands.push_back(std::move(lib));
+  which.push_back({-1, threaded});
+
+  GemmChoice choice;
+  choice.result = autotune(cands, options);
+  const Which& w = which[static_cast<size_t>(choice.result.best)];
+  choice.library = w.variant < 0;
+  choice.threaded = w.threaded && !choice.library;
+  if (!choice.library) choice.spec = gens[static_cast<size_t>(w.variant)].spec;
+  return choice;
+}
+
+}  // namespace minigpt::compile

@@ -1,0 +1,832 @@
+// The C++ back end (codegen_cpp.h): a schedule -> one self-contained translation unit.
+//
+// Layout of the generated source: a header comment (graph, kernels), the C/C++ includes, the
+// runtime ABI (runtime_abi.h's text), the scalar helpers (mg_exp, mg_max, ...), one section
+// per kernel (an args struct, a function over a range of rows or (batch, head) pairs, and a
+// launcher that splits that range over MgRuntime.parallel_for when the work is large), and
+// the extern "C" call() running the kernels in order.
+//
+// Row-wise kernels (gathers, pointwise ops, reductions over the last axis) are generated as
+// one loop nest per row r of C columns:
+//   for each reduction, in order: a loop over the columns that computes the reduction's input
+//     (every fused pointwise op recomputed from the loads, never stored) into W lane
+//     accumulators, then the lanes combined in a fixed order -> one value per row;
+//   per-row values (mean, rstd, ...) as scalar statements as soon as their inputs exist;
+//   one last loop over the columns that computes and stores every output of the kernel.
+// Column loops run in steps of W with a constant inner trip count (vectorised by the
+// compiler), then a scalar tail over the last C % W columns. Sums thus add lane-wise: the
+// order differs from a sequential sum (results differ from eager by rounding only).
+#include "compile/codegen_cpp.h"
+
+#include "compile/passes/passes.h"
+#include "core/error.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace minigpt::compile {
+
+namespace {
+
+// A float as a C literal that reads back to the same value.
+std::string flit(float v) {
+  if (std::isinf(v)) return v > 0 ? "INFINITY" : "-INFINITY";
+  std::string s = fmt::format("{:.9g}", v);
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  return s + "f";
+}
+
+std::string sanitize(const std::string& name) {
+  std::string s;
+  for (char c : name) s += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  return s;
+}
+
+const char* kHelpers = R"(// ---- scalar helpers: branch-free so that loops over them vectorise ----------------------
+
+// exp(x) in float: x = n ln2 + r with |r| <= ln2/2, exp(r) by Cephes' expf polynomial, 2^n
+// from the exponent bits. NaN stays NaN, exp(-inf) = 0, exp(x > 88.72) = +inf, exp(0) = 1.
+static inline float mg_exp(float x) {
+  float xc = x < -87.33654f ? -87.33654f : x;
+  xc = xc > 88.72283f ? 88.72283f : xc;
+  const float n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;  // round(x / ln2)
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const uint32_t bits = (uint32_t)((int32_t)n + 126) << 23;  // 2^(n-1)
+  float s;
+  memcpy(&s, &bits, sizeof s);
+  float y = p * s * 2.0f;
+  y = x < -87.33654f ? 0.0f : y;
+  y = x > 88.72283f ? INFINITY : y;
+  return y;
+}
+
+// max that keeps a NaN (so a NaN row stays NaN through a max reduction)
+static inline float mg_max(float a, float b) { return (b > a || b != b) ? b : a; }
+static inline double mg_maxd(double a, double b) { return (b > a || b != b) ? b : a; }
+
+// 1 / sqrt(x), in double as cpu::layernorm_forward's rstd
+static inline float mg_rsqrt(float x) { return (float)(1.0 / sqrt((double)x)); }
+
+// GELU, exact erf form as nn.GELU()
+static inline float mg_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.707106781f)); }
+)";
+
+// The vector helpers: GCC vector extensions of MG_W lanes (defined before this text). Each
+// does what its scalar namesake does, lane by lane, with the same operations in the same order
+// (so a tail column rounds exactly as a vector column).
+const char* kVectorHelpers = R"(// ---- vector helpers: MG_W lanes (GCC vector extensions) -------------------------------
+typedef float mg_vf __attribute__((vector_size(4 * MG_W)));
+typedef double mg_vd __attribute__((vector_size(8 * MG_W)));
+typedef int32_t mg_vi __attribute__((vector_size(4 * MG_W)));
+
+static inline mg_vf mg_splat(float s) { return (mg_vf){} + s; }
+static inline mg_vf mg_load(const float* p) { mg_vf v; memcpy(&v, p, sizeof v); return v; }
+static inline void mg_store(float* p, mg_vf v) { memcpy(p, &v, sizeof v); }
+static inline mg_vd mg_widen(mg_vf v) { return __builtin_convertvector(v, mg_vd); }
+static inline mg_vf mg_max_v(mg_vf a, mg_vf b) { return ((b > a) | (b != b)) ? b : a; }
+static inline mg_vd mg_maxd_v(mg_vd a, mg_vd b) { return ((b > a) | (b != b)) ? b : a; }
+static inline mg_vi mg_iota(void) { mg_vi v; for (int l = 0; l < MG_W; ++l) v[l] = l; return v; }
+// max across the lanes as a tree (log2(MG_W) steps of independent operations; max is exact)
+static inline float mg_hmax(mg_vf v) {
+  float t[MG_W];
+  memcpy(t, &v, sizeof t);
+  for (int w = MG_W / 2; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) t[i] = mg_max(t[i], t[i + w]);
+  return t[0];
+}
+static inline double mg_hmaxd(mg_vd v) {
+  double t[MG_W];
+  memcpy(t, &v, sizeof t);
+  for (int w = MG_W / 2; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) t[i] = mg_maxd(t[i], t[i + w]);
+  return t[0];
+}
+// double lanes summed as a tree: exact for the sums of <= 2^29 floats a layernorm makes of a
+// constant row, and short dependency chains
+static inline double mg_hsumd(mg_vd v) {
+  double t[MG_W];
+  memcpy(t, &v, sizeof t);
+  for (int w = MG_W / 2; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) t[i] = t[i] + t[i + w];
+  return t[0];
+}
+// float lanes summed as a tree (as _mm512_reduce_add_ps: eager's dot products)
+static inline float mg_hsum_tree(mg_vf v) {
+  float t[MG_W];
+  memcpy(t, &v, sizeof t);
+  for (int w = MG_W / 2; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) t[i] = t[i] + t[i + w];
+  return t[0];
+}
+// the sum in lane order (as eager adds its probabilities, key by key)
+static inline float mg_hsum(mg_vf v) {
+  float s = v[0];
+  for (int l = 1; l < MG_W; ++l) s += v[l];
+  return s;
+}
+
+// mg_exp on every lane
+static inline mg_vf mg_exp_v(mg_vf x) {
+  const mg_vf lo = mg_splat(-87.33654f), hi = mg_splat(88.72283f);
+  mg_vf xc = x < lo ? lo : x;
+  xc = xc > hi ? hi : xc;
+  const mg_vf n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;
+  mg_vf r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  mg_vf p = mg_splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const mg_vi bits = (__builtin_convertvector(n, mg_vi) + 126) << 23;  // 2^(n-1)
+  mg_vf y = p * (mg_vf)bits * 2.0f;
+  y = x < lo ? mg_splat(0.0f) : y;
+  y = x > hi ? mg_splat(INFINITY) : y;
+  return y;
+}
+static inline mg_vf mg_rsqrt_v(mg_vf x) { for (int l = 0; l < MG_W; ++l) x[l] = mg_rsqrt(x[l]); return x; }
+static inline mg_vf mg_gelu_v(mg_vf x) { for (int l = 0; l < MG_W; ++l) x[l] = mg_gelu(x[l]); return x; }
+)";
+
+struct Names {
+  std::map<int, std::string> var;  // tensor id -> variable in call()
+};
+
+std::string tensor_var(const Graph& g, int id) {
+  const TensorInfo& t = g.tensor(id);
+  if (t.alias_of >= 0) return tensor_var(g, t.alias_of);
+  switch (t.kind) {
+    case TensorKind::Input: return "in_" + sanitize(t.name);
+    case TensorKind::Output: return "out_" + sanitize(t.name);
+    case TensorKind::Weight: return "w_" + sanitize(t.name);
+    case TensorKind::Intermediate: return fmt::format("buf{}", id);
+  }
+  return "?";
+}
+
+std::string describe(const Graph& g, int id) {
+  const TensorInfo& t = g.tensor(id);
+  return fmt::format("'{}' {}{}", t.name, shape_text(t.shape), t.dtype == DType::I32 ? " i32" : "");
+}
+
+// The comment every kernel starts with.
+std::string kernel_comment(const Schedule& s, const Kernel& k, const std::vector<std::string>& params) {
+  const Graph& g = s.graph;
+  std::string c = fmt::format("// {}\n", k.name);
+  std::string ops;
+  for (int i : k.nodes) ops += fmt::format("{}{}", ops.empty() ? "" : " ", op_name(g.nodes[static_cast<size_t>(i)].op));
+  c += fmt::format("//   ops: {}\n", ops);
+  for (const std::string& src : k.sources) c += fmt::format("//   from: {}\n", src);
+  for (const std::string& p : params) c += fmt::format("//   {}\n", p);
+  if (!k.removed.empty()) {
+    int64_t bytes = 0;
+    for (int t : k.removed) bytes += g.tensor(t).bytes();
+    c += fmt::format("//   kept in registers (never stored): {} tensors, {} bytes\n", k.removed.size(), bytes);
+  }
+  c += fmt::format("//   bytes read {}, written {}; FLOPs {}\n", k.bytes_read, k.bytes_written, k.flops);
+  return c;
+}
+
+// ---- row-wise kernels -------------------------------------------------------------------
+
+class RowwiseGen {
+ public:
+  RowwiseGen(const Schedule& s, const Kernel& k, const CodegenOptions& opt)
+      : g_(s.graph), s_(s), k_(k), R_(k.rows), C_(k.cols), W_(opt.vec_width), opt_(opt) {
+    for (size_t i = 0; i < k.reads.size(); ++i) ptr_[k.reads[i]] = fmt::format("in_ptr{}", i);
+    for (size_t i = 0; i < k.writes.size(); ++i) out_[k.writes[i]] = fmt::format("out_ptr{}", i);
+    for (int i : k.nodes) in_group_.insert(g_.nodes[static_cast<size_t>(i)].output);
+  }
+
+  std::string generate(std::string& call_args);
+
+ private:
+  // Where an expression is evaluated: one row value, one column c (scalar, the tail), or
+  // MG_W columns from c0 (a vector).
+  enum class Mode { Row, Scalar, Vector };
+
+  bool is_row(int node) const {
+    const Node& n = g_.nodes[static_cast<size_t>(node)];
+    return kReduction.contains(n.op) || (g_.tensor(n.output).cols() == 1 && C_ > 1);
+  }
+  // p[index] as a scalar, or the vector of MG_W floats from there.
+  static std::string load(const std::string& p, const std::string& index, Mode m) {
+    return m == Mode::Vector ? fmt::format("mg_load(&{}[{}])", p, index) : fmt::format("{}[{}]", p, index);
+  }
+  std::string col(Mode m) const { return m == Mode::Vector ? "c0" : "c"; }
+  // The value of tensor t at (r, c), at columns [c0, c0 + MG_W), or at row r.
+  std::string operand(int t, Mode m) const {
+    if (in_group_.count(t)) {
+      const int p = g_.tensor(t).producer;
+      return is_row(p) ? fmt::format("row{}", t) : fmt::format("tmp{}", t);
+    }
+    const TensorInfo& ti = g_.tensor(t);
+    const std::string& p = ptr_.at(t);
+    if (ti.cols() == C_ && ti.rows() == R_ && C_ > 1) return load(p, fmt::format("r * {} + {}", C_, col(m)), m);
+    if (ti.cols() == 1 && ti.rows() == R_) return fmt::format("{}[r]", p);
+    if (ti.shape.size() == 1 && ti.shape[0] == C_ && m != Mode::Row) return load(p, col(m), m);
+    MINIGPT_FAIL("codegen: {} cannot index {} {} in a ({}, {}) loop", k_.name, ti.name, shape_text(ti.shape), R_, C_);
+  }
+  std::string expr(int node, Mode m) const {
+    const Node& n = g_.nodes[static_cast<size_t>(node)];
+    auto a = [&](size_t i) { return operand(n.inputs[i], m); };
+    const char* v = m == Mode::Vector ? "_v" : "";
+    switch (n.op) {
+      case Op::Embedding:  // row ids[r] of the table
+        return load(ptr_.at(n.inputs[1]), fmt::format("(int64_t){}[r] * {} + {}", ptr_.at(n.inputs[0]), C_, col(m)), m);
+      case Op::PosEmbedding:  // row offset + r % period of the table
+        return n.period == 1 ? load(ptr_.at(n.inputs[0]), fmt::format("{} + {}", n.offset * C_, col(m)), m)
+                             : load(ptr_.at(n.inputs[0]), fmt::format("({} + r % {}) * {} + {}", n.offset, n.period, C_, col(m)), m);
+      case Op::Add:
+      case Op::BiasAdd: return a(0) + " + " + a(1);
+      case Op::Sub: return a(0) + " - " + a(1);
+      case Op::Mul: return a(0) + " * " + a(1);
+      case Op::Div: return a(0) + " / " + a(1);
+      case Op::AddScalar: return a(0) + " + " + flit(n.alpha);
+      case Op::MulScalar: return a(0) + " * " + flit(n.alpha);
+      case Op::Exp: return fmt::format("mg_exp{}({})", v, a(0));
+      case Op::Rsqrt: return fmt::format("mg_rsqrt{}({})", v, a(0));
+      case Op::Gelu: return fmt::format("mg_gelu{}({})", v, a(0));
+      default: MINIGPT_FAIL("codegen: {} is not a row-wise op", op_name(n.op));
+    }
+  }
+  // Element nodes (in kernel order) that computing `targets` needs; nodes in `loaded` are read
+  // back from where an earlier loop stored them instead of recomputed.
+  std::vector<int> closure(const std::vector<int>& targets, const std::map<int, int>& loaded = {}) const {
+    std::set<int> need;
+    std::vector<int> stack = targets;
+    while (!stack.empty()) {
+      const int node = stack.back();
+      stack.pop_back();
+      if (is_row(node) || !need.insert(node).second || loaded.count(node)) continue;
+      for (int in : g_.nodes[static_cast<size_t>(node)].inputs)
+        if (in_group_.count(in)) stack.push_back(g_.tensor(in).producer);
+    }
+    return {need.begin(), need.end()};  // node ids ascend in kernel (topological) order
+  }
+  // The statements of one column step. loaded: node -> output tensor whose buffer holds it.
+  std::string body(const std::vector<int>& nodes, Mode m, const std::map<int, int>& loaded = {}) const {
+    std::string b;
+    for (int node : nodes) {
+      const int t = g_.nodes[static_cast<size_t>(node)].output;
+      const char* type = m == Mode::Vector ? "mg_vf" : "float";
+      if (loaded.count(node)) {
+        const std::string& o = out_.at(loaded.at(node));
+        b += fmt::format("const {} tmp{} = {};  // {}, stored there by the loop above\n", type, t,
+                         load(o, fmt::format("r * {} + {}", C_, col(m)), m), g_.tensor(t).name);
+      } else {
+        b += fmt::format("const {} tmp{} = {};  // {}\n", type, t, expr(node, m), g_.tensor(t).name);
+      }
+    }
+    return b;
+  }
+  // Values a reduction loop computes anyway and the store loop needs again (softmax's
+  // exp(x - max)): the reduction loop stores them into the output they feed, the store loop
+  // reads them back instead of recomputing (as Inductor's softmax kernel reuses out_ptr).
+  // Fills stash: reduction node -> [(value node, output tensor)], and loaded for the store loop.
+  void plan_stash(const std::vector<int>& stores, std::map<int, std::vector<std::pair<int, int>>>& stash,
+                  std::map<int, int>& loaded) const {
+    if (C_ <= 1) return;
+    for (int y : stores) {
+      int x = -1, elem_inputs = 0;
+      for (int in : g_.nodes[static_cast<size_t>(y)].inputs) {
+        if (!in_group_.count(in) || is_row(g_.tensor(in).producer)) continue;
+        ++elem_inputs;
+        x = g_.tensor(in).producer;
+      }
+      if (elem_inputs != 1 || loaded.count(x)) continue;
+      int last = -1;  // the last reduction loop that computes x
+      for (int node : k_.nodes) {
+        const Node& n = g_.nodes[static_cast<size_t>(node)];
+        if (!kReduction.contains(n.op) || !in_group_.count(n.inputs[0])) continue;
+        const std::vector<int> c = closure({g_.tensor(n.inputs[0]).producer});
+        if (std::find(c.begin(), c.end(), x) != c.end()) last = node;
+      }
+      if (last < 0) continue;
+      stash[last].push_back({x, g_.nodes[static_cast<size_t>(y)].output});
+      loaded[x] = g_.nodes[static_cast<size_t>(y)].output;
+    }
+  }
+  // A column loop: vector steps of MG_W columns, then the scalar tail over the last C % W.
+  // per(m) gives one step's statements.
+  template <typename F>
+  std::string column_loop(F&& per, const std::string& indent) const {
+    const int64_t main = C_ / W_ * W_;
+    std::string s;
+    if (main > 0) {
+      s += fmt::format("{}for (int64_t c0 = 0; c0 < {}; c0 += MG_W) {{  // {} lanes a step\n", indent, main, W_);
+      s += indent_text(per(Mode::Vector), indent + "  ");
+      s += fmt::format("{}}}\n", indent);
+    }
+    if (main < C_) {
+      s += fmt::format("{}for (int64_t c = {}; c < {}; ++c) {{  // scalar tail: columns [{}, {})\n", indent, main, C_, main, C_);
+      s += fmt::format("{}  const int64_t l = c - {};  // the lane this column adds to\n", indent, main);
+      s += indent_text(per(Mode::Scalar), indent + "  ");
+      s += fmt::format("{}}}\n", indent);
+    }
+    return s;
+  }
+  static std::string indent_text(const std::string& text, const std::string& indent) {
+    std::string out;
+    size_t i = 0;
+    while (i < text.size()) {
+      const size_t j = text.find('\n', i);
+      out += indent + text.substr(i, j - i) + "\n";
+      i = j + 1;
+    }
+    return out;
+  }
+
+  const Graph& g_;
+  const Schedule& s_;
+  const Kernel& k_;
+  int64_t R_, C_;
+  int W_;
+  const CodegenOptions& opt_;
+  std::map<int, std::string> ptr_, out_;
+  std::set<int> in_group_;
+};
+
+std::string RowwiseGen::generate(std::string& call_args) {
+  std::vector<std::string> params, fields;
+  for (int t : k_.reads) {
+    const TensorInfo& ti = g_.tensor(t);
+    const char* type = ti.dtype == DType::I32 ? "const int32_t*" : "const float*";
+    fields.push_back(fmt::format("  {} {};", type, ptr_[t]));
+    params.push_back(fmt::format("{} = {}", ptr_[t], describe(g_, t)));
+    call_args += ", " + tensor_var(g_, t);
+  }
+  for (int t : k_.writes) {
+    fields.push_back(fmt::format("  float* {};", out_[t]));
+    params.push_back(fmt::format("{} = {}", out_[t], describe(g_, t)));
+    call_args += ", " + tensor_var(g_, t);
+  }
+  std::string code = kernel_comment(s_, k_, params);
+  code += fmt::format("//   loops: {} rows x {} columns, {} lanes per vector step\n", R_, C_, W_);
+  code += fmt::format("struct {}_args {{\n", k_.name);
+  for (const std::string& f : fields) code += f + "\n";
+  code += "};\n";
+  code += fmt::format("static void {}_rows(void* ctx, int64_t r0, int64_t r1) {{\n", k_.name);
+  code += fmt::format("  const {}_args* a = (const {}_args*)ctx;\n", k_.name, k_.name);
+  for (int t : k_.reads) {
+    const char* type = g_.tensor(t).dtype == DType::I32 ? "const int32_t*" : "const float*";
+    code += fmt::format("  {} __restrict {} = a->{};\n", type, ptr_[t], ptr_[t]);
+  }
+  for (int t : k_.writes) code += fmt::format("  float* __restrict {} = a->{};\n", out_[t], out_[t]);
+  code += "  for (int64_t r = r0; r < r1; ++r) {\n";
+  const std::string in2 = "    ";
+  std::vector<int> stores;  // every element-wise output of the kernel
+  for (int t : k_.writes)
+    if (!is_row(g_.tensor(t).producer)) stores.push_back(g_.tensor(t).producer);
+  std::map<int, std::vector<std::pair<int, int>>> stash;
+  std::map<int, int> loaded;
+  plan_stash(stores, stash, loaded);
+  for (int node : k_.nodes) {
+    const Node& n = g_.nodes[static_cast<size_t>(node)];
+    const int t = n.output;
+    if (!is_row(node)) continue;
+    if (kReduction.contains(n.op)) {
+      const bool dbl = n.acc_f64;
+      const bool mx = n.op == Op::ReduceMax;
+      const int src = n.inputs[0];
+      code += fmt::format("{}// {} of {} over the row{}: lane-wise, lanes combined in order\n", in2, mx ? "max" : "sum",
+                          g_.tensor(src).name, dbl ? ", in double" : "");
+      code += fmt::format("{}{} acc{} = {};\n", in2, dbl ? "mg_vd" : "mg_vf", t,
+                          mx ? (dbl ? "(mg_vd){} - INFINITY" : "mg_splat(-INFINITY)") : "{}");
+      std::vector<int> targets;
+      if (in_group_.count(src)) targets.push_back(g_.tensor(src).producer);
+      const std::vector<int> nodes = closure(targets);
+      code += column_loop(
+          [&](Mode m) {
+            std::string per = body(nodes, m);
+            std::string val = operand(src, m);
+            if (m == Mode::Vector) {
+              if (dbl) val = "mg_widen(" + val + ")";
+              per += mx ? fmt::format("acc{} = {}(acc{}, {});\n", t, dbl ? "mg_maxd_v" : "mg_max_v", t, val)
+                        : fmt::format("acc{} += {};\n", t, val);
+            } else {
+              if (dbl) val = "(double)" + val;
+              per += mx ? fmt::format("acc{}[l] = {}(acc{}[l], {});\n", t, dbl ? "mg_maxd" : "mg_max", t, val)
+                        : fmt::format("acc{}[l] += {};\n", t, val);
+            }
+            for (const auto& [x, y] : stash[node]) {
+              const int xt = g_.nodes[static_cast<size_t>(x)].output;
+              per += m == Mode::Vector ? fmt::format("mg_store(&{}[r * {} + c0], tmp{});  // kept for the store loop\n", out_[y], C_, xt)
+                                       : fmt::format("{}[r * {} + c] = tmp{};  // kept for the store loop\n", out_[y], C_, xt);
+            }
+            return per;
+          },
+          in2);
+      if (mx || dbl) {  // a max in any order is exact; double lanes as a tree
+        code += fmt::format("{}const {} tot{} = {}(acc{});\n", in2, dbl ? "double" : "float", t,
+                            mx ? (dbl ? "mg_hmaxd" : "mg_hmax") : "mg_hsumd", t);
+      } else {  // float lanes added in order
+        code += fmt::format("{}const float tot{} = mg_hsum(acc{});\n", in2, t, t);
+      }
+      code += fmt::format("{}const float row{} = (float)tot{};  // {}\n", in2, t, t, g_.tensor(t).name);
+    } else {
+      code += fmt::format("{}const float row{} = {};  // {}\n", in2, t, expr(node, Mode::Row), g_.tensor(t).name);
+    }
+    if (out_.count(t)) code += fmt::format("{}{}[r] = row{};\n", in2, out_[t], t);
+  }
+  // the store loop
+  if (!stores.empty()) {
+    std::string names;
+    for (int node : stores) names += (names.empty() ? "" : ", ") + g_.tensor(g_.nodes[static_cast<size_t>(node)].output).name;
+    code += fmt::format("{}// outputs: {}\n", in2, names);
+    const std::vector<int> nodes = closure(stores, loaded);
+    if (C_ == 1) {  // one value per row: no column loop
+      code += fmt::format("{}{{\n{}  const int64_t c = 0;\n", in2, in2);
+      code += indent_text(body(nodes, Mode::Scalar), in2 + "  ");
+      for (int node : stores) code += fmt::format("{}  {}[r] = tmp{};\n", in2, out_[g_.nodes[static_cast<size_t>(node)].output], g_.nodes[static_cast<size_t>(node)].output);
+      code += fmt::format("{}}}\n", in2);
+    } else {
+      code += column_loop(
+          [&](Mode m) {
+            std::string per = body(nodes, m, loaded);
+            for (int node : stores) {
+              const int t = g_.nodes[static_cast<size_t>(node)].output;
+              per += m == Mode::Vector ? fmt::format("mg_store(&{}[r * {} + c0], tmp{});\n", out_[t], C_, t)
+                                       : fmt::format("{}[r * {} + c] = tmp{};\n", out_[t], C_, t);
+            }
+            return per;
+          },
+          in2);
+    }
+  }
+  code += "  }\n}\n";
+  // launcher
+  code += fmt::format("static void {}(const MgRuntime* rt, const {}_args* a) {{\n", k_.name, k_.name);
+  if (R_ * C_ >= opt_.parallel_min_work && R_ > 1) {
+    const int64_t grain = std::max<int64_t>(1, opt_.parallel_min_work / std::max<int64_t>(1, C_) / 4);
+    code += fmt::format("  if (rt->threads > 1) {{ rt->parallel_for(rt->pool, {}, {}, {}_rows, (void*)a); return; }}\n", R_, grain, k_.name);
+  } else {
+    code += fmt::format("  (void)rt;  // {} elements: below the threading threshold, one thread\n", R_ * C_);
+  }
+  code += fmt::format("  {}_rows((void*)a, 0, {});\n}}\n", k_.name, R_);
+  return code;
+}
+
+// ---- attention ------------------------------------------------------------------------
+
+// The attention loops with MG_W-lane vectors, queries along the lanes (as the eager kernel's
+// transposed tiles): per (batch, head) and block of MG_W queries, keys in blocks of MG_W; per
+// key a vector of scores (one lane per query, sum over d in order), the causal mask per lane,
+// a running max m and sum l per lane (online softmax: earlier key blocks rescaled by
+// exp(m_old - m_new)), and out^T[d] += p v[d] in key order. The (T, S) scores exist only as
+// one block of MG_W vectors at a time.
+std::string attention_vector_body(const std::string& name, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t dh,
+                                  int64_t offset, float scale, bool decode, int W) {
+  (void)B;
+  (void)W;
+  const std::string kaddr = decode ? fmt::format("a->in_ptr1 + s * {} + h * {}", C, dh)
+                                   : fmt::format("a->in_ptr0 + (b * {} + s) * {} + {} + h * {}", T, 3 * C, C, dh);
+  const std::string vaddr = decode ? fmt::format("a->in_ptr2 + s * {} + h * {}", C, dh)
+                                   : fmt::format("a->in_ptr0 + (b * {} + s) * {} + {} + h * {}", T, 3 * C, 2 * C, dh);
+  std::string code = fmt::format("static void {}_pairs(void* ctx, int64_t p0, int64_t p1) {{\n", name);
+  code += fmt::format("  const {}_args* a = (const {}_args*)ctx;\n", name, name);
+  code += "  const mg_vi lane = mg_iota();\n";
+  code += "  for (int64_t p = p0; p < p1; ++p) {\n";
+  code += fmt::format("    const int64_t b = p / {}, h = p % {};\n", NH, NH);
+  code += fmt::format("    for (int64_t q0 = 0; q0 < {}; q0 += MG_W) {{  // queries [q0, q0 + MG_W) along the lanes\n", T);
+  code += fmt::format("      mg_vf qt[{}];  // qt[d][l] = q[q0 + l][d] (0 past the last query)\n", dh);
+  code += fmt::format("      for (int64_t d = 0; d < {}; ++d)\n", dh);
+  code += "        for (int l = 0; l < MG_W; ++l)\n";
+  code += fmt::format("          qt[d][l] = q0 + l < {} ? a->in_ptr0[(b * {} + q0 + l) * {} + h * {} + d] : 0.0f;\n", T, T, 3 * C, dh);
+  code += fmt::format("      mg_vf m = mg_splat(-INFINITY), l = {{}}, ot[{}] = {{}};  // running max, sum, out^T\n", dh);
+  code += fmt::format("      const int64_t keys = (q0 + MG_W < {} ? q0 + MG_W : {}) + {};  // keys the block's last query sees\n", T, T, offset);
+  code += "      for (int64_t s0 = 0; s0 < keys; s0 += MG_W) {\n";
+  code += "        const int64_t n = keys - s0 < MG_W ? keys - s0 : MG_W;\n";
+  code += "        mg_vf sv[MG_W];  // sv[j][l]: score of key s0 + j for query q0 + l\n";
+  code += "        mg_vf bm = mg_splat(-INFINITY);\n";
+  code += "        for (int64_t j = 0; j < n; ++j) {\n";
+  code += "          const int64_t s = s0 + j;\n";
+  code += fmt::format("          const float* k = {};\n", kaddr);
+  code += "          mg_vf acc = {};\n";
+  code += fmt::format("          for (int64_t d = 0; d < {}; ++d) acc += qt[d] * k[d];\n", dh);
+  code += fmt::format("          acc = acc * {};  // scale 1/sqrt({})\n", flit(scale), dh);
+  code += fmt::format("          sv[j] = (lane + (int32_t)(q0 + {}) >= (int32_t)s) ? acc : mg_splat(-INFINITY);  // causal mask\n", offset);
+  code += "          bm = mg_max_v(bm, sv[j]);\n";
+  code += "        }\n";
+  code += "        const mg_vf m_new = mg_max_v(m, bm);\n";
+  code += "        const mg_vf corr = mg_exp_v(m - m_new);  // 0 on the first block (m = -inf)\n";
+  code += "        l = l * corr;\n";
+  code += fmt::format("        for (int64_t d = 0; d < {}; ++d) ot[d] = ot[d] * corr;\n", dh);
+  code += "        for (int64_t j = 0; j < n; ++j) {\n";
+  code += "          const int64_t s = s0 + j;\n";
+  code += "          const mg_vf pj = mg_exp_v(sv[j] - m_new);  // masked: exp(-inf) = 0\n";
+  code += "          l += pj;\n";
+  code += fmt::format("          const float* v = {};\n", vaddr);
+  code += fmt::format("          for (int64_t d = 0; d < {}; ++d) ot[d] += pj * v[d];\n", dh);
+  code += "        }\n";
+  code += "        m = m_new;\n";
+  code += "      }\n";
+  code += fmt::format("      for (int l2 = 0; l2 < MG_W && q0 + l2 < {}; ++l2) {{\n", T);
+  code += fmt::format("        float* o = a->out_ptr0 + (b * {} + q0 + l2) * {} + h * {};\n", T, C, dh);
+  code += fmt::format("        for (int64_t d = 0; d < {}; ++d) o[d] = ot[d][l2] / l[l2];\n", dh);
+  code += "      }\n    }\n  }\n}\n";
+  return code;
+}
+
+// One query per (batch, head) (the decode step): keys along a local row of scores. Per key a
+// dot product of one vector (dh = MG_W) reduced as a tree (as eager's decode step), the max,
+// exp and sum over the row, out = sum_s p_s v_s / sum. The row (S floats) is the only score
+// storage.
+std::string attention_one_query_body(const std::string& name, int64_t T, int64_t C, int64_t NH, int64_t dh,
+                                     int64_t offset, float scale, bool decode) {
+  const int64_t S = offset + 1;
+  const std::string kaddr = decode ? fmt::format("a->in_ptr1 + s * {} + h * {}", C, dh)
+                                   : fmt::format("a->in_ptr0 + (b * {} + s) * {} + {} + h * {}", T, 3 * C, C, dh);
+  const std::string vaddr = decode ? fmt::format("a->in_ptr2 + s * {} + h * {}", C, dh)
+                                   : fmt::format("a->in_ptr0 + (b * {} + s) * {} + {} + h * {}", T, 3 * C, 2 * C, dh);
+  std::string code = fmt::format("static void {}_pairs(void* ctx, int64_t p0, int64_t p1) {{\n", name);
+  code += fmt::format("  const {}_args* a = (const {}_args*)ctx;\n", name, name);
+  code += "  for (int64_t p = p0; p < p1; ++p) {\n";
+  code += fmt::format("    const int64_t b = p / {}, h = p % {};\n", NH, NH);
+  code += fmt::format("    const mg_vf q = mg_load(a->in_ptr0 + b * {} + h * {});  // the head's query (dh = MG_W)\n", 3 * C, dh);
+  code += fmt::format("    float sc[{}];  // scores of keys [0, {}): every key is at or before the query\n", S, S);
+  code += "    float m = -INFINITY;\n";
+  code += fmt::format("    for (int64_t s = 0; s < {}; ++s) {{\n", S);
+  code += fmt::format("      sc[s] = mg_hsum_tree(q * mg_load({})) * {};  // q . k_s, scale 1/sqrt({})\n", kaddr, flit(scale), dh);
+  code += "      m = mg_max(m, sc[s]);\n    }\n";
+  code += "    float l = 0.0f;\n";
+  code += fmt::format("    for (int64_t s = 0; s < {}; ++s) {{\n      sc[s] = mg_exp(sc[s] - m);\n      l += sc[s];\n    }}\n", S);
+  code += "    mg_vf acc = {};\n";
+  code += fmt::format("    for (int64_t s = 0; s < {}; ++s) acc += sc[s] * mg_load({});\n", S, vaddr);
+  code += fmt::format("    mg_store(a->out_ptr0 + b * {} + h * {}, acc / l);\n", C, dh);
+  code += "  }\n}\n";
+  return code;
+}
+
+std::string generate_attention(const Schedule& s, const Kernel& k, const CodegenOptions& opt, std::string& call_args) {
+  const Graph& g = s.graph;
+  const Node& n = g.nodes[static_cast<size_t>(k.nodes[0])];
+  const auto& qs = g.tensor(n.inputs[0]).shape;  // (B, T, 3C)
+  const int64_t B = qs[0], T = qs[1], C = qs[2] / 3, NH = n.heads, dh = C / NH;
+  const bool decode = n.inputs.size() == 3;
+  const int64_t S = T + n.offset;  // keys seen by the last query
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  std::vector<std::string> params{fmt::format("in_ptr0 = {} (q | k | v per row)", describe(g, n.inputs[0]))};
+  call_args += ", " + tensor_var(g, n.inputs[0]);
+  if (decode) {
+    params.push_back(fmt::format("in_ptr1 = {} (keys, rows [0, {}])", describe(g, n.inputs[1]), n.offset));
+    params.push_back(fmt::format("in_ptr2 = {} (values, rows [0, {}])", describe(g, n.inputs[2]), n.offset));
+    call_args += ", " + tensor_var(g, n.inputs[1]) + ", " + tensor_var(g, n.inputs[2]);
+  } else {
+    call_args += ", NULL, NULL";  // keys and values come from the qkv rows
+  }
+  params.push_back(fmt::format("out_ptr0 = {} (heads merged)", describe(g, n.output)));
+  call_args += ", " + tensor_var(g, n.output);
+  std::string code = kernel_comment(s, k, params);
+  code += fmt::format(
+      "//   per (batch, head), {} queries at a time along the vector lanes, keys in blocks of {}:\n"
+      "//   scores, causal mask, online softmax (running max and sum per query, earlier blocks\n"
+      "//   rescaled by exp(m_old - m_new)), out^T += p v; out = out^T / sum. No (T, S) score or\n"
+      "//   probability matrix exists.\n",
+      opt.vec_width, opt.vec_width);
+  code += fmt::format("struct {}_args {{ const float* in_ptr0; const float* in_ptr1; const float* in_ptr2; float* out_ptr0; }};\n", k.name);
+  if (T == 1 && dh == opt.vec_width) {
+    code += "//   one query per (batch, head): keys along a row of scores instead\n";
+    code += attention_one_query_body(k.name, T, C, NH, dh, n.offset, scale, decode);
+  } else {
+    code += attention_vector_body(k.name, B, T, C, NH, dh, n.offset, scale, decode, opt.vec_width);
+  }
+  code += fmt::format("static void {}(const MgRuntime* rt, const {}_args* a) {{\n", k.name, k.name);
+  const int64_t work = B * NH * T * S * dh;
+  if (work >= opt.parallel_min_work && B * NH > 1)
+    code += fmt::format("  if (rt->threads > 1) {{ rt->parallel_for(rt->pool, {}, 1, {}_pairs, (void*)a); return; }}\n", B * NH, k.name);
+  else
+    code += "  (void)rt;  // small: one thread\n";
+  code += fmt::format("  {}_pairs((void*)a, 0, {});\n}}\n", k.name, B * NH);
+  return code;
+}
+
+std::string generate_kv_write(const Schedule& s, const Kernel& k, std::string& call_args) {
+  const Graph& g = s.graph;
+  const Node& n = g.nodes[static_cast<size_t>(k.nodes[0])];
+  const int64_t C = g.tensor(n.inputs[1]).cols();
+  call_args += ", " + tensor_var(g, n.inputs[0]) + ", " + tensor_var(g, n.inputs[1]);
+  std::string code = kernel_comment(s, k, {fmt::format("in_ptr0 = {}", describe(g, n.inputs[0])),
+                                           fmt::format("out_ptr0 = {} (row {} written in place)", describe(g, n.inputs[1]), n.offset)});
+  code += fmt::format("struct {}_args {{ const float* in_ptr0; float* out_ptr0; }};\n", k.name);
+  code += fmt::format("static void {}(const MgRuntime* rt, const {}_args* a) {{\n  (void)rt;\n", k.name, k.name);
+  code += fmt::format("  for (int64_t c = 0; c < {}; ++c) a->out_ptr0[{} + c] = a->in_ptr0[{} + c];\n}}\n", C, n.offset * C, n.part * C);
+  return code;
+}
+
+std::string generate_matmul(const Schedule& s, const Kernel& k, const std::map<int, std::string>& packed_var,
+                            std::string& call_line) {
+  const Graph& g = s.graph;
+  const Node& n = g.nodes[static_cast<size_t>(k.nodes[0])];
+  const TensorInfo& x = g.tensor(n.inputs[0]);
+  const TensorInfo& W = g.tensor(n.inputs[1]);
+  const int64_t N = x.rows(), K = x.cols(), M = W.shape[0];
+  const std::string bias = n.has_bias ? tensor_var(g, n.inputs[2]) : "NULL";
+  const std::string res = n.has_residual ? tensor_var(g, n.inputs.back()) : "NULL";
+  std::vector<std::string> params{fmt::format("x = {}", describe(g, n.inputs[0])), fmt::format("W = {}", describe(g, n.inputs[1]))};
+  if (n.has_bias) params.push_back(fmt::format("bias = {}", describe(g, n.inputs[2])));
+  if (n.has_residual) params.push_back(fmt::format("residual = {}", describe(g, n.inputs.back())));
+  params.push_back(fmt::format("y = {}{}", describe(g, n.output), n.gelu ? " = GELU(x W^T + b)" : n.has_residual ? " = x W^T + b + residual" : " = x W^T + b"));
+  std::string code = kernel_comment(s, k, params);
+  code += "//   the engine's packed GEMM (cpu::linear_forward_packed) through MgRuntime, epilogue fused\n";
+  call_line = fmt::format("  rt->linear_packed(rt->pool, {}, {}, {}, {}, {}, {}, {}, {}, {}, {});  // {}\n", tensor_var(g, n.inputs[0]),
+                          tensor_var(g, n.inputs[1]), packed_var.at(n.inputs[1]), bias, tensor_var(g, n.output), N, K, M,
+                          res, n.gelu ? 1 : 0, k.name);
+  return code;
+}
+
+// A matmul through a generated fixed-shape GEMM: an args struct, a panel-range function and a
+// launcher that splits the panels over threads when the product is large.
+std::string generate_gemm_call(const Schedule& s, const Kernel& k, const GeneratedGemm& gm, const std::string& packed,
+                               const CodegenOptions& opt, std::string& call_line) {
+  const Graph& g = s.graph;
+  const Node& n = g.nodes[static_cast<size_t>(k.nodes[0])];
+  std::vector<std::string> params{fmt::format("x = {}", describe(g, n.inputs[0])), fmt::format("W = {}", describe(g, n.inputs[1]))};
+  if (n.has_bias) params.push_back(fmt::format("bias = {}", describe(g, n.inputs[2])));
+  if (n.has_residual) params.push_back(fmt::format("residual = {}", describe(g, n.inputs.back())));
+  params.push_back(fmt::format("y = {}{}", describe(g, n.output), n.gelu ? " = GELU(x W^T + b)" : n.has_residual ? " = x W^T + b + residual" : " = x W^T + b"));
+  std::string code = kernel_comment(s, k, params);
+  code += fmt::format("//   generated GEMM {} (mr {}, nv {}, unroll {}, ksplit {}): {} panels of {} columns\n", gm.name, gm.spec.mr,
+                      gm.spec.nv, gm.spec.unroll, gm.spec.ksplit, gm.panels, gm.panel_width);
+  code += fmt::format("struct {}_args {{ const float* x; const float* wp; const float* b; const float* res; float* y; }};\n", k.name);
+  code += fmt::format("static void {}_panels(void* ctx, int64_t p0, int64_t p1) {{\n", k.name);
+  code += fmt::format("  const {}_args* a = (const {}_args*)ctx;\n  {}(a->x, a->wp, a->b, a->res, a->y, p0, p1);\n}}\n", k.name, k.name, gm.name);
+  code += fmt::format("static void {}(const MgRuntime* rt, const {}_args* a) {{\n", k.name, k.name);
+  if (gm.flops >= 64.0 * static_cast<double>(opt.parallel_min_work) && gm.panels > 1)
+    code += fmt::format("  if (rt->threads > 1) {{ rt->parallel_for(rt->pool, {}, 1, {}_panels, (void*)a); return; }}\n", gm.panels, k.name);
+  else
+    code += "  (void)rt;  // small: one thread\n";
+  code += fmt::format("  {}_panels((void*)a, 0, {});\n}}\n", k.name, gm.panels);
+  call_line = fmt::format("  {{ const {}_args a = {{{}, {}, {}, {}, {}}}; {}(rt, &a); }}\n", k.name, tensor_var(g, n.inputs[0]), packed,
+                          n.has_bias ? tensor_var(g, n.inputs[2]) : "NULL", n.has_residual ? tensor_var(g, n.inputs.back()) : "NULL",
+                          tensor_var(g, n.output), k.name);
+  return code;
+}
+
+GemmSpec gemm_spec_for(const Graph& g, const Node& n) {
+  GemmSpec spec;
+  const TensorInfo& x = g.tensor(n.inputs[0]);
+  spec.M = x.rows();
+  spec.K = x.cols();
+  spec.N = g.tensor(n.inputs[1]).shape[0];
+  spec.bias = n.has_bias;
+  spec.epilogue = n.gelu ? GemmEpilogueKind::kGelu : n.has_residual ? GemmEpilogueKind::kResidual : GemmEpilogueKind::kNone;
+  spec.isa = __builtin_cpu_supports("avx512f") ? GemmIsa::kAvx512 : __builtin_cpu_supports("avx2") ? GemmIsa::kAvx2 : GemmIsa::kScalar;
+  return gemm_resolve(spec);
+}
+
+}  // namespace
+
+GeneratedCode generate_cpp(const Schedule& s, const CodegenOptions& opt) {
+  MINIGPT_CHECK(!opt.runtime_abi.empty(), "generate_cpp: CodegenOptions.runtime_abi (runtime_abi.h's text) is empty");
+  const Graph& g = s.graph;
+  GeneratedCode out;
+  // io[] layout: inputs, outputs, weights, packed weights of every matmul
+  for (int t : g.inputs) out.io.push_back({IoSlot::Kind::Input, t, g.tensor(t).name, ""});
+  for (int t : g.outputs) out.io.push_back({IoSlot::Kind::Output, t, g.tensor(t).name, ""});
+  for (int t : g.weights) out.io.push_back({IoSlot::Kind::Weight, t, g.tensor(t).name, ""});
+  std::map<int, std::string> packed_var;          // library packing, by weight
+  std::map<int, GeneratedGemm> node_gemm;          // generated GEMM, by node
+  std::map<std::string, std::string> gemm_packed;  // "gemm name|weight" -> variable
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.op != Op::Matmul) continue;
+    const std::string& wname = g.tensor(n.inputs[1]).name;
+    if (opt.generated_gemm) {
+      const GeneratedGemm gm = generate_gemm(gemm_spec_for(g, n));
+      node_gemm[static_cast<int>(i)] = gm;
+      if (std::none_of(out.gemms.begin(), out.gemms.end(), [&](const GeneratedGemm& o) { return o.name == gm.name; }))
+        out.gemms.push_back(gm);
+      const std::string key = gm.name + "|" + wname;
+      if (!gemm_packed.count(key)) {
+        gemm_packed[key] = fmt::format("pk{}_{}", gemm_packed.size(), sanitize(wname));
+        out.io.push_back({IoSlot::Kind::Packed, n.inputs[1], wname, gm.name});
+      }
+      continue;
+    }
+    if (packed_var.count(n.inputs[1])) continue;
+    packed_var[n.inputs[1]] = "pk_" + sanitize(wname);
+    out.io.push_back({IoSlot::Kind::Packed, n.inputs[1], wname, ""});
+  }
+
+  std::string src = fmt::format(
+      "// Generated by minigpt compile (codegen_cpp v{}) for graph {} (hash {}).\n"
+      "// {} kernels; arena {} bytes. Entry point: extern \"C\" void call(const MgRuntime* rt,\n"
+      "// char* arena, void* const* io). Self-contained: compiled at run time by the JIT.\n",
+      kCodegenCppVersion, g.name, graph_hash(g), s.kernels.size(), g.arena_bytes);
+  src += "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n";
+  src += opt.runtime_abi;
+  src += "\n";
+  MINIGPT_CHECK(opt.vec_width == 4 || opt.vec_width == 8 || opt.vec_width == 16 || opt.vec_width == 32,
+                "generate_cpp: vec_width must be 4, 8, 16 or 32, got {}", opt.vec_width);
+  src += kHelpers;
+  src += fmt::format("\n#define MG_W {}  // lanes per vector step\n", opt.vec_width);
+  src += kVectorHelpers;
+  if (!out.gemms.empty()) {
+    src += "\n// ---- the generated GEMMs (codegen_gemm), one per distinct shape and epilogue -------------\n";
+    src += gemm_prelude(out.gemms[0].spec.isa);
+    for (const GeneratedGemm& gm : out.gemms) src += "\n" + gm.code;
+  }
+  std::vector<std::string> calls;
+  std::map<std::string, std::string> loops_emitted;  // kernel text with its name as "@" -> name
+  for (const Kernel& k : s.kernels) {
+    std::string code, call_args;
+    switch (k.kind) {
+      case KernelKind::Rowwise: {
+        RowwiseGen gen(s, k, opt);
+        code = gen.generate(call_args);
+        break;
+      }
+      case KernelKind::Attention: code = generate_attention(s, k, opt, call_args); break;
+      case KernelKind::KvWrite: code = generate_kv_write(s, k, call_args); break;
+      case KernelKind::Matmul: {
+        std::string line;
+        const auto gm = node_gemm.find(k.nodes[0]);
+        if (gm != node_gemm.end()) {
+          const Node& n = g.nodes[static_cast<size_t>(k.nodes[0])];
+          code = generate_gemm_call(s, k, gm->second, gemm_packed.at(gm->second.name + "|" + g.tensor(n.inputs[1]).name), opt, line);
+        } else {
+          code = generate_matmul(s, k, packed_var, line);
+        }
+        calls.push_back(line);
+        break;
+      }
+    }
+    if (k.kind != KernelKind::Matmul) {
+      // A kernel whose loops are the text of an earlier one (the same layer op in another
+      // block: only the buffers passed differ) is emitted once and called under that name, as
+      // Inductor reuses identical kernels; its comment stays, for the reader.
+      const size_t body_at = code.find("struct " + k.name + "_args");
+      std::string shape_of_loops = code.substr(body_at);
+      for (size_t at = shape_of_loops.find(k.name); at != std::string::npos; at = shape_of_loops.find(k.name, at))
+        shape_of_loops.replace(at, k.name.size(), "@");
+      std::string fn = k.name;
+      const auto seen = loops_emitted.find(shape_of_loops);
+      if (seen != loops_emitted.end()) {
+        fn = seen->second;
+        code = code.substr(0, body_at) + fmt::format("//   same loops as {} (emitted once, called with this kernel's buffers)\n", fn);
+      } else {
+        loops_emitted.emplace(shape_of_loops, k.name);
+      }
+      calls.push_back(fmt::format("  {{ const {}_args a = {{{}}}; {}(rt, &a); }}  // {}\n", fn, call_args.substr(2), fn, k.name));
+    }
+    out.kernels.push_back({k.name, code});
+    src += "\n" + code;
+  }
+  // call(), and call_kernel() (one kernel alone, for timing)
+  std::string entry;
+  for (size_t i = 0; i < out.io.size(); ++i) {
+    const IoSlot& slot = out.io[i];
+    const TensorInfo& t = g.tensor(slot.tensor);
+    switch (slot.kind) {
+      case IoSlot::Kind::Input:
+        entry += fmt::format("  {}* {} = ({}*)io[{}];  // input {}\n", t.dtype == DType::I32 ? "const int32_t" : "float",
+                             tensor_var(g, slot.tensor), t.dtype == DType::I32 ? "const int32_t" : "float", i, describe(g, slot.tensor));
+        break;
+      case IoSlot::Kind::Output:
+        entry += fmt::format("  float* {} = (float*)io[{}];  // output {}\n", tensor_var(g, slot.tensor), i, describe(g, slot.tensor));
+        break;
+      case IoSlot::Kind::Weight:
+        entry += fmt::format("  const float* {} = (const float*)io[{}];  // weight {}\n", tensor_var(g, slot.tensor), i, describe(g, slot.tensor));
+        break;
+      case IoSlot::Kind::Packed:
+        if (slot.gemm.empty())
+          entry += fmt::format("  const float* {} = (const float*)io[{}];  // {} packed for the GEMM\n", packed_var[slot.tensor], i, t.name);
+        else
+          entry += fmt::format("  const float* {} = (const float*)io[{}];  // {} in {}'s panels\n", gemm_packed[slot.gemm + "|" + t.name], i, t.name, slot.gemm);
+        break;
+    }
+  }
+  for (const Node& n : g.nodes) {
+    const TensorInfo& t = g.tensor(n.output);
+    if (t.arena_offset < 0) continue;
+    entry += fmt::format("  float* buf{} = (float*)(arena + {});  // {}\n", n.output, t.arena_offset, describe(g, n.output));
+  }
+  entry += "  (void)arena;\n";
+  src += "\n// The kernels in order on the arena. io[]: inputs, outputs, weights, packed weights.\n";
+  src += "extern \"C\" void call(const MgRuntime* rt, char* arena, void* const* io) {\n" + entry;
+  for (const std::string& c : calls) src += c;
+  src += "}\n\n// Kernel `index` alone (what `minigpt compile --explain` times).\n";
+  src += "extern \"C\" void call_kernel(const MgRuntime* rt, char* arena, void* const* io, int index) {\n" + entry;
+  src += "  switch (index) {\n";
+  for (size_t i = 0; i < calls.size(); ++i) src += fmt::format("    case {}:\n  {}      break;\n", i, calls[i]);
+  src += "    default: break;\n  }\n}\n";
+  out.source = std::move(src);
+  return out;
+}
+
+}  // namespace minigpt::compile

@@ -1,0 +1,109 @@
+// A generated fixed-shape GEMM: y (M, N) = x (M, K) W^T + b, then an epilogue (none, GELU,
+// residual add), as C++ source text for the JIT, for one shape and one instruction set. What
+// max-autotune sets against the library GEMM (cpu::linear_forward_packed).
+//
+// The generated code, for AVX-512 (16 lanes; AVX2: 8; scalar: 1 "lane" per column):
+//   - W^T is packed once (gemm_pack_weights, here on the host) into panels of P = nv * lanes
+//     columns: panel p is a (K, P) row-major block holding columns [p P, p P + P) of W^T,
+//     zero-padded past N, so every weight load is a full aligned-size vector;
+//   - a register tile of mr rows x nv vectors accumulates over the whole of K (the K loop's
+//     bound is a constant, unrolled spec.unroll times in the text), x broadcast from memory;
+//   - the work is a list of tasks, one register tile each, panel by panel (the K x P panel
+//     stays in L1 for every row tile of it), rows inside; the entry point takes a task range
+//     [t0, t1), so a caller may split rows and panels over threads;
+//   - the last panel's last vector is stored under a mask when N is not a multiple of lanes.
+// Summation order, element (m, n): s = sum over k = 0, 1, ..., K-1 of x(m, k) W(n, k), one FMA
+// chain in increasing k (with ksplit = S > 1: S chains, chain s over k = s, s + S, ...,
+// added as ((c_0 + c_1) + c_2) ...), then s + b[n], then + residual(m, n) or GELU(s). With
+// ksplit = 1 this is cpu::gemm_avx512's order exactly (its forward on N >= 4 rows), so the
+// AVX-512 result equals linear_forward_packed's bit for bit; GELU is vec_math_avx512.h's
+// gelu_ps (embedded), as eager's fused epilogue. The AVX2 and scalar variants use the same
+// order; their GELU is the scalar erf form of gelu.cpp's fallback.
+//
+// What it does not do: choose among variants (autotune.h), compile (jit.h), or run threads
+// itself (the caller splits [0, tasks), or generate_gemm_parallel's wrapper does).
+#pragma once
+
+#include "compile/runtime_abi.h"
+
+#include <cstdint>
+#include <string>
+
+namespace minigpt::compile {
+
+enum class GemmIsa { kAvx512, kAvx2, kScalar };
+enum class GemmEpilogueKind { kNone, kGelu, kResidual };
+
+const char* gemm_isa_name(GemmIsa isa);  // "avx512", "avx2", "scalar"
+const char* gemm_epilogue_name(GemmEpilogueKind e);  // "none", "gelu", "residual"
+int gemm_isa_lanes(GemmIsa isa);  // 16, 8, 1
+
+struct GemmSpec {
+  int64_t M = 0, N = 0, K = 0;
+  bool bias = true;
+  GemmEpilogueKind epilogue = GemmEpilogueKind::kNone;
+  GemmIsa isa = GemmIsa::kAvx512;
+  // The schedule; 0 = the default for the shape (gemm_default_schedule).
+  int mr = 0;      // rows per register tile
+  int nv = 0;      // vectors per register tile (panel width P = nv * lanes)
+  int unroll = 0;  // k steps written out per trip of the K loop (1 when it does not divide K)
+  int ksplit = 0;  // independent FMA chains over k (1 = eager's order)
+  std::string name;  // the entry point's name; empty = derived from the shape and schedule
+};
+
+// A spec of this shape with the default schedule (fill mr, nv, ... afterwards to choose one).
+GemmSpec gemm_spec(int64_t M, int64_t N, int64_t K,
+                   GemmEpilogueKind epilogue = GemmEpilogueKind::kNone, bool bias = true,
+                   GemmIsa isa = GemmIsa::kAvx512);
+
+// spec with every 0 in its schedule replaced by the default for its shape (measured on the
+// model's shapes: see bench/compile_gemm_bench.cpp), and its name filled in.
+GemmSpec gemm_resolve(GemmSpec spec);
+
+struct GeneratedGemm {
+  GemmSpec spec;          // resolved
+  std::string name;       // extern "C" entry point (spec.name)
+  std::string code;       // the function text (needs gemm_prelude(isa) earlier in the unit)
+  int64_t panel_width = 0;    // P, columns per panel
+  int64_t panels = 0;         // ceil(N / P)
+  int64_t packed_floats = 0;  // panels * K * P
+  int64_t row_tiles = 0;      // ceil(M / mr)
+  int64_t tasks = 0;          // panels * row_tiles: task t is row tile t % row_tiles of panel
+                              // t / row_tiles; the entry point runs [t0, t1)
+  double flops = 0;           // 2 M N K
+};
+
+// The includes and helpers every generated GEMM of this ISA needs, once per translation unit
+// (AVX-512: <immintrin.h> and vec_math_avx512.h's text, embedded at configure time).
+std::string gemm_prelude(GemmIsa isa);
+
+// The entry point generated is
+//   extern "C" void NAME(const float* x, const float* wp, const float* b, const float* residual,
+//                        float* y, int64_t t0, int64_t t1);
+// x (M, K), wp from gemm_pack_weights, b (N) (ignored without spec.bias), residual (M, N)
+// (read only with the residual epilogue; may be y itself), y (M, N); tasks [t0, t1) (all:
+// [0, tasks)). Every element is computed the same way whatever the range: the split does not
+// change the result.
+GeneratedGemm generate_gemm(const GemmSpec& spec);
+// gemm_prelude + generate_gemm: a whole translation unit for jit_load.
+std::string gemm_source(const GemmSpec& spec);
+
+// The thread split: a wrapper that runs the entry point's panels through the runtime's pool,
+//   extern "C" void NAME_mt(const MgRuntime* rt, const float* x, const float* wp,
+//                           const float* b, const float* residual, float* y, int64_t grain);
+// [0, tasks) split by rt->parallel_for into contiguous chunks of at least `grain` tasks (each
+// element is computed as on one thread: the result does not depend on the split). Needs
+// runtime_abi_source() (runtime.h) earlier in the unit.
+std::string generate_gemm_parallel(const GeneratedGemm& gemm);
+using GemmParallelFn = void (*)(const MgRuntime* rt, const float* x, const float* wp,
+                                const float* b, const float* residual, float* y, int64_t grain);
+
+// W (N, K) row-major (nn.Linear's (out, in)) -> the panels the generated code reads
+// (packed_floats floats, padding zeroed).
+void gemm_pack_weights(const GeneratedGemm& gemm, const float* W, float* packed);
+
+// The signature of the entry point, for a caller that loads it with JitLibrary::symbol.
+using GemmFn = void (*)(const float* x, const float* wp, const float* b, const float* residual,
+                        float* y, int64_t t0, int64_t t1);
+
+}  // namespace minigpt::compile

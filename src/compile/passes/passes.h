@@ -1,0 +1,64 @@
+// The passes: each a function from graph to graph (one file each in this folder), each
+// followed by the verifier when run through run_passes. In pipeline order:
+//
+//   fuse_attention    split/scores/scale/mask/softmax/weighted-sum/merge -> one attention op
+//                     (per head, online softmax, no score matrix)
+//   decompose         softmax -> max, sub, exp, sum, div; layernorm -> sum, mean, sub, square,
+//                     sum, rsqrt, mul, gain, bias: the pieces fusion then regroups
+//   matmul_epilogue   matmul + bias_add [+ gelu | + residual add] -> one matmul with epilogue
+//   fuse_pointwise    pointwise chains (and gathers) merged into one group per iteration space
+//   fuse_reductions   reductions merged with their pointwise prologue and epilogue (one kernel
+//                     per softmax, per layernorm with the residual add before it)
+//   remove_dead       nodes whose result reaches no output dropped
+//   plan_buffers      every materialised intermediate gets an arena offset; tensors whose
+//                     lifetimes (in kernels) do not overlap share bytes
+//
+// What they do not do: choose loop orders or vector widths (codegen), name kernels (schedule).
+#pragma once
+
+#include "compile/ir.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace minigpt::compile {
+
+Graph fuse_attention(const Graph& g);
+Graph decompose(const Graph& g);
+Graph matmul_epilogue(const Graph& g);
+Graph fuse_pointwise(const Graph& g);
+Graph fuse_reductions(const Graph& g);
+Graph remove_dead(const Graph& g);
+Graph plan_buffers(const Graph& g);
+
+struct PassOptions {
+  bool attention = true;  // fuse_attention
+  bool epilogue = true;   // matmul_epilogue
+  bool fusion = true;     // fuse_pointwise and fuse_reductions (off: one kernel per op)
+};
+
+// The pipeline above. after_fusion, if set, is called with the graph before plan_buffers
+// (what `ir_post_fusion.txt` shows); pre, if set, with the captured graph.
+struct PassTrace {
+  std::function<void(const Graph&)> pre_fusion, post_fusion;
+};
+Graph run_passes(const Graph& g, const PassOptions& opt = {}, const PassTrace& trace = {});
+
+// ---- helpers the passes share (pass_util.cpp) -----------------------------------------
+
+// Recomputes every tensor's producer from the node list (passes reorder and drop nodes).
+void reindex(Graph& g);
+// Gives every node without a group its own; reorders nodes so that each group is contiguous
+// and groups come in a dependency order; renumbers groups 0.. in that order; recomputes which
+// tensors are materialised (read outside their group or a graph output).
+void normalize_groups(Graph& g);
+// Whether merging groups a and b keeps the group graph acyclic (no path a -> outside -> b).
+bool can_merge(const Graph& g, int a, int b);
+// Where a rowwise group iterates: rows R and columns C of its widest tensor.
+struct RowSpace {
+  int64_t rows = 0, cols = 0;
+};
+RowSpace row_space(const Graph& g, int group);
+
+}  // namespace minigpt::compile

@@ -1,0 +1,30 @@
+// run_passes: the pass pipeline in order, the verifier after every pass (passes.h).
+#include "compile/passes/passes.h"
+
+namespace minigpt::compile {
+
+Graph run_passes(const Graph& captured, const PassOptions& opt, const PassTrace& trace) {
+  verify(captured, "capture");
+  if (trace.pre_fusion) trace.pre_fusion(captured);
+  Graph g = captured;
+  auto step = [&](Graph (*pass)(const Graph&), const char* name) {
+    g = pass(g);
+    verify(g, name);
+  };
+  if (opt.attention) step(fuse_attention, "fuse_attention");
+  step(decompose, "decompose");
+  if (opt.epilogue) step(matmul_epilogue, "matmul_epilogue");
+  step(remove_dead, "remove_dead");
+  if (opt.fusion) {
+    step(fuse_pointwise, "fuse_pointwise");
+    step(fuse_reductions, "fuse_reductions");
+  } else {
+    normalize_groups(g);  // one kernel per op
+    verify(g, "normalize_groups");
+  }
+  if (trace.post_fusion) trace.post_fusion(g);
+  step(plan_buffers, "plan_buffers");
+  return g;
+}
+
+}  // namespace minigpt::compile

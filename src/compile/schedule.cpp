@@ -1,0 +1,137 @@
+// Schedule (schedule.h): groups -> named kernels with their reads, writes and costs.
+#include "compile/schedule.h"
+
+#include "compile/passes/passes.h"
+#include "core/error.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+namespace minigpt::compile {
+
+namespace {
+
+// FLOPs of one node (elementwise ops count 1 per element, exp/erf/rsqrt too).
+int64_t node_flops(const Graph& g, const Node& n) {
+  const TensorInfo& out = g.tensor(n.output);
+  switch (n.op) {
+    case Op::Matmul: {
+      const int64_t K = g.tensor(n.inputs[0]).cols();
+      return 2 * out.numel() * K + out.numel() * ((n.has_bias ? 1 : 0) + (n.has_residual ? 1 : 0) + (n.gelu ? 8 : 0));
+    }
+    case Op::ReduceMax:
+    case Op::ReduceSum: return g.tensor(n.inputs[0]).numel();
+    case Op::Embedding:
+    case Op::PosEmbedding:
+    case Op::KvWrite: return 0;
+    case Op::Attention: {
+      const auto& q = g.tensor(n.inputs[0]).shape;  // (B, T, 3C)
+      const int64_t B = q[0], T = q[1], C = q[2] / 3, dh = C / n.heads;
+      int64_t pairs = 0;  // causal (query, key) pairs
+      for (int64_t t = 0; t < T; ++t) pairs += t + n.offset + 1;
+      return B * n.heads * pairs * (4 * dh + 4);
+    }
+    default: return out.numel();
+  }
+}
+
+std::string kernel_stem(const Graph& g, const Kernel& k, bool generated_gemm) {
+  switch (k.kind) {
+    case KernelKind::Matmul: return generated_gemm ? "cpp_gemm" : "extern_linear";
+    case KernelKind::Attention: return "cpp_fused_attention";
+    case KernelKind::KvWrite: return "cpp_kv_write";
+    case KernelKind::Rowwise: break;
+  }
+  std::set<std::string> names;
+  for (int i : k.nodes) {
+    const Node& n = g.nodes[static_cast<size_t>(i)];
+    names.insert(n.origin.empty() ? std::string(op_name(n.op)) : n.origin);
+  }
+  std::string s = "cpp_fused";
+  for (const std::string& n : names) s += "_" + n;
+  return s;
+}
+
+}  // namespace
+
+Schedule schedule(const Graph& fused, bool generated_gemm) {
+  Schedule s;
+  s.graph = fused;
+  const Graph& g = s.graph;
+  int ng = 0;
+  for (const Node& n : g.nodes) {
+    MINIGPT_CHECK(n.group >= 0, "schedule: node {} has no group (run the fusion passes first)", op_name(n.op));
+    ng = std::max(ng, n.group + 1);
+  }
+  s.kernels.resize(static_cast<size_t>(ng));
+  for (size_t i = 0; i < g.nodes.size(); ++i) s.kernels[static_cast<size_t>(g.nodes[i].group)].nodes.push_back(static_cast<int>(i));
+  for (int gi = 0; gi < ng; ++gi) {
+    Kernel& k = s.kernels[static_cast<size_t>(gi)];
+    k.group = gi;
+    MINIGPT_CHECK(!k.nodes.empty(), "schedule: group {} is empty", gi);
+    const Node& first = g.nodes[static_cast<size_t>(k.nodes[0])];
+    if (first.op == Op::Matmul) k.kind = KernelKind::Matmul;
+    else if (first.op == Op::Attention) k.kind = KernelKind::Attention;
+    else if (first.op == Op::KvWrite) k.kind = KernelKind::KvWrite;
+    else k.kind = KernelKind::Rowwise;
+    for (int i : k.nodes) {
+      const Node& n = g.nodes[static_cast<size_t>(i)];
+      if (k.kind == KernelKind::Rowwise) {
+        MINIGPT_CHECK(kRowwise.contains(n.op), "schedule: {} ({}) has no C++ lowering; it must be fused or decomposed first",
+                      op_name(n.op), n.source);
+      } else {
+        MINIGPT_CHECK(k.nodes.size() == 1, "schedule: a {} kernel holds one op", op_name(n.op));
+      }
+      for (int in : n.inputs) {
+        const TensorInfo& t = g.tensor(in);
+        const bool inside = t.producer >= 0 && g.nodes[static_cast<size_t>(t.producer)].group == gi;
+        if (!inside && std::find(k.reads.begin(), k.reads.end(), in) == k.reads.end()) k.reads.push_back(in);
+      }
+      const TensorInfo& out = g.tensor(n.output);
+      if (out.materialized) k.writes.push_back(n.output);
+      else k.removed.push_back(n.output);
+      k.flops += node_flops(g, n);
+      if (std::find(k.sources.begin(), k.sources.end(), n.source) == k.sources.end()) k.sources.push_back(n.source);
+    }
+    for (int t : k.reads) {
+      const TensorInfo& ti = g.tensor(t);
+      if (k.kind == KernelKind::Attention && ti.alias_of >= 0) {
+        // decode: only the rows [0, t] of the caches are read
+        const Node& a = g.nodes[static_cast<size_t>(k.nodes[0])];
+        k.bytes_read += (a.offset + 1) * ti.cols() * 4;
+      } else if (k.kind == KernelKind::KvWrite && ti.alias_of < 0 && ti.kind == TensorKind::Input) {
+        // the cache is only written (one row)
+      } else if (first.op == Op::Embedding && ti.kind == TensorKind::Weight && t == first.inputs[1]) {
+        k.bytes_read += g.tensor(first.inputs[0]).numel() * ti.cols() * 4;  // the rows gathered
+      } else {
+        k.bytes_read += ti.bytes();
+      }
+    }
+    for (int t : k.writes) {
+      const TensorInfo& ti = g.tensor(t);
+      k.bytes_written += k.kind == KernelKind::KvWrite ? ti.cols() * 4 : ti.bytes();
+    }
+    if (k.kind == KernelKind::Rowwise) {
+      const RowSpace rs = row_space(g, gi);
+      k.rows = rs.rows;
+      k.cols = rs.cols;
+    }
+    k.name = fmt::format("{}_{}", kernel_stem(g, k, generated_gemm), gi);
+  }
+  return s;
+}
+
+std::string print_schedule(const Schedule& s) {
+  std::string out = fmt::format("# schedule of {}: {} kernels, arena {} bytes\n", s.graph.name, s.kernels.size(), s.graph.arena_bytes);
+  for (const Kernel& k : s.kernels) {
+    std::string ops;
+    for (int i : k.nodes) ops += fmt::format("{}{}", ops.empty() ? "" : ",", op_name(s.graph.nodes[static_cast<size_t>(i)].op));
+    out += fmt::format("{:<44} ops={} read={}B written={}B flops={} removed={}\n", k.name, ops, k.bytes_read,
+                       k.bytes_written, k.flops, k.removed.size());
+  }
+  return out;
+}
+
+}  // namespace minigpt::compile

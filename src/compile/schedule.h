@@ -1,0 +1,44 @@
+// Schedule: a fused graph (after the passes) -> kernels in execution order, each with a stable
+// name after what it fuses (cpp_fused_softmax_0, cpp_fused_add_layernorm_2, extern_linear_1,
+// as Inductor names its kernels), the tensors it reads and writes, and its cost (bytes moved,
+// FLOPs) and what it saves against eager (intermediates it keeps in registers).
+//
+// What it does not do: emit code (codegen_cpp.h), place buffers (passes/plan_buffers.cpp
+// already gave every intermediate its arena offset).
+#pragma once
+
+#include "compile/ir.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace minigpt::compile {
+
+enum class KernelKind : uint8_t { Rowwise, Matmul, Attention, KvWrite };
+
+struct Kernel {
+  std::string name;
+  KernelKind kind = KernelKind::Rowwise;
+  int group = -1;
+  std::vector<int> nodes;    // node ids, in order
+  std::vector<int> reads;    // materialised tensors read from outside the kernel, first use order
+  std::vector<int> writes;   // materialised tensors written
+  std::vector<int> removed;  // tensors eager would store that this kernel keeps in registers
+  int64_t rows = 0, cols = 0;  // Rowwise: the iteration space
+  int64_t bytes_read = 0, bytes_written = 0, flops = 0;
+  std::vector<std::string> sources;  // the distinct eager ops it stands for
+};
+
+struct Schedule {
+  Graph graph;
+  std::vector<Kernel> kernels;
+};
+
+// generated_gemm: matmuls will be generated GEMMs (named cpp_gemm_N), else calls of the
+// engine's GEMM (extern_linear_N).
+Schedule schedule(const Graph& fused, bool generated_gemm = false);
+// A table: one line per kernel (name, ops, shapes, bytes, FLOPs).
+std::string print_schedule(const Schedule& s);
+
+}  // namespace minigpt::compile

@@ -1,0 +1,230 @@
+// Compiled against eager, end to end (the generated code compiled by the JIT and run):
+// TinyHead (seed 42, x (2, 64)) within 1e-6; the whole model, shipped and random weights,
+// logits within 1e-5 and the same top-1 on every grammar probe; the decode step equal to
+// the eager decode step; the shape guard compiling anew; the debug files.
+#include "compile/capture.h"
+#include "compile/runner.h"
+#include "core/error.h"
+#include "data/probes.h"
+#include "data/tokenizer.h"
+#include "model/decoder.h"
+#include "model/gpt.h"
+#include "model/model_file.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+
+using namespace minigpt;
+using namespace minigpt::compile;
+
+namespace {
+
+const std::string kModel = std::string(MINIGPT_SOURCE_DIR) + "/models/grammar-minigpt.safetensors";
+const std::string kProbes = std::string(MINIGPT_SOURCE_DIR) + "/tests/probes/grammar_probes.tsv";
+
+// The JIT cache of these tests: a folder of the build tree (warm across test runs).
+CompileOptions test_options() {
+  CompileOptions o;
+  o.cache_dir = std::filesystem::path(MINIGPT_BINARY_DIR) / "compile_test_cache";
+  o.quiet = true;
+  return o;
+}
+
+float max_abs_diff(const float* a, const float* b, int64_t n) {
+  float m = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = std::fabs(a[i] - b[i]);
+    if (!(d <= m)) m = d;  // NaN propagates as a failure
+  }
+  return m;
+}
+
+// Random weights with non-trivial biases and LayerNorm gains (init_random zeroes biases).
+ModelWeights random_weights(const ModelConfig& c, uint64_t seed) {
+  ModelWeights w = ModelWeights::init_random(c, seed);
+  std::mt19937_64 rng(seed + 1);
+  std::normal_distribution<float> nd(0.0f, 0.1f);
+  for (auto& [name, t] : w.named())
+    if (t->dim() == 1)
+      for (float& v : t->span()) v += nd(rng);
+  return w;
+}
+
+void expect_model_matches(const GrammarMiniGPT& model, int64_t B, int64_t T, uint64_t seed,
+                          CompileOptions opt = test_options()) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(B * T));
+  for (int32_t& v : ids) v = static_cast<int32_t>(rng() % static_cast<uint64_t>(model.config().vocab_size));
+  ThreadPool pool(2);
+  Tensor el, ep, cl, cp;
+  model.forward(ids.data(), B, T, el, ep, pool);
+  CompiledModel cm(model, opt);
+  cm.forward(ids.data(), B, T, cl, cp, pool);
+  const float dl = max_abs_diff(el.data(), cl.data(), el.numel());
+  const float dp = max_abs_diff(ep.data(), cp.data(), ep.numel());
+  EXPECT_LT(dl, 1e-5f) << "logits";
+  EXPECT_LT(dp, 1e-6f) << "probs";
+  std::printf("compiled vs eager (B=%lld, T=%lld): max |logits diff| %.3g, max |probs diff| %.3g\n",
+              static_cast<long long>(B), static_cast<long long>(T), dl, dp);
+}
+
+}  // namespace
+
+TEST(CompileModel, TinyHeadMatchesEagerWithin1e6) {
+  const TinyHead head = TinyHead::init(42);
+  std::mt19937_64 rng(42);
+  std::normal_distribution<float> nd;
+  Tensor x = Tensor::empty({2, TinyHead::kIn});
+  for (float& v : x.span()) v = nd(rng);
+  Tensor eager = Tensor::empty({2, TinyHead::kOut}), compiled = Tensor::full({2, TinyHead::kOut}, NAN);
+  ThreadPool pool(1);
+  head.forward(x.data(), 2, eager.data(), pool);
+  WeightBinding w = bind_tinyhead(head);
+  CompiledGraph cg(capture_tinyhead(2), w, test_options());
+  const void* in[] = {x.data()};
+  float* out[] = {compiled.data()};
+  cg.run(in, out, pool);
+  const float diff = max_abs_diff(eager.data(), compiled.data(), eager.numel());
+  EXPECT_LT(diff, 1e-6f);
+  std::printf("TinyHead compiled vs eager: max abs diff %.3g\n", diff);
+  RecordProperty("max_abs_diff", std::to_string(diff));
+  double sum = 0;
+  for (int64_t c = 0; c < TinyHead::kOut; ++c) sum += compiled.at({0, c});
+  EXPECT_NEAR(sum, 1.0, 1e-5);
+}
+
+TEST(CompileModel, SoftmaxEdgeRowsFollowTheProjectNumerics) {
+  // [1e30, 0, -1e30, ...] -> [1, 0, 0, ...] exactly; a NaN row and an all -inf row -> NaN rows.
+  GraphBuilder b("softmax_edges");
+  const int x = b.input("x", {3, 40});
+  b.output(b.softmax(x, "y", "softmax (cpu::softmax)"), "y");
+  const Graph g = b.finish();
+  WeightBinding none;
+  CompiledGraph cg(g, none, test_options());
+  Tensor in = Tensor::zeros({3, 40}), out = Tensor::empty({3, 40});
+  in.at({0, 0}) = 1e30f;
+  in.at({0, 2}) = -1e30f;
+  in.at({1, 5}) = NAN;
+  for (int64_t c = 0; c < 40; ++c) in.at({2, c}) = -INFINITY;
+  const void* ins[] = {in.data()};
+  float* outs[] = {out.data()};
+  ThreadPool pool(1);
+  cg.run(ins, outs, pool);
+  EXPECT_EQ(out.at({0, 0}), 1.0f);
+  for (int64_t c = 1; c < 40; ++c) EXPECT_EQ(out.at({0, c}), 0.0f);
+  for (int64_t c = 0; c < 40; ++c) {
+    EXPECT_TRUE(std::isnan(out.at({1, c})));
+    EXPECT_TRUE(std::isnan(out.at({2, c})));
+  }
+}
+
+TEST(CompileModel, ShippedModelMatchesEagerAndEveryProbe) {
+  ModelFile f = load_model(kModel);
+  const GrammarMiniGPT model(f.config, std::move(f.weights));
+  expect_model_matches(model, 2, 16, 7);
+  // every grammar probe, padded into one batch (causal: positions past a prompt's end do not
+  // change its last position's logits), against eager on the same batch
+  const Tokenizer tok(f.vocab);
+  const std::vector<data::Probe> probes = data::load_probes(kProbes);
+  std::vector<std::vector<int32_t>> prompts;
+  int64_t T = 1;
+  for (const data::Probe& p : probes) {
+    prompts.push_back(data::probe_input_ids(p, tok));
+    T = std::max<int64_t>(T, static_cast<int64_t>(prompts.back().size()));
+  }
+  const int64_t B = static_cast<int64_t>(prompts.size()), V = f.config.vocab_size;
+  std::vector<int32_t> ids(static_cast<size_t>(B * T), Tokenizer::kPad);
+  for (int64_t b = 0; b < B; ++b) std::copy(prompts[static_cast<size_t>(b)].begin(), prompts[static_cast<size_t>(b)].end(), ids.begin() + b * T);
+  ThreadPool pool(2);
+  Tensor el, ep, cl, cp;
+  model.forward(ids.data(), B, T, el, ep, pool);
+  CompiledModel cm(model, test_options());
+  cm.forward(ids.data(), B, T, cl, cp, pool);
+  const float dl = max_abs_diff(el.data(), cl.data(), el.numel());
+  EXPECT_LT(dl, 1e-5f);
+  std::printf("every probe (B=%lld, T=%lld): max |logits diff| %.3g\n", static_cast<long long>(B), static_cast<long long>(T), dl);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t t = static_cast<int64_t>(prompts[static_cast<size_t>(b)].size()) - 1;
+    const float* e = el.data() + (b * T + t) * V;
+    const float* c = cl.data() + (b * T + t) * V;
+    EXPECT_EQ(std::max_element(e, e + V) - e, std::max_element(c, c + V) - c) << probes[static_cast<size_t>(b)].prompt;
+  }
+}
+
+TEST(CompileModel, RandomWeightsMatchEager) {
+  ModelConfig c;
+  c.vocab_size = 97;  // not a multiple of the vector width: the tails run
+  c.block_size = 24;
+  const GrammarMiniGPT model(c, random_weights(c, 3));
+  expect_model_matches(model, 3, 21, 11);  // T past one 16-key block: the online softmax rescales
+}
+
+TEST(CompileModel, GeneratedGemmAndOtherVectorWidthsMatchEager) {
+  // what max-autotune chooses between: the generated fixed-shape GEMMs, 8 and 32 lanes
+  ModelConfig c;
+  c.vocab_size = 97;
+  c.block_size = 24;
+  const GrammarMiniGPT model(c, random_weights(c, 4));
+  for (const auto& [w, gen] : {std::pair{16, true}, std::pair{8, false}, std::pair{32, true}}) {
+    CompileOptions o = test_options();
+    o.codegen.vec_width = w;
+    o.codegen.generated_gemm = gen;
+    expect_model_matches(model, 2, 19, 13, o);
+  }
+}
+
+TEST(CompileModel, DecodeStepEqualsEagerDecodeStep) {
+  ModelFile f = load_model(kModel);
+  const GrammarMiniGPT model(f.config, std::move(f.weights));
+  Decoder eager(model);
+  CompiledDecoder compiled(model, test_options());
+  ThreadPool pool(1);
+  const int32_t tokens[] = {1, 17, 42, 5, 99, 3};
+  for (int32_t id : tokens) {
+    const std::span<const float> e = eager.step(id, pool);
+    const std::span<const float> c = compiled.step(id, pool);
+    ASSERT_EQ(e.size(), c.size());
+    EXPECT_LT(max_abs_diff(e.data(), c.data(), static_cast<int64_t>(e.size())), 1e-5f) << "position " << compiled.position() - 1;
+  }
+}
+
+TEST(CompileModel, ShapeGuardCompilesAnewForAnotherShape) {
+  ModelConfig c;
+  c.n_layer = 1;
+  c.vocab_size = 40;
+  c.block_size = 8;
+  const GrammarMiniGPT model(c, random_weights(c, 5));
+  CompiledModel cm(model, test_options());
+  ThreadPool pool(1);
+  std::vector<int32_t> ids(16, 3);
+  Tensor l, p, el, ep;
+  cm.forward(ids.data(), 2, 8, l, p, pool);
+  EXPECT_EQ(cm.compiles(), 1);
+  cm.forward(ids.data(), 2, 8, l, p, pool);
+  EXPECT_EQ(cm.compiles(), 1);  // guard holds: no recompile
+  cm.forward(ids.data(), 1, 5, l, p, pool);
+  EXPECT_EQ(cm.compiles(), 2);  // guard failed: compiled for (1, 5)
+  EXPECT_EQ(l.shape(), (Shape{1, 5, 40}));
+  model.forward(ids.data(), 1, 5, el, ep, pool);
+  EXPECT_LT(max_abs_diff(el.data(), l.data(), el.numel()), 1e-5f);
+  std::vector<int32_t> bad(5, 40);
+  EXPECT_THROW(cm.forward(bad.data(), 1, 5, l, p, pool), Error);
+}
+
+TEST(CompileModel, DebugFilesAreWritten) {
+  const std::filesystem::path dir = std::filesystem::path(MINIGPT_BINARY_DIR) / "compile_test_dump";
+  std::filesystem::remove_all(dir);
+  CompileOptions o = test_options();
+  o.dump_dir = dir;
+  const TinyHead head = TinyHead::init(1);
+  WeightBinding w = bind_tinyhead(head);
+  CompiledGraph cg(capture_tinyhead(2), w, o);
+  for (const char* f : {"ir_pre_fusion.txt", "ir_post_fusion.txt", "schedule.txt", "output_code.cpp",
+                        "kernels/cpp_fused_softmax_1.cpp", "kernels/extern_linear_0.cpp"})
+    EXPECT_TRUE(std::filesystem::exists(dir / f)) << f;
+}
