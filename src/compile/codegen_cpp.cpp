@@ -649,8 +649,8 @@ std::string generate_matmul(const Schedule& s, const Kernel& k, const std::map<i
   return code;
 }
 
-// A matmul through a generated fixed-shape GEMM: an args struct, a panel-range function and a
-// launcher that splits the panels over threads when the product is large.
+// A matmul through a generated fixed-shape GEMM: an args struct, a task-range function and a
+// launcher that splits the tasks (row tile x panel) over threads when the product is large.
 std::string generate_gemm_call(const Schedule& s, const Kernel& k, const GeneratedGemm& gm, const std::string& packed,
                                const CodegenOptions& opt, std::string& call_line) {
   const Graph& g = s.graph;
@@ -660,17 +660,18 @@ std::string generate_gemm_call(const Schedule& s, const Kernel& k, const Generat
   if (n.has_residual) params.push_back(fmt::format("residual = {}", describe(g, n.inputs.back())));
   params.push_back(fmt::format("y = {}{}", describe(g, n.output), n.gelu ? " = GELU(x W^T + b)" : n.has_residual ? " = x W^T + b + residual" : " = x W^T + b"));
   std::string code = kernel_comment(s, k, params);
-  code += fmt::format("//   generated GEMM {} (mr {}, nv {}, unroll {}, ksplit {}): {} panels of {} columns\n", gm.name, gm.spec.mr,
-                      gm.spec.nv, gm.spec.unroll, gm.spec.ksplit, gm.panels, gm.panel_width);
+  code += fmt::format("//   generated GEMM {} (mr {}, nv {}, unroll {}, ksplit {}): {} panels of {} columns x {} row tiles = {} tasks\n",
+                      gm.name, gm.spec.mr, gm.spec.nv, gm.spec.unroll, gm.spec.ksplit, gm.panels, gm.panel_width, gm.row_tiles,
+                      gm.tasks);
   code += fmt::format("struct {}_args {{ const float* x; const float* wp; const float* b; const float* res; float* y; }};\n", k.name);
-  code += fmt::format("static void {}_panels(void* ctx, int64_t p0, int64_t p1) {{\n", k.name);
-  code += fmt::format("  const {}_args* a = (const {}_args*)ctx;\n  {}(a->x, a->wp, a->b, a->res, a->y, p0, p1);\n}}\n", k.name, k.name, gm.name);
+  code += fmt::format("static void {}_tasks(void* ctx, int64_t t0, int64_t t1) {{\n", k.name);
+  code += fmt::format("  const {}_args* a = (const {}_args*)ctx;\n  {}(a->x, a->wp, a->b, a->res, a->y, t0, t1);\n}}\n", k.name, k.name, gm.name);
   code += fmt::format("static void {}(const MgRuntime* rt, const {}_args* a) {{\n", k.name, k.name);
-  if (gm.flops >= 64.0 * static_cast<double>(opt.parallel_min_work) && gm.panels > 1)
-    code += fmt::format("  if (rt->threads > 1) {{ rt->parallel_for(rt->pool, {}, 1, {}_panels, (void*)a); return; }}\n", gm.panels, k.name);
+  if (gm.flops >= 64.0 * static_cast<double>(opt.parallel_min_work) && gm.tasks > 1)
+    code += fmt::format("  if (rt->threads > 1) {{ rt->parallel_for(rt->pool, {}, 1, {}_tasks, (void*)a); return; }}\n", gm.tasks, k.name);
   else
     code += "  (void)rt;  // small: one thread\n";
-  code += fmt::format("  {}_panels((void*)a, 0, {});\n}}\n", k.name, gm.panels);
+  code += fmt::format("  {}_tasks((void*)a, 0, {});\n}}\n", k.name, gm.tasks);
   call_line = fmt::format("  {{ const {}_args a = {{{}, {}, {}, {}, {}}}; {}(rt, &a); }}\n", k.name, tensor_var(g, n.inputs[0]), packed,
                           n.has_bias ? tensor_var(g, n.inputs[2]) : "NULL", n.has_residual ? tensor_var(g, n.inputs.back()) : "NULL",
                           tensor_var(g, n.output), k.name);
