@@ -8,8 +8,8 @@ cmake --preset fuzz > /dev/null
 cmake --build build/fuzz -j "$(nproc)"
 targets=$(find build/fuzz/fuzz -maxdepth 1 -type f -name 'fuzz_*' -executable 2>/dev/null | sort)
 if [ -z "$targets" ]; then
-  echo "fuzz: no fuzz targets built"
-  exit 0
+  echo "fuzz: error: no fuzz targets were built in build/fuzz/fuzz (expected fuzz_safetensors, fuzz_npy, fuzz_npz; the preset needs clang and libclang-rt-dev)" >&2
+  exit 1
 fi
 mkdir -p build/fuzz/crashes
 for t in $targets; do

@@ -1,12 +1,18 @@
-// Core: tensor shapes and views, overflow-checked sizes, the deterministic thread pool.
+// Core: tensor shapes and views, overflow-checked sizes, the deterministic thread pool, the
+// MINIGPT_ISA switch.
 #include "core/error.h"
+#include "core/isa.h"
 #include "core/report.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 
+#include "expect_error.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <limits>
 #include <numeric>
@@ -31,14 +37,14 @@ TEST(Tensor, ShapeStridesAndViews) {
 }
 
 TEST(Tensor, RejectsBadShapesWithClearErrors) {
-  EXPECT_THROW(Tensor::empty({-1, 3}), Error);
+  EXPECT_ERROR(Tensor::empty({-1, 3}), "negative dimension -1 in shape (-1, 3)");
   const int64_t big = std::numeric_limits<int64_t>::max() / 2;
-  EXPECT_THROW(shape_numel({big, 4}), Error);
-  EXPECT_THROW(Tensor::empty({0, int64_t{1} << 32, int64_t{1} << 32}), Error);  // 0 elements, overflowing strides
+  EXPECT_ERROR(shape_numel({big, 4}), "overflows a 64-bit element count");
+  EXPECT_ERROR(Tensor::empty({0, int64_t{1} << 32, int64_t{1} << 32}), "shape (0, 4294967296, 4294967296) overflows a 64-bit element count");  // 0 elements, overflowing strides
   EXPECT_EQ(shape_numel({0, 1 << 20, 1 << 20}), 0);
   Tensor t = Tensor::zeros({2, 3});
-  EXPECT_THROW(t.view({4, 2}), Error);
-  EXPECT_THROW(t.at({2, 0}), Error);
+  EXPECT_ERROR(t.view({4, 2}), "cannot view (2, 3) as (4, 2)");
+  EXPECT_ERROR(t.at({2, 0}), "index 2 out of range for dimension 0 of (2, 3)");
   try {
     check_shape(t, {3, 2}, "blocks.0.ln1.weight");
     FAIL() << "expected an Error";
@@ -99,9 +105,9 @@ TEST(ThreadPool, JobsOfFewChunksAndManyInterleave) {
 
 TEST(ThreadPool, RethrowsWorkerErrors) {
   ThreadPool pool(2);
-  EXPECT_THROW(pool.parallel_for(100, [](int64_t b, int64_t) {
+  EXPECT_ERROR(pool.parallel_for(100, [](int64_t b, int64_t) {
     if (b > 0) MINIGPT_FAIL("boom");
-  }), Error);
+  }), "boom");
   // The pool is still usable afterwards.
   std::atomic<int64_t> sum = 0;
   pool.parallel_for(100, [&](int64_t b, int64_t e) { sum += e - b; });
@@ -117,6 +123,39 @@ TEST(Report, RendersAllFormats) {
   auto j = nlohmann::json::parse(r.render(ReportFormat::Json));
   EXPECT_EQ(j["rows"][0]["V"], 600);
   EXPECT_TRUE(j["meta"].contains("machine"));
-  EXPECT_THROW(parse_report_format("xml"), Error);
-  EXPECT_THROW(r.add_row({1}), Error);
+  EXPECT_ERROR(parse_report_format("xml"), "unknown output format 'xml' (expected md, json or csv)");
+  EXPECT_ERROR(r.add_row({1}), "report row has 1 cells for 3 columns");
+}
+
+TEST(Isa, NamesParseAndTheActiveOneIsSupported) {
+  const std::vector<Isa> isas = supported_isas();
+  ASSERT_FALSE(isas.empty());
+  EXPECT_EQ(isas.front(), Isa::Scalar);  // scalar runs everywhere
+  for (const Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    const bool listed = std::find(isas.begin(), isas.end(), isa) != isas.end();
+    EXPECT_EQ(cpu_supports(isa), listed) << isa_name(isa);
+    if (listed) {
+      EXPECT_EQ(isa_from_env_value(isa_name(isa)), isa);
+    }
+  }
+  EXPECT_EQ(std::string(isa_name(Isa::Avx512)), "avx512");
+  // Unset or empty: the best the CPU has.
+  EXPECT_EQ(isa_from_env_value(nullptr), isas.back());
+  EXPECT_EQ(isa_from_env_value(""), isas.back());
+  EXPECT_TRUE(cpu_supports(active_isa()));
+  const char* env = std::getenv("MINIGPT_ISA");
+  if (env && *env) {
+    EXPECT_EQ(std::string(isa_name(active_isa())), env);
+  }
+}
+
+TEST(Isa, UnknownOrUnsupportedNamesAreErrorsNamingTheValueAndTheCpu) {
+  EXPECT_ERROR(isa_from_env_value("avx9000"), "MINIGPT_ISA=avx9000: unknown instruction set");
+  EXPECT_ERROR(isa_from_env_value("AVX2"), "use one of scalar, avx2, avx512");
+  EXPECT_ERROR(isa_from_env_value("sse"), "this CPU has: scalar");
+  for (const Isa isa : {Isa::Avx2, Isa::Avx512}) {
+    if (!cpu_supports(isa)) {
+      EXPECT_ERROR(isa_from_env_value(isa_name(isa)), "this CPU does not support");
+    }
+  }
 }

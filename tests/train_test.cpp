@@ -12,6 +12,7 @@
 #include "train/lr_schedule.h"
 #include "train/progress.h"
 #include "train/trainer.h"
+#include "expect_error.h"
 
 #include <gtest/gtest.h>
 
@@ -108,7 +109,7 @@ TEST(LrSchedule, WarmupThenCosineToFloor) {
   EXPECT_FLOAT_EQ(s.at(110), 0.1f);
   EXPECT_FLOAT_EQ(s.at(1000), 0.1f);
   for (int64_t i = 10; i < 110; ++i) EXPECT_LE(s.at(i + 1), s.at(i)) << i;
-  EXPECT_THROW((LrSchedule{1.0f, 2.0f, 10, 100}.validate()), Error);
+  EXPECT_ERROR((LrSchedule{1.0f, 2.0f, 10, 100}.validate()), "min lr must be in [0, lr = 1], got 2");
 }
 
 TEST(GradClip, GlobalNormAndScaling) {
@@ -124,7 +125,7 @@ TEST(GradClip, GlobalNormAndScaling) {
   EXPECT_NEAR(g.lm_head_bias.data()[5], 0.8f, 1e-6f);
   EXPECT_NEAR(global_grad_norm(g), 1.0, 1e-6);
   g.wpe.data()[1] = std::nanf("");
-  EXPECT_THROW(clip_grad_norm(g, 1.0), Error);
+  EXPECT_ERROR(clip_grad_norm(g, 1.0), "gradient norm is nan: training diverged");
 }
 
 // ------------------------------------------------------------------------------- batches --
@@ -159,7 +160,7 @@ TEST(BatchSampler, TargetsAreIdsShiftedAndRestoreRepeats) {
   b.next(ids2.data(), tg2.data());
   EXPECT_EQ(ids, ids2);
   EXPECT_EQ(tg, tg2);
-  EXPECT_THROW(BatchSampler(std::make_shared<std::vector<int32_t>>(8, 1), 1, 8, 0), Error);
+  EXPECT_ERROR(BatchSampler(std::make_shared<std::vector<int32_t>>(8, 1), 1, 8, 0), "fewer than one window of 9");
 }
 
 TEST(BatchSampler, EvalBatchesTileTheStream) {
@@ -171,7 +172,7 @@ TEST(BatchSampler, EvalBatchesTileTheStream) {
   EXPECT_EQ(ids[0], 60);
   EXPECT_EQ(ids[10], 70);
   EXPECT_EQ(tg[19], 80);
-  EXPECT_THROW(eval_batch(s, 2, 10, 4, ids.data(), tg.data()), Error);
+  EXPECT_ERROR(eval_batch(s, 2, 10, 4, ids.data(), tg.data()), "eval batch 4 out of range (4 available)");
 }
 
 // ------------------------------------------------------------------------------ training --
@@ -275,10 +276,10 @@ TEST(Trainer, SameSeedSameLossesAndResumeRejectsAnotherCorpus) {
   Trainer b(tiny_options(6), tiny_vocab(), train, nullptr);
   expect_bitwise_equal(run_losses(a, 6, pool), run_losses(b, 6, pool));
   EXPECT_FALSE(a.evaluate(pool).has_value());
-  EXPECT_THROW(a.train_step(pool), Error);  // all steps done
+  EXPECT_ERROR(a.train_step(pool), "train: all 6 steps are done");  // all steps done
 
   TrainCheckpoint c = a.checkpoint();
-  EXPECT_THROW(Trainer(std::move(c), rule_stream(3, 500), nullptr), Error);
+  EXPECT_ERROR(Trainer(c, rule_stream(3, 500), nullptr), "resume: the training corpus differs from the checkpoint's");
 }
 
 TEST(Checkpoint, AnInterruptedSaveLeavesThePreviousOneLoadable) {
@@ -298,7 +299,7 @@ TEST(Checkpoint, AnInterruptedSaveLeavesThePreviousOneLoadable) {
   {
     const auto size = fs::file_size(ckpt);
     fs::resize_file(ckpt, size / 2);
-    EXPECT_THROW(load_checkpoint(ckpt), Error);
+    EXPECT_ERROR(load_checkpoint(ckpt), "train_test_atomic.safetensors");
   }
   fs::remove(ckpt);
 }

@@ -97,7 +97,9 @@ void bind_softmax(nb::module_& m) {
   }, nb::arg("device") = "cpu", "Kernel names softmax() accepts on a device (empty for cuda "
   "when the module is built without CUDA or no GPU is visible).");
 
-  m.def("softmax_simd_isa", &cpu::softmax_simd_isa, "Instruction set of the simd kernel here: avx512, avx2 or scalar.");
+  m.def("softmax_simd_isa", [] { return std::string(isa_name(active_isa())); },
+        "Instruction set the CPU kernels run here (MINIGPT_ISA, else the best the CPU has): "
+        "avx512, avx2 or scalar.");
 }
 
 }  // namespace minigpt::py

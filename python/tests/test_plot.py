@@ -47,7 +47,7 @@ def test_default_shape_is_largest_v600_and_unknown_shape_fails(tmp_path):
     rows = _report("cpu", True)["rows"]
     assert plot.pick_shape(rows, None) == (4096, 600)
     assert plot.pick_shape(rows, "64x600") == (64, 600)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"shape 7x7 is not in the report"):
         plot.pick_shape(rows, "7x7")
     src = tmp_path / "bench.json"
     src.write_text(json.dumps(_report("cpu", True)))
@@ -62,5 +62,5 @@ def test_copy_rows_are_not_plotted():
 def test_cpu_report_without_copy_bandwidth_is_an_error():
     report = _report("cpu", False)
     del report["meta"]["copy_bandwidth_GBps"]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="the report has no copy bandwidth"):
         plot.roofline_params(report, "cpu")

@@ -2,7 +2,9 @@
 no copy), on the caller's stream, capturable into a CUDA graph. Checked against the NumPy
 reference (float64 sums), against the Triton kernel to 1e-4 (issue 4), and for the special
 values of docs/ARCHITECTURE.md. The GPU tests skip, with the reason, without torch, a CUDA build of the
-module or a GPU; the argument checks run everywhere.
+module or a GPU. What can be checked without a GPU runs everywhere: arrays on the host are
+refused (a TypeError from nanobind's device check). The shape, dtype, layout and kernel-name
+checks come after that device check, so they need CUDA tensors and run with the GPU tests.
 """
 from __future__ import annotations
 
@@ -19,9 +21,17 @@ SHAPES = [(64, 600), (512, 600), (1, 1), (3, 3), (5, 601), (7, 2049), (4, 32000)
 
 
 def test_host_arrays_are_rejected():
+    """No GPU needed: NumPy arrays (and torch CPU tensors, if torch is here) are refused."""
     x = np.zeros((4, 600), dtype=np.float32)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="incompatible function arguments"):
         core.softmax_cuda_into(x, x.copy())  # NumPy arrays live on the CPU
+    try:
+        import torch
+    except ImportError:
+        return
+    t = torch.zeros(4, 600)
+    with pytest.raises(TypeError, match="incompatible function arguments"):
+        core.softmax_cuda_into(t, t.clone())
 
 
 def _cuda_torch():
@@ -91,16 +101,16 @@ def test_captured_in_a_cuda_graph():
     np.testing.assert_allclose(y.cpu().numpy(), np_softmax(x.cpu().numpy()), rtol=1e-5, atol=0)
 
 
-def test_bad_arguments():
+def test_bad_arguments_on_the_gpu():
     torch = _cuda_torch()
     x = _rand(torch, 4, 600, seed=3)
     with pytest.raises(ValueError, match=r"\(4, 600\) but y is \(4, 601\)"):
         core.softmax_cuda_into(x, torch.empty(4, 601, device="cuda"))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="incompatible function arguments"):
         core.softmax_cuda_into(x.double(), x.double())
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="incompatible function arguments"):
         core.softmax_cuda_into(x.cpu(), x.cpu())
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="incompatible function arguments"):
         core.softmax_cuda_into(x[:, ::2], torch.empty(4, 300, device="cuda"))  # not contiguous
     with pytest.raises(core.Error, match="unknown CUDA kernel"):
         core.softmax_cuda_into(x, torch.empty_like(x), "fastest")

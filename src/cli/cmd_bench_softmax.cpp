@@ -274,7 +274,7 @@ double measure_exp_rate(ThreadPool& pool) {
   for (int t = 0; t < threads; ++t) fill_uniform(xs[t].data(), kN, 99 + t);
   for (auto& x : xs)
     for (float& v : x) v = -std::abs(v);
-  const cpu::SimdIsa isa = cpu::best_simd_isa();
+  const Isa isa = active_isa();
   const Timing t = time_runs(
       [&] {
         pool.parallel_for(threads, [&](int64_t b, int64_t e) {
@@ -327,7 +327,7 @@ void verify_output(const std::string& kernel, const float* x, const float* y, in
 
 void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report) {
   ThreadPool pool(options.threads);
-  const cpu::SimdIsa isa = cpu::best_simd_isa();
+  const Isa isa = active_isa();
 
   // Peers first: the Python process and ours never hold the big buffers at the same time.
   std::map<std::pair<int64_t, int64_t>, double> torch_us;
@@ -373,10 +373,9 @@ void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report) {
                          pool.parallel_for(B * V, [&](int64_t b, int64_t e) { copy(x + b, y + b, e - b); },
                                            kCopyGrain);
                        }});
-  if (isa == cpu::SimdIsa::Avx512 && cpu::simd_isa_supported(cpu::SimdIsa::Avx2))
+  if (isa == Isa::Avx512 && cpu_supports(Isa::Avx2))
     kernels.push_back({"simd-avx2", [&pool](const float* x, float* y, int64_t B, int64_t V) {
-                         cpu::softmax_simd_with(cpu::SimdIsa::Avx2, cpu::SimdMode::Auto,
-                                                cpu::SimdMode::Auto, x, y, B, V, pool);
+                         cpu::softmax_simd_with(Isa::Avx2, cpu::SimdMode::Auto, cpu::SimdMode::Auto, x, y, B, V, pool);
                        }});
   // --simd-modes: simd with its store mode forced either way (kStreamBytes in softmax.h) and
   // without its prefetch (on by default), timed in the same rounds as the default.
@@ -431,11 +430,11 @@ void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report) {
       (copy_before.best_gbps() >= copy_after.best_gbps() ? copy_before : copy_after).best_method();
 
   const double ghz = cpu_ghz();
-  const int lanes = isa == cpu::SimdIsa::Avx512 ? 16 : isa == cpu::SimdIsa::Avx2 ? 8 : 1;
+  const int lanes = isa == Isa::Avx512 ? 16 : isa == Isa::Avx2 ? 8 : 1;
   // Two FMA units per core, 2 FLOPs per FMA (Sapphire Rapids and most AVX-512 server cores).
   const double fma_peak = options.threads * ghz * 1e9 * lanes * 2 * 2;
   report.set_meta("device", "cpu");
-  report.set_meta("isa", cpu::simd_isa_name(isa));
+  report.set_meta("isa", isa_name(isa));
   report.set_meta("copy_bandwidth_GBps", copy_gbps);
   report.set_meta("copy_method", copy_method);
   auto method_json = [](const CopyMethod& c, int runs) {
@@ -457,7 +456,7 @@ void bench_softmax_cpu(const BenchSoftmaxOptions& options, Report& report) {
                                       "units x 2 FLOP", options.threads, ghz, lanes)},
       {"exp_rate_Gps", exp_rate / 1e9},
       {"exp_rate_source", fmt::format("measured: exp_poly ({}) on L1-resident arrays, {} threads",
-                                      cpu::simd_isa_name(isa), options.threads)},
+                                      isa_name(isa), options.threads)},
       {"exp_poly_vector_ops", 12},  // AVX-512 or AVX2 vector ops per vector of exps (softmax.h)
       {"cpu_GHz", ghz},
   });

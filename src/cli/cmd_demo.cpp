@@ -174,7 +174,7 @@ void section_softmax(ThreadPool& pool) {
   const std::vector<std::pair<std::string, std::function<void()>>> kernels = {
       {"naive (3 passes)", [&] { cpu::softmax_naive(x.data(), y.data(), B, V); }},
       {"fused (online)", [&] { cpu::softmax_fused(x.data(), y.data(), B, V); }},
-      {fmt::format("simd ({}, {} thr)", cpu::softmax_simd_isa(), pool.size()),
+      {fmt::format("simd ({}, {} thr)", isa_name(active_isa()), pool.size()),
        [&] { cpu::softmax_simd(x.data(), y.data(), B, V, pool); }},
   };
   std::vector<double> worst(kernels.size(), 0.0);

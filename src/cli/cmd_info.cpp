@@ -1,9 +1,9 @@
 // `minigpt info`: what this binary is and what it sees: version and build, compiler, CPU brand
-// and vector features, the thread count, GPUs visible to the CUDA runtime, and the versions of
-// the libraries linked in. Plain `key: value` lines; nothing is measured here.
+// and vector features, the ISA the CPU kernels run (core/isa.h), the thread count, GPUs visible
+// to the CUDA runtime, and the versions of the libraries linked in. Plain `key: value` lines; nothing is measured here.
 #include "cli/commands.h"
 #include "core/device_info.h"
-#include "kernels/cpu/softmax.h"
+#include "core/isa.h"
 #include "minigpt/build_info.h"
 
 #include <CLI/Version.hpp>
@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
+#include <cstdlib>
 #include <string>
 
 namespace minigpt::cli {
@@ -31,7 +32,11 @@ void print_info(const GlobalOptions& global) {
   line("compiler", build::kCompiler);
   line("cpu", fmt::format("{} ({} logical cores)", cpu.brand, cpu.logical_cores));
   line("cpu features", cpu.features().empty() ? std::string("none of avx2/fma/avx512") : cpu.features());
-  line("softmax isa", cpu::softmax_simd_isa());
+  std::string isas;
+  for (const Isa isa : supported_isas()) isas += (isas.empty() ? "" : ", ") + std::string(isa_name(isa));
+  const char* forced = std::getenv("MINIGPT_ISA");
+  line("isa", fmt::format("{} ({}; this CPU runs {})", isa_name(active_isa()),
+                          forced && *forced ? "MINIGPT_ISA" : "the best; set with MINIGPT_ISA", isas));
   line("threads", fmt::format("{}{}", global.resolved_threads(),
                               global.threads > 0 ? " (-t)" : " (every core; set with -t)"));
   const auto gpus = gpu_info();

@@ -73,6 +73,12 @@ void run_train(const TrainArgs& args, const CLI::App& cmd, const GlobalOptions& 
                corpus_timer.elapsed_s());
     trainer = std::make_unique<Trainer>(options, std::move(vocab), streams.train, streams.val);
   }
+  // The output's folder (models/ in a fresh checkout) is made before training, so that an
+  // unusable path fails now and not after the run.
+  const std::filesystem::path parent = std::filesystem::path(args.output).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  MINIGPT_CHECK(!ec, "-o {}: cannot create the folder '{}': {}", args.output, parent.string(), ec.message());
   const TrainOptions& o = trainer->options();
   fmt::print("model: {} layers, {} heads, d_model {}, vocab {}, {} parameters\n", o.model.n_layer,
              o.model.n_head, o.model.d_model, o.model.vocab_size, o.model.parameter_count());
@@ -107,8 +113,6 @@ void run_train(const TrainArgs& args, const CLI::App& cmd, const GlobalOptions& 
   run_training(*trainer, loop, hooks, pool);
   progress.finish();
 
-  const std::filesystem::path parent = std::filesystem::path(args.output).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent);  // models/ in a fresh checkout
   save_model(args.output, trainer->model_file());
   const double train_loss =
       recent.empty() ? 0.0 : std::accumulate(recent.begin(), recent.end(), 0.0) / static_cast<double>(recent.size());

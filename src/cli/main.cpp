@@ -1,11 +1,13 @@
 // minigpt: the command-line front end. Subcommands live one per cmd_*.cpp file.
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/isa.h"
 
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <string>
 #include <thread>
 
 // OpenBLAS (the Linear's fallback on CPUs without AVX-512, always single-threaded: see
@@ -36,6 +38,33 @@ std::string resolve_model_path(const std::string& given) {
     if (fs::exists(candidate)) return candidate.string();
   }
   MINIGPT_FAIL("no model given (-m) and the shipped model '{}' was not found", kDefaultModel);
+}
+
+// CLI11 reads an unknown word where a subcommand belongs as a stray positional and says only
+// "A subcommand is required": name it instead. The first word that is not an option (or -t's
+// value) must be a subcommand, and so must the word after `bench`.
+void check_subcommand_names(CLI::App& app, int argc, char** argv) {
+  CLI::App* level = &app;
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "-t" || word == "--threads") {
+      ++i;
+      continue;
+    }
+    if (word.empty() || word[0] == '-') continue;
+    CLI::App* sub = nullptr;
+    for (CLI::App* candidate : level->get_subcommands([](CLI::App*) { return true; }))
+      if (candidate->get_name() == word) sub = candidate;
+    if (sub == nullptr) {
+      std::string names;
+      for (CLI::App* candidate : level->get_subcommands([](CLI::App*) { return true; }))
+        names += (names.empty() ? "" : ", ") + candidate->get_name();
+      MINIGPT_FAIL("unknown subcommand '{}'{} (one of: {})", word,
+                   level == &app ? "" : fmt::format(" of '{}'", level->get_name()), names);
+    }
+    if (sub->get_subcommands([](CLI::App*) { return true; }).empty()) return;  // its own arguments follow
+    level = sub;
+  }
 }
 
 }  // namespace minigpt::cli
@@ -69,6 +98,8 @@ int main(int argc, char** argv) {
   add_bench_softmax_command(*bench, global);
 
   try {
+    minigpt::active_isa();  // a bad MINIGPT_ISA is reported here, before any subcommand runs
+    check_subcommand_names(app, argc, argv);
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

@@ -1,7 +1,7 @@
 #include "train/adamw.h"
 
 #include "core/error.h"
-#include "kernels/cpu/gemm_avx512.h"  // gemm_avx512_available(): the AVX-512 CPU test
+#include "core/isa.h"
 #include "kernels/cpu/vec_math_avx512.h"
 
 // GCC 12's avx512fintrin.h builds unmasked ops on a self-initialised __Y, which
@@ -76,7 +76,7 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float
   const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
   const float decay = 1.0f - lr * wd;
   const float b1 = c.beta1, b2 = c.beta2, one_b1 = 1.0f - c.beta1, one_b2 = 1.0f - c.beta2;
-  if (cpu::gemm_avx512_available())
+  if (active_isa() == Isa::Avx512)
     return adamw_avx512(p, g, m, v, n, {step_size, inv_sqrt_bc2, decay, b1, b2, one_b1, one_b2, c.eps});
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i];
@@ -137,7 +137,7 @@ void AdamW::restore(int64_t steps, ModelWeights m, ModelWeights v) {
 double global_grad_norm(const ModelWeights& grads) {
   double sum = 0.0;
   for (const auto& [name, t] : grads.named()) {
-    if (cpu::gemm_avx512_available()) {
+    if (active_isa() == Isa::Avx512) {
       sum += sum_squares_avx512(t->data(), t->numel());
     } else {
       for (const float x : t->span()) sum += static_cast<double>(x) * x;

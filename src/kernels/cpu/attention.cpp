@@ -16,7 +16,8 @@
 #include "kernels/cpu/attention.h"
 
 #include "core/error.h"
-#include "kernels/cpu/gemm_avx512.h"
+#include "core/isa.h"
+#include "kernels/cpu/gemm_avx512.h"  // transpose_avx512
 #include "kernels/cpu/vec_math_avx512.h"
 
 #include <immintrin.h>
@@ -111,7 +112,7 @@ __attribute__((target("avx512f"))) void attend_row_avx512(const float* q, const 
 
 void attend(const float* q, const float* k, const float* v, int64_t stride, int64_t len,
             int64_t dh, float scale, float* p, float* out) {
-  if (gemm_avx512_available()) return attend_row_avx512(q, k, v, stride, len, dh, scale, p, out);
+  if (active_isa() == Isa::Avx512) return attend_row_avx512(q, k, v, stride, len, dh, scale, p, out);
   attend_row(q, k, v, stride, len, dh, scale, p, out);
 }
 
@@ -214,7 +215,7 @@ void attention_forward(const float* qkv, float* out, float* att, int64_t B, int6
   check_sizes("attention_forward", B, T, C, NH);
   const int64_t dh = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  if (dh == 16 && T <= 16 && gemm_avx512_available()) {
+  if (dh == 16 && T <= 16 && active_isa() == Isa::Avx512) {
     pool.parallel_for(
         B * NH,
         [&](int64_t p0, int64_t p1) {
@@ -309,7 +310,7 @@ void attention_backward(const float* dout, const float* qkv, const float* att, f
   const int64_t dh = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 17) / (T * T * dh * 2));
-  if (dh == 16 && T <= 16 && gemm_avx512_available()) {
+  if (dh == 16 && T <= 16 && active_isa() == Isa::Avx512) {
     const int64_t C3 = 3 * C;
     pool.parallel_for(
         B * NH,
@@ -328,7 +329,7 @@ void attention_backward(const float* dout, const float* qkv, const float* att, f
       [&](int64_t p0, int64_t p1) {
         std::vector<float> ds(static_cast<size_t>(T));
         for (int64_t pair = p0; pair < p1; ++pair) {
-          if (gemm_avx512_available())
+          if (active_isa() == Isa::Avx512)
             backward_pair_avx512(dout, qkv, att, dqkv, pair / NH, pair % NH, T, C, NH, scale, ds.data());
           else
             backward_pair_scalar(dout, qkv, att, dqkv, pair / NH, pair % NH, T, C, NH, scale, ds.data());

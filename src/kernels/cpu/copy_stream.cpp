@@ -1,5 +1,6 @@
 #include "kernels/cpu/copy_stream.h"
 
+#include "core/error.h"
 #include "kernels/cpu/simd_align.h"
 
 #include <cstring>
@@ -41,8 +42,10 @@ int64_t stream_body_sse2(const float* src, float* dst, int64_t n) {  // baseline
 
 }  // namespace
 
-void copy_stream_with(bool avx512, const float* src, float* dst, int64_t n) {
+void copy_stream_with(Isa isa, const float* src, float* dst, int64_t n) {
+  MINIGPT_CHECK(cpu_supports(isa), "copy_stream: this CPU does not support {}", isa_name(isa));
 #if defined(__x86_64__)
+  const bool avx512 = isa == Isa::Avx512;
   const int64_t head = avx512 ? detail::head_to_boundary<64>(dst, n) : detail::head_to_boundary<16>(dst, n);
   copy_floats(src, dst, head);
   const int64_t body = avx512 ? stream_body_avx512(src + head, dst + head, n - head)
@@ -50,18 +53,10 @@ void copy_stream_with(bool avx512, const float* src, float* dst, int64_t n) {
   copy_floats(src + head + body, dst + head + body, n - head - body);
   _mm_sfence();  // streaming stores are weakly ordered: make them visible before returning
 #else
-  (void)avx512;
   copy_floats(src, dst, n);
 #endif
 }
 
-void copy_stream(const float* src, float* dst, int64_t n) {
-#if defined(__x86_64__)
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-#else
-  constexpr bool avx512 = false;
-#endif
-  copy_stream_with(avx512, src, dst, n);
-}
+void copy_stream(const float* src, float* dst, int64_t n) { copy_stream_with(active_isa(), src, dst, n); }
 
 }  // namespace minigpt::cpu

@@ -10,17 +10,20 @@
 // the faster of the two copies (cmd_bench_softmax.cpp).
 #pragma once
 
+#include "core/isa.h"
+
 #include <cstdint>
 
 namespace minigpt::cpu {
 
 // Copies n floats; src and dst must not overlap. The destination's aligned body goes out with
 // 64-byte (AVX-512) or 16-byte (SSE2) streaming stores, followed by a store fence, so the
-// data is visible to other threads on return; the unaligned head and tail use memcpy.
+// data is visible to other threads on return; the unaligned head and tail use memcpy. The store
+// width follows active_isa() (core/isa.h).
 void copy_stream(const float* src, float* dst, int64_t n);
 
-// For tests: the same with the store width chosen (avx512 = false: 16-byte SSE2 stores, the
-// fallback; avx512 = true needs a CPU with AVX-512F).
-void copy_stream_with(bool avx512, const float* src, float* dst, int64_t n);
+// For tests: the same with the ISA given (Isa::Avx512: 64-byte stores; scalar and avx2: 16-byte
+// SSE2 stores, the x86-64 baseline). Error if the CPU lacks the ISA.
+void copy_stream_with(Isa isa, const float* src, float* dst, int64_t n);
 
 }  // namespace minigpt::cpu

@@ -13,7 +13,7 @@
 #include "kernels/cpu/cross_entropy.h"
 
 #include "core/error.h"
-#include "kernels/cpu/gemm_avx512.h"
+#include "core/isa.h"
 #include "kernels/cpu/vec_math_avx512.h"
 
 #include <algorithm>
@@ -86,7 +86,7 @@ float cross_entropy_forward_backward(const float* logits, const int32_t* targets
   std::vector<double> row_loss(static_cast<size_t>(N), 0.0);
   const double inv_count = count > 0 ? 1.0 / static_cast<double>(count) : 0.0;
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / V);
-  const bool avx512 = gemm_avx512_available();
+  const bool avx512 = active_isa() == Isa::Avx512;
   pool.parallel_for(
       N,
       [&](int64_t r0, int64_t r1) {

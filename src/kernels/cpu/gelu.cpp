@@ -11,7 +11,7 @@
 #include "kernels/cpu/gelu.h"
 
 #include "core/error.h"
-#include "kernels/cpu/gemm_avx512.h"
+#include "core/isa.h"
 #include "kernels/cpu/vec_math_avx512.h"
 
 #include <cmath>
@@ -65,7 +65,7 @@ void gelu_forward(const float* x, float* y, int64_t n, ThreadPool& pool) {
   pool.parallel_for(
       n,
       [&](int64_t i0, int64_t i1) {
-        if (gemm_avx512_available()) return gelu_range_avx512<false>(x, nullptr, y, nullptr, i0, i1);
+        if (active_isa() == Isa::Avx512) return gelu_range_avx512<false>(x, nullptr, y, nullptr, i0, i1);
         for (int64_t i = i0; i < i1; ++i) y[i] = gelu_scalar(x[i]);
       },
       kGrain);
@@ -76,7 +76,7 @@ void gelu_forward_with_grad(const float* x, float* y, float* grad, int64_t n, Th
   pool.parallel_for(
       n,
       [&](int64_t i0, int64_t i1) {
-        if (gemm_avx512_available()) return gelu_range_avx512<false>(x, nullptr, y, grad, i0, i1);
+        if (active_isa() == Isa::Avx512) return gelu_range_avx512<false>(x, nullptr, y, grad, i0, i1);
         for (int64_t i = i0; i < i1; ++i) {
           const float xi = x[i];  // y may be x
           grad[i] = gelu_grad_scalar(xi);
@@ -91,7 +91,7 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, Thread
   pool.parallel_for(
       n,
       [&](int64_t i0, int64_t i1) {
-        if (gemm_avx512_available()) return gelu_range_avx512<true>(x, dy, dx, nullptr, i0, i1);
+        if (active_isa() == Isa::Avx512) return gelu_range_avx512<true>(x, dy, dx, nullptr, i0, i1);
         for (int64_t i = i0; i < i1; ++i) dx[i] = dy[i] * gelu_grad_scalar(x[i]);
       },
       kGrain);

@@ -1,8 +1,9 @@
 // AVX-512 GEMM micro-kernels (gemm_avx512.h). Compiled with per-function target attributes,
-// so the library still builds and runs without -mavx512f; callers check
-// gemm_avx512_available() first.
+// so the library still builds and runs without -mavx512f; callers run them only when
+// active_isa() is Isa::Avx512 (core/isa.h).
 #include "kernels/cpu/gemm_avx512.h"
 
+#include "core/isa.h"
 #include "kernels/cpu/vec_math_avx512.h"
 
 #include <immintrin.h>
@@ -101,10 +102,7 @@ using avx512::lanes;
 
 }  // namespace
 
-bool gemm_avx512_available() {
-  static const bool ok = __builtin_cpu_supports("avx512f");
-  return ok;
-}
+bool gemm_avx512_available() { return active_isa() == Isa::Avx512; }
 
 void gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_rs, int64_t a_cs,
                  const float* B, int64_t ldb, float* C, int64_t ldc, const GemmEpilogue& ep,

@@ -15,7 +15,8 @@
 
 namespace minigpt::cpu {
 
-// True when the CPU runs AVX-512F (checked once with __builtin_cpu_supports).
+// True when the AVX-512 kernels may run: active_isa() is Isa::Avx512 (core/isa.h; the CPU has
+// it and MINIGPT_ISA does not ask for less).
 bool gemm_avx512_available();
 
 // What happens to a finished sum s = sum_k A(m, k) B(k, n) on its way to C, in this order,
@@ -43,7 +44,7 @@ struct GemmEpilogue {
 // C (M, N) = epilogue(A (M, K) B (K, N)), where A(m, k) = A[m * a_rs + k * a_cs] (either
 // layout, or a transposed view), B row-major with leading dimension ldb, C row-major with ldc.
 // C's element (0, 0) is element (ep_i0, ep_j0) of the epilogue's arrays (a block of a larger
-// product). Requires gemm_avx512_available().
+// product). Requires an AVX-512 CPU: callers run it only when active_isa() is Isa::Avx512.
 void gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_rs, int64_t a_cs,
                  const float* B, int64_t ldb, float* C, int64_t ldc, const GemmEpilogue& ep,
                  int64_t ep_i0 = 0, int64_t ep_j0 = 0);

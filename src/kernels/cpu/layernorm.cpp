@@ -10,7 +10,7 @@
 #include "kernels/cpu/layernorm.h"
 
 #include "core/error.h"
-#include "kernels/cpu/gemm_avx512.h"
+#include "core/isa.h"
 
 #include <immintrin.h>
 
@@ -107,7 +107,7 @@ void layernorm_forward(const float* x, const float* weight, const float* bias, f
   pool.parallel_for(
       N,
       [&](int64_t r0, int64_t r1) {
-        if (gemm_avx512_available()) {
+        if (active_isa() == Isa::Avx512) {
           for (int64_t r = r0; r < r1; ++r) {
             float mf, rf;
             forward_row_avx512(x + r * C, weight, bias, y + r * C, C, eps, &mf, &rf);
@@ -151,7 +151,7 @@ void layernorm_backward(const float* dy, const float* x, const float* weight, co
   pool.parallel_for(
       N,
       [&](int64_t r0, int64_t r1) {
-        if (gemm_avx512_available()) {
+        if (active_isa() == Isa::Avx512) {
           for (int64_t r = r0; r < r1; ++r)
             backward_row_avx512(dy + r * C, x + r * C, weight, mean[r], rstd[r], dx + r * C, C);
           return;
@@ -185,7 +185,7 @@ void layernorm_backward(const float* dy, const float* x, const float* weight, co
       [&](int64_t c0, int64_t c1) {
         const size_t w = static_cast<size_t>(c1 - c0);
         std::vector<double> dw(w, 0.0), db(w, 0.0);
-        if (gemm_avx512_available()) {
+        if (active_isa() == Isa::Avx512) {
           param_grads_avx512(dy, x, mean, rstd, N, C, c0, static_cast<int64_t>(w), dw.data(),
                              db.data());
         } else {

@@ -1,7 +1,9 @@
 // Linear layer on the CPU (linear.h): forward and backward, split over our ThreadPool in
 // fixed chunks so a result depends only on the thread count, never on timing.
 //
-// Production path (AVX-512, this machine): gemm_avx512.h, the hand-written kernel, for every N.
+// Three paths, chosen by active_isa() (core/isa.h; MINIGPT_ISA forces one):
+//
+// avx512, the production path on this machine: gemm_avx512.h, the hand-written kernel.
 // Measured against OpenBLAS sgemm in one process (/tmp harness, 1 thread, median of 200):
 // the Debian OpenBLAS runs its generic "Prescott" kernels on this CPU and is 3-4x slower at
 // N = 1, 32 and 1024; even forced to its SkylakeX kernels (OPENBLAS_CORETYPE, which must be set
@@ -9,17 +11,21 @@
 //   N < kGemvMaxRows (decode): one dot product per output feature, no packing.
 //   otherwise: W^T (forward), W (dx) and x (dW) packed panel-major, then the 12 x 32 kernel.
 //
-// Fallback without AVX-512: OpenBLAS sgemm, kept single-threaded (openblas_set_num_threads(1),
+// avx2, the fallback without AVX-512: OpenBLAS sgemm, kept single-threaded (openblas_set_num_threads(1),
 // once: its own pool would split the work by load and fight ours for the cores), cut into fixed
 // blocks (kRowBlock rows for the forward and dx, kFeatureBlock output features for dW), the same
 // blocks for any thread count, because OpenBLAS picks kernels by matrix size.
 //
-// Either way every element's sum over the reduction dimension runs in one kernel call in a
+// scalar: plain C++ loops, no BLAS, summed in float in the order of the reduction index (the
+// arithmetic the other two paths vectorise), rows (or output features for dW) split over the pool.
+//
+// Every element's sum over the reduction dimension runs in one kernel call in a
 // fixed order, so the thread count changes which thread computes it, never how: 1 and 2 threads
 // agree bitwise.
 #include "kernels/cpu/linear.h"
 
 #include "core/error.h"
+#include "core/isa.h"
 #include "kernels/cpu/gelu.h"
 #include "kernels/cpu/gemm_avx512.h"
 #include "kernels/cpu/vec_math_avx512.h"
@@ -133,10 +139,11 @@ void forward_gemv(const float* x, const float* W, const float* b, float* y, int6
   gelu_after(y, N * out, ep, pool);
 }
 
-// No AVX-512: OpenBLAS, then the epilogue as separate passes (the product goes to a scratch
-// buffer when a residual is added, since the residual may be y itself).
-void forward_blas(const float* x, const float* W, const float* b, float* y, int64_t N,
-                  int64_t in, int64_t out, ThreadPool& pool, const LinearEpilogue& ep) {
+// The avx2 path: OpenBLAS, then the epilogue as separate passes (the product goes to a scratch
+// buffer when a residual is added, since the residual may be y itself). w is W (out, in), or
+// with w_transposed W^T (in, out), the packed forward's layout (linear_pack_weights).
+void forward_blas(const float* x, const float* w, bool w_transposed, const float* b, float* y,
+                  int64_t N, int64_t in, int64_t out, ThreadPool& pool, const LinearEpilogue& ep) {
   blas_single_threaded();
   std::vector<float> scratch(ep.residual ? static_cast<size_t>(N * out) : 0);
   float* prod = ep.residual ? scratch.data() : y;
@@ -147,13 +154,82 @@ void forward_blas(const float* x, const float* W, const float* b, float* y, int6
       for (int64_t r = 0; r < rows; ++r) std::copy(b, b + out, yr + r * out);
       beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
-                static_cast<int>(out), static_cast<int>(in), 1.0f, x + r0 * in,
-                static_cast<int>(in), W, static_cast<int>(in), beta, yr, static_cast<int>(out));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, w_transposed ? CblasNoTrans : CblasTrans,
+                static_cast<int>(rows), static_cast<int>(out), static_cast<int>(in), 1.0f,
+                x + r0 * in, static_cast<int>(in), w, static_cast<int>(w_transposed ? out : in),
+                beta, yr, static_cast<int>(out));
   });
   if (ep.residual)
     for (int64_t i = 0; i < N * out; ++i) y[i] = prod[i] + ep.residual[i];
   gelu_after(y, N * out, ep, pool);
+}
+
+// The scalar path: y[n, o] = ((sum_i x[n, i] W[o, i]) + b[o]) + residual[n, o], the sum in
+// float over i in order, then the GELU as a pass over y. With Wt (in, out) = W^T (the packed
+// forward) the same sums run as row updates acc += x[n, i] * Wt[i, :] (another loop nest over
+// another layout, the same operations per element: the same bits). Rows split over the pool.
+void forward_scalar(const float* x, const float* W, const float* Wt, const float* b, float* y,
+                    int64_t N, int64_t in, int64_t out, ThreadPool& pool, const LinearEpilogue& ep) {
+  pool.parallel_for(
+      N,
+      [&](int64_t r0, int64_t r1) {
+        std::vector<float> acc(static_cast<size_t>(out));
+        for (int64_t n = r0; n < r1; ++n) {
+          const float* xr = x + n * in;
+          if (Wt) {
+            std::fill(acc.begin(), acc.end(), 0.0f);
+            for (int64_t i = 0; i < in; ++i)
+              for (int64_t o = 0; o < out; ++o) acc[static_cast<size_t>(o)] += xr[i] * Wt[i * out + o];
+          } else {
+            for (int64_t o = 0; o < out; ++o) {
+              float s = 0.0f;
+              for (int64_t i = 0; i < in; ++i) s += xr[i] * W[o * in + i];
+              acc[static_cast<size_t>(o)] = s;
+            }
+          }
+          for (int64_t o = 0; o < out; ++o) {  // residual may be y: read before the store
+            float s = acc[static_cast<size_t>(o)];
+            if (b) s += b[o];
+            if (ep.residual) s += ep.residual[n * out + o];
+            y[n * out + o] = s;
+          }
+        }
+      },
+      grain_for(in * out));
+  gelu_after(y, N * out, ep, pool);
+}
+
+// The scalar backward: dx (N, in) = (dy @ W) [* dx_scale], rows split; dW (out, in) += dy^T @ x,
+// output features split. Each element summed in float over the reduction index in order
+// (o for dx, n for dW), then stored (dx) or added to what dW holds.
+void backward_scalar(const float* x, const float* W, const float* dy, float* dx, float* dW,
+                     int64_t N, int64_t in, int64_t out, ThreadPool& pool, const float* dx_scale) {
+  if (dx)
+    pool.parallel_for(
+        N,
+        [&](int64_t r0, int64_t r1) {
+          for (int64_t n = r0; n < r1; ++n) {
+            float* dxr = dx + n * in;
+            std::fill(dxr, dxr + in, 0.0f);
+            for (int64_t o = 0; o < out; ++o)
+              for (int64_t i = 0; i < in; ++i) dxr[i] += dy[n * out + o] * W[o * in + i];
+            if (dx_scale)
+              for (int64_t i = 0; i < in; ++i) dxr[i] *= dx_scale[n * in + i];
+          }
+        },
+        grain_for(in * out));
+  pool.parallel_for(
+      out,
+      [&](int64_t o0, int64_t o1) {
+        std::vector<float> acc(static_cast<size_t>(in));
+        for (int64_t o = o0; o < o1; ++o) {
+          std::fill(acc.begin(), acc.end(), 0.0f);
+          for (int64_t n = 0; n < N; ++n)
+            for (int64_t i = 0; i < in; ++i) acc[static_cast<size_t>(i)] += dy[n * out + o] * x[n * in + i];
+          for (int64_t i = 0; i < in; ++i) dW[o * in + i] += acc[static_cast<size_t>(i)];
+        }
+      },
+      grain_for(N * in));
 }
 
 // The panel packings of gemm_avx512.h split over the pool by whole panels (each panel is
@@ -187,7 +263,8 @@ void linear_forward(const float* x, const float* W, const float* b, float* y, in
                     int64_t in, int64_t out, ThreadPool& pool, const LinearEpilogue& ep) {
   check_sizes(N, in, out);
   if (N == 0) return;
-  if (!gemm_avx512_available()) return forward_blas(x, W, b, y, N, in, out, pool, ep);
+  if (active_isa() == Isa::Scalar) return forward_scalar(x, W, nullptr, b, y, N, in, out, pool, ep);
+  if (active_isa() == Isa::Avx2) return forward_blas(x, W, false, b, y, N, in, out, pool, ep);
   if (N < kGemvMaxRows) return forward_gemv(x, W, b, y, N, in, out, pool, ep);
   // W^T (in, out) in panels, so the kernel reads B along contiguous output features.
   std::unique_ptr<float[]> Wt(new float[static_cast<size_t>(panel_floats(in, out))]);
@@ -197,32 +274,48 @@ void linear_forward(const float* x, const float* W, const float* b, float* y, in
 
 int64_t linear_packed_floats(int64_t in, int64_t out) {
   check_sizes(0, in, out);
-  return gemm_avx512_available() ? panel_floats(in, out) : in * out;
+  return active_isa() == Isa::Avx512 ? panel_floats(in, out) : in * out;
 }
 
 void linear_pack_weights(const float* W, float* packed, int64_t in, int64_t out) {
   check_sizes(0, in, out);
-  if (gemm_avx512_available())
+  if (active_isa() == Isa::Avx512) {
     pack_panels_transposed_avx512(out, in, W, in, packed);  // as linear_forward does per call
-  else
-    std::copy(W, W + in * out, packed);  // the OpenBLAS fallback reads W itself
+    return;
+  }
+  // avx2 and scalar: W^T (in, out), row-major, read by sgemm without its transpose (avx2) or by
+  // the scalar row updates.
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t i = 0; i < in; ++i) packed[i * out + o] = W[o * in + i];
 }
 
 void linear_forward_packed(const float* x, const float* W, const float* packed, const float* b,
                            float* y, int64_t N, int64_t in, int64_t out, ThreadPool& pool,
                            const LinearEpilogue& ep) {
   check_sizes(N, in, out);
-  if (N < kGemvMaxRows || !gemm_avx512_available())  // these paths read W, never a packing
-    return linear_forward(x, W, b, y, N, in, out, pool, ep);
+  if (N == 0) return;
+  // Decode (N < kGemvMaxRows) reads W's rows, as linear_forward: on avx512 the dot products;
+  // on avx2 sgemm with W transposed, since OpenBLAS sends M = 1 to its gemv kernels, and the
+  // one for W^T sums in another order than the one for W (1-ulp differences).
+  if (linear_packed_reads_weights(N)) return linear_forward(x, W, b, y, N, in, out, pool, ep);
+  if (active_isa() == Isa::Scalar) return forward_scalar(x, W, packed, b, y, N, in, out, pool, ep);
+  if (active_isa() == Isa::Avx2) return forward_blas(x, packed, true, b, y, N, in, out, pool, ep);
   gemm_parallel(N, out, in, x, in, 1, packed, y, out, gemm_epilogue(b, out, ep), pool);
 }
+
+bool linear_packed_reads_weights(int64_t N) { return active_isa() != Isa::Scalar && N < kGemvMaxRows; }
 
 void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW,
                      float* db, int64_t N, int64_t in, int64_t out, ThreadPool& pool,
                      const float* dx_scale) {
   check_sizes(N, in, out);
   if (N == 0) return;  // dx is empty; dW, db get nothing added
-  if (gemm_avx512_available()) {
+  if (active_isa() == Isa::Scalar) {
+    backward_scalar(x, W, dy, dx, dW, N, in, out, pool, dx_scale);
+    if (db) column_sums(dy, db, N, out, pool);
+    return;
+  }
+  if (active_isa() == Isa::Avx512) {
     // dx (N, in) = dy (N, out) @ W (out, in)
     std::unique_ptr<float[]> Bp(new float[static_cast<size_t>(std::max(panel_floats(out, in), panel_floats(N, in)))]);
     if (dx) {
@@ -235,7 +328,7 @@ void linear_backward(const float* x, const float* W, const float* dy, float* dx,
     if (db) column_sums(dy, db, N, out, pool);
     return;
   }
-  // No AVX-512: OpenBLAS.
+  // avx2: OpenBLAS.
   blas_single_threaded();
   const int I = static_cast<int>(in), O = static_cast<int>(out), Nn = static_cast<int>(N);
   // dx (N, in) = dy (N, out) @ W (out, in), [* dx_scale]: fixed blocks of rows (as the forward).
@@ -285,11 +378,12 @@ __attribute__((target("avx512f"))) void column_sums_avx512(const float* dy, int6
 void column_sums(const float* dy, float* db, int64_t N, int64_t out, ThreadPool& pool) {
   // Fixed blocks of 16 columns; chunks of at least 2^16 elements (~20 us) per thread.
   const int64_t blocks = (out + 15) / 16;
+  const bool avx512 = active_isa() == Isa::Avx512;
   pool.parallel_for(
       blocks,
       [&](int64_t blk0, int64_t blk1) {
         const int64_t o0 = blk0 * 16, o1 = std::min(out, blk1 * 16);
-        if (gemm_avx512_available()) return column_sums_avx512(dy, N, out, o0, o1, db);
+        if (avx512) return column_sums_avx512(dy, N, out, o0, o1, db);
         for (int64_t o = o0; o < o1; ++o) {
           double acc = 0.0;
           for (int64_t n = 0; n < N; ++n) acc += dy[n * out + o];

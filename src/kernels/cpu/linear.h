@@ -26,12 +26,17 @@ void linear_forward(const float* x, const float* W, const float* b, float* y, in
 // the time of a (32, 64) x (64, 600) product). packed holds linear_packed_floats(in, out)
 // floats; linear_pack_weights fills it from W (out, in); linear_forward_packed then gives the
 // same y as linear_forward, bitwise, for any N and thread count. The packed layout is private
-// to linear.cpp (it depends on the CPU's instruction set): repack after W changes.
+// to linear.cpp and depends on active_isa() (core/isa.h): gemm_avx512's panels, or W^T
+// (in, out) for OpenBLAS and the scalar loops; repack after W changes. The packed forward is
+// its own code path on every ISA and reads only the packing, except where
+// linear_packed_reads_weights(N): decode (N < 4) on avx512 and avx2, which reads W's rows as
+// linear_forward does.
 int64_t linear_packed_floats(int64_t in, int64_t out);
 void linear_pack_weights(const float* W, float* packed, int64_t in, int64_t out);
 void linear_forward_packed(const float* x, const float* W, const float* packed, const float* b,
                            float* y, int64_t N, int64_t in, int64_t out, ThreadPool& pool,
                            const LinearEpilogue& ep = {});
+bool linear_packed_reads_weights(int64_t N);
 
 // Given dy (N, out): dx (N, in) = dy @ W (overwritten; skipped if dx is null),
 // dW (out, in) += dy^T @ x, db (out) += column sums of dy (skipped if db is null).

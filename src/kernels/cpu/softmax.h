@@ -11,7 +11,7 @@
 //                      max) into y (std::exp once per element, as naive), then one pass over
 //                      y that rescales each stretch of equal running max by exp(m_run - m) /
 //                      sum (the sum kept in double so that 50257 terms stay within ~1e-6).
-//   softmax_simd       fused + AVX2 or AVX-512 (chosen at run time) with a polynomial exp,
+//   softmax_simd       fused + AVX2 or AVX-512 (active_isa(), core/isa.h) with a polynomial exp,
 //                      rows split across the pool's threads. This is the production kernel.
 //
 // softmax_simd in detail: a thread's rows flow through a three-stage pipeline, in chunks of
@@ -45,10 +45,10 @@
 // (kExpPolyMaxUlp + 1) ulp plus the float sum's bound per chunk (softmax_cpu_test.cpp).
 #pragma once
 
+#include "core/isa.h"
 #include "core/thread_pool.h"
 
 #include <cstdint>
-#include <string>
 #include <vector>
 
 namespace minigpt::cpu {
@@ -63,15 +63,7 @@ inline void softmax(const float* x, float* y, int64_t rows, int64_t cols, Thread
   softmax_simd(x, y, rows, cols, pool);
 }
 
-// Which instruction set softmax_simd uses on this machine: "avx512", "avx2" or "scalar".
-std::string softmax_simd_isa();
-
-// --- for tests and the benchmark: every ISA this CPU supports, and the exp on its own ---
-
-enum class SimdIsa { Scalar, Avx2, Avx512 };
-SimdIsa best_simd_isa();              // AVX-512F, else AVX2 + FMA, else scalar
-bool simd_isa_supported(SimdIsa isa);
-const char* simd_isa_name(SimdIsa isa);  // "scalar" | "avx2" | "avx512"
+// --- for tests and the benchmark: each ISA (core/isa.h), and the exp on its own ---
 
 inline constexpr int64_t kSimdChunk = 2048;               // floats per pipeline chunk (8 KiB)
 // Output size from which simd's stores stream (non-temporal): below it y stays in the LLC for
@@ -102,10 +94,10 @@ inline constexpr double kExpPolyMaxUlp = 1.0;             // measured 0.882; see
 // `minigpt bench softmax --simd-modes`.
 enum class SimdMode { Auto, On, Off };
 // softmax_simd with a given ISA (Error if the CPU lacks it), store mode and prefetch.
-void softmax_simd_with(SimdIsa isa, SimdMode stream, SimdMode prefetch, const float* x, float* y,
+void softmax_simd_with(Isa isa, SimdMode stream, SimdMode prefetch, const float* x, float* y,
                        int64_t rows, int64_t cols, ThreadPool& pool);
 // y[i] = exp_poly(x[i]) with the given ISA's vector code (the same code softmax_simd runs).
-void exp_poly(SimdIsa isa, const float* x, float* y, int64_t n);
+void exp_poly(Isa isa, const float* x, float* y, int64_t n);
 
 namespace detail {
 // One ISA's kernels (softmax_avx2.cpp, softmax_avx512.cpp, softmax_simd.cpp for scalar):

@@ -3,7 +3,7 @@
 // and the primitives (max, sum of exp, scaled-exp write) of the two-pass driver in
 // softmax_simd.cpp for longer rows. Every function carries __attribute__((target("avx2,fma")))
 // so that this file builds without -mavx2; softmax_simd.cpp only calls it after
-// __builtin_cpu_supports("avx2") and ("fma"). Tails use vmaskmovps (masked-off lanes are
+// cpu_supports(Isa::Avx2) (AVX2 and FMA; core/isa.h). Tails use vmaskmovps (masked-off lanes are
 // neither read nor written).
 #include "kernels/cpu/softmax.h"
 #include "kernels/cpu/softmax_simd_ops.h"

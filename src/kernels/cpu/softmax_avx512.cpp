@@ -3,7 +3,7 @@
 // the primitives (max, sum of exp, scaled-exp write) of the two-pass driver in
 // softmax_simd.cpp for longer rows.
 // Every function carries __attribute__((target("avx512f"))) so that this file builds without
-// -mavx512f; softmax_simd.cpp only calls it after __builtin_cpu_supports("avx512f").
+// -mavx512f; softmax_simd.cpp only calls it after cpu_supports(Isa::Avx512).
 // Tails are masked loads and stores (no scalar remainder loop, no read past the row).
 #include "kernels/cpu/softmax.h"
 #include "kernels/cpu/softmax_simd_ops.h"

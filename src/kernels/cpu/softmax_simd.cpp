@@ -85,44 +85,17 @@ void exp_poly_scalar(const float* x, float* y, int64_t n) {
 
 }  // namespace detail
 
-bool simd_isa_supported(SimdIsa isa) {
-  switch (isa) {
-    case SimdIsa::Scalar: return true;
-    case SimdIsa::Avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case SimdIsa::Avx512: return __builtin_cpu_supports("avx512f");
-  }
-  return false;
-}
-
-SimdIsa best_simd_isa() {
-  if (simd_isa_supported(SimdIsa::Avx512)) return SimdIsa::Avx512;
-  if (simd_isa_supported(SimdIsa::Avx2)) return SimdIsa::Avx2;
-  return SimdIsa::Scalar;
-}
-
-const char* simd_isa_name(SimdIsa isa) {
-  switch (isa) {
-    case SimdIsa::Scalar: return "scalar";
-    case SimdIsa::Avx2: return "avx2";
-    case SimdIsa::Avx512: return "avx512";
-  }
-  return "unknown";
-}
-
-std::string softmax_simd_isa() { return simd_isa_name(best_simd_isa()); }
-
-void softmax_simd_with(SimdIsa isa, SimdMode stream_mode, SimdMode prefetch_mode, const float* x,
+void softmax_simd_with(Isa isa, SimdMode stream_mode, SimdMode prefetch_mode, const float* x,
                        float* y, int64_t rows, int64_t cols, ThreadPool& pool) {
   MINIGPT_CHECK(rows >= 0, "softmax: rows must be >= 0, got {}", rows);
   MINIGPT_CHECK(cols >= 1, "softmax: cols must be >= 1, got {}", cols);
   MINIGPT_CHECK(rows == 0 || (x != nullptr && y != nullptr), "softmax: null pointer with {} rows",
                 rows);
-  MINIGPT_CHECK(simd_isa_supported(isa), "softmax: this CPU does not support {}",
-                simd_isa_name(isa));
+  MINIGPT_CHECK(cpu_supports(isa), "softmax: this CPU does not support {}", isa_name(isa));
   if (rows == 0) return;
-  auto* kernel = isa == SimdIsa::Avx512 ? detail::softmax_rows_avx512
-                 : isa == SimdIsa::Avx2 ? detail::softmax_rows_avx2
-                                        : detail::softmax_rows_scalar;
+  auto* kernel = isa == Isa::Avx512 ? detail::softmax_rows_avx512
+                 : isa == Isa::Avx2 ? detail::softmax_rows_avx2
+                                    : detail::softmax_rows_scalar;
   // At least 8k floats (32 KiB) per thread: 13 rows of 600, ~2.6 us at ~0.2 us a row, while a
   // worker that is still polling (ThreadPool::kSpinMicros after its last job) starts in ~1 us;
   // one that has gone to sleep takes 5-50 us to wake, which back-to-back calls do not meet.
@@ -145,14 +118,13 @@ void softmax_simd_with(SimdIsa isa, SimdMode stream_mode, SimdMode prefetch_mode
 }
 
 void softmax_simd(const float* x, float* y, int64_t rows, int64_t cols, ThreadPool& pool) {
-  softmax_simd_with(best_simd_isa(), SimdMode::Auto, SimdMode::Auto, x, y, rows, cols, pool);
+  softmax_simd_with(active_isa(), SimdMode::Auto, SimdMode::Auto, x, y, rows, cols, pool);
 }
 
-void exp_poly(SimdIsa isa, const float* x, float* y, int64_t n) {
-  MINIGPT_CHECK(simd_isa_supported(isa), "exp_poly: this CPU does not support {}",
-                simd_isa_name(isa));
-  if (isa == SimdIsa::Avx512) detail::exp_poly_avx512(x, y, n);
-  else if (isa == SimdIsa::Avx2) detail::exp_poly_avx2(x, y, n);
+void exp_poly(Isa isa, const float* x, float* y, int64_t n) {
+  MINIGPT_CHECK(cpu_supports(isa), "exp_poly: this CPU does not support {}", isa_name(isa));
+  if (isa == Isa::Avx512) detail::exp_poly_avx512(x, y, n);
+  else if (isa == Isa::Avx2) detail::exp_poly_avx2(x, y, n);
   else detail::exp_poly_scalar(x, y, n);
 }
 

@@ -2,7 +2,7 @@
 // GELU and GELU' (forward and backward). Not softmax: that one has its own exp in
 // softmax_simd_ops.h. exp_ps is about 1 ulp, the normal CDF ~1e-7 absolute (see each); an
 // earlier double-precision version (~1/2 ulp) cost ~4x the cycles. Every function has
-// target("avx512f"); callers check gemm_avx512_available() (the same CPU test) before calling.
+// target("avx512f"); callers run them only when active_isa() is Isa::Avx512 (core/isa.h).
 //
 // Coefficients: least-squares fits in relative error on Chebyshev nodes (numpy, double), with
 // the max relative error over the interval stated next to each polynomial.

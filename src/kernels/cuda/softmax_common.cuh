@@ -16,8 +16,6 @@ namespace minigpt::cuda::detail {
 
 inline constexpr float kLog2e = 1.4426950408889634f;
 
-__device__ __forceinline__ float neg_inf() { return -INFINITY; }
-
 // exp(d) for d <= 0 (or NaN) through the SFU's exp2 (ex2.approx.ftz: one MUFU.EX2; exp2f's
 // non-ftz form adds a range test and two multiplies around it, and doubles the MUFU count where
 // the compiler if-converts it). Relative error ~ |d| * 6e-8 + 2 ulp; results below 2^-126 flush
@@ -59,17 +57,6 @@ __device__ __forceinline__ MaxSum warp_reduce(MaxSum v, unsigned mask) {
     MaxSum o{__shfl_xor_sync(mask, v.m, off, WIDTH), __shfl_xor_sync(mask, v.s, off, WIDTH)};
     v = combine(v, o);
   }
-  return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) v = max_ignoring_nan(v, __shfl_xor_sync(0xffffffffu, v, off));
-  return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
   return v;
 }
 
