@@ -3,6 +3,7 @@
 #include "compile/autotune.h"
 
 #include "core/error.h"
+#include "core/isa.h"
 #include "core/timer.h"
 
 #include <fmt/format.h>
@@ -155,9 +156,10 @@ std::string AutotuneResult::table() const {
 
 const FmaPeak& fma_peak(const std::filesystem::path& cache_dir) {
   static const FmaPeak peak = [&cache_dir] {
-    const bool avx512 = __builtin_cpu_supports("avx512f");
-    MINIGPT_CHECK(avx512 || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")),
-                  "fma_peak: the CPU has neither AVX-512 nor AVX2 with FMA");
+    // The peak of the vectors the active ISA uses (MINIGPT_ISA); scalar code is measured
+    // against the AVX2 peak, the machine's, as it would be if it vectorised.
+    const bool avx512 = active_isa() == Isa::Avx512;
+    MINIGPT_CHECK(avx512 || cpu_supports(Isa::Avx2), "fma_peak: the CPU has neither AVX-512 nor AVX2 with FMA");
     const int lanes = avx512 ? 16 : 8, chains = avx512 ? 24 : 12;  // of 32 / 16 registers
     const char* v = avx512 ? "__m512" : "__m256";
     const char* p = avx512 ? "_mm512" : "_mm256";

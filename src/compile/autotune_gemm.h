@@ -34,7 +34,7 @@ struct GemmChoice {
 // The schedules tried for a shape: the default, the tiles that fit the registers (6 x 4, 8 x 3,
 // 12 x 2, 4 x 4, 4 x 2 vectors; one row: 2 and 4 FMA chains per column vector).
 std::vector<GemmSpec> gemm_variants(int64_t M, int64_t N, int64_t K, GemmEpilogueKind epilogue,
-                                    bool bias, GemmIsa isa = GemmIsa::kAvx512);
+                                    bool bias, GemmIsa isa = gemm_isa(active_isa()));
 
 // All variants are generated into one source (one compile). x and the residual are seeded
 // random inputs of the problem's shape (the timing does not depend on their values).

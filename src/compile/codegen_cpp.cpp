@@ -686,7 +686,7 @@ GemmSpec gemm_spec_for(const Graph& g, const Node& n) {
   spec.N = g.tensor(n.inputs[1]).shape[0];
   spec.bias = n.has_bias;
   spec.epilogue = n.gelu ? GemmEpilogueKind::kGelu : n.has_residual ? GemmEpilogueKind::kResidual : GemmEpilogueKind::kNone;
-  spec.isa = __builtin_cpu_supports("avx512f") ? GemmIsa::kAvx512 : __builtin_cpu_supports("avx2") ? GemmIsa::kAvx2 : GemmIsa::kScalar;
+  spec.isa = gemm_isa(active_isa());
   return gemm_resolve(spec);
 }
 

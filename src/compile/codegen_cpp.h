@@ -17,6 +17,8 @@
 #include "compile/codegen_gemm.h"
 #include "compile/schedule.h"
 
+#include "core/isa.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -25,8 +27,13 @@ namespace minigpt::compile {
 
 inline constexpr int kCodegenCppVersion = 1;  // bump on any change to the generated text's meaning
 
+// The generated row loops' vector width for an ISA (MINIGPT_ISA, core/isa.h): one register of
+// floats: AVX-512 16, AVX2 8, and for scalar SSE2's 4 (the x86-64 baseline, what -mno-avx
+// leaves the compiler; the generator's narrowest width).
+constexpr int isa_vec_width(Isa isa) { return isa == Isa::Avx512 ? 16 : isa == Isa::Avx2 ? 8 : 4; }
+
 struct CodegenOptions {
-  int vec_width = 16;                    // lanes per vector step of a row loop (1 = scalar)
+  int vec_width = isa_vec_width(active_isa());  // lanes per vector step of a row loop (1 = scalar)
   int64_t parallel_min_work = 1 << 15;   // elements (rows x cols) before a kernel uses threads
   std::string runtime_abi;               // runtime_abi.h's text, embedded verbatim
   // Matmuls: false = the engine's packed GEMM through MgRuntime (Inductor's extern addmm);

@@ -26,6 +26,8 @@
 
 #include "compile/runtime_abi.h"
 
+#include "core/isa.h"
+
 #include <cstdint>
 #include <string>
 
@@ -35,6 +37,10 @@ enum class GemmIsa { kAvx512, kAvx2, kScalar };
 enum class GemmEpilogueKind { kNone, kGelu, kResidual };
 
 const char* gemm_isa_name(GemmIsa isa);  // "avx512", "avx2", "scalar"
+// The GEMM variant of the engine's ISA (MINIGPT_ISA, core/isa.h).
+constexpr GemmIsa gemm_isa(Isa isa) {
+  return isa == Isa::Avx512 ? GemmIsa::kAvx512 : isa == Isa::Avx2 ? GemmIsa::kAvx2 : GemmIsa::kScalar;
+}
 const char* gemm_epilogue_name(GemmEpilogueKind e);  // "none", "gelu", "residual"
 int gemm_isa_lanes(GemmIsa isa);  // 16, 8, 1
 

@@ -6,6 +6,7 @@
 #include "compile/jit.h"
 
 #include "core/error.h"
+#include "core/isa.h"
 #include "core/timer.h"
 #include "io/atomic_file.h"
 #include "io/file_bytes.h"
@@ -144,6 +145,7 @@ HostCompiler find_host_compiler() {
                 v.output);
   hc.version = v.output.substr(0, v.output.find('\n'));
   hc.flags.assign(std::begin(kJitFlags), std::end(kJitFlags));
+  for (std::string& f : isa_flags()) hc.flags.push_back(std::move(f));
   return hc;
 }
 
@@ -395,6 +397,15 @@ void sweep_leftovers(const fs::path& dir) {
 
 std::string HostCompiler::describe() const {
   return fmt::format("{} [{}] {}", version, path, fmt::join(flags, " "));
+}
+
+std::vector<std::string> isa_flags() {
+  switch (active_isa()) {
+    case Isa::Avx512: return {};
+    case Isa::Avx2: return {"-mno-avx512f"};
+    case Isa::Scalar: return {"-mno-avx"};
+  }
+  return {};
 }
 
 const HostCompiler& host_compiler() {

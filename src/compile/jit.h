@@ -45,6 +45,11 @@ const HostCompiler& host_compiler();  // found once; Error naming what is missin
 // the key).
 inline constexpr const char* kJitFlags[] = {"-O3", "-march=native", "-std=c++20", "-fPIC",
                                             "-shared", "-ffp-contract=fast"};
+// Under MINIGPT_ISA (core/isa.h) the generated code keeps to the forced ISA as the engine's
+// kernels do: avx2 adds -mno-avx512f (no AVX-512 in any loop the compiler vectorises), scalar
+// adds -mno-avx (SSE2, the x86-64 baseline, and nothing wider). host_compiler().flags holds them,
+// so each ISA has its own cache entries.
+std::vector<std::string> isa_flags();
 
 // What the CPU offers (vendor, family, model, name and the kernel's feature flags, from
 // /proc/cpuinfo), read once: part of every key, since -march=native depends on it.
