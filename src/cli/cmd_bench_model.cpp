@@ -170,7 +170,7 @@ void run_bench_model(const BenchModelOptions& opt, const GlobalOptions& global) 
   }
   const double dec = median(dec_us) / static_cast<double>(c.block_size);  // per token
 
-  // the compiled decode step: one graph per cache length (compiled on first use, cached on disk)
+  // the compiled decode step: one graph for every position (compiled on first use, cached on disk)
   double cdec = 0;
   if (opt.compile_decode) {
     compile::CompileOptions co;
