@@ -637,7 +637,7 @@ std::string generate_kv_write(const Schedule& s, const Kernel& k, std::string& c
   code += fmt::format("struct {}_args {{ const float* in_ptr0; const int32_t* in_ptr1; float* out_ptr0; }};\n", k.name);
   code += fmt::format("static void {}(const MgRuntime* rt, const {}_args* a) {{\n  (void)rt;\n", k.name, k.name);
   const std::string row = n.runtime_offset ? "(int64_t)a->in_ptr1[0]" : fmt::format("{}", n.offset);
-  code += fmt::format("  float* dst = a->out_ptr0 + {} * {};  // row {}\n", row, C, row);
+  code += fmt::format("  float* dst = a->out_ptr0 + {} * {};  // row t{}\n", row, C, n.runtime_offset ? " (read at run time)" : "");
   code += fmt::format("  for (int64_t c = 0; c < {}; ++c) dst[c] = a->in_ptr0[{} + c];\n}}\n", C, n.part * C);
   return code;
 }
