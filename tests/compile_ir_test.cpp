@@ -6,6 +6,8 @@
 #include "compile/passes/passes.h"
 #include "core/error.h"
 
+#include <fmt/format.h>
+
 #include "compile_test_config.h"
 
 #include <gtest/gtest.h>
@@ -74,12 +76,26 @@ TEST(CompileIr, CapturesTheModelAndItsDecodeStep) {
   EXPECT_NE(text.find("blocks.1.ln2 (cpu::layernorm_forward)"), std::string::npos);
   EXPECT_NE(text.find("'blocks.0.attn.qkv.weight'"), std::string::npos);
 
-  const Graph d = capture_gpt_decode(c, 3);
+  const Graph d = capture_gpt_decode(c, 3);  // t a constant
   EXPECT_EQ(d.inputs.size(), 1u + 2u * static_cast<size_t>(c.n_layer));
   int writes = 0;
   for (const Node& n : d.nodes) writes += n.op == Op::KvWrite;
   EXPECT_EQ(writes, 2 * c.n_layer);
   EXPECT_THROW(capture_gpt_decode(c, c.block_size), Error);
+  // t read at run time: one more input "pos" (1) i32, read by the embedding, every KV write
+  // and every attention; its bound is the caches' rows; the text names it, never a number
+  const Graph r = capture_gpt_decode(c);
+  ASSERT_EQ(r.inputs.size(), 2u + 2u * static_cast<size_t>(c.n_layer));
+  const int pos = r.inputs[1];
+  EXPECT_EQ(r.tensor(pos).name, "pos");
+  int readers = 0;
+  for (const Node& n : r.nodes) readers += position_input(n) == pos;
+  EXPECT_EQ(readers, 1 + 3 * c.n_layer);
+  EXPECT_EQ(position_capacity(r, pos), c.block_size);
+  const std::string rt = print_graph(r, "capture");
+  EXPECT_NE(rt.find(fmt::format("row=%{}", pos)), std::string::npos) << rt;
+  EXPECT_NE(rt.find(fmt::format("offset=%{}", pos)), std::string::npos);
+  EXPECT_NE(graph_hash(r), graph_hash(d));
   EXPECT_THROW(capture_gpt(c, 1, c.block_size + 1), Error);
 }
 
@@ -147,6 +163,38 @@ TEST(CompileIr, VerifierCatchesBrokenGraphs) {
     g.tensor(b).arena_offset = 0;
     const std::string e = error_of([&] { verify(g, "test"); });
     EXPECT_NE(e.find("share arena bytes"), std::string::npos) << e << a << " " << b;
+  }
+}
+
+TEST(CompileIr, VerifierChecksRuntimePositions) {
+  ModelConfig c;
+  c.n_layer = 1;
+  c.vocab_size = 30;
+  c.block_size = 8;
+  const Graph good = capture_gpt_decode(c);
+  EXPECT_NO_THROW(verify(good, "test"));
+  auto first = [](const Graph& g, Op op) {
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      if (g.nodes[i].op == op) return i;
+    return g.nodes.size();
+  };
+  {  // the position read from a float cache instead of the (1) i32 input
+    Graph g = good;
+    Node& n = g.nodes[first(g, Op::KvWrite)];
+    n.inputs.back() = g.inputs[2];
+    EXPECT_THROW(verify(g, "test"), Error);
+  }
+  {  // a runtime offset on an op that cannot take one
+    Graph g = good;
+    Node& n = g.nodes[first(g, Op::Matmul)];
+    n.runtime_offset = true;
+    n.inputs.push_back(g.inputs[1]);
+    EXPECT_THROW(verify(g, "test"), Error);
+  }
+  {  // both a constant and a runtime offset
+    Graph g = good;
+    g.nodes[first(g, Op::Attention)].offset = 2;
+    EXPECT_THROW(verify(g, "test"), Error);
   }
 }
 

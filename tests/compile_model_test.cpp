@@ -178,18 +178,68 @@ TEST(CompileModel, GeneratedGemmAndOtherVectorWidthsMatchEager) {
   }
 }
 
-TEST(CompileModel, DecodeStepEqualsEagerDecodeStep) {
-  ModelFile f = load_model(kModel);
-  const GrammarMiniGPT model(f.config, std::move(f.weights));
+// Feeds tokens to eager and compiled decoders alike up to the model's whole context (t = 0 ..
+// block_size - 1): every step's logits agree, and the compiled one compiled one graph in all.
+void expect_decode_matches(const GrammarMiniGPT& model, CompileOptions opt) {
+  const int64_t cap = model.config().block_size;
   Decoder eager(model);
-  CompiledDecoder compiled(model, test_options());
+  CompiledDecoder compiled(model, std::move(opt));
   ThreadPool pool(1);
-  const int32_t tokens[] = {1, 17, 42, 5, 99, 3};
-  for (int32_t id : tokens) {
+  for (int64_t t = 0; t < cap; ++t) {
+    const int32_t id = static_cast<int32_t>((t * 37 + 1) % model.config().vocab_size);
     const std::span<const float> e = eager.step(id, pool);
     const std::span<const float> c = compiled.step(id, pool);
     ASSERT_EQ(e.size(), c.size());
-    EXPECT_LT(max_abs_diff(e.data(), c.data(), static_cast<int64_t>(e.size())), 1e-5f) << "position " << compiled.position() - 1;
+    ASSERT_LT(max_abs_diff(e.data(), c.data(), static_cast<int64_t>(e.size())), 1e-5f) << "position " << t;
+  }
+  EXPECT_EQ(compiled.compiles(), 1) << "one decode graph serves every position";
+  EXPECT_THROW(compiled.step(1, pool), Error);  // the context is full
+  compiled.reset();                              // and a second sequence reuses the graph
+  EXPECT_EQ(compiled.step(1, pool).size(), static_cast<size_t>(model.config().vocab_size));
+  EXPECT_EQ(compiled.compiles(), 1);
+}
+
+TEST(CompileModel, DecodeStepEqualsEagerDecodeStepAtEveryPosition) {
+  ModelFile f = load_model(kModel);
+  const GrammarMiniGPT model(f.config, std::move(f.weights));
+  expect_decode_matches(model, test_options());
+}
+
+TEST(CompileModel, DecodeStepWithVectorAttentionAndRandomWeights) {
+  ModelConfig c;  // dh = 8 != the 16 lanes: the decode attention takes the vector loops
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.d_model = 32;
+  c.vocab_size = 50;
+  c.block_size = 21;
+  const GrammarMiniGPT model(c, random_weights(c, 9));
+  expect_decode_matches(model, test_options());
+}
+
+TEST(CompileModel, DecodeGraphGuardsItsRuntimePosition) {
+  ModelConfig c;
+  c.n_layer = 1;
+  c.vocab_size = 40;
+  c.block_size = 8;
+  const GrammarMiniGPT model(c, random_weights(c, 6));
+  WeightBinding w = bind_weights(model.weights());
+  CompiledGraph g(capture_gpt_decode(c), w, test_options());
+  Tensor k = Tensor::zeros({8, c.d_model}), v = Tensor::zeros({8, c.d_model}), logits = Tensor::empty({1, 1, 40});
+  const int32_t id = 3;
+  float* out[] = {logits.data()};
+  ThreadPool pool(1);
+  for (int32_t t : {0, 7}) {
+    const void* in[] = {&id, &t, k.data(), v.data()};
+    EXPECT_NO_THROW(g.run(in, out, pool)) << t;
+  }
+  for (int32_t t : {8, -1, 1000}) {  // at or past the caches' 8 rows: caught before the call
+    const void* in[] = {&id, &t, k.data(), v.data()};
+    try {
+      g.run(in, out, pool);
+      ADD_FAILURE() << "position " << t << " ran";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("outside the compiled capacity [0, 8)"), std::string::npos) << e.what();
+    }
   }
 }
 

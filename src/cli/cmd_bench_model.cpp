@@ -170,7 +170,7 @@ void run_bench_model(const BenchModelOptions& opt, const GlobalOptions& global) 
   }
   const double dec = median(dec_us) / static_cast<double>(c.block_size);  // per token
 
-  // the compiled decode step: one graph per cache length (compiled on first use, cached on disk)
+  // the compiled decode step: one graph for every position (compiled on first use, cached on disk)
   double cdec = 0;
   if (opt.compile_decode) {
     compile::CompileOptions co;
@@ -232,8 +232,8 @@ void add_bench_model_command(CLI::App& bench, GlobalOptions& global) {
   cmd->add_option("--seq", opt->seq, "forward sequence length T")->check(CLI::Range(1, 8192));
   cmd->add_flag("--compile", opt->compile, "also time our compiled forward (minigpt compile), side by side");
   cmd->add_flag("--compile-decode", opt->compile_decode,
-                "also time the compiled decode step (one graph per cache length: the first run compiles "
-                "block_size graphs, later runs load them from the JIT cache)");
+                "also time the compiled decode step (one graph for every position, read at run time: the "
+                "first run compiles it, later runs load it from the JIT cache)");
   cmd->add_option("--compile-mode", opt->compile_mode, "default | max-autotune")
       ->check(CLI::IsMember({"default", "max-autotune"}));
   cmd->add_flag_callback("--no-torch-compile", [opt] { opt->torch_compile = false; },

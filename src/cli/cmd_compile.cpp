@@ -1,6 +1,8 @@
 // `minigpt compile --graph tinyhead|gpt|decode [--batch B --seq T | --pos t] [-m MODEL] [--dump DIR] [--explain]
-// [--mode default|max-autotune]`: captures the graph, runs the passes, generates the C++,
-// compiles it through the JIT cache and reports the kernels and the compile times.
+// [--mode default|max-autotune] [--export FILE]`: captures the graph, runs the passes, generates
+// the C++, compiles it through the JIT cache and reports the kernels and the compile times.
+// --export FILE instead writes the captured graph and its weights as one file (compile/export.h)
+// that `minigpt forward -m FILE` runs.
 //
 // --dump DIR writes what MINIGPT_COMPILE_DEBUG=1 writes (ir_pre_fusion.txt,
 // ir_post_fusion.txt, schedule.txt, output_code.cpp, kernels/*.cpp). --explain runs the
@@ -13,6 +15,7 @@
 #include "cli/commands.h"
 #include "compile/autotune.h"
 #include "compile/capture.h"
+#include "compile/export.h"
 #include "compile/runner.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -38,6 +41,7 @@ struct CompileCliOptions {
   int64_t batch = 2, seq = 16;
   int64_t pos = 15;  // decode: tokens already cached
   std::string dump;
+  std::string export_path;  // --export FILE: write the captured graph and its weights, then stop
   bool explain = false;
   std::string mode = "default";
   int runs = 200;
@@ -89,8 +93,14 @@ void run_compile(const CompileCliOptions& opt, const GlobalOptions& global) {
     model = std::make_unique<GrammarMiniGPT>(f.config, std::move(f.weights));
     weights = bind_weights(model->weights());
     vocab = model->config().vocab_size;
-    captured = opt.graph == "gpt" ? capture_gpt(model->config(), opt.batch, opt.seq)
-                                  : capture_gpt_decode(model->config(), opt.pos);
+    // decode: one graph for every position; --pos is the value its "pos" input runs with
+    captured = opt.graph == "gpt" ? capture_gpt(model->config(), opt.batch, opt.seq) : capture_gpt_decode(model->config());
+  }
+  if (!opt.export_path.empty()) {  // the graph as capture made it (the reader runs the passes)
+    export_graph(opt.export_path, captured, weights.values);
+    fmt::print("exported graph {} ({} nodes, {} weights, format {} v{}) to {}\n", captured.name, captured.nodes.size(),
+               captured.weights.size(), kGraphFormatTag, kGraphFormatVersion, opt.export_path);
+    return;
   }
   // inputs drawn from seed 42 (never zeros): token ids, or normal floats (x, the KV caches)
   std::normal_distribution<float> nd;
@@ -99,6 +109,7 @@ void run_compile(const CompileCliOptions& opt, const GlobalOptions& global) {
     if (ti.dtype == DType::I32) {
       ids.emplace_back(static_cast<size_t>(ti.numel()));
       for (int32_t& v : ids.back()) v = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
+      if (ti.name == "pos") ids.back()[0] = static_cast<int32_t>(opt.pos);  // decode: the runtime position
       inputs.push_back(ids.back().data());
     } else {
       fin.push_back(Tensor::empty(ti.shape));
@@ -173,11 +184,13 @@ void add_compile_command(CLI::App& app, GlobalOptions& global) {
   CLI::App* cmd = app.add_subcommand("compile", "Compile a graph (TinyHead or the model) to fused C++ kernels");
   cmd->add_option("--graph", opt->graph, "tinyhead | gpt | decode (one KV-cache step)")
       ->check(CLI::IsMember({"tinyhead", "gpt", "decode"}));
-  cmd->add_option("--pos", opt->pos, "decode: cache length t (tokens already cached)")->check(CLI::Range(0, 8192));
+  cmd->add_option("--pos", opt->pos, "decode: the position t the step runs at (tokens already cached)")->check(CLI::Range(0, 8192));
   cmd->add_option("-m,--model", opt->model, "model file (gpt; default: the shipped model)");
   cmd->add_option("--batch", opt->batch, "batch size B")->check(CLI::Range(1, 4096));
   cmd->add_option("--seq", opt->seq, "sequence length T (gpt)")->check(CLI::Range(1, 8192));
   cmd->add_option("--dump", opt->dump, "write the IR, the schedule and the generated code to this folder");
+  cmd->add_option("--export", opt->export_path,
+                  "write the captured graph with its weights to this one file (safetensors; `minigpt forward -m FILE` runs it)");
   cmd->add_flag("--explain", opt->explain, "per kernel: ops fused, tensors removed, bytes, FLOPs, time, roofline");
   cmd->add_option("--mode", opt->mode, "default | max-autotune")->check(CLI::IsMember({"default", "max-autotune"}));
   cmd->add_option("--runs", opt->runs, "timed runs per kernel (--explain)")->check(CLI::Range(1, 1000000));

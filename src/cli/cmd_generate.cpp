@@ -48,7 +48,7 @@ void run_generate(const GenerateOptions& opt, const GlobalOptions& global) {
   prompt.insert(prompt.end(), enc.ids.begin(), enc.ids.end());
 
   ThreadPool pool(global.resolved_threads());
-  // eager Decoder, or the compiled decode step (one graph per cache length, JIT-cached on disk)
+  // eager Decoder, or the compiled decode step (one graph for every position, JIT-cached on disk)
   Decoder decoder(model);
   std::unique_ptr<compile::CompiledDecoder> compiled;
   if (opt.compile) compiled = std::make_unique<compile::CompiledDecoder>(model);

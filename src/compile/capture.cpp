@@ -107,11 +107,14 @@ int GraphBuilder::embedding(int ids, int table, const std::string& name, const s
 }
 
 int GraphBuilder::pos_embedding(int table, int64_t rows, int64_t period, int64_t offset,
-                                const std::string& name, const std::string& source) {
+                                const std::string& name, const std::string& source, int pos) {
   Node a;
   a.period = period;
-  a.offset = offset;
-  return node(Op::PosEmbedding, {table}, {rows, g_.tensor(table).shape.at(1)}, name, source, a);
+  a.offset = pos >= 0 ? 0 : offset;
+  a.runtime_offset = pos >= 0;
+  std::vector<int> in{table};
+  if (pos >= 0) in.push_back(pos);
+  return node(Op::PosEmbedding, in, {rows, g_.tensor(table).shape.at(1)}, name, source, a);
 }
 
 int GraphBuilder::attention_pieces(int qkv, int heads, const std::string& p, const std::string& source) {
@@ -134,22 +137,28 @@ int GraphBuilder::attention_pieces(int qkv, int heads, const std::string& p, con
 }
 
 int GraphBuilder::kv_write(int qkv, int cache, int part, int64_t row, const std::string& name,
-                           const std::string& source) {
+                           const std::string& source, int pos) {
   Node a;
   a.part = part;
-  a.offset = row;
-  const int out = node(Op::KvWrite, {qkv, cache}, g_.tensor(cache).shape, name, source, a);
+  a.offset = pos >= 0 ? 0 : row;
+  a.runtime_offset = pos >= 0;
+  std::vector<int> in{qkv, cache};
+  if (pos >= 0) in.push_back(pos);
+  const int out = node(Op::KvWrite, in, g_.tensor(cache).shape, name, source, a);
   g_.tensor(out).alias_of = cache;
   return out;
 }
 
 int GraphBuilder::attention_decode(int qkv, int k_cache, int v_cache, int heads, int64_t offset,
-                                   const std::string& name, const std::string& source) {
-  const std::vector<int64_t>& s = g_.tensor(qkv).shape;
+                                   const std::string& name, const std::string& source, int pos) {
+  const std::vector<int64_t> s = g_.tensor(qkv).shape;
   Node a;
   a.heads = heads;
-  a.offset = offset;
-  return node(Op::Attention, {qkv, k_cache, v_cache}, {s.at(0), s.at(1), s.at(2) / 3}, name, source, a);
+  a.offset = pos >= 0 ? 0 : offset;
+  a.runtime_offset = pos >= 0;
+  std::vector<int> in{qkv, k_cache, v_cache};
+  if (pos >= 0) in.push_back(pos);
+  return node(Op::Attention, in, {s.at(0), s.at(1), s.at(2) / 3}, name, source, a);
 }
 
 Graph GraphBuilder::finish() {
@@ -282,11 +291,13 @@ Graph capture_gpt(const ModelConfig& c, int64_t B, int64_t T) {
 }
 
 Graph capture_gpt_decode(const ModelConfig& c, int64_t t) {
-  MINIGPT_CHECK(t >= 0 && t < c.block_size, "capture_gpt_decode: position {} outside [0, {})", t, c.block_size);
+  MINIGPT_CHECK(t == kRuntimePosition || (t >= 0 && t < c.block_size), "capture_gpt_decode: position {} outside [0, {})", t, c.block_size);
   const int64_t d = c.d_model;
   const float eps = c.layernorm_eps;
-  GraphBuilder b(fmt::format("gpt_decode_t{}", t));
+  const bool runtime = t == kRuntimePosition;
+  GraphBuilder b(runtime ? std::string("gpt_decode") : fmt::format("gpt_decode_t{}", t));
   const int ids = b.input("ids", {1, 1}, DType::I32);
+  const int pos = runtime ? b.input("pos", {1}, DType::I32) : -1;  // t, read at run time
   std::vector<std::pair<int, int>> caches;
   for (int l = 0; l < c.n_layer; ++l) {
     caches.emplace_back(b.input(fmt::format("blocks.{}.k_cache", l), {c.block_size, d}),
@@ -299,7 +310,7 @@ Graph capture_gpt_decode(const ModelConfig& c, int64_t t) {
   const HeadLeaves head = head_leaves(b, c);
 
   const int te = b.embedding(ids, wte, "wte.out", "decode embed (wte[id])");
-  const int pe = b.pos_embedding(wpe, 1, 1, t, "wpe.out", "decode embed (wpe[t])");
+  const int pe = b.pos_embedding(wpe, 1, 1, t, "wpe.out", "decode embed (wpe[t])", pos);
   int x = b.binary(Op::Add, te, pe, "embed.out", "decode embed (wte[id] + wpe[t])");
   for (int l = 0; l < c.n_layer; ++l) {
     const BlockLeaves& w = blocks[static_cast<size_t>(l)];
@@ -309,9 +320,9 @@ Graph capture_gpt_decode(const ModelConfig& c, int64_t t) {
     b.graph().tensor(qkv).shape = {1, 1, 3 * d};
     b.graph().tensor(qkv).strides = contiguous_strides({1, 1, 3 * d});
     const auto [kc, vc] = caches[static_cast<size_t>(l)];
-    const int k = b.kv_write(qkv, kc, 1, t, p + "k_cache.new", p + "k cache row t (std::copy)");
-    const int v = b.kv_write(qkv, vc, 2, t, p + "v_cache.new", p + "v cache row t (std::copy)");
-    const int att = b.attention_decode(qkv, k, v, c.n_head, t, p + "attn.out", p + "attn (cpu::attention_decode_step)");
+    const int k = b.kv_write(qkv, kc, 1, t, p + "k_cache.new", p + "k cache row t (std::copy)", pos);
+    const int v = b.kv_write(qkv, vc, 2, t, p + "v_cache.new", p + "v cache row t (std::copy)", pos);
+    const int att = b.attention_decode(qkv, k, v, c.n_head, t, p + "attn.out", p + "attn (cpu::attention_decode_step)", pos);
     b.graph().tensor(att).shape = {1, d};
     b.graph().tensor(att).strides = contiguous_strides({1, d});
     const int proj = b.linear(att, w.proj_w, w.proj_b, p + "attn.proj.out", p + "attn.proj (cpu::linear_forward)");

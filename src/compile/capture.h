@@ -43,15 +43,16 @@ class GraphBuilder {
   int softmax(int x, const std::string& name, const std::string& source);
   int layernorm(int x, int w, int b, float eps, const std::string& name, const std::string& source);
   int embedding(int ids, int table, const std::string& name, const std::string& source);
+  // pos >= 0: the offset/row is that (1) i32 input's value at run time (offset/row unused).
   int pos_embedding(int table, int64_t rows, int64_t period, int64_t offset,
-                    const std::string& name, const std::string& source);
+                    const std::string& name, const std::string& source, int pos = -1);
   // The attention core between the qkv and proj Linears, as its pieces: split q, k, v into
   // heads, scores q k^T, scale 1/sqrt(dh), causal mask, softmax, weighted sum of v, merge.
   int attention_pieces(int qkv, int heads, const std::string& prefix, const std::string& source);
   int kv_write(int qkv, int cache, int part, int64_t row, const std::string& name,
-               const std::string& source);
+               const std::string& source, int pos = -1);
   int attention_decode(int qkv, int k_cache, int v_cache, int heads, int64_t offset,
-                       const std::string& name, const std::string& source);
+                       const std::string& name, const std::string& source, int pos = -1);
 
   Graph& graph() { return g_; }
   Graph finish();  // verifies ("capture") and returns the graph
@@ -83,6 +84,10 @@ Graph capture_gpt(const ModelConfig& config, int64_t B, int64_t T);
 // One decode step with t tokens cached: inputs "ids" (1, 1) i32 and per layer the mutable
 // caches "blocks.{l}.k_cache", "blocks.{l}.v_cache" (block_size, d) whose rows [0, t) hold the
 // earlier positions' keys/values; the step writes row t of each. Output "logits" (1, 1, V).
-Graph capture_gpt_decode(const ModelConfig& config, int64_t t);
+// t = kRuntimePosition (the default): t is not baked in but a second input "pos" (1) i32 read
+// at run time (a symbolic size; the caches' block_size rows are the static capacity), so one
+// graph serves every position ("gpt_decode"); t >= 0: t is a constant ("gpt_decode_t5").
+inline constexpr int64_t kRuntimePosition = -1;
+Graph capture_gpt_decode(const ModelConfig& config, int64_t t = kRuntimePosition);
 
 }  // namespace minigpt::compile

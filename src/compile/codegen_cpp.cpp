@@ -249,6 +249,8 @@ class RowwiseGen {
       case Op::Embedding:  // row ids[r] of the table
         return load(ptr_.at(n.inputs[1]), fmt::format("(int64_t){}[r] * {} + {}", ptr_.at(n.inputs[0]), C_, col(m)), m);
       case Op::PosEmbedding:  // row offset + r % period of the table
+        if (n.runtime_offset)  // one row, the position read at run time
+          return load(ptr_.at(n.inputs[0]), fmt::format("(int64_t){}[0] * {} + {}", ptr_.at(n.inputs[1]), C_, col(m)), m);
         return n.period == 1 ? load(ptr_.at(n.inputs[0]), fmt::format("{} + {}", n.offset * C_, col(m)), m)
                              : load(ptr_.at(n.inputs[0]), fmt::format("({} + r % {}) * {} + {}", n.offset, n.period, C_, col(m)), m);
       case Op::Add:
@@ -490,7 +492,7 @@ std::string RowwiseGen::generate(std::string& call_args) {
 // exp(m_old - m_new)), and out^T[d] += p v[d] in key order. The (T, S) scores exist only as
 // one block of MG_W vectors at a time.
 std::string attention_vector_body(const std::string& name, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t dh,
-                                  int64_t offset, float scale, bool decode, int W) {
+                                  const std::string& offset, float scale, bool decode, int W) {
   (void)B;
   (void)W;
   const std::string kaddr = decode ? fmt::format("a->in_ptr1 + s * {} + h * {}", C, dh)
@@ -547,8 +549,7 @@ std::string attention_vector_body(const std::string& name, int64_t B, int64_t T,
 // exp and sum over the row, out = sum_s p_s v_s / sum. The row (S floats) is the only score
 // storage.
 std::string attention_one_query_body(const std::string& name, int64_t T, int64_t C, int64_t NH, int64_t dh,
-                                     int64_t offset, float scale, bool decode) {
-  const int64_t S = offset + 1;
+                                     const std::string& offset, int64_t max_keys, float scale, bool decode) {
   const std::string kaddr = decode ? fmt::format("a->in_ptr1 + s * {} + h * {}", C, dh)
                                    : fmt::format("a->in_ptr0 + (b * {} + s) * {} + {} + h * {}", T, 3 * C, C, dh);
   const std::string vaddr = decode ? fmt::format("a->in_ptr2 + s * {} + h * {}", C, dh)
@@ -558,15 +559,16 @@ std::string attention_one_query_body(const std::string& name, int64_t T, int64_t
   code += "  for (int64_t p = p0; p < p1; ++p) {\n";
   code += fmt::format("    const int64_t b = p / {}, h = p % {};\n", NH, NH);
   code += fmt::format("    const mg_vf q = mg_load(a->in_ptr0 + b * {} + h * {});  // the head's query (dh = MG_W)\n", 3 * C, dh);
-  code += fmt::format("    float sc[{}];  // scores of keys [0, {}): every key is at or before the query\n", S, S);
+  code += fmt::format("    const int64_t S = {} + 1;  // keys [0, S): every key is at or before the query\n", offset);
+  code += fmt::format("    float sc[{}];  // their scores (at most {} keys)\n", max_keys, max_keys);
   code += "    float m = -INFINITY;\n";
-  code += fmt::format("    for (int64_t s = 0; s < {}; ++s) {{\n", S);
+  code += "    for (int64_t s = 0; s < S; ++s) {\n";
   code += fmt::format("      sc[s] = mg_hsum_tree(q * mg_load({})) * {};  // q . k_s, scale 1/sqrt({})\n", kaddr, flit(scale), dh);
   code += "      m = mg_max(m, sc[s]);\n    }\n";
   code += "    float l = 0.0f;\n";
-  code += fmt::format("    for (int64_t s = 0; s < {}; ++s) {{\n      sc[s] = mg_exp(sc[s] - m);\n      l += sc[s];\n    }}\n", S);
+  code += "    for (int64_t s = 0; s < S; ++s) {\n      sc[s] = mg_exp(sc[s] - m);\n      l += sc[s];\n    }\n";
   code += "    mg_vf acc = {};\n";
-  code += fmt::format("    for (int64_t s = 0; s < {}; ++s) acc += sc[s] * mg_load({});\n", S, vaddr);
+  code += fmt::format("    for (int64_t s = 0; s < S; ++s) acc += sc[s] * mg_load({});\n", vaddr);
   code += fmt::format("    mg_store(a->out_ptr0 + b * {} + h * {}, acc / l);\n", C, dh);
   code += "  }\n}\n";
   return code;
@@ -577,18 +579,24 @@ std::string generate_attention(const Schedule& s, const Kernel& k, const Codegen
   const Node& n = g.nodes[static_cast<size_t>(k.nodes[0])];
   const auto& qs = g.tensor(n.inputs[0]).shape;  // (B, T, 3C)
   const int64_t B = qs[0], T = qs[1], C = qs[2] / 3, NH = n.heads, dh = C / NH;
-  const bool decode = n.inputs.size() == 3;
-  const int64_t S = T + n.offset;  // keys seen by the last query
+  const bool decode = data_inputs(n) == 3;
+  // the first query's position: the attribute, or (runtime offset) the pos input's value;
+  // the static bound on the keys is then the caches' rows (their capacity)
+  const std::string offset = n.runtime_offset ? "(int64_t)a->in_ptr3[0]" : fmt::format("{}", n.offset);
+  const int64_t S = n.runtime_offset ? g.tensor(n.inputs[1]).shape[0] : T + n.offset;  // keys seen by the last query (at most)
+  const std::string rows = n.runtime_offset ? fmt::format("%{}", n.inputs.back()) : fmt::format("{}", n.offset);
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   std::vector<std::string> params{fmt::format("in_ptr0 = {} (q | k | v per row)", describe(g, n.inputs[0]))};
   call_args += ", " + tensor_var(g, n.inputs[0]);
   if (decode) {
-    params.push_back(fmt::format("in_ptr1 = {} (keys, rows [0, {}])", describe(g, n.inputs[1]), n.offset));
-    params.push_back(fmt::format("in_ptr2 = {} (values, rows [0, {}])", describe(g, n.inputs[2]), n.offset));
+    params.push_back(fmt::format("in_ptr1 = {} (keys, rows [0, {}])", describe(g, n.inputs[1]), rows));
+    params.push_back(fmt::format("in_ptr2 = {} (values, rows [0, {}])", describe(g, n.inputs[2]), rows));
     call_args += ", " + tensor_var(g, n.inputs[1]) + ", " + tensor_var(g, n.inputs[2]);
   } else {
     call_args += ", NULL, NULL";  // keys and values come from the qkv rows
   }
+  if (n.runtime_offset) params.push_back(fmt::format("in_ptr3 = {} (the position, read at run time)", describe(g, n.inputs.back())));
+  call_args += ", " + (n.runtime_offset ? tensor_var(g, n.inputs.back()) : std::string("NULL"));
   params.push_back(fmt::format("out_ptr0 = {} (heads merged)", describe(g, n.output)));
   call_args += ", " + tensor_var(g, n.output);
   std::string code = kernel_comment(s, k, params);
@@ -598,12 +606,12 @@ std::string generate_attention(const Schedule& s, const Kernel& k, const Codegen
       "//   rescaled by exp(m_old - m_new)), out^T += p v; out = out^T / sum. No (T, S) score or\n"
       "//   probability matrix exists.\n",
       opt.vec_width, opt.vec_width);
-  code += fmt::format("struct {}_args {{ const float* in_ptr0; const float* in_ptr1; const float* in_ptr2; float* out_ptr0; }};\n", k.name);
+  code += fmt::format("struct {}_args {{ const float* in_ptr0; const float* in_ptr1; const float* in_ptr2; const int32_t* in_ptr3; float* out_ptr0; }};\n", k.name);
   if (T == 1 && dh == opt.vec_width) {
     code += "//   one query per (batch, head): keys along a row of scores instead\n";
-    code += attention_one_query_body(k.name, T, C, NH, dh, n.offset, scale, decode);
+    code += attention_one_query_body(k.name, T, C, NH, dh, offset, S, scale, decode);
   } else {
-    code += attention_vector_body(k.name, B, T, C, NH, dh, n.offset, scale, decode, opt.vec_width);
+    code += attention_vector_body(k.name, B, T, C, NH, dh, offset, scale, decode, opt.vec_width);
   }
   code += fmt::format("static void {}(const MgRuntime* rt, const {}_args* a) {{\n", k.name, k.name);
   const int64_t work = B * NH * T * S * dh;
@@ -619,12 +627,18 @@ std::string generate_kv_write(const Schedule& s, const Kernel& k, std::string& c
   const Graph& g = s.graph;
   const Node& n = g.nodes[static_cast<size_t>(k.nodes[0])];
   const int64_t C = g.tensor(n.inputs[1]).cols();
-  call_args += ", " + tensor_var(g, n.inputs[0]) + ", " + tensor_var(g, n.inputs[1]);
-  std::string code = kernel_comment(s, k, {fmt::format("in_ptr0 = {}", describe(g, n.inputs[0])),
-                                           fmt::format("out_ptr0 = {} (row {} written in place)", describe(g, n.inputs[1]), n.offset)});
-  code += fmt::format("struct {}_args {{ const float* in_ptr0; float* out_ptr0; }};\n", k.name);
+  call_args += ", " + tensor_var(g, n.inputs[0]) + ", " + (n.runtime_offset ? tensor_var(g, n.inputs.back()) : std::string("NULL")) +
+               ", " + tensor_var(g, n.inputs[1]);
+  std::vector<std::string> params{fmt::format("in_ptr0 = {}", describe(g, n.inputs[0]))};
+  if (n.runtime_offset) params.push_back(fmt::format("in_ptr1 = {} (the row, read at run time)", describe(g, n.inputs.back())));
+  params.push_back(fmt::format("out_ptr0 = {} (row {} written in place)", describe(g, n.inputs[1]),
+                               n.runtime_offset ? fmt::format("%{}", n.inputs.back()) : fmt::format("{}", n.offset)));
+  std::string code = kernel_comment(s, k, params);
+  code += fmt::format("struct {}_args {{ const float* in_ptr0; const int32_t* in_ptr1; float* out_ptr0; }};\n", k.name);
   code += fmt::format("static void {}(const MgRuntime* rt, const {}_args* a) {{\n  (void)rt;\n", k.name, k.name);
-  code += fmt::format("  for (int64_t c = 0; c < {}; ++c) a->out_ptr0[{} + c] = a->in_ptr0[{} + c];\n}}\n", C, n.offset * C, n.part * C);
+  const std::string row = n.runtime_offset ? "(int64_t)a->in_ptr1[0]" : fmt::format("{}", n.offset);
+  code += fmt::format("  float* dst = a->out_ptr0 + {} * {};  // row t{}\n", row, C, n.runtime_offset ? " (read at run time)" : "");
+  code += fmt::format("  for (int64_t c = 0; c < {}; ++c) dst[c] = a->in_ptr0[{} + c];\n}}\n", C, n.part * C);
   return code;
 }
 

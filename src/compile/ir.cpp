@@ -58,21 +58,34 @@ bool Graph::is_graph_output(int tensor_id) const {
   return std::find(outputs.begin(), outputs.end(), tensor_id) != outputs.end();
 }
 
+int64_t position_capacity(const Graph& g, int pos_tensor) {
+  int64_t cap = 0;
+  for (const Node& n : g.nodes) {
+    if (position_input(n) != pos_tensor) continue;
+    // the position table's rows (pos_embedding), else the KV cache's rows
+    const int64_t rows = g.tensor(n.inputs[n.op == Op::PosEmbedding ? 0 : 1]).shape.at(0);
+    cap = cap == 0 ? rows : std::min(cap, rows);
+  }
+  return cap;
+}
+
 namespace {
 
 std::string node_attrs(const Node& n) {
+  // a runtime offset prints as the input it is read from: one text (and hash) for every t
+  const std::string off = n.runtime_offset ? fmt::format("%{}", n.inputs.back()) : fmt::format("{}", n.offset);
   std::string a;
   switch (n.op) {
     case Op::AddScalar:
     case Op::MulScalar: a = fmt::format(", alpha={}", n.alpha); break;
     case Op::LayerNorm: a = fmt::format(", eps={}", n.alpha); break;
-    case Op::PosEmbedding: a = fmt::format(", period={}, offset={}", n.period, n.offset); break;
+    case Op::PosEmbedding: a = fmt::format(", period={}, offset={}", n.period, off); break;
     case Op::ReduceMax:
     case Op::ReduceSum: a = n.acc_f64 ? ", acc=f64" : ""; break;
     case Op::SplitHeads: a = fmt::format(", part={}, heads={}", "qkv"[n.part], n.heads); break;
     case Op::CausalMask: a = fmt::format(", offset={}", n.offset); break;
-    case Op::KvWrite: a = fmt::format(", part={}, row={}", "qkv"[n.part], n.offset); break;
-    case Op::Attention: a = fmt::format(", heads={}, offset={}", n.heads, n.offset); break;
+    case Op::KvWrite: a = fmt::format(", part={}, row={}", "qkv"[n.part], off); break;
+    case Op::Attention: a = fmt::format(", heads={}, offset={}", n.heads, off); break;
     case Op::Matmul:
       if (n.has_bias) a += ", +bias";
       if (n.has_residual) a += ", +residual";
@@ -137,8 +150,8 @@ std::string check_shapes(const Graph& g, const Node& n) {
   auto sh = [&](size_t k) -> const Shape& { return g.tensor(n.inputs[k]).shape; };
   const Shape& out = g.tensor(n.output).shape;
   auto need_inputs = [&](size_t lo, size_t hi) -> std::string {
-    if (n.inputs.size() < lo || n.inputs.size() > hi)
-      return fmt::format("expects {}..{} inputs, has {}", lo, hi, n.inputs.size());
+    if (data_inputs(n) < lo || data_inputs(n) > hi)
+      return fmt::format("expects {}..{} inputs, has {}", lo, hi, data_inputs(n));
     return "";
   };
   // Views that keep the rows and the last axis are the same buffer: (N, C) == (B, T, C).
@@ -155,6 +168,17 @@ std::string check_shapes(const Graph& g, const Node& n) {
     return r;
   };
   std::string e;
+  if (n.runtime_offset) {
+    if (n.op != Op::PosEmbedding && n.op != Op::KvWrite && !(n.op == Op::Attention && data_inputs(n) == 3))
+      return "only pos_embedding, kv_write and the decode attention take a runtime offset";
+    if (n.inputs.size() < 2) return "a runtime offset needs its position input";
+    const TensorInfo& p = g.tensor(n.inputs.back());
+    if (p.kind != TensorKind::Input || p.dtype != DType::I32 || p.shape != Shape{1})
+      return fmt::format("the runtime offset %{} must be a (1) i32 graph input", n.inputs.back());
+    if (n.offset != 0) return "a runtime offset keeps the attribute at 0";
+    if (n.op == Op::PosEmbedding && (n.period != 1 || out.size() != 2 || out[0] != 1))
+      return "a runtime-offset pos_embedding gathers one row";
+  }
   if (kPointwise.contains(n.op)) {
     const bool binary = kBinary.contains(n.op);
     if (!(e = need_inputs(binary ? 2 : 1, binary ? 2 : 1)).empty()) return e;
@@ -234,7 +258,7 @@ std::string check_shapes(const Graph& g, const Node& n) {
       if (g.tensor(n.output).alias_of != n.inputs[1]) return "output must alias the cache";
       return expect(sh(1));
     case Op::Attention: {
-      if (n.inputs.size() != 1 && n.inputs.size() != 3) return "expects qkv [, k cache, v cache]";
+      if (data_inputs(n) != 1 && data_inputs(n) != 3) return "expects qkv [, k cache, v cache]";
       const Shape& q = sh(0);
       if (q.size() != 3 || q[2] % (3 * n.heads) != 0) return "qkv must be (B, T, 3C)";
       return expect({q[0], q[1], q[2] / 3});
@@ -264,7 +288,7 @@ void verify(const Graph& g, std::string_view after) {
       if (in < 0 || in >= nt) bad(after, g, i, fmt::format("input %{} does not exist", in));
       if (written[static_cast<size_t>(in)] == -2)
         bad(after, g, i, fmt::format("reads %{} '{}' before anything writes it", in, g.tensor(in).name));
-      if (g.tensor(in).dtype == DType::I32 && !(n.op == Op::Embedding && in == n.inputs[0]))
+      if (g.tensor(in).dtype == DType::I32 && !(n.op == Op::Embedding && in == n.inputs[0]) && in != position_input(n))
         bad(after, g, i, fmt::format("i32 tensor %{} used as data", in));
     }
     if (n.output < 0 || n.output >= nt) bad(after, g, i, "output does not exist");
@@ -277,7 +301,7 @@ void verify(const Graph& g, std::string_view after) {
     if (t.kind == TensorKind::Input || t.kind == TensorKind::Weight) bad(after, g, i, "writes a leaf");
     if (t.alias_of >= 0 && n.op != Op::KvWrite) bad(after, g, i, "only kv_write may alias");
     if (const std::string e = check_shapes(g, n); !e.empty()) bad(after, g, i, e);
-    if (n.op == Op::Attention && n.inputs.size() == 3) {
+    if (n.op == Op::Attention && data_inputs(n) == 3) {
       // decode: the caches are KvWrite results of this step
       for (int k = 1; k < 3; ++k) {
         const int p = g.tensor(n.inputs[static_cast<size_t>(k)]).producer;

@@ -7,6 +7,12 @@
 // - Every node has exactly one output tensor; tensors are written once (SSA). The one
 //   exception is KvWrite, whose output *aliases* a mutable graph input (the KV cache) and
 //   writes one row of it in place.
+// - A runtime position (a symbolic size, as a compiler with dynamic shapes has): a node with
+//   runtime_offset reads its offset not from the attribute but from its last input, a graph
+//   input of shape (1) i32 ("pos"), at run time. The static shapes bound it (the KV cache's
+//   rows, the position table's rows: the capacity); the runner guards pos < capacity before
+//   the call. PosEmbedding, KvWrite and the decode Attention accept it, so one compiled decode
+//   step serves every cache position.
 // - Row-wise ops work on the last axis: a tensor of shape (..., C) is R = numel / C rows of C.
 //   Reductions keep the axis: (..., C) -> (..., 1). Binary pointwise ops broadcast an operand
 //   of shape (..., 1) (one value per row) or (C) (one value per column, a bias or a gain).
@@ -34,7 +40,7 @@ enum class DType : uint8_t { F32, I32 };
 enum class Op : uint8_t {
   // gathers: out (N, C)
   Embedding,     // (ids (N) i32, table (V, C)): out[n] = table[ids[n]]
-  PosEmbedding,  // (table (P, C)); attrs period T, offset: out[n] = table[offset + n % T]
+  PosEmbedding,  // (table (P, C) [, pos]); attrs period T, offset: out[n] = table[offset + n % T]
   // matmul: out (N, M) = x (N, K) W (M, K)^T [+ bias (M)] then [+ residual (N, M) | GELU]
   Matmul,
   // pointwise, binary (broadcasting as above)
@@ -61,9 +67,9 @@ enum class Op : uint8_t {
   CausalMask,   // (B, NH, T, S): -inf where key s > query t + offset (attr offset)
   WeightedSum,  // p (B, NH, T, S), v (B, NH, S, dh) -> (B, NH, T, dh)
   MergeHeads,   // (B, NH, T, dh) -> (B, T, NH*dh)
-  KvWrite,      // (qkv (1, 3C), cache (cap, C)); attrs part, offset=t: cache row t = part
+  KvWrite,      // (qkv (1, 3C), cache (cap, C) [, pos]); attrs part, offset=t: cache row t = part
   // fused
-  Attention,  // (qkv (B, T, 3C) [, k cache, v cache]) -> (B, T, C); causal, online softmax
+  Attention,  // (qkv (B, T, 3C) [, k cache, v cache [, pos]]) -> (B, T, C); causal, online softmax
 };
 inline constexpr int kOpCount = static_cast<int>(Op::Attention) + 1;
 
@@ -123,6 +129,7 @@ struct Node {
   float alpha = 0.0f;      // AddScalar, MulScalar, LayerNorm eps
   int64_t period = 0;      // PosEmbedding
   int64_t offset = 0;      // PosEmbedding, CausalMask, KvWrite, Attention: first query's position
+  bool runtime_offset = false;  // offset = the last input's value at run time (0 in `offset`)
   int part = 0;            // SplitHeads, KvWrite
   int heads = 0;           // SplitHeads, Attention
   bool acc_f64 = false;    // reductions
@@ -149,6 +156,14 @@ struct Graph {
   std::vector<int> consumers(int tensor_id) const;
   bool is_graph_output(int tensor_id) const;
 };
+
+// The position input of a node with a runtime offset, else -1; the inputs before it.
+inline int position_input(const Node& n) { return n.runtime_offset ? n.inputs.back() : -1; }
+inline size_t data_inputs(const Node& n) { return n.inputs.size() - (n.runtime_offset ? 1 : 0); }
+
+// The exclusive bound on a runtime position input's value: the fewest rows (table, cache) of
+// the nodes reading it as their offset; 0 when none does.
+int64_t position_capacity(const Graph& g, int pos_tensor);
 
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);
 std::string shape_text(const std::vector<int64_t>& shape);  // "(2, 16, 64)"

@@ -169,6 +169,10 @@ CompiledGraph::CompiledGraph(const Graph& captured, WeightBinding& weights, cons
     call_kernel_ = reinterpret_cast<decltype(call_kernel_)>(lib_->symbol("call_kernel"));
     arena_ = Tensor::empty({std::max<int64_t>(16, (schedule_.graph.arena_bytes + 3) / 4)});
     io_.assign(code_.io.size(), nullptr);
+    position_caps_.clear();
+    const Graph& sg = schedule_.graph;
+    for (size_t k = 0; k < sg.inputs.size(); ++k)
+      if (const int64_t cap = position_capacity(sg, sg.inputs[k]); cap > 0) position_caps_.emplace_back(k, cap);
     for (size_t i = 0; i < code_.io.size(); ++i) {
       const IoSlot& s = code_.io[i];
       if (s.kind == IoSlot::Kind::Weight) {
@@ -245,6 +249,12 @@ void CompiledGraph::bind_io(std::span<const void* const> inputs, std::span<float
   MINIGPT_CHECK(inputs.size() == g.inputs.size() && outputs.size() == g.outputs.size(),
                 "compiled {}: expected {} inputs and {} outputs, got {} and {}", g.name, g.inputs.size(),
                 g.outputs.size(), inputs.size(), outputs.size());
+  // the guard on runtime positions: the generated code indexes the caches with them unchecked
+  for (const auto& [k, cap] : position_caps_) {
+    const int32_t pos = *static_cast<const int32_t*>(inputs[k]);
+    MINIGPT_CHECK(pos >= 0 && pos < cap, "compiled {}: position {} ('{}') outside the compiled capacity [0, {})", g.name, pos,
+                  g.tensor(g.inputs[k]).name, cap);
+  }
   size_t i = 0;
   for (const void* p : inputs) io_[i++] = const_cast<void*>(p);
   for (float* p : outputs) io_[i++] = p;
@@ -311,21 +321,22 @@ CompiledDecoder::CompiledDecoder(const GrammarMiniGPT& model, CompileOptions opt
   logits_ = Tensor::empty({1, 1, c.vocab_size});
 }
 
-CompiledGraph& CompiledDecoder::graph_for(int64_t t) {
-  auto it = graphs_.find(t);
-  if (it != graphs_.end()) return *it->second;
+CompiledGraph& CompiledDecoder::graph() {
+  if (graph_) return *graph_;
   CompileOptions o = opt_;
   o.quiet = true;
-  auto cg = std::make_unique<CompiledGraph>(capture_gpt_decode(model_->config(), t), weights_, o);
-  return *graphs_.emplace(t, std::move(cg)).first->second;
+  graph_ = std::make_unique<CompiledGraph>(capture_gpt_decode(model_->config()), weights_, o);
+  ++compiles_;
+  return *graph_;
 }
 
 std::span<const float> CompiledDecoder::step(int32_t id, ThreadPool& pool) {
   const ModelConfig& c = model_->config();
   MINIGPT_CHECK(id >= 0 && id < c.vocab_size, "token id {} is outside the vocabulary [0, {})", id, c.vocab_size);
   MINIGPT_CHECK(pos_ < c.block_size, "the context is full: the model's block_size is {} tokens and {} were fed", c.block_size, pos_);
-  CompiledGraph& g = graph_for(pos_);
-  std::vector<const void*> in{&id};
+  CompiledGraph& g = graph();  // one graph for every position: t is its "pos" input
+  const int32_t t = static_cast<int32_t>(pos_);
+  std::vector<const void*> in{&id, &t};
   for (int l = 0; l < c.n_layer; ++l) {
     in.push_back(k_cache_[static_cast<size_t>(l)].data());
     in.push_back(v_cache_[static_cast<size_t>(l)].data());

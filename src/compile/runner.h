@@ -4,8 +4,9 @@
 // are packed once, the arena allocated once, and run() copies nothing but calls the generated
 // call(). CompiledModel wraps GrammarMiniGPT's forward: it compiles for the first (B, T) it is
 // called with, and a later call with another (B, T) fails the shape guard, logs a line to
-// stderr and compiles anew (each shape kept). CompiledDecoder is the KV-cache decode step, one
-// graph per cache length t (kept, and cached on disk by the JIT).
+// stderr and compiles anew (each shape kept). CompiledDecoder is the KV-cache decode step: one
+// graph for every cache position t, which it reads at run time from its "pos" input (the
+// caches' block_size rows are its static capacity, guarded in run()).
 //
 // Environment, as Inductor's: MINIGPT_LOGS=output_code prints the generated source to stderr;
 // MINIGPT_COMPILE_DEBUG=1 writes ir_pre_fusion.txt, ir_post_fusion.txt, schedule.txt,
@@ -89,6 +90,7 @@ class CompiledGraph {
   void (*call_kernel_)(const void*, char*, void* const*, int) = nullptr;
   Tensor arena_;
   std::vector<void*> io_;
+  std::vector<std::pair<size_t, int64_t>> position_caps_;  // (input index, capacity) of runtime positions
 };
 
 // The whole model's forward, compiled per (B, T) with a shape guard.
@@ -111,20 +113,22 @@ class CompiledModel {
   int compiles_ = 0;
 };
 
-// The decode step, compiled per cache length, with its own KV cache.
+// The decode step, one graph for every position (compiled on first use), with its own KV cache.
 class CompiledDecoder {
  public:
   explicit CompiledDecoder(const GrammarMiniGPT& model, CompileOptions opt = {});
   void reset() { pos_ = 0; }
   int64_t position() const { return pos_; }
   std::span<const float> step(int32_t id, ThreadPool& pool);  // as Decoder::step
-  CompiledGraph& graph_for(int64_t t);
+  CompiledGraph& graph();
+  int compiles() const { return compiles_; }  // 1 after the first step, whatever the steps
 
  private:
   const GrammarMiniGPT* model_;
   CompileOptions opt_;
   WeightBinding weights_;
-  std::map<int64_t, std::unique_ptr<CompiledGraph>> graphs_;
+  std::unique_ptr<CompiledGraph> graph_;
+  int compiles_ = 0;
   std::vector<Tensor> k_cache_, v_cache_;
   Tensor logits_;
   int64_t pos_ = 0;

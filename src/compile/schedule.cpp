@@ -30,7 +30,9 @@ int64_t node_flops(const Graph& g, const Node& n) {
       const auto& q = g.tensor(n.inputs[0]).shape;  // (B, T, 3C)
       const int64_t B = q[0], T = q[1], C = q[2] / 3, dh = C / n.heads;
       int64_t pairs = 0;  // causal (query, key) pairs
-      for (int64_t t = 0; t < T; ++t) pairs += t + n.offset + 1;
+      // a runtime offset: counted at its bound (the last cache row), the most work a call does
+      const int64_t offset = n.runtime_offset ? g.tensor(n.inputs[1]).shape[0] - T : n.offset;
+      for (int64_t t = 0; t < T; ++t) pairs += t + offset + 1;
       return B * n.heads * pairs * (4 * dh + 4);
     }
     default: return out.numel();
@@ -100,7 +102,7 @@ Schedule schedule(const Graph& fused, bool generated_gemm) {
       if (k.kind == KernelKind::Attention && ti.alias_of >= 0) {
         // decode: only the rows [0, t] of the caches are read
         const Node& a = g.nodes[static_cast<size_t>(k.nodes[0])];
-        k.bytes_read += (a.offset + 1) * ti.cols() * 4;
+        k.bytes_read += (a.runtime_offset ? ti.rows() : a.offset + 1) * ti.cols() * 4;  // runtime: at most
       } else if (k.kind == KernelKind::KvWrite && ti.alias_of < 0 && ti.kind == TensorKind::Input) {
         // the cache is only written (one row)
       } else if (first.op == Op::Embedding && ti.kind == TensorKind::Weight && t == first.inputs[1]) {
