@@ -2,7 +2,8 @@
 """Experiment 25: minigpt's graph compiler set against torch.compile. Writes manifest.json.
 
     PYTHONPATH=python python3 experiments/25-compile/run.py [--minigpt build/default/minigpt] \
-        [--threads 1,2] [--work out/25-compile] [--quick] [--torch-json FILE]
+        [--threads 1,2] [--work out/25-compile] [--quick] [--torch-json FILE ... | --torch-manifest FILE]
+        [--repeats 3] [--runs 500] [--decode]
 
 1. PyTorch: bench/peers/torch_compile_dump.py --out WORK/torch/<model>_<mode>, one fresh process
    and one emptied Inductor cache per (model, mode) so that every first call is cold (TinyHead and
@@ -11,11 +12,17 @@
    (--torch-json). Inductor's kernel files from the default-mode runs are copied here:
    kernel_inductor.cpp (TinyHead's fused softmax and its call()), kernels_gpt_inductor.cpp, and
    their *_t2.cpp twins compiled at 2 threads.
-2. minigpt: `minigpt compile --graph tinyhead|gpt --dump DIR --explain` and, at every thread
-   count, `minigpt bench model -o json` (eager) and `minigpt bench model --compile -o json`,
-   each pinned to the first n CPUs as the torch side is. A command the binary does not have yet
-   (the compiler is being built) is recorded in the manifest with its exit status and message,
-   never a crash. Our fused softmax kernel, if the dump has one, is copied to kernel.cpp.
+2. minigpt (the CLI's global -t goes before the subcommand): per graph (tinyhead; gpt at B=2,
+   T=16) and mode (default, max-autotune), `minigpt -t 1 compile ... --dump DIR --explain` with an
+   emptied MINIGPT_CACHE_DIR (cold), then the same in a new process (warm, a cache hit); the
+   compile times are parsed from its output. Then --repeats times, at every thread count and
+   mode: `minigpt -t n bench model -o json --no-peers --compile --compile-mode M` (our eager and
+   compiled forward in one process; --decode adds --compile-decode) and tinyhead_bench (built
+   here from tinyhead_bench.cpp against the same build's libraries: the CLI has no TinyHead
+   bench), each pinned to the first n CPUs; medians over the repeats in minigpt.summary. A
+   command the binary does not have is recorded with its exit status and message, never a
+   crash. Our fused softmax kernel is copied from the TinyHead dump to kernel.cpp under a header
+   naming the command, commit and compiler.
 3. manifest.json here: machine, load averages, versions, threads, every command run, every
    figure with its unit, and the compile-match results with the tolerance actually checked
    (an allclose-style bound, never "byte equal").
