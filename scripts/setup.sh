@@ -39,6 +39,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build git pkg-config
   libcli11-dev nlohmann-json3-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev zlib1g-dev
+  openmpi-bin libopenmpi-dev     # MPI for data-parallel training (minigpt train --dist mpi)
   clang libclang-rt-dev          # libFuzzer + ASan/UBSan for the fuzz targets
   python3 python3-dev python3-pip
 )
