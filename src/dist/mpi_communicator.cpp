@@ -68,6 +68,7 @@ MpiCommunicator::MpiCommunicator(double timeout_s) : timeout_s_(timeout_s) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
   peer_seq_.assign(static_cast<size_t>(size_), 0);
+  peer_heard_s_.assign(static_cast<size_t>(size_), 0.0);
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -106,17 +107,25 @@ void MpiCommunicator::drain_heartbeats() {
     if (!flag) return;
     uint64_t seq = 0;
     MPI_Recv(&seq, 1, MPI_UINT64_T, status.MPI_SOURCE, kHeartbeatTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    uint64_t& latest = peer_seq_[static_cast<size_t>(status.MPI_SOURCE)];
-    if (seq > latest) latest = seq;
+    const auto peer = static_cast<size_t>(status.MPI_SOURCE);
+    if (seq > peer_seq_[peer]) peer_seq_[peer] = seq;
+    peer_heard_s_[peer] = clock_.elapsed_s();
   }
 }
 
 std::string MpiCommunicator::laggards(uint64_t seq) {
   drain_heartbeats();
+  const double now = clock_.elapsed_s();
   std::string names;
   for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_ || peer_seq_[static_cast<size_t>(peer)] >= seq) continue;
-    names += fmt::format("{}{}", names.empty() ? "" : ", ", peer);
+    const auto p = static_cast<size_t>(peer);
+    if (peer == rank_) continue;
+    const double silent = now - peer_heard_s_[p];
+    if (peer_seq_[p] < seq)
+      names += fmt::format("{}rank {} never reached it", names.empty() ? "" : ", ", peer);
+    else if (silent > 4 * kHeartbeatEvery_s)
+      names += fmt::format("{}rank {} reached it but has been silent for {:.1f} s", names.empty() ? "" : ", ",
+                           peer, silent);
   }
   return names;
 }
@@ -124,20 +133,24 @@ std::string MpiCommunicator::laggards(uint64_t seq) {
 void MpiCommunicator::wait_bounded(MPI_Request* request, const char* what) {
   const uint64_t seq = ++seq_;
   send_heartbeats(seq);
-  Timer timer;
+  Timer timer, since_heartbeat;
   for (;;) {
     int flag = 0;
     check_mpi(MPI_Test(request, &flag, MPI_STATUS_IGNORE), what);
     if (flag) break;
     drain_heartbeats();
+    if (since_heartbeat.elapsed_s() > kHeartbeatEvery_s) {  // "still alive, still waiting"
+      send_heartbeats(seq);
+      since_heartbeat.reset();
+    }
     if (timer.elapsed_s() > timeout_s_) {
       const std::string late = laggards(seq);
       std::fprintf(stderr,
                    "minigpt: rank %d of %d: %s (collective #%llu) did not complete within %g s; "
                    "%s; aborting every rank\n",
                    rank_, size_, what, static_cast<unsigned long long>(seq), timeout_s_,
-                   late.empty() ? "every peer reached it (a peer died inside it?)"
-                                : fmt::format("rank(s) {} never reached it (dead or hung)", late).c_str());
+                   late.empty() ? "every peer is alive and waiting too (an engine fault?)"
+                                : fmt::format("{} (dead or hung)", late).c_str());
       std::fflush(stderr);
       MPI_Abort(MPI_COMM_WORLD, 3);
     }

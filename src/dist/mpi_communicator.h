@@ -3,17 +3,20 @@
 //
 // Collectives are the non-blocking MPI ones (MPI_Iallreduce, MPI_Ibcast, MPI_Ibarrier) waited
 // on by polling MPI_Test, so every wait has a deadline: past timeout_s, the waiting rank
-// prints "rank R: <what> did not complete within S s; rank(s) ... never reached it" and calls
-// MPI_Abort, which ends every rank with a non-zero status. Which peers are missing is known
-// from heartbeats: before each wait a rank sends the wait's sequence number to every peer, so
-// the rank that times out names the peers whose latest number is behind its own. A rank that
-// dies outright (SIGKILL) is reported by mpirun itself, which then ends the others.
+// prints "rank R: <what> did not complete within S s; rank P never reached it (dead or hung)"
+// and calls MPI_Abort, which ends every rank with a non-zero status. Which peers are to blame
+// is known from heartbeats: a waiting rank sends the wait's sequence number to every peer on
+// entry and every kHeartbeatEvery_s while it waits, so the rank that times out names the
+// peers whose latest number is behind its own, or that reached the wait but went silent (a
+// process stopped inside it). A rank that dies outright (SIGKILL) is reported by mpirun
+// itself, which then ends the others.
 //
 // Open MPI progresses non-blocking collectives only inside MPI calls, so a caller that wants
 // overlap calls test() on its pending reduces now and then (dist/grad_buckets.cpp does, after
 // each layer of the backward).
 #pragma once
 
+#include "core/timer.h"
 #include "dist/communicator.h"
 
 #include <mpi.h>
@@ -49,8 +52,11 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   double timeout_s_;
   bool owns_mpi_ = false;
+  static constexpr double kHeartbeatEvery_s = 0.25;
   uint64_t seq_ = 0;                      // waits so far on this rank
   std::vector<uint64_t> peer_seq_;        // latest heartbeat seen from each peer
+  std::vector<double> peer_heard_s_;      // when (clock_) each peer's last heartbeat arrived
+  Timer clock_;
   struct Heartbeat {
     std::unique_ptr<uint64_t> seq;  // the send buffer, alive until the sends complete
     std::vector<MPI_Request> requests;
