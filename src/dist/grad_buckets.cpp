@@ -47,6 +47,12 @@ void GradBuckets::on_ready(int stage) {
     if (other.pending) other.pending->test();
 }
 
+std::vector<size_t> GradBuckets::bucket_floats() const {
+  std::vector<size_t> n;
+  for (const Bucket& b : buckets_) n.push_back(b.buffer.size());
+  return n;
+}
+
 void GradBuckets::finish() {
   Timer timer;
   const float scale = 1.0f / static_cast<float>(comm_.size());

@@ -39,6 +39,7 @@ class GradBuckets {
   // Waits for every bucket and stores the averaged gradients. Every bucket must be started.
   void finish();
   const ReduceStats& stats() const { return stats_; }
+  std::vector<size_t> bucket_floats() const;  // each bucket's size, in backward order
 
  private:
   struct Bucket {

@@ -66,6 +66,7 @@ class Trainer {
   int64_t tokens_per_step() const { return options_.batch * options_.seq; }  // all ranks
   int64_t local_batch() const { return local_batch_; }                           // this rank's rows
   dist::Communicator& comm() const { return *comm_; }
+  const dist::GradBuckets* grad_buckets() const { return buckets_.get(); }  // null on one rank
   const GrammarMiniGPT& model() const { return model_; }
 
   StepStats train_step(ThreadPool& pool);
