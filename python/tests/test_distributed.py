@@ -155,3 +155,21 @@ def test_a_hung_rank_ends_every_rank_naming_it(tmp_path):
     # Stopped before the wait ("never reached it") or inside it ("silent"): either way, named.
     assert re.search(r"rank 0 of 2: .* rank 1 (never reached it|reached it but has been silent)", text), text
     check_resumes(tmp_path)
+
+
+def test_planner_ddp_bytes_equal_the_measured_bytes():
+    import json
+    cfg = ["--layers", "2", "--d-model", "32", "--heads", "2"]
+    bench = subprocess.run(mpirun_command(2, [str(EXE), "-t", "1", "bench", "train", "--dist", "mpi", *cfg,
+                                              "-B", "4", "-T", "16", "--steps", "2", "--warmup", "1", "-o", "json"]),
+                           capture_output=True, text=True, timeout=120)
+    assert bench.returncode == 0, bench.stderr
+    row = json.loads(bench.stdout)["rows"][0]
+    plan = subprocess.run([str(EXE), "parallel-plan", *cfg, "--vocab", "611", "--seq", "16", "--context", "64",
+                           "--batch", "4", "--gpus", "2", "-o", "json"], capture_output=True, text=True, timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    ddp = json.loads(plan.stdout)["rows"][0]
+    assert ddp["pattern"] == "DDP"
+    assert ddp["payload_bytes"] == row["allreduce_bytes"] > 0
+    assert ddp["wire_bytes_per_gpu"] == row["wire_bytes_per_rank"]
+    assert 0.0 <= row["hidden"] <= 1.0
