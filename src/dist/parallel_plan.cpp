@@ -114,7 +114,7 @@ std::vector<PatternPlan> plan_parallelism(const PlanInput& in) {
   const double ends = std::max((static_cast<double>(in.vocab) + ctx) * d, static_cast<double>(in.vocab) * (d + 1) + 2 * d);
   // In flight on the first stage: N micro-batches of B/m sequences through L/N layers.
   memory(pp, 0, Pb / N + ends, block_act_floats(in, N * B / m, L / N, 1) + head_act_floats(in, B / m));
-  pp.collective = "send/recv (activations, stage to stage)";
+  pp.collective = "send/recv (activations between stages)";
   pp.payload_bytes = static_cast<int64_t>(2 * act_bytes);
   pp.wire_bytes = in.gpus > 1 ? 2 * act_bytes : 0;
   pp.calls = in.gpus > 1 ? static_cast<int64_t>(2 * m) : 0;
