@@ -47,6 +47,20 @@ double time_all_reduce_alone(dist::Communicator& comm, const std::vector<size_t>
 
 }  // namespace
 
+TrainOptions bench_train_options(uint64_t seed, int64_t batch, int64_t seq, int64_t steps, int64_t warmup,
+                                 int64_t corpus_tokens, int vocab_size) {
+  TrainOptions o;
+  o.seed = seed;
+  o.batch = batch;
+  o.seq = seq;
+  o.steps = warmup + steps;
+  o.warmup = std::min<int64_t>(o.warmup, o.steps);
+  o.corpus_tokens = corpus_tokens;
+  o.val_tokens = 1;  // no evaluation here
+  o.model.vocab_size = vocab_size;
+  return o;
+}
+
 void run_bench_train_dist(const DistBenchArgs& a, const GlobalOptions& global) {
   std::unique_ptr<dist::Communicator> comm = dist::make_communicator(a.dist, a.timeout_s);
   const ReportFormat format = parse_report_format(a.format);
@@ -54,19 +68,12 @@ void run_bench_train_dist(const DistBenchArgs& a, const GlobalOptions& global) {
   ThreadPool pool(threads);
 
   std::vector<std::string> vocab = data::corpus_vocabulary();
-  TrainOptions o;
-  o.seed = a.seed;
-  o.batch = a.batch;
-  o.seq = a.seq;
-  o.steps = a.warmup + a.steps;
-  o.warmup = std::min<int64_t>(o.warmup, o.steps);
-  o.corpus_tokens = a.corpus_tokens;
-  o.val_tokens = 1;
+  TrainOptions o = bench_train_options(a.seed, a.batch, a.seq, a.steps, a.warmup, a.corpus_tokens,
+                                       static_cast<int>(vocab.size()));
   o.model.n_layer = a.layers;
   o.model.d_model = a.d_model;
   o.model.n_head = a.heads;
   o.model.block_size = std::max<int>(o.model.block_size, static_cast<int>(a.seq));
-  o.model.vocab_size = static_cast<int>(vocab.size());
   o.validate();
   const Tokenizer tokenizer(vocab);
   CorpusStreams streams = make_corpus_streams(o, tokenizer);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "cli/commands.h"
+#include "train/train_options.h"
 
 #include <cstdint>
 #include <string>
@@ -19,6 +20,11 @@ struct DistBenchArgs {
   std::string format = "md";
   double timeout_s = 120.0;
 };
+
+// The benches' recipe (not validated): `warmup + steps` steps, no held-out evaluation, the
+// default model with the given vocabulary. Shared by bench train with and without --dist.
+TrainOptions bench_train_options(uint64_t seed, int64_t batch, int64_t seq, int64_t steps, int64_t warmup,
+                                 int64_t corpus_tokens, int vocab_size);
 
 void run_bench_train_dist(const DistBenchArgs& args, const GlobalOptions& global);
 

@@ -77,15 +77,8 @@ void run_bench_train(const BenchTrainArgs& a, const GlobalOptions& global) {
   ThreadPool pool(threads);
 
   std::vector<std::string> vocab = data::corpus_vocabulary();
-  TrainOptions o;
-  o.seed = a.seed;
-  o.batch = a.batch;
-  o.seq = a.seq;
-  o.steps = a.warmup + a.steps;
-  o.warmup = std::min<int64_t>(o.warmup, o.steps);
-  o.corpus_tokens = a.corpus_tokens;
-  o.val_tokens = 1;  // no evaluation here
-  o.model.vocab_size = static_cast<int>(vocab.size());
+  TrainOptions o = bench_train_options(a.seed, a.batch, a.seq, a.steps, a.warmup, a.corpus_tokens,
+                                       static_cast<int>(vocab.size()));
   o.validate();
   const Tokenizer tokenizer(vocab);
   CorpusStreams streams = make_corpus_streams(o, tokenizer);
