@@ -40,6 +40,7 @@ APT_PACKAGES=(
   libcli11-dev nlohmann-json3-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev zlib1g-dev
   libssl-dev                     # libcrypto's SHA-256 for the compiler's JIT cache
+  openmpi-bin libopenmpi-dev     # MPI for data-parallel training (minigpt train --dist mpi)
   clang libclang-rt-dev          # libFuzzer + ASan/UBSan for the fuzz targets
   python3 python3-dev python3-pip
 )

@@ -11,6 +11,7 @@
 // joins the table with cpp_speedup = its median / ours; without torch the cells stay empty
 // and a note says why (peers.h). Run alone, torch_train.py alternates the two sides in rounds.
 #include "cli/bench_conditions.h"
+#include "cli/bench_train_dist.h"
 #include "cli/commands.h"
 #include "cli/peers.h"
 #include "core/error.h"
@@ -43,6 +44,7 @@ struct BenchTrainArgs {
   int64_t corpus_tokens = 200'000;
   std::string format = "md";
   PeerOptions peers;
+  DistBenchArgs dist;  // --dist: the data-parallel step instead (bench_train_dist.cpp)
 };
 
 // The PyTorch port's step (torch_train.py --no-cpp -o json: {"torch_version", "rows": [{"impl",
@@ -75,15 +77,8 @@ void run_bench_train(const BenchTrainArgs& a, const GlobalOptions& global) {
   ThreadPool pool(threads);
 
   std::vector<std::string> vocab = data::corpus_vocabulary();
-  TrainOptions o;
-  o.seed = a.seed;
-  o.batch = a.batch;
-  o.seq = a.seq;
-  o.steps = a.warmup + a.steps;
-  o.warmup = std::min<int64_t>(o.warmup, o.steps);
-  o.corpus_tokens = a.corpus_tokens;
-  o.val_tokens = 1;  // no evaluation here
-  o.model.vocab_size = static_cast<int>(vocab.size());
+  TrainOptions o = bench_train_options(a.seed, a.batch, a.seq, a.steps, a.warmup, a.corpus_tokens,
+                                       static_cast<int>(vocab.size()));
   o.validate();
   const Tokenizer tokenizer(vocab);
   CorpusStreams streams = make_corpus_streams(o, tokenizer);
@@ -132,13 +127,28 @@ void add_bench_train_command(CLI::App& bench, GlobalOptions& global) {
   auto a = std::make_shared<BenchTrainArgs>();
   CLI::App* cmd = bench.add_subcommand("train", "Training-step throughput (tokens/s) at B=64, T=16");
   cmd->add_option("-B,--batch", a->batch, "Sequences per batch")->capture_default_str()->check(CLI::Range(1, 4096));
-  cmd->add_option("-T,--seq", a->seq, "Tokens per sequence")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("-T,--seq", a->seq, "Tokens per sequence")->capture_default_str()->check(CLI::Range(1, 1024));
   cmd->add_option("--steps", a->steps, "Timed steps")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--warmup", a->warmup, "Untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("-s,--seed", a->seed, "Seed of the weights and the corpus")->capture_default_str();
   cmd->add_option("-o,--output", a->format, "md | json | csv")->capture_default_str();
   add_peer_options(cmd, a->peers, "bench/peers/torch_train.py");
-  cmd->callback([a, &global] { run_bench_train(*a, global); });
+  cmd->add_option("--dist", a->dist.dist, "Data-parallel step instead: single (1 rank) or mpi (under mpirun)")->check(CLI::IsMember({"single", "mpi"}));
+  cmd->add_option("--layers", a->dist.layers, "With --dist: transformer blocks")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--d-model", a->dist.d_model, "With --dist: model width")->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd->add_option("--heads", a->dist.heads, "With --dist: attention heads")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->callback([a, &global] {
+    if (a->dist.dist.empty()) return run_bench_train(*a, global);
+    DistBenchArgs d = a->dist;  // the shared options, with --batch as the global batch
+    d.batch = a->batch;
+    d.seq = a->seq;
+    d.steps = a->steps;
+    d.warmup = a->warmup;
+    d.seed = a->seed;
+    d.corpus_tokens = a->corpus_tokens;
+    d.format = a->format;
+    run_bench_train_dist(d, global);
+  });
 }
 
 }  // namespace minigpt::cli

@@ -5,11 +5,16 @@
 // log lines otherwise. --checkpoint PATH saves the whole training state atomically every
 // --checkpoint-every steps and at the end; --resume PATH continues such a checkpoint with the
 // same per-step losses, bit for bit, as an uninterrupted run at the same thread count.
+//
+// Data parallel: `mpirun -np N minigpt train --dist mpi ...` trains on N ranks (--batch is the
+// global batch; train/trainer.h). Rank 0 alone prints, evaluates and writes the checkpoints
+// and the model; an error on any rank ends every rank (dist/communicator.h).
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "data/corpus.h"
+#include "dist/communicator.h"
 #include "model/model_file.h"
 #include "train/checkpoint.h"
 #include "train/corpus_streams.h"
@@ -38,9 +43,12 @@ struct TrainArgs {
   int64_t checkpoint_every = 500;
   int64_t eval_every = 500;
   int64_t log_every = 100;
+  std::string dist = "single";
+  double dist_timeout = 30.0;  // a hung rank is then named and every rank ended well within 60 s
 };
 
-void run_train(const TrainArgs& args, const CLI::App& cmd, const GlobalOptions& global) {
+void run_train_on(dist::Communicator& comm, const TrainArgs& args, const CLI::App& cmd,
+                  const GlobalOptions& global) {
   const int threads = global.resolved_threads();
   ThreadPool pool(threads);
   Timer wall;
@@ -51,19 +59,21 @@ void run_train(const TrainArgs& args, const CLI::App& cmd, const GlobalOptions& 
     // The recipe comes from the checkpoint: a changed schedule or corpus could not reproduce
     // the uninterrupted run, so recipe flags next to --resume are refused rather than ignored.
     for (const char* flag : {"--seed", "--steps", "--batch", "--seq", "--lr", "--min-lr", "--warmup",
-                             "--weight-decay", "--clip", "--corpus-tokens"})
+                             "--weight-decay", "--clip", "--corpus-tokens", "--layers", "--d-model",
+                             "--heads"})
       MINIGPT_CHECK(cmd.count(flag) == 0,
                     "{} cannot be combined with --resume: the checkpoint's recipe is continued", flag);
     TrainCheckpoint c = load_checkpoint(args.resume);
     const Tokenizer tokenizer(c.vocab);
     CorpusStreams streams = make_corpus_streams(c.options, tokenizer);
     fmt::print("resuming '{}' at step {}/{}\n", args.resume, c.step, c.options.steps);
-    trainer = std::make_unique<Trainer>(std::move(c), streams.train, streams.val);
+    trainer = std::make_unique<Trainer>(std::move(c), streams.train, streams.val, &comm);
     if (checkpoint_path.empty()) checkpoint_path = args.resume;
   } else {
     std::vector<std::string> vocab = data::corpus_vocabulary();
     TrainOptions options = args.recipe;
     options.model.vocab_size = static_cast<int>(vocab.size());
+    options.model.block_size = std::max<int>(options.model.block_size, static_cast<int>(options.seq));
     options.validate();
     const Tokenizer tokenizer(vocab);
     Timer corpus_timer;
@@ -71,7 +81,7 @@ void run_train(const TrainArgs& args, const CLI::App& cmd, const GlobalOptions& 
     fmt::print("corpus: {} training tokens (seed {}), {} held-out tokens (seed {}) in {:.1f} s\n",
                streams.train->size(), options.seed, streams.val->size(), options.val_seed(),
                corpus_timer.elapsed_s());
-    trainer = std::make_unique<Trainer>(options, std::move(vocab), streams.train, streams.val);
+    trainer = std::make_unique<Trainer>(options, std::move(vocab), streams.train, streams.val, &comm);
   }
   // The output's folder (models/ in a fresh checkout) is made before training, so that an
   // unusable path fails now and not after the run.
@@ -86,6 +96,9 @@ void run_train(const TrainArgs& args, const CLI::App& cmd, const GlobalOptions& 
              "b1 {:g} b2 {:g} wd {:g}, clip {:g}, {} threads\n",
              o.steps, o.batch, o.seq, o.lr, o.min_lr, o.warmup, o.adamw.beta1, o.adamw.beta2,
              o.adamw.weight_decay, o.grad_clip, threads);
+  if (comm.size() > 1)
+    fmt::print("data parallel: {} ranks ({}), {} sequences per rank, {} threads each\n", comm.size(),
+               comm.name(), trainer->local_batch(), threads);
   if (trainer->done()) fmt::print("the checkpoint has finished all {} steps\n", o.steps);
 
   const bool terminal = ::isatty(::fileno(stdout)) != 0;
@@ -113,6 +126,7 @@ void run_train(const TrainArgs& args, const CLI::App& cmd, const GlobalOptions& 
   run_training(*trainer, loop, hooks, pool);
   progress.finish();
 
+  if (!comm.is_root()) return;  // rank 0 writes the model (its folder was made before training)
   save_model(args.output, trainer->model_file());
   const double train_loss =
       recent.empty() ? 0.0 : std::accumulate(recent.begin(), recent.end(), 0.0) / static_cast<double>(recent.size());
@@ -125,6 +139,19 @@ void run_train(const TrainArgs& args, const CLI::App& cmd, const GlobalOptions& 
   fmt::print("wrote '{}' (peak resident memory {:.1f} MiB)\n", args.output, process_peak_rss_mib());
 }
 
+void run_train(const TrainArgs& args, const CLI::App& cmd, const GlobalOptions& global) {
+  std::unique_ptr<dist::Communicator> comm = dist::make_communicator(args.dist, args.dist_timeout);
+  // Ranks other than 0 print nothing (errors still reach stderr).
+  if (!comm->is_root()) MINIGPT_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, "cannot silence stdout");
+  try {
+    run_train_on(*comm, args, cmd, global);
+    comm->barrier();  // nobody finalises while another rank still needs it
+  } catch (const std::exception& e) {
+    if (comm->size() > 1) comm->abort(e.what());
+    throw;
+  }
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app, GlobalOptions& global) {
@@ -134,7 +161,10 @@ void add_train_command(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("-s,--seed", r.seed, "Seed of the weights, the corpus and the batches")->capture_default_str();
   cmd->add_option("--steps", r.steps, "Optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--batch", r.batch, "Sequences per batch")->capture_default_str()->check(CLI::Range(1, 4096));
-  cmd->add_option("--seq", r.seq, "Tokens per sequence (<= the model's context, 64)")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--seq", r.seq, "Tokens per sequence (the context grows to it past 64)")->capture_default_str()->check(CLI::Range(1, 1024));
+  cmd->add_option("--layers", r.model.n_layer, "Transformer blocks")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--d-model", r.model.d_model, "Model width")->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd->add_option("--heads", r.model.n_head, "Attention heads (must divide --d-model)")->capture_default_str()->check(CLI::Range(1, 64));
   cmd->add_option("--lr", r.lr, "Peak learning rate")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--min-lr", r.min_lr, "Learning rate at the end of the cosine decay")->capture_default_str();
   cmd->add_option("--warmup", r.warmup, "Linear warm-up steps")->capture_default_str();
@@ -147,6 +177,8 @@ void add_train_command(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--resume", args->resume, "Continue a checkpoint (its recipe; bitwise the same losses at the same -t)");
   cmd->add_option("--eval-every", args->eval_every, "Steps between held-out evaluations (0: never)")->capture_default_str();
   cmd->add_option("--log-every", args->log_every, "Steps between log lines when stdout is not a terminal")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--dist", args->dist, "Data parallel engine: single (one process) or mpi (under mpirun)")->capture_default_str()->check(CLI::IsMember({"single", "mpi"}));
+  cmd->add_option("--dist-timeout", args->dist_timeout, "Seconds a rank waits in a collective before aborting every rank")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->callback([args, cmd, &global] { run_train(*args, *cmd, global); });
 }
 

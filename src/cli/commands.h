@@ -30,6 +30,7 @@ void add_train_command(CLI::App& app, GlobalOptions& global);         // cmd_tra
 void add_eval_probes_command(CLI::App& app, GlobalOptions& global);   // cmd_eval_probes.cpp
 void add_demo_command(CLI::App& app, GlobalOptions& global);          // cmd_demo.cpp
 void add_compile_command(CLI::App& app, GlobalOptions& global);       // cmd_compile.cpp
+void add_parallel_plan_command(CLI::App& app, GlobalOptions& global); // cmd_parallel_plan.cpp
 void add_bench_model_command(CLI::App& bench, GlobalOptions& global);    // cmd_bench_model.cpp
 void add_bench_train_command(CLI::App& bench, GlobalOptions& global);    // cmd_bench_train.cpp
 void add_bench_softmax_command(CLI::App& bench, GlobalOptions& global);  // cmd_bench_softmax.cpp

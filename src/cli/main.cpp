@@ -91,6 +91,7 @@ int main(int argc, char** argv) {
   add_eval_probes_command(app, global);
   add_demo_command(app, global);
   add_compile_command(app, global);
+  add_parallel_plan_command(app, global);
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks: model, train, softmax");
   bench->require_subcommand(1);
   add_bench_model_command(*bench, global);

@@ -329,7 +329,8 @@ float GrammarMiniGPT::forward_train(const int32_t* ids, const int32_t* targets, 
   return loss;
 }
 
-void GrammarMiniGPT::backward(ModelWeights& grads, ThreadPool& pool) {
+void GrammarMiniGPT::backward(ModelWeights& grads, ThreadPool& pool,
+                              const std::function<void(int stage)>& on_ready) {
   MINIGPT_CHECK(train_ && train_->ready, "backward() needs a forward_train() first");
   check_weights(grads, config_);
   TrainState& s = *train_;
@@ -345,6 +346,7 @@ void GrammarMiniGPT::backward(ModelWeights& grads, ThreadPool& pool) {
   cpu::layernorm_backward(s.dln.data(), a.blocks.back().out.data(), w.ln_f_weight.data(),
                           a.lnf_mean.data(), a.lnf_rstd.data(), s.dresid.data(),
                           grads.ln_f_weight.data(), grads.ln_f_bias.data(), N, d, pool);
+  if (on_ready) on_ready(kHeadStage);
 
   float* dresid = s.dresid.data();
   for (int l = config_.n_layer - 1; l >= 0; --l) {
@@ -373,6 +375,7 @@ void GrammarMiniGPT::backward(ModelWeights& grads, ThreadPool& pool) {
                             b.ln1_rstd.data(), s.dtmp.data(), bg.ln1_weight.data(),
                             bg.ln1_bias.data(), N, d, pool);
     residual_add(dresid, s.dtmp.data(), dresid, N * d, pool);
+    if (on_ready) on_ready(l);
   }
 
   // x = wte[ids] + wpe[t]: scatter-add, serial so repeated ids accumulate in a fixed order
@@ -388,6 +391,7 @@ void GrammarMiniGPT::backward(ModelWeights& grads, ThreadPool& pool) {
     }
   }
   s.ready = false;
+  if (on_ready) on_ready(kEmbeddingStage);
 }
 
 }  // namespace minigpt

@@ -15,6 +15,7 @@
 #include "model/weights.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -68,7 +69,14 @@ class GrammarMiniGPT {
                       ThreadPool& pool);
   // Backward of the last forward_train: accumulates d(loss)/d(param) into grads, which the
   // caller zeroes (ModelWeights::zeros_like) between steps.
-  void backward(ModelWeights& grads, ThreadPool& pool);
+  // on_ready, if set, is called as soon as a group of gradients is final, in this order:
+  // kHeadStage (ln_f.*, lm_head.*), then block n_layer-1 ... 0 (that block's 12 tensors),
+  // then kEmbeddingStage (wte, wpe). Data-parallel training starts each group's all-reduce
+  // there, overlapping it with the rest of the backward (dist/grad_buckets.h).
+  static constexpr int kHeadStage = -2;
+  static constexpr int kEmbeddingStage = -1;
+  void backward(ModelWeights& grads, ThreadPool& pool,
+                const std::function<void(int stage)>& on_ready = {});
 
  private:
   ModelConfig config_;

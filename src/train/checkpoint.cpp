@@ -80,6 +80,7 @@ void save_checkpoint(const std::string& path, const TrainCheckpoint& c) {
       {"rng_state", std::to_string(c.rng_state)},
       {"windows_drawn", std::to_string(c.windows_drawn)},
       {"train_fingerprint", std::to_string(c.train_fingerprint)},
+      {"world_size", std::to_string(c.world_size)},
   };
   io::write_safetensors(path, items, meta);
 }
@@ -124,6 +125,11 @@ TrainCheckpoint load_checkpoint(const std::string& path) {
   c.rng_state = parse_u64(meta, "rng_state", path);
   c.windows_drawn = parse_u64(meta, "windows_drawn", path);
   c.train_fingerprint = parse_u64(meta, "train_fingerprint", path);
+  if (meta.count("world_size")) {
+    const uint64_t world = parse_u64(meta, "world_size", path);
+    MINIGPT_CHECK(world >= 1 && world <= 1'000'000, "checkpoint '{}': world_size {} is out of range", path, world);
+    c.world_size = static_cast<int>(world);
+  }
   return c;
 }
 

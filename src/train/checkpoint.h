@@ -6,7 +6,7 @@
 // array), "options" (TrainOptions JSON), "step" (updates done), "rng_state" and
 // "windows_drawn" (the batch sampler: RNG word and data position, decimal strings),
 // "train_fingerprint" (FNV-1a of the training token stream, so resuming on another corpus is
-// an Error).
+// an Error), "world_size" (ranks of a data-parallel run; optional, 1 when absent).
 //
 // Written atomically (io::write_safetensors: temporary file, fsync, rename, fsync of the
 // folder), so a kill at any moment leaves the previous checkpoint intact and loadable.
@@ -32,6 +32,7 @@ struct TrainCheckpoint {
   uint64_t rng_state = 0;
   uint64_t windows_drawn = 0;
   uint64_t train_fingerprint = 0;
+  int world_size = 1;  // ranks of the run that wrote it (data parallel); absent in old files: 1
 };
 
 void save_checkpoint(const std::string& path, const TrainCheckpoint& checkpoint);

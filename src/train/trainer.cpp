@@ -18,9 +18,15 @@ ModelConfig checked_model(const TrainOptions& options, size_t vocab_size) {
   return options.model;
 }
 
+dist::SingleProcess& single_process() {
+  static dist::SingleProcess single;
+  return single;
+}
+
 }  // namespace
 
-Trainer::Trainer(TrainOptions options, std::vector<std::string> vocab, TokenStream train, TokenStream val)
+Trainer::Trainer(TrainOptions options, std::vector<std::string> vocab, TokenStream train, TokenStream val,
+                 dist::Communicator* comm)
     : options_(std::move(options)), vocab_(std::move(vocab)), train_(std::move(train)),
       val_(std::move(val)), train_fingerprint_(train_ ? stream_fingerprint(*train_) : 0),
       model_(checked_model(options_, vocab_.size()),
@@ -29,14 +35,27 @@ Trainer::Trainer(TrainOptions options, std::vector<std::string> vocab, TokenStre
       sampler_(train_, options_.batch, options_.seq, options_.sampler_seed()),
       grads_(ModelWeights::zeros_like(options_.model)),
       ids_(static_cast<size_t>(options_.batch * options_.seq)),
-      targets_(static_cast<size_t>(options_.batch * options_.seq)) {
+      targets_(static_cast<size_t>(options_.batch * options_.seq)),
+      comm_(comm ? comm : &single_process()), local_batch_(options_.batch / comm_->size()) {
+  MINIGPT_CHECK(options_.batch % comm_->size() == 0,
+                "train: the batch of {} sequences does not split evenly over {} ranks", options_.batch,
+                comm_->size());
   for (const int32_t id : *train_)
     MINIGPT_CHECK(id >= 0 && id < options_.model.vocab_size,
                   "train: token id {} in the training stream is outside the vocabulary", id);
+  if (comm_->size() > 1) {
+    buckets_ = std::make_unique<dist::GradBuckets>(options_.model, grads_, *comm_);
+    broadcast_weights();
+  }
 }
 
-Trainer::Trainer(TrainCheckpoint c, TokenStream train, TokenStream val)
-    : Trainer(c.options, c.vocab, std::move(train), std::move(val)) {
+Trainer::Trainer(TrainCheckpoint c, TokenStream train, TokenStream val, dist::Communicator* comm)
+    : Trainer(c.options, c.vocab, std::move(train), std::move(val), comm) {
+  MINIGPT_CHECK(c.world_size == comm_->size(),
+                "resume: the checkpoint was written by a run of {} rank(s) and this run has {}; "
+                "resume it with the same world size (mpirun -np {}), since the batch split and the "
+                "summation order depend on it",
+                c.world_size, comm_->size(), c.world_size);
   MINIGPT_CHECK(train_fingerprint_ == c.train_fingerprint,
                 "resume: the training corpus differs from the checkpoint's (fingerprint {:016x} vs {:016x})",
                 train_fingerprint_, c.train_fingerprint);
@@ -44,19 +63,40 @@ Trainer::Trainer(TrainCheckpoint c, TokenStream train, TokenStream val)
   adamw_.restore(c.step, std::move(c.adam_m), std::move(c.adam_v));
   sampler_.restore(c.rng_state, c.windows_drawn);
   step_ = c.step;
+  if (comm_->size() > 1) broadcast_weights();  // every rank read the same file; rank 0's wins
+}
+
+void Trainer::broadcast_weights() {
+  // Rank 0's weights everywhere (and its moments, which equal the others' at a fresh start).
+  for (ModelWeights* w : {&model_.weights(), &adamw_.m(), &adamw_.v()})
+    for (auto& [name, t] : w->named()) comm_->broadcast(t->data(), t->nbytes(), 0);
 }
 
 StepStats Trainer::train_step(ThreadPool& pool) {
   MINIGPT_CHECK(!done(), "train: all {} steps are done", options_.steps);
   Timer timer;
-  const int64_t B = options_.batch, T = options_.seq;
+  const int64_t T = options_.seq;
   for (auto& [name, g] : grads_.named()) g->fill(0.0f);
-  sampler_.next(ids_.data(), targets_.data());
+  sampler_.next(ids_.data(), targets_.data());  // the global batch; this rank keeps its rows
+  const int64_t b = local_batch_, offset = comm_->rank() * b * T;
   StepStats s;
   s.step = step_;
-  s.loss = model_.forward_train(ids_.data(), targets_.data(), B, T, pool);
-  MINIGPT_CHECK(std::isfinite(s.loss), "train: loss is {} at step {}: training diverged", s.loss, step_);
-  model_.backward(grads_, pool);
+  s.loss = model_.forward_train(ids_.data() + offset, targets_.data() + offset, b, T, pool);
+  MINIGPT_CHECK(std::isfinite(s.loss), "train: loss is {} at step {} on rank {}: training diverged",
+                s.loss, step_, comm_->rank());
+  Timer backward_timer;
+  if (buckets_) {
+    model_.backward(grads_, pool, [this](int stage) { buckets_->on_ready(stage); });
+    s.backward_s = backward_timer.elapsed_s();
+    buckets_->finish();
+    s.comm_wait_s = buckets_->stats().exposed_s;
+    s.comm_bytes = buckets_->stats().bytes;
+    comm_->all_reduce_sum(&s.loss, 1);  // the whole batch's mean loss, for the log
+    s.loss /= static_cast<float>(comm_->size());
+  } else {
+    model_.backward(grads_, pool);
+    s.backward_s = backward_timer.elapsed_s();
+  }
   s.grad_norm = clip_grad_norm(grads_, options_.grad_clip);
   s.lr = options_.schedule().at(step_);
   adamw_.step(model_.weights(), grads_, s.lr, pool);
@@ -71,14 +111,17 @@ std::optional<float> Trainer::evaluate(ThreadPool& pool) {
   const int64_t n = std::min(options_.eval_batches, eval_batch_count(*val_, B, T));
   if (n <= 0) return std::nullopt;
   std::vector<int32_t> ids(static_cast<size_t>(B * T)), targets(ids.size());
+  // In pieces of the local batch: forward_train with the training shapes reuses the
+  // saved-activation buffers (the gradient it also computes is discarded). Every piece has
+  // b*T targets, so the mean of the pieces' means is the batch's mean.
+  const int64_t b = local_batch_, pieces = B / b;
   double sum = 0.0;
   for (int64_t i = 0; i < n; ++i) {
     eval_batch(*val_, B, T, i, ids.data(), targets.data());
-    // forward_train with the training shapes reuses the saved-activation buffers; the
-    // gradient it also computes is discarded (the next train_step runs its own forward).
-    sum += model_.forward_train(ids.data(), targets.data(), B, T, pool);
+    for (int64_t p = 0; p < pieces; ++p)
+      sum += model_.forward_train(ids.data() + p * b * T, targets.data() + p * b * T, b, T, pool);
   }
-  return static_cast<float>(sum / static_cast<double>(n));
+  return static_cast<float>(sum / static_cast<double>(n * pieces));
 }
 
 TrainCheckpoint Trainer::checkpoint() const {
@@ -92,6 +135,7 @@ TrainCheckpoint Trainer::checkpoint() const {
   c.rng_state = sampler_.rng_state();
   c.windows_drawn = sampler_.windows_drawn();
   c.train_fingerprint = train_fingerprint_;
+  c.world_size = comm_->size();
   return c;
 }
 
@@ -107,6 +151,7 @@ void Trainer::save_checkpoint(const std::string& path) const {
   c.rng_state = sampler_.rng_state();
   c.windows_drawn = sampler_.windows_drawn();
   c.train_fingerprint = train_fingerprint_;
+  c.world_size = comm_->size();
   minigpt::save_checkpoint(path, c);
 }
 
@@ -126,12 +171,15 @@ void run_training(Trainer& trainer, const LoopOptions& loop, const LoopHooks& ho
     trainer.save_checkpoint(loop.checkpoint_path);
     if (hooks.on_checkpoint) hooks.on_checkpoint(trainer.step(), loop.checkpoint_path);
   };
+  // Only rank 0 evaluates and writes checkpoints; the others go straight on to the next
+  // step's all-reduce, where they wait for it (bounded by the communicator's timeout).
+  const bool root = trainer.comm().is_root();
   while (trainer.step() < until) {
     const StepStats s = trainer.train_step(pool);
     if (hooks.on_step) hooks.on_step(s);
     const bool last = trainer.step() == until;
-    if (loop.eval_every > 0 && (trainer.step() % loop.eval_every == 0 || last)) evaluate();
-    if (!loop.checkpoint_path.empty() &&
+    if (root && loop.eval_every > 0 && (trainer.step() % loop.eval_every == 0 || last)) evaluate();
+    if (root && !loop.checkpoint_path.empty() &&
         ((loop.checkpoint_every > 0 && trainer.step() % loop.checkpoint_every == 0) || last))
       checkpoint();
   }

@@ -6,11 +6,21 @@
 // the thread count (ThreadPool uses fixed chunks), so two runs, or a run and its resumption
 // from a checkpoint, produce the same per-step losses bit for bit.
 //
+// Data parallel (a Communicator of N > 1 ranks, dist/communicator.h): options.batch is the
+// global batch; every rank draws the same global batch (the samplers stay identical) and
+// trains on its rows [rank*b, (rank+1)*b), b = batch / N; the gradients are averaged in
+// buckets overlapped with the backward (dist/grad_buckets.h), so every rank takes the same
+// AdamW step, equal to the 1-rank step on the whole batch up to summation order. Weights are
+// broadcast from rank 0 at the start. Only rank 0 evaluates and writes checkpoints
+// (run_training); a checkpoint records the world size and resuming with another is an Error.
+//
 // What it does not do: generate the corpus (the caller passes token streams; see
 // train/corpus_stream.h) or print anything (the caller's hooks do).
 #pragma once
 
 #include "core/thread_pool.h"
+#include "dist/communicator.h"
+#include "dist/grad_buckets.h"
 #include "model/gpt.h"
 #include "model/model_file.h"
 #include "train/adamw.h"
@@ -20,6 +30,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,21 +43,30 @@ struct StepStats {
   float lr = 0.0f;
   double grad_norm = 0.0;  // before clipping
   double seconds = 0.0;    // wall time of the step
+  double backward_s = 0.0;   // the backward pass (including starting the all-reduces)
+  double comm_wait_s = 0.0;  // waiting for the all-reduces after the backward (exposed)
+  int64_t comm_bytes = 0;    // gradient all-reduce payload this step (0 on one rank)
 };
 
 class Trainer {
  public:
   // A fresh run: weights from ModelWeights::init_random(options.model, options.seed).
   // options.model.vocab_size must equal vocab.size(). val may be empty (no evaluation).
-  Trainer(TrainOptions options, std::vector<std::string> vocab, TokenStream train, TokenStream val);
+  // comm: the ranks to train with (null: one process); it must outlive the trainer.
+  Trainer(TrainOptions options, std::vector<std::string> vocab, TokenStream train, TokenStream val,
+          dist::Communicator* comm = nullptr);
   // Continues a checkpoint; the streams must be the ones its options generate (the training
-  // stream's fingerprint is checked).
-  Trainer(TrainCheckpoint checkpoint, TokenStream train, TokenStream val);
+  // stream's fingerprint is checked), and the world size the checkpoint's.
+  Trainer(TrainCheckpoint checkpoint, TokenStream train, TokenStream val,
+          dist::Communicator* comm = nullptr);
 
   const TrainOptions& options() const { return options_; }
   int64_t step() const { return step_; }  // updates done so far
   bool done() const { return step_ >= options_.steps; }
-  int64_t tokens_per_step() const { return options_.batch * options_.seq; }
+  int64_t tokens_per_step() const { return options_.batch * options_.seq; }  // all ranks
+  int64_t local_batch() const { return local_batch_; }                           // this rank's rows
+  dist::Communicator& comm() const { return *comm_; }
+  const dist::GradBuckets* grad_buckets() const { return buckets_.get(); }  // null on one rank
   const GrammarMiniGPT& model() const { return model_; }
 
   StepStats train_step(ThreadPool& pool);
@@ -67,8 +87,13 @@ class Trainer {
   AdamW adamw_;
   BatchSampler sampler_;
   ModelWeights grads_;
-  std::vector<int32_t> ids_, targets_;  // (B, T) batch buffers
+  std::vector<int32_t> ids_, targets_;  // (B, T) batch buffers (the global batch)
   int64_t step_ = 0;
+  dist::Communicator* comm_;
+  int64_t local_batch_;
+  std::unique_ptr<dist::GradBuckets> buckets_;  // null on one rank
+
+  void broadcast_weights();
 };
 
 struct LoopHooks {
