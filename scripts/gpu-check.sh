@@ -71,7 +71,8 @@ run_ctest() {
 run_pytest() {
   # Every Python test, against this build's module (CUDA softmax bindings included) and Triton.
   set -o pipefail
-  PYTHONPATH="$ROOT/python:$ROOT/$BUILD/python" python3 -m pytest -q -rs python/tests 2>&1 | tee "$RESULTS/pytest.log"
+  PYTHONPATH="$ROOT/python:$ROOT/$BUILD/python" MINIGPT_BIN="$ROOT/$BUILD/minigpt" \
+    python3 -m pytest -q -rs python/tests 2>&1 | tee "$RESULTS/pytest.log"
 }
 run_bench() {
   "$BUILD/minigpt" bench softmax --device cuda -o json ${BENCH_ARGS:-} >"$RESULTS/bench_softmax_cuda.json"
