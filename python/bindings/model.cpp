@@ -111,8 +111,7 @@ struct PyModel {
 // Model.compile(): the compiled forward, bound to the model's weights (which the Python Model
 // keeps alive). Compiles for each new (B, T) on first use (the shape guard).
 struct PyCompiled {
-  PyCompiled(PyModel& p, compile::CompileOptions opt) : owner(&p), compiled(p.model, std::move(opt)) {}
-  PyModel* owner;
+  PyCompiled(PyModel& p, compile::CompileOptions opt) : compiled(p.model, std::move(opt)) {}
   compile::CompiledModel compiled;
   std::mutex mutex;
 };

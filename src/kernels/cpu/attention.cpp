@@ -310,7 +310,8 @@ void attention_backward(const float* dout, const float* qkv, const float* att, f
   const int64_t dh = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 17) / (T * T * dh * 2));
-  if (dh == 16 && T <= 16 && active_isa() == Isa::Avx512) {
+  const bool avx512 = active_isa() == Isa::Avx512;
+  if (dh == 16 && T <= 16 && avx512) {
     const int64_t C3 = 3 * C;
     pool.parallel_for(
         B * NH,
@@ -329,7 +330,7 @@ void attention_backward(const float* dout, const float* qkv, const float* att, f
       [&](int64_t p0, int64_t p1) {
         std::vector<float> ds(static_cast<size_t>(T));
         for (int64_t pair = p0; pair < p1; ++pair) {
-          if (active_isa() == Isa::Avx512)
+          if (avx512)
             backward_pair_avx512(dout, qkv, att, dqkv, pair / NH, pair % NH, T, C, NH, scale, ds.data());
           else
             backward_pair_scalar(dout, qkv, att, dqkv, pair / NH, pair % NH, T, C, NH, scale, ds.data());

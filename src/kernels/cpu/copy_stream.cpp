@@ -1,6 +1,6 @@
 #include "kernels/cpu/copy_stream.h"
 
-#include "core/error.h"
+#include "core/isa.h"
 #include "kernels/cpu/simd_align.h"
 
 #include <cstring>
@@ -42,10 +42,9 @@ int64_t stream_body_sse2(const float* src, float* dst, int64_t n) {  // baseline
 
 }  // namespace
 
-void copy_stream_with(Isa isa, const float* src, float* dst, int64_t n) {
-  MINIGPT_CHECK(cpu_supports(isa), "copy_stream: this CPU does not support {}", isa_name(isa));
+void copy_stream(const float* src, float* dst, int64_t n) {
 #if defined(__x86_64__)
-  const bool avx512 = isa == Isa::Avx512;
+  const bool avx512 = active_isa() == Isa::Avx512;
   const int64_t head = avx512 ? detail::head_to_boundary<64>(dst, n) : detail::head_to_boundary<16>(dst, n);
   copy_floats(src, dst, head);
   const int64_t body = avx512 ? stream_body_avx512(src + head, dst + head, n - head)
@@ -56,7 +55,5 @@ void copy_stream_with(Isa isa, const float* src, float* dst, int64_t n) {
   copy_floats(src, dst, n);
 #endif
 }
-
-void copy_stream(const float* src, float* dst, int64_t n) { copy_stream_with(active_isa(), src, dst, n); }
 
 }  // namespace minigpt::cpu

@@ -10,8 +10,6 @@
 // the faster of the two copies (cmd_bench_softmax.cpp).
 #pragma once
 
-#include "core/isa.h"
-
 #include <cstdint>
 
 namespace minigpt::cpu {
@@ -19,11 +17,8 @@ namespace minigpt::cpu {
 // Copies n floats; src and dst must not overlap. The destination's aligned body goes out with
 // 64-byte (AVX-512) or 16-byte (SSE2) streaming stores, followed by a store fence, so the
 // data is visible to other threads on return; the unaligned head and tail use memcpy. The store
-// width follows active_isa() (core/isa.h).
+// width follows active_isa() (core/isa.h): 64-byte stores on avx512; 16-byte SSE2 stores, the
+// x86-64 baseline, on scalar and avx2.
 void copy_stream(const float* src, float* dst, int64_t n);
-
-// For tests: the same with the ISA given (Isa::Avx512: 64-byte stores; scalar and avx2: 16-byte
-// SSE2 stores, the x86-64 baseline). Error if the CPU lacks the ISA.
-void copy_stream_with(Isa isa, const float* src, float* dst, int64_t n);
 
 }  // namespace minigpt::cpu
