@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cmath>
 #include <fstream>
 
@@ -24,16 +23,10 @@ double process_cpu_s() {
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
-namespace {
-double wall_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
-
-CpuShare::CpuShare(int threads) : threads_(threads), cpu0_(process_cpu_s()), wall0_(wall_s()) {}
+CpuShare::CpuShare(int threads) : threads_(threads), cpu0_(process_cpu_s()) {}
 
 double CpuShare::share() const {
-  const double wall = wall_s() - wall0_;
+  const double wall = wall_.elapsed_s();
   return wall > 0 ? (process_cpu_s() - cpu0_) / (threads_ * wall) : 0.0;
 }
 

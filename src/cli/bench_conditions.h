@@ -8,6 +8,7 @@
 #pragma once
 
 #include "core/report.h"
+#include "core/timer.h"
 
 #include <string>
 
@@ -27,7 +28,8 @@ class CpuShare {
 
  private:
   int threads_;
-  double cpu0_, wall0_;
+  double cpu0_;
+  Timer wall_;
 };
 
 // Sets meta "loadavg_at_start"/"cpu_share" and adds a note explaining them (and warning when
