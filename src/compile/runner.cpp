@@ -12,17 +12,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
 namespace minigpt::compile {
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 bool env_logs_output_code() {
   const char* v = std::getenv("MINIGPT_LOGS");
@@ -86,17 +81,17 @@ WeightBinding bind_tinyhead(const TinyHead& h) {
 
 Lowered lower(const Graph& captured, const CompileOptions& opt) {
   Lowered l;
-  const auto t0 = std::chrono::steady_clock::now();
+  const Timer t0;
   PassTrace trace;
   trace.post_fusion = [&](const Graph& g) { l.post_fusion = g; };
   const Graph planned = run_passes(captured, opt.passes, trace);
   l.schedule = schedule(planned, opt.codegen.generated_gemm);
-  l.passes_s = seconds_since(t0);
-  const auto t1 = std::chrono::steady_clock::now();
+  l.passes_s = t0.elapsed_s();
+  const Timer t1;
   CodegenOptions cg = opt.codegen;
   cg.runtime_abi = runtime_abi_text();
   l.code = generate_cpp(l.schedule, cg);
-  l.codegen_s = seconds_since(t1);
+  l.codegen_s = t1.elapsed_s();
   return l;
 }
 
@@ -139,7 +134,7 @@ Built build(const Graph& captured, const CompileOptions& opt, const std::string&
 
 CompiledGraph::CompiledGraph(const Graph& captured, WeightBinding& weights, const CompileOptions& opt)
     : captured_(captured) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const Timer t0;
   std::vector<Built> candidates;
   if (opt.mode == "max-autotune") {
     // variants: vector width of the generated loops x the engine's GEMM or generated GEMMs
@@ -218,19 +213,18 @@ CompiledGraph::CompiledGraph(const Graph& captured, WeightBinding& weights, cons
       }
       std::vector<double> times;
       for (int r = 0; r < 30; ++r) {
-        const auto t1 = std::chrono::steady_clock::now();
+        const Timer t1;
         run(ins, outs, pool);
-        times.push_back(seconds_since(t1));
+        times.push_back(t1.elapsed_s());
       }
-      std::nth_element(times.begin(), times.begin() + 15, times.end());
-      if (times[15] < best) {
-        best = times[15];
+      if (const double m = median(times); m < best) {
+        best = m;
         best_i = c;
       }
     }
     adopt(candidates[best_i]);
   }
-  stats_.total_s = seconds_since(t0);
+  stats_.total_s = t0.elapsed_s();
   const bool debug = env_compile_debug() || !opt.dump_dir.empty();
   if (env_logs_output_code() && !opt.quiet) fmt::print(stderr, "{}\n", code_.source);
   if (debug) {
