@@ -190,27 +190,28 @@ CompiledGraph::CompiledGraph(const Graph& captured, WeightBinding& weights, cons
     double best = 1e30;
     size_t best_i = 0;
     ThreadPool pool(1);
+    // the inputs and outputs, made once: every candidate runs on the same buffers
+    std::vector<std::vector<int32_t>> ibufs;
+    std::vector<const void*> ins;
+    std::vector<Tensor> fbufs;
+    for (int t : captured.inputs) {
+      const TensorInfo& ti = captured.tensor(t);
+      if (ti.dtype == DType::I32) {
+        ibufs.emplace_back(static_cast<size_t>(ti.numel()), 1);
+        ins.push_back(ibufs.back().data());
+      } else {
+        fbufs.push_back(Tensor::full(ti.shape, 0.5f));
+        ins.push_back(fbufs.back().data());
+      }
+    }
+    std::vector<Tensor> obufs;
+    std::vector<float*> outs;
+    for (int t : captured.outputs) {
+      obufs.push_back(Tensor::empty(captured.tensor(t).shape));
+      outs.push_back(obufs.back().data());
+    }
     for (size_t c = 0; c < candidates.size(); ++c) {
       adopt(candidates[c]);
-      std::vector<std::vector<int32_t>> ibufs;
-      std::vector<const void*> ins;
-      std::vector<Tensor> fbufs;
-      for (int t : captured.inputs) {
-        const TensorInfo& ti = captured.tensor(t);
-        if (ti.dtype == DType::I32) {
-          ibufs.emplace_back(static_cast<size_t>(ti.numel()), 1);
-          ins.push_back(ibufs.back().data());
-        } else {
-          fbufs.push_back(Tensor::full(ti.shape, 0.5f));
-          ins.push_back(fbufs.back().data());
-        }
-      }
-      std::vector<Tensor> obufs;
-      std::vector<float*> outs;
-      for (int t : captured.outputs) {
-        obufs.push_back(Tensor::empty(captured.tensor(t).shape));
-        outs.push_back(obufs.back().data());
-      }
       std::vector<double> times;
       for (int r = 0; r < 30; ++r) {
         const Timer t1;
