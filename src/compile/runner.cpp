@@ -313,6 +313,12 @@ CompiledDecoder::CompiledDecoder(const GrammarMiniGPT& model, CompileOptions opt
     k_cache_.push_back(Tensor::zeros({c.block_size, c.d_model}));
     v_cache_.push_back(Tensor::zeros({c.block_size, c.d_model}));
   }
+  // the graph's inputs: id and t (set per step), then each layer's caches (fixed)
+  in_.assign(2, nullptr);
+  for (int l = 0; l < c.n_layer; ++l) {
+    in_.push_back(k_cache_[static_cast<size_t>(l)].data());
+    in_.push_back(v_cache_[static_cast<size_t>(l)].data());
+  }
   logits_ = Tensor::empty({1, 1, c.vocab_size});
 }
 
@@ -331,13 +337,10 @@ std::span<const float> CompiledDecoder::step(int32_t id, ThreadPool& pool) {
   MINIGPT_CHECK(pos_ < c.block_size, "the context is full: the model's block_size is {} tokens and {} were fed", c.block_size, pos_);
   CompiledGraph& g = graph();  // one graph for every position: t is its "pos" input
   const int32_t t = static_cast<int32_t>(pos_);
-  std::vector<const void*> in{&id, &t};
-  for (int l = 0; l < c.n_layer; ++l) {
-    in.push_back(k_cache_[static_cast<size_t>(l)].data());
-    in.push_back(v_cache_[static_cast<size_t>(l)].data());
-  }
+  in_[0] = &id;
+  in_[1] = &t;
   float* out[] = {logits_.data()};
-  g.run(in, out, pool);
+  g.run(in_, out, pool);
   ++pos_;
   return {logits_.data(), static_cast<size_t>(c.vocab_size)};
 }

@@ -130,6 +130,7 @@ class CompiledDecoder {
   std::unique_ptr<CompiledGraph> graph_;
   int compiles_ = 0;
   std::vector<Tensor> k_cache_, v_cache_;
+  std::vector<const void*> in_;  // run()'s inputs, built once: no allocation per step
   Tensor logits_;
   int64_t pos_ = 0;
 };
