@@ -82,9 +82,7 @@ WeightBinding bind_tinyhead(const TinyHead& h) {
 Lowered lower(const Graph& captured, const CompileOptions& opt) {
   Lowered l;
   const Timer t0;
-  PassTrace trace;
-  trace.post_fusion = [&](const Graph& g) { l.post_fusion = g; };
-  const Graph planned = run_passes(captured, opt.passes, trace);
+  const Graph planned = run_passes(captured, opt.passes);
   l.schedule = schedule(planned, opt.codegen.generated_gemm);
   l.passes_s = t0.elapsed_s();
   const Timer t1;
@@ -229,8 +227,7 @@ CompiledGraph::CompiledGraph(const Graph& captured, WeightBinding& weights, cons
   const bool debug = env_compile_debug() || !opt.dump_dir.empty();
   if (env_logs_output_code() && !opt.quiet) fmt::print(stderr, "{}\n", code_.source);
   if (debug) {
-    Lowered l{schedule_.graph, schedule_, code_, stats_.passes_s, stats_.codegen_s};
-    l.post_fusion = schedule_.graph;
+    const Lowered l{schedule_, code_, stats_.passes_s, stats_.codegen_s};
     const std::filesystem::path dir = opt.dump_dir.empty() ? debug_dir_for(captured.name, stats_.key) : opt.dump_dir;
     write_debug_files(dir, captured, l);
     if (!opt.quiet) fmt::print(stderr, "minigpt compile: debug files for {} in {}\n", captured.name, dir.string());

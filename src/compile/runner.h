@@ -137,7 +137,6 @@ class CompiledDecoder {
 
 // The pipeline without the JIT: captured graph -> schedule and source (tests, --dump).
 struct Lowered {
-  Graph post_fusion;
   Schedule schedule;
   GeneratedCode code;
   double passes_s = 0, codegen_s = 0;
