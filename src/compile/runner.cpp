@@ -12,17 +12,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
 namespace minigpt::compile {
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 bool env_logs_output_code() {
   const char* v = std::getenv("MINIGPT_LOGS");
@@ -86,17 +81,15 @@ WeightBinding bind_tinyhead(const TinyHead& h) {
 
 Lowered lower(const Graph& captured, const CompileOptions& opt) {
   Lowered l;
-  const auto t0 = std::chrono::steady_clock::now();
-  PassTrace trace;
-  trace.post_fusion = [&](const Graph& g) { l.post_fusion = g; };
-  const Graph planned = run_passes(captured, opt.passes, trace);
+  const Timer t0;
+  const Graph planned = run_passes(captured, opt.passes);
   l.schedule = schedule(planned, opt.codegen.generated_gemm);
-  l.passes_s = seconds_since(t0);
-  const auto t1 = std::chrono::steady_clock::now();
+  l.passes_s = t0.elapsed_s();
+  const Timer t1;
   CodegenOptions cg = opt.codegen;
   cg.runtime_abi = runtime_abi_text();
   l.code = generate_cpp(l.schedule, cg);
-  l.codegen_s = seconds_since(t1);
+  l.codegen_s = t1.elapsed_s();
   return l;
 }
 
@@ -139,7 +132,7 @@ Built build(const Graph& captured, const CompileOptions& opt, const std::string&
 
 CompiledGraph::CompiledGraph(const Graph& captured, WeightBinding& weights, const CompileOptions& opt)
     : captured_(captured) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const Timer t0;
   std::vector<Built> candidates;
   if (opt.mode == "max-autotune") {
     // variants: vector width of the generated loops x the engine's GEMM or generated GEMMs
@@ -195,47 +188,46 @@ CompiledGraph::CompiledGraph(const Graph& captured, WeightBinding& weights, cons
     double best = 1e30;
     size_t best_i = 0;
     ThreadPool pool(1);
+    // the inputs and outputs, made once: every candidate runs on the same buffers
+    std::vector<std::vector<int32_t>> ibufs;
+    std::vector<const void*> ins;
+    std::vector<Tensor> fbufs;
+    for (int t : captured.inputs) {
+      const TensorInfo& ti = captured.tensor(t);
+      if (ti.dtype == DType::I32) {
+        ibufs.emplace_back(static_cast<size_t>(ti.numel()), 1);
+        ins.push_back(ibufs.back().data());
+      } else {
+        fbufs.push_back(Tensor::full(ti.shape, 0.5f));
+        ins.push_back(fbufs.back().data());
+      }
+    }
+    std::vector<Tensor> obufs;
+    std::vector<float*> outs;
+    for (int t : captured.outputs) {
+      obufs.push_back(Tensor::empty(captured.tensor(t).shape));
+      outs.push_back(obufs.back().data());
+    }
     for (size_t c = 0; c < candidates.size(); ++c) {
       adopt(candidates[c]);
-      std::vector<std::vector<int32_t>> ibufs;
-      std::vector<const void*> ins;
-      std::vector<Tensor> fbufs;
-      for (int t : captured.inputs) {
-        const TensorInfo& ti = captured.tensor(t);
-        if (ti.dtype == DType::I32) {
-          ibufs.emplace_back(static_cast<size_t>(ti.numel()), 1);
-          ins.push_back(ibufs.back().data());
-        } else {
-          fbufs.push_back(Tensor::full(ti.shape, 0.5f));
-          ins.push_back(fbufs.back().data());
-        }
-      }
-      std::vector<Tensor> obufs;
-      std::vector<float*> outs;
-      for (int t : captured.outputs) {
-        obufs.push_back(Tensor::empty(captured.tensor(t).shape));
-        outs.push_back(obufs.back().data());
-      }
       std::vector<double> times;
       for (int r = 0; r < 30; ++r) {
-        const auto t1 = std::chrono::steady_clock::now();
+        const Timer t1;
         run(ins, outs, pool);
-        times.push_back(seconds_since(t1));
+        times.push_back(t1.elapsed_s());
       }
-      std::nth_element(times.begin(), times.begin() + 15, times.end());
-      if (times[15] < best) {
-        best = times[15];
+      if (const double m = median(times); m < best) {
+        best = m;
         best_i = c;
       }
     }
     adopt(candidates[best_i]);
   }
-  stats_.total_s = seconds_since(t0);
+  stats_.total_s = t0.elapsed_s();
   const bool debug = env_compile_debug() || !opt.dump_dir.empty();
   if (env_logs_output_code() && !opt.quiet) fmt::print(stderr, "{}\n", code_.source);
   if (debug) {
-    Lowered l{schedule_.graph, schedule_, code_, stats_.passes_s, stats_.codegen_s};
-    l.post_fusion = schedule_.graph;
+    const Lowered l{schedule_, code_, stats_.passes_s, stats_.codegen_s};
     const std::filesystem::path dir = opt.dump_dir.empty() ? debug_dir_for(captured.name, stats_.key) : opt.dump_dir;
     write_debug_files(dir, captured, l);
     if (!opt.quiet) fmt::print(stderr, "minigpt compile: debug files for {} in {}\n", captured.name, dir.string());
@@ -318,6 +310,12 @@ CompiledDecoder::CompiledDecoder(const GrammarMiniGPT& model, CompileOptions opt
     k_cache_.push_back(Tensor::zeros({c.block_size, c.d_model}));
     v_cache_.push_back(Tensor::zeros({c.block_size, c.d_model}));
   }
+  // the graph's inputs: id and t (set per step), then each layer's caches (fixed)
+  in_.assign(2, nullptr);
+  for (int l = 0; l < c.n_layer; ++l) {
+    in_.push_back(k_cache_[static_cast<size_t>(l)].data());
+    in_.push_back(v_cache_[static_cast<size_t>(l)].data());
+  }
   logits_ = Tensor::empty({1, 1, c.vocab_size});
 }
 
@@ -336,13 +334,10 @@ std::span<const float> CompiledDecoder::step(int32_t id, ThreadPool& pool) {
   MINIGPT_CHECK(pos_ < c.block_size, "the context is full: the model's block_size is {} tokens and {} were fed", c.block_size, pos_);
   CompiledGraph& g = graph();  // one graph for every position: t is its "pos" input
   const int32_t t = static_cast<int32_t>(pos_);
-  std::vector<const void*> in{&id, &t};
-  for (int l = 0; l < c.n_layer; ++l) {
-    in.push_back(k_cache_[static_cast<size_t>(l)].data());
-    in.push_back(v_cache_[static_cast<size_t>(l)].data());
-  }
+  in_[0] = &id;
+  in_[1] = &t;
   float* out[] = {logits_.data()};
-  g.run(in, out, pool);
+  g.run(in_, out, pool);
   ++pos_;
   return {logits_.data(), static_cast<size_t>(c.vocab_size)};
 }

@@ -130,13 +130,13 @@ class CompiledDecoder {
   std::unique_ptr<CompiledGraph> graph_;
   int compiles_ = 0;
   std::vector<Tensor> k_cache_, v_cache_;
+  std::vector<const void*> in_;  // run()'s inputs, built once: no allocation per step
   Tensor logits_;
   int64_t pos_ = 0;
 };
 
 // The pipeline without the JIT: captured graph -> schedule and source (tests, --dump).
 struct Lowered {
-  Graph post_fusion;
   Schedule schedule;
   GeneratedCode code;
   double passes_s = 0, codegen_s = 0;
