@@ -18,7 +18,6 @@
 
 #include "compile/ir.h"
 
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,12 +37,8 @@ struct PassOptions {
   bool fusion = true;     // fuse_pointwise and fuse_reductions (off: one kernel per op)
 };
 
-// The pipeline above. after_fusion, if set, is called with the graph before plan_buffers
-// (what `ir_post_fusion.txt` shows); pre, if set, with the captured graph.
-struct PassTrace {
-  std::function<void(const Graph&)> pre_fusion, post_fusion;
-};
-Graph run_passes(const Graph& g, const PassOptions& opt = {}, const PassTrace& trace = {});
+// The pipeline above, the verifier after every pass.
+Graph run_passes(const Graph& g, const PassOptions& opt = {});
 
 // ---- helpers the passes share (pass_util.cpp) -----------------------------------------
 

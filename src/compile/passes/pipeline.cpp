@@ -3,9 +3,8 @@
 
 namespace minigpt::compile {
 
-Graph run_passes(const Graph& captured, const PassOptions& opt, const PassTrace& trace) {
+Graph run_passes(const Graph& captured, const PassOptions& opt) {
   verify(captured, "capture");
-  if (trace.pre_fusion) trace.pre_fusion(captured);
   Graph g = captured;
   auto step = [&](Graph (*pass)(const Graph&), const char* name) {
     g = pass(g);
@@ -22,7 +21,6 @@ Graph run_passes(const Graph& captured, const PassOptions& opt, const PassTrace&
     normalize_groups(g);  // one kernel per op
     verify(g, "normalize_groups");
   }
-  if (trace.post_fusion) trace.post_fusion(g);
   step(plan_buffers, "plan_buffers");
   return g;
 }

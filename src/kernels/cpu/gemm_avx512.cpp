@@ -102,7 +102,6 @@ using avx512::lanes;
 
 }  // namespace
 
-bool gemm_avx512_available() { return active_isa() == Isa::Avx512; }
 
 void gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_rs, int64_t a_cs,
                  const float* B, int64_t ldb, float* C, int64_t ldc, const GemmEpilogue& ep,

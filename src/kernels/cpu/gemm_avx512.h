@@ -15,10 +15,6 @@
 
 namespace minigpt::cpu {
 
-// True when the AVX-512 kernels may run: active_isa() is Isa::Avx512 (core/isa.h; the CPU has
-// it and MINIGPT_ISA does not ask for less).
-bool gemm_avx512_available();
-
 // What happens to a finished sum s = sum_k A(m, k) B(k, n) on its way to C, in this order,
 // each step optional (fused into the store, so C is written once and nothing is re-read):
 //   s = s + C(m, n)          accumulate (dW += ..., as BLAS beta = 1)
