@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # gpu-cuda-fwd.sh: issue 14's inference half on the GPU machine, in one call: builds the cuda
 # preset's minigpt and the CUDA model tests, runs them (ctest -R '^Cuda'), the CLI's --device cuda
-# paths, `minigpt bench model --device cuda` with its PyTorch peer, and (when nsys exists) a
-# per-kernel profile of the graphs. Logs under $OUT (default build/gpu-cuda-fwd).
+# paths, `minigpt bench model --device cuda` with its PyTorch peer, the ctest pattern for
+# gpu-check.sh, and the demo's GPU section. Logs under $OUT (default build/gpu-cuda-fwd).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,14 +26,8 @@ run() { echo; echo "=== $* ==="; "$@" || { echo "FAIL($?): $*"; fail=1; }; }
   run $B/minigpt bench model --device cuda --runs 2000 --warmup 200 -o json --no-peers
   run $B/minigpt bench model --device cuda --runs 1000 --warmup 100
   PYTHONPATH=$ROOT/python MINIGPT_BIN=$ROOT/$B/minigpt run python3 -m pytest -q -x python/tests/test_cli.py -k device
-  if command -v nsys >/dev/null; then
-    run nsys profile -o "$OUT/prof" --force-overwrite true --cuda-graph-trace=node \
-      $B/minigpt bench model --device cuda --runs 100 --warmup 10 --no-peers
-    run nsys stats -q --report cuda_gpu_kern_sum --format csv -o "$OUT/kern" "$OUT/prof.nsys-rep"
-    rm -f "$OUT/prof.nsys-rep" "$OUT/prof.sqlite"
-  else
-    echo "nsys: not installed"
-  fi
+  run ctest --test-dir $B -R '^Cuda' --output-on-failure
+  run timeout 180 $B/minigpt demo
   echo "gpu-cuda-fwd: $([ $fail = 0 ] && echo PASS || echo FAIL) in $((SECONDS - T0)) s"
 } 2>&1 | tee "$OUT/log.txt"
 exit $fail

@@ -84,7 +84,9 @@ CudaModelTimes bench_model_cuda(const GrammarMiniGPT& model, const std::vector<i
   r.gpu = prop.name;
 
   r.forward_us = forward_graph_us(model, {}, ids, B, T, runs, warmup, &r.forward_b2b_us);
-  r.forward_cublas_us = forward_graph_us(model, {.linear = CudaGPTOptions::Linear::Cublas}, ids, B, T, runs,
+  r.forward_perop_us = forward_graph_us(model, {.path = CudaGPTOptions::Path::PerOp}, ids, B, T, runs,
+                                        warmup, nullptr);
+  r.forward_cublas_us = forward_graph_us(model, {.path = CudaGPTOptions::Path::Cublas}, ids, B, T, runs,
                                          warmup, nullptr);
 
   // the host API, and its logits against the CPU engine's

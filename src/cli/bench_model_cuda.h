@@ -12,7 +12,8 @@ namespace minigpt::cli {
 
 struct CudaModelTimes {
   std::string gpu;              // device name
-  double forward_us = 0;        // one graph replay (fused Linears) between CUDA events, median
+  double forward_us = 0;        // one graph replay (whole-layer kernels) between CUDA events, median
+  double forward_perop_us = 0;  // the same with a kernel per op (fused Linears)
   double forward_b2b_us = 0;    // 100 replays back to back between two events, per replay, median
   double forward_cublas_us = 0; // one graph replay with cuBLAS Linears, median
   double forward_host_us = 0;   // CudaGPT::forward (ids in, replay, logits+probs out, wait), wall clock

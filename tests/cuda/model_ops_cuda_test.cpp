@@ -12,10 +12,12 @@
 #include "kernels/cpu/gelu.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/softmax.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gelu.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gpt_layer.h"
 #include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/linear.h"
 #include "layers_reference.h"
@@ -253,6 +255,122 @@ TEST(CudaGemm, TransposeFlagsMatchAPlainLoop) {
                  dC.get(), n, nullptr);
       EXPECT_LE(max_abs_diff(dC.host(), want), 1e-5) << "trans_a=" << ta << " trans_b=" << tb;
     }
+}
+
+std::vector<float> transposed(const std::vector<float>& W, int64_t out, int64_t in) {
+  std::vector<float> t(W.size());
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t i = 0; i < in; ++i) t[i * out + o] = W[o * in + i];
+  return t;
+}
+
+// attention_front against the CPU ops it fuses (embedding, layernorm, qkv Linear, attention):
+// a forward from position 0 (the cache is a (B, T, C) scratch), then decode rows at positions
+// read on the device against the same CPU composition over the longer prefix.
+TEST(CudaGptLayer, AttentionFrontMatchesTheCpuOps) {
+  REQUIRE_GPU();
+  ThreadPool pool(1);
+  const int64_t B = 2, T = 13, C = 64, NH = 4, V = 40, P = 20;
+  const auto wte = random_floats(V * C, 31), wpe = random_floats(P * C, 32);
+  const auto lw = random_floats(C, 33), lb = random_floats(C, 34);
+  const auto W = random_floats(3 * C * C, 35, -0.2f, 0.2f), bq = random_floats(3 * C, 36);
+  std::vector<int32_t> ids(B * T);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 13 + 5) % V);
+  // CPU: x = embed, qkv = ln(x) W^T + b, out = attention(qkv)
+  std::vector<float> x(B * T * C), ln(B * T * C), qkv(B * T * 3 * C), out(B * T * C);
+  for (int64_t r = 0; r < B * T; ++r)
+    for (int64_t c = 0; c < C; ++c) x[r * C + c] = wte[ids[r] * C + c] + wpe[(r % T) * C + c];
+  cpu::layernorm_forward(x.data(), lw.data(), lb.data(), ln.data(), nullptr, nullptr, B * T, C, 1e-5f, pool);
+  cpu::linear_forward(ln.data(), W.data(), bq.data(), qkv.data(), B * T, C, 3 * C, pool);
+  cpu::attention_forward(qkv.data(), out.data(), nullptr, B, T, C, NH, pool);
+
+  DeviceArray<int32_t> d_ids(ids);
+  DeviceArray<float> d_wte(wte), d_wpe(wpe), d_lw(lw), d_lb(lb), d_W(W), d_b(bq), d_x(B * T * C),
+      d_k(B * T * C), d_v(B * T * C), d_att(B * T * C);
+  cuda::AttentionFront a;
+  a.ids = d_ids.get();
+  a.wte = d_wte.get();
+  a.wpe = d_wpe.get();
+  a.x_out = d_x.get();
+  a.ln_weight = d_lw.get();
+  a.ln_bias = d_lb.get();
+  a.qkv_weight = d_W.get();
+  a.qkv_bias = d_b.get();
+  a.k_cache = d_k.get();
+  a.v_cache = d_v.get();
+  a.att = d_att.get();
+  cuda::attention_front(a, B, T, C, NH, T, V, P, nullptr);
+  EXPECT_LE(max_abs_diff(d_x.host(), x), kTol) << "embedding";
+  EXPECT_LE(max_abs_diff(d_att.host(), out), kTol) << "attention output";
+  // the same from x instead of ids
+  a.ids = nullptr;
+  a.x = d_x.get();
+  cuda::attention_front(a, B, T, C, NH, T, V, P, nullptr);
+  EXPECT_LE(max_abs_diff(d_att.host(), out), kTol) << "attention output from x";
+
+  // decode: sequence 0 one row at a time at positions 0..T-1 in a cache of P rows
+  DeviceArray<float> kc(P * C), vc(P * C), row(C), xr(C);
+  for (int64_t t = 0; t < T; ++t) {
+    DeviceArray<int32_t> id(std::vector<int32_t>{ids[t]}), pos(std::vector<int32_t>{static_cast<int32_t>(t)});
+    a.ids = id.get();
+    a.x_out = xr.get();
+    a.k_cache = kc.get();
+    a.v_cache = vc.get();
+    a.pos = pos.get();
+    a.att = row.get();
+    cuda::attention_front(a, 1, 1, C, NH, P, V, P, nullptr);
+    ASSERT_LE(max_abs_diff(row.host().data(), out.data() + t * C, C), kTol) << "decode position " << t;
+  }
+  DeviceArray<int32_t> full(std::vector<int32_t>{static_cast<int32_t>(P)});
+  a.pos = full.get();
+  cuda::attention_front(a, 1, 1, C, NH, P, V, P, nullptr);
+  for (float v : row.host()) ASSERT_TRUE(std::isnan(v)) << "a position past the cache gives NaN";
+}
+
+// proj_mlp and lm_head_softmax against the CPU ops they fuse, at odd row counts.
+TEST(CudaGptLayer, ProjMlpAndLmHeadMatchTheCpuOps) {
+  REQUIRE_GPU();
+  ThreadPool pool(1);
+  const int64_t C = 64, F = 256;
+  for (int64_t M : {1, 7, 32}) {
+    for (int64_t V : {50, 611}) {
+      const auto att = random_floats(M * C, 41), x0 = random_floats(M * C, 42, -2.0f, 2.0f);
+      const auto Wp = random_floats(C * C, 43, -0.2f, 0.2f), bp = random_floats(C, 44);
+      const auto lw = random_floats(C, 45), lb = random_floats(C, 46);
+      const auto W1 = random_floats(F * C, 47, -0.2f, 0.2f), b1 = random_floats(F, 48);
+      const auto W2 = random_floats(C * F, 49, -0.1f, 0.1f), b2 = random_floats(C, 50);
+      const auto Wl = random_floats(V * C, 51, -0.3f, 0.3f), bl = random_floats(V, 52);
+      std::vector<float> x = x0, ln(M * C), h(M * F), logits(M * V), probs(M * V);
+      cpu::linear_forward(att.data(), Wp.data(), bp.data(), x.data(), M, C, C, pool, {.residual = x.data()});
+      cpu::layernorm_forward(x.data(), lw.data(), lb.data(), ln.data(), nullptr, nullptr, M, C, 1e-5f, pool);
+      cpu::linear_forward(ln.data(), W1.data(), b1.data(), h.data(), M, C, F, pool, {.gelu = true});
+      cpu::linear_forward(h.data(), W2.data(), b2.data(), x.data(), M, F, C, pool, {.residual = x.data()});
+      cpu::layernorm_forward(x.data(), lw.data(), lb.data(), ln.data(), nullptr, nullptr, M, C, 1e-5f, pool);
+      cpu::linear_forward(ln.data(), Wl.data(), bl.data(), logits.data(), M, C, V, pool);
+      cpu::softmax(logits.data(), probs.data(), M, V, pool);
+
+      DeviceArray<float> d_att(att), d_x(x0), d_Wp(transposed(Wp, C, C)), d_bp(bp), d_lw(lw), d_lb(lb),
+          d_W1(transposed(W1, F, C)), d_b1(b1), d_W2(transposed(W2, C, F)), d_b2(b2),
+          d_Wl(transposed(Wl, V, C)), d_bl(bl), d_logits(M * V), d_probs(M * V);
+      cuda::ProjMlp p;
+      p.att = d_att.get();
+      p.x = d_x.get();
+      p.proj_wt = d_Wp.get();
+      p.proj_bias = d_bp.get();
+      p.ln_weight = d_lw.get();
+      p.ln_bias = d_lb.get();
+      p.fc1_wt = d_W1.get();
+      p.fc1_bias = d_b1.get();
+      p.fc2_wt = d_W2.get();
+      p.fc2_bias = d_b2.get();
+      cuda::proj_mlp(p, M, C, F, nullptr);
+      EXPECT_LE(max_abs_diff(d_x.host(), x), kTol) << "proj_mlp M=" << M;
+      cuda::lm_head_softmax(d_x.get(), d_lw.get(), d_lb.get(), 1e-5f, d_Wl.get(), d_bl.get(), d_logits.get(),
+                            d_probs.get(), M, C, V, nullptr);
+      EXPECT_LE(max_abs_diff(d_logits.host(), logits), kTol) << "logits M=" << M << " V=" << V;
+      EXPECT_LE(max_abs_diff(d_probs.host(), probs), 1e-6) << "probs M=" << M << " V=" << V;
+    }
+  }
 }
 
 // Argument checks run before any device work: these need no GPU.
