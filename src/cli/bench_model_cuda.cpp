@@ -12,6 +12,7 @@
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/event_pair.h"
 #include "model/cuda/cuda_gpt.h"
 
 #include <cuda_runtime_api.h>
@@ -26,24 +27,12 @@ namespace minigpt::cli {
 #if MINIGPT_WITH_CUDA
 namespace {
 
-struct EventPair {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  EventPair() {
-    MINIGPT_CUDA_CHECK(cudaEventCreate(&start));
-    MINIGPT_CUDA_CHECK(cudaEventCreate(&stop));
-  }
-  ~EventPair() {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-  }
-};
-
 // Median us of `runs` calls of enqueue(stream) (each `per` graph launches), each between two
 // events and waited for, after `warmup` untimed ones; per launch.
 double time_events(const std::function<void()>& enqueue, cudaStream_t stream, int runs, int warmup, int per = 1) {
   for (int i = 0; i < warmup; ++i) enqueue();
   MINIGPT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  EventPair ev;
+  cuda::EventPair ev;
   std::vector<double> us;
   for (int i = 0; i < runs; ++i) {
     MINIGPT_CUDA_CHECK(cudaEventRecord(ev.start, stream));
