@@ -157,7 +157,9 @@ def main() -> int:
             return False
         for k in ("machine", "build"):
             meta[k] = report["meta"].get(k)
-        rows_by_case = {r["case"].split(" ")[0]: r for r in report["rows"]}
+        rows_by_case = {}  # the first row of each kind: with --device cuda, "forward graph ..." is ours
+        for r in report["rows"]:
+            rows_by_case.setdefault(r["case"].split(" ")[0], r)
         cpp_rounds.append({**rows_by_case["forward"], "cpu_share": report["meta"].get("cpu_share"),
                            "decode": rows_by_case.get("kv")})
         return True
