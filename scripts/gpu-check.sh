@@ -116,9 +116,13 @@ keep_cache() {
 # Experiment 24 (Triton vs CUDA C, the PyTorch port, the kernel swap) from the same bench JSON;
 # its manifest lands beside the other results (the full folder stays in build/exp24).
 experiment24() {
+  local any=()
+  [[ -s $RESULTS/bench_softmax_cuda_any.json ]] &&
+    any=(--any-json "$RESULTS/bench_softmax_cuda_any.json" --triton-cache "$XDG_CACHE_HOME/minigpt/triton_autotune.json")
   python3 experiments/24-triton-and-pytorch/bench.py --minigpt "$BUILD/minigpt" \
-    --bench-json "$RESULTS/bench_softmax_cuda.json" --out "$ROOT/build/exp24"
+    --bench-json "$RESULTS/bench_softmax_cuda.json" --out "$ROOT/build/exp24" "${any[@]}"
   cp "$ROOT/build/exp24/manifest.json" "$RESULTS/manifest.json"
+  [[ ! -f $ROOT/build/exp24/any_shape.md ]] || cp "$ROOT/build/exp24/any_shape.md" "$RESULTS/any_shape.md"
 }
 
 export RESULTS BUILD JOBS LOG BUILD_TARGETS="${BUILD_TARGETS:-}" BENCH_ARGS="${BENCH_ARGS:-}"
@@ -139,14 +143,14 @@ if want tests; then
 fi
 if want benches && [[ -x $BUILD/minigpt ]]; then
   step bench 900 run_bench
-  if [[ -s $RESULTS/bench_softmax_cuda.json ]]; then
-    step render-md 60 render_md "$RESULTS/bench_softmax_cuda.json" "$RESULTS/bench_softmax_cuda.md"
-    step roofline 120 plot
-    step experiment24 300 experiment24
-  fi
   step bench-any-shape 600 run_bench_any
   [[ -s $RESULTS/bench_softmax_cuda_any.json ]] &&
     step render-md-any 60 render_md "$RESULTS/bench_softmax_cuda_any.json" "$RESULTS/bench_softmax_cuda_any.md"
+  if [[ -s $RESULTS/bench_softmax_cuda.json ]]; then
+    step render-md 60 render_md "$RESULTS/bench_softmax_cuda.json" "$RESULTS/bench_softmax_cuda.md"
+    step roofline 120 plot
+    step experiment24 300 experiment24  # after bench-any-shape: it renders any_shape.md from it
+  fi
   step keep-autotune-cache 10 keep_cache
 elif want benches; then
   echo "FAIL: $BUILD/minigpt was not built; no benchmark"
