@@ -53,6 +53,11 @@ TEST(CudaArena, SlotsAlignedAndOutOfMemoryNamesTheBytes) {
   EXPECT_ERROR(CudaArena(size_t{1} << 50), "could not allocate 1125899906842624 bytes");
 }
 
+TEST(CudaArena, WithoutAGpuTheErrorNamesTheBytes) {
+  if (gpu_visible()) GTEST_SKIP() << "a CUDA GPU is visible: the out-of-memory case is the test above";
+  EXPECT_ERROR(CudaArena(1000), "CUDA arena: could not allocate 1024 bytes");
+}
+
 TEST(CudaEmbedding, MatchesTheCpuGather) {
   REQUIRE_GPU();
   const int64_t B = 3, T = 5, C = 24, V = 11, P = 7;
