@@ -6,6 +6,7 @@
 // mean of squared deviations), so a constant row normalises to exactly 0 (then + bias).
 // N == 0 launches nothing; y may alias x. Launchers check their arguments and the launch error
 // (minigpt::Error) and never synchronise.
+// Backward: layernorm_backward, below.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -17,5 +18,15 @@ namespace minigpt::cuda {
 void layernorm_forward(const float* x, const float* weight, const float* bias, float* y,
                        float* mean, float* rstd, int64_t N, int64_t C, float eps,
                        cudaStream_t stream);
+
+// Backward (layernorm_backward.cu), formulas as the CPU's: x, dy (N, C) with x the forward's
+// input (the statistics are recomputed from it in double, as the CPU forward computes them),
+// weight (C). dx (N, C) = LN'(dy) when accumulate is false, dx += LN'(dy) when true (the
+// residual stream's gradient). mean, rstd (N): scratch written here, read by the weight pass.
+// dweight, dbias (C) overwritten with sum_n dy * xhat and sum_n dy (either may be null), in
+// double in a fixed order.
+void layernorm_backward(const float* dy, const float* x, const float* weight, float* dx,
+                        bool accumulate, float* mean, float* rstd, float* dweight, float* dbias,
+                        int64_t N, int64_t C, float eps, cudaStream_t stream);
 
 }  // namespace minigpt::cuda

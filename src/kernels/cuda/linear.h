@@ -11,6 +11,7 @@
 // Also here: linear_epilogue, the same epilogue as its own kernel, for a y that a cuBLAS GEMM
 // (gemm.h) wrote. M == 0 launches nothing. Launchers check their arguments and the launch error
 // (minigpt::Error) and never synchronise.
+// Backward: bias_backward and linear_backward, at the end.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -41,5 +42,19 @@ void linear_forward(const float* x, const float* W, const float* b, float* y, in
 // fusion's LayerNorm fields must be null (a prologue cannot run after the product).
 void linear_epilogue(float* y, const float* b, int64_t M, int64_t N, const LinearFusion& fusion,
                      cudaStream_t stream);
+
+// ---- backward (linear_backward.cpp, bias_backward.cu) -----------------------------------
+
+// db (out) = the column sums of dy (N, out), in double in a fixed order, overwritten.
+void bias_backward(const float* dy, float* db, int64_t N, int64_t out, cudaStream_t stream);
+
+class Cublas;  // gemm.h
+
+// The backward of y (N, out) = x (N, in) W^T + b, W (out, in), as the CPU's linear_backward but
+// overwriting: dx (N, in) = dy W (skipped if dx is null), dW (out, in) = dy^T x, db (out) =
+// column sums of dy (skipped if null). Two cuBLAS GEMMs (gemm.h, pedantic fp32) and
+// bias_backward. The backward through a fused GELU is gelu.h's gelu_backward_saved on dx.
+void linear_backward(const Cublas& blas, const float* x, const float* W, const float* dy, float* dx,
+                     float* dW, float* db, int64_t N, int64_t in, int64_t out, cudaStream_t stream);
 
 }  // namespace minigpt::cuda
