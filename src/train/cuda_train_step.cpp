@@ -110,7 +110,12 @@ struct CudaTrainStep::Impl {
     return reinterpret_cast<const cuda::AdamWScalars*>(dev_batch + batch.scalars);
   }
   void stage(const int32_t* host_ids, const int32_t* host_targets);
-  void forward_backward();  // enqueues on stream
+  void forward_backward() {  // enqueues on stream
+    forward();
+    backward();
+  }
+  void forward();   // embedding .. cross-entropy (loss and dlogits)
+  void backward();  // every gradient
   void optimizer();         // enqueues the hook, the norm and AdamW
   void capture();
 };
@@ -308,7 +313,7 @@ void CudaTrainStep::Impl::stage(const int32_t* host_ids, const int32_t* host_tar
   std::memcpy(host_batch + batch.targets, host_targets, static_cast<size_t>(N) * sizeof(int32_t));
 }
 
-void CudaTrainStep::Impl::forward_backward() {
+void CudaTrainStep::Impl::forward() {
   using namespace cuda;
   const int64_t d = c.d_model, F = c.d_ff(), V = c.vocab_size, P = c.block_size, NH = c.n_head;
   const float eps = c.layernorm_eps;
@@ -333,8 +338,15 @@ void CudaTrainStep::Impl::forward_backward() {
   linear_forward(lnf, w.lm_head_weight, w.lm_head_bias, logits, N, d, V, {}, s);
   // loss and d(loss)/d(logits), in place
   cross_entropy_forward_backward(logits, targets(), logits, row_loss, loss, N, V, s);
+}
 
-  // backward (GrammarMiniGPT::backward's order); every gradient written once
+// GrammarMiniGPT::backward's order; every gradient written once.
+void CudaTrainStep::Impl::backward() {
+  using namespace cuda;
+  const int64_t d = c.d_model, F = c.d_ff(), V = c.vocab_size, P = c.block_size, NH = c.n_head;
+  const float eps = c.layernorm_eps;
+  cudaStream_t s = stream;
+  const float* in = layers.back().out;  // the last block's output: ln_f's input
   linear_backward(*blas, lnf, w.lm_head_weight, logits, dln, g.lm_head_weight, g.lm_head_bias, N, d, V, grad_scratch, s);
   layernorm_backward(dln, in, w.ln_f_weight, dresid, false, g.ln_f_weight, g.ln_f_bias, ln_scratch, N, d, eps, s);
   for (int l = c.n_layer - 1; l >= 0; --l) {
@@ -479,6 +491,45 @@ std::vector<std::pair<std::string, int64_t>> CudaTrainStep::parameter_offsets() 
 size_t CudaTrainStep::arena_bytes() const { return impl_->arena.capacity(); }
 int CudaTrainStep::graph_nodes() const { return static_cast<int>(impl_->graph_nodes); }
 
+std::vector<CudaTrainStep::PhaseTime> CudaTrainStep::profile_phases(int reps) {
+  Impl& s = *impl_;
+  MINIGPT_CHECK(s.exec && reps >= 1, "profile_phases: needs a step() first and reps >= 1");
+  check(cudaStreamSynchronize(s.stream), "waiting for the last step");
+  std::vector<PhaseTime> out;
+  const std::pair<const char*, void (Impl::*)()> phases[] = {
+      {"forward + loss", &Impl::forward}, {"backward", &Impl::backward}, {"clip + AdamW", &Impl::optimizer}};
+  for (const auto& [name, run] : phases) {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    check(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    try {
+      (s.*run)();
+    } catch (...) {
+      cudaStreamEndCapture(s.stream, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      throw;
+    }
+    check(cudaStreamEndCapture(s.stream, &graph), "cudaStreamEndCapture");
+    size_t nodes = 0;
+    cudaGraphGetNodes(graph, nullptr, &nodes);
+    const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(status, "cudaGraphInstantiate");
+    float ms = 0.0f;
+    cudaError_t err = cudaGraphLaunch(exec, s.stream);  // warm-up
+    if (err == cudaSuccess) err = cudaEventRecord(s.ev_start, s.stream);
+    for (int i = 0; i < reps && err == cudaSuccess; ++i) err = cudaGraphLaunch(exec, s.stream);
+    if (err == cudaSuccess) err = cudaEventRecord(s.ev_stop, s.stream);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(s.stream);
+    if (err == cudaSuccess) err = cudaEventElapsedTime(&ms, s.ev_start, s.ev_stop);
+    cudaGraphExecDestroy(exec);
+    check(err, "timing a phase");
+    out.push_back({name, static_cast<int>(nodes), 1e3 * ms / reps});
+  }
+  return out;
+}
+
 #else  // built without CUDA: every entry point is the same clear Error
 
 [[noreturn]] static void no_cuda() {
@@ -498,6 +549,7 @@ int64_t CudaTrainStep::flat_floats() const { no_cuda(); }
 std::vector<std::pair<std::string, int64_t>> CudaTrainStep::parameter_offsets() const { no_cuda(); }
 size_t CudaTrainStep::arena_bytes() const { no_cuda(); }
 int CudaTrainStep::graph_nodes() const { no_cuda(); }
+std::vector<CudaTrainStep::PhaseTime> CudaTrainStep::profile_phases(int) { no_cuda(); }
 
 #endif
 

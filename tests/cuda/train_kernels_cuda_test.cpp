@@ -32,11 +32,6 @@ namespace {
 using namespace minigpt;
 using namespace minigpt::cudatest;
 
-ThreadPool& pool() {
-  static ThreadPool p(2);
-  return p;
-}
-
 TEST(CudaBackward, LayerNormMatchesCpu) {
   REQUIRE_GPU();
   for (const auto& [N, C] : {std::pair<int64_t, int64_t>{1024, 64}, {37, 100}, {5, 3}, {100, 1000}}) {

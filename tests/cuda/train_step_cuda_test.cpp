@@ -29,11 +29,6 @@ namespace {
 using namespace minigpt;
 using namespace minigpt::cudatest;
 
-ThreadPool& pool() {
-  static ThreadPool p(2);
-  return p;
-}
-
 ModelConfig tiny_config() {
   ModelConfig c;
   c.n_layer = 2;

@@ -115,19 +115,8 @@ void layernorm_backward(const float* dy, const float* x, const float* weight, fl
                                    scratch.partial_doubles >= layernorm_backward_scratch(N, C)),
                        "layernorm_backward: the scratch is missing or too small for N=", N, " C=", C);
   const int64_t bytes = params ? smem_bytes(C) : 0;
-  // Past the default 48 KiB (C > 384) a block opts in to more, up to the device's limit.
-  int device = 0, optin = 48 * 1024;
-  if (bytes > 48 * 1024 &&
-      (cudaGetDevice(&device) != cudaSuccess ||
-       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)) {
-    cudaGetLastError();
-    optin = 48 * 1024;
-  }
-  MINIGPT_CUDA_REQUIRE(bytes <= optin, "layernorm_backward: C=", C, " needs ", bytes,
-                       " bytes of shared memory per block, more than the ", optin, " a block can have");
-  if (bytes > 48 * 1024)
-    MINIGPT_CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  // C > 384 takes more than the default 48 KiB
+  detail::allow_shared_memory(layernorm_backward_kernel, bytes, cat("layernorm_backward: C=", C).c_str());
   layernorm_backward_kernel<<<static_cast<unsigned>(blocks_for(N)), dim3(32, kRowsPerBlock),
                               static_cast<size_t>(bytes), stream>>>(
       dy, x, weight, dx, accumulate, dweight, dbias, params ? scratch.partial : nullptr, scratch.counter,
