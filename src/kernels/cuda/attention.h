@@ -8,6 +8,7 @@
 // Any T >= 1 (keys are streamed through shared memory in tiles with an online softmax).
 // B == 0 launches nothing. Launchers check their arguments and the launch error
 // (minigpt::Error) and never synchronise.
+// Backward: attention_backward, below.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -27,5 +28,14 @@ void attention_forward(const float* qkv, float* out, float* lse, int64_t B, int6
 // out (C). A position outside [0, capacity) writes a NaN row (the host checks it first).
 void attention_decode(const float* qkv, float* k_cache, float* v_cache, const int32_t* pos,
                       float* out, int64_t C, int64_t NH, int64_t capacity, cudaStream_t stream);
+
+// Backward (attention_backward.cu), fused per (batch, head): the probabilities are recomputed
+// from q and k in shared memory (as the forward: scale, max subtracted, exp, times 1/sum), then
+// dq, dk, dv; nothing of size (T, T) leaves the chip. qkv (B, T, 3C) the forward's input,
+// dout (B, T, C) the gradient at the heads' output; dqkv (B, T, 3C) overwritten, every element
+// written once (no atomics). A block holds q, k, v, g and two (T, T) tiles: T <= 64 with head
+// size 16 takes 50 KiB (Error past the device's shared-memory limit).
+void attention_backward(const float* dout, const float* qkv, float* dqkv, int64_t B, int64_t T,
+                        int64_t C, int64_t NH, cudaStream_t stream);
 
 }  // namespace minigpt::cuda

@@ -6,6 +6,7 @@
 //
 // n == 0 launches nothing; y may alias x. Launchers check their arguments and the launch error
 // (minigpt::Error) and never synchronise.
+// Backward: gelu_backward and gelu_backward_saved, below.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -15,5 +16,13 @@
 namespace minigpt::cuda {
 
 void gelu_forward(const float* x, float* y, int64_t n, cudaStream_t stream);
+
+// Backward (gelu_backward.cu): dx (n) = dy * GELU'(x), exact erf form (GELU'(-inf) = 0,
+// GELU'(+inf) = 1). dx may be dy.
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, cudaStream_t stream);
+// The same given the GELU' the forward saved (LinearFusion::gelu_grad, linear.h):
+// dx (n) = dy * gelu_grad. dx may be dy.
+void gelu_backward_saved(const float* gelu_grad, const float* dy, float* dx, int64_t n,
+                         cudaStream_t stream);
 
 }  // namespace minigpt::cuda

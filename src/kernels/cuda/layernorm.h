@@ -6,6 +6,7 @@
 // mean of squared deviations), so a constant row normalises to exactly 0 (then + bias).
 // N == 0 launches nothing; y may alias x. Launchers check their arguments and the launch error
 // (minigpt::Error) and never synchronise.
+// Backward: layernorm_backward, below.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -17,5 +18,24 @@ namespace minigpt::cuda {
 void layernorm_forward(const float* x, const float* weight, const float* bias, float* y,
                        float* mean, float* rstd, int64_t N, int64_t C, float eps,
                        cudaStream_t stream);
+
+// Backward (layernorm_backward.cu), one launch, formulas as the CPU's: x, dy (N, C) with x the
+// forward's input (the statistics are recomputed from it in double, as the CPU forward computes
+// them), weight (C). dx (N, C) = LN'(dy) when accumulate is false, dx += LN'(dy) when true (the
+// residual stream's gradient). dweight, dbias (C) overwritten with sum_n dy * xhat and
+// sum_n dy (either may be null), in double in a fixed order; they need the scratch: partial
+// (layernorm_backward_scratch(N, C) doubles) and counter (one int, 0 before the first call;
+// every call leaves it 0, so one scratch serves the step's LayerNorms one after another on a
+// stream, and graph replays).
+struct LayerNormGradScratch {
+  double* partial = nullptr;
+  int* counter = nullptr;
+  int64_t partial_doubles = 0;
+};
+int64_t layernorm_backward_scratch(int64_t N, int64_t C);
+void layernorm_backward(const float* dy, const float* x, const float* weight, float* dx,
+                        bool accumulate, float* dweight, float* dbias,
+                        const LayerNormGradScratch& scratch, int64_t N, int64_t C, float eps,
+                        cudaStream_t stream);
 
 }  // namespace minigpt::cuda
