@@ -1,0 +1,70 @@
+// DeviceGradReducer: DDP's gradient all-reduce for the GPU trainer, on one flat fp32 device
+// buffer that holds every gradient, in buckets that can overlap the backward pass. Built only
+// with CUDA and NCCL.
+//
+// How the GPU trainer uses it (between the backward and the clipping), on its compute stream:
+//   - not overlapped:  reducer.reduce_all(stream)  - one ncclAllReduce (average) of the buffer;
+//   - overlapped:      reducer.bucket_ready(grad_bucket_index(stage, L), stream) from the
+//                      backward's hook as each group of gradients is final, then
+//                      reducer.finish(stream) after the backward.
+// Either way the kernels that follow on `stream` (clipping, AdamW) see the averaged gradients:
+// every rank then takes the same step. Nothing here blocks the host, so the whole step, the
+// collectives included, can be captured in a CUDA graph (dist/nccl_communicator.h says what
+// NCCL requires of that). The host waits where the trainer reads results back, with
+// comm.synchronize(stream, what), which is bounded by --dist-timeout.
+//
+// Buckets: spans of the buffer in backward order. flat_grad_buckets(config)
+// (dist/grad_layout.h) gives the model's L + 2 buckets for a buffer in the canonical parameter
+// order (expected_parameters); another layout passes its own spans, which must tile the buffer.
+// Overlap: bucket i's all-reduce runs on the reducer's own communication stream after an event
+// recorded on the compute stream when the bucket is ready; finish() makes the compute stream
+// wait for an event recorded after the last one (a fork and a join, legal inside a capture).
+//
+// What it does not do: compute, clip or scale gradients (ncclAvg averages), or wait on the host.
+#pragma once
+
+#include "dist/grad_layout.h"
+#include "dist/nccl_communicator.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace minigpt::dist {
+
+class DeviceGradReducer {
+ public:
+  // grads: `count` floats of device memory on comm.device(), alive and in place while this
+  // object lives. buckets: spans in backward order; empty means one bucket, the whole buffer.
+  DeviceGradReducer(NcclCommunicator& comm, float* grads, size_t count, std::vector<FlatSpan> buckets = {});
+  ~DeviceGradReducer();
+  DeviceGradReducer(const DeviceGradReducer&) = delete;
+  DeviceGradReducer& operator=(const DeviceGradReducer&) = delete;
+
+  // Bucket i's gradients are final on `compute` (their kernels are enqueued there): its
+  // all-reduce starts on the communication stream once they have run. Each bucket once a step.
+  void bucket_ready(size_t i, cudaStream_t compute);
+  // `compute` waits (on the GPU) for every bucket's all-reduce. Error if one was not started.
+  void finish(cudaStream_t compute);
+  // The whole buffer averaged on `compute` itself: one all-reduce, no overlap.
+  void reduce_all(cudaStream_t compute);
+
+  const std::vector<FlatSpan>& buckets() const { return spans_; }
+  int64_t bytes_per_step() const { return static_cast<int64_t>(count_ * sizeof(float)); }
+  NcclCommunicator& comm() const { return comm_; }
+
+ private:
+  void release() noexcept;
+
+  NcclCommunicator& comm_;
+  float* grads_;
+  size_t count_;
+  std::vector<FlatSpan> spans_;
+  std::vector<char> started_;           // this step, per bucket
+  cudaStream_t comm_stream_ = nullptr;  // the all-reduces of the overlapped mode
+  std::vector<cudaEvent_t> ready_;      // per bucket, recorded on the compute stream
+  cudaEvent_t done_ = nullptr;          // recorded on comm_stream_ after the last all-reduce
+};
+
+}  // namespace minigpt::dist

@@ -1,0 +1,307 @@
+// NCCL data parallelism on the GPU (dist/nccl_communicator.h, dist/device_grad_reducer.h).
+// One GPU runs a world of one rank (NCCL refuses two ranks on one GPU): the all-reduce leaves
+// its input bit for bit, whole or in the model's buckets, eagerly and captured in a CUDA graph;
+// a rank whose peer never joins times out with an Error naming it (in a child process, so that
+// a hang fails the test instead of stalling ctest). Two GPUs (skipped below two): two ranks as
+// two threads of this process, one GPU each, average their buffers exactly.
+// Every test skips, saying so, when no GPU is visible; the host-only checks run everywhere.
+#include "core/error.h"
+#include "core/timer.h"
+#include "dist/device_grad_reducer.h"
+#include "dist/grad_layout.h"
+#include "dist/nccl_communicator.h"
+#include "expect_error.h"
+#include "kernels/cuda/cuda_check.h"
+#include "model/config.h"
+#include "model/gpt.h"
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+namespace {
+
+using namespace minigpt;
+using dist::NcclCommunicator;
+
+int visible_gpus() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+#define REQUIRE_GPUS(n)                                                                          \
+  if (visible_gpus() < (n))                                                                      \
+  GTEST_SKIP() << ((n) == 1 ? std::string("no CUDA GPU visible")                                 \
+                            : "needs " + std::to_string(n) + " CUDA GPUs, " +                    \
+                                  std::to_string(visible_gpus()) + " visible (issue 17 runs it)")
+
+// A host world of `size` ranks seen from rank 0 alone: its collectives do nothing, so an NCCL
+// communicator of 2 built on it waits for a rank 1 that never comes.
+struct LonelyHost final : dist::Communicator {
+  explicit LonelyHost(int size) : size_(size) {}
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  std::string name() const override { return "lonely"; }
+  void all_reduce_sum(float*, size_t) override {}
+  std::unique_ptr<dist::PendingReduce> start_all_reduce_sum(float* d, size_t n) override {
+    return dist::SingleProcess().start_all_reduce_sum(d, n);
+  }
+  void broadcast(void*, size_t, int) override {}
+  void barrier() override {}
+  void abort(const std::string&) override {}
+  int size_;
+};
+
+// fp32 device memory of n floats, freed on scope exit.
+struct DeviceFloats {
+  explicit DeviceFloats(size_t count) : n(count) { MINIGPT_CUDA_CHECK(cudaMalloc(&p, n * sizeof(float))); }
+  ~DeviceFloats() { cudaFree(p); }
+  void upload(const std::vector<float>& v) { MINIGPT_CUDA_CHECK(cudaMemcpy(p, v.data(), n * sizeof(float), cudaMemcpyHostToDevice)); }
+  std::vector<float> download() const {
+    std::vector<float> v(n);
+    MINIGPT_CUDA_CHECK(cudaMemcpy(v.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return v;
+  }
+  void poison() { MINIGPT_CUDA_CHECK(cudaMemset(p, 0xff, n * sizeof(float))); }  // NaN everywhere
+  float* p = nullptr;
+  size_t n;
+};
+
+struct Stream {
+  Stream() { MINIGPT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~Stream() { cudaStreamDestroy(s); }
+  cudaStream_t s = nullptr;
+};
+
+// Not zeros: signs, magnitudes from 1e-30 to 1e30, an odd length.
+std::vector<float> test_values(size_t n, float scale = 1.0f) {
+  std::vector<float> v(n);
+  uint32_t x = 12345;
+  for (size_t i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    const float unit = static_cast<float>(x >> 8) / 16777216.0f - 0.5f;  // [-0.5, 0.5)
+    v[i] = scale * unit * (i % 97 == 0 ? 1e30f : i % 89 == 0 ? 1e-30f : 1.0f);
+  }
+  return v;
+}
+
+void expect_bitwise(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0) << what << ": element " << i << " is " << got[i]
+                                                                << ", want " << want[i];
+}
+
+std::unique_ptr<NcclCommunicator> world_of_one() {
+  return std::make_unique<NcclCommunicator>(std::make_unique<dist::SingleProcess>(), 0, 30.0);
+}
+
+ModelConfig tiny() {
+  ModelConfig c;
+  c.n_layer = 2, c.n_head = 2, c.d_model = 16, c.block_size = 8, c.vocab_size = 11;
+  return c;
+}
+
+TEST(Nccl, WorldOfOneAllReduceLeavesTheInput) {
+  REQUIRE_GPUS(1);
+  auto comm = world_of_one();
+  EXPECT_EQ(comm->size(), 1);
+  EXPECT_EQ(comm->name(), "nccl");
+  const std::vector<float> want = test_values(100'003);
+  DeviceFloats d(want.size());
+  d.upload(want);
+  Stream stream;
+  comm->all_reduce_avg(d.p, d.n, stream.s);
+  comm->all_reduce_avg(d.p, 0, stream.s);  // empty: nothing enqueued, no error
+  comm->synchronize(stream.s, "the test's all-reduce");
+  expect_bitwise(d.download(), want, "all_reduce_avg over 1 rank");
+  std::vector<float> host = {1.5f, -2.0f};  // host collectives go through the host communicator
+  comm->all_reduce_sum(host.data(), host.size());
+  EXPECT_EQ(host, (std::vector<float>{1.5f, -2.0f}));
+}
+
+TEST(Nccl, ReducerBucketsOverlappedOrWholeLeaveTheInput) {
+  REQUIRE_GPUS(1);
+  auto comm = world_of_one();
+  const ModelConfig c = tiny();
+  const auto count = static_cast<size_t>(c.parameter_count());
+  const std::vector<float> want = test_values(count);
+  DeviceFloats grads(count);
+  dist::DeviceGradReducer reducer(*comm, grads.p, count, dist::flat_grad_buckets(c));
+  EXPECT_EQ(reducer.bytes_per_step(), 4 * c.parameter_count());
+  EXPECT_EQ(reducer.buckets().size(), static_cast<size_t>(c.n_layer) + 2);
+  Stream compute;
+  for (int step = 0; step < 3; ++step) {  // the events and streams are reused step after step
+    grads.upload(want);
+    reducer.bucket_ready(dist::grad_bucket_index(GrammarMiniGPT::kHeadStage, c.n_layer), compute.s);
+    for (int l = c.n_layer - 1; l >= 0; --l) reducer.bucket_ready(dist::grad_bucket_index(l, c.n_layer), compute.s);
+    reducer.bucket_ready(dist::grad_bucket_index(GrammarMiniGPT::kEmbeddingStage, c.n_layer), compute.s);
+    reducer.finish(compute.s);
+    comm->synchronize(compute.s, "the buckets' all-reduces");
+    expect_bitwise(grads.download(), want, "bucketed");
+  }
+  grads.upload(want);
+  reducer.reduce_all(compute.s);
+  comm->synchronize(compute.s, "the whole buffer's all-reduce");
+  expect_bitwise(grads.download(), want, "whole");
+  // Misuse is an Error before anything is enqueued.
+  EXPECT_ERROR(reducer.finish(compute.s), "gradient bucket 0 was never started");
+  reducer.bucket_ready(1, compute.s);
+  EXPECT_ERROR(reducer.bucket_ready(1, compute.s), "bucket 1 reported ready twice");
+  EXPECT_ERROR(reducer.reduce_all(compute.s), "already started");
+  EXPECT_ERROR(reducer.bucket_ready(99, compute.s), "gradient bucket 99 of 4");
+  EXPECT_ERROR(dist::DeviceGradReducer(*comm, grads.p, count, {{0, 3}}), "cover 3 floats");
+  for (size_t k = 0; k < reducer.buckets().size(); ++k)  // complete the step begun above
+    if (k != 1) reducer.bucket_ready(k, compute.s);
+  reducer.finish(compute.s);
+  comm->synchronize(compute.s, "the test's last step");
+}
+
+// The whole reduction captured in a CUDA graph after a copy that writes the gradients: each
+// replay must copy, then reduce (the fork to the communication stream and the join back), so
+// that the poisoned buffer ends equal to the source.
+TEST(Nccl, ReducerCapturedInACudaGraph) {
+  REQUIRE_GPUS(1);
+  auto comm = world_of_one();
+  const ModelConfig c = tiny();
+  const auto count = static_cast<size_t>(c.parameter_count());
+  const std::vector<float> want = test_values(count, 3.0f);
+  DeviceFloats source(count), grads(count);
+  source.upload(want);
+  dist::DeviceGradReducer reducer(*comm, grads.p, count, dist::flat_grad_buckets(c));
+  Stream compute;
+  cudaGraph_t graph = nullptr;
+  MINIGPT_CUDA_CHECK(cudaStreamBeginCapture(compute.s, cudaStreamCaptureModeThreadLocal));
+  MINIGPT_CUDA_CHECK(cudaMemcpyAsync(grads.p, source.p, count * sizeof(float), cudaMemcpyDeviceToDevice, compute.s));
+  for (size_t b = 0; b < reducer.buckets().size(); ++b) reducer.bucket_ready(b, compute.s);
+  reducer.finish(compute.s);
+  MINIGPT_CUDA_CHECK(cudaStreamEndCapture(compute.s, &graph));
+  cudaGraphExec_t exec = nullptr;
+  MINIGPT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 3; ++replay) {
+    grads.poison();
+    MINIGPT_CUDA_CHECK(cudaGraphLaunch(exec, compute.s));
+    comm->synchronize(compute.s, "the graph's all-reduces");
+    expect_bitwise(grads.download(), want, "graph replay");
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+// Rank 0 of 2 whose rank 1 never calls init: joining must end with the Error within about the
+// timeout (2 s), not hang. In a re-executed child (threadsafe death test): ncclCommAbort of a
+// half-built communicator leaves NCCL's bootstrap thread behind, and a hang must fail the test
+// (alarm) instead of stalling ctest.
+TEST(NcclDeathTest, ARankThatNeverJoinsTimesOutNamingTheRank) {
+  REQUIRE_GPUS(1);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        alarm(60);
+        Timer timer;
+        try {
+          NcclCommunicator comm(std::make_unique<LonelyHost>(2), 0, 2.0);
+          std::fprintf(stderr, "rank 0 joined a world of 2 alone\n");
+          std::_Exit(1);
+        } catch (const Error& e) {
+          std::fprintf(stderr, "%s [after %.1f s]\n", e.what(), timer.elapsed_s());
+          std::_Exit(timer.elapsed_s() < 20.0 ? 0 : 2);
+        }
+      },
+      ::testing::ExitedWithCode(0),
+      "rank 0 of 2: joining the NCCL communicator \\(CUDA device 0\\) did not complete within 2 s; a peer rank is "
+      "dead, hung or never joined");
+}
+
+// Two ranks in one process, one thread and one GPU each; the unique id passes from rank 0's
+// thread to rank 1's through ThreadHost (what MPI does between processes).
+struct IdExchange {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<char> bytes;
+};
+
+struct ThreadHost final : dist::Communicator {
+  ThreadHost(IdExchange& x, int rank) : x_(x), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return 2; }
+  std::string name() const override { return "threads"; }
+  void all_reduce_sum(float*, size_t) override { MINIGPT_FAIL("ThreadHost: host all-reduce not needed"); }
+  std::unique_ptr<dist::PendingReduce> start_all_reduce_sum(float*, size_t) override {
+    MINIGPT_FAIL("ThreadHost: host all-reduce not needed");
+  }
+  void broadcast(void* data, size_t bytes, int root) override {
+    std::unique_lock lock(x_.mutex);
+    if (rank_ == root) {
+      x_.bytes.assign(static_cast<char*>(data), static_cast<char*>(data) + bytes);
+      x_.cv.notify_all();
+      return;
+    }
+    MINIGPT_CHECK(x_.cv.wait_for(lock, std::chrono::seconds(30), [&] { return x_.bytes.size() == bytes; }),
+                  "ThreadHost: rank {} never received the broadcast", rank_);
+    std::memcpy(data, x_.bytes.data(), bytes);
+  }
+  void barrier() override {}
+  void abort(const std::string&) override {}
+  IdExchange& x_;
+  int rank_;
+};
+
+TEST(NcclTwoGpus, TwoRanksAverageExactly) {
+  REQUIRE_GPUS(2);
+  const ModelConfig c = tiny();
+  const auto count = static_cast<size_t>(c.parameter_count());
+  const std::vector<float> a = test_values(count, 1.0f), b = test_values(count, -0.75f);
+  std::vector<float> want(count);
+  for (size_t i = 0; i < count; ++i) want[i] = (a[i] + b[i]) * 0.5f;  // N = 2: halving is exact
+  IdExchange exchange;
+  std::vector<float> got[2][2];  // [rank][whole, bucketed]
+  std::string errors[2];
+  auto run_rank = [&](int r) {
+    try {
+      MINIGPT_CUDA_CHECK(cudaSetDevice(r));
+      NcclCommunicator comm(std::make_unique<ThreadHost>(exchange, r), r, 30.0);
+      DeviceFloats grads(count);
+      Stream stream;
+      dist::DeviceGradReducer reducer(comm, grads.p, count, dist::flat_grad_buckets(c));
+      grads.upload(r == 0 ? a : b);
+      reducer.reduce_all(stream.s);
+      comm.synchronize(stream.s, "the whole buffer's all-reduce");
+      got[r][0] = grads.download();
+      grads.upload(r == 0 ? a : b);
+      for (size_t k = 0; k < reducer.buckets().size(); ++k) reducer.bucket_ready(k, stream.s);
+      reducer.finish(stream.s);
+      comm.synchronize(stream.s, "the buckets' all-reduces");
+      got[r][1] = grads.download();
+    } catch (const std::exception& e) {
+      errors[r] = e.what();
+    }
+  };
+  std::thread rank0(run_rank, 0), rank1(run_rank, 1);
+  rank0.join();
+  rank1.join();
+  ASSERT_EQ(errors[0], "");
+  ASSERT_EQ(errors[1], "");
+  for (int r = 0; r < 2; ++r) {
+    expect_bitwise(got[r][0], want, r == 0 ? "rank 0, whole" : "rank 1, whole");
+    expect_bitwise(got[r][1], want, r == 0 ? "rank 0, bucketed" : "rank 1, bucketed");
+  }
+}
+
+}  // namespace
