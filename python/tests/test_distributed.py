@@ -173,3 +173,26 @@ def test_planner_ddp_bytes_equal_the_measured_bytes():
     assert ddp["payload_bytes"] == row["allreduce_bytes"] > 0
     assert ddp["wire_bytes_per_gpu"] == row["wire_bytes_per_rank"]
     assert 0.0 <= row["hidden"] <= 1.0
+
+
+def gpu_visible() -> bool:
+    """True where nvidia-smi lists a GPU (then the NCCL path runs in tests/cuda/nccl_test.cpp)."""
+    import shutil
+    if shutil.which("nvidia-smi") is None:
+        return False
+    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+    return listed.returncode == 0 and "GPU" in listed.stdout
+
+
+def test_dist_nccl_without_a_gpu_is_a_clear_error(tmp_path):
+    if gpu_visible():
+        pytest.skip("a GPU is visible: `--dist nccl` is tested by tests/cuda/nccl_test.cpp and scripts/gpu-check.sh")
+    args = [str(EXE), "-t", "1", "train", *TINY, "--steps", "1", "--dist", "nccl",
+            "-o", str(tmp_path / "m.safetensors")]
+    for argv in (args, mpirun_command(1, args)):  # alone, and as the one rank of mpirun
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert run.returncode != 0, run.stdout + run.stderr
+        # A build without NCCL says so; one with NCCL names the rank that sees no GPU.
+        assert re.search(r"--dist nccl: (this minigpt was built without CUDA and NCCL|rank 0 of 1 sees no CUDA GPU)",
+                         run.stderr), run.stderr
+    assert not (tmp_path / "m.safetensors").exists()

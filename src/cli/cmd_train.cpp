@@ -141,6 +141,15 @@ void run_train_on(dist::Communicator& comm, const TrainArgs& args, const CLI::Ap
 
 void run_train(const TrainArgs& args, const CLI::App& cmd, const GlobalOptions& global) {
   std::unique_ptr<dist::Communicator> comm = dist::make_communicator(args.dist, args.dist_timeout);
+  // NCCL reduces GPU buffers; this trainer's gradients live on the host. The communicator is
+  // made first so that a build without NCCL, or a rank without a GPU, is told that instead.
+  if (comm->name() == "nccl") {
+    const std::string why =
+        "train --dist nccl: the CUDA trainer is not wired to NCCL yet (docs/PARALLELISM.md, "
+        "'What remains'); train on the CPU with --dist mpi";
+    if (comm->size() > 1) comm->abort(why);
+    MINIGPT_FAIL("{}", why);
+  }
   // Ranks other than 0 print nothing (errors still reach stderr).
   if (!comm->is_root()) MINIGPT_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, "cannot silence stdout");
   try {
@@ -177,7 +186,7 @@ void add_train_command(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--resume", args->resume, "Continue a checkpoint (its recipe; bitwise the same losses at the same -t)");
   cmd->add_option("--eval-every", args->eval_every, "Steps between held-out evaluations (0: never)")->capture_default_str();
   cmd->add_option("--log-every", args->log_every, "Steps between log lines when stdout is not a terminal")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--dist", args->dist, "Data parallel engine: single (one process) or mpi (under mpirun)")->capture_default_str()->check(CLI::IsMember({"single", "mpi"}));
+  cmd->add_option("--dist", args->dist, "Data parallel engine: single (one process), mpi (under mpirun) or nccl (GPUs, under mpirun)")->capture_default_str()->check(CLI::IsMember({"single", "mpi", "nccl"}));
   cmd->add_option("--dist-timeout", args->dist_timeout, "Seconds a rank waits in a collective before aborting every rank")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->callback([args, cmd, &global] { run_train(*args, *cmd, global); });
 }
