@@ -7,12 +7,13 @@
 // ncclCommInitRankConfig in NCCL's non-blocking mode (config.blocking = 0).
 //
 // Collectives on the device are only enqueued on the caller's stream (all_reduce_avg,
-// broadcast_device), so they can be captured in a CUDA graph: NCCL >= 2.9 captures collectives
-// (one GPU per process, as here), provided every rank captures the same collectives and launches
-// the graph the same number of times. In non-blocking mode an NCCL call may return
-// ncclInProgress before the work is on the stream; each call here first waits (bounded) until
-// the communicator is ready again, so a return from all_reduce_avg means "enqueued" - also
-// inside a stream capture, where that wait is host-side polling only.
+// broadcast_device), so they can be captured in a CUDA graph. What that relies on: NCCL >= 2.9
+// captures collectives (one GPU per process, as here); every rank captures the same collectives
+// and launches the graph as often; one eager step runs before the capture (NCCL connects its
+// channels lazily at the first collective of a kind, which must not happen while capturing).
+// In non-blocking mode an NCCL call may return ncclInProgress before the work is on the stream;
+// each call here then waits (bounded) until the communicator is ready again, so a return from
+// all_reduce_avg means "enqueued" - also inside a capture, where that wait is host polling only.
 //
 // Waits are bounded (dist/nccl_host.h's wait_with_deadline, timeout = --dist-timeout): joining
 // the communicator, finishing an enqueue, and synchronize(stream), which replaces

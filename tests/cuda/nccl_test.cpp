@@ -2,9 +2,11 @@
 // One GPU runs a world of one rank (NCCL refuses two ranks on one GPU): the all-reduce leaves
 // its input bit for bit, whole or in the model's buckets, eagerly and captured in a CUDA graph;
 // a rank whose peer never joins times out with an Error naming it (in a child process, so that
-// a hang fails the test instead of stalling ctest). Two GPUs (skipped below two): two ranks as
-// two threads of this process, one GPU each, average their buffers exactly.
-// Every test skips, saying so, when no GPU is visible; the host-only checks run everywhere.
+// a hang fails the test instead of stalling ctest); the MPI bootstrap averages over however
+// many processes `mpirun -np N` started (NcclMpi: one under ctest). Two GPUs (skipped below
+// two): two ranks as two threads of this process, one GPU each, average their buffers exactly.
+// Every test skips, saying so, when no GPU is visible; the host logic (buckets, device choice,
+// the bounded wait) is tested without a GPU in tests/dist_test.cpp.
 #include "core/error.h"
 #include "core/timer.h"
 #include "dist/device_grad_reducer.h"
@@ -19,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -186,6 +189,11 @@ TEST(Nccl, ReducerCapturedInACudaGraph) {
   source.upload(want);
   dist::DeviceGradReducer reducer(*comm, grads.p, count, dist::flat_grad_buckets(c));
   Stream compute;
+  // One eager step first, as a trainer warms up before it captures: NCCL connects its channels
+  // lazily at the first collective, which must not happen inside a capture.
+  for (size_t b = 0; b < reducer.buckets().size(); ++b) reducer.bucket_ready(b, compute.s);
+  reducer.finish(compute.s);
+  comm->synchronize(compute.s, "the eager warm-up step");
   cudaGraph_t graph = nullptr;
   MINIGPT_CUDA_CHECK(cudaStreamBeginCapture(compute.s, cudaStreamCaptureModeThreadLocal));
   MINIGPT_CUDA_CHECK(cudaMemcpyAsync(grads.p, source.p, count * sizeof(float), cudaMemcpyDeviceToDevice, compute.s));
@@ -202,6 +210,36 @@ TEST(Nccl, ReducerCapturedInACudaGraph) {
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+}
+
+// The production bootstrap: MPI gives the rank, the size and the local rank (the device), rank 0's
+// unique id travels over MPI. Under ctest this is a world of one (MPI's singleton start); under
+// `mpirun -np N nccl_test --gtest_filter='NcclMpi.*'` on N GPUs it is N processes, and rank r's
+// buffer r+1 times the base values must average to (N+1)/2 times them on every rank.
+TEST(NcclMpi, BootstrapsOverMpiAndAverages) {
+  REQUIRE_GPUS(1);
+  std::unique_ptr<NcclCommunicator> comm = dist::make_nccl_communicator(30.0);
+  const int n = comm->size(), r = comm->rank();
+  std::printf("rank %d of %d on CUDA device %d\n", r, n, comm->device());
+  const std::vector<float> base = test_values(4099);
+  std::vector<float> mine(base.size()), want(base.size());
+  for (size_t i = 0; i < base.size(); ++i) {
+    mine[i] = base[i] * static_cast<float>(r + 1);
+    want[i] = base[i] * (static_cast<float>(n + 1) * 0.5f);
+  }
+  DeviceFloats d(base.size());
+  d.upload(mine);
+  Stream stream;
+  comm->all_reduce_avg(d.p, d.n, stream.s);
+  comm->synchronize(stream.s, "the test's all-reduce");
+  const std::vector<float> got = d.download();
+  if (n <= 2) {  // (a + 2a) / 2 and 1.5 a are both one rounding of the exact 1.5 a
+    expect_bitwise(got, want, "mean over ranks");
+  } else {  // more ranks: the order of the sum varies; a few roundings
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-6f * std::abs(want[i]) * static_cast<float>(n)) << "element " << i;
+  }
+  comm->barrier();
 }
 
 // Rank 0 of 2 whose rank 1 never calls init: joining must end with the Error within about the
