@@ -144,6 +144,31 @@ TEST(GradLayout, FlatBucketsAreTheCanonicalRunsOfEachGroup) {
   for (size_t b = 0; b < spans.size(); ++b) EXPECT_EQ(packed[b], spans[b].count) << "bucket " << b;
 }
 
+TEST(GradLayout, BucketsOverArenaSlotsCarryTheGaps) {
+  const ModelConfig c = tiny();
+  const auto params = expected_parameters(c);
+  std::vector<size_t> offsets;  // each tensor rounded up to 64 floats (an arena's 256 bytes)
+  size_t next = 0;
+  for (const auto& [name, shape] : params) {
+    offsets.push_back(next);
+    next += (static_cast<size_t>(shape_numel(shape)) + 63) / 64 * 64;
+  }
+  const auto spans = dist::grad_buckets_at(c, offsets);
+  const auto members = dist::grad_bucket_members(c);
+  const size_t end = offsets.back() + static_cast<size_t>(shape_numel(params.back().second));
+  dist::check_flat_spans(spans, end);  // tiles [0, end of lm_head.bias)
+  for (size_t b = 0; b < spans.size(); ++b) EXPECT_EQ(spans[b].offset, offsets[members[b].front()]) << b;
+  EXPECT_EQ(spans.back().count, offsets[2]);  // embeddings: wte, wpe and the gap before blocks.0
+  std::vector<size_t> bad = offsets;
+  bad[0] = 64;
+  EXPECT_ERROR(dist::grad_buckets_at(c, bad), "the first tensor (wte.weight) is at float 64, not 0");
+  bad = offsets;
+  bad[1] = 1;
+  EXPECT_ERROR(dist::grad_buckets_at(c, bad), "wte.weight at float 0 overlaps wpe.weight at float 1");
+  bad.pop_back();
+  EXPECT_ERROR(dist::grad_buckets_at(c, bad), "tensor offsets for");
+}
+
 TEST(GradLayout, SpansMustTileTheBuffer) {
   using S = dist::FlatSpan;
   dist::check_flat_spans({S{4, 6}, S{0, 4}}, 10);  // any order

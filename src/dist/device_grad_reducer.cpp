@@ -7,9 +7,41 @@
 
 namespace minigpt::dist {
 
+namespace {
+
+// Float offsets of the tensors from the first one (which must come first in memory too).
+std::vector<size_t> offsets_from_first(const std::vector<std::pair<std::string, float*>>& tensors) {
+  MINIGPT_CHECK(!tensors.empty(), "DeviceGradReducer: no gradient tensors");
+  std::vector<size_t> offsets;
+  for (const auto& [name, p] : tensors) {
+    MINIGPT_CHECK(p != nullptr && p >= tensors.front().second,
+                  "DeviceGradReducer: gradient {} lies before {}, the first tensor of the layout", name,
+                  tensors.front().first);
+    offsets.push_back(static_cast<size_t>(p - tensors.front().second));
+  }
+  return offsets;
+}
+
+size_t spans_end(const std::vector<FlatSpan>& spans) {
+  size_t end = 0;
+  for (const FlatSpan& s : spans) end = std::max(end, s.offset + s.count);
+  return end;
+}
+
+}  // namespace
+
+DeviceGradReducer::DeviceGradReducer(NcclCommunicator& comm, const ModelConfig& config,
+                                     const std::vector<std::pair<std::string, float*>>& tensors)
+    : DeviceGradReducer(comm, tensors.empty() ? nullptr : tensors.front().second,
+                        spans_end(grad_buckets_at(config, offsets_from_first(tensors))),
+                        grad_buckets_at(config, offsets_from_first(tensors))) {
+  payload_bytes_ = 4 * config.parameter_count();
+}
+
 DeviceGradReducer::DeviceGradReducer(NcclCommunicator& comm, float* grads, size_t count,
                                      std::vector<FlatSpan> buckets)
-    : comm_(comm), grads_(grads), count_(count), spans_(std::move(buckets)) {
+    : comm_(comm), grads_(grads), count_(count), spans_(std::move(buckets)),
+      payload_bytes_(static_cast<int64_t>(count * sizeof(float))) {
   MINIGPT_CHECK(grads_ != nullptr && count_ > 0, "DeviceGradReducer: no gradient buffer ({} floats)", count_);
   if (spans_.empty()) spans_.push_back({0, count_});
   check_flat_spans(spans_, count_);

@@ -13,9 +13,10 @@
 // NCCL requires of that). The host waits where the trainer reads results back, with
 // comm.synchronize(stream, what), which is bounded by --dist-timeout.
 //
-// Buckets: spans of the buffer in backward order. flat_grad_buckets(config)
-// (dist/grad_layout.h) gives the model's L + 2 buckets for a buffer in the canonical parameter
-// order (expected_parameters); another layout passes its own spans, which must tile the buffer.
+// Buckets: spans of the buffer in backward order. The model's L + 2 buckets come from
+// dist/grad_layout.h: flat_grad_buckets(config) for a packed buffer in the canonical order,
+// grad_buckets_at(config, offsets) - or the constructor that takes the tensors' pointers - for
+// tensors in arena slots; any other layout passes its own spans, which must tile the buffer.
 // Overlap: bucket i's all-reduce runs on the reducer's own communication stream after an event
 // recorded on the compute stream when the bucket is ready; finish() makes the compute stream
 // wait for an event recorded after the last one (a fork and a join, legal inside a capture).
@@ -29,6 +30,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace minigpt::dist {
@@ -38,6 +41,11 @@ class DeviceGradReducer {
   // grads: `count` floats of device memory on comm.device(), alive and in place while this
   // object lives. buckets: spans in backward order; empty means one bucket, the whole buffer.
   DeviceGradReducer(NcclCommunicator& comm, float* grads, size_t count, std::vector<FlatSpan> buckets = {});
+  // The model's L + 2 buckets over gradient tensors laid out as `tensors` says: (name, device
+  // pointer) in the canonical order - CudaWeights::named(config) of the gradients - in one
+  // allocation, gaps allowed between tensors (arena alignment; reduced along, harmlessly).
+  DeviceGradReducer(NcclCommunicator& comm, const ModelConfig& config,
+                    const std::vector<std::pair<std::string, float*>>& tensors);
   ~DeviceGradReducer();
   DeviceGradReducer(const DeviceGradReducer&) = delete;
   DeviceGradReducer& operator=(const DeviceGradReducer&) = delete;
@@ -51,7 +59,10 @@ class DeviceGradReducer {
   void reduce_all(cudaStream_t compute);
 
   const std::vector<FlatSpan>& buckets() const { return spans_; }
-  int64_t bytes_per_step() const { return static_cast<int64_t>(count_ * sizeof(float)); }
+  // The gradients' bytes one step averages (4 x parameters for the model's layout: the
+  // planner's DDP payload); reduced_bytes() adds the gaps between tensors that travel along.
+  int64_t payload_bytes() const { return payload_bytes_; }
+  int64_t reduced_bytes() const { return static_cast<int64_t>(count_ * sizeof(float)); }
   NcclCommunicator& comm() const { return comm_; }
 
  private:
@@ -61,6 +72,7 @@ class DeviceGradReducer {
   float* grads_;
   size_t count_;
   std::vector<FlatSpan> spans_;
+  int64_t payload_bytes_;
   std::vector<char> started_;           // this step, per bucket
   cudaStream_t comm_stream_ = nullptr;  // the all-reduces of the overlapped mode
   std::vector<cudaEvent_t> ready_;      // per bucket, recorded on the compute stream

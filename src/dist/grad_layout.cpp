@@ -40,14 +40,33 @@ std::vector<std::vector<size_t>> grad_bucket_members(const ModelConfig& config) 
 }
 
 std::vector<FlatSpan> flat_grad_buckets(const ModelConfig& config) {
+  std::vector<size_t> offsets;  // packed: prefix sums of the sizes
+  size_t next = 0;
+  for (const auto& [name, shape] : expected_parameters(config)) {
+    offsets.push_back(next);
+    next += static_cast<size_t>(shape_numel(shape));
+  }
+  return grad_buckets_at(config, offsets);
+}
+
+std::vector<FlatSpan> grad_buckets_at(const ModelConfig& config, const std::vector<size_t>& offsets) {
   const auto params = expected_parameters(config);
-  std::vector<size_t> offset(params.size() + 1, 0);  // canonical offsets, prefix sums
-  for (size_t i = 0; i < params.size(); ++i)
-    offset[i + 1] = offset[i] + static_cast<size_t>(shape_numel(params[i].second));
+  MINIGPT_CHECK(offsets.size() == params.size(), "gradient buckets: {} tensor offsets for {} parameters",
+                offsets.size(), params.size());
+  MINIGPT_CHECK(offsets.front() == 0, "gradient buckets: the first tensor ({}) is at float {}, not 0",
+                params.front().first, offsets.front());
+  for (size_t i = 0; i + 1 < params.size(); ++i)
+    MINIGPT_CHECK(offsets[i] + static_cast<size_t>(shape_numel(params[i].second)) <= offsets[i + 1],
+                  "gradient buckets: {} at float {} overlaps {} at float {}", params[i].first, offsets[i],
+                  params[i + 1].first, offsets[i + 1]);
+  const size_t end = offsets.back() + static_cast<size_t>(shape_numel(params.back().second));
+  // Members are consecutive canonical indices (grad_bucket_members builds runs), so a bucket
+  // ends where the tensor after its last member begins.
   std::vector<FlatSpan> spans;
   for (const std::vector<size_t>& members : grad_bucket_members(config)) {
-    // Members are consecutive indices (grad_bucket_members builds runs), so a bucket is one run.
-    spans.push_back({offset[members.front()], offset[members.back() + 1] - offset[members.front()]});
+    const size_t first = offsets[members.front()];
+    const size_t stop = members.back() + 1 < offsets.size() ? offsets[members.back() + 1] : end;
+    spans.push_back({first, stop - first});
   }
   return spans;
 }

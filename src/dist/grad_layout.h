@@ -34,8 +34,15 @@ struct FlatSpan {
 };
 
 // The buckets' spans (backward order) in a flat buffer holding every gradient in the canonical
-// order, parameter_count() floats in all.
+// order, packed: parameter_count() floats in all.
 std::vector<FlatSpan> flat_grad_buckets(const ModelConfig& config);
+
+// The same for a buffer whose tensors sit, in the canonical order, at the given float offsets
+// with gaps allowed between them (arena slots rounded up to an alignment: CudaWeights). The
+// first tensor must be at 0; each bucket runs from its first tensor to the next bucket's first
+// (the last to the end of the last tensor), so the spans tile the buffer, the gaps travelling
+// with the buckets. Error naming the tensor if the offsets are not increasing or overlap.
+std::vector<FlatSpan> grad_buckets_at(const ModelConfig& config, const std::vector<size_t>& tensor_offsets);
 
 // Checks spans against a buffer of `total` floats: every span non-empty and inside it, no two
 // overlapping, together covering every float once. Error naming the first bad span otherwise.

@@ -16,6 +16,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "model/config.h"
 #include "model/gpt.h"
+#include "model/weights.h"
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -147,7 +148,8 @@ TEST(Nccl, ReducerBucketsOverlappedOrWholeLeaveTheInput) {
   const std::vector<float> want = test_values(count);
   DeviceFloats grads(count);
   dist::DeviceGradReducer reducer(*comm, grads.p, count, dist::flat_grad_buckets(c));
-  EXPECT_EQ(reducer.bytes_per_step(), 4 * c.parameter_count());
+  EXPECT_EQ(reducer.payload_bytes(), 4 * c.parameter_count());
+  EXPECT_EQ(reducer.reduced_bytes(), reducer.payload_bytes());  // packed: no gaps
   EXPECT_EQ(reducer.buckets().size(), static_cast<size_t>(c.n_layer) + 2);
   Stream compute;
   for (int step = 0; step < 3; ++step) {  // the events and streams are reused step after step
@@ -174,6 +176,39 @@ TEST(Nccl, ReducerBucketsOverlappedOrWholeLeaveTheInput) {
     if (k != 1) reducer.bucket_ready(k, compute.s);
   reducer.finish(compute.s);
   comm->synchronize(compute.s, "the test's last step");
+}
+
+// Gradients in arena slots (each tensor rounded up to 64 floats, as CudaArena's 256 bytes): the
+// reducer takes the tensors' pointers, and every tensor's values come back whole.
+TEST(Nccl, ReducerOverArenaSlots) {
+  REQUIRE_GPUS(1);
+  auto comm = world_of_one();
+  const ModelConfig c = tiny();
+  const auto params = expected_parameters(c);
+  std::vector<size_t> offsets;
+  size_t end = 0;
+  for (const auto& [name, shape] : params) {
+    offsets.push_back(end);
+    end += (static_cast<size_t>(shape_numel(shape)) + 63) / 64 * 64;
+  }
+  const std::vector<float> want = test_values(end);
+  DeviceFloats grads(end);
+  std::vector<std::pair<std::string, float*>> tensors;
+  for (size_t i = 0; i < params.size(); ++i) tensors.emplace_back(params[i].first, grads.p + offsets[i]);
+  dist::DeviceGradReducer reducer(*comm, c, tensors);
+  EXPECT_EQ(reducer.payload_bytes(), 4 * c.parameter_count());
+  EXPECT_GT(reducer.reduced_bytes(), reducer.payload_bytes());  // the gaps travel along
+  EXPECT_EQ(reducer.buckets().back().offset, 0u);                // embeddings: wte first in memory
+  grads.upload(want);
+  Stream compute;
+  for (size_t b = 0; b < reducer.buckets().size(); ++b) reducer.bucket_ready(b, compute.s);
+  reducer.finish(compute.s);
+  comm->synchronize(compute.s, "the arena buckets' all-reduces");
+  std::vector<float> got = grads.download();
+  got.resize(reducer.reduced_bytes() / sizeof(float));  // past the last tensor: not ours
+  expect_bitwise(got, std::vector<float>(want.begin(), want.begin() + static_cast<long>(got.size())), "arena");
+  std::swap(tensors[0], tensors[1]);  // wpe before wte: not the canonical order
+  EXPECT_ERROR(dist::DeviceGradReducer(*comm, c, tensors), "lies before");
 }
 
 // The whole reduction captured in a CUDA graph after a copy that writes the gradients: each
