@@ -65,8 +65,10 @@ void DeviceGradReducer::release() noexcept {
   for (cudaEvent_t e : ready_)
     if (e != nullptr) cudaEventDestroy(e);
   ready_.clear();
-  if (done_ != nullptr) cudaEventDestroy(done_);
-  done_ = nullptr;
+  for (cudaEvent_t* e : {&done_, &timed_backward_end_, &timed_comm_end_}) {
+    if (*e != nullptr) cudaEventDestroy(*e);
+    *e = nullptr;
+  }
   // Destroying a stream with work queued is allowed: the work completes first, asynchronously.
   if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);
   comm_stream_ = nullptr;
@@ -87,8 +89,25 @@ void DeviceGradReducer::finish(cudaStream_t compute) {
                 "finish(): gradient bucket {} was never started (backward without bucket_ready?)",
                 missing - started_.begin());
   std::fill(started_.begin(), started_.end(), 0);
+  if (timed_backward_end_ != nullptr) {
+    MINIGPT_CUDA_CHECK(cudaEventRecord(timed_backward_end_, compute));
+    MINIGPT_CUDA_CHECK(cudaEventRecord(timed_comm_end_, comm_stream_));
+  }
   MINIGPT_CUDA_CHECK(cudaEventRecord(done_, comm_stream_));
   MINIGPT_CUDA_CHECK(cudaStreamWaitEvent(compute, done_, 0));
+}
+
+void DeviceGradReducer::enable_timing() {
+  if (timed_backward_end_ != nullptr) return;
+  MINIGPT_CUDA_CHECK(cudaEventCreate(&timed_backward_end_));
+  MINIGPT_CUDA_CHECK(cudaEventCreate(&timed_comm_end_));
+}
+
+double DeviceGradReducer::exposed_ms() const {
+  MINIGPT_CHECK(timed_backward_end_ != nullptr, "DeviceGradReducer: exposed_ms() without enable_timing()");
+  float ms = 0.0f;
+  MINIGPT_CUDA_CHECK(cudaEventElapsedTime(&ms, timed_backward_end_, timed_comm_end_));
+  return std::max(0.0, static_cast<double>(ms));  // negative: the all-reduces ended first
 }
 
 void DeviceGradReducer::reduce_all(cudaStream_t compute) {

@@ -58,6 +58,13 @@ class DeviceGradReducer {
   // The whole buffer averaged on `compute` itself: one all-reduce, no overlap.
   void reduce_all(cudaStream_t compute);
 
+  // Timing for the bench (off by default; eager steps only): finish() then also records when
+  // the backward ended on the compute stream and when the last all-reduce ended, and, after the
+  // caller synchronised, exposed_ms() is the GPU time between the two (0 when the all-reduces
+  // finished under the backward): the communication not hidden.
+  void enable_timing();
+  double exposed_ms() const;
+
   const std::vector<FlatSpan>& buckets() const { return spans_; }
   // The gradients' bytes one step averages (4 x parameters for the model's layout: the
   // planner's DDP payload); reduced_bytes() adds the gaps between tensors that travel along.
@@ -77,6 +84,7 @@ class DeviceGradReducer {
   cudaStream_t comm_stream_ = nullptr;  // the all-reduces of the overlapped mode
   std::vector<cudaEvent_t> ready_;      // per bucket, recorded on the compute stream
   cudaEvent_t done_ = nullptr;          // recorded on comm_stream_ after the last all-reduce
+  cudaEvent_t timed_backward_end_ = nullptr, timed_comm_end_ = nullptr;  // enable_timing()
 };
 
 }  // namespace minigpt::dist
