@@ -3,6 +3,7 @@
 beside the C++ engine's, same model shape, optimizer and thread count, in ONE table.
 
     PYTHONPATH=python python3 bench/peers/torch_train.py -t 2 [--minigpt BUILD/minigpt]
+    PYTHONPATH=python python3 bench/peers/torch_train.py --device cuda    # both sides on the GPU
 
 What one step is, on both sides: zero the gradients, forward to the mean cross-entropy, backward,
 clip the global gradient norm to 1.0, AdamW (lr 2e-3, betas (0.9, 0.99), eps 1e-8, weight decay
@@ -25,6 +26,11 @@ a pause that lets torch's idle threads go to sleep. Each round's CPU share (CPU 
 wall)) is printed: well below 1, other processes held the cores. `minigpt bench train` runs this
 script with --no-cpp --rounds 1 after its own timing. --minigpt may be relative (to the directory
 the script is started in) or a name on PATH.
+
+--device cuda: both sides on the GPU (`minigpt bench train --device cuda`: the whole step as one
+CUDA graph; torch eager with its default foreach AdamW on CUDA). The torch step ends with
+loss.item(), which waits for the GPU, so its wall time is the step's time; -t then only sets
+the host threads.
 
 Without torch it prints the C++ row and why (JSON: "torch_version": null and a note), exit 0.
 """
@@ -49,7 +55,7 @@ def render(rows: list[dict], meta: dict, fmt: str, notes: list[str] | None = Non
     """The table; JSON (for `minigpt bench train`) is {"title", "torch_version", "meta", "columns",
     "rows", "notes"}, with torch_version null when torch is not importable."""
     columns = ["impl", "B", "T", "threads", "median_ms", "tokens_per_s", "cpp_speedup", "steps"]
-    title = "GrammarMiniGPT training step: C++ vs the PyTorch port (CPU, fp32, AdamW)"
+    title = f"GrammarMiniGPT training step: C++ vs the PyTorch port ({meta.get('device', 'cpu').upper()}, fp32, AdamW)"
     notes = notes or []
     if fmt == "json":
         return json.dumps({"title": title, "torch_version": meta.get("torch"), "meta": meta, "columns": columns,
@@ -79,6 +85,7 @@ def main() -> int:
                     help="alternating C++/torch rounds; each side reports the median of its round medians")
     ap.add_argument("--vocab-size", type=int, default=None,
                     help="V for the torch model (default: the C++ report's, else 611)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where both sides train")
     ap.add_argument("--no-cpp", action="store_true", help="do not run `minigpt bench train`")
     ap.add_argument("--minigpt", help="the minigpt binary: a path (relative to the working directory) or a name "
                                       "on PATH (default: newest build/*/minigpt)")
@@ -86,7 +93,7 @@ def main() -> int:
     args = ap.parse_args()
 
     B, T = args.batch, args.seq
-    meta: dict = {"torch": None}
+    meta: dict = {"torch": None, "device": args.device}
     exe = None if args.no_cpp else find_minigpt(args.minigpt)
     if not args.no_cpp and exe is None:
         meta["c++"] = "skipped: no minigpt binary found (build it, or pass --minigpt)"
@@ -94,7 +101,8 @@ def main() -> int:
     def cpp_round() -> dict | None:
         """One `minigpt bench train` run: its JSON report, or None after printing the error."""
         return run_cpp([exe, "bench", "train", "--no-peers", "-o", "json", "-t", str(args.threads), "-B", str(B),
-                        "-T", str(T), "--steps", str(args.steps), "--warmup", str(args.warmup)], "torch_train.py")
+                        "-T", str(T), "--steps", str(args.steps), "--warmup", str(args.warmup),
+                        "--device", args.device], "torch_train.py")
 
     cpp_rounds: list[float] = []
     cpp_shares: list = []  # each C++ round's cpu_share (its report's meta)
@@ -131,14 +139,17 @@ def main() -> int:
     use_threads(torch, args.threads)
     torch.manual_seed(42)
     config = ModelConfig(vocab_size=vocab_size or 611)
-    model = GrammarMiniGPT(config).init_gpt2_(seed=42).train()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(render([], meta, args.output, ["--device cuda: torch sees no CUDA GPU; no torch rows"]))
+        return 0
+    model = GrammarMiniGPT(config).init_gpt2_(seed=42).train().to(args.device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=2e-3, betas=(0.9, 0.99), eps=1e-8)
     g = torch.Generator().manual_seed(42)
-    batches = [torch.randint(0, config.vocab_size, (B, T + 1), generator=g) for _ in range(8)]
+    batches = [torch.randint(0, config.vocab_size, (B, T + 1), generator=g).to(args.device) for _ in range(8)]
 
     def step(i: int) -> float:
         w = batches[i % len(batches)]
@@ -185,10 +196,10 @@ def main() -> int:
                      "median_ms": cpp_ms, "tokens_per_s": B * T / (cpp_ms / 1e3),
                      "steps": args.steps * len(cpp_rounds)})
     torch_ms = statistics.median(torch_rounds)
-    rows.append({"impl": "torch eager", "B": B, "T": T, "threads": torch.get_num_threads(),
+    rows.append({"impl": "torch eager" + (" cuda" if args.device == "cuda" else ""), "B": B, "T": T, "threads": torch.get_num_threads(),
                  "median_ms": torch_ms, "tokens_per_s": B * T / (torch_ms / 1e3),
                  "steps": args.steps * len(torch_rounds)})
-    meta.update({"torch": torch.__version__, "vocab_size": config.vocab_size,
+    meta.update({"torch": torch.__version__, "vocab_size": config.vocab_size, "device": args.device,
                  "step": "zero grads + forward_train + backward + clip 1.0 + AdamW (wd 0.1 on matrices)",
                  "rounds": f"{args.rounds} (alternating C++ and torch; median of the per-round medians)",
                  "torch ms per round (cpu share)": ", ".join(f"{t:.2f} ({sh:.3f})"

@@ -153,6 +153,25 @@ def test_bench_model_and_train_json_at_tiny_sizes(minigpt):
     assert {"columns", "meta"} <= set(doc) and "tokens_per_s" in doc["columns"]
 
 
+def test_train_on_cuda_without_a_gpu_is_a_clear_error(minigpt, tmp_path):
+    """`train --device cuda` and `bench train --device cuda` without a GPU (or in a build without
+    CUDA): exit 1, the reason on stderr, no model file. Skipped where a GPU is visible (the CUDA
+    tests, tests/cuda/train_step_cuda_test.cpp, cover training there)."""
+    out = tmp_path / "m.safetensors"
+    r = run(minigpt, "train", "--device", "cuda", "--steps", "2", "--batch", "2", "--seq", "8",
+            "--corpus-tokens", "2000", "--eval-every", "0", "-o", str(out), "-t", "1")
+    if r.returncode == 0:
+        pytest.skip("a CUDA GPU is visible: this checks the error without one")
+    assert r.returncode == 1, r.stderr
+    assert "train --device cuda" in r.stderr
+    assert "no CUDA device is visible" in r.stderr or "built without CUDA" in r.stderr
+    assert "internal error" not in r.stderr
+    assert files_in(tmp_path) == []
+    fails(minigpt, "bench", "train", "--device", "cuda", "--steps", "1", "--warmup", "0", "-B", "2", "-T", "8",
+          "--no-peers", names=["cannot train on CUDA"])
+    fails(minigpt, "train", "--device", "gpu", names=["--device"], code=None)
+
+
 # --- bad inputs ---------------------------------------------------------------------------------
 
 

@@ -185,14 +185,18 @@ def gpu_visible() -> bool:
 
 
 def test_dist_nccl_without_a_gpu_is_a_clear_error(tmp_path):
+    args = [str(EXE), "-t", "1", "train", *TINY, "--steps", "1", "-o", str(tmp_path / "m.safetensors")]
+    # NCCL reduces GPU buffers: without --device cuda it is refused on any machine.
+    cpu = subprocess.run([*args, "--dist", "nccl"], capture_output=True, text=True, timeout=120)
+    assert cpu.returncode != 0 and "train --dist nccl trains on GPUs: add --device cuda" in cpu.stderr, cpu.stderr
     if gpu_visible():
-        pytest.skip("a GPU is visible: `--dist nccl` is tested by tests/cuda/nccl_test.cpp and scripts/gpu-check.sh")
-    args = [str(EXE), "-t", "1", "train", *TINY, "--steps", "1", "--dist", "nccl",
-            "-o", str(tmp_path / "m.safetensors")]
+        pytest.skip("a GPU is visible: `--device cuda --dist nccl` is tested by tests/cuda/nccl_test.cpp and "
+                    "scripts/gpu-check.sh")
     for argv in (args, mpirun_command(1, args)):  # alone, and as the one rank of mpirun
-        run = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        run = subprocess.run([*argv, "--device", "cuda", "--dist", "nccl"], capture_output=True, text=True,
+                             timeout=120)
         assert run.returncode != 0, run.stdout + run.stderr
-        # A build without NCCL says so; one with NCCL names the rank that sees no GPU.
-        assert re.search(r"--dist nccl: (this minigpt was built without CUDA and NCCL|rank 0 of 1 sees no CUDA GPU)",
-                         run.stderr), run.stderr
+        # A build without CUDA says so; one with CUDA says that no GPU is visible.
+        assert re.search(r"train --device cuda: .*(built without CUDA|no CUDA device is visible)", run.stderr), \
+            run.stderr
     assert not (tmp_path / "m.safetensors").exists()

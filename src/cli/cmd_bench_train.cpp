@@ -10,6 +10,11 @@
 // same B, T, -t, --steps, --warmup and vocabulary size) runs as a child process and its row
 // joins the table with cpp_speedup = its median / ours; without torch the cells stay empty
 // and a note says why (peers.h). Run alone, torch_train.py alternates the two sides in rounds.
+//
+// --device cuda: the same Trainer on the GPU (train/cuda_train_step.h: the whole step as one
+// CUDA graph). The timed figure is the graph's GPU time per step (CUDA events around each
+// replay, median); the wall time per step (with the host's batch sampling, the copies and the
+// wait) is reported beside it. The peer then runs torch_train.py --device cuda.
 #include "cli/bench_conditions.h"
 #include "cli/bench_train_dist.h"
 #include "cli/commands.h"
@@ -43,6 +48,7 @@ struct BenchTrainArgs {
   uint64_t seed = 42;
   int64_t corpus_tokens = 200'000;
   std::string format = "md";
+  std::string device = "cpu";
   PeerOptions peers;
   DistBenchArgs dist;  // --dist: the data-parallel step instead (bench_train_dist.cpp)
 };
@@ -51,8 +57,8 @@ struct BenchTrainArgs {
 // "B", "T", "threads", "median_ms", "tokens_per_s", "steps"}], "notes"}), run after our timing.
 void add_peer_rows(const BenchTrainArgs& a, int threads, int vocab_size, double cpp_ms, Report& report) {
   const std::string args = fmt::format("{} --no-cpp -o json -t {} -B {} -T {} --steps {} --warmup {} --rounds 1 "
-                                       "--vocab-size {}", peer_script("torch_train.py"), threads, a.batch, a.seq,
-                                       a.steps, a.warmup, vocab_size);
+                                       "--vocab-size {} --device {}", peer_script("torch_train.py"), threads, a.batch,
+                                       a.seq, a.steps, a.warmup, vocab_size, a.device);
   const auto answer = run_json(peer_command(a.peers, args), "peers", report);
   if (!answer) return;
   report.set_meta("torch", peer_torch_version(*answer));
@@ -82,17 +88,19 @@ void run_bench_train(const BenchTrainArgs& a, const GlobalOptions& global) {
   o.validate();
   const Tokenizer tokenizer(vocab);
   CorpusStreams streams = make_corpus_streams(o, tokenizer);
-  Trainer trainer(o, std::move(vocab), streams.train, nullptr);
+  const bool cuda = a.device == "cuda";
+  Trainer trainer(o, std::move(vocab), streams.train, nullptr, nullptr, cuda ? Device::CUDA : Device::CPU);
 
   const std::string load_at_start = loadavg();
   for (int64_t i = 0; i < a.warmup; ++i) trainer.train_step(pool);
   const CpuShare share(threads);
-  std::vector<double> ms;
+  std::vector<double> ms, wall_ms;  // ms: the figure timed (CPU: wall; CUDA: the graph on the GPU)
   float first_loss = 0.0f, last_loss = 0.0f;
   Timer total;
   for (int64_t i = 0; i < a.steps; ++i) {
     const StepStats s = trainer.train_step(pool);
-    ms.push_back(s.seconds * 1e3);
+    ms.push_back((cuda ? s.backward_s : s.seconds) * 1e3);
+    wall_ms.push_back(s.seconds * 1e3);
     if (i == 0) first_loss = s.loss;
     last_loss = s.loss;
   }
@@ -100,14 +108,25 @@ void run_bench_train(const BenchTrainArgs& a, const GlobalOptions& global) {
   const double med = median(ms);
   const double tokens = static_cast<double>(a.batch * a.seq);
 
-  Report report("GrammarMiniGPT training step (CPU, fp32, AdamW)",
+  Report report(cuda ? "GrammarMiniGPT training step (CUDA, fp32, AdamW, one CUDA graph per step)"
+                     : "GrammarMiniGPT training step (CPU, fp32, AdamW)",
                 {"impl", "B", "T", "threads", "median_ms", "min_ms", "tokens_per_s", "steps", "cpp_speedup"}, threads);
+  if (cuda) {
+    const CudaTrainStep& step = *trainer.cuda_step();
+    report.set_meta("device", "cuda");
+    report.set_meta("graph_nodes", step.graph_nodes());
+    report.set_meta("arena_mib", std::round(static_cast<double>(step.arena_bytes()) / (1 << 20) * 10.0) / 10.0);
+    report.add_note(fmt::format("CUDA: median_ms is the graph's GPU time per step (CUDA events around each replay); "
+                                "the wall time per step with the host's batch sampling, copies and wait is {:.4f} ms "
+                                "median ({:.0f} tokens/s). Goal (issue 14): >= 2e6 tokens/s, a step <= 0.512 ms.",
+                                median(wall_ms), tokens / (median(wall_ms) / 1e3)));
+  }
   report.set_meta("parameters", o.model.parameter_count());
   report.set_meta("vocab_size", o.model.vocab_size);
   report.set_meta("step", "zero grads + batch + forward_train + backward + clip 1.0 + AdamW (wd 0.1 on matrices)");
   report.set_meta("warmup_steps", a.warmup);
   report.set_meta("peak_rss_mib", std::round(process_peak_rss_mib() * 10.0) / 10.0);
-  report.add_row({"minigpt C++", a.batch, a.seq, threads, med, *std::min_element(ms.begin(), ms.end()),
+  report.add_row({cuda ? "minigpt CUDA graph" : "minigpt C++", a.batch, a.seq, threads, med, *std::min_element(ms.begin(), ms.end()),
                   tokens / (med / 1e3), a.steps, 1.0});
   report.add_note(fmt::format("Mean over the timed steps: {:.3f} ms/step, {:.0f} tokens/s; loss {:.3f} -> {:.3f}.",
                               wall_s * 1e3 / static_cast<double>(a.steps),
@@ -132,6 +151,7 @@ void add_bench_train_command(CLI::App& bench, GlobalOptions& global) {
   cmd->add_option("--warmup", a->warmup, "Untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("-s,--seed", a->seed, "Seed of the weights and the corpus")->capture_default_str();
   cmd->add_option("-o,--output", a->format, "md | json | csv")->capture_default_str();
+  cmd->add_option("--device", a->device, "cpu, or cuda (the whole step as one CUDA graph)")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   add_peer_options(cmd, a->peers, "bench/peers/torch_train.py");
   cmd->add_option("--dist", a->dist.dist, "Data-parallel step instead: single (1 rank) or mpi (under mpirun)")->check(CLI::IsMember({"single", "mpi"}));
   cmd->add_option("--layers", a->dist.layers, "With --dist: transformer blocks")->capture_default_str()->check(CLI::Range(1, 64));
@@ -139,6 +159,7 @@ void add_bench_train_command(CLI::App& bench, GlobalOptions& global) {
   cmd->add_option("--heads", a->dist.heads, "With --dist: attention heads")->capture_default_str()->check(CLI::Range(1, 64));
   cmd->callback([a, &global] {
     if (a->dist.dist.empty()) return run_bench_train(*a, global);
+    MINIGPT_CHECK(a->device == "cpu", "bench train: --dist and --device cuda cannot be combined yet");
     DistBenchArgs d = a->dist;  // the shared options, with --batch as the global batch
     d.batch = a->batch;
     d.seq = a->seq;

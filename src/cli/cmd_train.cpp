@@ -1,4 +1,5 @@
-// `minigpt train`: trains the grammar MiniGPT on the grammar corpus, on the CPU.
+// `minigpt train`: trains the grammar MiniGPT on the grammar corpus, on the CPU or, with
+// --device cuda, on one GPU (train/cuda_train_step.h; same recipe, batches and checkpoints).
 //
 // Defaults are the shipped recipe (TrainOptions): `minigpt train --seed 42` writes
 // models/grammar-minigpt.safetensors. A progress bar on a terminal (stdout is a tty), plain
@@ -15,6 +16,7 @@
 #include "core/timer.h"
 #include "data/corpus.h"
 #include "dist/communicator.h"
+#include "model/cuda/cuda_gpt.h"
 #include "model/model_file.h"
 #include "train/checkpoint.h"
 #include "train/corpus_streams.h"
@@ -44,6 +46,7 @@ struct TrainArgs {
   int64_t eval_every = 500;
   int64_t log_every = 100;
   std::string dist = "single";
+  std::string device = "cpu";
   double dist_timeout = 30.0;  // a hung rank is then named and every rank ended well within 60 s
 };
 
@@ -52,6 +55,7 @@ void run_train_on(dist::Communicator& comm, const TrainArgs& args, const CLI::Ap
   const int threads = global.resolved_threads();
   ThreadPool pool(threads);
   Timer wall;
+  const Device device = args.device == "cuda" ? Device::CUDA : Device::CPU;
 
   std::unique_ptr<Trainer> trainer;
   std::string checkpoint_path = args.checkpoint;
@@ -67,7 +71,7 @@ void run_train_on(dist::Communicator& comm, const TrainArgs& args, const CLI::Ap
     const Tokenizer tokenizer(c.vocab);
     CorpusStreams streams = make_corpus_streams(c.options, tokenizer);
     fmt::print("resuming '{}' at step {}/{}\n", args.resume, c.step, c.options.steps);
-    trainer = std::make_unique<Trainer>(std::move(c), streams.train, streams.val, &comm);
+    trainer = std::make_unique<Trainer>(std::move(c), streams.train, streams.val, &comm, device);
     if (checkpoint_path.empty()) checkpoint_path = args.resume;
   } else {
     std::vector<std::string> vocab = data::corpus_vocabulary();
@@ -81,7 +85,7 @@ void run_train_on(dist::Communicator& comm, const TrainArgs& args, const CLI::Ap
     fmt::print("corpus: {} training tokens (seed {}), {} held-out tokens (seed {}) in {:.1f} s\n",
                streams.train->size(), options.seed, streams.val->size(), options.val_seed(),
                corpus_timer.elapsed_s());
-    trainer = std::make_unique<Trainer>(options, std::move(vocab), streams.train, streams.val, &comm);
+    trainer = std::make_unique<Trainer>(options, std::move(vocab), streams.train, streams.val, &comm, device);
   }
   // The output's folder (models/ in a fresh checkout) is made before training, so that an
   // unusable path fails now and not after the run.
@@ -96,6 +100,9 @@ void run_train_on(dist::Communicator& comm, const TrainArgs& args, const CLI::Ap
              "b1 {:g} b2 {:g} wd {:g}, clip {:g}, {} threads\n",
              o.steps, o.batch, o.seq, o.lr, o.min_lr, o.warmup, o.adamw.beta1, o.adamw.beta2,
              o.adamw.weight_decay, o.grad_clip, threads);
+  if (device == Device::CUDA)
+    fmt::print("device: cuda (the whole step as one CUDA graph; {:.1f} MiB arena)\n",
+               static_cast<double>(trainer->cuda_step()->arena_bytes()) / (1 << 20));
   if (comm.size() > 1)
     fmt::print("data parallel: {} ranks ({}), {} sequences per rank, {} threads each\n", comm.size(),
                comm.name(), trainer->local_batch(), threads);
@@ -140,16 +147,14 @@ void run_train_on(dist::Communicator& comm, const TrainArgs& args, const CLI::Ap
 }
 
 void run_train(const TrainArgs& args, const CLI::App& cmd, const GlobalOptions& global) {
+  // GPU ranks reduce over NCCL, CPU ranks over MPI; each engine reduces only its own buffers.
+  MINIGPT_CHECK(args.dist != "nccl" || args.device == "cuda",
+                "train --dist nccl trains on GPUs: add --device cuda (or use --dist mpi on the CPU)");
+  MINIGPT_CHECK(args.dist != "mpi" || args.device == "cpu",
+                "train --device cuda --dist mpi: GPU ranks reduce their gradients over NCCL; use --dist nccl");
+  if (args.device == "cuda")  // before the corpus is generated: fail in milliseconds
+    MINIGPT_CHECK(cuda_model_available(), "train --device cuda: {}", cuda_model_unavailable_reason());
   std::unique_ptr<dist::Communicator> comm = dist::make_communicator(args.dist, args.dist_timeout);
-  // NCCL reduces GPU buffers; this trainer's gradients live on the host. The communicator is
-  // made first so that a build without NCCL, or a rank without a GPU, is told that instead.
-  if (comm->name() == "nccl") {
-    const std::string why =
-        "train --dist nccl: the CUDA trainer is not wired to NCCL yet (docs/PARALLELISM.md, "
-        "'What remains'); train on the CPU with --dist mpi";
-    if (comm->size() > 1) comm->abort(why);
-    MINIGPT_FAIL("{}", why);
-  }
   // Ranks other than 0 print nothing (errors still reach stderr).
   if (!comm->is_root()) MINIGPT_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, "cannot silence stdout");
   try {
@@ -166,7 +171,7 @@ void run_train(const TrainArgs& args, const CLI::App& cmd, const GlobalOptions& 
 void add_train_command(CLI::App& app, GlobalOptions& global) {
   auto args = std::make_shared<TrainArgs>();
   TrainOptions& r = args->recipe;
-  CLI::App* cmd = app.add_subcommand("train", "Train the grammar MiniGPT on the grammar corpus (CPU)");
+  CLI::App* cmd = app.add_subcommand("train", "Train the grammar MiniGPT on the grammar corpus (CPU or one GPU)");
   cmd->add_option("-s,--seed", r.seed, "Seed of the weights, the corpus and the batches")->capture_default_str();
   cmd->add_option("--steps", r.steps, "Optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--batch", r.batch, "Sequences per batch")->capture_default_str()->check(CLI::Range(1, 4096));
@@ -186,7 +191,8 @@ void add_train_command(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--resume", args->resume, "Continue a checkpoint (its recipe; bitwise the same losses at the same -t)");
   cmd->add_option("--eval-every", args->eval_every, "Steps between held-out evaluations (0: never)")->capture_default_str();
   cmd->add_option("--log-every", args->log_every, "Steps between log lines when stdout is not a terminal")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--dist", args->dist, "Data parallel engine: single (one process), mpi (under mpirun) or nccl (GPUs, under mpirun)")->capture_default_str()->check(CLI::IsMember({"single", "mpi", "nccl"}));
+  cmd->add_option("--device", args->device, "cpu, or cuda (one GPU per rank; the whole step as one CUDA graph)")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--dist", args->dist, "Data parallel engine: single (one process), mpi (CPU ranks under mpirun) or nccl (GPU ranks under mpirun, with --device cuda)")->capture_default_str()->check(CLI::IsMember({"single", "mpi", "nccl"}));
   cmd->add_option("--dist-timeout", args->dist_timeout, "Seconds a rank waits in a collective before aborting every rank")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->callback([args, cmd, &global] { run_train(*args, *cmd, global); });
 }

@@ -95,7 +95,7 @@ AdamW::AdamW(const ModelConfig& model, AdamWConfig config)
   config_.validate();
 }
 
-bool AdamW::decays(const Tensor& parameter) { return parameter.dim() >= 2; }
+bool AdamW::decays(const Tensor& parameter) { return decays(parameter.shape()); }
 
 void AdamW::step(ModelWeights& params, const ModelWeights& grads, float lr, ThreadPool& pool) {
   MINIGPT_CHECK(std::isfinite(lr) && lr >= 0.0f, "AdamW: learning rate must be >= 0, got {}", lr);

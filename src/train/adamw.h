@@ -41,6 +41,7 @@ class AdamW {
 
   // True for the tensors that take weight decay (rank >= 2, see above).
   static bool decays(const Tensor& parameter);
+  static bool decays(const Shape& shape) { return shape.size() >= 2; }
 
   // One update of every parameter with the gradients `grads` (same layout) at learning rate lr.
   void step(ModelWeights& params, const ModelWeights& grads, float lr, ThreadPool& pool);

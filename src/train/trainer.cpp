@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "train/cuda_data_parallel.h"
 
 #include <algorithm>
 #include <cmath>
@@ -26,7 +27,7 @@ dist::SingleProcess& single_process() {
 }  // namespace
 
 Trainer::Trainer(TrainOptions options, std::vector<std::string> vocab, TokenStream train, TokenStream val,
-                 dist::Communicator* comm)
+                 dist::Communicator* comm, Device device)
     : options_(std::move(options)), vocab_(std::move(vocab)), train_(std::move(train)),
       val_(std::move(val)), train_fingerprint_(train_ ? stream_fingerprint(*train_) : 0),
       model_(checked_model(options_, vocab_.size()),
@@ -43,14 +44,24 @@ Trainer::Trainer(TrainOptions options, std::vector<std::string> vocab, TokenStre
   for (const int32_t id : *train_)
     MINIGPT_CHECK(id >= 0 && id < options_.model.vocab_size,
                   "train: token id {} in the training stream is outside the vocabulary", id);
-  if (comm_->size() > 1) {
+  MINIGPT_CHECK(device == Device::CUDA || comm_->name() != "nccl",
+                "train --dist nccl reduces GPU buffers: the CPU trainer's ranks use --dist mpi");
+  if (device == Device::CUDA) {
+    // This rank's step: its local batch; with --dist nccl (any world size, 1 included) the
+    // graph averages the gradients over the ranks before the clipping (cuda_data_parallel.h).
+    cuda_ = std::make_unique<CudaTrainStep>(options_.model, options_.adamw, options_.grad_clip,
+                                            local_batch_, options_.seq);
+    if (comm_->size() > 1 || comm_->name() == "nccl") connect_nccl(*cuda_, *comm_);
+  } else if (comm_->size() > 1) {
     buckets_ = std::make_unique<dist::GradBuckets>(options_.model, grads_, *comm_);
-    broadcast_weights();
   }
+  if (comm_->size() > 1) broadcast_weights();  // host weights; a CUDA step uploads them first
 }
 
-Trainer::Trainer(TrainCheckpoint c, TokenStream train, TokenStream val, dist::Communicator* comm)
-    : Trainer(c.options, c.vocab, std::move(train), std::move(val), comm) {
+Trainer::~Trainer() = default;
+
+Trainer::Trainer(TrainCheckpoint c, TokenStream train, TokenStream val, dist::Communicator* comm, Device device)
+    : Trainer(c.options, c.vocab, std::move(train), std::move(val), comm, device) {
   MINIGPT_CHECK(c.world_size == comm_->size(),
                 "resume: the checkpoint was written by a run of {} rank(s) and this run has {}; "
                 "resume it with the same world size (mpirun -np {}), since the batch split and the "
@@ -72,8 +83,51 @@ void Trainer::broadcast_weights() {
     for (auto& [name, t] : w->named()) comm_->broadcast(t->data(), t->nbytes(), 0);
 }
 
+const GrammarMiniGPT& Trainer::model() const {
+  sync_host();
+  return model_;
+}
+
+void Trainer::sync_host() const {
+  if (!cuda_ || host_current_) return;
+  ModelWeights m, v;
+  cuda_->download(model_.weights(), m, v);
+  adamw_.restore(step_, std::move(m), std::move(v));
+  host_current_ = true;
+}
+
+StepStats Trainer::cuda_step(const int32_t* ids, const int32_t* targets) {
+  Timer timer;
+  if (!device_current_) {
+    cuda_->upload(model_.weights(), adamw_.m(), adamw_.v());
+    device_current_ = true;
+  }
+  StepStats s;
+  s.step = step_;
+  s.lr = options_.schedule().at(step_);
+  const CudaStepResult r = cuda_->step(ids, targets, s.lr, step_ + 1);
+  host_current_ = false;
+  s.loss = r.loss;
+  s.grad_norm = r.grad_norm;
+  s.backward_s = r.gpu_ms / 1e3;
+  ++step_;
+  s.seconds = timer.elapsed_s();
+  return s;
+}
+
 StepStats Trainer::train_step(ThreadPool& pool) {
   MINIGPT_CHECK(!done(), "train: all {} steps are done", options_.steps);
+  if (cuda_) {
+    sampler_.next(ids_.data(), targets_.data());  // the global batch; this rank keeps its rows
+    const int64_t offset = comm_->rank() * local_batch_ * options_.seq;
+    StepStats s = cuda_step(ids_.data() + offset, targets_.data() + offset);
+    if (comm_->name() == "nccl") s.comm_bytes = 4 * options_.model.parameter_count();
+    if (comm_->size() > 1) {
+      comm_->all_reduce_sum(&s.loss, 1);  // the whole batch's mean loss, for the log
+      s.loss /= static_cast<float>(comm_->size());
+    }
+    return s;
+  }
   Timer timer;
   const int64_t T = options_.seq;
   for (auto& [name, g] : grads_.named()) g->fill(0.0f);
@@ -107,6 +161,7 @@ StepStats Trainer::train_step(ThreadPool& pool) {
 
 std::optional<float> Trainer::evaluate(ThreadPool& pool) {
   if (!val_) return std::nullopt;
+  sync_host();  // CUDA: evaluated on the CPU with the device's current weights
   const int64_t B = options_.batch, T = options_.seq;
   const int64_t n = std::min(options_.eval_batches, eval_batch_count(*val_, B, T));
   if (n <= 0) return std::nullopt;
@@ -125,6 +180,7 @@ std::optional<float> Trainer::evaluate(ThreadPool& pool) {
 }
 
 TrainCheckpoint Trainer::checkpoint() const {
+  sync_host();
   TrainCheckpoint c;
   c.options = options_;
   c.vocab = vocab_;
@@ -141,6 +197,7 @@ TrainCheckpoint Trainer::checkpoint() const {
 
 void Trainer::save_checkpoint(const std::string& path) const {
   // No copy needed: the writer only reads. Built field by field to avoid 3 weight copies.
+  sync_host();
   TrainCheckpoint c;
   c.options = options_;
   c.vocab = vocab_;
@@ -156,6 +213,7 @@ void Trainer::save_checkpoint(const std::string& path) const {
 }
 
 ModelFile Trainer::model_file() const {
+  sync_host();
   return ModelFile{options_.model, vocab_, model_.weights().clone()};
 }
 

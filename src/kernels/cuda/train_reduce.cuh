@@ -1,0 +1,32 @@
+// Device helpers shared by the training kernels (the backward launchers, cross_entropy.h, optimizer.h):
+// warp sums and a fixed-order column reduction. Every sum here has an order fixed by the
+// launch shape alone, so the results are the same bits on every run.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace minigpt::cuda::detail {
+
+template <class T>
+__device__ __forceinline__ T warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Column reduction tile: blockDim (32, kColRows); thread (x, y) sums rows y, y + kColRows, ...
+// of column blockIdx.x * 32 + x; then the kColRows partial sums are added in order of y.
+constexpr int kColRows = 32;
+
+// Finishes a column sum: `part` is this thread's partial; returns the column's total on the
+// threads with threadIdx.y == 0 (others get garbage). smem: kColRows * 32 doubles.
+__device__ __forceinline__ double column_total(double part, double* smem) {
+  smem[threadIdx.y * 32 + threadIdx.x] = part;
+  __syncthreads();
+  double total = 0.0;
+  if (threadIdx.y == 0)
+    for (int y = 0; y < kColRows; ++y) total += smem[y * 32 + threadIdx.x];
+  __syncthreads();
+  return total;
+}
+
+}  // namespace minigpt::cuda::detail

@@ -1,0 +1,479 @@
+// CudaTrainStep (cuda_train_step.h): the arena layout, the step's launches in order, the graph.
+// Host code over the CUDA runtime and the launchers of kernels/cuda; without CUDA in the build
+// every entry point throws the "built without CUDA" Error.
+#include "train/cuda_train_step.h"
+
+#include "core/error.h"
+#include "minigpt/build_info.h"
+
+#if MINIGPT_WITH_CUDA
+#include "core/cuda_arena.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cross_entropy.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/gelu.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/layernorm.h"
+#include "kernels/cuda/linear.h"
+#include "kernels/cuda/optimizer.h"
+#include "model/cuda/cuda_gpt.h"
+#include "model/cuda/cuda_weights.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#endif
+
+namespace minigpt {
+
+#if MINIGPT_WITH_CUDA
+
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  MINIGPT_CHECK(status == cudaSuccess, "CUDA training step: {} failed: {}", what,
+                cudaGetErrorString(status));
+}
+
+// One block's saved activations, N = B*T rows.
+struct LayerActs {
+  float* ln1;        // (N, d) ln1(in): qkv's input
+  float* qkv;        // (N, 3d)
+  float* att;        // (N, d) heads concatenated: proj's input
+  float* mid;        // (N, d) residual after the attention half
+  float* ln2;        // (N, d)
+  float* gelu;       // (N, 4d) GELU(fc1(ln2)): fc2's input
+  float* gelu_grad;  // (N, 4d) GELU' at fc1's output (the fused Linear saves it)
+  float* out;        // (N, d) residual after the block
+};
+
+// The batch as the graph's first copy takes it: one block of bytes, the same layout in pinned
+// host memory and on the device.
+struct BatchLayout {
+  size_t ids = 0, targets = 0, scalars = 0, bytes = 0;  // byte offsets
+  explicit BatchLayout(int64_t N) {
+    targets = static_cast<size_t>(N) * sizeof(int32_t);
+    scalars = (2 * targets + 15) / 16 * 16;
+    bytes = scalars + sizeof(cuda::AdamWScalars);
+  }
+};
+
+struct HostResults {  // pinned; the graph's last copies write it
+  cuda::GradNorm norm;
+  float loss;
+};
+
+constexpr size_t kCublasWorkspace = cuda::Cublas::kWorkspaceBytes;
+
+}  // namespace
+
+struct CudaTrainStep::Impl {
+  ModelConfig c;
+  AdamWConfig adam;
+  float clip;
+  int64_t B, T, N;
+  BatchLayout batch;
+  CudaArena arena;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t ev_start = nullptr, ev_stop = nullptr;
+  std::unique_ptr<cuda::Cublas> blas;
+  CudaWeights w, g, m, v;  // each one flat run of slots: flat_* below
+  float *flat_p = nullptr, *flat_g = nullptr, *flat_m = nullptr, *flat_v = nullptr;
+  int64_t flat = 0;
+  unsigned char* dev_batch = nullptr;
+  unsigned char* host_batch = nullptr;  // pinned
+  HostResults* host_results = nullptr;  // pinned
+  float* x0 = nullptr;                  // (N, d) embedding output
+  std::vector<LayerActs> layers;
+  float *lnf = nullptr, *logits = nullptr;  // (N, d), (N, V); logits become dlogits in place
+  double* row_loss = nullptr;
+  float* loss = nullptr;
+  cuda::GradNorm* norm = nullptr;
+  double* partials = nullptr;
+  float *dresid = nullptr, *dln = nullptr, *dqkv = nullptr, *dfc = nullptr;  // backward scratch
+  float *mean = nullptr, *rstd = nullptr;
+  cuda::AdamWChunk* chunks = nullptr;
+  int64_t n_chunks = 0;
+  GradHook hook;
+  StepWait wait;  // null: cudaStreamSynchronize
+  cudaGraphExec_t exec = nullptr;
+  size_t graph_nodes = 0;
+
+  Impl(const ModelConfig& config, const AdamWConfig& a, float grad_clip, int64_t b, int64_t t);
+  ~Impl();
+  const int32_t* ids() const { return reinterpret_cast<const int32_t*>(dev_batch + batch.ids); }
+  const int32_t* targets() const { return reinterpret_cast<const int32_t*>(dev_batch + batch.targets); }
+  const cuda::AdamWScalars* scalars() const {
+    return reinterpret_cast<const cuda::AdamWScalars*>(dev_batch + batch.scalars);
+  }
+  void stage(const int32_t* host_ids, const int32_t* host_targets);
+  void forward_backward();  // enqueues on stream
+  void optimizer();         // enqueues the hook, the norm and AdamW
+  void capture();
+};
+
+namespace {
+
+// Activation slots (name, floats) of a (B, T) step, in allocation order; sizes the arena and
+// carves it, so the two never disagree.
+std::vector<std::pair<std::string, int64_t>> activation_slots(const ModelConfig& c, int64_t N) {
+  const int64_t d = c.d_model, F = c.d_ff(), V = c.vocab_size;
+  std::vector<std::pair<std::string, int64_t>> s = {{"x0", N * d}};
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string p = "blocks." + std::to_string(l) + ".";
+    for (const auto& [name, n] : std::vector<std::pair<const char*, int64_t>>{
+             {"ln1", N * d}, {"qkv", N * 3 * d}, {"att", N * d}, {"mid", N * d}, {"ln2", N * d},
+             {"gelu", N * F}, {"gelu_grad", N * F}, {"out", N * d}})
+      s.emplace_back(p + name, n);
+  }
+  for (const auto& [name, n] : std::vector<std::pair<const char*, int64_t>>{
+           {"lnf", N * d}, {"logits", N * V}, {"dresid", N * d}, {"dln", N * d},
+           {"dqkv", N * 3 * d}, {"dfc", N * F}, {"ln_mean", N}, {"ln_rstd", N}, {"loss", 1}})
+    s.emplace_back(name, n);
+  return s;
+}
+
+size_t required_bytes(const ModelConfig& c, int64_t N, size_t batch_bytes, int64_t n_chunks) {
+  size_t bytes = 4 * CudaWeights::arena_bytes(c) + CudaArena::aligned(kCublasWorkspace) +
+                 CudaArena::aligned(batch_bytes) +
+                 CudaArena::aligned(static_cast<size_t>(N) * sizeof(double)) +
+                 CudaArena::aligned(sizeof(cuda::GradNorm)) +
+                 CudaArena::aligned(cuda::kNormBlocks * sizeof(double)) +
+                 CudaArena::aligned(static_cast<size_t>(n_chunks) * sizeof(cuda::AdamWChunk));
+  for (const auto& [name, n] : activation_slots(c, N))
+    bytes += CudaArena::aligned(static_cast<size_t>(n) * sizeof(float));
+  return bytes;
+}
+
+// AdamW's chunks over the flat buffer: each tensor in pieces of at most kAdamWChunk floats,
+// decaying or not by AdamW::decays (the padding between tensors is in no chunk).
+std::vector<cuda::AdamWChunk> adamw_chunks(const ModelConfig& c,
+                                           const std::vector<std::pair<std::string, int64_t>>& offsets) {
+  std::vector<cuda::AdamWChunk> out;
+  const auto expected = expected_parameters(c);
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const int64_t begin = offsets[i].second, n = shape_numel(expected[i].second);
+    const int decays = AdamW::decays(expected[i].second) ? 1 : 0;
+    for (int64_t o = 0; o < n; o += cuda::kAdamWChunk)
+      out.push_back({begin + o, begin + std::min(n, o + cuda::kAdamWChunk), decays});
+  }
+  return out;
+}
+
+// (name, float offset from the flat buffer's start) of every tensor of w; Error unless the
+// slots are in increasing order (one flat run).
+std::vector<std::pair<std::string, int64_t>> offsets_of(const CudaWeights& w, const ModelConfig& c) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto& [name, p] : w.named(c)) {
+    out.emplace_back(name, p - w.wte);
+    MINIGPT_CHECK(out.back().second >= 0 && (out.size() == 1 || out.back().second > out[out.size() - 2].second),
+                  "CUDA training step: parameter '{}' is not laid out in order", name);
+  }
+  return out;
+}
+
+int64_t flat_extent(const CudaWeights& w, const ModelConfig& c) {
+  return (w.lm_head_bias + c.vocab_size) - w.wte;
+}
+
+void check_batch(const ModelConfig& c, const int32_t* ids, const int32_t* targets, int64_t N, int64_t T) {
+  MINIGPT_CHECK(ids != nullptr && targets != nullptr, "CUDA training step: ids or targets are null");
+  for (int64_t i = 0; i < N; ++i) {
+    MINIGPT_CHECK(ids[i] >= 0 && ids[i] < c.vocab_size,
+                  "token id {} at (batch {}, position {}) is outside the vocabulary [0, {})", ids[i],
+                  i / T, i % T, c.vocab_size);
+    MINIGPT_CHECK(targets[i] == -1 || (targets[i] >= 0 && targets[i] < c.vocab_size),
+                  "target {} at (batch {}, position {}) is neither -1 (ignore) nor in [0, {})",
+                  targets[i], i / T, i % T, c.vocab_size);
+  }
+}
+
+size_t checked_arena_bytes(const ModelConfig& c, int64_t B, int64_t T) {
+  MINIGPT_CHECK(cuda_model_available(), "cannot train on CUDA: {}", cuda_model_unavailable_reason());
+  c.validate();
+  MINIGPT_CHECK(B >= 1 && T >= 1 && T <= c.block_size,
+                "CUDA training step: batch {} x {} tokens must have B >= 1 and 1 <= T <= block_size {}",
+                B, T, c.block_size);
+  int64_t chunks = 0;
+  for (const auto& [name, shape] : expected_parameters(c))
+    chunks += (shape_numel(shape) + cuda::kAdamWChunk - 1) / cuda::kAdamWChunk;
+  return required_bytes(c, B * T, BatchLayout(B * T).bytes, chunks);
+}
+
+}  // namespace
+
+CudaTrainStep::Impl::Impl(const ModelConfig& config, const AdamWConfig& a, float grad_clip,
+                          int64_t b, int64_t t)
+    : c(config), adam(a), clip(grad_clip), B(b), T(t), N(b * t), batch(b * t),
+      arena(checked_arena_bytes(config, b, t)) {
+  adam.validate();
+  MINIGPT_CHECK(std::isfinite(clip) && clip >= 0.0f, "CUDA training step: clip must be >= 0, got {}", clip);
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  check(cudaEventCreate(&ev_start), "cudaEventCreate");
+  check(cudaEventCreate(&ev_stop), "cudaEventCreate");
+  // Parameters, gradients, moments: four flat runs of slots, each zeroed once (padding too).
+  w = CudaWeights::allocate(c, arena);
+  g = CudaWeights::allocate(c, arena, "grad.");
+  m = CudaWeights::allocate(c, arena, "adamw.m.");
+  v = CudaWeights::allocate(c, arena, "adamw.v.");
+  flat_p = w.wte;
+  flat_g = g.wte;
+  flat_m = m.wte;
+  flat_v = v.wte;
+  flat = flat_extent(w, c);
+  const auto offsets = offsets_of(w, c);
+  MINIGPT_CHECK(offsets == offsets_of(g, c) && offsets == offsets_of(m, c) && offsets == offsets_of(v, c) &&
+                    flat_extent(g, c) == flat,
+                "CUDA training step: the gradient and moment buffers differ from the parameters' layout");
+  for (float* p : {flat_p, flat_g, flat_m, flat_v})
+    check(cudaMemsetAsync(p, 0, static_cast<size_t>(flat) * sizeof(float), stream), "cudaMemset");
+
+  blas = std::make_unique<cuda::Cublas>(arena.allocate(kCublasWorkspace, "cublas workspace"), kCublasWorkspace);
+  dev_batch = static_cast<unsigned char*>(arena.allocate(batch.bytes, "batch"));
+  check(cudaMallocHost(reinterpret_cast<void**>(&host_batch), batch.bytes), "cudaMallocHost (batch)");
+  check(cudaMallocHost(reinterpret_cast<void**>(&host_results), sizeof(HostResults)), "cudaMallocHost (results)");
+  row_loss = arena.allocate_array<double>(N, "row_loss");
+  norm = arena.allocate_array<cuda::GradNorm>(1, "grad_norm");
+  partials = arena.allocate_array<double>(cuda::kNormBlocks, "grad_norm partials");
+  const std::vector<cuda::AdamWChunk> host_chunks = adamw_chunks(c, offsets);
+  n_chunks = static_cast<int64_t>(host_chunks.size());
+  chunks = arena.allocate_array<cuda::AdamWChunk>(n_chunks, "adamw chunks");
+  check(cudaMemcpyAsync(chunks, host_chunks.data(), host_chunks.size() * sizeof(cuda::AdamWChunk),
+                        cudaMemcpyHostToDevice, stream),
+        "copy of the AdamW chunks");
+
+  std::vector<float*> acts;
+  for (const auto& [name, n] : activation_slots(c, N)) acts.push_back(arena.floats(n, name));
+  size_t i = 0;
+  x0 = acts[i++];
+  for (int l = 0; l < c.n_layer; ++l) {
+    LayerActs L;
+    for (float** p : {&L.ln1, &L.qkv, &L.att, &L.mid, &L.ln2, &L.gelu, &L.gelu_grad, &L.out}) *p = acts[i++];
+    layers.push_back(L);
+  }
+  for (float** p : {&lnf, &logits, &dresid, &dln, &dqkv, &dfc, &mean, &rstd, &loss}) *p = acts[i++];
+  check(cudaStreamSynchronize(stream), "initialising the training arena");
+}
+
+CudaTrainStep::Impl::~Impl() {
+  if (stream) cudaStreamSynchronize(stream);
+  if (exec) cudaGraphExecDestroy(exec);
+  blas.reset();
+  if (host_batch) cudaFreeHost(host_batch);
+  if (host_results) cudaFreeHost(host_results);
+  if (ev_start) cudaEventDestroy(ev_start);
+  if (ev_stop) cudaEventDestroy(ev_stop);
+  if (stream) cudaStreamDestroy(stream);
+}
+
+void CudaTrainStep::Impl::stage(const int32_t* host_ids, const int32_t* host_targets) {
+  check_batch(c, host_ids, host_targets, N, T);
+  std::memcpy(host_batch + batch.ids, host_ids, static_cast<size_t>(N) * sizeof(int32_t));
+  std::memcpy(host_batch + batch.targets, host_targets, static_cast<size_t>(N) * sizeof(int32_t));
+}
+
+void CudaTrainStep::Impl::forward_backward() {
+  using namespace cuda;
+  const int64_t d = c.d_model, F = c.d_ff(), V = c.vocab_size, P = c.block_size, NH = c.n_head;
+  const float eps = c.layernorm_eps;
+  cudaStream_t s = stream;
+  // forward: x0 = wte[ids] + wpe[t]; per block the CPU's order of ops (model/gpt.cpp)
+  embedding_forward(ids(), w.wte, w.wpe, x0, B, T, d, V, P, s);
+  const float* in = x0;
+  for (int l = 0; l < c.n_layer; ++l) {
+    const CudaBlockWeights& bw = w.blocks[static_cast<size_t>(l)];
+    const LayerActs& L = layers[static_cast<size_t>(l)];
+    layernorm_forward(in, bw.ln1_weight, bw.ln1_bias, L.ln1, nullptr, nullptr, N, d, eps, s);
+    linear_forward(L.ln1, bw.qkv_weight, bw.qkv_bias, L.qkv, N, d, 3 * d, {}, s);
+    attention_forward(L.qkv, L.att, nullptr, B, T, d, NH, s);
+    linear_forward(L.att, bw.proj_weight, bw.proj_bias, L.mid, N, d, d, {.residual = in}, s);
+    layernorm_forward(L.mid, bw.ln2_weight, bw.ln2_bias, L.ln2, nullptr, nullptr, N, d, eps, s);
+    linear_forward(L.ln2, bw.fc1_weight, bw.fc1_bias, L.gelu, N, d, F,
+                   {.gelu = true, .gelu_grad = L.gelu_grad}, s);
+    linear_forward(L.gelu, bw.fc2_weight, bw.fc2_bias, L.out, N, F, d, {.residual = L.mid}, s);
+    in = L.out;
+  }
+  layernorm_forward(in, w.ln_f_weight, w.ln_f_bias, lnf, nullptr, nullptr, N, d, eps, s);
+  linear_forward(lnf, w.lm_head_weight, w.lm_head_bias, logits, N, d, V, {}, s);
+  // loss and d(loss)/d(logits), in place
+  cross_entropy_forward_backward(logits, targets(), logits, row_loss, loss, N, V, s);
+
+  // backward (GrammarMiniGPT::backward's order); every gradient written once
+  linear_backward(*blas, lnf, w.lm_head_weight, logits, dln, g.lm_head_weight, g.lm_head_bias, N, d, V, s);
+  layernorm_backward(dln, in, w.ln_f_weight, dresid, false, mean, rstd, g.ln_f_weight, g.ln_f_bias, N, d,
+                     eps, s);
+  for (int l = c.n_layer - 1; l >= 0; --l) {
+    const CudaBlockWeights& bw = w.blocks[static_cast<size_t>(l)];
+    const CudaBlockWeights& bg = g.blocks[static_cast<size_t>(l)];
+    const LayerActs& L = layers[static_cast<size_t>(l)];
+    const float* block_in = l == 0 ? x0 : layers[static_cast<size_t>(l) - 1].out;
+    // out = mid + fc2(gelu(fc1(ln2(mid))))
+    linear_backward(*blas, L.gelu, bw.fc2_weight, dresid, dfc, bg.fc2_weight, bg.fc2_bias, N, F, d, s);
+    gelu_backward_saved(L.gelu_grad, dfc, dfc, N * F, s);
+    linear_backward(*blas, L.ln2, bw.fc1_weight, dfc, dln, bg.fc1_weight, bg.fc1_bias, N, d, F, s);
+    layernorm_backward(dln, L.mid, bw.ln2_weight, dresid, true, mean, rstd, bg.ln2_weight, bg.ln2_bias, N,
+                       d, eps, s);
+    // mid = in + proj(attention(ln1(in)))
+    linear_backward(*blas, L.att, bw.proj_weight, dresid, dln, bg.proj_weight, bg.proj_bias, N, d, d, s);
+    attention_backward(dln, L.qkv, dqkv, B, T, d, NH, s);
+    linear_backward(*blas, L.ln1, bw.qkv_weight, dqkv, dln, bg.qkv_weight, bg.qkv_bias, N, d, 3 * d, s);
+    layernorm_backward(dln, block_in, bw.ln1_weight, dresid, true, mean, rstd, bg.ln1_weight, bg.ln1_bias,
+                       N, d, eps, s);
+  }
+  embedding_backward(dresid, ids(), g.wte, g.wpe, B, T, d, V, P, s);
+}
+
+void CudaTrainStep::Impl::optimizer() {
+  if (hook) hook(flat_g, flat, stream);
+  cuda::grad_norm(flat_g, flat, partials, clip, norm, stream);
+  cuda::adamw(flat_p, flat_g, flat_m, flat_v, chunks, n_chunks, scalars(), norm, stream);
+}
+
+void CudaTrainStep::Impl::capture() {
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  try {
+    check(cudaMemcpyAsync(dev_batch, host_batch, batch.bytes, cudaMemcpyHostToDevice, stream), "batch copy");
+    forward_backward();
+    optimizer();
+    check(cudaMemcpyAsync(&host_results->norm, norm, sizeof(cuda::GradNorm), cudaMemcpyDeviceToHost, stream),
+          "norm copy");
+    check(cudaMemcpyAsync(&host_results->loss, loss, sizeof(float), cudaMemcpyDeviceToHost, stream),
+          "loss copy");
+  } catch (...) {
+    cudaStreamEndCapture(stream, &graph);  // abandon the capture, then report the first error
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    throw;
+  }
+  check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphGetNodes(graph, nullptr, &graph_nodes);
+  cudaGraphDestroy(graph);
+  check(status, "cudaGraphInstantiate");
+}
+
+#else  // built without CUDA
+
+struct CudaTrainStep::Impl {};
+
+#endif
+
+#if MINIGPT_WITH_CUDA
+
+CudaTrainStep::CudaTrainStep(const ModelConfig& config, const AdamWConfig& adamw, float grad_clip,
+                             int64_t B, int64_t T)
+    : impl_(std::make_unique<Impl>(config, adamw, grad_clip, B, T)) {}
+CudaTrainStep::~CudaTrainStep() = default;
+
+int64_t CudaTrainStep::batch() const { return impl_->B; }
+int64_t CudaTrainStep::seq() const { return impl_->T; }
+
+void CudaTrainStep::upload(const ModelWeights& weights, const ModelWeights& m, const ModelWeights& v) {
+  Impl& s = *impl_;
+  check(cudaStreamSynchronize(s.stream), "waiting for the last step");
+  upload_weights(weights, s.c, s.w);
+  upload_weights(m, s.c, s.m);
+  upload_weights(v, s.c, s.v);
+  // upload_weights copies on the legacy default stream, which the step's non-blocking stream
+  // does not wait for: finish them before anything reads the weights
+  check(cudaDeviceSynchronize(), "uploading the weights");
+}
+
+void CudaTrainStep::download(ModelWeights& weights, ModelWeights& m, ModelWeights& v) const {
+  Impl& s = *impl_;
+  check(cudaStreamSynchronize(s.stream), "waiting for the last step");
+  download_weights(s.w, s.c, weights);
+  download_weights(s.m, s.c, m);
+  download_weights(s.v, s.c, v);
+}
+
+void CudaTrainStep::download_grads(ModelWeights& grads) const {
+  check(cudaStreamSynchronize(impl_->stream), "waiting for the last step");
+  download_weights(impl_->g, impl_->c, grads);
+}
+
+float CudaTrainStep::forward_backward(const int32_t* ids, const int32_t* targets) {
+  Impl& s = *impl_;
+  check(cudaStreamSynchronize(s.stream), "waiting for the last step");
+  s.stage(ids, targets);
+  check(cudaMemcpyAsync(s.dev_batch, s.host_batch, s.batch.bytes, cudaMemcpyHostToDevice, s.stream),
+        "batch copy");
+  s.forward_backward();
+  float loss = 0.0f;
+  check(cudaMemcpyAsync(&loss, s.loss, sizeof(float), cudaMemcpyDeviceToHost, s.stream), "loss copy");
+  check(cudaStreamSynchronize(s.stream), "the forward and backward");
+  return loss;
+}
+
+CudaStepResult CudaTrainStep::step(const int32_t* ids, const int32_t* targets, float lr, int64_t t) {
+  Impl& s = *impl_;
+  MINIGPT_CHECK(std::isfinite(lr) && lr >= 0.0f, "AdamW: learning rate must be >= 0, got {}", lr);
+  MINIGPT_CHECK(t >= 1, "AdamW: the step count must be >= 1, got {}", t);
+  check(cudaStreamSynchronize(s.stream), "waiting for the last step");  // the pinned batch is free
+  s.stage(ids, targets);
+  // adamw_update's constants (train/adamw.cpp), the same roundings
+  const AdamWConfig& a = s.adam;
+  const double bc1 = 1.0 - std::pow(static_cast<double>(a.beta1), static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(a.beta2), static_cast<double>(t));
+  const cuda::AdamWScalars sc{static_cast<float>(lr / bc1), static_cast<float>(1.0 / std::sqrt(bc2)),
+                              1.0f - lr * a.weight_decay, a.beta1, a.beta2, 1.0f - a.beta1, 1.0f - a.beta2,
+                              a.eps};
+  std::memcpy(s.host_batch + s.batch.scalars, &sc, sizeof(sc));
+  if (!s.exec) s.capture();
+  check(cudaEventRecord(s.ev_start, s.stream), "cudaEventRecord");
+  check(cudaGraphLaunch(s.exec, s.stream), "cudaGraphLaunch (training step)");
+  check(cudaEventRecord(s.ev_stop, s.stream), "cudaEventRecord");
+  if (s.wait)
+    s.wait(s.stream);  // data parallel: bounded, since the graph's all-reduce waits on the peers
+  else
+    check(cudaStreamSynchronize(s.stream), "the training step");
+  CudaStepResult r;
+  r.loss = s.host_results->loss;
+  r.grad_norm = s.host_results->norm.norm;
+  check(cudaEventElapsedTime(&r.gpu_ms, s.ev_start, s.ev_stop), "cudaEventElapsedTime");
+  MINIGPT_CHECK(std::isfinite(r.loss) && std::isfinite(r.grad_norm),
+                "train: loss {} and gradient norm {} on the GPU: training diverged (the weights are "
+                "those before this step)",
+                r.loss, r.grad_norm);
+  return r;
+}
+
+void CudaTrainStep::set_grad_hook(GradHook hook) {
+  MINIGPT_CHECK(!impl_->exec, "CUDA training step: the gradient hook must be set before the first step");
+  impl_->hook = std::move(hook);
+}
+void CudaTrainStep::set_step_wait(StepWait wait) { impl_->wait = std::move(wait); }
+int64_t CudaTrainStep::flat_floats() const { return impl_->flat; }
+std::vector<std::pair<std::string, int64_t>> CudaTrainStep::parameter_offsets() const {
+  return offsets_of(impl_->w, impl_->c);
+}
+size_t CudaTrainStep::arena_bytes() const { return impl_->arena.capacity(); }
+int CudaTrainStep::graph_nodes() const { return static_cast<int>(impl_->graph_nodes); }
+
+#else  // built without CUDA: every entry point is the same clear Error
+
+[[noreturn]] static void no_cuda() {
+  MINIGPT_FAIL("cannot train on CUDA: this minigpt was built without CUDA (configure with -DMINIGPT_CUDA=ON)");
+}
+CudaTrainStep::CudaTrainStep(const ModelConfig&, const AdamWConfig&, float, int64_t, int64_t) { no_cuda(); }
+CudaTrainStep::~CudaTrainStep() = default;
+int64_t CudaTrainStep::batch() const { no_cuda(); }
+int64_t CudaTrainStep::seq() const { no_cuda(); }
+void CudaTrainStep::upload(const ModelWeights&, const ModelWeights&, const ModelWeights&) { no_cuda(); }
+void CudaTrainStep::download(ModelWeights&, ModelWeights&, ModelWeights&) const { no_cuda(); }
+void CudaTrainStep::download_grads(ModelWeights&) const { no_cuda(); }
+float CudaTrainStep::forward_backward(const int32_t*, const int32_t*) { no_cuda(); }
+CudaStepResult CudaTrainStep::step(const int32_t*, const int32_t*, float, int64_t) { no_cuda(); }
+void CudaTrainStep::set_grad_hook(GradHook) { no_cuda(); }
+void CudaTrainStep::set_step_wait(StepWait) { no_cuda(); }
+int64_t CudaTrainStep::flat_floats() const { no_cuda(); }
+std::vector<std::pair<std::string, int64_t>> CudaTrainStep::parameter_offsets() const { no_cuda(); }
+size_t CudaTrainStep::arena_bytes() const { no_cuda(); }
+int CudaTrainStep::graph_nodes() const { no_cuda(); }
+
+#endif
+
+}  // namespace minigpt

@@ -1,0 +1,98 @@
+// CudaTrainStep: the whole training step of GrammarMiniGPT on one GPU, for one batch shape
+// (B, T): forward saving the activations, cross-entropy, backward, global-norm clipping and
+// AdamW, captured once as a CUDA graph and replayed every step.
+//
+// Memory: one CudaArena allocated by the constructor holds everything: the parameters, their
+// gradients and the two AdamW moments (each ONE flat fp32 buffer in the order of
+// ModelWeights::named(), tensors at 256-byte aligned offsets, padding kept 0), the saved
+// activations, the backward's scratch and the batch. Nothing is allocated inside a step.
+//
+// The graph: batch H2D (ids, targets and this step's AdamW constants, from pinned memory) ->
+// forward (kernels/cuda: embedding, layernorm, fused Linear with bias/GELU/residual epilogues,
+// attention) -> cross-entropy -> backward (the backward launchers beside each op's forward in kernels/cuda/*.h; matmul gradients through
+// cuBLAS, pedantic fp32) -> [grad hook] -> grad norm + clip + AdamW (kernels/cuda/optimizer.h)
+// -> loss and norm D2H into pinned memory. The lr, the bias corrections and the step count
+// change every step: the host writes them into the pinned batch before each replay, so the
+// replays are exact (the constants are computed on the host as adamw_update computes them).
+//
+// Data parallel (issue 16): set_grad_hook's function is called while the graph is captured,
+// between the backward and the norm, with the flat gradient buffer and the step's stream, so
+// an all-reduce enqueued there (e.g. ncclAllReduce in place) becomes part of the graph.
+//
+// Numerics: gradients within ~1e-6 relative of the CPU engine's backward (sums in another
+// order); AdamW the CPU's operations in its order. Deterministic: no atomics, fixed reduction
+// orders, so two runs give the same bits. A non-finite gradient norm (or loss) leaves the
+// weights as they were and step() throws Error ("training diverged").
+//
+// Built in every configuration: without CUDA, or without a visible GPU, the constructor throws
+// Error saying so. Not thread-safe.
+#pragma once
+
+#include "model/config.h"
+#include "model/weights.h"
+#include "train/adamw.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+typedef struct CUstream_st* cudaStream_t;  // as cuda_runtime_api.h declares it
+
+namespace minigpt {
+
+struct CudaStepResult {
+  float loss = 0.0f;       // mean cross-entropy of the batch (before the update)
+  double grad_norm = 0.0;  // before clipping
+  float gpu_ms = 0.0f;     // the graph's time on the GPU (CUDA events around the replay)
+};
+
+class CudaTrainStep {
+ public:
+  // Error if CUDA is unavailable, T > block_size, the head size is not supported by the
+  // attention kernels, or the arena does not fit on the GPU (naming the bytes).
+  CudaTrainStep(const ModelConfig& config, const AdamWConfig& adamw, float grad_clip, int64_t B,
+                int64_t T);
+  ~CudaTrainStep();
+  CudaTrainStep(const CudaTrainStep&) = delete;
+  CudaTrainStep& operator=(const CudaTrainStep&) = delete;
+
+  int64_t batch() const;
+  int64_t seq() const;
+
+  // Host <-> device copies of the parameters and AdamW moments (synchronous).
+  void upload(const ModelWeights& weights, const ModelWeights& m, const ModelWeights& v);
+  void download(ModelWeights& weights, ModelWeights& m, ModelWeights& v) const;
+  void download_grads(ModelWeights& grads) const;  // the last backward's (before clipping)
+
+  // Forward + backward of one batch without an update, launched eagerly (for tests and
+  // evaluation): returns the loss; the gradients stay on the device (download_grads).
+  // ids, targets (B*T) host, checked as GrammarMiniGPT::forward_train checks them.
+  float forward_backward(const int32_t* ids, const int32_t* targets);
+
+  // One full training step at learning rate lr; t >= 1 is AdamW's step count after this update
+  // (bias correction). The first call captures the graph. Waits for the step to finish.
+  CudaStepResult step(const int32_t* ids, const int32_t* targets, float lr, int64_t t);
+
+  // Called during the capture (before the first step()) between the backward and the norm:
+  // grads is the flat gradient buffer of flat_floats() floats, in the order of
+  // ModelWeights::named() with parameter_offsets(); enqueue work on `stream` only.
+  using GradHook = std::function<void(float* grads, int64_t floats, cudaStream_t stream)>;
+  void set_grad_hook(GradHook hook);
+  // Replaces the cudaStreamSynchronize with which step() waits for its graph: with an
+  // all-reduce in the graph a dead peer would leave that wait hanging, so data parallel
+  // passes NcclCommunicator::synchronize (bounded by --dist-timeout; train/cuda_data_parallel.h).
+  using StepWait = std::function<void(cudaStream_t stream)>;
+  void set_step_wait(StepWait wait);
+  int64_t flat_floats() const;
+  std::vector<std::pair<std::string, int64_t>> parameter_offsets() const;  // (name, float offset)
+  size_t arena_bytes() const;
+  int graph_nodes() const;  // kernels and copies in the captured step (0 before the first step)
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace minigpt

@@ -1,0 +1,207 @@
+// The training kernels on the GPU (the backward launchers of kernels/cuda/{layernorm,gelu,attention,embedding,linear}.h, cross_entropy.h, optimizer.h)
+// against the CPU engine's kernels (kernels/cpu/*, train/adamw.h) on random inputs, outputs
+// poisoned first. Tolerances: 1e-5 relative per tensor where only the summation order differs;
+// the embedding and AdamW are compared bit for bit (same operations in the same order).
+// Skips, saying so, without a GPU; the argument checks run everywhere.
+#include "core/thread_pool.h"
+#include "expect_error.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/gelu.h"
+#include "kernels/cpu/layernorm.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/gelu.h"
+#include "kernels/cuda/layernorm.h"
+#include "kernels/cuda/linear.h"
+#include "kernels/cuda/cross_entropy.h"
+#include "kernels/cuda/optimizer.h"
+#include "train/adamw.h"
+#include "cuda/train_test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+namespace {
+
+using namespace minigpt;
+using namespace minigpt::cudatest;
+
+ThreadPool& pool() {
+  static ThreadPool p(2);
+  return p;
+}
+
+TEST(CudaBackward, LayerNormMatchesCpu) {
+  REQUIRE_GPU();
+  for (const auto [N, C] : {std::pair<int64_t, int64_t>{1024, 64}, {37, 100}, {5, 3}}) {
+    auto x = random_vec(N * C, 1, 2.0f), dy = random_vec(N * C, 2), w = random_vec(C, 3);
+    auto b = random_vec(C, 4);
+    for (int64_t c = 0; c < C; ++c) x[c] = 1.5f;  // a constant row
+    std::vector<float> y(N * C), mean(N), rstd(N), dx(N * C), dw(C, 0.0f), db(C, 0.0f);
+    cpu::layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), N, C, 1e-5f, pool());
+    cpu::layernorm_backward(dy.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(), dw.data(),
+                            db.data(), N, C, pool());
+    DeviceArray<float> gx(x), gdy(dy), gw(w), gdx(N * C), gm(N), gr(N), gdw(C), gdb(C);
+    cuda::layernorm_backward(gdy.get(), gx.get(), gw.get(), gdx.get(), false, gm.get(), gr.get(), gdw.get(), gdb.get(), N, C, 1e-5f, nullptr);
+    EXPECT_LE(rel_diff(gdx.host(), dx), 1e-5) << N << "x" << C;
+    EXPECT_LE(rel_diff(gdw.host(), dw), 1e-5);
+    EXPECT_LE(rel_diff(gdb.host(), db), 1e-5);
+    EXPECT_LE(rel_diff(gr.host(), rstd), 1e-6);  // the CPU forward's statistics
+    // accumulate: dx += LN'(dy)
+    auto base = random_vec(N * C, 5);
+    DeviceArray<float> acc(base);
+    cuda::layernorm_backward(gdy.get(), gx.get(), gw.get(), acc.get(), true, gm.get(), gr.get(), nullptr, nullptr, N, C, 1e-5f, nullptr);
+    for (int64_t i = 0; i < N * C; ++i) base[i] += dx[i];
+    EXPECT_LE(rel_diff(acc.host(), base), 1e-5);
+  }
+}
+
+TEST(CudaBackward, GeluMatchesCpu) {
+  REQUIRE_GPU();
+  const int64_t n = 4096 + 3;
+  auto x = random_vec(n, 7, 3.0f), dy = random_vec(n, 8);
+  x[0] = INFINITY;
+  x[1] = -INFINITY;
+  std::vector<float> dx(n);
+  cpu::gelu_backward(x.data(), dy.data(), dx.data(), n, pool());
+  DeviceArray<float> gx(x), gdy(dy), gdx(n);
+  cuda::gelu_backward(gx.get(), gdy.get(), gdx.get(), n, nullptr);
+  const auto got = gdx.host();
+  EXPECT_EQ(got[0], dy[0]);
+  EXPECT_EQ(got[1], 0.0f);
+  for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], dx[i], 2e-6 * (1 + std::abs(dy[i]))) << i;
+}
+
+TEST(CudaBackward, AttentionMatchesCpu) {
+  REQUIRE_GPU();
+  struct Case { int64_t B, T, C, NH; };
+  for (const Case c : {Case{64, 16, 64, 4}, Case{3, 64, 64, 4}, Case{2, 7, 24, 3}, Case{1, 1, 16, 1}}) {
+    const int64_t N = c.B * c.T;
+    auto qkv = random_vec(N * 3 * c.C, 11), dout = random_vec(N * c.C, 12);
+    std::vector<float> out(N * c.C), att(c.B * c.NH * c.T * c.T), dqkv(N * 3 * c.C);
+    cpu::attention_forward(qkv.data(), out.data(), att.data(), c.B, c.T, c.C, c.NH, pool());
+    cpu::attention_backward(dout.data(), qkv.data(), att.data(), dqkv.data(), c.B, c.T, c.C, c.NH, pool());
+    DeviceArray<float> gqkv(qkv), gdout(dout), gdqkv(N * 3 * c.C);
+    cuda::attention_backward(gdout.get(), gqkv.get(), gdqkv.get(), c.B, c.T, c.C, c.NH, nullptr);
+    EXPECT_LE(rel_diff(gdqkv.host(), dqkv), 1e-5) << c.B << " " << c.T << " " << c.C << " " << c.NH;
+  }
+}
+
+TEST(CudaBackward, EmbeddingIsBitwiseTheCpuScatter) {
+  REQUIRE_GPU();
+  const int64_t B = 64, T = 16, d = 64, V = 600, P = 64, N = B * T;
+  auto dx = random_vec(N * d, 21);
+  std::vector<int32_t> ids(N);
+  for (int64_t i = 0; i < N; ++i) ids[i] = static_cast<int32_t>((i * 7919) % 37);  // many repeats
+  std::vector<float> wte(V * d, 0.0f), wpe(P * d, 0.0f);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < d; ++j) {
+      wte[ids[i] * d + j] += dx[i * d + j];
+      wpe[(i % T) * d + j] += dx[i * d + j];
+    }
+  DeviceArray<float> gdx(dx), gwte(V * d), gwpe(P * d);
+  DeviceArray<int32_t> gids(ids);
+  cuda::embedding_backward(gdx.get(), gids.get(), gwte.get(), gwpe.get(), B, T, d, V, P, nullptr);
+  EXPECT_EQ(gwte.host(), wte);
+  EXPECT_EQ(gwpe.host(), wpe);
+}
+
+TEST(CudaBackward, BiasIsTheColumnSum) {
+  REQUIRE_GPU();
+  const int64_t N = 1000, out = 600;
+  auto dy = random_vec(N * out, 31);
+  std::vector<double> ref(out, 0.0);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t c = 0; c < out; ++c) ref[c] += dy[r * out + c];
+  DeviceArray<float> gdy(dy), gdb(out);
+  cuda::bias_backward(gdy.get(), gdb.get(), N, out, nullptr);
+  const auto got = gdb.host();
+  for (int64_t c = 0; c < out; ++c) EXPECT_NEAR(got[c], ref[c], 1e-6 * (1.0 + std::abs(ref[c]))) << c;
+}
+
+TEST(CudaCrossEntropy, MatchesCpuWithIgnoredTargets) {
+  REQUIRE_GPU();
+  const int64_t N = 1024, V = 600;
+  auto logits = random_vec(N * V, 41, 3.0f);
+  std::vector<int32_t> targets(N);
+  for (int64_t i = 0; i < N; ++i) targets[i] = i % 5 == 0 ? -1 : static_cast<int32_t>((i * 131) % V);
+  std::vector<float> dl(N * V);
+  const float loss = cpu::cross_entropy_forward_backward(logits.data(), targets.data(), dl.data(), N, V, pool());
+  DeviceArray<float> gl(logits), gloss(1);
+  DeviceArray<int32_t> gt(targets);
+  DeviceArray<double> rows(N);
+  cuda::cross_entropy_forward_backward(gl.get(), gt.get(), gl.get(), rows.get(), gloss.get(), N, V, nullptr);  // in place
+  EXPECT_NEAR(gloss.host()[0], loss, 1e-6 * loss);
+  EXPECT_LE(rel_diff(gl.host(), dl), 1e-5);
+  // every target ignored: loss 0, gradient 0
+  std::vector<int32_t> none(N, -1);
+  DeviceArray<int32_t> gnone(none);
+  DeviceArray<float> g2(logits);
+  cuda::cross_entropy_forward_backward(g2.get(), gnone.get(), g2.get(), rows.get(), gloss.get(), N, V, nullptr);
+  EXPECT_EQ(gloss.host()[0], 0.0f);
+  for (const float v : g2.host()) ASSERT_EQ(v, 0.0f);
+}
+
+TEST(CudaOptimizer, NormClipAndAdamWMatchCpu) {
+  REQUIRE_GPU();
+  // two "tensors": a decayed matrix [0, 5000) and a non-decayed vector [5000, 5100)
+  const int64_t n = 5100;
+  auto p = random_vec(n, 51), g = random_vec(n, 52, 0.1f), m = random_vec(n, 53, 0.01f);
+  auto v = random_vec(n, 54, 0.01f);
+  for (float& x : v) x = x * x;
+  const AdamWConfig cfg;
+  const float lr = 3e-3f, max_norm = 1.0f;
+  const int64_t t = 7;
+  // CPU: norm (double), clip, adamw_update per tensor
+  double ss = 0.0;
+  for (const float x : g) ss += static_cast<double>(x) * x;
+  const double norm = std::sqrt(ss);
+  ASSERT_GT(norm, max_norm);  // the clipping path is taken
+  std::vector<float> pc = p, gc = g, mc = m, vc = v;
+  const float scale = static_cast<float>(max_norm / (norm + 1e-6));
+  for (float& x : gc) x *= scale;
+  adamw_update(pc.data(), gc.data(), mc.data(), vc.data(), 5000, lr, cfg.weight_decay, cfg, t);
+  adamw_update(pc.data() + 5000, gc.data() + 5000, mc.data() + 5000, vc.data() + 5000, 100, lr, 0.0f, cfg, t);
+  // GPU
+  const double bc1 = 1.0 - std::pow(static_cast<double>(cfg.beta1), static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(cfg.beta2), static_cast<double>(t));
+  const cuda::AdamWScalars sc{static_cast<float>(lr / bc1), static_cast<float>(1.0 / std::sqrt(bc2)),
+                              1.0f - lr * cfg.weight_decay, cfg.beta1, cfg.beta2, 1.0f - cfg.beta1,
+                              1.0f - cfg.beta2, cfg.eps};
+  std::vector<cuda::AdamWChunk> chunks{{0, 4096, 1}, {4096, 5000, 1}, {5000, 5100, 0}};
+  DeviceArray<float> gp(p), gg(g), gm(m), gv(v);
+  DeviceArray<double> partials(cuda::kNormBlocks);
+  DeviceArray<cuda::GradNorm> gn(1);
+  DeviceArray<cuda::AdamWScalars> gsc(std::vector<cuda::AdamWScalars>{sc});
+  DeviceArray<cuda::AdamWChunk> gch(chunks);
+  cuda::grad_norm(gg.get(), n, partials.get(), max_norm, gn.get(), nullptr);
+  cuda::adamw(gp.get(), gg.get(), gm.get(), gv.get(), gch.get(), 3, gsc.get(), gn.get(), nullptr);
+  const cuda::GradNorm got = gn.host()[0];
+  EXPECT_NEAR(got.norm, norm, 1e-12 * norm);
+  EXPECT_EQ(got.scale, scale);
+  EXPECT_EQ(gp.host(), pc);
+  EXPECT_EQ(gm.host(), mc);
+  EXPECT_EQ(gv.host(), vc);
+  // a non-finite gradient: nothing is updated
+  std::vector<float> bad = g;
+  bad[17] = NAN;
+  DeviceArray<float> gbad(bad), gp2(p);
+  cuda::grad_norm(gbad.get(), n, partials.get(), max_norm, gn.get(), nullptr);
+  cuda::adamw(gp2.get(), gbad.get(), gm.get(), gv.get(), gch.get(), 3, gsc.get(), gn.get(), nullptr);
+  EXPECT_FALSE(std::isfinite(gn.host()[0].norm));
+  EXPECT_EQ(gp2.host(), p);
+}
+
+TEST(CudaBackward, BadSizesAreErrors) {
+  EXPECT_ERROR(cuda::attention_backward(nullptr, nullptr, nullptr, 1, 4, 10, 3, nullptr), "bad sizes");
+  EXPECT_ERROR(cuda::attention_backward(nullptr, nullptr, nullptr, 1, 512, 64, 1, nullptr), "shared memory");
+  EXPECT_ERROR(cuda::layernorm_backward(nullptr, nullptr, nullptr, nullptr, false, nullptr, nullptr, nullptr,
+                                        nullptr, -1, 4, 1e-5f, nullptr),
+               "bad sizes");
+}
+
+}  // namespace
