@@ -9,8 +9,9 @@
 // Collectives on the device are only enqueued on the caller's stream (all_reduce_avg,
 // broadcast_device), so they can be captured in a CUDA graph. What that relies on: NCCL >= 2.9
 // captures collectives (one GPU per process, as here); every rank captures the same collectives
-// and launches the graph as often; one eager step runs before the capture (NCCL connects its
-// channels lazily at the first collective of a kind, which must not happen while capturing).
+// and launches the graph as often; no connection is set up while capturing (NCCL >= 2.22
+// connects lazily at the first collective of a kind: the constructor sets NCCL_RUNTIME_CONNECT=0
+// unless the user set it, so every peer is connected at initialisation).
 // In non-blocking mode an NCCL call may return ncclInProgress before the work is on the stream;
 // each call here then waits (bounded) until the communicator is ready again, so a return from
 // all_reduce_avg means "enqueued" - also inside a capture, where that wait is host polling only.
@@ -74,6 +75,10 @@ class NcclCommunicator final : public Communicator {
   void broadcast_device(void* device_data, size_t bytes, int root, cudaStream_t stream);
   // Bounded wait for everything enqueued on `stream` so far (instead of cudaStreamSynchronize).
   void synchronize(cudaStream_t stream, const std::string& what);
+
+  // For the bench: median wall seconds of all_reduce_avg over `floats` floats (a scratch device
+  // buffer of ones on its own stream), each run after a host barrier, over `runs` runs.
+  double time_all_reduce_s(size_t floats, int64_t runs);
 
  private:
   void check(ncclResult_t result, const char* call);  // throws; ncclInProgress: waits until ready
