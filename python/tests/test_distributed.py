@@ -1,4 +1,5 @@
-"""Data-parallel training over MPI (`mpirun -np N minigpt train --dist mpi`), end to end.
+"""Data-parallel training over MPI (`mpirun -np N minigpt train --dist mpi`) and, on GPUs, NCCL
+(`--device cuda --dist nccl`), end to end.
 
 - Two ranks with b sequences each train the same model as one rank with 2b: after 20 steps
   the weights agree to 1e-5 relative (L2 over all parameters; AdamW divides by sqrt(v), so a
@@ -8,7 +9,6 @@
   within 60 s and a message naming the rank; the checkpoint left behind is whole and the run
   resumes from it (to the same final weights as an uninterrupted run, bit for bit); resuming
   with another world size is refused.
-
 - GPUs over NCCL (`--device cuda --dist nccl`): one rank over NCCL equals the plain 1-GPU run bit
   for bit; two GPUs (skipped below two) equal one GPU with the whole batch, and a killed rank ends
   the other within 60 s; without a GPU `--dist nccl` is a clear error.
