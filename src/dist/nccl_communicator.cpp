@@ -36,6 +36,18 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> host, int devic
   MINIGPT_CHECK(host_ != nullptr, "NcclCommunicator: no host communicator to bootstrap through");
   who_ = {host_->rank(), host_->size(), timeout_s};
   MINIGPT_CHECK(timeout_s > 0, "the collective timeout must be positive, got {} s", timeout_s);
+  try {
+    join();
+  } catch (const std::exception& e) {
+    // The ranks that did join must not wait for this one (nor hang finalising MPI): end them
+    // all through the host (MPI_Abort; a world of one, or a test's host, returns and we throw).
+    abort_nccl();
+    if (who_.size > 1) host_->abort(e.what());
+    throw;
+  }
+}
+
+void NcclCommunicator::join() {
   use_device(device_);
   // Connect every peer at initialisation (NCCL >= 2.22 connects lazily at the first collective
   // of a kind by default): the trainer's first all-reduce is inside a CUDA graph capture, where
@@ -51,14 +63,11 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> host, int devic
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // every NCCL call returns at once; this class bounds the waits
   const ncclResult_t r = ncclCommInitRankConfig(&comm_, who_.size, id, who_.rank, &config);
-  if (r != ncclSuccess && r != ncclInProgress) {
-    const std::string why = nccl_message(r, comm_);
-    abort_nccl();
+  if (r != ncclSuccess && r != ncclInProgress)
     MINIGPT_FAIL("rank {} of {}: ncclCommInitRankConfig on CUDA device {} failed: {}", who_.rank, who_.size,
-                 device_, why);
-  }
-  wait_with_deadline([&] { return ready("joining the NCCL communicator"); }, [&] { abort_nccl(); }, who_,
-                     fmt::format("joining the NCCL communicator (CUDA device {})", device_));
+                 device_, nccl_message(r, comm_));
+  const std::string what = fmt::format("joining the NCCL communicator (CUDA device {})", device_);
+  wait_with_deadline([&] { return ready(what); }, [&] { abort_nccl(); }, who_, what);
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -161,15 +170,20 @@ double NcclCommunicator::time_all_reduce_s(size_t floats, int64_t runs) {
 
 std::unique_ptr<NcclCommunicator> make_nccl_communicator(double timeout_s) {
   auto mpi = std::make_unique<MpiCommunicator>(timeout_s);
-  int count = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess) {
-    cudaGetLastError();  // clear it: the Error below says what happened
-    MINIGPT_FAIL("--dist nccl: rank {} of {} sees no CUDA GPU ({})", mpi->rank(), mpi->size(),
-                 cudaGetErrorString(status));
+  int device = 0;
+  try {
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) {
+      cudaGetLastError();  // clear it: the Error below says what happened
+      MINIGPT_FAIL("--dist nccl: rank {} of {} sees no CUDA GPU ({})", mpi->rank(), mpi->size(),
+                   cudaGetErrorString(status));
+    }
+    device = device_for_rank(mpi->local_rank(), count);
+  } catch (const std::exception& e) {
+    if (mpi->size() > 1) mpi->abort(e.what());  // the other ranks would wait for this one
+    throw;
   }
-  const int local = mpi->local_rank();
-  const int device = device_for_rank(local, count);
   return std::make_unique<NcclCommunicator>(std::move(mpi), device, timeout_s);
 }
 

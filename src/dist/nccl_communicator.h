@@ -46,7 +46,8 @@ class NcclCommunicator final : public Communicator {
  public:
   // host: carries the unique id and the host collectives; its rank and size are this
   // communicator's. device: the CUDA device this rank drives (device_for_rank). Returns when
-  // every rank has joined; past timeout_s an Error (see above).
+  // every rank has joined; past timeout_s, or on an NCCL error, ends every rank through
+  // host->abort (a host that returns from abort, as a world of one: the Error is thrown).
   NcclCommunicator(std::unique_ptr<Communicator> host, int device, double timeout_s);
   ~NcclCommunicator() override;  // finalises and destroys the NCCL communicator (bounded)
   NcclCommunicator(const NcclCommunicator&) = delete;
@@ -81,6 +82,7 @@ class NcclCommunicator final : public Communicator {
   double time_all_reduce_s(size_t floats, int64_t runs);
 
  private:
+  void join();  // the bootstrap: unique id over the host, then ncclCommInitRankConfig (bounded)
   void check(ncclResult_t result, const char* call);  // throws; ncclInProgress: waits until ready
   bool ready(const std::string& what);                  // poll: comm no longer in progress
   void abort_nccl() noexcept;

@@ -17,8 +17,8 @@ int device_for_rank(int local_rank, int device_count) {
 void wait_with_deadline(const std::function<bool()>& poll, const std::function<void()>& on_timeout,
                         const WaitContext& who, const std::string& what) {
   MINIGPT_CHECK(who.timeout_s > 0, "the collective timeout must be positive, got {} s", who.timeout_s);
-  constexpr double kSpin_s = 1e-3;                        // poll back to back this long first,
-  constexpr auto kNap = std::chrono::microseconds(50);  // then nap between polls
+  constexpr double kSpin_s = 5e-3;                        // poll back to back this long (a step),
+  constexpr auto kNap = std::chrono::microseconds(20);  // then nap between polls
   Timer timer;
   while (!poll()) {
     const double waited = timer.elapsed_s();
