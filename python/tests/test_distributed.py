@@ -90,16 +90,17 @@ def rank_pids(mpirun: subprocess.Popen) -> dict[int, int]:
     return ranks
 
 
-def start_and_wait_for_checkpoint(tmp_path: Path, extra: list[str]) -> subprocess.Popen:
+def start_and_wait_for_checkpoint(tmp_path: Path, extra: list[str], model: list[str] = TINY, dist: str = "mpi",
+                                  steps: int = 400, every: int = 10, wait_s: float = 60) -> subprocess.Popen:
     ckpt = tmp_path / "ckpt.safetensors"
-    argv = mpirun_command(2, [str(EXE), "-t", "1", "train", *TINY, "--steps", "400", "--dist", "mpi",
-                              "--checkpoint", str(ckpt), "--checkpoint-every", "10",
+    argv = mpirun_command(2, [str(EXE), "-t", "1", "train", *model, "--steps", str(steps), "--dist", dist,
+                              "--checkpoint", str(ckpt), "--checkpoint-every", str(every),
                               "-o", str(tmp_path / "model.safetensors"), *extra])
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + wait_s
     while not ckpt.exists():
         assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "no checkpoint within 60 s"
+        assert time.monotonic() < deadline, f"no checkpoint within {wait_s} s"
         time.sleep(0.01)
     return proc
 
@@ -253,16 +254,8 @@ def test_two_gpus_equal_one_gpu_with_the_whole_batch(tmp_path):
 def test_a_killed_gpu_rank_ends_every_rank(tmp_path):
     if gpus_visible() < 2:
         pytest.skip(f"needs 2 CUDA GPUs, {gpus_visible()} visible (issue 17 runs it on nvidia-h200-x2)")
-    ckpt = tmp_path / "ckpt.safetensors"
-    argv = mpirun_command(2, [str(EXE), "-t", "1", "train", *CUDA_TRAIN, "--steps", "100000", "--dist", "nccl",
-                              "--dist-timeout", "10", "--checkpoint", str(ckpt), "--checkpoint-every", "50",
-                              "-o", str(tmp_path / "model.safetensors")])
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not ckpt.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "no checkpoint within 120 s"
-        time.sleep(0.01)
+    proc = start_and_wait_for_checkpoint(tmp_path, ["--dist-timeout", "10"], model=CUDA_TRAIN, dist="nccl",
+                                         steps=100_000, every=50, wait_s=120)
     os.kill(rank_pids(proc)[1], signal.SIGKILL)
     rc, text = end_within(proc, 60)
     assert rc != 0, text
