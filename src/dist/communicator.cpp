@@ -27,9 +27,9 @@ std::unique_ptr<Communicator> make_communicator(const std::string& name, double 
 #if MINIGPT_HAVE_NCCL
     return make_nccl_communicator(timeout_s);
 #else
-    MINIGPT_FAIL("--dist nccl: this minigpt was built without CUDA and NCCL (MINIGPT_CUDA=OFF or no nvcc "
-                 "at configure time); build the `cuda` preset on a machine with the CUDA toolkit, or use "
-                 "--dist mpi on the CPU");
+    MINIGPT_FAIL("--dist nccl: this minigpt was built without NCCL (MINIGPT_CUDA or MINIGPT_NCCL off at "
+                 "configure time); build the `cuda` preset on a machine with the CUDA toolkit and NCCL, or "
+                 "use --dist mpi on the CPU");
 #endif
   }
   MINIGPT_FAIL("--dist '{}': expected single, mpi or nccl", name);

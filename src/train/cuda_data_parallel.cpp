@@ -21,7 +21,7 @@ void connect_nccl(CudaTrainStep& step, dist::Communicator& comm) {
   });
 #else
   (void)step;
-  MINIGPT_FAIL("--dist {}: this minigpt was built without CUDA and NCCL; GPU ranks need the `cuda` preset",
+  MINIGPT_FAIL("--dist {}: this minigpt was built without NCCL; GPU ranks need the `cuda` preset with NCCL",
                comm.name());
 #endif
 }
