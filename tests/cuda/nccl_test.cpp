@@ -1,6 +1,7 @@
 // NCCL data parallelism on the GPU (dist/nccl_communicator.h, dist/device_grad_reducer.h).
 // One GPU runs a world of one rank (NCCL refuses two ranks on one GPU): the all-reduce leaves
-// its input bit for bit, whole or in the model's buckets, eagerly and captured in a CUDA graph;
+// its input bit for bit, whole or in the model's buckets, eagerly and captured in a CUDA graph,
+// and the trainer over it (the all-reduce in the step's graph) trains as the plain GPU trainer;
 // a rank whose peer never joins times out with an Error naming it (in a child process, so that
 // a hang fails the test instead of stalling ctest); the MPI bootstrap averages over however
 // many processes `mpirun -np N` started (NcclMpi: one under ctest). Two GPUs (skipped below
@@ -8,6 +9,7 @@
 // Every test skips, saying so, when no GPU is visible; the host logic (buckets, device choice,
 // the bounded wait) is tested without a GPU in tests/dist_test.cpp.
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "core/timer.h"
 #include "dist/device_grad_reducer.h"
 #include "dist/grad_layout.h"
@@ -17,6 +19,7 @@
 #include "model/config.h"
 #include "model/gpt.h"
 #include "model/weights.h"
+#include "train/trainer.h"
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -278,6 +281,37 @@ TEST(NcclMpi, BootstrapsOverMpiAndAverages) {
       ASSERT_NEAR(got[i], want[i], 1e-6f * std::abs(want[i]) * static_cast<float>(n)) << "element " << i;
   }
   comm->barrier();
+}
+
+// The trainer's NCCL path on one GPU (issue 16: "the same code path on a 1-rank communicator"):
+// the gradient all-reduce inside the step's graph, the bounded step wait; averaging over one
+// rank is a copy, so it trains bit for bit as the plain GPU trainer.
+TEST(NcclTrainer, OneRankOverNcclTrainsBitForBitAsOneGpu) {
+  REQUIRE_GPUS(1);
+  TrainOptions o;
+  o.seed = 5, o.steps = 12, o.batch = 8, o.seq = 16, o.warmup = 3;
+  o.model.n_layer = 2, o.model.n_head = 2, o.model.d_model = 32, o.model.block_size = 16, o.model.vocab_size = 50;
+  std::vector<std::string> vocab;
+  for (int i = 0; i < o.model.vocab_size; ++i) vocab.push_back("w" + std::to_string(i));
+  auto stream = std::make_shared<std::vector<int32_t>>(6000);
+  for (size_t i = 0; i < stream->size(); ++i) (*stream)[i] = static_cast<int32_t>((i * 7 + i / 3) % 50);
+  auto comm = world_of_one();
+  ThreadPool pool(1);
+  Trainer plain(o, vocab, stream, nullptr, nullptr, Device::CUDA);
+  Trainer over_nccl(o, vocab, stream, nullptr, comm.get(), Device::CUDA);
+  for (int64_t i = 0; i < o.steps; ++i) {
+    const StepStats a = plain.train_step(pool), b = over_nccl.train_step(pool);
+    ASSERT_EQ(a.loss, b.loss) << "step " << i;
+    ASSERT_EQ(a.grad_norm, b.grad_norm) << "step " << i;
+    EXPECT_EQ(a.comm_bytes, 0);
+    EXPECT_EQ(b.comm_bytes, 4 * o.model.parameter_count());  // the planner's DDP payload
+  }
+  const auto pw = plain.model().weights().named();
+  const auto nw = over_nccl.model().weights().named();
+  for (size_t i = 0; i < pw.size(); ++i)
+    EXPECT_EQ(std::memcmp(pw[i].second->data(), nw[i].second->data(), pw[i].second->nbytes()), 0) << pw[i].first;
+  // The CPU trainer refuses NCCL: its gradients are host buffers.
+  EXPECT_ERROR(Trainer(o, vocab, stream, nullptr, comm.get()), "the CPU trainer's ranks use --dist mpi");
 }
 
 // Rank 0 of 2 whose rank 1 never calls init: joining must end with the Error within about the
