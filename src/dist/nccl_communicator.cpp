@@ -151,6 +151,7 @@ double NcclCommunicator::time_all_reduce_s(size_t floats, int64_t runs) {
     MINIGPT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     const std::vector<float> ones(floats, 1.0f);  // averaged over ranks: stays 1, never overflows
     MINIGPT_CUDA_CHECK(cudaMemcpy(buffer, ones.data(), floats * sizeof(float), cudaMemcpyHostToDevice));
+    MINIGPT_CUDA_CHECK(cudaDeviceSynchronize());  // the legacy stream's copy, before `stream` reads it
     for (int64_t r = 0; r <= runs; ++r) {  // run 0 warms up (and connects, if NCCL connects lazily)
       barrier();
       Timer timer;

@@ -75,17 +75,25 @@ struct LonelyHost final : dist::Communicator {
   int size_;
 };
 
-// fp32 device memory of n floats, freed on scope exit.
+// fp32 device memory of n floats, freed on scope exit. upload and poison finish before they
+// return: they run on the legacy default stream, which the tests' non-blocking streams do not
+// wait for (and a pageable cudaMemcpy may return before its DMA is done).
 struct DeviceFloats {
   explicit DeviceFloats(size_t count) : n(count) { MINIGPT_CUDA_CHECK(cudaMalloc(&p, n * sizeof(float))); }
   ~DeviceFloats() { cudaFree(p); }
-  void upload(const std::vector<float>& v) { MINIGPT_CUDA_CHECK(cudaMemcpy(p, v.data(), n * sizeof(float), cudaMemcpyHostToDevice)); }
+  void upload(const std::vector<float>& v) {
+    MINIGPT_CUDA_CHECK(cudaMemcpy(p, v.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    MINIGPT_CUDA_CHECK(cudaDeviceSynchronize());
+  }
   std::vector<float> download() const {
     std::vector<float> v(n);
     MINIGPT_CUDA_CHECK(cudaMemcpy(v.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost));
     return v;
   }
-  void poison() { MINIGPT_CUDA_CHECK(cudaMemset(p, 0xff, n * sizeof(float))); }  // NaN everywhere
+  void poison() {  // NaN everywhere
+    MINIGPT_CUDA_CHECK(cudaMemset(p, 0xff, n * sizeof(float)));
+    MINIGPT_CUDA_CHECK(cudaDeviceSynchronize());
+  }
   float* p = nullptr;
   size_t n;
 };
