@@ -15,6 +15,7 @@
 #include "dist/grad_layout.h"
 #include "dist/nccl_communicator.h"
 #include "expect_error.h"
+#include "cuda/cuda_test_util.h"
 #include "kernels/cuda/cuda_check.h"
 #include "model/config.h"
 #include "model/gpt.h"
@@ -75,28 +76,18 @@ struct LonelyHost final : dist::Communicator {
   int size_;
 };
 
-// fp32 device memory of n floats, freed on scope exit. upload and poison finish before they
-// return: they run on the legacy default stream, which the tests' non-blocking streams do not
-// wait for (and a pageable cudaMemcpy may return before its DMA is done).
-struct DeviceFloats {
-  explicit DeviceFloats(size_t count) : n(count) { MINIGPT_CUDA_CHECK(cudaMalloc(&p, n * sizeof(float))); }
-  ~DeviceFloats() { cudaFree(p); }
-  void upload(const std::vector<float>& v) {
-    MINIGPT_CUDA_CHECK(cudaMemcpy(p, v.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-    MINIGPT_CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  std::vector<float> download() const {
-    std::vector<float> v(n);
-    MINIGPT_CUDA_CHECK(cudaMemcpy(v.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost));
-    return v;
-  }
-  void poison() {  // NaN everywhere
-    MINIGPT_CUDA_CHECK(cudaMemset(p, 0xff, n * sizeof(float)));
-    MINIGPT_CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  float* p = nullptr;
-  size_t n;
-};
+using Floats = cudatest::DeviceArray<float>;  // device memory (tests/cuda/cuda_test_util.h)
+
+// These finish before they return: they run on the legacy default stream, which the tests'
+// non-blocking streams do not wait for (and a pageable cudaMemcpy may return before its DMA).
+void upload(Floats& d, const std::vector<float>& v) {
+  MINIGPT_CUDA_CHECK(cudaMemcpy(d.get(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
+  MINIGPT_CUDA_CHECK(cudaDeviceSynchronize());
+}
+void poison(Floats& d, size_t n) {  // NaN everywhere
+  MINIGPT_CUDA_CHECK(cudaMemset(d.get(), 0xff, n * sizeof(float)));
+  MINIGPT_CUDA_CHECK(cudaDeviceSynchronize());
+}
 
 struct Stream {
   Stream() { MINIGPT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
@@ -139,13 +130,13 @@ TEST(Nccl, WorldOfOneAllReduceLeavesTheInput) {
   EXPECT_EQ(comm->size(), 1);
   EXPECT_EQ(comm->name(), "nccl");
   const std::vector<float> want = test_values(100'003);
-  DeviceFloats d(want.size());
-  d.upload(want);
+  Floats d(want.size());
+  upload(d, want);
   Stream stream;
-  comm->all_reduce_avg(d.p, d.n, stream.s);
-  comm->all_reduce_avg(d.p, 0, stream.s);  // empty: nothing enqueued, no error
+  comm->all_reduce_avg(d.get(), want.size(), stream.s);
+  comm->all_reduce_avg(d.get(), 0, stream.s);  // empty: nothing enqueued, no error
   comm->synchronize(stream.s, "the test's all-reduce");
-  expect_bitwise(d.download(), want, "all_reduce_avg over 1 rank");
+  expect_bitwise(d.host(), want, "all_reduce_avg over 1 rank");
   std::vector<float> host = {1.5f, -2.0f};  // host collectives go through the host communicator
   comm->all_reduce_sum(host.data(), host.size());
   EXPECT_EQ(host, (std::vector<float>{1.5f, -2.0f}));
@@ -157,35 +148,35 @@ TEST(Nccl, ReducerBucketsOverlappedOrWholeLeaveTheInput) {
   const ModelConfig c = tiny();
   const auto count = static_cast<size_t>(c.parameter_count());
   const std::vector<float> want = test_values(count);
-  DeviceFloats grads(count);
-  dist::DeviceGradReducer reducer(*comm, grads.p, count, dist::flat_grad_buckets(c));
+  Floats grads(count);
+  dist::DeviceGradReducer reducer(*comm, grads.get(), count, dist::flat_grad_buckets(c));
   EXPECT_EQ(reducer.payload_bytes(), 4 * c.parameter_count());
   EXPECT_EQ(reducer.reduced_bytes(), reducer.payload_bytes());  // packed: no gaps
   EXPECT_EQ(reducer.buckets().size(), static_cast<size_t>(c.n_layer) + 2);
   Stream compute;
   reducer.enable_timing();
   for (int step = 0; step < 3; ++step) {  // the events and streams are reused step after step
-    grads.upload(want);
+    upload(grads, want);
     reducer.bucket_ready(dist::grad_bucket_index(GrammarMiniGPT::kHeadStage, c.n_layer), compute.s);
     for (int l = c.n_layer - 1; l >= 0; --l) reducer.bucket_ready(dist::grad_bucket_index(l, c.n_layer), compute.s);
     reducer.bucket_ready(dist::grad_bucket_index(GrammarMiniGPT::kEmbeddingStage, c.n_layer), compute.s);
     reducer.finish(compute.s);
     comm->synchronize(compute.s, "the buckets' all-reduces");
-    expect_bitwise(grads.download(), want, "bucketed");
+    expect_bitwise(grads.host(), want, "bucketed");
     EXPECT_GE(reducer.exposed_ms(), 0.0);
     EXPECT_LT(reducer.exposed_ms(), 10'000.0);
   }
-  grads.upload(want);
+  upload(grads, want);
   reducer.reduce_all(compute.s);
   comm->synchronize(compute.s, "the whole buffer's all-reduce");
-  expect_bitwise(grads.download(), want, "whole");
+  expect_bitwise(grads.host(), want, "whole");
   // Misuse is an Error before anything is enqueued.
   EXPECT_ERROR(reducer.finish(compute.s), "gradient bucket 0 was never started");
   reducer.bucket_ready(1, compute.s);
   EXPECT_ERROR(reducer.bucket_ready(1, compute.s), "bucket 1 reported ready twice");
   EXPECT_ERROR(reducer.reduce_all(compute.s), "already started");
   EXPECT_ERROR(reducer.bucket_ready(99, compute.s), "gradient bucket 99 of 4");
-  EXPECT_ERROR(dist::DeviceGradReducer(*comm, grads.p, count, {{0, 3}}), "cover 3 floats");
+  EXPECT_ERROR(dist::DeviceGradReducer(*comm, grads.get(), count, {{0, 3}}), "cover 3 floats");
   for (size_t k = 0; k < reducer.buckets().size(); ++k)  // complete the step begun above
     if (k != 1) reducer.bucket_ready(k, compute.s);
   reducer.finish(compute.s);
@@ -206,19 +197,19 @@ TEST(Nccl, ReducerOverArenaSlots) {
     end += (static_cast<size_t>(shape_numel(shape)) + 63) / 64 * 64;
   }
   const std::vector<float> want = test_values(end);
-  DeviceFloats grads(end);
+  Floats grads(end);
   std::vector<std::pair<std::string, float*>> tensors;
-  for (size_t i = 0; i < params.size(); ++i) tensors.emplace_back(params[i].first, grads.p + offsets[i]);
+  for (size_t i = 0; i < params.size(); ++i) tensors.emplace_back(params[i].first, grads.get() + offsets[i]);
   dist::DeviceGradReducer reducer(*comm, c, tensors);
   EXPECT_EQ(reducer.payload_bytes(), 4 * c.parameter_count());
   EXPECT_GT(reducer.reduced_bytes(), reducer.payload_bytes());  // the gaps travel along
   EXPECT_EQ(reducer.buckets().back().offset, 0u);                // embeddings: wte first in memory
-  grads.upload(want);
+  upload(grads, want);
   Stream compute;
   for (size_t b = 0; b < reducer.buckets().size(); ++b) reducer.bucket_ready(b, compute.s);
   reducer.finish(compute.s);
   comm->synchronize(compute.s, "the arena buckets' all-reduces");
-  std::vector<float> got = grads.download();
+  std::vector<float> got = grads.host();
   got.resize(reducer.reduced_bytes() / sizeof(float));  // past the last tensor: not ours
   expect_bitwise(got, std::vector<float>(want.begin(), want.begin() + static_cast<long>(got.size())), "arena");
   std::swap(tensors[0], tensors[1]);  // wpe before wte: not the canonical order
@@ -234,9 +225,9 @@ TEST(Nccl, ReducerCapturedInACudaGraph) {
   const ModelConfig c = tiny();
   const auto count = static_cast<size_t>(c.parameter_count());
   const std::vector<float> want = test_values(count, 3.0f);
-  DeviceFloats source(count), grads(count);
-  source.upload(want);
-  dist::DeviceGradReducer reducer(*comm, grads.p, count, dist::flat_grad_buckets(c));
+  Floats source(count), grads(count);
+  upload(source, want);
+  dist::DeviceGradReducer reducer(*comm, grads.get(), count, dist::flat_grad_buckets(c));
   Stream compute;
   // One eager step first, as a trainer warms up before it captures: NCCL connects its channels
   // lazily at the first collective, which must not happen inside a capture.
@@ -245,17 +236,17 @@ TEST(Nccl, ReducerCapturedInACudaGraph) {
   comm->synchronize(compute.s, "the eager warm-up step");
   cudaGraph_t graph = nullptr;
   MINIGPT_CUDA_CHECK(cudaStreamBeginCapture(compute.s, cudaStreamCaptureModeThreadLocal));
-  MINIGPT_CUDA_CHECK(cudaMemcpyAsync(grads.p, source.p, count * sizeof(float), cudaMemcpyDeviceToDevice, compute.s));
+  MINIGPT_CUDA_CHECK(cudaMemcpyAsync(grads.get(), source.get(), count * sizeof(float), cudaMemcpyDeviceToDevice, compute.s));
   for (size_t b = 0; b < reducer.buckets().size(); ++b) reducer.bucket_ready(b, compute.s);
   reducer.finish(compute.s);
   MINIGPT_CUDA_CHECK(cudaStreamEndCapture(compute.s, &graph));
   cudaGraphExec_t exec = nullptr;
   MINIGPT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   for (int replay = 0; replay < 3; ++replay) {
-    grads.poison();
+    poison(grads, count);
     MINIGPT_CUDA_CHECK(cudaGraphLaunch(exec, compute.s));
     comm->synchronize(compute.s, "the graph's all-reduces");
-    expect_bitwise(grads.download(), want, "graph replay");
+    expect_bitwise(grads.host(), want, "graph replay");
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
@@ -276,12 +267,12 @@ TEST(NcclMpi, BootstrapsOverMpiAndAverages) {
     mine[i] = base[i] * static_cast<float>(r + 1);
     want[i] = base[i] * (static_cast<float>(n + 1) * 0.5f);
   }
-  DeviceFloats d(base.size());
-  d.upload(mine);
+  Floats d(base.size());
+  upload(d, mine);
   Stream stream;
-  comm->all_reduce_avg(d.p, d.n, stream.s);
+  comm->all_reduce_avg(d.get(), base.size(), stream.s);
   comm->synchronize(stream.s, "the test's all-reduce");
-  const std::vector<float> got = d.download();
+  const std::vector<float> got = d.host();
   if (n <= 2) {  // (a + 2a) / 2 and 1.5 a are both one rounding of the exact 1.5 a
     expect_bitwise(got, want, "mean over ranks");
   } else {  // more ranks: the order of the sum varies; a few roundings
@@ -395,18 +386,18 @@ TEST(NcclTwoGpus, TwoRanksAverageExactly) {
     try {
       MINIGPT_CUDA_CHECK(cudaSetDevice(r));
       NcclCommunicator comm(std::make_unique<ThreadHost>(exchange, r), r, 30.0);
-      DeviceFloats grads(count);
+      Floats grads(count);
       Stream stream;
-      dist::DeviceGradReducer reducer(comm, grads.p, count, dist::flat_grad_buckets(c));
-      grads.upload(r == 0 ? a : b);
+      dist::DeviceGradReducer reducer(comm, grads.get(), count, dist::flat_grad_buckets(c));
+      upload(grads, r == 0 ? a : b);
       reducer.reduce_all(stream.s);
       comm.synchronize(stream.s, "the whole buffer's all-reduce");
-      got[r][0] = grads.download();
-      grads.upload(r == 0 ? a : b);
+      got[r][0] = grads.host();
+      upload(grads, r == 0 ? a : b);
       for (size_t k = 0; k < reducer.buckets().size(); ++k) reducer.bucket_ready(k, stream.s);
       reducer.finish(stream.s);
       comm.synchronize(stream.s, "the buckets' all-reduces");
-      got[r][1] = grads.download();
+      got[r][1] = grads.host();
     } catch (const std::exception& e) {
       errors[r] = e.what();
     }
