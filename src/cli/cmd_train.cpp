@@ -7,9 +7,11 @@
 // --checkpoint-every steps and at the end; --resume PATH continues such a checkpoint with the
 // same per-step losses, bit for bit, as an uninterrupted run at the same thread count.
 //
-// Data parallel: `mpirun -np N minigpt train --dist mpi ...` trains on N ranks (--batch is the
-// global batch; train/trainer.h). Rank 0 alone prints, evaluates and writes the checkpoints
-// and the model; an error on any rank ends every rank (dist/communicator.h).
+// Data parallel: `mpirun -np N minigpt train --dist mpi ...` trains on N CPU ranks, and
+// `mpirun -np N minigpt train --device cuda --dist nccl ...` on N GPUs, one per rank (--batch is
+// the global batch; train/trainer.h, train/cuda_data_parallel.h). Rank 0 alone prints,
+// evaluates and writes the checkpoints and the model; an error on any rank ends every rank
+// (dist/communicator.h).
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
