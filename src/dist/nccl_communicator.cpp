@@ -53,6 +53,9 @@ void NcclCommunicator::join() {
   // of a kind by default): the trainer's first all-reduce is inside a CUDA graph capture, where
   // setting up connections is best avoided. A value the user set is kept.
   setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
+  // NVLink multicast (NVLS) off unless asked for: on shared H200 hosts a program using it can put
+  // the GPUs out of service (.library/device/KINDS.md), and a ring all-reduce serves DDP here.
+  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
   ncclUniqueId id{};
   if (host_->is_root()) {
     const ncclResult_t r = ncclGetUniqueId(&id);
