@@ -309,8 +309,11 @@ TEST(NcclTrainer, OneRankOverNcclTrainsBitForBitAsOneGpu) {
   const auto nw = over_nccl.model().weights().named();
   for (size_t i = 0; i < pw.size(); ++i)
     EXPECT_EQ(std::memcmp(pw[i].second->data(), nw[i].second->data(), pw[i].second->nbytes()), 0) << pw[i].first;
-  // The CPU trainer refuses NCCL: its gradients are host buffers.
+  // The CPU trainer refuses NCCL (its gradients are host buffers), GPU ranks another engine.
   EXPECT_ERROR(Trainer(o, vocab, stream, nullptr, comm.get()), "the CPU trainer's ranks use --dist mpi");
+  LonelyHost two(2);
+  EXPECT_ERROR(Trainer(o, vocab, stream, nullptr, &two, Device::CUDA),
+               "train --device cuda over 2 ranks reduces over NCCL: use --dist nccl, not --dist lonely");
 }
 
 // Rank 0 of 2 whose rank 1 never calls init: joining must end with the Error within about the
