@@ -113,10 +113,15 @@ void run_bench_train(const BenchTrainArgs& a, const GlobalOptions& global) {
                      : "GrammarMiniGPT training step (CPU, fp32, AdamW)",
                 {"impl", "B", "T", "threads", "median_ms", "min_ms", "tokens_per_s", "steps", "cpp_speedup"}, threads);
   if (cuda) {
-    const CudaTrainStep& step = *trainer.cuda_step();
+    CudaTrainStep& step = *trainer.cuda_step();
     report.set_meta("device", "cuda");
     report.set_meta("graph_nodes", step.graph_nodes());
     report.set_meta("arena_mib", std::round(static_cast<double>(step.arena_bytes()) / (1 << 20) * 10.0) / 10.0);
+    // after the timed steps: the optimizer phase updates the weights again
+    std::string phases;
+    for (const CudaTrainStep::PhaseTime& p : step.profile_phases(100))
+      phases += fmt::format("{}{} {:.1f} us ({} nodes)", phases.empty() ? "" : ", ", p.phase, p.us, p.nodes);
+    report.set_meta("phases (each its own graph, 100 replays)", phases);
     report.add_note(fmt::format("CUDA: median_ms is the graph's GPU time per step (CUDA events around each replay); "
                                 "the wall time per step with the host's batch sampling, copies and wait is {:.4f} ms "
                                 "median ({:.0f} tokens/s). Goal (issue 14): >= 2e6 tokens/s, a step <= 0.512 ms.",

@@ -29,7 +29,11 @@ bool available() {
 void* allocate(size_t bytes) {
   MINIGPT_CHECK(available(), "no CUDA device is visible (cannot allocate {} bytes on the GPU)", bytes);
   void* ptr = nullptr;
-  check(cudaMalloc(&ptr, bytes), "cudaMalloc");
+  const cudaError_t status = cudaMalloc(&ptr, bytes);
+  // A failed cudaMalloc also leaves its error as the thread's "last error": clear it, or the
+  // next kernel launch's cudaGetLastError() check would report this out-of-memory as its own.
+  if (status != cudaSuccess) cudaGetLastError();
+  check(status, "cudaMalloc");
   return ptr;
 }
 

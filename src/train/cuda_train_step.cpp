@@ -60,7 +60,7 @@ struct BatchLayout {
   }
 };
 
-struct HostResults {  // pinned; the graph's last copies write it
+struct StepResults {  // on the device, then copied whole into pinned host memory
   cuda::GradNorm norm;
   float loss;
 };
@@ -84,7 +84,8 @@ struct CudaTrainStep::Impl {
   int64_t flat = 0;
   unsigned char* dev_batch = nullptr;
   unsigned char* host_batch = nullptr;  // pinned
-  HostResults* host_results = nullptr;  // pinned
+  StepResults* host_results = nullptr;  // pinned
+  StepResults* results = nullptr;       // device: the graph's last copy reads it
   float* x0 = nullptr;                  // (N, d) embedding output
   std::vector<LayerActs> layers;
   float *lnf = nullptr, *logits = nullptr;  // (N, d), (N, V); logits become dlogits in place
@@ -93,9 +94,10 @@ struct CudaTrainStep::Impl {
   cuda::GradNorm* norm = nullptr;
   double* partials = nullptr;
   float *dresid = nullptr, *dln = nullptr, *dqkv = nullptr, *dfc = nullptr;  // backward scratch
-  float *mean = nullptr, *rstd = nullptr;
+  cuda::LayerNormGradScratch ln_scratch;  // layernorm_backward's per-block partials
   cuda::AdamWChunk* chunks = nullptr;
   int64_t n_chunks = 0;
+  cuda::LinearGradScratch grad_scratch;  // linear_backward's split-row weight gradients
   GradHook hook;
   StepWait wait;  // null: cudaStreamSynchronize
   cudaGraphExec_t exec = nullptr;
@@ -109,7 +111,12 @@ struct CudaTrainStep::Impl {
     return reinterpret_cast<const cuda::AdamWScalars*>(dev_batch + batch.scalars);
   }
   void stage(const int32_t* host_ids, const int32_t* host_targets);
-  void forward_backward();  // enqueues on stream
+  void forward_backward() {  // enqueues on stream
+    forward();
+    backward();
+  }
+  void forward();   // embedding .. cross-entropy (loss and dlogits)
+  void backward();  // every gradient
   void optimizer();         // enqueues the hook, the norm and AdamW
   void capture();
 };
@@ -130,18 +137,37 @@ std::vector<std::pair<std::string, int64_t>> activation_slots(const ModelConfig&
   }
   for (const auto& [name, n] : std::vector<std::pair<const char*, int64_t>>{
            {"lnf", N * d}, {"logits", N * V}, {"dresid", N * d}, {"dln", N * d},
-           {"dqkv", N * 3 * d}, {"dfc", N * F}, {"ln_mean", N}, {"ln_rstd", N}, {"loss", 1}})
+           {"dqkv", N * 3 * d}, {"dfc", N * F}})
     s.emplace_back(name, n);
   return s;
 }
 
+// The largest weight-gradient scratch any of the model's Linears needs (linear.h).
+cuda::LinearGradScratchSize grad_scratch_size(const ModelConfig& c, int64_t N) {
+  const int64_t d = c.d_model, F = c.d_ff(), V = c.vocab_size;
+  cuda::LinearGradScratchSize m;
+  for (const auto& [in, out] : {std::pair{d, 3 * d}, {d, d}, {d, F}, {F, d}, {d, V}}) {
+    const cuda::LinearGradScratchSize s = cuda::linear_backward_scratch(N, in, out);
+    m.partial = std::max(m.partial, s.partial);
+    m.partial_db = std::max(m.partial_db, s.partial_db);
+    m.counters = std::max(m.counters, s.counters);
+  }
+  return m;
+}
+
 size_t required_bytes(const ModelConfig& c, int64_t N, size_t batch_bytes, int64_t n_chunks) {
+  const cuda::LinearGradScratchSize g = grad_scratch_size(c, N);
   size_t bytes = 4 * CudaWeights::arena_bytes(c) + CudaArena::aligned(kCublasWorkspace) +
                  CudaArena::aligned(batch_bytes) +
                  CudaArena::aligned(static_cast<size_t>(N) * sizeof(double)) +
-                 CudaArena::aligned(sizeof(cuda::GradNorm)) +
+                 CudaArena::aligned(sizeof(StepResults)) +
                  CudaArena::aligned(cuda::kNormBlocks * sizeof(double)) +
-                 CudaArena::aligned(static_cast<size_t>(n_chunks) * sizeof(cuda::AdamWChunk));
+                 CudaArena::aligned(static_cast<size_t>(n_chunks) * sizeof(cuda::AdamWChunk)) +
+                 CudaArena::aligned(static_cast<size_t>(g.partial) * sizeof(float)) +
+                 CudaArena::aligned(static_cast<size_t>(g.partial_db) * sizeof(double)) +
+                 CudaArena::aligned(static_cast<size_t>(g.counters) * sizeof(int)) +
+                 CudaArena::aligned(static_cast<size_t>(cuda::layernorm_backward_scratch(N, c.d_model)) * sizeof(double)) +
+                 CudaArena::aligned(sizeof(int));
   for (const auto& [name, n] : activation_slots(c, N))
     bytes += CudaArena::aligned(static_cast<size_t>(n) * sizeof(float));
   return bytes;
@@ -233,9 +259,11 @@ CudaTrainStep::Impl::Impl(const ModelConfig& config, const AdamWConfig& a, float
   blas = std::make_unique<cuda::Cublas>(arena.allocate(kCublasWorkspace, "cublas workspace"), kCublasWorkspace);
   dev_batch = static_cast<unsigned char*>(arena.allocate(batch.bytes, "batch"));
   check(cudaMallocHost(reinterpret_cast<void**>(&host_batch), batch.bytes), "cudaMallocHost (batch)");
-  check(cudaMallocHost(reinterpret_cast<void**>(&host_results), sizeof(HostResults)), "cudaMallocHost (results)");
+  check(cudaMallocHost(reinterpret_cast<void**>(&host_results), sizeof(StepResults)), "cudaMallocHost (results)");
   row_loss = arena.allocate_array<double>(N, "row_loss");
-  norm = arena.allocate_array<cuda::GradNorm>(1, "grad_norm");
+  results = arena.allocate_array<StepResults>(1, "step results");
+  norm = &results->norm;
+  loss = &results->loss;
   partials = arena.allocate_array<double>(cuda::kNormBlocks, "grad_norm partials");
   const std::vector<cuda::AdamWChunk> host_chunks = adamw_chunks(c, offsets);
   n_chunks = static_cast<int64_t>(host_chunks.size());
@@ -243,6 +271,18 @@ CudaTrainStep::Impl::Impl(const ModelConfig& config, const AdamWConfig& a, float
   check(cudaMemcpyAsync(chunks, host_chunks.data(), host_chunks.size() * sizeof(cuda::AdamWChunk),
                         cudaMemcpyHostToDevice, stream),
         "copy of the AdamW chunks");
+
+  grad_scratch.size = grad_scratch_size(c, N);
+  grad_scratch.partial = arena.floats(grad_scratch.size.partial, "weight-gradient partials");
+  grad_scratch.partial_db = arena.allocate_array<double>(grad_scratch.size.partial_db, "bias-gradient partials");
+  grad_scratch.counters = arena.allocate_array<int>(grad_scratch.size.counters, "weight-gradient counters");
+  check(cudaMemsetAsync(grad_scratch.counters, 0, static_cast<size_t>(grad_scratch.size.counters) * sizeof(int), stream),
+        "cudaMemset");
+
+  ln_scratch.partial_doubles = cuda::layernorm_backward_scratch(N, c.d_model);
+  ln_scratch.partial = arena.allocate_array<double>(ln_scratch.partial_doubles, "layernorm-gradient partials");
+  ln_scratch.counter = arena.allocate_array<int>(1, "layernorm-gradient counter");
+  check(cudaMemsetAsync(ln_scratch.counter, 0, sizeof(int), stream), "cudaMemset");
 
   std::vector<float*> acts;
   for (const auto& [name, n] : activation_slots(c, N)) acts.push_back(arena.floats(n, name));
@@ -253,7 +293,7 @@ CudaTrainStep::Impl::Impl(const ModelConfig& config, const AdamWConfig& a, float
     for (float** p : {&L.ln1, &L.qkv, &L.att, &L.mid, &L.ln2, &L.gelu, &L.gelu_grad, &L.out}) *p = acts[i++];
     layers.push_back(L);
   }
-  for (float** p : {&lnf, &logits, &dresid, &dln, &dqkv, &dfc, &mean, &rstd, &loss}) *p = acts[i++];
+  for (float** p : {&lnf, &logits, &dresid, &dln, &dqkv, &dfc}) *p = acts[i++];
   check(cudaStreamSynchronize(stream), "initialising the training arena");
 }
 
@@ -274,7 +314,7 @@ void CudaTrainStep::Impl::stage(const int32_t* host_ids, const int32_t* host_tar
   std::memcpy(host_batch + batch.targets, host_targets, static_cast<size_t>(N) * sizeof(int32_t));
 }
 
-void CudaTrainStep::Impl::forward_backward() {
+void CudaTrainStep::Impl::forward() {
   using namespace cuda;
   const int64_t d = c.d_model, F = c.d_ff(), V = c.vocab_size, P = c.block_size, NH = c.n_head;
   const float eps = c.layernorm_eps;
@@ -299,28 +339,33 @@ void CudaTrainStep::Impl::forward_backward() {
   linear_forward(lnf, w.lm_head_weight, w.lm_head_bias, logits, N, d, V, {}, s);
   // loss and d(loss)/d(logits), in place
   cross_entropy_forward_backward(logits, targets(), logits, row_loss, loss, N, V, s);
+}
 
-  // backward (GrammarMiniGPT::backward's order); every gradient written once
-  linear_backward(*blas, lnf, w.lm_head_weight, logits, dln, g.lm_head_weight, g.lm_head_bias, N, d, V, s);
-  layernorm_backward(dln, in, w.ln_f_weight, dresid, false, mean, rstd, g.ln_f_weight, g.ln_f_bias, N, d,
-                     eps, s);
+// GrammarMiniGPT::backward's order; every gradient written once.
+void CudaTrainStep::Impl::backward() {
+  using namespace cuda;
+  const int64_t d = c.d_model, F = c.d_ff(), V = c.vocab_size, P = c.block_size, NH = c.n_head;
+  const float eps = c.layernorm_eps;
+  cudaStream_t s = stream;
+  const float* in = layers.back().out;  // the last block's output: ln_f's input
+  linear_backward(*blas, lnf, w.lm_head_weight, logits, dln, g.lm_head_weight, g.lm_head_bias, N, d, V, grad_scratch, s);
+  layernorm_backward(dln, in, w.ln_f_weight, dresid, false, g.ln_f_weight, g.ln_f_bias, ln_scratch, N, d, eps, s);
   for (int l = c.n_layer - 1; l >= 0; --l) {
     const CudaBlockWeights& bw = w.blocks[static_cast<size_t>(l)];
     const CudaBlockWeights& bg = g.blocks[static_cast<size_t>(l)];
     const LayerActs& L = layers[static_cast<size_t>(l)];
     const float* block_in = l == 0 ? x0 : layers[static_cast<size_t>(l) - 1].out;
     // out = mid + fc2(gelu(fc1(ln2(mid))))
-    linear_backward(*blas, L.gelu, bw.fc2_weight, dresid, dfc, bg.fc2_weight, bg.fc2_bias, N, F, d, s);
+    linear_backward(*blas, L.gelu, bw.fc2_weight, dresid, dfc, bg.fc2_weight, bg.fc2_bias, N, F, d, grad_scratch, s);
     gelu_backward_saved(L.gelu_grad, dfc, dfc, N * F, s);
-    linear_backward(*blas, L.ln2, bw.fc1_weight, dfc, dln, bg.fc1_weight, bg.fc1_bias, N, d, F, s);
-    layernorm_backward(dln, L.mid, bw.ln2_weight, dresid, true, mean, rstd, bg.ln2_weight, bg.ln2_bias, N,
-                       d, eps, s);
+    linear_backward(*blas, L.ln2, bw.fc1_weight, dfc, dln, bg.fc1_weight, bg.fc1_bias, N, d, F, grad_scratch, s);
+    layernorm_backward(dln, L.mid, bw.ln2_weight, dresid, true, bg.ln2_weight, bg.ln2_bias, ln_scratch, N, d, eps, s);
     // mid = in + proj(attention(ln1(in)))
-    linear_backward(*blas, L.att, bw.proj_weight, dresid, dln, bg.proj_weight, bg.proj_bias, N, d, d, s);
+    linear_backward(*blas, L.att, bw.proj_weight, dresid, dln, bg.proj_weight, bg.proj_bias, N, d, d, grad_scratch, s);
     attention_backward(dln, L.qkv, dqkv, B, T, d, NH, s);
-    linear_backward(*blas, L.ln1, bw.qkv_weight, dqkv, dln, bg.qkv_weight, bg.qkv_bias, N, d, 3 * d, s);
-    layernorm_backward(dln, block_in, bw.ln1_weight, dresid, true, mean, rstd, bg.ln1_weight, bg.ln1_bias,
-                       N, d, eps, s);
+    linear_backward(*blas, L.ln1, bw.qkv_weight, dqkv, dln, bg.qkv_weight, bg.qkv_bias, N, d, 3 * d, grad_scratch, s);
+    layernorm_backward(dln, block_in, bw.ln1_weight, dresid, true, bg.ln1_weight, bg.ln1_bias, ln_scratch, N, d,
+                       eps, s);
   }
   embedding_backward(dresid, ids(), g.wte, g.wpe, B, T, d, V, P, s);
 }
@@ -338,10 +383,8 @@ void CudaTrainStep::Impl::capture() {
     check(cudaMemcpyAsync(dev_batch, host_batch, batch.bytes, cudaMemcpyHostToDevice, stream), "batch copy");
     forward_backward();
     optimizer();
-    check(cudaMemcpyAsync(&host_results->norm, norm, sizeof(cuda::GradNorm), cudaMemcpyDeviceToHost, stream),
-          "norm copy");
-    check(cudaMemcpyAsync(&host_results->loss, loss, sizeof(float), cudaMemcpyDeviceToHost, stream),
-          "loss copy");
+    check(cudaMemcpyAsync(host_results, results, sizeof(StepResults), cudaMemcpyDeviceToHost, stream),
+          "results copy");
   } catch (...) {
     cudaStreamEndCapture(stream, &graph);  // abandon the capture, then report the first error
     if (graph) cudaGraphDestroy(graph);
@@ -453,6 +496,45 @@ std::vector<std::pair<std::string, int64_t>> CudaTrainStep::parameter_offsets() 
 size_t CudaTrainStep::arena_bytes() const { return impl_->arena.capacity(); }
 int CudaTrainStep::graph_nodes() const { return static_cast<int>(impl_->graph_nodes); }
 
+std::vector<CudaTrainStep::PhaseTime> CudaTrainStep::profile_phases(int reps) {
+  Impl& s = *impl_;
+  MINIGPT_CHECK(s.exec && reps >= 1, "profile_phases: needs a step() first and reps >= 1");
+  check(cudaStreamSynchronize(s.stream), "waiting for the last step");
+  std::vector<PhaseTime> out;
+  const std::pair<const char*, void (Impl::*)()> phases[] = {
+      {"forward + loss", &Impl::forward}, {"backward", &Impl::backward}, {"clip + AdamW", &Impl::optimizer}};
+  for (const auto& [name, run] : phases) {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    check(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    try {
+      (s.*run)();
+    } catch (...) {
+      cudaStreamEndCapture(s.stream, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      throw;
+    }
+    check(cudaStreamEndCapture(s.stream, &graph), "cudaStreamEndCapture");
+    size_t nodes = 0;
+    cudaGraphGetNodes(graph, nullptr, &nodes);
+    const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(status, "cudaGraphInstantiate");
+    float ms = 0.0f;
+    cudaError_t err = cudaGraphLaunch(exec, s.stream);  // warm-up
+    if (err == cudaSuccess) err = cudaEventRecord(s.ev_start, s.stream);
+    for (int i = 0; i < reps && err == cudaSuccess; ++i) err = cudaGraphLaunch(exec, s.stream);
+    if (err == cudaSuccess) err = cudaEventRecord(s.ev_stop, s.stream);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(s.stream);
+    if (err == cudaSuccess) err = cudaEventElapsedTime(&ms, s.ev_start, s.ev_stop);
+    cudaGraphExecDestroy(exec);
+    check(err, "timing a phase");
+    out.push_back({name, static_cast<int>(nodes), 1e3 * ms / reps});
+  }
+  return out;
+}
+
 #else  // built without CUDA: every entry point is the same clear Error
 
 [[noreturn]] static void no_cuda() {
@@ -473,6 +555,7 @@ int64_t CudaTrainStep::flat_floats() const { no_cuda(); }
 std::vector<std::pair<std::string, int64_t>> CudaTrainStep::parameter_offsets() const { no_cuda(); }
 size_t CudaTrainStep::arena_bytes() const { no_cuda(); }
 int CudaTrainStep::graph_nodes() const { no_cuda(); }
+std::vector<CudaTrainStep::PhaseTime> CudaTrainStep::profile_phases(int) { no_cuda(); }
 
 #endif
 

@@ -90,6 +90,16 @@ class CudaTrainStep {
   size_t arena_bytes() const;
   int graph_nodes() const;  // kernels and copies in the captured step (0 before the first step)
 
+  // For benchmarks: each phase of the step captured as its own graph and replayed `reps` times
+  // on the batch of the last step() (GPU time per replay, CUDA events). The optimizer phase
+  // really updates: call it after the measured steps, on a run whose weights no longer matter.
+  struct PhaseTime {
+    std::string phase;
+    int nodes = 0;
+    double us = 0.0;
+  };
+  std::vector<PhaseTime> profile_phases(int reps);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

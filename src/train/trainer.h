@@ -83,6 +83,7 @@ class Trainer {
   const GrammarMiniGPT& model() const;  // on CUDA: refreshed from the device first
   Device device() const { return cuda_ ? Device::CUDA : Device::CPU; }
   const CudaTrainStep* cuda_step() const { return cuda_.get(); }  // null on the CPU
+  CudaTrainStep* cuda_step() { return cuda_.get(); }
 
   // On CUDA, StepStats::seconds is the wall time and backward_s the graph's GPU time (the
   // whole step: the backward is not timed apart inside a graph).

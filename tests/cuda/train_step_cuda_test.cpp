@@ -1,6 +1,7 @@
 // The training step on the GPU (train/cuda_train_step.h, Trainer with Device::CUDA) against the
 // CPU engine: every gradient within 1e-4 relative per tensor (shipped model and a tiny config),
-// 50 training steps from one seed within 1e-4 of the CPU's weights with the same losses, two
+// 50 training steps from one seed within 1e-4 of the CPU's weights (but the key bias, whose true
+// gradient is 0: see the test) with the same losses, two
 // GPU runs bit for bit the same, the gradient hook inside the graph, and the errors (no GPU,
 // out of memory, a bad batch, divergence leaving the weights untouched).
 // Tests that need a GPU skip, saying so; the no-GPU error test runs only without one.
@@ -27,11 +28,6 @@ namespace {
 
 using namespace minigpt;
 using namespace minigpt::cudatest;
-
-ThreadPool& pool() {
-  static ThreadPool p(2);
-  return p;
-}
 
 ModelConfig tiny_config() {
   ModelConfig c;
@@ -141,16 +137,35 @@ TEST(CudaTrainStep, FiftyStepsMatchTheCpuAndRepeatBitForBit) {
   const auto cw = cpu.model().weights().named();
   const auto gw = gpu.model().weights().named();
   const auto aw = again.model().weights().named();
-  double worst = 0.0;
+  // The k third of each qkv bias has an exactly zero gradient (adding a constant to every key
+  // of a row shifts the row's scores by q.b_k, which the softmax ignores): both engines update
+  // it with AdamW-normalised rounding noise, which differs. It is compared on its own, in
+  // absolute terms (each step moves it by at most ~lr); the q and v thirds at 1e-4.
+  const int64_t d = o.model.d_model;
+  double worst = 0.0, k_bias = 0.0;
   for (size_t i = 0; i < cw.size(); ++i) {
+    const std::string& name = cw[i].first;
+    const float* g = gw[i].second->data();
+    const float* c = cw[i].second->data();
     const size_t n = static_cast<size_t>(cw[i].second->numel());
-    const double r = rel_diff(gw[i].second->data(), cw[i].second->data(), n);
+    EXPECT_EQ(std::memcmp(g, aw[i].second->data(), n * sizeof(float)), 0) << name;
+    double r;
+    if (name.find("attn.qkv.bias") != std::string::npos) {
+      std::vector<float> gq(g, g + d), cq(c, c + d);  // q and v thirds
+      gq.insert(gq.end(), g + 2 * d, g + 3 * d);
+      cq.insert(cq.end(), c + 2 * d, c + 3 * d);
+      r = rel_diff(gq, cq);
+      k_bias = std::max(k_bias, max_abs_diff(g + d, c + d, static_cast<size_t>(d)));
+    } else {
+      r = rel_diff(g, c, n);
+    }
     worst = std::max(worst, r);
-    EXPECT_LE(r, 1e-4) << cw[i].first;
-    EXPECT_EQ(std::memcmp(gw[i].second->data(), aw[i].second->data(), n * sizeof(float)), 0) << cw[i].first;
+    EXPECT_LE(r, 1e-4) << name;
   }
-  std::printf("50 steps: weights within %.3g relative (worst tensor), losses within %.3g relative\n", worst,
-              worst_loss);
+  EXPECT_LE(k_bias, 50 * o.lr);
+  std::printf("50 steps: weights within %.3g relative (worst tensor), losses within %.3g relative; "
+              "k bias (zero true gradient) within %.3g absolute\n",
+              worst, worst_loss, k_bias);
   // the checkpoint carries the device's moments: resuming on the CPU continues the same run
   const TrainCheckpoint ck = gpu.checkpoint();
   EXPECT_EQ(ck.step, 50);

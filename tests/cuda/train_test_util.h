@@ -1,7 +1,8 @@
 // Helpers of the CUDA training tests on top of cuda_test_util.h (GPU detection, DeviceArray):
-// the per-tensor relative difference the issue's tolerances are stated in, and random data.
+// the CPU side's thread pool, the per-tensor relative difference the issue's tolerances are stated in, and random data.
 #pragma once
 
+#include "core/thread_pool.h"
 #include "cuda/cuda_test_util.h"
 
 #include <algorithm>
@@ -10,6 +11,11 @@
 #include <vector>
 
 namespace minigpt::cudatest {
+
+inline ThreadPool& pool() {  // the CPU engine's side of the comparisons
+  static ThreadPool p(2);
+  return p;
+}
 
 // max |a - b| / max |b| over a tensor (NaN anywhere gives +inf): "within 1e-4 relative per
 // tensor" of issue 14.

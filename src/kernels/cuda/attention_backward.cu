@@ -6,6 +6,7 @@
 // and writes every dq, dk, dv element of its head once. Nothing of size (T, T) leaves the chip.
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/train_reduce.cuh"
 
 #include <cmath>
 
@@ -97,21 +98,10 @@ void attention_backward(const float* dout, const float* qkv, float* dqkv, int64_
   MINIGPT_CUDA_REQUIRE(B >= 0 && T >= 1 && C >= 1 && NH >= 1 && C % NH == 0,
                        "attention_backward: bad sizes B=", B, " T=", T, " C=", C, " NH=", NH);
   const int64_t bytes = smem_floats(T, C / NH) * static_cast<int64_t>(sizeof(float));
-  // Past the default 48 KiB a block opts in to more (227 KiB on Hopper): T = 64 with head size
-  // 16 takes 50 KiB. Without a device the limit reads as the default.
-  int device = 0, optin = 48 * 1024;
-  if (bytes > 48 * 1024 &&
-      (cudaGetDevice(&device) != cudaSuccess ||
-       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)) {
-    cudaGetLastError();
-    optin = 48 * 1024;
-  }
-  MINIGPT_CUDA_REQUIRE(bytes <= optin, "attention_backward: T=", T, " and head size ", C / NH, " need ",
-                       bytes, " bytes of shared memory per head, more than the ", optin, " a block can have");
   MINIGPT_CUDA_REQUIRE(B * NH < (int64_t{1} << 31), "attention_backward: B*NH too large");
-  if (bytes > 48 * 1024)
-    MINIGPT_CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(bytes)));
+  // T = 64 with head size 16 takes 50 KiB: past the default 48 KiB
+  detail::allow_shared_memory(attention_backward_kernel, bytes,
+                              cat("attention_backward: T=", T, " and head size ", C / NH).c_str());
   if (B == 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(C / NH));
   attention_backward_kernel<<<static_cast<unsigned>(B * NH), 128, static_cast<size_t>(bytes),

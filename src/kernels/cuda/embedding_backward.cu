@@ -3,9 +3,10 @@
 // rows whose id is v (GrammarMiniGPT::backward's serial scatter-add); row t of dwpe sums the dx
 // rows at position t over the batch in order.
 //
-// dwte: a block per vocabulary row. Each warp scans the ids 32 at a time; a ballot marks the
-// positions holding v and the warp adds those rows in order (lane = column). The scan reads
-// the N ids once per warp: 4 KiB from L2 at N = 1024.
+// One launch, a block per row of dwte, then one per row of dwpe. For row v of dwte each warp
+// scans the ids 32 at a time; a ballot marks the positions holding v and the warp adds those
+// rows in order (lane = column). The scan reads the N ids once per warp: 4 KiB from L2 at
+// N = 1024.
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/cuda_check.h"
 
@@ -14,9 +15,8 @@ namespace {
 
 constexpr int kWarps = 2;
 
-__global__ void wte_backward(const float* __restrict__ dx, const int32_t* __restrict__ ids,
-                             float* __restrict__ dwte, int N, int d) {
-  const int v = blockIdx.x;
+__device__ void wte_row(const float* __restrict__ dx, const int32_t* __restrict__ ids,
+                        float* __restrict__ dwte, int N, int d, int v) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int c0 = warp * 32; c0 < d; c0 += kWarps * 32) {
     const int c = c0 + lane;
@@ -34,16 +34,25 @@ __global__ void wte_backward(const float* __restrict__ dx, const int32_t* __rest
   }
 }
 
-// a block per position row t of wpe (rows t >= T get 0), threads over columns
-__global__ void wpe_backward(const float* __restrict__ dx, float* __restrict__ dwpe, int B, int T,
-                             int d) {
-  const int t = blockIdx.x;
+// position row t of wpe (rows t >= T get 0), threads over columns
+__device__ void wpe_row(const float* __restrict__ dx, float* __restrict__ dwpe, int B, int T, int d,
+                        int t) {
   for (int c = threadIdx.x; c < d; c += blockDim.x) {
     float acc = 0.0f;
     if (t < T)
       for (int b = 0; b < B; ++b) acc += dx[(static_cast<int64_t>(b) * T + t) * d + c];
     dwpe[static_cast<int64_t>(t) * d + c] = acc;
   }
+}
+
+// One launch: blocks [0, V) are wte rows, blocks [V, V + P) wpe rows.
+__global__ void embedding_backward_kernel(const float* __restrict__ dx, const int32_t* __restrict__ ids,
+                                          float* __restrict__ dwte, float* __restrict__ dwpe, int B,
+                                          int T, int d, int V) {
+  if (static_cast<int>(blockIdx.x) < V)
+    wte_row(dx, ids, dwte, B * T, d, blockIdx.x);
+  else
+    wpe_row(dx, dwpe, B, T, d, blockIdx.x - V);
 }
 
 }  // namespace
@@ -53,12 +62,9 @@ void embedding_backward(const float* dx, const int32_t* ids, float* dwte, float*
   MINIGPT_CUDA_REQUIRE(B >= 0 && T >= 1 && d >= 1 && V >= 1 && P >= T && B * T < (int64_t{1} << 31) &&
                            V < (int64_t{1} << 31) && P < (int64_t{1} << 31),
                        "embedding_backward: bad sizes B=", B, " T=", T, " d=", d, " V=", V, " P=", P);
-  wte_backward<<<static_cast<unsigned>(V), kWarps * 32, 0, stream>>>(dx, ids, dwte,
-                                                                     static_cast<int>(B * T),
-                                                                     static_cast<int>(d));
-  MINIGPT_CUDA_CHECK_LAUNCH();
-  wpe_backward<<<static_cast<unsigned>(P), 64, 0, stream>>>(dx, dwpe, static_cast<int>(B),
-                                                            static_cast<int>(T), static_cast<int>(d));
+  MINIGPT_CUDA_REQUIRE(V + P < (int64_t{1} << 31), "embedding_backward: V + P too large");
+  embedding_backward_kernel<<<static_cast<unsigned>(V + P), kWarps * 32, 0, stream>>>(
+      dx, ids, dwte, dwpe, static_cast<int>(B), static_cast<int>(T), static_cast<int>(d), static_cast<int>(V));
   MINIGPT_CUDA_CHECK_LAUNCH();
 }
 

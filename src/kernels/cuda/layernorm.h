@@ -19,14 +19,23 @@ void layernorm_forward(const float* x, const float* weight, const float* bias, f
                        float* mean, float* rstd, int64_t N, int64_t C, float eps,
                        cudaStream_t stream);
 
-// Backward (layernorm_backward.cu), formulas as the CPU's: x, dy (N, C) with x the forward's
-// input (the statistics are recomputed from it in double, as the CPU forward computes them),
-// weight (C). dx (N, C) = LN'(dy) when accumulate is false, dx += LN'(dy) when true (the
-// residual stream's gradient). mean, rstd (N): scratch written here, read by the weight pass.
-// dweight, dbias (C) overwritten with sum_n dy * xhat and sum_n dy (either may be null), in
-// double in a fixed order.
+// Backward (layernorm_backward.cu), one launch, formulas as the CPU's: x, dy (N, C) with x the
+// forward's input (the statistics are recomputed from it in double, as the CPU forward computes
+// them), weight (C). dx (N, C) = LN'(dy) when accumulate is false, dx += LN'(dy) when true (the
+// residual stream's gradient). dweight, dbias (C) overwritten with sum_n dy * xhat and
+// sum_n dy (either may be null), in double in a fixed order; they need the scratch: partial
+// (layernorm_backward_scratch(N, C) doubles) and counter (one int, 0 before the first call;
+// every call leaves it 0, so one scratch serves the step's LayerNorms one after another on a
+// stream, and graph replays).
+struct LayerNormGradScratch {
+  double* partial = nullptr;
+  int* counter = nullptr;
+  int64_t partial_doubles = 0;
+};
+int64_t layernorm_backward_scratch(int64_t N, int64_t C);
 void layernorm_backward(const float* dy, const float* x, const float* weight, float* dx,
-                        bool accumulate, float* mean, float* rstd, float* dweight, float* dbias,
-                        int64_t N, int64_t C, float eps, cudaStream_t stream);
+                        bool accumulate, float* dweight, float* dbias,
+                        const LayerNormGradScratch& scratch, int64_t N, int64_t C, float eps,
+                        cudaStream_t stream);
 
 }  // namespace minigpt::cuda

@@ -1,8 +1,12 @@
-// LayerNorm backward on the GPU (layernorm.h): a warp per row for dx, then a column pass for
-// dweight and dbias. Formulas as kernels/cpu/layernorm.cpp: statistics in double from x,
-// rounded to float; g = dy * weight; dx = rstd (g - mean(g) - xhat mean(g xhat)).
-#include "kernels/cuda/layernorm.h"
+// LayerNorm backward on the GPU (layernorm.h), one launch: a warp per row for dx, formulas as
+// kernels/cpu/layernorm.cpp (statistics in double from x, rounded to float; g = dy * weight;
+// dx = rstd (g - mean(g) - xhat mean(g xhat))). Each warp also leaves its row's dy * xhat and
+// dy in shared memory; the block adds its 8 rows per column (in row order) into a partial in
+// global memory, and the last block to finish (a counter, after __threadfence) adds the
+// partials in block order into dweight and dbias, in double. Fixed orders throughout: the same
+// bits on every run. The last block resets the counter, so graph replays need no memset.
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/train_reduce.cuh"
 
 namespace minigpt::cuda {
@@ -12,89 +16,111 @@ using detail::warp_sum;
 
 constexpr int kRowsPerBlock = 8;  // warps per block
 
-__global__ void layernorm_backward_dx(const float* __restrict__ dy, const float* __restrict__ x,
-                                      const float* __restrict__ w, float* dx, bool accumulate,
-                                      float* __restrict__ mean, float* __restrict__ rstd, int N,
-                                      int C, float eps) {
-  const int row = blockIdx.x * kRowsPerBlock + threadIdx.y;
-  const int lane = threadIdx.x;
-  if (row >= N) return;
-  const float* xr = x + static_cast<int64_t>(row) * C;
-  const float* dyr = dy + static_cast<int64_t>(row) * C;
-  float* dxr = dx + static_cast<int64_t>(row) * C;
-  double s = 0.0;
-  for (int c = lane; c < C; c += 32) s += xr[c];
-  const double m = warp_sum(s) / C;
-  double ss = 0.0;
-  for (int c = lane; c < C; c += 32) {
-    const double d = xr[c] - m;
-    ss += d * d;
-  }
-  const double var = warp_sum(ss) / C;  // biased, as nn.LayerNorm
-  const float mf = static_cast<float>(m);
-  const float rf = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));
-  double sg = 0.0, sgx = 0.0;
-  for (int c = lane; c < C; c += 32) {
-    const float xhat = (xr[c] - mf) * rf;
-    const float g = dyr[c] * w[c];
-    sg += g;
-    sgx += static_cast<double>(g) * xhat;
-  }
-  const float mg = static_cast<float>(warp_sum(sg) / C);
-  const float mgx = static_cast<float>(warp_sum(sgx) / C);
-  for (int c = lane; c < C; c += 32) {
-    const float xhat = (xr[c] - mf) * rf;
-    const float v = rf * (dyr[c] * w[c] - mg - xhat * mgx);
-    dxr[c] = accumulate ? dxr[c] + v : v;
-  }
-  if (lane == 0) {
-    mean[row] = mf;
-    rstd[row] = rf;
-  }
-}
+int64_t blocks_for(int64_t N) { return (N + kRowsPerBlock - 1) / kRowsPerBlock; }
 
-// dweight[c] = sum_n dy xhat, dbias[c] = sum_n dy; blockDim (32, kColRows).
-__global__ void layernorm_backward_params(const float* __restrict__ dy,
-                                          const float* __restrict__ x,
-                                          const float* __restrict__ mean,
-                                          const float* __restrict__ rstd, float* dweight,
-                                          float* dbias, int N, int C) {
-  __shared__ double smem[detail::kColRows * 32];
-  const int c = blockIdx.x * 32 + threadIdx.x;
-  double dw = 0.0, db = 0.0;
-  if (c < C) {
-    for (int r = threadIdx.y; r < N; r += detail::kColRows) {
-      const int64_t i = static_cast<int64_t>(r) * C + c;
-      const float xhat = (x[i] - mean[r]) * rstd[r];
-      dw += static_cast<double>(dy[i]) * xhat;
-      db += dy[i];
+// Dynamic shared memory: (dy xhat, dy) per row of the block and column, doubles.
+int64_t smem_bytes(int64_t C) { return 2 * kRowsPerBlock * C * static_cast<int64_t>(sizeof(double)); }
+
+__global__ void layernorm_backward_kernel(const float* __restrict__ dy, const float* __restrict__ x,
+                                          const float* __restrict__ w, float* dx, bool accumulate,
+                                          float* dweight, float* dbias, double* partial, int* counter,
+                                          int N, int C, float eps) {
+  extern __shared__ double sm[];  // [2][kRowsPerBlock][C]
+  __shared__ bool last;
+  const int warp = threadIdx.y, lane = threadIdx.x;
+  const int row = blockIdx.x * kRowsPerBlock + warp;
+  const bool params = partial != nullptr;
+  double* pw = sm + warp * C;
+  double* pb = sm + (kRowsPerBlock + warp) * C;
+  if (row < N) {
+    const float* xr = x + static_cast<int64_t>(row) * C;
+    const float* dyr = dy + static_cast<int64_t>(row) * C;
+    float* dxr = dx + static_cast<int64_t>(row) * C;
+    double s = 0.0;
+    for (int c = lane; c < C; c += 32) s += xr[c];
+    const double m = warp_sum(s) / C;
+    double ss = 0.0;
+    for (int c = lane; c < C; c += 32) {
+      const double d = xr[c] - m;
+      ss += d * d;
     }
+    const double var = warp_sum(ss) / C;  // biased, as nn.LayerNorm
+    const float mf = static_cast<float>(m);
+    const float rf = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));
+    double sg = 0.0, sgx = 0.0;
+    for (int c = lane; c < C; c += 32) {
+      const float xhat = (xr[c] - mf) * rf;
+      const float g = dyr[c] * w[c];
+      sg += g;
+      sgx += static_cast<double>(g) * xhat;
+    }
+    const float mg = static_cast<float>(warp_sum(sg) / C);
+    const float mgx = static_cast<float>(warp_sum(sgx) / C);
+    for (int c = lane; c < C; c += 32) {
+      const float xhat = (xr[c] - mf) * rf;
+      const float v = rf * (dyr[c] * w[c] - mg - xhat * mgx);
+      dxr[c] = accumulate ? dxr[c] + v : v;
+      if (params) {
+        pw[c] = static_cast<double>(dyr[c]) * xhat;
+        pb[c] = dyr[c];
+      }
+    }
+  } else if (params) {
+    for (int c = lane; c < C; c += 32) pw[c] = pb[c] = 0.0;
   }
-  dw = detail::column_total(dw, smem);
-  db = detail::column_total(db, smem);
-  if (threadIdx.y == 0 && c < C) {
-    if (dweight) dweight[c] = static_cast<float>(dw);
-    if (dbias) dbias[c] = static_cast<float>(db);
+  if (!params) return;  // the same for every thread of the grid
+  __syncthreads();
+  const int tid = warp * 32 + lane, nthreads = 32 * kRowsPerBlock;
+  double* bp = partial + static_cast<int64_t>(blockIdx.x) * 2 * C;
+  for (int c = tid; c < C; c += nthreads) {
+    double sw = 0.0, sb = 0.0;
+    for (int r = 0; r < kRowsPerBlock; ++r) {
+      sw += sm[r * C + c];
+      sb += sm[(kRowsPerBlock + r) * C + c];
+    }
+    bp[c] = sw;
+    bp[C + c] = sb;
   }
+  __threadfence();  // publish the partial before counting this block in
+  __syncthreads();
+  if (tid == 0) last = atomicAdd(counter, 1) == static_cast<int>(gridDim.x) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int c = tid; c < C; c += nthreads) {
+    double sw = 0.0, sb = 0.0;
+    for (unsigned b = 0; b < gridDim.x; ++b) {
+      sw += __ldcg(partial + static_cast<int64_t>(b) * 2 * C + c);
+      sb += __ldcg(partial + static_cast<int64_t>(b) * 2 * C + C + c);
+    }
+    if (dweight) dweight[c] = static_cast<float>(sw);
+    if (dbias) dbias[c] = static_cast<float>(sb);
+  }
+  if (tid == 0) *counter = 0;  // ready for the next call (or graph replay)
 }
 
 }  // namespace
 
+int64_t layernorm_backward_scratch(int64_t N, int64_t C) { return 2 * blocks_for(N) * C; }
+
 void layernorm_backward(const float* dy, const float* x, const float* weight, float* dx,
-                        bool accumulate, float* mean, float* rstd, float* dweight, float* dbias,
-                        int64_t N, int64_t C, float eps, cudaStream_t stream) {
+                        bool accumulate, float* dweight, float* dbias,
+                        const LayerNormGradScratch& scratch, int64_t N, int64_t C, float eps,
+                        cudaStream_t stream) {
   MINIGPT_CUDA_REQUIRE(N >= 0 && C >= 1 && N < (int64_t{1} << 31) && C < (1 << 24),
                        "layernorm_backward: bad sizes N=", N, " C=", C);
   if (N == 0) return;
-  const dim3 block(32, kRowsPerBlock);
-  layernorm_backward_dx<<<static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock), block, 0,
-                          stream>>>(dy, x, weight, dx, accumulate, mean, rstd, static_cast<int>(N),
-                                    static_cast<int>(C), eps);
-  MINIGPT_CUDA_CHECK_LAUNCH();
-  if (!dweight && !dbias) return;
-  layernorm_backward_params<<<static_cast<unsigned>((C + 31) / 32), dim3(32, detail::kColRows), 0,
-                              stream>>>(dy, x, mean, rstd, dweight, dbias, static_cast<int>(N),
-                                        static_cast<int>(C));
+  const bool params = dweight != nullptr || dbias != nullptr;
+  MINIGPT_CUDA_REQUIRE(!params || (scratch.partial && scratch.counter &&
+                                   scratch.partial_doubles >= layernorm_backward_scratch(N, C)),
+                       "layernorm_backward: the scratch is missing or too small for N=", N, " C=", C);
+  const int64_t bytes = params ? smem_bytes(C) : 0;
+  // C > 384 takes more than the default 48 KiB
+  detail::allow_shared_memory(layernorm_backward_kernel, bytes, cat("layernorm_backward: C=", C).c_str());
+  layernorm_backward_kernel<<<static_cast<unsigned>(blocks_for(N)), dim3(32, kRowsPerBlock),
+                              static_cast<size_t>(bytes), stream>>>(
+      dy, x, weight, dx, accumulate, dweight, dbias, params ? scratch.partial : nullptr, scratch.counter,
+      static_cast<int>(N), static_cast<int>(C), eps);
   MINIGPT_CUDA_CHECK_LAUNCH();
 }
 

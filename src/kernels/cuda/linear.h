@@ -11,7 +11,7 @@
 // Also here: linear_epilogue, the same epilogue as its own kernel, for a y that a cuBLAS GEMM
 // (gemm.h) wrote. M == 0 launches nothing. Launchers check their arguments and the launch error
 // (minigpt::Error) and never synchronise.
-// Backward: bias_backward and linear_backward, at the end.
+// Backward: linear_backward, at the end.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -43,18 +43,32 @@ void linear_forward(const float* x, const float* W, const float* b, float* y, in
 void linear_epilogue(float* y, const float* b, int64_t M, int64_t N, const LinearFusion& fusion,
                      cudaStream_t stream);
 
-// ---- backward (linear_backward.cpp, bias_backward.cu) -----------------------------------
-
-// db (out) = the column sums of dy (N, out), in double in a fixed order, overwritten.
-void bias_backward(const float* dy, float* db, int64_t N, int64_t out, cudaStream_t stream);
+// ---- backward (linear_backward.cu) -----------------------------------------------------
 
 class Cublas;  // gemm.h
 
+// Device scratch of linear_backward's weight-gradient kernel (split over rows, reduced in one
+// launch): partial (floats), partial_db (doubles), counters (ints, all 0 before the first call;
+// every call leaves them 0, so one scratch serves every Linear of a step, one after another on
+// a stream, and graph replays). Sizes in elements from linear_backward_scratch.
+struct LinearGradScratchSize {
+  int64_t partial = 0, partial_db = 0, counters = 0;
+};
+LinearGradScratchSize linear_backward_scratch(int64_t N, int64_t in, int64_t out);
+struct LinearGradScratch {
+  float* partial = nullptr;
+  double* partial_db = nullptr;
+  int* counters = nullptr;
+  LinearGradScratchSize size;
+};
+
 // The backward of y (N, out) = x (N, in) W^T + b, W (out, in), as the CPU's linear_backward but
-// overwriting: dx (N, in) = dy W (skipped if dx is null), dW (out, in) = dy^T x, db (out) =
-// column sums of dy (skipped if null). Two cuBLAS GEMMs (gemm.h, pedantic fp32) and
-// bias_backward. The backward through a fused GELU is gelu.h's gelu_backward_saved on dx.
+// overwriting: dx (N, in) = dy W (a cuBLAS GEMM, gemm.h, pedantic fp32; skipped if dx is null),
+// then ONE kernel for dW (out, in) = dy^T x (float, fixed order: the same bits every run) and
+// db (out) = the column sums of dy (double; skipped if db is null). N >= 1. The backward
+// through a fused GELU is gelu.h's gelu_backward_saved on dx.
 void linear_backward(const Cublas& blas, const float* x, const float* W, const float* dy, float* dx,
-                     float* dW, float* db, int64_t N, int64_t in, int64_t out, cudaStream_t stream);
+                     float* dW, float* db, int64_t N, int64_t in, int64_t out,
+                     const LinearGradScratch& scratch, cudaStream_t stream);
 
 }  // namespace minigpt::cuda

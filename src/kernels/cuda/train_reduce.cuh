@@ -3,7 +3,11 @@
 // launch shape alone, so the results are the same bits on every run.
 #pragma once
 
+#include "kernels/cuda/cuda_check.h"
+
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 namespace minigpt::cuda::detail {
 
@@ -27,6 +31,25 @@ __device__ __forceinline__ double column_total(double part, double* smem) {
     for (int y = 0; y < kColRows; ++y) total += smem[y * 32 + threadIdx.x];
   __syncthreads();
   return total;
+}
+
+// Host: lets `kernel` launch with `bytes` of dynamic shared memory, opting in past the default
+// 48 KiB (up to 227 KiB on Hopper); Error naming `what` (the launcher and its sizes) past the
+// device's limit. Without a device the limit reads as the default.
+template <class Kernel>
+void allow_shared_memory(Kernel kernel, int64_t bytes, const char* what) {
+  constexpr int kDefault = 48 * 1024;
+  int device = 0, optin = kDefault;
+  if (bytes > kDefault &&
+      (cudaGetDevice(&device) != cudaSuccess ||
+       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)) {
+    cudaGetLastError();
+    optin = kDefault;
+  }
+  MINIGPT_CUDA_REQUIRE(bytes <= optin, what, " need ", bytes, " bytes of shared memory per block, more than the ",
+                       optin, " a block can have");
+  if (bytes > kDefault)
+    MINIGPT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
 }  // namespace minigpt::cuda::detail
