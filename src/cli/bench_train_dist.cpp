@@ -8,9 +8,15 @@
 // backward, median); hidden = 1 - exposed / alone (the fraction of communication that ran
 // under the backward). `--dist single` gives the 1-rank baseline of the same global batch, so
 // speedup = its median / the N-rank median (compare two runs; docs/PARALLELISM.md).
+//
+// --device cuda (with --dist nccl, or single for the 1-GPU baseline): the CUDA step, its
+// all-reduce inside the step's graph after the whole backward, so nothing is hidden: exposed =
+// the all-reduce alone (ncclAllReduce of the flat gradient buffer, timed apart), hidden = 0;
+// backward_ms is the graph's GPU time (the whole step).
 #include "cli/bench_train_dist.h"
 
 #include "cli/bench_conditions.h"
+#include "core/error.h"
 #include "core/report.h"
 #include "core/thread_pool.h"
 #include "core/timer.h"
@@ -18,6 +24,10 @@
 #include "dist/communicator.h"
 #include "train/corpus_streams.h"
 #include "train/trainer.h"
+
+#if MINIGPT_HAVE_NCCL
+#include "dist/nccl_communicator.h"
+#endif
 
 #include <fmt/format.h>
 
@@ -43,6 +53,17 @@ double time_all_reduce_alone(dist::Communicator& comm, const std::vector<size_t>
     s.push_back(t.elapsed_s());
   }
   return median(s);
+}
+
+// The CUDA step's all-reduce alone: its flat gradient buffer's size over NCCL (0 on one rank
+// without NCCL: nothing is reduced).
+double time_device_all_reduce_alone(dist::Communicator& comm, const Trainer& trainer, int64_t runs) {
+#if MINIGPT_HAVE_NCCL
+  if (auto* nccl = dynamic_cast<dist::NcclCommunicator*>(&comm))
+    return nccl->time_all_reduce_s(static_cast<size_t>(trainer.cuda_step()->flat_floats()), runs);
+#endif
+  (void)comm, (void)trainer, (void)runs;
+  return 0.0;
 }
 
 }  // namespace
@@ -77,7 +98,11 @@ void run_bench_train_dist(const DistBenchArgs& a, const GlobalOptions& global) {
   o.validate();
   const Tokenizer tokenizer(vocab);
   CorpusStreams streams = make_corpus_streams(o, tokenizer);
-  Trainer trainer(o, std::move(vocab), streams.train, nullptr, comm.get());
+  const bool cuda = a.device == "cuda";
+  MINIGPT_CHECK(cuda == (comm->name() == "nccl") || (cuda && comm->name() == "single"),
+                "bench train --dist {} --device {}: GPUs reduce over nccl, CPU ranks over mpi", comm->name(),
+                a.device);
+  Trainer trainer(o, std::move(vocab), streams.train, nullptr, comm.get(), cuda ? Device::CUDA : Device::CPU);
 
   const std::string load_at_start = loadavg();
   for (int64_t i = 0; i < a.warmup; ++i) trainer.train_step(pool);
@@ -95,27 +120,36 @@ void run_bench_train_dist(const DistBenchArgs& a, const GlobalOptions& global) {
   const double step_share = share.share();
   const int N = comm->size();
   const double alone_ms =
-      trainer.grad_buckets() ? time_all_reduce_alone(*comm, trainer.grad_buckets()->bucket_floats(), a.steps) * 1e3 : 0.0;
-  const double med = median(step_ms), exposed = median(exposed_ms);
+      cuda ? time_device_all_reduce_alone(*comm, trainer, a.steps) * 1e3
+      : trainer.grad_buckets() ? time_all_reduce_alone(*comm, trainer.grad_buckets()->bucket_floats(), a.steps) * 1e3
+                               : 0.0;
+  const double med = median(step_ms), exposed = cuda ? alone_ms : median(exposed_ms);  // CUDA: not overlapped
   const double hidden = alone_ms > 0 ? std::clamp(1.0 - exposed / alone_ms, 0.0, 1.0) : 0.0;
   const double wire = bytes * 2.0 * (N - 1) / N;
   comm->barrier();
   if (!comm->is_root()) return;
 
-  Report report(fmt::format("Data-parallel training step ({}, {} rank(s) x {} thread(s))", comm->name(), N, threads),
+  Report report(cuda ? fmt::format("Data-parallel training step ({}, {} GPU rank(s))", comm->name(), N)
+                     : fmt::format("Data-parallel training step ({}, {} rank(s) x {} thread(s))", comm->name(), N,
+                                   threads),
                 {"impl", "ranks", "B_global", "T", "median_ms", "tokens_per_s", "backward_ms", "allreduce_bytes",
                  "wire_bytes_per_rank", "allreduce_alone_ms", "exposed_ms", "hidden"},
                 threads);
   report.set_meta("config", fmt::format("L={} d={} heads={} T={} vocab={}", a.layers, a.d_model, a.heads, a.seq,
                                         o.model.vocab_size));
   report.set_meta("parameters", o.model.parameter_count());
-  report.set_meta("buckets", trainer.grad_buckets() ? trainer.grad_buckets()->stats().buckets : 0);
+  report.set_meta("buckets", cuda ? (bytes > 0 ? 1 : 0) : trainer.grad_buckets() ? trainer.grad_buckets()->stats().buckets : 0);
+  report.set_meta("device", a.device);
   report.add_row({fmt::format("minigpt DDP ({})", comm->name()), N, a.batch, a.seq, med,
                   static_cast<double>(a.batch * a.seq) / (med / 1e3), median(backward_ms), bytes, wire, alone_ms,
                   exposed, hidden});
   report.add_note("allreduce_bytes = fp32 gradient payload per step (4 x parameters); wire_bytes_per_rank = "
                   "2 (N-1)/N x payload (ring all-reduce); allreduce_alone_ms = the same buckets reduced with no "
                   "compute; exposed_ms = waiting after the backward; hidden = 1 - exposed / alone.");
+  if (cuda)
+    report.add_note("device cuda: the all-reduce is one ncclAllReduce (average) of the flat gradient buffer "
+                    "inside the step's CUDA graph, after the whole backward: exposed = alone, hidden = 0; "
+                    "backward_ms = the graph's GPU time (the whole step).");
   report_conditions(report, load_at_start, step_share, "the timed steps (rank 0)");
   fmt::print("{}", report.render(format));
   std::fflush(stdout);

@@ -1,4 +1,4 @@
-// `minigpt bench train --dist single|mpi`: the data-parallel training step (bench_train_dist.cpp).
+// `minigpt bench train --dist single|mpi|nccl`: the data-parallel training step (bench_train_dist.cpp).
 #pragma once
 
 #include "cli/commands.h"
@@ -10,7 +10,8 @@
 namespace minigpt::cli {
 
 struct DistBenchArgs {
-  std::string dist;      // "single" or "mpi" (run under mpirun)
+  std::string dist;      // "single", "mpi" or "nccl" (run under mpirun)
+  std::string device = "cpu";  // "cuda": the CUDA step (train/cuda_train_step.h), NCCL between GPUs
   int64_t batch = 64;    // global batch (split over the ranks)
   int64_t seq = 16;
   int layers = 4, d_model = 64, heads = 4;

@@ -24,6 +24,7 @@
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "data/corpus.h"
+#include "model/cuda/cuda_gpt.h"
 #include "train/corpus_streams.h"
 #include "train/progress.h"
 #include "train/trainer.h"
@@ -158,14 +159,19 @@ void add_bench_train_command(CLI::App& bench, GlobalOptions& global) {
   cmd->add_option("-o,--output", a->format, "md | json | csv")->capture_default_str();
   cmd->add_option("--device", a->device, "cpu, or cuda (the whole step as one CUDA graph)")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   add_peer_options(cmd, a->peers, "bench/peers/torch_train.py");
-  cmd->add_option("--dist", a->dist.dist, "Data-parallel step instead: single (1 rank) or mpi (under mpirun)")->check(CLI::IsMember({"single", "mpi"}));
+  cmd->add_option("--dist", a->dist.dist, "Data-parallel step instead: single (1 rank), mpi (CPU ranks under mpirun) or nccl (GPU ranks under mpirun, with --device cuda)")->check(CLI::IsMember({"single", "mpi", "nccl"}));
   cmd->add_option("--layers", a->dist.layers, "With --dist: transformer blocks")->capture_default_str()->check(CLI::Range(1, 64));
   cmd->add_option("--d-model", a->dist.d_model, "With --dist: model width")->capture_default_str()->check(CLI::Range(1, 4096));
   cmd->add_option("--heads", a->dist.heads, "With --dist: attention heads")->capture_default_str()->check(CLI::Range(1, 64));
   cmd->callback([a, &global] {
     if (a->dist.dist.empty()) return run_bench_train(*a, global);
-    MINIGPT_CHECK(a->device == "cpu", "bench train: --dist and --device cuda cannot be combined yet");
+    MINIGPT_CHECK(a->dist.dist != "nccl" || a->device == "cuda", "bench train --dist nccl: add --device cuda");
+    MINIGPT_CHECK(a->dist.dist != "mpi" || a->device == "cpu",
+                  "bench train --device cuda --dist mpi: GPU ranks reduce over NCCL; use --dist nccl");
+    if (a->device == "cuda")  // before the corpus is generated
+      MINIGPT_CHECK(cuda_model_available(), "bench train --device cuda: {}", cuda_model_unavailable_reason());
     DistBenchArgs d = a->dist;  // the shared options, with --batch as the global batch
+    d.device = a->device;
     d.batch = a->batch;
     d.seq = a->seq;
     d.steps = a->steps;

@@ -7,9 +7,11 @@
 // --checkpoint-every steps and at the end; --resume PATH continues such a checkpoint with the
 // same per-step losses, bit for bit, as an uninterrupted run at the same thread count.
 //
-// Data parallel: `mpirun -np N minigpt train --dist mpi ...` trains on N ranks (--batch is the
-// global batch; train/trainer.h). Rank 0 alone prints, evaluates and writes the checkpoints
-// and the model; an error on any rank ends every rank (dist/communicator.h).
+// Data parallel: `mpirun -np N minigpt train --dist mpi ...` trains on N CPU ranks, and
+// `mpirun -np N minigpt train --device cuda --dist nccl ...` on N GPUs, one per rank (--batch is
+// the global batch; train/trainer.h, train/cuda_data_parallel.h). Rank 0 alone prints,
+// evaluates and writes the checkpoints and the model; an error on any rank ends every rank
+// (dist/communicator.h).
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -147,10 +149,13 @@ void run_train_on(dist::Communicator& comm, const TrainArgs& args, const CLI::Ap
 }
 
 void run_train(const TrainArgs& args, const CLI::App& cmd, const GlobalOptions& global) {
-  if (args.device == "cuda") {  // before the corpus is generated: fail in milliseconds
+  // GPU ranks reduce over NCCL, CPU ranks over MPI; each engine reduces only its own buffers.
+  MINIGPT_CHECK(args.dist != "nccl" || args.device == "cuda",
+                "train --dist nccl trains on GPUs: add --device cuda (or use --dist mpi on the CPU)");
+  MINIGPT_CHECK(args.dist != "mpi" || args.device == "cpu",
+                "train --device cuda --dist mpi: GPU ranks reduce their gradients over NCCL; use --dist nccl");
+  if (args.device == "cuda")  // before the corpus is generated: fail in milliseconds
     MINIGPT_CHECK(cuda_model_available(), "train --device cuda: {}", cuda_model_unavailable_reason());
-    MINIGPT_CHECK(args.dist == "single", "train --device cuda runs on one GPU; --dist {} is CPU-only for now", args.dist);
-  }
   std::unique_ptr<dist::Communicator> comm = dist::make_communicator(args.dist, args.dist_timeout);
   // Ranks other than 0 print nothing (errors still reach stderr).
   if (!comm->is_root()) MINIGPT_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, "cannot silence stdout");
@@ -188,8 +193,8 @@ void add_train_command(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--resume", args->resume, "Continue a checkpoint (its recipe; bitwise the same losses at the same -t)");
   cmd->add_option("--eval-every", args->eval_every, "Steps between held-out evaluations (0: never)")->capture_default_str();
   cmd->add_option("--log-every", args->log_every, "Steps between log lines when stdout is not a terminal")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--device", args->device, "cpu, or cuda (one GPU; the whole step as one CUDA graph)")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--dist", args->dist, "Data parallel engine: single (one process) or mpi (under mpirun)")->capture_default_str()->check(CLI::IsMember({"single", "mpi"}));
+  cmd->add_option("--device", args->device, "cpu, or cuda (one GPU per rank; the whole step as one CUDA graph)")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--dist", args->dist, "Data parallel engine: single (one process), mpi (CPU ranks under mpirun) or nccl (GPU ranks under mpirun, with --device cuda)")->capture_default_str()->check(CLI::IsMember({"single", "mpi", "nccl"}));
   cmd->add_option("--dist-timeout", args->dist_timeout, "Seconds a rank waits in a collective before aborting every rank")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->callback([args, cmd, &global] { run_train(*args, *cmd, global); });
 }

@@ -1,7 +1,8 @@
 // Communicator: the collectives data-parallel training needs, behind one small interface so
 // that the trainer never names an engine. Implementations: SingleProcess (world of one: every
-// collective is a no-op, the default) and MpiCommunicator (dist/mpi_communicator.h, Open MPI).
-// An NCCL communicator (GPU buffers, bootstrapped through MPI) is meant to sit beside them.
+// collective is a no-op, the default), MpiCommunicator (dist/mpi_communicator.h, Open MPI) and,
+// built with CUDA, NcclCommunicator (dist/nccl_communicator.h: GPU buffers, bootstrapped
+// through MPI; its host collectives go through MPI).
 //
 // Every collective must be called by every rank in the same order with the same sizes (the
 // MPI rule). Waits are bounded: an implementation that can hang (MPI) gives up after its
@@ -30,7 +31,7 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   bool is_root() const { return rank() == 0; }
-  virtual std::string name() const = 0;  // "single", "mpi"
+  virtual std::string name() const = 0;  // "single", "mpi", "nccl"
 
   // In place: data[0, n) becomes the element-wise sum over ranks (fp32).
   virtual void all_reduce_sum(float* data, size_t n) = 0;
@@ -55,8 +56,9 @@ class SingleProcess final : public Communicator {
   void abort(const std::string&) override {}
 };
 
-// "single" -> SingleProcess; "mpi" -> MpiCommunicator (initialises MPI once per process).
-// timeout_s bounds every wait of the MPI communicator. Error for another name.
+// "single" -> SingleProcess; "mpi" -> MpiCommunicator (initialises MPI once per process);
+// "nccl" -> NcclCommunicator over MPI (Error naming the cause in a build without NCCL or on a
+// rank that sees no GPU). timeout_s bounds every wait. Error for another name.
 std::unique_ptr<Communicator> make_communicator(const std::string& name, double timeout_s);
 
 }  // namespace minigpt::dist

@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
-#include "model/gpt.h"
+#include "dist/grad_layout.h"
 
 #include <algorithm>
 #include <cstring>
@@ -12,16 +12,10 @@ namespace minigpt::dist {
 GradBuckets::GradBuckets(const ModelConfig& config, ModelWeights& g, Communicator& comm)
     : n_layer_(config.n_layer), comm_(comm) {
   check_weights(g, config);
-  buckets_.resize(static_cast<size_t>(n_layer_) + 2);
-  buckets_.front().tensors = {&g.ln_f_weight, &g.ln_f_bias, &g.lm_head_weight, &g.lm_head_bias};
-  for (int l = n_layer_ - 1; l >= 0; --l) {
-    BlockWeights& b = g.blocks[static_cast<size_t>(l)];
-    bucket_for(l).tensors = {&b.ln1_weight, &b.ln1_bias, &b.qkv_weight, &b.qkv_bias,
-                             &b.proj_weight, &b.proj_bias, &b.ln2_weight, &b.ln2_bias,
-                             &b.fc1_weight, &b.fc1_bias, &b.fc2_weight, &b.fc2_bias};
-  }
-  buckets_.back().tensors = {&g.wte, &g.wpe};
-  for (Bucket& b : buckets_) {
+  const auto named = g.named();  // the canonical order grad_bucket_members indexes
+  for (const std::vector<size_t>& members : grad_bucket_members(config)) {
+    Bucket& b = buckets_.emplace_back();
+    for (const size_t i : members) b.tensors.push_back(named[i].second);
     size_t n = 0;
     for (const Tensor* t : b.tensors) n += static_cast<size_t>(t->numel());
     b.buffer.resize(n);
@@ -31,10 +25,7 @@ GradBuckets::GradBuckets(const ModelConfig& config, ModelWeights& g, Communicato
 }
 
 GradBuckets::Bucket& GradBuckets::bucket_for(int stage) {
-  if (stage == GrammarMiniGPT::kHeadStage) return buckets_.front();
-  if (stage == GrammarMiniGPT::kEmbeddingStage) return buckets_.back();
-  MINIGPT_CHECK(stage >= 0 && stage < n_layer_, "gradient stage {} is not a block of {}", stage, n_layer_);
-  return buckets_[static_cast<size_t>(n_layer_ - stage)];  // block L-1 is bucket 1
+  return buckets_[grad_bucket_index(stage, n_layer_)];
 }
 
 void GradBuckets::on_ready(int stage) {

@@ -2,7 +2,7 @@
 //
 // One bucket per group of gradients that GrammarMiniGPT::backward finalises together, in the
 // backward's order (the reverse of the forward): [ln_f.*, lm_head.*], block L-1, ..., block 0,
-// [wte, wpe]. When backward reports a group final (its on_ready hook), the bucket's tensors
+// [wte, wpe] (the groups are dist/grad_layout.h's, shared with the GPU reducer). When backward reports a group final (its on_ready hook), the bucket's tensors
 // are copied into one contiguous fp32 buffer and its all-reduce starts at once; the pending
 // ones are poked (test()) at every later group so the engine progresses while the backward
 // computes. finish() waits for the rest, then writes sum / world_size back into the

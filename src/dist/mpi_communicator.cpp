@@ -80,6 +80,23 @@ MpiCommunicator::~MpiCommunicator() {
   if (!finalized) MPI_Finalize();
 }
 
+int MpiCommunicator::local_rank() const {
+  if (const char* env = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const long value = std::strtol(env, &end, 10);
+    MINIGPT_CHECK(*end == '\0' && value >= 0 && value < size_, "OMPI_COMM_WORLD_LOCAL_RANK='{}' is not a local rank",
+                  env);
+    return static_cast<int>(value);
+  }
+  MPI_Comm host;
+  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host),
+            "MPI_Comm_split_type");
+  int local = 0;
+  MPI_Comm_rank(host, &local);
+  MPI_Comm_free(&host);
+  return local;
+}
+
 void MpiCommunicator::send_heartbeats(uint64_t seq) {
   while (!sent_.empty()) {  // free the buffers of heartbeats already delivered
     int flag = 0;

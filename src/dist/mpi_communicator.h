@@ -34,6 +34,9 @@ class MpiCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  // This rank's index among the ranks on its host (0 .. ranks on the host - 1): which GPU it
+  // drives. From Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, else MPI_Comm_split_type (collective).
+  int local_rank() const;
   std::string name() const override { return "mpi"; }
   void all_reduce_sum(float* data, size_t n) override;
   std::unique_ptr<PendingReduce> start_all_reduce_sum(float* data, size_t n) override;

@@ -99,6 +99,7 @@ struct CudaTrainStep::Impl {
   int64_t n_chunks = 0;
   cuda::LinearGradScratch grad_scratch;  // linear_backward's split-row weight gradients
   GradHook hook;
+  StepWait wait;  // null: cudaStreamSynchronize
   cudaGraphExec_t exec = nullptr;
   size_t graph_nodes = 0;
 
@@ -468,7 +469,10 @@ CudaStepResult CudaTrainStep::step(const int32_t* ids, const int32_t* targets, f
   check(cudaEventRecord(s.ev_start, s.stream), "cudaEventRecord");
   check(cudaGraphLaunch(s.exec, s.stream), "cudaGraphLaunch (training step)");
   check(cudaEventRecord(s.ev_stop, s.stream), "cudaEventRecord");
-  check(cudaStreamSynchronize(s.stream), "the training step");
+  if (s.wait)
+    s.wait(s.stream);  // data parallel: bounded, since the graph's all-reduce waits on the peers
+  else
+    check(cudaStreamSynchronize(s.stream), "the training step");
   CudaStepResult r;
   r.loss = s.host_results->loss;
   r.grad_norm = s.host_results->norm.norm;
@@ -484,6 +488,7 @@ void CudaTrainStep::set_grad_hook(GradHook hook) {
   MINIGPT_CHECK(!impl_->exec, "CUDA training step: the gradient hook must be set before the first step");
   impl_->hook = std::move(hook);
 }
+void CudaTrainStep::set_step_wait(StepWait wait) { impl_->wait = std::move(wait); }
 int64_t CudaTrainStep::flat_floats() const { return impl_->flat; }
 std::vector<std::pair<std::string, int64_t>> CudaTrainStep::parameter_offsets() const {
   return offsets_of(impl_->w, impl_->c);
@@ -545,6 +550,7 @@ void CudaTrainStep::download_grads(ModelWeights&) const { no_cuda(); }
 float CudaTrainStep::forward_backward(const int32_t*, const int32_t*) { no_cuda(); }
 CudaStepResult CudaTrainStep::step(const int32_t*, const int32_t*, float, int64_t) { no_cuda(); }
 void CudaTrainStep::set_grad_hook(GradHook) { no_cuda(); }
+void CudaTrainStep::set_step_wait(StepWait) { no_cuda(); }
 int64_t CudaTrainStep::flat_floats() const { no_cuda(); }
 std::vector<std::pair<std::string, int64_t>> CudaTrainStep::parameter_offsets() const { no_cuda(); }
 size_t CudaTrainStep::arena_bytes() const { no_cuda(); }

@@ -80,6 +80,11 @@ class CudaTrainStep {
   // ModelWeights::named() with parameter_offsets(); enqueue work on `stream` only.
   using GradHook = std::function<void(float* grads, int64_t floats, cudaStream_t stream)>;
   void set_grad_hook(GradHook hook);
+  // Replaces the cudaStreamSynchronize with which step() waits for its graph: with an
+  // all-reduce in the graph a dead peer would leave that wait hanging, so data parallel
+  // passes NcclCommunicator::synchronize (bounded by --dist-timeout; train/cuda_data_parallel.h).
+  using StepWait = std::function<void(cudaStream_t stream)>;
+  void set_step_wait(StepWait wait);
   int64_t flat_floats() const;
   std::vector<std::pair<std::string, int64_t>> parameter_offsets() const;  // (name, float offset)
   size_t arena_bytes() const;

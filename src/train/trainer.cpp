@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "train/cuda_data_parallel.h"
 
 #include <algorithm>
 #include <cmath>
@@ -43,17 +44,18 @@ Trainer::Trainer(TrainOptions options, std::vector<std::string> vocab, TokenStre
   for (const int32_t id : *train_)
     MINIGPT_CHECK(id >= 0 && id < options_.model.vocab_size,
                   "train: token id {} in the training stream is outside the vocabulary", id);
+  MINIGPT_CHECK(device == Device::CUDA || comm_->name() != "nccl",
+                "train --dist nccl reduces GPU buffers: the CPU trainer's ranks use --dist mpi");
   if (device == Device::CUDA) {
-    MINIGPT_CHECK(comm_->size() == 1,
-                  "train --device cuda runs on one GPU; data parallel over {} ranks is CPU-only for now",
-                  comm_->size());
+    // This rank's step: its local batch; with --dist nccl (any world size, 1 included) the
+    // graph averages the gradients over the ranks before the clipping (cuda_data_parallel.h).
     cuda_ = std::make_unique<CudaTrainStep>(options_.model, options_.adamw, options_.grad_clip,
-                                            options_.batch, options_.seq);
-  }
-  if (comm_->size() > 1) {
+                                            local_batch_, options_.seq);
+    if (comm_->size() > 1 || comm_->name() == "nccl") connect_nccl(*cuda_, *comm_);
+  } else if (comm_->size() > 1) {
     buckets_ = std::make_unique<dist::GradBuckets>(options_.model, grads_, *comm_);
-    broadcast_weights();
   }
+  if (comm_->size() > 1) broadcast_weights();  // host weights; a CUDA step uploads them first
 }
 
 Trainer::~Trainer() = default;
@@ -116,8 +118,15 @@ StepStats Trainer::cuda_step(const int32_t* ids, const int32_t* targets) {
 StepStats Trainer::train_step(ThreadPool& pool) {
   MINIGPT_CHECK(!done(), "train: all {} steps are done", options_.steps);
   if (cuda_) {
-    sampler_.next(ids_.data(), targets_.data());
-    return cuda_step(ids_.data(), targets_.data());
+    sampler_.next(ids_.data(), targets_.data());  // the global batch; this rank keeps its rows
+    const int64_t offset = comm_->rank() * local_batch_ * options_.seq;
+    StepStats s = cuda_step(ids_.data() + offset, targets_.data() + offset);
+    if (comm_->name() == "nccl") s.comm_bytes = 4 * options_.model.parameter_count();
+    if (comm_->size() > 1) {
+      comm_->all_reduce_sum(&s.loss, 1);  // the whole batch's mean loss, for the log
+      s.loss /= static_cast<float>(comm_->size());
+    }
+    return s;
   }
   Timer timer;
   const int64_t T = options_.seq;

@@ -14,11 +14,14 @@
 // broadcast from rank 0 at the start. Only rank 0 evaluates and writes checkpoints
 // (run_training); a checkpoint records the world size and resuming with another is an Error.
 //
-// On the GPU (device = Device::CUDA, one rank): the step runs as one CUDA graph
+// On the GPU (device = Device::CUDA): the step runs as one CUDA graph
 // (train/cuda_train_step.h) on the device's copy of the weights and moments; the host copies
 // (model(), checkpoints, evaluation) are refreshed from the device when read, so the loop, the
 // checkpoints and resuming work as on the CPU. Same batches and schedule as the CPU run; the
-// weights agree to ~1e-4 relative after 50 steps (summation orders differ).
+// weights agree to ~1e-4 relative after 50 steps (summation orders differ). Data parallel on
+// GPUs is `--dist nccl` (one process and GPU per rank, same batch split and weight broadcast as
+// above): the graph averages the gradients over NCCL between the backward and the clipping
+// (train/cuda_data_parallel.h); a CPU trainer refuses an NCCL communicator and vice versa.
 //
 // What it does not do: generate the corpus (the caller passes token streams; see
 // train/corpus_stream.h) or print anything (the caller's hooks do).
@@ -60,7 +63,8 @@ class Trainer {
   // A fresh run: weights from ModelWeights::init_random(options.model, options.seed).
   // options.model.vocab_size must equal vocab.size(). val may be empty (no evaluation).
   // comm: the ranks to train with (null: one process); it must outlive the trainer.
-  // device: Device::CUDA trains on the GPU (one rank only; Error without a GPU).
+  // device: Device::CUDA trains on the GPU (Error without a GPU; more than one rank needs an
+  // NCCL communicator).
   Trainer(TrainOptions options, std::vector<std::string> vocab, TokenStream train, TokenStream val,
           dist::Communicator* comm = nullptr, Device device = Device::CPU);
   // Continues a checkpoint; the streams must be the ones its options generate (the training
