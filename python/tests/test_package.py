@@ -1,0 +1,106 @@
+"""`pip install .` into a fresh virtual environment, then `import minigpt` from outside the
+repository with no PYTHONPATH: the installed package (pure-Python modules, the compiled module,
+its type stub and py.typed) computes a softmax of a NumPy array, loads the shipped model on the
+CPU and predicts, and says clearly that device="cuda" needs a GPU when none is visible.
+
+Nothing is downloaded: the venv sees this Python's packages (--system-site-packages: numpy, and
+scikit-build-core and nanobind for --no-build-isolation) and pip runs with --no-index. The CMake
+tree is build/wheel-<tag> (pyproject.toml), kept between runs, and ccache is used when it is
+installed (CCACHE_BASEDIR = the repository, so objects compiled by `make` at the same depth are
+hits): warm, the test takes ~30 s; cold with a warm ccache about as long plus the link.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import missing, require
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = REPO / "models" / "grammar-minigpt.safetensors"
+
+
+def build_env() -> dict[str, str]:
+    """This process's environment without the in-tree import path, with ccache when it exists.
+    CC/CXX: scikit-build-core would otherwise take Python's sysconfig compilers (g++, or
+    x86_64-linux-gnu-g++), and ccache keys on the compiler's name: cc/c++ are what CMake picks
+    for `make`'s build tree, so its objects are hits here."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "MINIGPT_PYTHON_BUILD")}
+    env.setdefault("CC", "cc")
+    env.setdefault("CXX", "c++")
+    if shutil.which("ccache"):
+        env.setdefault("CMAKE_CXX_COMPILER_LAUNCHER", "ccache")
+        env.setdefault("CMAKE_CUDA_COMPILER_LAUNCHER", "ccache")
+        env.setdefault("CCACHE_BASEDIR", str(REPO))
+        env.setdefault("CCACHE_NOHASHDIR", "true")
+    env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
+    return env
+
+
+def run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int) -> subprocess.CompletedProcess:
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"{' '.join(cmd)} exited {r.returncode}\n--- stdout\n{r.stdout[-4000:]}\n--- stderr\n{r.stderr[-4000:]}"
+    return r
+
+
+# What the installed package must do, run by the venv's python in an empty folder.
+CHECK = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    import numpy as np
+    import minigpt
+    from minigpt import core
+    pkg = Path(minigpt.__file__).parent
+    assert "site-packages" in str(pkg), pkg
+    assert Path(core._module.__file__).parent == pkg, core._module.__file__
+    assert (pkg / "_minigpt_core.pyi").is_file() and (pkg / "py.typed").is_file()
+    y = minigpt.softmax(np.array([[0.0, 1.0, 2.0]], dtype=np.float32))
+    want = np.exp([0.0, 1.0, 2.0]) / np.exp([0.0, 1.0, 2.0]).sum()
+    assert np.allclose(y, want, rtol=1e-6), y
+    model = minigpt.Model.load(sys.argv[1])
+    top = model.predict("Yesterday I", k=3)
+    try:
+        minigpt.Model.load(sys.argv[1], device="cuda")
+        cuda = "loaded"
+    except minigpt.Error as e:
+        cuda = str(e)
+    sys.path.insert(0, sys.argv[2])  # the tests folder, for the stub check only
+    from stub_check import check_stub
+    check_stub(core._module)
+    print(json.dumps({"package": str(pkg), "top": top, "cuda": cuda,
+                      "gpus": core.build_info()["gpus"]}))
+""")
+
+
+def test_pip_install_into_a_fresh_venv(tmp_path):
+    require("scikit_build_core", "scikit-build-core is not installed (scripts/setup.sh installs it)")
+    require("nanobind", "nanobind is not installed (scripts/setup.sh installs it)")
+    require("ensurepip", "this Python cannot make a venv with pip (Debian: python3-venv)")
+    if not MODEL.is_file():
+        missing(f"the shipped model {MODEL} is missing")
+    env = build_env()
+    venv = tmp_path / "venv"
+    start = time.perf_counter()
+    run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], tmp_path, env, 120)
+    python = venv / "bin" / "python"
+    r = run([str(python), "-m", "pip", "install", "--no-build-isolation", "--no-index", "--no-cache-dir",
+             str(REPO)], tmp_path, env, 1500)
+    installed = time.perf_counter() - start
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    r = run([str(python), "-c", CHECK, str(MODEL), str(Path(__file__).parent)], outside, env, 300)
+    import json
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    assert Path(result["package"]).is_relative_to(venv), result["package"]
+    assert len(result["top"]) == 3 and all(0 < p <= 1 for _, p in result["top"])
+    if result["gpus"] == 0:
+        assert "device='cuda'" in result["cuda"], result["cuda"]
+    print(f"\npip install . into a fresh venv: {installed:.1f} s (import and checks: "
+          f"{time.perf_counter() - start - installed:.1f} s)")
