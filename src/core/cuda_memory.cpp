@@ -29,7 +29,11 @@ bool available() {
 void* allocate(size_t bytes) {
   MINIGPT_CHECK(available(), "no CUDA device is visible (cannot allocate {} bytes on the GPU)", bytes);
   void* ptr = nullptr;
-  check(cudaMalloc(&ptr, bytes), "cudaMalloc");
+  const cudaError_t status = cudaMalloc(&ptr, bytes);
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // clear it: a later launch check must not report this failed allocation
+    MINIGPT_FAIL("CUDA cudaMalloc of {} bytes failed: {}", bytes, cudaGetErrorString(status));
+  }
   return ptr;
 }
 

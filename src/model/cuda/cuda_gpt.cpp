@@ -1,0 +1,380 @@
+// CudaGPT and CudaDecoder (cuda_gpt.h) over the CUDA runtime: the arenas, the enqueue order of
+// the kernels and the graph capture. Compiled only in CUDA builds (cuda_gpt_stub.cpp otherwise).
+#include "model/cuda/cuda_gpt.h"
+
+#include "core/cuda_arena.h"
+#include "core/cuda_memory.h"
+#include "core/error.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/captured_launches.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/layernorm.h"
+#include "kernels/cuda/linear.h"
+#include "kernels/cuda/softmax.h"
+#include "model/cuda/cuda_weights.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <list>
+#include <utility>
+
+namespace minigpt {
+
+bool cuda_model_available() { return cuda_memory::available(); }
+
+std::string cuda_model_unavailable_reason() {
+  if (cuda_memory::available()) return "";
+  return "no CUDA device is visible (is there a GPU, and is CUDA_VISIBLE_DEVICES set?)";
+}
+
+namespace {
+
+constexpr size_t kMaxShapes = 8;  // forward graphs kept (oldest dropped first)
+
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { MINIGPT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~Stream() { if (s) cudaStreamDestroy(s); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+};
+
+// Host memory the GPU copies to and from inside a graph (page-locked: a captured copy needs it).
+struct PinnedBuffer {
+  void* ptr = nullptr;
+  explicit PinnedBuffer(size_t bytes) {
+    MINIGPT_CUDA_CHECK(cudaMallocHost(&ptr, std::max<size_t>(bytes, 4)));
+  }
+  ~PinnedBuffer() { if (ptr) cudaFreeHost(ptr); }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+};
+
+void check_config(const ModelConfig& c) {
+  const int dh = c.head_dim();
+  MINIGPT_CHECK(dh == 8 || dh == 16 || dh == 32 || dh == 64,
+                "the CUDA model supports head dims 8, 16, 32 and 64; this model's is {} "
+                "(d_model {} / n_head {})", dh, c.d_model, c.n_head);
+}
+
+// Activations of one forward or decode step, N rows. The residual stream lives in x (or, on the
+// cuBLAS path, alternates between x and x2: its epilogue adds in place into the GEMM's output).
+struct Scratch {
+  float *x, *x2, *ln, *qkv, *att, *h, *logits;
+};
+
+Scratch carve(CudaArena& arena, int64_t N, const ModelConfig& c, bool cublas) {
+  const int64_t d = c.d_model;
+  Scratch s{};
+  s.x = arena.floats(N * d, "x");
+  s.x2 = cublas ? arena.floats(N * d, "x2") : nullptr;
+  s.ln = cublas ? arena.floats(N * d, "ln") : nullptr;
+  s.qkv = arena.floats(N * 3 * d, "qkv");
+  s.att = arena.floats(N * d, "att");
+  s.h = arena.floats(N * c.d_ff(), "h");
+  s.logits = arena.floats(N * c.vocab_size, "logits");
+  return s;
+}
+
+size_t scratch_bytes(int64_t N, const ModelConfig& c) {
+  const int64_t d = c.d_model;
+  size_t b = 0;
+  for (int64_t n : {N * d, N * d, N * d, N * 3 * d, N * d, N * c.d_ff(), N * c.vocab_size})
+    b += CudaArena::aligned(static_cast<size_t>(n) * sizeof(float));
+  return b;
+}
+
+// y (M, N) = residual + act(ln(x) W^T + b) on either path. On the cuBLAS path ln (if any) is
+// written to s.ln first; y must then not alias the residual (the caller swaps buffers).
+struct Linears {
+  const ModelConfig* c;
+  const cuda::Cublas* blas;  // null: the fused kernels
+  float* ln_scratch;
+
+  void run(const float* x, const float* W, const float* b, float* y, int64_t M, int64_t K,
+           int64_t N, const cuda::LinearFusion& f, cudaStream_t stream) const {
+    if (!blas) return cuda::linear_forward(x, W, b, y, M, K, N, f, stream);
+    const float* in = x;
+    if (f.ln_weight) {
+      cuda::layernorm_forward(x, f.ln_weight, f.ln_bias, ln_scratch, nullptr, nullptr, M, K,
+                              f.ln_eps, stream);
+      in = ln_scratch;
+    }
+    cuda::linear_gemm(*blas, in, W, y, M, K, N, stream);
+    cuda::LinearFusion epi = f;
+    epi.ln_weight = epi.ln_bias = nullptr;
+    cuda::linear_epilogue(y, b, M, N, epi, stream);
+  }
+};
+
+// The blocks and the head, from s.x (N, d) holding the embedding to s.logits (N, V).
+// attention(layer, qkv, att) is the attention core: the full causal one (forward) or the
+// cached one-row step (decoder).
+template <class Attention>
+void enqueue_blocks(const ModelConfig& c, const CudaWeights& w, const Linears& lin, Scratch& s,
+                    int64_t N, const Attention& attention, cudaStream_t stream) {
+  const int64_t d = c.d_model, F = c.d_ff();
+  const float eps = c.layernorm_eps;
+  float* x = s.x;
+  float* other = s.x2;  // cuBLAS path only
+  auto residual_into = [&](const float* in, const float* W, const float* b, int64_t K) {
+    // x = x + (in W^T + b): fused in place, or into the other buffer on the cuBLAS path
+    float* y = lin.blas ? other : x;
+    lin.run(in, W, b, y, N, K, d, {.residual = x}, stream);
+    if (lin.blas) std::swap(x, other);
+  };
+  for (int l = 0; l < c.n_layer; ++l) {
+    const CudaBlockWeights& bw = w.blocks[static_cast<size_t>(l)];
+    lin.run(x, bw.qkv_weight, bw.qkv_bias, s.qkv, N, d, 3 * d,
+            {.ln_weight = bw.ln1_weight, .ln_bias = bw.ln1_bias, .ln_eps = eps}, stream);
+    attention(l, s.qkv, s.att);
+    residual_into(s.att, bw.proj_weight, bw.proj_bias, d);
+    lin.run(x, bw.fc1_weight, bw.fc1_bias, s.h, N, d, F,
+            {.ln_weight = bw.ln2_weight, .ln_bias = bw.ln2_bias, .ln_eps = eps, .gelu = true},
+            stream);
+    residual_into(s.h, bw.fc2_weight, bw.fc2_bias, F);
+  }
+  lin.run(x, w.lm_head_weight, w.lm_head_bias, s.logits, N, d, c.vocab_size,
+          {.ln_weight = w.ln_f_weight, .ln_bias = w.ln_f_bias, .ln_eps = eps}, stream);
+}
+
+void check_ids(const int32_t* ids, int64_t B, int64_t T, const ModelConfig& c) {
+  MINIGPT_CHECK(B >= 0, "batch size must be >= 0, got {}", B);
+  MINIGPT_CHECK(T >= 1 && T <= c.block_size,
+                "sequence length must be in [1, block_size = {}], got {}", c.block_size, T);
+  MINIGPT_CHECK(B == 0 || ids != nullptr, "token ids are null");
+  for (int64_t i = 0; i < B * T; ++i)
+    MINIGPT_CHECK(ids[i] >= 0 && ids[i] < c.vocab_size,
+                  "token id {} at (batch {}, position {}) is outside the vocabulary [0, {})",
+                  ids[i], i / T, i % T, c.vocab_size);
+}
+
+// One forward shape: its arena (inputs, activations, outputs) and its graph.
+struct ForwardShape {
+  int64_t B, T;
+  CudaArena arena;
+  int32_t* ids;
+  Scratch s;
+  float* probs;
+  std::unique_ptr<cuda::CapturedLaunches> graph;
+
+  ForwardShape(int64_t b, int64_t t, const ModelConfig& c, bool cublas)
+      : B(b), T(t),
+        arena(CudaArena::aligned(static_cast<size_t>(b * t) * sizeof(int32_t)) +
+              scratch_bytes(b * t, c) +
+              CudaArena::aligned(static_cast<size_t>(b * t * c.vocab_size) * sizeof(float))) {
+    ids = arena.allocate_array<int32_t>(B * T, "ids");
+    s = carve(arena, B * T, c, cublas);
+    probs = arena.floats(B * T * c.vocab_size, "probs");
+  }
+};
+
+}  // namespace
+
+struct CudaGPT::Impl {
+  ModelConfig config;
+  CudaGPTOptions options;
+  Stream stream;
+  CudaArena arena;  // weights (+ the cuBLAS workspace)
+  CudaWeights weights;
+  std::unique_ptr<cuda::Cublas> blas;
+  cuda::FusedConfig softmax_config;
+  std::list<ForwardShape> shapes;  // most recently used first
+
+  Impl(const GrammarMiniGPT& model, CudaGPTOptions opts)
+      : config(model.config()), options(opts),
+        arena(CudaWeights::arena_bytes(model.config()) +
+              (opts.linear == CudaGPTOptions::Linear::Cublas ? cuda::Cublas::kWorkspaceBytes : 0)) {
+    weights = CudaWeights::allocate(config, arena);
+    upload_weights(model.weights(), config, weights);
+    if (opts.linear == CudaGPTOptions::Linear::Cublas)
+      blas = std::make_unique<cuda::Cublas>(arena.allocate(cuda::Cublas::kWorkspaceBytes, "cublas workspace"));
+    softmax_config = cuda::fused_default_config(config.vocab_size, cuda::fused_limits());
+  }
+
+  Linears linears(float* ln_scratch) const { return {&config, blas.get(), ln_scratch}; }
+
+  ForwardShape& shape(int64_t B, int64_t T) {
+    for (auto it = shapes.begin(); it != shapes.end(); ++it) {
+      if (it->B == B && it->T == T) {
+        shapes.splice(shapes.begin(), shapes, it);
+        return shapes.front();
+      }
+    }
+    if (shapes.size() >= kMaxShapes) {
+      MINIGPT_CUDA_CHECK(cudaStreamSynchronize(stream.s));  // its graph may still be running
+      shapes.pop_back();
+    }
+    shapes.emplace_front(B, T, config, blas != nullptr);
+    ForwardShape& f = shapes.front();
+    try {
+      f.graph = std::make_unique<cuda::CapturedLaunches>(
+          [&](cudaStream_t st) { enqueue_forward(f, st); }, 1, stream.s);
+    } catch (...) {
+      shapes.pop_front();
+      throw;
+    }
+    return f;
+  }
+
+  void enqueue_forward(ForwardShape& f, cudaStream_t st) {
+    const int64_t N = f.B * f.T, V = config.vocab_size;
+    cuda::embedding_forward(f.ids, weights.wte, weights.wpe, f.s.x, f.B, f.T, config.d_model, V,
+                            config.block_size, st);
+    const Linears lin = linears(f.s.ln);
+    enqueue_blocks(config, weights, lin, f.s, N,
+                   [&](int, const float* qkv, float* att) {
+                     cuda::attention_forward(qkv, att, nullptr, f.B, f.T, config.d_model,
+                                             config.n_head, st);
+                   },
+                   st);
+    cuda::softmax_fused(f.s.logits, f.probs, N, V, softmax_config, st);
+  }
+};
+
+CudaGPT::CudaGPT(const GrammarMiniGPT& model, CudaGPTOptions options) {
+  MINIGPT_CHECK(cuda_model_available(), "cannot run the model on CUDA: {}",
+                cuda_model_unavailable_reason());
+  check_config(model.config());
+  impl_ = std::make_unique<Impl>(model, options);
+}
+
+CudaGPT::~CudaGPT() {
+  if (impl_) cudaStreamSynchronize(impl_->stream.s);  // graphs may still read the arenas
+}
+
+const ModelConfig& CudaGPT::config() const { return impl_->config; }
+const CudaGPTOptions& CudaGPT::options() const { return impl_->options; }
+cudaStream_t CudaGPT::stream() const { return impl_->stream.s; }
+
+CudaGPT::DeviceForward CudaGPT::prepare(int64_t B, int64_t T) {
+  MINIGPT_CHECK(B >= 1 && T >= 1 && T <= impl_->config.block_size,
+                "CUDA forward: bad shape B={} T={} (block_size {})", B, T, impl_->config.block_size);
+  ForwardShape& f = impl_->shape(B, T);
+  return {f.ids, f.s.logits, f.probs};
+}
+
+void CudaGPT::replay(int64_t B, int64_t T) { impl_->shape(B, T).graph->replay(impl_->stream.s); }
+
+void CudaGPT::forward(const int32_t* ids, int64_t B, int64_t T, Tensor& logits, Tensor& probs) {
+  const ModelConfig& c = impl_->config;
+  check_ids(ids, B, T, c);
+  const Shape shape = {B, T, static_cast<int64_t>(c.vocab_size)};
+  for (Tensor* t : {&logits, &probs})
+    if (!t->defined() || t->shape() != shape || !t->is_contiguous() || t->device() != Device::CPU)
+      *t = Tensor::empty(shape);
+  if (B == 0) return;
+  ForwardShape& f = impl_->shape(B, T);
+  cudaStream_t st = impl_->stream.s;
+  const size_t out_bytes = static_cast<size_t>(B * T * c.vocab_size) * sizeof(float);
+  MINIGPT_CUDA_CHECK(cudaMemcpyAsync(f.ids, ids, static_cast<size_t>(B * T) * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, st));
+  f.graph->replay(st);
+  MINIGPT_CUDA_CHECK(cudaMemcpyAsync(logits.data(), f.s.logits, out_bytes, cudaMemcpyDeviceToHost, st));
+  MINIGPT_CUDA_CHECK(cudaMemcpyAsync(probs.data(), f.probs, out_bytes, cudaMemcpyDeviceToHost, st));
+  MINIGPT_CUDA_CHECK(cudaStreamSynchronize(st));
+}
+
+// ---- decoder ----
+
+struct CudaDecoder::Impl {
+  const CudaGPT::Impl* model;
+  int64_t capacity;
+  int64_t pos = 0;
+  Stream stream;
+  CudaArena arena;
+  int32_t* state;  // device: {id, position}
+  Scratch s;
+  std::vector<float*> k_cache, v_cache;  // per layer (capacity, d)
+  PinnedBuffer host_state, host_logits;
+  std::unique_ptr<cuda::CapturedLaunches> graph;
+
+  explicit Impl(const CudaGPT::Impl& m)
+      : model(&m), capacity(m.config.block_size),
+        arena(CudaArena::aligned(2 * sizeof(int32_t)) + scratch_bytes(1, m.config) +
+              2 * static_cast<size_t>(m.config.n_layer) *
+                  CudaArena::aligned(static_cast<size_t>(capacity * m.config.d_model) * sizeof(float))),
+        host_state(2 * sizeof(int32_t)),
+        host_logits(static_cast<size_t>(m.config.vocab_size) * sizeof(float)) {
+    const ModelConfig& c = m.config;
+    state = arena.allocate_array<int32_t>(2, "decode state");
+    s = carve(arena, 1, c, m.blas != nullptr);
+    for (int l = 0; l < c.n_layer; ++l) {
+      k_cache.push_back(arena.floats(capacity * c.d_model, "k cache"));
+      v_cache.push_back(arena.floats(capacity * c.d_model, "v cache"));
+    }
+    std::memset(host_state.ptr, 0, 2 * sizeof(int32_t));
+    graph = std::make_unique<cuda::CapturedLaunches>([&](cudaStream_t st) { enqueue_step(st); }, 1,
+                                                     stream.s);
+  }
+
+  // host state -> device, one step, device logits -> host: all inside the graph
+  void enqueue_step(cudaStream_t st) {
+    const ModelConfig& c = model->config;
+    MINIGPT_CUDA_CHECK(cudaMemcpyAsync(state, host_state.ptr, 2 * sizeof(int32_t),
+                                       cudaMemcpyHostToDevice, st));
+    cuda::embedding_decode(state, state + 1, model->weights.wte, model->weights.wpe, s.x,
+                           c.d_model, c.vocab_size, c.block_size, st);
+    const Linears lin = model->linears(s.ln);
+    enqueue_blocks(c, model->weights, lin, s, 1,
+                   [&](int l, const float* qkv, float* att) {
+                     cuda::attention_decode(qkv, k_cache[static_cast<size_t>(l)],
+                                            v_cache[static_cast<size_t>(l)], state + 1, att,
+                                            c.d_model, c.n_head, capacity, st);
+                   },
+                   st);
+    MINIGPT_CUDA_CHECK(cudaMemcpyAsync(host_logits.ptr, s.logits,
+                                       static_cast<size_t>(c.vocab_size) * sizeof(float),
+                                       cudaMemcpyDeviceToHost, st));
+  }
+};
+
+CudaDecoder::CudaDecoder(const CudaGPT& model) : impl_(std::make_unique<Impl>(*model.impl_)) {}
+CudaDecoder::~CudaDecoder() {
+  if (impl_) cudaStreamSynchronize(impl_->stream.s);
+}
+
+void CudaDecoder::reset() { impl_->pos = 0; }
+int64_t CudaDecoder::position() const { return impl_->pos; }
+int64_t CudaDecoder::capacity() const { return impl_->capacity; }
+cudaStream_t CudaDecoder::stream() const { return impl_->stream.s; }
+void CudaDecoder::replay() { impl_->graph->replay(impl_->stream.s); }
+
+std::span<const float> CudaDecoder::step(int32_t id) {
+  Impl& d = *impl_;
+  const int64_t V = d.model->config.vocab_size;
+  MINIGPT_CHECK(id >= 0 && id < V, "token id {} is outside the vocabulary [0, {})", id, V);
+  MINIGPT_CHECK(d.pos < d.capacity,
+                "the context is full: the model's block_size is {} tokens and {} were fed",
+                d.capacity, d.pos);
+  MINIGPT_CUDA_CHECK(cudaStreamSynchronize(d.stream.s));  // a replay() may still read host_state
+  int32_t* hs = static_cast<int32_t*>(d.host_state.ptr);
+  hs[0] = id;
+  hs[1] = static_cast<int32_t>(d.pos);
+  d.graph->replay(d.stream.s);
+  MINIGPT_CUDA_CHECK(cudaStreamSynchronize(d.stream.s));
+  ++d.pos;
+  return {static_cast<const float*>(d.host_logits.ptr), static_cast<size_t>(V)};
+}
+
+std::span<const float> CudaDecoder::prefill(std::span<const int32_t> ids) {
+  Impl& d = *impl_;
+  const int64_t V = d.model->config.vocab_size;
+  MINIGPT_CHECK(!ids.empty(), "prefill needs at least one token");
+  MINIGPT_CHECK(d.pos + static_cast<int64_t>(ids.size()) <= d.capacity,
+                "the prompt of {} tokens does not fit: {} of the model's {} context positions "
+                "are left",
+                ids.size(), d.capacity - d.pos, d.capacity);
+  for (size_t i = 0; i < ids.size(); ++i)
+    MINIGPT_CHECK(ids[i] >= 0 && ids[i] < V,
+                  "token id {} at prompt position {} is outside the vocabulary [0, {})", ids[i], i, V);
+  std::span<const float> logits;
+  for (int32_t id : ids) logits = step(id);
+  return logits;
+}
+
+}  // namespace minigpt

@@ -1,0 +1,109 @@
+// CudaGPT and CudaDecoder: the grammar MiniGPT's inference on one GPU. CudaGPT uploads a
+// GrammarMiniGPT's weights once and runs the forward (B, T) -> logits, probs; CudaDecoder is the
+// KV-cache decoder (the API of model/decoder.h). The whole forward of a shape and the whole
+// decode step are each captured once as a CUDA graph and then replayed; every buffer a graph
+// touches is a slot of an arena allocated before the capture, so a call allocates nothing.
+//
+// Per layer the forward runs (ln1 + qkv), attention, (proj + residual), (ln2 + fc1 + GELU),
+// (fc2 + residual) with kernels/cuda/linear.h's fused Linear, then (ln_f + lm_head) and the fused
+// softmax (kernels/cuda/softmax.h): 23 kernels in one graph at any shape. With
+// CudaGPTOptions::linear = Linear::Cublas the Linears are cuBLAS GEMMs (pedantic fp32) with
+// LayerNorm and the epilogues as separate kernels (39 kernels): the reference path for timing.
+// Numerics: logits within ~1e-5 of the CPU engine (sums over k in another order).
+//
+// Built in every configuration: without CUDA (or without a visible GPU) constructing a CudaGPT
+// throws Error saying so. What it does not do: training (train/), sampling (model/sampling.h),
+// several GPUs. Not thread-safe: one caller at a time per object.
+#pragma once
+
+#include "core/tensor.h"
+#include "model/gpt.h"
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+typedef struct CUstream_st* cudaStream_t;  // as cuda_runtime_api.h declares it
+
+namespace minigpt {
+
+struct CudaGPTOptions {
+  enum class Linear { Fused, Cublas };
+  Linear linear = Linear::Fused;
+};
+
+// True when this build has CUDA and a GPU is visible.
+bool cuda_model_available();
+// Why not, for an error message ("built without CUDA", "no CUDA device is visible"); empty if available.
+std::string cuda_model_unavailable_reason();
+
+class CudaGPT {
+ public:
+  // Uploads model's weights (a snapshot: later changes to model are not seen) on the current
+  // device. Error if CUDA is unavailable, the config is outside what the kernels support
+  // (head dim 8/16/32/64), or the GPU is out of memory (naming the bytes).
+  explicit CudaGPT(const GrammarMiniGPT& model, CudaGPTOptions options = {});
+  ~CudaGPT();
+  CudaGPT(const CudaGPT&) = delete;
+  CudaGPT& operator=(const CudaGPT&) = delete;
+
+  const ModelConfig& config() const;
+  const CudaGPTOptions& options() const;
+
+  // GrammarMiniGPT::forward's contract: ids (B, T) host, checked; writes host logits and probs
+  // (B, T, V), allocating them if undefined or misshapen; B == 0 gives empty outputs. The first
+  // call of a (B, T) allocates that shape's arena and captures its graph (the last 8 shapes are
+  // kept); later calls copy ids in, replay, copy the outputs back and wait.
+  void forward(const int32_t* ids, int64_t B, int64_t T, Tensor& logits, Tensor& probs);
+
+  // For benchmarks and device-side callers: the graph of shape (B >= 1, T), captured if needed.
+  // ids (B*T int32), logits and probs (B*T*V floats) are its fixed device slots.
+  struct DeviceForward {
+    int32_t* ids;
+    float* logits;
+    float* probs;
+  };
+  DeviceForward prepare(int64_t B, int64_t T);
+  // Enqueues shape (B, T)'s graph on stream() (prepare() first); does not wait.
+  void replay(int64_t B, int64_t T);
+  cudaStream_t stream() const;
+
+ private:
+  friend class CudaDecoder;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class CudaDecoder {
+ public:
+  // Keeps a reference to model (it must outlive the decoder); allocates its arena (the KV cache,
+  // one-row scratch) and pinned host buffers, and captures the decode step's graph once: the
+  // token and the position are device inputs, so one graph serves every position.
+  explicit CudaDecoder(const CudaGPT& model);
+  ~CudaDecoder();
+  CudaDecoder(const CudaDecoder&) = delete;
+  CudaDecoder& operator=(const CudaDecoder&) = delete;
+
+  void reset();  // the next token is position 0
+  int64_t position() const;
+  int64_t capacity() const;  // block_size
+
+  // As Decoder::step: feeds id at position(), returns the logits (V) (host memory, valid until
+  // the next step/prefill/reset). Error if id is outside [0, V) or the context is full; the state
+  // is unchanged on error.
+  std::span<const float> step(int32_t id);
+  // As Decoder::prefill: every id checked and the prompt checked to fit before anything is fed.
+  std::span<const float> prefill(std::span<const int32_t> ids);
+
+  // For benchmarks: the step's graph, on stream(), with the token and position last written by
+  // step() (no host work, no wait; the logits are not returned).
+  void replay();
+  cudaStream_t stream() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace minigpt
