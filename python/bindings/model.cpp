@@ -18,11 +18,10 @@
 #include "common.h"
 
 #include "compile/runner.h"
-#include "core/cuda_memory.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
-#include "minigpt/build_info.h"
 #include "model/config.h"
+#include "model/cuda/cuda_gpt.h"
 #include "model/decoder.h"
 #include "model/gpt.h"
 #include "model/model_file.h"
@@ -106,19 +105,18 @@ nb::dict weights_to_dict(const ModelWeights& w, bool copy) {
 }
 
 // "cpu" or "cuda"; anything else is a ValueError. "cuda" needs a CUDA build and a visible GPU:
-// without either it is a core.Error saying which, before any weight is copied.
+// without either it is a core.Error saying which, before any weight is read.
 std::string checked_device(const std::string& device) {
   if (device == "cpu") return device;
   if (device != "cuda") throw nb::value_error(("unknown device '" + device + "' (cpu or cuda)").c_str());
-  MINIGPT_CHECK(MINIGPT_WITH_CUDA, "device='cuda': this module was built without CUDA (install it on a "
-                "machine with nvcc, or configure with -DMINIGPT_CUDA=ON)");
-  MINIGPT_CHECK(cuda_memory::available(), "device='cuda': no CUDA GPU is visible (check nvidia-smi and "
-                "CUDA_VISIBLE_DEVICES)");
-  MINIGPT_FAIL("device='cuda': the model does not run on CUDA in this build yet; use device='cpu'");
+  MINIGPT_CHECK(cuda_model_available(), "device='cuda': {}", cuda_model_unavailable_reason());
+  return device;
 }
 
-// What Python holds: the model, its vocabulary and tokenizer, its device, a lock for
-// forward_train/backward pairs.
+// What Python holds: the model (its weights stay on the CPU for weights(), save(), decode(),
+// loss_and_grads() and compile()), its vocabulary and tokenizer, on device "cuda" a CudaGPT (a
+// snapshot of the weights on the GPU) and the CudaDecoder generate() reuses, and a lock for
+// forward_train/backward pairs and for the GPU objects (one caller at a time).
 struct PyModel {
   PyModel(ModelConfig config, ModelWeights weights, std::vector<std::string> vocab, std::string device = "cpu")
       : model(std::move(config), std::move(weights)), vocab(std::move(vocab)), device(std::move(device)) {
@@ -126,11 +124,19 @@ struct PyModel {
                   "vocab has {} tokens, config says vocab_size = {}", this->vocab.size(),
                   model.config().vocab_size);
     tokenizer = std::make_unique<Tokenizer>(this->vocab);
+    if (this->device == "cuda") gpu = std::make_unique<CudaGPT>(model);  // uploads the weights
+  }
+  // GrammarMiniGPT::forward on the model's device (host ids in, host logits and probs out).
+  void forward(const int32_t* ids, int64_t B, int64_t T, Tensor& logits, Tensor& probs, ThreadPool& pool) {
+    if (gpu) gpu->forward(ids, B, T, logits, probs);
+    else model.forward(ids, B, T, logits, probs, pool);
   }
   GrammarMiniGPT model;
   std::vector<std::string> vocab;
   std::unique_ptr<Tokenizer> tokenizer;
   std::string device;
+  std::unique_ptr<CudaGPT> gpu;               // device "cuda" only
+  std::unique_ptr<CudaDecoder> gpu_decoder;   // made by the first generate (captures its graph); before gpu in destruction
   std::mutex mutex;
 };
 
@@ -161,7 +167,7 @@ std::vector<std::pair<std::string, float>> predict(PyModel& p, std::string_view 
     auto pool = current_pool();
     nb::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(p.mutex);
-    p.model.forward(ids.data(), 1, T, logits, probs, *pool);
+    p.forward(ids.data(), 1, T, logits, probs, *pool);
   }
   const float* last = probs.data() + (T - 1) * V;  // (V): the token after the prompt
   const int64_t top = std::min<int64_t>(k, V);
@@ -174,9 +180,29 @@ std::vector<std::pair<std::string, float>> predict(PyModel& p, std::string_view 
   return result;
 }
 
-// The text `minigpt generate -p prompt -n n --temp temperature --top-k top_k -s seed` prints:
-// the prompt's words and up to n sampled ones (KV-cache decoding; stops at <eos> or a full
-// context). The same seed gives the same text as the CLI.
+// `minigpt generate`'s sampling loop over a decoder (Decoder with its pool, or CudaDecoder):
+// feeds the prompt, then samples until n tokens, <eos> or a full context. Returns the new ids.
+template <class Dec, class... Pool>
+std::vector<int32_t> sample(Dec& decoder, std::span<const int32_t> prompt, const SamplingParams& params,
+                            uint64_t seed, int n, Pool&... pool) {
+  MINIGPT_CHECK(static_cast<int64_t>(prompt.size()) < decoder.capacity(),
+                "the prompt has {} tokens with <bos>; the model's context holds {}, leaving no room to generate",
+                prompt.size(), decoder.capacity());
+  std::span<const float> logits = decoder.prefill(prompt, pool...);
+  Sampler sampler(seed);
+  std::vector<int32_t> generated;
+  for (int i = 0; i < n; ++i) {
+    const int32_t id = sampler.sample(logits, params);
+    if (id == Tokenizer::kEos) break;
+    generated.push_back(id);
+    if (decoder.position() == decoder.capacity()) break;
+    logits = decoder.step(id, pool...);
+  }
+  return generated;
+}
+
+// The text `minigpt generate -p prompt -n n --temp temperature --top-k top_k -s seed [--device
+// cuda]` prints: the prompt's words and up to n sampled ones. The same seed gives the same text.
 std::string generate(PyModel& p, std::string_view prompt, int n, float temperature, int top_k, uint64_t seed) {
   if (n < 0) throw nb::value_error(("generate: n must be >= 0, got " + std::to_string(n)).c_str());
   const SamplingParams params{temperature, top_k};
@@ -187,18 +213,13 @@ std::string generate(PyModel& p, std::string_view prompt, int n, float temperatu
     auto pool = current_pool();
     nb::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(p.mutex);
-    Decoder decoder(p.model);
-    MINIGPT_CHECK(static_cast<int64_t>(ids.size()) < decoder.capacity(),
-                  "the prompt has {} tokens with <bos>; the model's context holds {}, leaving no room to generate",
-                  ids.size(), decoder.capacity());
-    std::span<const float> logits = decoder.prefill(ids, *pool);
-    Sampler sampler(seed);
-    for (int i = 0; i < n; ++i) {
-      const int32_t id = sampler.sample(logits, params);
-      if (id == Tokenizer::kEos) break;
-      generated.push_back(id);
-      if (decoder.position() == decoder.capacity()) break;
-      logits = decoder.step(id, *pool);
+    if (p.gpu) {
+      if (!p.gpu_decoder) p.gpu_decoder = std::make_unique<CudaDecoder>(*p.gpu);
+      p.gpu_decoder->reset();
+      generated = sample(*p.gpu_decoder, ids, params, seed, n);
+    } else {
+      Decoder decoder(p.model);
+      generated = sample(decoder, ids, params, seed, n, *pool);
     }
   }
   const std::string text = p.tokenizer->decode(std::span<const int32_t>(ids).subspan(1));
@@ -301,13 +322,16 @@ void bind_model(nb::module_& m) {
       .def("forward", [](PyModel& p, const AnyArray& ids_array, bool trace) -> nb::object {
         int64_t B = 0, T = 0;
         const std::vector<int32_t> ids = to_ids(ids_array, "ids", B, T);
+        if (trace && p.gpu)
+          throw nb::value_error("forward: trace=True runs on the CPU only; load the model with device='cpu'");
         Tensor logits, probs;
         ForwardTrace tr;
         {
           auto pool = current_pool();
           nb::gil_scoped_release release;
           std::lock_guard<std::mutex> lock(p.mutex);
-          p.model.forward(ids.data(), B, T, logits, probs, *pool, trace ? &tr : nullptr);
+          if (trace) p.model.forward(ids.data(), B, T, logits, probs, *pool, &tr);
+          else p.forward(ids.data(), B, T, logits, probs, *pool);
         }
         if (!trace) return nb::make_tuple(to_numpy(logits), to_numpy(probs));
         nb::dict layers;
@@ -317,8 +341,9 @@ void bind_model(nb::module_& m) {
         layers["logits"] = to_numpy(tr.logits);
         return nb::make_tuple(to_numpy(logits), to_numpy(probs), layers);
       }, nb::arg("ids"), nb::arg("trace") = false,
-      "ids (B, T) int32/int64 -> (logits, probs), each (B, T, V) float32; with trace=True also a "
-      "dict of every layer's output: embed, blocks.{i}, ln_f, logits.")
+      "ids (B, T) int32/int64 -> (logits, probs), each (B, T, V) float32, computed on the model's "
+      "device; with trace=True (CPU only) also a dict of every layer's output: embed, blocks.{i}, "
+      "ln_f, logits.")
       .def("predict", &predict, nb::arg("text"), nb::arg("k") = 5,
       "The k most likely next tokens after text, as [(token, probability)], most likely first "
       "(what `minigpt predict` prints). The prompt is read after <bos>; a longer one than the "
