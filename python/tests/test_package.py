@@ -1,7 +1,8 @@
 """`pip install .` into a fresh virtual environment, then `import minigpt` from outside the
 repository with no PYTHONPATH: the installed package (pure-Python modules, the compiled module,
-its type stub and py.typed) computes a softmax of a NumPy array, loads the shipped model on the
-CPU and predicts, and says clearly that device="cuda" needs a GPU when none is visible.
+its type stub and py.typed) computes a softmax of a NumPy array (and of a torch tensor where
+torch is installed), loads the shipped model on the CPU and predicts, and on device="cuda"
+predicts the same token with a GPU or says clearly why not without one.
 
 Nothing is downloaded: the venv sees this Python's packages (--system-site-packages: numpy, and
 scikit-build-core and nanobind for --no-build-isolation) and pip runs with --no-index. The CMake
@@ -11,6 +12,7 @@ hits): warm, the test takes ~30 s; cold with a warm ccache about as long plus th
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -64,10 +66,18 @@ CHECK = textwrap.dedent("""
     y = minigpt.softmax(np.array([[0.0, 1.0, 2.0]], dtype=np.float32))
     want = np.exp([0.0, 1.0, 2.0]) / np.exp([0.0, 1.0, 2.0]).sum()
     assert np.allclose(y, want, rtol=1e-6), y
+    try:
+        import torch  # the venv sees this Python's torch, if it has one
+    except ImportError:
+        torch = None
+    if torch is not None:
+        t = minigpt.softmax(torch.tensor([[0.0, 1.0, 2.0]]))
+        assert isinstance(t, torch.Tensor) and np.allclose(t.numpy(), want, rtol=1e-6), t
     model = minigpt.Model.load(sys.argv[1])
     top = model.predict("Yesterday I", k=3)
     try:
-        minigpt.Model.load(sys.argv[1], device="cuda")
+        gpu = minigpt.Model.load(sys.argv[1], device="cuda")
+        assert gpu.predict("Yesterday I", k=1)[0][0] == top[0][0]
         cuda = "loaded"
     except minigpt.Error as e:
         cuda = str(e)
@@ -75,7 +85,8 @@ CHECK = textwrap.dedent("""
     from stub_check import check_stub
     check_stub(core._module)
     print(json.dumps({"package": str(pkg), "top": top, "cuda": cuda,
-                      "gpus": core.build_info()["gpus"]}))
+                      "gpus": core.build_info()["gpus"],
+                      "cuda_build": core.build_info()["cuda"]}))
 """)
 
 
@@ -96,11 +107,12 @@ def test_pip_install_into_a_fresh_venv(tmp_path):
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     r = run([str(python), "-c", CHECK, str(MODEL), str(Path(__file__).parent)], outside, env, 300)
-    import json
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert Path(result["package"]).is_relative_to(venv), result["package"]
     assert len(result["top"]) == 3 and all(0 < p <= 1 for _, p in result["top"])
-    if result["gpus"] == 0:
+    if result["gpus"] == 0 or not result["cuda_build"]:
         assert "device='cuda'" in result["cuda"], result["cuda"]
+    else:
+        assert result["cuda"] == "loaded", result["cuda"]
     print(f"\npip install . into a fresh venv: {installed:.1f} s (import and checks: "
           f"{time.perf_counter() - start - installed:.1f} s)")
