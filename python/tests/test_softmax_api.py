@@ -114,17 +114,21 @@ def test_cuda_tensor(torch, shape):
 
 
 def test_cuda_runs_on_the_current_stream(torch):
-    """Enqueued on torch's current stream: a side stream's work orders after its own writes
-    without any synchronisation by us, and the result is right once that stream is waited on."""
+    """Enqueued on torch's current stream: on a side stream that first sleeps, then writes x, the
+    kernel must see the written values. Launched on any other stream (torch's side streams do
+    not synchronise with the default one) it would run during the sleep and read zeros."""
     torch = _cuda(torch)
+    src = torch.from_numpy(_rand((256, 4096), seed=3)).cuda()
+    x = torch.zeros_like(src)
+    torch.cuda.synchronize()
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
-        x = torch.full((256, 4096), 0.0, device="cuda")
-        x.add_(torch.from_numpy(_rand((256, 4096), seed=3)).cuda(non_blocking=True))
-        y = minigpt.softmax(x)  # must run on `side`, after the add_
+        torch.cuda._sleep(100_000_000)  # ~50 ms of GPU cycles on `side` only
+        x.copy_(src)
+        y = minigpt.softmax(x)
     side.synchronize()
     compare_probs("minigpt.softmax torch cuda", "side stream", y.cpu().numpy(),
-                  np_softmax(x.double().cpu().numpy()), rtol=RTOL)
+                  np_softmax(src.double().cpu().numpy()), rtol=RTOL)
 
 
 def test_cuda_no_copy_of_the_input(torch):
