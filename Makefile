@@ -15,13 +15,13 @@ export MINIGPT_BIN := $(CURDIR)/$(BUILD)/minigpt
 # ccache, when installed (scripts/setup.sh installs it), for every compile of a fresh build tree
 # and for the wheel build of `pip install .` that python/tests/test_package.py runs, whose
 # objects are then hits of the ones compiled here (CCACHE_BASEDIR: paths relative to the repo).
+# Recursively expanded, so looked up when a recipe runs: after `setup` has installed ccache.
 # Values already in the environment win.
-ifneq ($(shell command -v ccache 2>/dev/null),)
-export CMAKE_CXX_COMPILER_LAUNCHER ?= ccache
-export CMAKE_CUDA_COMPILER_LAUNCHER ?= ccache
+HAVE_CCACHE = $(shell command -v ccache 2>/dev/null)
+export CMAKE_CXX_COMPILER_LAUNCHER ?= $(if $(HAVE_CCACHE),ccache)
+export CMAKE_CUDA_COMPILER_LAUNCHER ?= $(if $(HAVE_CCACHE),ccache)
 export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= true
-endif
 
 .PHONY: all setup setup-torch configure build run test test-cpp test-python fuzz clean
 

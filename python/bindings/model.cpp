@@ -1,5 +1,6 @@
-// Bindings of the model: model files (load/save), GrammarMiniGPT forward with the per-layer
-// trace, and the training forward + backward returning every parameter's gradient.
+// Bindings of the model: model files (load/save), GrammarMiniGPT forward on the CPU (with the
+// per-layer trace) or a GPU (model/cuda/cuda_gpt.h), predict and generate from text, and the
+// training forward + backward returning every parameter's gradient.
 //
 // Python sees `Model`: Model.load(path, device="cpu"), Model.from_weights(config, vocab,
 // weights), .device, .config (dict, the JSON keys of ModelConfig), .vocab, .weights() (dict

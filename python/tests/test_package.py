@@ -40,11 +40,10 @@ def build_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "MINIGPT_PYTHON_BUILD")}
     env.setdefault("CC", "cc")
     env.setdefault("CXX", "c++")
-    if shutil.which("ccache"):
-        env.setdefault("CMAKE_CXX_COMPILER_LAUNCHER", "ccache")
-        env.setdefault("CMAKE_CUDA_COMPILER_LAUNCHER", "ccache")
-        env.setdefault("CCACHE_BASEDIR", str(REPO))
-        env.setdefault("CCACHE_NOHASHDIR", "true")
+    if shutil.which("ccache"):  # (the Makefile may export these empty: "" counts as unset)
+        for key, value in [("CMAKE_CXX_COMPILER_LAUNCHER", "ccache"), ("CMAKE_CUDA_COMPILER_LAUNCHER", "ccache"),
+                           ("CCACHE_BASEDIR", str(REPO)), ("CCACHE_NOHASHDIR", "true")]:
+            env[key] = env.get(key) or value
     env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
     return env
 
