@@ -74,7 +74,7 @@ def public(names) -> set[str]:
 
 def check_stub(module) -> None:
     stub = Path(module.__file__).with_name("_minigpt_core.pyi")
-    assert stub.is_file(), f"no type stub beside {module.__file__} (the build's _minigpt_core_stub target writes it)"
+    assert stub.is_file(), f"no type stub beside {module.__file__} (the build of _minigpt_core writes it, python/CMakeLists.txt)"
     names = stub_names(stub)
     assert public(dir(module)) == public(names), (
         f"stub {stub} and module differ: only in the module {public(dir(module)) - public(names)}, "
