@@ -41,3 +41,7 @@ def __getattr__(name: str):
         from .dispatch import softmax
         return softmax
     raise AttributeError(f"module 'minigpt' has no attribute '{name}'")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

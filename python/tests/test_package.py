@@ -125,3 +125,23 @@ def test_pip_install_into_a_fresh_venv(tmp_path):
         assert result["cuda"] == "loaded", result["cuda"]
     print(f"\npip install . into a fresh venv: {installed:.1f} s (import and checks: "
           f"{time.perf_counter() - start - installed:.1f} s)")
+
+
+def test_import_needs_only_numpy(tmp_path):
+    """In-tree without the compiled module on the path: `import minigpt` works (NumPy only), and
+    the first use of the C++ API is an ImportError that says how to get the module."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "MINIGPT_PYTHON_BUILD")}
+    env["PYTHONPATH"] = str(REPO / "python")
+    code = textwrap.dedent("""
+        import minigpt
+        assert minigpt.ModelConfig and "Model" in dir(minigpt)
+        try:
+            minigpt.Model
+        except ImportError as e:
+            print(e)
+        else:
+            print("imported")  # a minigpt package is installed in this Python
+    """)
+    r = run([sys.executable, "-c", code], tmp_path, env, 120)
+    if r.stdout.strip() != "imported":
+        assert "pip install ." in r.stdout and "_minigpt_core" in r.stdout, r.stdout
