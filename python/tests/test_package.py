@@ -8,9 +8,9 @@ Nothing is downloaded: the venv sees this Python's packages (--system-site-packa
 scikit-build-core and nanobind for --no-build-isolation) and pip runs with --no-index. The CMake
 tree is build/wheel-<tag> (pyproject.toml), kept between runs, and ccache is used when it is
 installed (CCACHE_BASEDIR = the repository, so the objects `make` compiled in build/default, at
-the same depth, are hits). Measured on the shared 2-core machine: warm ~21 s; a fresh
-build/wheel-<tag> with `make`'s objects in ccache ~40 s; with no ccache hits at all ~12.5 min
-(the whole library, CUDA kernels included, compiled again).
+the same depth, are hits). Measured on the shared 2-core machine: warm 10-22 s; a fresh clone's
+first run after `make`'s build (build/wheel-<tag> new, every object a ccache hit) 21-40 s; with
+no ccache hits at all ~12.5 min (the whole library, CUDA kernels included, compiled again).
 """
 from __future__ import annotations
 
