@@ -43,8 +43,11 @@ APT_PACKAGES=(
   openmpi-bin libopenmpi-dev     # MPI for data-parallel training (minigpt train --dist mpi)
   clang libclang-rt-dev          # libFuzzer + ASan/UBSan for the fuzz targets
   python3 python3-dev python3-pip
+  python3-venv                   # python/tests/test_package.py installs the package into a venv
+  ccache                         # the Makefile compiles through it when present (fast rebuilds)
 )
-PIP_PACKAGES=(numpy pytest matplotlib nanobind safetensors)
+# module[:pip name]; scikit-build-core (with nanobind) builds the package for `pip install .`
+PIP_PACKAGES=(numpy pytest matplotlib nanobind safetensors scikit_build_core:scikit-build-core)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -59,8 +62,8 @@ fi
 
 need_pip=()
 for p in "${PIP_PACKAGES[@]}"; do
-  "$PYTHON" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$p') is None)" 2>/dev/null \
-    || need_pip+=("$p")
+  "$PYTHON" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('${p%%:*}') is None)" 2>/dev/null \
+    || need_pip+=("${p#*:}")
 done
 if ((${#need_pip[@]})); then
   echo "setup: installing pip packages: ${need_pip[*]}"

@@ -1,33 +1,45 @@
-// Bindings of the model: model files (load/save), GrammarMiniGPT forward with the per-layer
-// trace, and the training forward + backward returning every parameter's gradient.
+// Bindings of the model: model files (load/save), GrammarMiniGPT forward on the CPU (with the
+// per-layer trace) or a GPU (model/cuda/cuda_gpt.h), predict and generate from text, and the
+// training forward + backward returning every parameter's gradient.
 //
-// Python sees `Model`: Model.load(path), Model.from_weights(config, vocab, weights), .config
-// (dict, the JSON keys of ModelConfig), .vocab, .weights() (dict name -> float32 array, a copy),
-// .save(path), .forward(ids, trace=False), .loss_and_grads(ids, targets), .decode(ids) (the
-// KV-cache path, one token at a time), .compile(mode=...) -> CompiledModel (minigpt compile:
-// .forward(ids) as Model.forward, .kernels, .source, .compile_seconds, .cache_hit).
+// Python sees `Model`: Model.load(path, device="cpu"), Model.from_weights(config, vocab,
+// weights), .device, .config (dict, the JSON keys of ModelConfig), .vocab, .weights() (dict
+// name -> float32 array, a copy), .save(path), .forward(ids, trace=False), .predict(text, k),
+// .generate(prompt, n, temperature, top_k, seed) (the text `minigpt predict/generate` print),
+// .loss_and_grads(ids, targets), .decode(ids) (the KV-cache path, one token at a time),
+// .compile(mode=...) -> CompiledModel (minigpt compile: .forward(ids) as Model.forward, .kernels,
+// .source, .compiles).
+// device="cuda" is checked at load (built with CUDA, a GPU visible) and is a core.Error (a
+// RuntimeError) saying which is missing; forward, predict and generate run on the model's device,
+// everything else on the CPU.
 // Compute runs with the GIL released on the module's thread pool; a mutex per Model serialises
 // calls on one Model (forward_train keeps state for the backward).
 //
-// Not here: sampling, the optimiser.
+// Not here: the sampler (model/sampling.h), the optimiser.
 #include "common.h"
 
 #include "compile/runner.h"
 #include "core/error.h"
+#include "data/tokenizer.h"
 #include "model/config.h"
+#include "model/cuda/cuda_gpt.h"
 #include "model/decoder.h"
 #include "model/gpt.h"
 #include "model/model_file.h"
+#include "model/sampling.h"
 #include "model/weights.h"
 
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <set>
 
 namespace minigpt::py {
@@ -93,20 +105,130 @@ nb::dict weights_to_dict(const ModelWeights& w, bool copy) {
   return d;
 }
 
-}  // namespace
+// "cpu" or "cuda"; anything else is a ValueError. "cuda" needs a CUDA build and a visible GPU:
+// without either it is a core.Error saying which, before any weight is read.
+std::string checked_device(const std::string& device) {
+  if (device == "cpu") return device;
+  if (device != "cuda") throw nb::value_error(("unknown device '" + device + "' (cpu or cuda)").c_str());
+  MINIGPT_CHECK(cuda_model_available(), "device='cuda': {}", cuda_model_unavailable_reason());
+  return device;
+}
 
-// What Python holds: the model, its vocabulary, a lock for forward_train/backward pairs.
+// What Python holds: the model (its weights stay on the CPU for weights(), save(), decode(),
+// loss_and_grads() and compile()), its vocabulary and tokenizer, on device "cuda" a CudaGPT (a
+// snapshot of the weights on the GPU) and the CudaDecoder generate() reuses, and a lock for
+// forward_train/backward pairs and for the GPU objects (one caller at a time).
 struct PyModel {
-  PyModel(ModelConfig config, ModelWeights weights, std::vector<std::string> vocab)
-      : model(std::move(config), std::move(weights)), vocab(std::move(vocab)) {
+  PyModel(ModelConfig config, ModelWeights weights, std::vector<std::string> vocab, std::string device = "cpu")
+      : model(std::move(config), std::move(weights)), vocab(std::move(vocab)), device(std::move(device)) {
     MINIGPT_CHECK(static_cast<int>(this->vocab.size()) == model.config().vocab_size,
                   "vocab has {} tokens, config says vocab_size = {}", this->vocab.size(),
                   model.config().vocab_size);
+    tokenizer = std::make_unique<Tokenizer>(this->vocab);
+    if (this->device == "cuda") gpu = std::make_unique<CudaGPT>(model);  // uploads the weights
+  }
+  // GrammarMiniGPT::forward on the model's device (host ids in, host logits and probs out).
+  void forward(const int32_t* ids, int64_t B, int64_t T, Tensor& logits, Tensor& probs, ThreadPool& pool) {
+    if (gpu) gpu->forward(ids, B, T, logits, probs);
+    else model.forward(ids, B, T, logits, probs, pool);
   }
   GrammarMiniGPT model;
   std::vector<std::string> vocab;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::string device;
+  std::unique_ptr<CudaGPT> gpu;               // device "cuda" only
+  std::unique_ptr<CudaDecoder> gpu_decoder;   // made by the first generate (captures its graph); before gpu in destruction
   std::mutex mutex;
 };
+
+// <bos> and the tokens of text, as `minigpt predict/generate` read a prompt; a word outside the
+// vocabulary is a ValueError naming it (the CLI warns and reads <unk>; a library should not).
+std::vector<int32_t> prompt_ids(const PyModel& p, std::string_view text, const char* what) {
+  Tokenizer::Encoded enc = p.tokenizer->encode(text);
+  if (!enc.unknown.empty()) {
+    std::string words;
+    for (const std::string& w : enc.unknown) words += (words.empty() ? "'" : ", '") + w + "'";
+    throw nb::value_error((std::string(what) + ": not in the model's vocabulary: " + words).c_str());
+  }
+  std::vector<int32_t> ids = {Tokenizer::kBos};
+  ids.insert(ids.end(), enc.ids.begin(), enc.ids.end());
+  return ids;
+}
+
+// The k most likely next tokens after text (<bos> first; a prompt longer than the context keeps
+// its last block_size tokens), most likely first, ties to the lower id: `minigpt predict`.
+std::vector<std::pair<std::string, float>> predict(PyModel& p, std::string_view text, int k) {
+  if (k < 1) throw nb::value_error(("predict: k must be >= 1, got " + std::to_string(k)).c_str());
+  std::vector<int32_t> ids = prompt_ids(p, text, "predict");
+  const int64_t V = p.model.config().vocab_size, block = p.model.config().block_size;
+  if (static_cast<int64_t>(ids.size()) > block) ids.erase(ids.begin(), ids.end() - block);
+  const int64_t T = static_cast<int64_t>(ids.size());
+  Tensor logits, probs;
+  {
+    auto pool = current_pool();
+    nb::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(p.mutex);
+    p.forward(ids.data(), 1, T, logits, probs, *pool);
+  }
+  const float* last = probs.data() + (T - 1) * V;  // (V): the token after the prompt
+  const int64_t top = std::min<int64_t>(k, V);
+  std::vector<int32_t> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + top, order.end(),
+                    [&](int32_t a, int32_t b) { return last[a] > last[b] || (last[a] == last[b] && a < b); });
+  std::vector<std::pair<std::string, float>> result;
+  for (int64_t i = 0; i < top; ++i) result.emplace_back(p.tokenizer->token(order[i]), last[order[i]]);
+  return result;
+}
+
+// `minigpt generate`'s sampling loop over a decoder (Decoder with its pool, or CudaDecoder):
+// feeds the prompt, then samples until n tokens, <eos> or a full context. Returns the new ids.
+template <class Dec, class... Pool>
+std::vector<int32_t> sample(Dec& decoder, std::span<const int32_t> prompt, const SamplingParams& params,
+                            uint64_t seed, int n, Pool&... pool) {
+  MINIGPT_CHECK(static_cast<int64_t>(prompt.size()) < decoder.capacity(),
+                "the prompt has {} tokens with <bos>; the model's context holds {}, leaving no room to generate",
+                prompt.size(), decoder.capacity());
+  std::span<const float> logits = decoder.prefill(prompt, pool...);
+  Sampler sampler(seed);
+  std::vector<int32_t> generated;
+  for (int i = 0; i < n; ++i) {
+    const int32_t id = sampler.sample(logits, params);
+    if (id == Tokenizer::kEos) break;
+    generated.push_back(id);
+    if (decoder.position() == decoder.capacity()) break;
+    logits = decoder.step(id, pool...);
+  }
+  return generated;
+}
+
+// The text `minigpt generate -p prompt -n n --temp temperature --top-k top_k -s seed [--device
+// cuda]` prints: the prompt's words and up to n sampled ones. The same seed gives the same text.
+std::string generate(PyModel& p, std::string_view prompt, int n, float temperature, int top_k, uint64_t seed) {
+  if (n < 0) throw nb::value_error(("generate: n must be >= 0, got " + std::to_string(n)).c_str());
+  const SamplingParams params{temperature, top_k};
+  params.validate();
+  const std::vector<int32_t> ids = prompt_ids(p, prompt, "generate");
+  std::vector<int32_t> generated;
+  {
+    auto pool = current_pool();
+    nb::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(p.mutex);
+    if (p.gpu) {
+      if (!p.gpu_decoder) p.gpu_decoder = std::make_unique<CudaDecoder>(*p.gpu);
+      p.gpu_decoder->reset();
+      generated = sample(*p.gpu_decoder, ids, params, seed, n);
+    } else {
+      Decoder decoder(p.model);
+      generated = sample(decoder, ids, params, seed, n, *pool);
+    }
+  }
+  const std::string text = p.tokenizer->decode(std::span<const int32_t>(ids).subspan(1));
+  const std::string continuation = p.tokenizer->decode(generated);
+  return text + (text.empty() || continuation.empty() ? "" : " ") + continuation;
+}
+
+}  // namespace
 
 // Model.compile(): the compiled forward, bound to the model's weights (which the Python Model
 // keeps alive). Compiles for each new (B, T) on first use (the shape guard).
@@ -166,21 +288,25 @@ void bind_model(nb::module_& m) {
   }, nb::arg("path"), nb::arg("config"), nb::arg("vocab"), nb::arg("weights"),
   "Writes a model file with the C++ writer (format by extension, atomic).");
 
-  nb::class_<PyModel>(m, "Model", "GrammarMiniGPT in C++ (fp32, CPU).")
-      .def_static("load", [](const std::string& path) {
+  nb::class_<PyModel>(m, "Model", "GrammarMiniGPT in C++ (fp32) on the CPU or a CUDA GPU: Model.load(path, device).")
+      .def_static("load", [](const std::string& path, const std::string& device) {
+        const std::string where = checked_device(device);
         ModelFile f;
         {
           nb::gil_scoped_release release;
           f = load_model(path);
         }
-        return new PyModel(std::move(f.config), std::move(f.weights), std::move(f.vocab));
-      }, nb::arg("path"), nb::rv_policy::take_ownership, "Loads a .safetensors or .npz model file.")
+        return new PyModel(std::move(f.config), std::move(f.weights), std::move(f.vocab), where);
+      }, nb::arg("path"), nb::arg("device") = "cpu", nb::rv_policy::take_ownership,
+      "Loads a .safetensors or .npz model file onto device 'cpu' or 'cuda' (a ValueError for any "
+      "other name; core.Error when the module has no CUDA or no GPU is visible).")
       .def_static("from_weights", [](const nb::dict& config, std::vector<std::string> vocab, const nb::dict& weights) {
         ModelConfig c = config_from_dict(config);
         ModelWeights w = weights_from_dict(weights, c);
         return new PyModel(c, std::move(w), std::move(vocab));
       }, nb::arg("config"), nb::arg("vocab"), nb::arg("weights"), nb::rv_policy::take_ownership,
       "A model from a config dict, a vocabulary and a dict name -> float32 array (copied).")
+      .def_prop_ro("device", [](const PyModel& p) { return p.device; }, "'cpu' or 'cuda'.")
       .def_prop_ro("config", [](const PyModel& p) { return config_to_dict(p.model.config()); })
       .def_prop_ro("vocab", [](const PyModel& p) { return p.vocab; })
       .def("weights", [](PyModel& p) {
@@ -197,13 +323,16 @@ void bind_model(nb::module_& m) {
       .def("forward", [](PyModel& p, const AnyArray& ids_array, bool trace) -> nb::object {
         int64_t B = 0, T = 0;
         const std::vector<int32_t> ids = to_ids(ids_array, "ids", B, T);
+        if (trace && p.gpu)
+          throw nb::value_error("forward: trace=True runs on the CPU only; load the model with device='cpu'");
         Tensor logits, probs;
         ForwardTrace tr;
         {
           auto pool = current_pool();
           nb::gil_scoped_release release;
           std::lock_guard<std::mutex> lock(p.mutex);
-          p.model.forward(ids.data(), B, T, logits, probs, *pool, trace ? &tr : nullptr);
+          if (trace) p.model.forward(ids.data(), B, T, logits, probs, *pool, &tr);
+          else p.forward(ids.data(), B, T, logits, probs, *pool);
         }
         if (!trace) return nb::make_tuple(to_numpy(logits), to_numpy(probs));
         nb::dict layers;
@@ -213,8 +342,18 @@ void bind_model(nb::module_& m) {
         layers["logits"] = to_numpy(tr.logits);
         return nb::make_tuple(to_numpy(logits), to_numpy(probs), layers);
       }, nb::arg("ids"), nb::arg("trace") = false,
-      "ids (B, T) int32/int64 -> (logits, probs), each (B, T, V) float32; with trace=True also a "
-      "dict of every layer's output: embed, blocks.{i}, ln_f, logits.")
+      "ids (B, T) int32/int64 -> (logits, probs), each (B, T, V) float32, computed on the model's "
+      "device; with trace=True (CPU only) also a dict of every layer's output: embed, blocks.{i}, "
+      "ln_f, logits.")
+      .def("predict", &predict, nb::arg("text"), nb::arg("k") = 5,
+      "The k most likely next tokens after text, as [(token, probability)], most likely first "
+      "(what `minigpt predict` prints). The prompt is read after <bos>; a longer one than the "
+      "context keeps its last block_size tokens; a word outside the vocabulary is a ValueError.")
+      .def("generate", &generate, nb::arg("prompt") = "", nb::arg("n") = 32, nb::arg("temperature") = 0.8f,
+           nb::arg("top_k") = 40, nb::arg("seed") = 42,
+      "The prompt's words and up to n sampled ones (temperature 0: greedy; top_k 0: all tokens), "
+      "stopping at <eos> or a full context: the text `minigpt generate` prints for the same "
+      "arguments and seed.")
       .def("decode", [](PyModel& p, const AnyArray& ids_array) {
         int64_t B = 0, T = 0;
         const std::vector<int32_t> ids = to_ids(ids_array, "ids", B, T);
