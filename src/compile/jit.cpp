@@ -5,6 +5,8 @@
 // cache grows; deleting the folder is always safe).
 #include "compile/jit.h"
 
+#include "compile/file_lock.h"
+
 #include "core/error.h"
 #include "core/isa.h"
 #include "core/timer.h"
@@ -267,27 +269,6 @@ void* load_bytes(const fs::path& dir, const std::string& key, const std::vector<
   MINIGPT_CHECK(handle, "jit: dlopen of the library for key {} failed: {}", key, why);
   return handle;
 }
-
-// Holds an exclusive flock on a file until destroyed (the kernel drops it if the process dies).
-class FileLock {
- public:
-  explicit FileLock(const fs::path& path) {
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    MINIGPT_CHECK(fd_ >= 0, "jit: cannot open the lock {}: {}", path.string(), std::strerror(errno));
-    while (::flock(fd_, LOCK_EX) != 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd_);
-      MINIGPT_FAIL("jit: cannot lock {}: {}", path.string(), std::strerror(err));
-    }
-  }
-  ~FileLock() { ::close(fd_); }
-  FileLock(const FileLock&) = delete;
-  FileLock& operator=(const FileLock&) = delete;
-
- private:
-  int fd_ = -1;
-};
 
 // A private build folder in the cache folder (same filesystem: the .so is renamed out of it);
 // removed with everything in it when destroyed.

@@ -17,8 +17,6 @@
 
 namespace minigpt::compile {
 
-namespace {
-
 bool env_logs_output_code() {
   const char* v = std::getenv("MINIGPT_LOGS");
   return v && std::string_view(v).find("output_code") != std::string_view::npos;
@@ -34,8 +32,6 @@ std::filesystem::path debug_dir_for(const std::string& graph, const std::string&
     return std::filesystem::path(d) / fmt::format("{}_{}", graph, key.substr(0, 12));
   return std::filesystem::temp_directory_path() / "minigpt_compile_debug" / fmt::format("{}_{}", graph, key.substr(0, 12));
 }
-
-}  // namespace
 
 std::string runtime_abi_text() { return std::string(runtime_abi_source()); }
 

@@ -147,4 +147,10 @@ std::string runtime_abi_text();
 // Writes the debug files of `captured` lowered with opt into dir.
 void write_debug_files(const std::filesystem::path& dir, const Graph& captured, const Lowered& l);
 
+// The environment switches both back ends read: MINIGPT_LOGS contains "output_code";
+// MINIGPT_COMPILE_DEBUG set and not "0"; the debug folder of a graph and its cache key.
+bool env_logs_output_code();
+bool env_compile_debug();
+std::filesystem::path debug_dir_for(const std::string& graph, const std::string& key);
+
 }  // namespace minigpt::compile
