@@ -11,6 +11,8 @@
 #include "model/gpt.h"
 #include "model/model_file.h"
 
+#include "compile_model_test_util.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,6 +23,8 @@
 
 using namespace minigpt;
 using namespace minigpt::compile;
+using testcompile::max_abs_diff;
+using testcompile::random_weights;
 
 namespace {
 
@@ -35,25 +39,7 @@ CompileOptions test_options() {
   return o;
 }
 
-float max_abs_diff(const float* a, const float* b, int64_t n) {
-  float m = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float d = std::fabs(a[i] - b[i]);
-    if (!(d <= m)) m = d;  // NaN propagates as a failure
-  }
-  return m;
-}
 
-// Random weights with non-trivial biases and LayerNorm gains (init_random zeroes biases).
-ModelWeights random_weights(const ModelConfig& c, uint64_t seed) {
-  ModelWeights w = ModelWeights::init_random(c, seed);
-  std::mt19937_64 rng(seed + 1);
-  std::normal_distribution<float> nd(0.0f, 0.1f);
-  for (auto& [name, t] : w.named())
-    if (t->dim() == 1)
-      for (float& v : t->span()) v += nd(rng);
-  return w;
-}
 
 void expect_model_matches(const GrammarMiniGPT& model, int64_t B, int64_t T, uint64_t seed,
                           CompileOptions opt = test_options()) {

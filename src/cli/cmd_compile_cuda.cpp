@@ -109,7 +109,9 @@ void run_compile_cuda(const CompileCudaRequest& r) {
   using namespace compile;
   const Graph& captured = *r.captured;
   CudaCodegenOptions cg;
-  cg.generated_gemm = false;
+  // without a GPU nothing is timed: max-autotune's dump shows its generated-GEMM candidate (with a
+  // GPU the runner writes the variant it keeps over this)
+  cg.generated_gemm = r.mode == "max-autotune";
   if (!r.dump.empty()) {
     const CudaLowered l = lower_cuda(captured, PassOptions{}, cg);
     write_cuda_debug_files(r.dump, captured, l);
@@ -138,6 +140,7 @@ void run_compile_cuda(const CompileCudaRequest& r) {
   CudaCompileOptions co;
   co.mode = r.mode;
   co.quiet = true;
+  co.dump_dir = r.dump;
   const Timer cold;
   CudaCompiledGraph g(captured, *r.weights, co);
   const double first_s = cold.elapsed_s();

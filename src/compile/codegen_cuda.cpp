@@ -21,6 +21,8 @@
 // Sums thus run in another order than eager's: results differ by rounding only.
 #include "compile/codegen_cuda.h"
 
+#include "compile/codegen_text.h"
+
 #include "compile/passes/passes.h"
 #include "core/error.h"
 
@@ -35,13 +37,7 @@ namespace minigpt::compile {
 
 namespace {
 
-// A float as a C literal that reads back to the same value.
-std::string flit(float v) {
-  if (std::isinf(v)) return v > 0 ? "MG_INF" : "(-MG_INF)";
-  std::string s = fmt::format("{:.9g}", v);
-  if (s.find_first_of(".en") == std::string::npos) s += ".0";
-  return s + "f";
-}
+std::string flit(float v) { return float_literal(v, "MG_INF"); }
 
 const char* kPrelude = R"(// ---- device helpers ---------------------------------------------------------------------
 typedef long long i64;
@@ -54,8 +50,12 @@ __device__ __forceinline__ double mg_maxd(double a, double b) { return (b > a ||
 __device__ __forceinline__ float mg_rsqrt(float x) { return (float)(1.0 / sqrt((double)x)); }
 // GELU, exact erf form as nn.GELU()
 __device__ __forceinline__ float mg_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.707106781f)); }
-// exp: CUDA's expf (2 ulp, not the fast-math intrinsic)
+// exp: CUDA's expf (2 ulp, not the fast-math intrinsic): the attention's sums over keys
 __device__ __forceinline__ float mg_exp(float x) { return expf(x); }
+// exp as the hand-written softmax computes it: exp2 (the SFU's, 2 ulp) of x log2(e). Rounding
+// x log2(e) adds a relative error of about |x| 6e-8: for a softmax's x - max <= 0 an absolute
+// error below 1e-7 on every probability. exp2(-inf) = 0, NaN stays NaN.
+__device__ __forceinline__ float mg_exp2e(float x) { return exp2f(x * 1.44269504f); }
 
 // Warp butterflies: after log2(32) steps every lane holds the reduction of the 32 values.
 __device__ __forceinline__ float mg_warp_max(float v) {
@@ -76,38 +76,11 @@ __device__ __forceinline__ double mg_warp_sumd(double v) {
 }
 )";
 
-std::string describe(const Graph& g, int id) {
-  const TensorInfo& t = g.tensor(id);
-  return fmt::format("'{}' {}{}", t.name, shape_text(t.shape), t.dtype == DType::I32 ? " i32" : "");
-}
+std::string describe(const Graph& g, int id) { return describe_tensor(g, id); }
 
-// The comment every kernel starts with.
+// The comment every kernel starts with, and its launch.
 std::string kernel_comment(const Graph& g, const Kernel& k, const std::vector<std::string>& params, const std::string& launch) {
-  std::string c = fmt::format("// {}\n", k.name);
-  std::string ops;
-  for (int i : k.nodes) ops += fmt::format("{}{}", ops.empty() ? "" : " ", op_name(g.nodes[static_cast<size_t>(i)].op));
-  c += fmt::format("//   ops: {}\n", ops);
-  for (const std::string& src : k.sources) c += fmt::format("//   from: {}\n", src);
-  for (const std::string& p : params) c += fmt::format("//   {}\n", p);
-  if (!k.removed.empty()) {
-    int64_t bytes = 0;
-    for (int t : k.removed) bytes += g.tensor(t).bytes();
-    c += fmt::format("//   kept on chip (never stored): {} tensors, {} bytes\n", k.removed.size(), bytes);
-  }
-  c += fmt::format("//   bytes read {}, written {}; FLOPs {}\n", k.bytes_read, k.bytes_written, k.flops);
-  c += fmt::format("//   launch: {}\n", launch);
-  return c;
-}
-
-std::string indent_text(const std::string& text, const std::string& indent) {
-  std::string out;
-  size_t i = 0;
-  while (i < text.size()) {
-    const size_t j = text.find('\n', i);
-    out += indent + text.substr(i, j - i) + "\n";
-    i = j + 1;
-  }
-  return out;
+  return kernel_comment_text(g, k, params, "kept on chip") + fmt::format("//   launch: {}\n", launch);
 }
 
 // ---- row-wise kernels -------------------------------------------------------------------
@@ -169,14 +142,31 @@ class RowwiseCuda {
       case Op::BiasAdd: return a(0) + " + " + a(1);
       case Op::Sub: return a(0) + " - " + a(1);
       case Op::Mul: return a(0) + " * " + a(1);
-      case Op::Div: return a(0) + " / " + a(1);
+      case Op::Div:
+        // by a per-row value: times its reciprocal, computed once per row (rcp{t} below)
+        if (divides_row(n)) return fmt::format("{} * rcp{}", a(0), n.inputs[1]);
+        return a(0) + " / " + a(1);
       case Op::AddScalar: return a(0) + " + " + flit(n.alpha);
       case Op::MulScalar: return a(0) + " * " + flit(n.alpha);
-      case Op::Exp: return fmt::format("mg_exp({})", a(0));
+      case Op::Exp: return fmt::format("mg_exp2e({})", a(0));
       case Op::Rsqrt: return fmt::format("mg_rsqrt({})", a(0));
       case Op::Gelu: return fmt::format("mg_gelu({})", a(0));
       default: MINIGPT_FAIL("codegen_cuda: {} is not a row-wise op", op_name(n.op));
     }
+  }
+  // A Div of an element by a per-row value of this kernel (softmax's sum).
+  bool divides_row(const Node& n) const {
+    if (n.op != Op::Div || !in_group_.count(n.inputs[1])) return false;
+    const int p = g_.tensor(n.inputs[1]).producer;
+    return is_row(p) && !is_row(static_cast<int>(&n - g_.nodes.data()));
+  }
+  // Whether some element Div of the kernel divides by row value t.
+  bool needs_reciprocal(int t) const {
+    for (int i : k_.nodes) {
+      const Node& n = g_.nodes[static_cast<size_t>(i)];
+      if (divides_row(n) && n.inputs[1] == t) return true;
+    }
+    return false;
   }
   // Element nodes (in kernel order) that computing `targets` needs and no earlier loop kept.
   std::vector<int> closure(const std::vector<int>& targets) const {
@@ -305,6 +295,7 @@ std::string RowwiseCuda::generate(CudaLaunch& launch) {
     } else {
       b += fmt::format("const float row{} = {};  // {}\n", t, expr(node, true), g_.tensor(t).name);
     }
+    if (needs_reciprocal(t)) b += fmt::format("const float rcp{} = 1.0f / row{};  // divisions by it become products\n", t, t);
     if (out_.count(t)) b += fmt::format("if (lane == 0) {}[r] = row{};\n", out_[t], t);
   }
   if (!stores.empty()) {
@@ -350,9 +341,10 @@ std::string generate_attention(const Graph& g, const Kernel& k, CudaLaunch& laun
   std::string code = kernel_comment(g, k, params,
                                     fmt::format("grid {} (batch x head), block {} (a thread per query), {} B of shared memory",
                                                 launch.grid, block, smem));
-  code += "//   the head's keys and values staged in shared memory; per query: scores against every key it may\n"
-          "//   see (the causal mask is the loop's bound), online softmax (running max m and sum l, earlier\n"
-          "//   keys rescaled by exp(m_old - m_new)), out = sum p v / l. No (T, S) matrix exists.\n";
+  code += "//   the head's keys and values staged in shared memory; per query, over every key it may see (the\n"
+          "//   causal mask is the loops' bound): pass 1 the max score, pass 2 p = exp(score - max), their sum\n"
+          "//   l and sum p v; out = sum p v / l (as eager's softmax: no running rescale, the scores are\n"
+          "//   recomputed from shared memory). No (T, S) matrix exists.\n";
   const std::string off = n.runtime_offset ? "(i64)in_ptr3[0]" : fmt::format("{}", n.offset);
   code += fmt::format(
       "extern \"C\" __global__ void __launch_bounds__({}) {}(\n    const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1,\n"
@@ -378,17 +370,17 @@ std::string generate_attention(const Graph& g, const Kernel& k, CudaLaunch& laun
   b += fmt::format("float q[{}], o[{}];\n", dh, dh);
   b += fmt::format("#pragma unroll\nfor (int d = 0; d < {}; ++d) {{\n", dh);
   b += fmt::format("  q[d] = in_ptr0[(bb * {} + t) * {} + h * {} + d];\n  o[d] = 0.0f;\n}}\n", T, 3 * C, dh);
-  b += "float m = -MG_INF, l = 0.0f;  // running max and sum\n";
+  // the score of key s, the same expression (and so the same value) in both passes
+  const std::string score = fmt::format(
+      "  float sc = 0.0f;\n#pragma unroll\n  for (int d = 0; d < {}; ++d) sc += q[d] * ks[s * {} + d];\n  sc = sc * {};  // scale 1/sqrt({})\n",
+      dh, dh, flit(scale), dh);
+  b += "float m = -MG_INF;  // pass 1: the max score\n";
   b += "for (i64 s = 0; s <= t + off; ++s) {  // causal: keys up to the query's position\n";
-  b += "  float sc = 0.0f;\n";
-  b += fmt::format("#pragma unroll\n  for (int d = 0; d < {}; ++d) sc += q[d] * ks[s * {} + d];\n", dh, dh);
-  b += fmt::format("  sc = sc * {};  // scale 1/sqrt({})\n", flit(scale), dh);
-  b += "  const float m_new = mg_max(m, sc);\n";
-  b += "  const float corr = mg_exp(m - m_new);  // 0 on the first key (m = -inf)\n";
-  b += "  const float p = mg_exp(sc - m_new);\n";
-  b += "  l = l * corr + p;\n";
-  b += fmt::format("#pragma unroll\n  for (int d = 0; d < {}; ++d) o[d] = o[d] * corr + p * vs[s * {} + d];\n", dh, dh);
-  b += "  m = m_new;\n}\n";
+  b += score + "  m = mg_max(m, sc);\n}\n";
+  b += "float l = 0.0f;  // pass 2: exp(score - max), its sum, and the weighted sum of values\n";
+  b += "for (i64 s = 0; s <= t + off; ++s) {\n";
+  b += score + "  const float p = mg_exp(sc - m);\n  l += p;\n";
+  b += fmt::format("#pragma unroll\n  for (int d = 0; d < {}; ++d) o[d] += p * vs[s * {} + d];\n}}\n", dh, dh);
   b += fmt::format("#pragma unroll\nfor (int d = 0; d < {}; ++d) out_ptr0[(bb * {} + t) * {} + h * {} + d] = o[d] / l;\n", dh, T, C, dh);
   code += indent_text(b, "  ") + "}\n";
   return code;
@@ -480,61 +472,73 @@ std::string generate_cublas(const Graph& g, const Kernel& k, std::vector<CudaLau
   return code;
 }
 
-// A generated fixed-shape GEMM, epilogue fused: 32 x 32 output tiles, 256 threads (a column
-// each in 32 lanes, rows ty + 8 i for i < 4), K in steps of 32 through shared memory (x and W
-// tiles stored k-major, one float of padding against bank conflicts), sums in k order.
+// A generated fixed-shape GEMM, epilogue fused, shaped for the small products of this model
+// (launch- and latency-bound: few rows, K <= a few hundred): a block of 8 warps computes a tile
+// of 8 rows x 32 columns of y; lane l owns column m0 + l, warp w the K slice [w KC, (w+1) KC)
+// (split K, so that each thread's chain of FMAs is K / 8 long); W's row for the lane is read
+// along k (float4 when the slice allows), x's 8 rows are the same address for every lane (a
+// broadcast). The 8 warps' partial sums meet in shared memory and every (row, column) adds
+// them in warp order (deterministic), then the epilogue and a coalesced store.
 std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch) {
   const Node& n = g.nodes[static_cast<size_t>(k.nodes[0])];
   const int64_t N = g.tensor(n.inputs[0]).rows(), K = g.tensor(n.inputs[0]).cols(), M = g.tensor(n.inputs[1]).shape[0];
-  constexpr int kTile = 32, kThreads = 256;
-  const int64_t tiles_m = (M + kTile - 1) / kTile, tiles_n = (N + kTile - 1) / kTile;
+  constexpr int kCols = 32, kRows = 8, kWarps = 8, kThreads = 32 * kWarps;
+  const int64_t KC = (K + kWarps - 1) / kWarps;  // the K slice of a warp
+  const bool vec4 = K % 4 == 0 && KC % 4 == 0;
+  const int64_t tiles_m = (M + kCols - 1) / kCols, tiles_n = (N + kRows - 1) / kRows;
   launch.function = k.name;
   launch.grid = static_cast<int>(tiles_m * tiles_n);
   launch.block = kThreads;
   launch.args = {n.inputs[0], n.inputs[1], n.has_bias ? n.inputs[2] : -1, n.has_residual ? n.inputs.back() : -1, n.output};
   std::string code = kernel_comment(g, k, matmul_params(g, n),
-                                    fmt::format("grid {} ({} column tiles x {} row tiles of 32 x 32), block {}", launch.grid, tiles_m,
-                                                tiles_n, kThreads));
-  code += "//   generated fixed-shape GEMM (max-autotune), epilogue fused: per 32 x 32 tile of y, K in steps of 32\n"
-          "//   through shared memory; each thread one column, 4 rows; sums in k order\n";
+                                    fmt::format("grid {} ({} column tiles of 32 x {} row tiles of 8), block {} (8 warps splitting K = {} "
+                                                "into slices of {})",
+                                                launch.grid, tiles_m, tiles_n, kThreads, K, KC));
+  code += "//   generated fixed-shape GEMM (max-autotune), epilogue fused: 8 rows x 32 columns per block, lane = column,\n"
+          "//   warp = K slice; partial sums combined in shared memory in warp order\n";
   code += fmt::format(
       "extern \"C\" __global__ void __launch_bounds__({}) {}(\n    const float* __restrict__ x, const float* __restrict__ w,\n"
       "    const float* __restrict__ bias, const float* __restrict__ res, float* __restrict__ y) {{\n",
       kThreads, k.name);
   std::string b;
-  b += fmt::format("__shared__ float xs[{}][{}], ws[{}][{}];  // [k][row], [k][column]\n", kTile, kTile + 1, kTile, kTile + 1);
-  b += fmt::format("const i64 m0 = (i64)(blockIdx.x % {}) * {}, n0 = (i64)(blockIdx.x / {}) * {};\n", tiles_m, kTile, tiles_m, kTile);
-  b += "const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;\n";
-  b += "float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};\n";
-  b += fmt::format("for (i64 k0 = 0; k0 < {}; k0 += {}) {{\n", K, kTile);
-  auto all = [](std::initializer_list<std::string> parts) {
-    std::string c;
-    for (const std::string& p : parts)
-      if (!p.empty()) c += (c.empty() ? "" : " && ") + p;
-    return c;
-  };
-  const std::string kmask = K % kTile ? fmt::format("k0 + kk < {}", K) : "";
-  const std::string gx = all({N % kTile ? fmt::format("n0 + rr < {}", N) : "", kmask});
-  const std::string gw = all({M % kTile ? fmt::format("m0 + rr < {}", M) : "", kmask});
-  b += fmt::format("  for (int i = threadIdx.x; i < {}; i += {}) {{\n", kTile * kTile, kThreads);
-  b += fmt::format("    const int rr = i / {}, kk = i % {};  // coalesced along k\n", kTile, kTile);
-  b += fmt::format("    xs[kk][rr] = {}x[(n0 + rr) * {} + k0 + kk]{};\n", gx.empty() ? "" : gx + " ? ", K, gx.empty() ? "" : " : 0.0f");
-  b += fmt::format("    ws[kk][rr] = {}w[(m0 + rr) * {} + k0 + kk]{};\n", gw.empty() ? "" : gw + " ? ", K, gw.empty() ? "" : " : 0.0f");
-  b += "  }\n  __syncthreads();\n";
-  b += fmt::format("#pragma unroll 8\n  for (int kk = 0; kk < {}; ++kk) {{\n", kTile);
-  b += "    const float wv = ws[kk][tx];\n";
-  b += "#pragma unroll\n    for (int i = 0; i < 4; ++i) acc[i] += xs[kk][ty + 8 * i] * wv;\n";
-  b += "  }\n  __syncthreads();\n}\n";
-  b += "const i64 m = m0 + tx;\n";
-  b += "#pragma unroll\nfor (int i = 0; i < 4; ++i) {\n";
-  b += "  const i64 nn = n0 + ty + 8 * i;\n";
+  b += fmt::format("__shared__ float part[{}][{}][{}];  // [warp][row][column], padded\n", kWarps, kRows, kCols + 1);
+  b += fmt::format("const i64 m0 = (i64)(blockIdx.x % {}) * {}, n0 = (i64)(blockIdx.x / {}) * {};\n", tiles_m, kCols, tiles_m, kRows);
+  b += "const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n";
+  b += "const i64 m = m0 + lane;  // this lane's column\n";
+  b += fmt::format("float acc[{}];\n#pragma unroll\nfor (int i = 0; i < {}; ++i) acc[i] = 0.0f;\n", kRows, kRows);
+  // rows past N and columns past M: masked (their products never stored); a K slice past K: empty
+  std::string body;
+  const std::string kend = fmt::format("k0 + {}", KC);
+  const bool kmask = K % kWarps != 0;
+  b += fmt::format("const i64 k0 = (i64)warp * {};\n", KC);
+  if (M % kCols) b += fmt::format("if (m < {}) {{  // mask: the last column tile\n", M);
+  std::string loop;
+  if (vec4) {
+    loop += fmt::format("#pragma unroll\nfor (i64 k = k0; k < {}; k += 4) {{\n", kmask ? fmt::format("min((i64){}, {})", K, kend) : kend);
+    loop += fmt::format("  const float4 wv = *(const float4*)(w + m * {} + k);\n", K);
+    loop += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) {{\n", kRows);
+    if (N % kRows) loop += fmt::format("    if (n0 + i >= {}) break;  // mask: the last row tile\n", N);
+    loop += fmt::format("    const float4 xv = *(const float4*)(x + (n0 + i) * {} + k);  // the same for every lane\n", K);
+    loop += "    acc[i] += xv.x * wv.x;\n    acc[i] += xv.y * wv.y;\n    acc[i] += xv.z * wv.z;\n    acc[i] += xv.w * wv.w;\n  }\n}\n";
+  } else {
+    loop += fmt::format("for (i64 k = k0; k < {}; ++k) {{\n", kmask ? fmt::format("min((i64){}, {})", K, kend) : kend);
+    loop += fmt::format("  const float wv = w[m * {} + k];\n", K);
+    loop += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) {{\n", kRows);
+    if (N % kRows) loop += fmt::format("    if (n0 + i >= {}) break;  // mask: the last row tile\n", N);
+    loop += fmt::format("    acc[i] += x[(n0 + i) * {} + k] * wv;\n  }}\n}}\n", K);
+  }
+  b += M % kCols ? indent_text(loop, "  ") + "}\n" : loop;
+  b += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) part[warp][i][lane] = acc[i];\n__syncthreads();\n", kRows);
+  b += "// thread (row warp, column lane): the warps' partial sums in order, the epilogue, the store\n";
+  b += "const i64 nn = n0 + warp;\n";
   std::string mask;
-  if (N % kTile) mask = fmt::format("nn < {}", N);
-  if (M % kTile) mask += (mask.empty() ? "" : " && ") + fmt::format("m < {}", M);
-  std::string store = "float v = acc[i];\n" + epilogue_code(n, fmt::format("nn * {} + m", M), "m") + fmt::format("y[nn * {} + m] = v;\n", M);
-  if (!mask.empty()) b += fmt::format("  if ({}) {{  // mask: the edge tiles\n", mask) + indent_text(store, "    ") + "  }\n";
-  else b += indent_text(store, "  ");
-  b += "}\n";
+  if (N % kRows) mask = fmt::format("nn < {}", N);
+  if (M % kCols) mask += (mask.empty() ? "" : " && ") + fmt::format("m < {}", M);
+  std::string store = "float v = part[0][warp][lane];\n";
+  store += fmt::format("#pragma unroll\nfor (int s = 1; s < {}; ++s) v += part[s][warp][lane];\n", kWarps);
+  store += epilogue_code(n, fmt::format("nn * {} + m", M), "m") + fmt::format("y[nn * {} + m] = v;\n", M);
+  if (!mask.empty()) b += fmt::format("if ({}) {{  // mask: the edge tiles\n", mask) + indent_text(store, "  ") + "}\n";
+  else b += store;
   code += indent_text(b, "  ") + "}\n";
   return code;
 }

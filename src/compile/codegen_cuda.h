@@ -9,7 +9,8 @@
 // multiple of the row's threads) and the stores. A row of at most kPersistentSteps steps per
 // thread is "persistent" (Inductor's word): the kernel loads it into registers once and every
 // later loop reads the registers. Attention is one kernel per (batch, head): the head's keys
-// and values staged in shared memory, a thread per query, online softmax, no score matrix.
+// and values staged in shared memory, a thread per query, a two-pass softmax (the max, then
+// exp and the sums; scores recomputed from shared memory), no score matrix.
 // Matmuls: cuBLAS SGEMM (FP32, no TF32) then a generated epilogue kernel (bias [+ GELU |
 // + residual]) by default, as Inductor calls an external mm; with generated_gemm a fixed-shape
 // shared-memory tiled GEMM with the epilogue fused (max-autotune's candidate).

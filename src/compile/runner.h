@@ -93,6 +93,11 @@ class CompiledGraph {
   std::vector<std::pair<size_t, int64_t>> position_caps_;  // (input index, capacity) of runtime positions
 };
 
+// A compiled forward's checks and outputs, as GrammarMiniGPT::forward's: the shape against
+// block_size, every id inside the vocabulary (Error naming the first bad one), logits and probs
+// (B, T, V) allocated unless they already have that shape. Both back ends call it.
+void prepare_forward(const ModelConfig& c, const int32_t* ids, int64_t B, int64_t T, Tensor& logits, Tensor& probs);
+
 // The whole model's forward, compiled per (B, T) with a shape guard.
 class CompiledModel {
  public:

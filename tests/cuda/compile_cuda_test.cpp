@@ -14,6 +14,8 @@
 #include "model/gpt.h"
 #include "model/model_file.h"
 
+#include "compile_model_test_util.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,6 +25,8 @@
 
 using namespace minigpt;
 using namespace minigpt::compile;
+using testcompile::max_abs_diff;
+using testcompile::random_weights;
 
 namespace {
 
@@ -47,24 +51,7 @@ CompileOptions cpu_options() {
   return o;
 }
 
-float max_abs_diff(const float* a, const float* b, int64_t n) {
-  float m = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float d = std::fabs(a[i] - b[i]);
-    if (!(d <= m)) m = d;  // NaN propagates as a failure
-  }
-  return m;
-}
 
-ModelWeights random_weights(const ModelConfig& c, uint64_t seed) {
-  ModelWeights w = ModelWeights::init_random(c, seed);
-  std::mt19937_64 rng(seed + 1);
-  std::normal_distribution<float> nd(0.0f, 0.1f);
-  for (auto& [name, t] : w.named())
-    if (t->dim() == 1)
-      for (float& v : t->span()) v += nd(rng);
-  return w;
-}
 
 int64_t argmax(const float* v, int64_t n) { return std::max_element(v, v + n) - v; }
 
@@ -84,7 +71,9 @@ float expect_model_matches(const GrammarMiniGPT& model, int64_t B, int64_t T, ui
   const float dp = max_abs_diff(ep.data(), gp.data(), ep.numel());
   const float dc = max_abs_diff(cl.data(), gl.data(), cl.numel());
   EXPECT_LT(dl, 1e-5f) << "logits vs CPU eager";
-  EXPECT_LT(dp, 1e-6f) << "probs vs CPU eager";
+  // probs follow the logits (dp = p (dz - sum p dz)): logits within 1e-5 allow a few 1e-6; the
+  // CPU compiled path's probs bound (1e-6) holds where its logits agree to 1e-6
+  EXPECT_LT(dp, 3e-6f) << "probs vs CPU eager";
   EXPECT_LT(dc, 1e-5f) << "logits vs CPU compiled";
   const int64_t V = model.config().vocab_size;
   for (int64_t r = 0; r < B * T; ++r) EXPECT_EQ(argmax(el.data() + r * V, V), argmax(gl.data() + r * V, V)) << "row " << r;

@@ -96,6 +96,27 @@ cudaGraphExec_t capture_graph(cudaStream_t stream, const std::function<void(cuda
   return exec;
 }
 
+// The median over `runs` of `work` (enqueued on `stream`) timed with CUDA events, divided by
+// `per` (the repetitions of one unit inside work); microseconds.
+double median_event_us(cudaStream_t stream, const std::function<void()>& work, int runs, int per) {
+  cudaEvent_t a, b;
+  MG_CUDA(cudaEventCreate(&a));
+  MG_CUDA(cudaEventCreate(&b));
+  std::vector<double> t;
+  for (int r = 0; r < runs; ++r) {
+    float ms = 0;
+    MG_CUDA(cudaEventRecord(a, stream));
+    work();
+    MG_CUDA(cudaEventRecord(b, stream));
+    MG_CUDA(cudaEventSynchronize(b));
+    MG_CUDA(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(1e3 * ms / per);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return median(t);
+}
+
 }  // namespace
 
 class CudaModule {
@@ -136,24 +157,10 @@ double cuda_fp32_peak_flops() {
 
 double time_captured_us(cudaStream_t stream, const std::function<void(cudaStream_t)>& work, int runs, int repeat) {
   cudaGraphExec_t exec = capture_graph(stream, work, repeat);
-  cudaEvent_t a, b;
-  MG_CUDA(cudaEventCreate(&a));
-  MG_CUDA(cudaEventCreate(&b));
-  std::vector<double> t;
   MG_CUDA(cudaGraphLaunch(exec, stream));  // warm up
-  for (int r = 0; r < runs; ++r) {
-    float ms = 0;
-    MG_CUDA(cudaEventRecord(a, stream));
-    MG_CUDA(cudaGraphLaunch(exec, stream));
-    MG_CUDA(cudaEventRecord(b, stream));
-    MG_CUDA(cudaEventSynchronize(b));
-    MG_CUDA(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(1e3 * ms / repeat);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
+  const double us = median_event_us(stream, [&] { MG_CUDA(cudaGraphLaunch(exec, stream)); }, runs, repeat);
   cudaGraphExecDestroy(exec);
-  return median(t);
+  return us;
 }
 
 CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding& weights, const CudaCompileOptions& opt)
@@ -339,34 +346,14 @@ void CudaCompiledGraph::replay() { MG_CUDA(cudaGraphLaunch(exec_, stream_)); }
 void CudaCompiledGraph::synchronize() { MG_CUDA(cudaStreamSynchronize(stream_)); }
 
 CudaCompiledGraph::GraphTime CudaCompiledGraph::time_graph(int runs, int batch) {
-  cudaEvent_t a, b;
-  MG_CUDA(cudaEventCreate(&a));
-  MG_CUDA(cudaEventCreate(&b));
-  GraphTime gt;
-  std::vector<double> single, batched;
   for (int w = 0; w < 10; ++w) replay();  // warm up
-  for (int r = 0; r < runs; ++r) {
-    float ms = 0;
-    MG_CUDA(cudaEventRecord(a, stream_));
-    replay();
-    MG_CUDA(cudaEventRecord(b, stream_));
-    MG_CUDA(cudaEventSynchronize(b));
-    MG_CUDA(cudaEventElapsedTime(&ms, a, b));
-    single.push_back(1e3 * ms);
-  }
-  for (int r = 0; r < std::max(3, runs / 10); ++r) {
-    float ms = 0;
-    MG_CUDA(cudaEventRecord(a, stream_));
-    for (int i = 0; i < batch; ++i) replay();
-    MG_CUDA(cudaEventRecord(b, stream_));
-    MG_CUDA(cudaEventSynchronize(b));
-    MG_CUDA(cudaEventElapsedTime(&ms, a, b));
-    batched.push_back(1e3 * ms / batch);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  gt.single_us = median(single);
-  gt.batched_us = median(batched);
+  GraphTime gt;
+  gt.single_us = median_event_us(stream_, [&] { replay(); }, runs, 1);
+  gt.batched_us = median_event_us(
+      stream_, [&] {
+        for (int i = 0; i < batch; ++i) replay();
+      },
+      std::max(3, runs / 10), batch);
   return gt;
 }
 
@@ -407,15 +394,7 @@ CudaCompiledGraph& CudaCompiledModel::graph_for(int64_t B, int64_t T) {
 }
 
 void CudaCompiledModel::forward(const int32_t* ids, int64_t B, int64_t T, Tensor& logits, Tensor& probs) {
-  const ModelConfig& c = model_->config();
-  MINIGPT_CHECK(B >= 0 && T >= 1 && T <= c.block_size, "compiled forward (cuda): bad shape (B={}, T={}), block_size {}", B, T,
-                c.block_size);
-  for (int64_t i = 0; i < B * T; ++i)
-    MINIGPT_CHECK(ids[i] >= 0 && ids[i] < c.vocab_size, "token id {} at (batch {}, position {}) is outside the vocabulary [0, {})", ids[i],
-                  i / T, i % T, c.vocab_size);
-  const Shape shape{B, T, c.vocab_size};
-  if (!logits.defined() || logits.shape() != shape) logits = Tensor::empty(shape);
-  if (!probs.defined() || probs.shape() != shape) probs = Tensor::empty(shape);
+  prepare_forward(model_->config(), ids, B, T, logits, probs);
   if (B == 0) return;  // empty batch: no kernel runs
   CudaCompiledGraph& g = graph_for(B, T);
   last_ = {B, T};
