@@ -145,6 +145,22 @@ TEST(CompileCudaNvrtc, EveryGeneratedSourceCompilesForSm90a) {
   }
 }
 
+TEST(CompileCudaNvrtc, PdlVariantWaitsInEveryKernelAndCompiles) {
+  CudaCodegenOptions cg;
+  cg.generated_gemm = true;
+  cg.pdl = true;
+  const CudaLowered l = lower_cuda(capture_gpt(compile_tiny_config(), 2, 16), PassOptions{}, cg);
+  EXPECT_TRUE(l.code.pdl);
+  size_t kernels = 0, waits = 0;
+  for (size_t at = l.code.source.find("__global__"); at != std::string::npos; at = l.code.source.find("__global__", at + 1)) ++kernels;
+  for (size_t at = l.code.source.find("griddepcontrol.wait;"); at != std::string::npos; at = l.code.source.find("griddepcontrol.wait;", at + 1))
+    ++waits;
+  EXPECT_EQ(waits, kernels);
+  EXPECT_NO_THROW(nvrtc_compile_ptx(l.code.source, "compute_90a", "pdl"));
+  cg.generated_gemm = false;  // cuBLAS's kernels do not wait: refused
+  EXPECT_ERROR(lower_cuda(capture_tinyhead(2), PassOptions{}, cg), "PDL needs generated GEMMs");
+}
+
 TEST(CompileCudaNvrtc, ACompileErrorCarriesNvrtcsLog) {
   EXPECT_ERROR(nvrtc_compile_ptx("extern \"C\" __global__ void k() { undefined_thing(); }", "compute_90a", "bad"),
                         "undefined_thing");

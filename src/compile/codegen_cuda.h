@@ -40,6 +40,11 @@ struct CudaCodegenOptions {
   // Matmuls: false = cuBLAS SGEMM + a generated epilogue kernel; true = generated fixed-shape
   // GEMMs with the epilogue fused (cuda_gemm_N).
   bool generated_gemm = false;
+  // Programmatic dependent launch (Hopper, sm_90+; with generated_gemm only, so that every
+  // kernel of the graph is generated): each kernel starts with griddepcontrol.wait (the previous
+  // kernel's writes are visible after it) then griddepcontrol.launch_dependents, and the runner
+  // launches with programmatic stream serialization: the next kernel's launch overlaps this one.
+  bool pdl = false;
 };
 
 // One step of the host's call sequence.
@@ -64,6 +69,7 @@ struct CudaCode {
   std::string source;                   // the whole CUDA C source (output_code.cu)
   std::vector<CudaKernelText> kernels;  // one per scheduled kernel, for the debug files
   std::vector<CudaLaunch> launches;     // in order; scheduled kernel k's launches share its name
+  bool pdl = false;                     // launch with programmatic stream serialization
 };
 
 // The schedule's kernel names start "cpp_" (schedule.cpp names them for the C++ back end);

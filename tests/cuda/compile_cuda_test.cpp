@@ -36,11 +36,12 @@ namespace {
 const std::string kModel = std::string(MINIGPT_SOURCE_DIR) + "/models/grammar-minigpt.safetensors";
 const std::string kProbes = std::string(MINIGPT_SOURCE_DIR) + "/tests/probes/grammar_probes.tsv";
 
-CudaCompileOptions cuda_options(bool generated_gemm = false) {
+CudaCompileOptions cuda_options(bool generated_gemm = false, bool pdl = false) {
   CudaCompileOptions o;
   o.cache_dir = std::filesystem::path(MINIGPT_BINARY_DIR) / "compile_cuda_test_cache";
   o.quiet = true;
   o.codegen.generated_gemm = generated_gemm;
+  o.codegen.pdl = pdl;
   return o;
 }
 
@@ -56,7 +57,7 @@ CompileOptions cpu_options() {
 int64_t argmax(const float* v, int64_t n) { return std::max_element(v, v + n) - v; }
 
 // GPU compiled vs CPU eager (and vs CPU compiled) on random ids; returns the logits difference.
-float expect_model_matches(const GrammarMiniGPT& model, int64_t B, int64_t T, uint64_t seed, bool generated_gemm) {
+float expect_model_matches(const GrammarMiniGPT& model, int64_t B, int64_t T, uint64_t seed, bool generated_gemm, bool pdl = false) {
   std::mt19937_64 rng(seed);
   std::vector<int32_t> ids(static_cast<size_t>(B * T));
   for (int32_t& v : ids) v = static_cast<int32_t>(rng() % static_cast<uint64_t>(model.config().vocab_size));
@@ -65,7 +66,7 @@ float expect_model_matches(const GrammarMiniGPT& model, int64_t B, int64_t T, ui
   model.forward(ids.data(), B, T, el, ep, pool);
   CompiledModel cpu(model, cpu_options());
   cpu.forward(ids.data(), B, T, cl, cp, pool);
-  CudaCompiledModel gpu(model, cuda_options(generated_gemm));
+  CudaCompiledModel gpu(model, cuda_options(generated_gemm, pdl));
   gpu.forward(ids.data(), B, T, gl, gp);
   const float dl = max_abs_diff(el.data(), gl.data(), el.numel());
   const float dp = max_abs_diff(ep.data(), gp.data(), ep.numel());
@@ -77,8 +78,8 @@ float expect_model_matches(const GrammarMiniGPT& model, int64_t B, int64_t T, ui
   EXPECT_LT(dc, 1e-5f) << "logits vs CPU compiled";
   const int64_t V = model.config().vocab_size;
   for (int64_t r = 0; r < B * T; ++r) EXPECT_EQ(argmax(el.data() + r * V, V), argmax(gl.data() + r * V, V)) << "row " << r;
-  std::printf("cuda compiled (%s) vs CPU eager (B=%lld, T=%lld): logits %.3g, probs %.3g; vs CPU compiled %.3g\n",
-              generated_gemm ? "generated GEMMs" : "cuBLAS", static_cast<long long>(B), static_cast<long long>(T), dl, dp, dc);
+  std::printf("cuda compiled (%s%s) vs CPU eager (B=%lld, T=%lld): logits %.3g, probs %.3g; vs CPU compiled %.3g\n",
+              generated_gemm ? "generated GEMMs" : "cuBLAS", pdl ? ", PDL" : "", static_cast<long long>(B), static_cast<long long>(T), dl, dp, dc);
   return dl;
 }
 
@@ -214,4 +215,18 @@ TEST(CompileCuda, ShapeGuardCompilesAnewAndTheCacheIsWarm) {
   EXPECT_EQ(gpu.compiles(), 2) << "another shape fails the guard and compiles anew";
   CudaCompiledModel again(model, cuda_options());
   EXPECT_TRUE(again.graph_for(2, 4).stats().cache_hit) << "the same graph again: a cache hit";
+}
+
+// Last in the file: a launch problem with PDL would leave the context unusable for what follows.
+TEST(CompileCuda, ProgrammaticDependentLaunchVariantMatchesEager) {
+  SKIP_WITHOUT_GPU();
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  if (major < 9) GTEST_SKIP() << "PDL needs sm_90 or later";
+  ModelFile f = load_model(kModel);
+  const GrammarMiniGPT model(f.config, std::move(f.weights));
+  expect_model_matches(model, 2, 16, 7, true, true);
+  const ModelConfig c = compile_tiny_config();
+  const GrammarMiniGPT tiny(c, random_weights(c, 3));
+  expect_model_matches(tiny, 3, 5, 12, true, true);
 }

@@ -45,6 +45,7 @@ struct Driver {
   CUresult (*module_unload)(CUmodule) = nullptr;
   CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**,
                             void**) = nullptr;
+  CUresult (*launch_kernel_ex)(const CUlaunchConfig*, CUfunction, void**, void**) = nullptr;
 };
 
 template <class F>
@@ -64,6 +65,7 @@ const Driver& driver() {
     entry("cuModuleGetFunction", r.module_get_function);
     entry("cuModuleUnload", r.module_unload);
     entry("cuLaunchKernel", r.launch_kernel);
+    entry("cuLaunchKernelEx", r.launch_kernel_ex);
     return r;
   }();
   return d;
@@ -177,25 +179,45 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
   MG_CUDA(cudaMalloc(&workspace_, kWorkspace));
   MG_CUBLAS(cublasSetWorkspace(h, workspace_, kWorkspace));
   if (opt.mode == "max-autotune") {
-    // cuBLAS + generated epilogues against generated GEMMs with fused epilogues: the faster kept
+    // cuBLAS + generated epilogues, generated GEMMs with fused epilogues, and those launched with
+    // PDL (Hopper and later): each built and its graph timed; the fastest kept. A candidate that
+    // fails to build or launch is skipped with a line saying why.
+    struct Candidate {
+      bool gen, pdl;
+      const char* name;
+    };
+    std::vector<Candidate> candidates{{false, false, "cublas"}, {true, false, "generated-gemm"}};
+    int major = 0, dev = 0;
+    MG_CUDA(cudaGetDevice(&dev));
+    MG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    if (major >= 9) candidates.push_back({true, true, "generated-gemm pdl"});
     double best = 1e30;
-    bool best_gen = false;
-    for (bool gen : {false, true}) {
+    const Candidate* pick = nullptr;
+    for (const Candidate& c : candidates) {
       CudaCodegenOptions cg = opt.codegen;
-      cg.generated_gemm = gen;
-      build(opt, cg, gen ? "generated-gemm" : "cublas");
-      const double us = time_graph(50, 20).batched_us;
-      if (us < best) {
-        best = us;
-        best_gen = gen;
+      cg.generated_gemm = c.gen;
+      cg.pdl = c.pdl;
+      try {
+        build(opt, cg, c.name);
+        const double us = time_graph(50, 20).batched_us;
+        if (!opt.quiet) fmt::print(stderr, "minigpt compile: max-autotune {} {}: {:.2f} us per forward\n", captured.name, c.name, us);
+        if (us < best) {
+          best = us;
+          pick = &c;
+        }
+      } catch (const Error& e) {
+        cudaGetLastError();
+        fmt::print(stderr, "minigpt compile: max-autotune candidate {} skipped: {}\n", c.name, e.what());
       }
     }
+    MINIGPT_CHECK(pick, "compile: max-autotune: no candidate built for {}", captured.name);
     CudaCodegenOptions cg = opt.codegen;
-    cg.generated_gemm = best_gen;
-    build(opt, cg, best_gen ? "generated-gemm" : "cublas");
+    cg.generated_gemm = pick->gen;
+    cg.pdl = pick->pdl;
+    build(opt, cg, pick->name);
   } else {
     MINIGPT_CHECK(opt.mode == "default", "compile: unknown mode '{}' (default | max-autotune)", opt.mode);
-    build(opt, opt.codegen, opt.codegen.generated_gemm ? "generated-gemm" : "cublas");
+    build(opt, opt.codegen, std::string(opt.codegen.generated_gemm ? "generated-gemm" : "cublas") + (opt.codegen.pdl ? " pdl" : ""));
   }
   stats_.total_s = t0.elapsed_s();
   const bool debug = env_compile_debug() || !opt.dump_dir.empty();
@@ -315,6 +337,24 @@ void CudaCompiledGraph::launch(const CudaLaunch& l) {
                           static_cast<int>(l.K), &one, static_cast<const float*>(slot(l.w)), static_cast<int>(l.K),
                           static_cast<const float*>(slot(l.x)), static_cast<int>(l.K), &zero, static_cast<float*>(slot(l.y)),
                           static_cast<int>(l.M)));
+    return;
+  }
+  if (lowered_.code.pdl) {
+    // programmatic stream serialization: this kernel may launch while the previous one runs
+    // (its griddepcontrol.wait holds it until the previous one's writes are visible)
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = static_cast<unsigned>(l.grid);
+    cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = static_cast<unsigned>(l.block);
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = static_cast<unsigned>(l.smem);
+    cfg.hStream = reinterpret_cast<CUstream>(stream_);
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    MG_CU(driver().launch_kernel_ex(&cfg, static_cast<CUfunction>(functions_[i]), param_ptrs_[i].data(), nullptr));
     return;
   }
   MG_CU(driver().launch_kernel(static_cast<CUfunction>(functions_[i]), static_cast<unsigned>(l.grid), 1, 1,
