@@ -196,7 +196,10 @@ TEST(CompileCuda, DecodeStepMatchesTheEagerDecoder) {
     worst = std::max(worst, d);
     EXPECT_EQ(argmax(e.data(), static_cast<int64_t>(e.size())), argmax(g.data(), static_cast<int64_t>(g.size()))) << "t " << t;
   }
-  EXPECT_LT(worst, 1e-5f);
+  // design.md's CUDA-against-CPU rule (1e-3 on logits at most), not the forward's 1e-5: measured
+  // 4.5e-5 on the H200 (cuBLAS's and the CPU's sums in other orders, over up to 64 positions;
+  // the forward at (2, 16) and every probe stay within 1e-5). Top-1 is checked at every step.
+  EXPECT_LT(worst, 1e-4f);
   std::printf("decode, every position: max |logits diff| %.3g\n", worst);
   EXPECT_THROW(gpu.step(0), minigpt::Error) << "the context is full";
 }
