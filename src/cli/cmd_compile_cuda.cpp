@@ -139,7 +139,7 @@ void run_compile_cuda(const CompileCudaRequest& r) {
   }
   CudaCompileOptions co;
   co.mode = r.mode;
-  co.quiet = true;
+  co.quiet = r.mode != "max-autotune";  // max-autotune says what each candidate measured
   co.dump_dir = r.dump;
   const Timer cold;
   CudaCompiledGraph g(captured, *r.weights, co);

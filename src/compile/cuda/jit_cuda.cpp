@@ -76,41 +76,15 @@ struct Entry {
       : cubin(dir / (key + ".cubin")), json(dir / (key + ".json")), cu(dir / (key + ".cu")), lock(dir / (key + ".lock")) {}
 };
 
-struct Checked {
-  std::vector<uint8_t> cubin;
-  std::string sha256;
-  std::string problem;  // empty when usable
-};
-
-// Reads and checks an entry (format, key, NVRTC version, options, architecture, size, SHA-256).
-// Never throws for a bad entry.
-Checked check_entry(const Entry& e, const std::string& key, const std::string& arch, const std::vector<std::string>& options) {
-  Checked c;
-  std::error_code ec;
-  if (!fs::exists(e.json, ec)) {
-    c.problem = "missing";
-    return c;
-  }
-  try {
-    const std::vector<uint8_t> text = io::read_file_bytes(e.json.string());
-    const nlohmann::json j = nlohmann::json::parse(text.begin(), text.end());
-    if (j.value("format", 0) != kEntryFormat) c.problem = "an older entry format";
-    else if (j.value("key", "") != key) c.problem = ".json names another key";
-    else if (j.value("nvrtc_version", "") != nvrtc_version() || j.value("arch", "") != arch ||
-             j.at("options").get<std::vector<std::string>>() != options)
-      c.problem = ".json names another NVRTC, architecture or options";
-    if (!c.problem.empty()) return c;
-    c.cubin = io::read_file_bytes(e.cubin.string());
-    c.sha256 = sha256_hex(std::string_view(reinterpret_cast<const char*>(c.cubin.data()), c.cubin.size()));
-    if (c.cubin.size() != j.at("cubin_bytes").get<uint64_t>())
-      c.problem = fmt::format(".cubin is {} bytes, .json says {}", c.cubin.size(), j.at("cubin_bytes").get<uint64_t>());
-    else if (c.sha256 != j.at("cubin_sha256").get<std::string>())
-      c.problem = ".cubin checksum does not match its .json";
-  } catch (const std::exception& ex) {
-    c.problem = std::string("unreadable: ") + ex.what();
-  }
-  if (!c.problem.empty()) c.cubin.clear();
-  return c;
+// Reads and checks an entry: check_cache_entry with NVRTC's version, the architecture and the
+// options.
+CheckedEntry check_entry(const Entry& e, const std::string& key, const std::string& arch, const std::vector<std::string>& options) {
+  return check_cache_entry(e.json, e.cubin, kEntryFormat, key, "cubin", [&](const nlohmann::json& j) -> std::string {
+    if (j.value("nvrtc_version", "") != nvrtc_version() || j.value("arch", "") != arch ||
+        j.at("options").get<std::vector<std::string>>() != options)
+      return ".json names another NVRTC, architecture or options";
+    return "";
+  });
 }
 
 std::vector<uint8_t> build_entry(const fs::path& dir, const Entry& e, const std::string& key, const CudaJitRequest& request,
@@ -202,7 +176,7 @@ CudaBinary cuda_jit_compile(const CudaJitRequest& request) {
   MINIGPT_CHECK(fs::is_directory(dir), "jit (cuda): cannot create the cache folder {}: {}", dir.string(), ec.message());
   const Entry e(dir, b.key);
   b.path = e.cubin;
-  Checked c = check_entry(e, b.key, b.arch, options);
+  CheckedEntry c = check_entry(e, b.key, b.arch, options);
   if (c.problem.empty()) {
     b.cache_hit = true;
   } else {
@@ -214,11 +188,11 @@ CudaBinary cuda_jit_compile(const CudaJitRequest& request) {
       if (c.problem != "missing")
         fmt::print(stderr, "minigpt jit (cuda): cache entry {} for '{}' is bad ({}): rebuilding\n", e.json.string(), request.name,
                    c.problem);
-      c.cubin = build_entry(dir, e, b.key, request, b.arch, options, b.compile_s);
-      c.sha256 = sha256_hex(std::string_view(reinterpret_cast<const char*>(c.cubin.data()), c.cubin.size()));
+      c.bytes = build_entry(dir, e, b.key, request, b.arch, options, b.compile_s);
+      c.sha256 = sha256_hex(std::string_view(reinterpret_cast<const char*>(c.bytes.data()), c.bytes.size()));
     }
   }
-  b.cubin = std::move(c.cubin);
+  b.cubin = std::move(c.bytes);
   b.cubin_sha256 = c.sha256;
   b.total_s = total.elapsed_s();
   return b;
