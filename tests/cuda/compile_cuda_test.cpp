@@ -140,16 +140,10 @@ TEST(CompileCuda, ShippedModelMatchesEagerAndEveryProbe) {
   expect_model_matches(model, 2, 16, 7, false);
   expect_model_matches(model, 2, 16, 7, true);
   const Tokenizer tok(f.vocab);
-  const std::vector<data::Probe> probes = data::load_probes(kProbes);
-  std::vector<std::vector<int32_t>> prompts;
-  int64_t T = 1;
-  for (const data::Probe& p : probes) {
-    prompts.push_back(data::probe_input_ids(p, tok));
-    T = std::max<int64_t>(T, static_cast<int64_t>(prompts.back().size()));
-  }
-  const int64_t B = static_cast<int64_t>(prompts.size()), V = f.config.vocab_size;
-  std::vector<int32_t> ids(static_cast<size_t>(B * T), Tokenizer::kPad);
-  for (int64_t b = 0; b < B; ++b) std::copy(prompts[static_cast<size_t>(b)].begin(), prompts[static_cast<size_t>(b)].end(), ids.begin() + b * T);
+  const testcompile::ProbeBatch pb = testcompile::probe_batch(kProbes, tok);
+  const std::vector<std::vector<int32_t>>& prompts = pb.prompts;
+  const std::vector<int32_t>& ids = pb.ids;
+  const int64_t B = pb.B, T = pb.T, V = f.config.vocab_size;
   ThreadPool pool(2);
   Tensor el, ep, gl, gp;
   model.forward(ids.data(), B, T, el, ep, pool);
