@@ -11,6 +11,7 @@
 
 #ifdef MINIGPT_HAVE_CUDA_COMPILE
 #include "compile/cuda/jit_cuda.h"
+#include "compile/cuda/runner_cuda.h"
 #endif
 
 #include <gtest/gtest.h>
@@ -159,6 +160,13 @@ TEST(CompileCudaNvrtc, PdlVariantWaitsInEveryKernelAndCompiles) {
   EXPECT_NO_THROW(nvrtc_compile_ptx(l.code.source, "compute_90a", "pdl"));
   cg.generated_gemm = false;  // cuBLAS's kernels do not wait: refused
   EXPECT_ERROR(lower_cuda(capture_tinyhead(2), PassOptions{}, cg), "PDL needs generated GEMMs");
+}
+
+TEST(CompileCudaNvrtc, WithoutAGpuTheRunnerSaysSo) {
+  if (cuda_gpu_visible()) GTEST_SKIP() << "a GPU is visible: tests/cuda/compile_cuda_test.cpp runs the graphs";
+  const TinyHead head = TinyHead::init(42);
+  const WeightBinding w = bind_tinyhead(head);
+  EXPECT_ERROR(CudaCompiledGraph(capture_tinyhead(2), w, CudaCompileOptions{}), "no CUDA GPU visible");
 }
 
 TEST(CompileCudaNvrtc, ACompileErrorCarriesNvrtcsLog) {

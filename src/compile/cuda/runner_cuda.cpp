@@ -165,8 +165,12 @@ double time_captured_us(cudaStream_t stream, const std::function<void(cudaStream
   return us;
 }
 
+// Members only; the public constructor delegates here first, so that if its body throws, the
+// destructor releases what it had made (stream, cuBLAS handle, workspace, arena, module).
+CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding& weights) : captured_(captured), weights_(&weights) {}
+
 CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding& weights, const CudaCompileOptions& opt)
-    : captured_(captured), weights_(&weights) {
+    : CudaCompiledGraph(captured, weights) {
   MINIGPT_CHECK(cuda_gpu_visible(), "compile --device cuda: no CUDA GPU visible");
   const Timer t0;
   MG_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));

@@ -93,6 +93,7 @@ class CudaCompiledGraph {
   const CudaCompileStats& stats() const { return stats_; }
 
  private:
+  CudaCompiledGraph(const Graph& captured, const WeightBinding& weights);  // members only
   void build(const CudaCompileOptions& opt, const CudaCodegenOptions& codegen, const std::string& variant);
   void launch(const CudaLaunch& l);  // one step of the plan on stream_
   void release();
