@@ -11,9 +11,12 @@
 # folder) the log, the tables, the roofline, the manifest and results.tar.gz (all of it) are
 # copied there: the device tool returns 8 files at most. Knobs: BUILD_TARGETS (build
 # only these), GPU_CHECK_ALL_TESTS=1 (every ctest test), BENCH_ARGS (extra `bench softmax`
-# options, e.g. --retune or --shapes 64x600), GPU_CHECK_SKIP_PYTEST=1. Every step is time-boxed;
-# a failing step prints a FAIL line and the script goes on; the exit status is non-zero if any
-# step failed.
+# options, e.g. --retune or --shapes 64x600), GPU_CHECK_STEPS (run only these step groups, e.g.
+# "tests" then "benches" in two calls of the device tool, which stops a command at 10 minutes;
+# the build is kept between them), PYTEST_K (which Python tests run here: by default those
+# whose names say cuda, triton or gpu; the CPU ones run in CI; PYTEST_K= runs all). Every
+# step is time-boxed; a failing step prints a FAIL line and the script goes on; the exit status
+# is non-zero if any step failed.
 set -euo pipefail
 export PYTHONUNBUFFERED=1
 
@@ -72,7 +75,7 @@ run_pytest() {
   # Every Python test, against this build's module (CUDA softmax bindings included) and Triton.
   set -o pipefail
   PYTHONPATH="$ROOT/python:$ROOT/$BUILD/python" MINIGPT_BIN="$ROOT/$BUILD/minigpt" \
-    python3 -m pytest -q -rs python/tests 2>&1 | tee "$RESULTS/pytest.log"
+    python3 -m pytest -q -rs ${PYTEST_K:+-k "$PYTEST_K"} python/tests 2>&1 | tee "$RESULTS/pytest.log"
 }
 run_bench() {
   "$BUILD/minigpt" bench softmax --device cuda -o json ${BENCH_ARGS:-} >"$RESULTS/bench_softmax_cuda.json"
@@ -113,36 +116,46 @@ keep_cache() {
 # Experiment 24 (Triton vs CUDA C, the PyTorch port, the kernel swap) from the same bench JSON;
 # its manifest lands beside the other results (the full folder stays in build/exp24).
 experiment24() {
+  local any=()
+  [[ -s $RESULTS/bench_softmax_cuda_any.json ]] &&
+    any=(--any-json "$RESULTS/bench_softmax_cuda_any.json" --triton-cache "$XDG_CACHE_HOME/minigpt/triton_autotune.json")
   python3 experiments/24-triton-and-pytorch/bench.py --minigpt "$BUILD/minigpt" \
-    --bench-json "$RESULTS/bench_softmax_cuda.json" --out "$ROOT/build/exp24"
+    --bench-json "$RESULTS/bench_softmax_cuda.json" --out "$ROOT/build/exp24" "${any[@]}"
   cp "$ROOT/build/exp24/manifest.json" "$RESULTS/manifest.json"
+  [[ ! -f $ROOT/build/exp24/any_shape.md ]] || cp "$ROOT/build/exp24/any_shape.md" "$RESULTS/any_shape.md"
 }
 
 export RESULTS BUILD JOBS LOG BUILD_TARGETS="${BUILD_TARGETS:-}" BENCH_ARGS="${BENCH_ARGS:-}"
 export ROOT
 export ANY_SHAPES
+export PYTEST_K="${PYTEST_K-cuda or triton or gpu}"
 export -f probe configure build run_ctest run_pytest run_bench run_bench_any render_md plot keep_cache experiment24
+
+STEPS=" ${GPU_CHECK_STEPS:-tests benches} "
+want() { [[ $STEPS == *" $1 "* ]]; }
 
 step probe 60 probe
 step configure 300 configure
 step build 900 build
-step ctest 600 run_ctest
-if [[ ${GPU_CHECK_SKIP_PYTEST:-0} == 1 ]]; then echo "pytest skipped (GPU_CHECK_SKIP_PYTEST=1)"; else step pytest 600 run_pytest; fi
-if [[ -x $BUILD/minigpt ]]; then
+if want tests; then
+  step ctest 600 run_ctest
+  step pytest 600 run_pytest
+fi
+if want benches && [[ -x $BUILD/minigpt ]]; then
   step bench 900 run_bench
-  if [[ -s $RESULTS/bench_softmax_cuda.json ]]; then
-    step render-md 60 render_md "$RESULTS/bench_softmax_cuda.json" "$RESULTS/bench_softmax_cuda.md"
-    step roofline 120 plot
-    step experiment24 300 experiment24
-  fi
   step bench-any-shape 600 run_bench_any
   [[ -s $RESULTS/bench_softmax_cuda_any.json ]] &&
     step render-md-any 60 render_md "$RESULTS/bench_softmax_cuda_any.json" "$RESULTS/bench_softmax_cuda_any.md"
-else
+  if [[ -s $RESULTS/bench_softmax_cuda.json ]]; then
+    step render-md 60 render_md "$RESULTS/bench_softmax_cuda.json" "$RESULTS/bench_softmax_cuda.md"
+    step roofline 120 plot
+    step experiment24 300 experiment24  # after bench-any-shape: it renders any_shape.md from it
+  fi
+  step keep-autotune-cache 10 keep_cache
+elif want benches; then
   echo "FAIL: $BUILD/minigpt was not built; no benchmark"
   NAMES+=(bench); STATUS+=("FAIL(no binary)"); SECS+=(0)
 fi
-step keep-autotune-cache 10 keep_cache
 
 echo
 echo "=== summary ==="

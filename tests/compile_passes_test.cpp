@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <regex>
 #include <set>
 #include <string>
 
@@ -196,6 +197,11 @@ TEST(CompilePasses, CodegenGeneratesLoopsNotEagerCalls) {
   for (size_t at = src.find("_pairs(void* ctx"); at != std::string::npos; at = src.find("_pairs(void* ctx", at + 1)) ++attention_bodies;
   EXPECT_EQ(attention_bodies, 1u);
   EXPECT_NE(src.find("same loops as cpp_fused_attention_"), std::string::npos);
+  // so is a layernorm of the same width, although its temporaries are numbered by graph node:
+  // one body for ln2 of every block and ln1 of blocks after the first (the first ln1 is fused
+  // into the embedding kernel)
+  const std::regex layernorm_body(R"(static void cpp_fused_layernorm_[0-9]+_rows\(void\* ctx)");
+  EXPECT_EQ(std::distance(std::sregex_iterator(src.begin(), src.end(), layernorm_body), std::sregex_iterator()), 1);
   // the attention kernel holds no score matrix: no (T, T) buffer in the arena
   for (const Node& n : l.schedule.graph.nodes) EXPECT_NE(n.op, Op::AttnScores);
 }

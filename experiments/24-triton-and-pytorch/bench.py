@@ -18,6 +18,10 @@ Regenerates this folder's figures from one run on a GPU machine (scripts/gpu-che
    (set_lm_head_softmax) against the CPU port with torch.softmax, on "Yesterday I" with the
    shipped model: max |Δlogits|, max |Δprobs|, and whether the top-1 (and top-5) token changed.
 5. roofline.png (python -m minigpt.plot roofline) and manifest.json, written to --out.
+6. With --any-json (scripts/gpu-check.sh's `bench softmax --shapes ...` run on shapes nobody
+   tuned for, issue 19): any_shape.md, the table in this folder's README, and the same figures
+   under the manifest's "any_shape". Triton's pick per shape comes from --triton-cache (the
+   JSON cache triton_autotune.py writes) when given.
 """
 from __future__ import annotations
 
@@ -64,6 +68,62 @@ def kernel_figures(report: dict, b: int = 512, v: int = 600) -> dict:
 
     fused = next((k for k in times if k.startswith("fused") and "graph" not in k), "fused")
     return {"naive": entry("naive"), "smem": entry("smem"), "fused": entry(fused), "triton": entry("triton")}
+
+
+ANY_SHAPE_COLUMNS = [("triton", "Triton (ours)"), ("torch.softmax", "torch.softmax"),
+                     ("torch.compile", "torch.compile"), ("minigpt fused", "minigpt fused")]
+
+
+def any_shape_rows(report: dict, picks: dict) -> list[dict]:
+    """Per (B, V) of an any-shape run: each peer's L2-flushed time (us, None where it did not
+    run), Triton's ratio to torch.softmax and to our fused kernel, and Triton's pick.
+    "minigpt fused" is our kernel timed in the peers' process, alternating with them."""
+    shapes: dict[tuple[int, int], dict] = {}
+    for r in report["rows"]:
+        shapes.setdefault((r["B"], r["V"]), {})[r["kernel"]] = r["time_us"]
+    out = []
+    for (b, v), times in shapes.items():
+        row = {"B": b, "V": v, "MB_in": b * v * 4 / 1e6}
+        row.update({name: times.get(name) for name, _ in ANY_SHAPE_COLUMNS})
+        tri = row["triton"]
+        row["triton_over_torch"] = tri / row["torch.softmax"] if tri and row["torch.softmax"] else None
+        row["triton_over_fused"] = tri / row["minigpt fused"] if tri and row["minigpt fused"] else None
+        row["triton_pick"] = picks.get(f"{b}x{v}")
+        out.append(row)
+    return out
+
+
+def triton_picks(cache: dict, shapes) -> dict:
+    """{"BxV": "kernel K=v, ..."} for each (B, V) in shapes, from a triton_autotune.json cache
+    (python/minigpt/triton_autotune.py: entries keyed by shape bucket and machine)."""
+    from minigpt.triton_autotune import shape_bucket
+
+    configs = {e["key"]["bucket"]: e["config"] for e in cache.get("entries", {}).values()
+               if isinstance(e, dict) and isinstance(e.get("config"), dict) and isinstance(e.get("key"), dict)}
+    picks = {}
+    for b, v in shapes:
+        cfg = configs.get(shape_bucket(b, v))
+        if cfg:
+            params = ", ".join(f"{k}={val}" for k, val in cfg.items() if k != "kernel")
+            picks[f"{b}x{v}"] = f"{cfg.get('kernel', '?')} {params}"
+    return picks
+
+
+def any_shape_markdown(rows: list[dict]) -> str:
+    def us(v):
+        return "-" if v is None else f"{v:.1f}"
+
+    def ratio(v):
+        return "-" if v is None else f"{v:.2f}"
+
+    head = ["shape (B, V)", "MB in"] + [label for _, label in ANY_SHAPE_COLUMNS] + \
+           ["Triton / torch", "Triton / fused", "Triton's pick"]
+    lines = ["| " + " | ".join(head) + " |", "| --- | ---: |" + " ---: |" * (len(ANY_SHAPE_COLUMNS) + 2) + " --- |"]
+    for r in rows:
+        cells = [f"({r['B']}, {r['V']})", f"{r['MB_in']:.0f}"] + [us(r[name]) for name, _ in ANY_SHAPE_COLUMNS]
+        cells += [ratio(r["triton_over_torch"]), ratio(r["triton_over_fused"]), r["triton_pick"] or "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def tokenize(text: str, vocab: list[str]) -> list[int]:
@@ -135,6 +195,8 @@ def main() -> int:
     ap.add_argument("--bench-json", default=None, help="reuse a `bench softmax --device cuda -o json` output")
     ap.add_argument("--out", default=str(Path(__file__).parent))
     ap.add_argument("--prompt", default="Yesterday I")
+    ap.add_argument("--any-json", default=None, help="a `bench softmax --device cuda --shapes ... -o json` output")
+    ap.add_argument("--triton-cache", default=None, help="triton_autotune.json, for Triton's pick per shape")
     args = ap.parse_args()
     args.minigpt = os.path.abspath(args.minigpt) if os.sep in args.minigpt else args.minigpt  # relative: from here
     out = Path(args.out)
@@ -174,6 +236,13 @@ def main() -> int:
         "copy_bandwidth_GBps": report["meta"].get("copy_bandwidth_GBps"),
         "timing": "CUDA events, median of 100 launches, L2 flushed between launches; graph-mode rows in bench_softmax_cuda.json",
     }
+    if args.any_json:
+        any_report = json.loads(Path(args.any_json).read_text())
+        cache = json.loads(Path(args.triton_cache).read_text()) if args.triton_cache else {}
+        picks = triton_picks(cache, {(r["B"], r["V"]) for r in any_report["rows"]})
+        rows = any_shape_rows(any_report, picks)
+        (out / "any_shape.md").write_text(any_shape_markdown(rows))
+        manifest["any_shape"] = rows
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     subprocess.run([sys.executable, "-m", "minigpt.plot", "roofline", str(out / "bench_softmax_cuda.json"),
                     "-o", str(out / "roofline.png"), "--device", "cuda", "--shape", "4096x600"], check=True)

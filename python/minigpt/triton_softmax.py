@@ -22,6 +22,13 @@ one program per row was 3.4x slower than torch.softmax at (65536, 128) and 2x sl
   chunk's (max, sum of exp) to a small (B, chunks) buffer, a second kernel combines a row's
   partials into (M, S) and writes its chunk. x is read twice, as `looped` does, but every SM
   has work.
+- `resident`: long rows, x read once (the others read it twice, 1.3-1.7x behind our fused CUDA
+  kernel, which holds a row in a thread-block cluster's shared memory). A row is cut into
+  CHUNKS chunks of CHUNK floats, each held in one program's registers; the row's programs swap
+  their (max, sum of exp) through a small global buffer and wait for each other on a per-row
+  counter (atomics), then scale what they hold and write it. Waiting is safe only if every
+  program of a row is on the GPU at once: the grid is persistent, at most one program per SM
+  and a multiple of CHUNKS, so a row's chunks are always taken in the same round.
 
 The configuration (kernel, block sizes, warps) is chosen by measuring the candidates of the
 shape's bucket once (`tune`), and kept on disk in the project's own autotune cache keyed as the
@@ -56,7 +63,7 @@ from minigpt import triton_autotune
 MAX_ROW_BLOCK = 16384  # floats of one program's register tile in `rows` (64 KiB)
 TUNED_SHAPES = ((64, 600), (512, 600), (4096, 600))
 AUTOTUNE_CACHE = "minigpt triton_autotune.json (disk), keyed like the CUDA autotuner"
-KERNELS = ("rows", "looped", "split")
+KERNELS = ("rows", "looped", "split", "resident")
 _SOURCE_SHA256 = triton_autotune.source_sha256(Path(__file__).read_text())
 
 
@@ -151,6 +158,61 @@ def _split_write_kernel(x_ptr, y_ptr, m_ptr, s_ptr, V, stride_x, stride_y, CHUNK
     _write_range(x_ptr + row * stride_x, y_ptr + row * stride_y, begin, end, m, s, BLOCK)
 
 
+@triton.jit
+def _resident_kernel(x_ptr, y_ptr, part_ptr, count_ptr, B, V, stride_x, stride_y, CHUNKS,
+                     CHUNK: tl.constexpr, CHUNKS_P2: tl.constexpr):
+    # Task t = (row t // CHUNKS, chunk t % CHUNKS); program p takes t = p, p + P, ... (P, the
+    # grid, is a multiple of CHUNKS: the programs of one round hold whole rows). part_ptr
+    # (B, CHUNKS, 2) int32: each chunk's (max, sum of exp(x - max)), the float32 bits (written
+    # by atomic exchange, which has no float form everywhere); count_ptr (B,) int32, zeroed:
+    # how many of the row's chunks have written theirs.
+    cols = tl.arange(0, CHUNK)
+    for t in range(tl.program_id(0), B * CHUNKS, tl.num_programs(0)):
+        row = (t // CHUNKS).to(tl.int64)
+        chunk = t % CHUNKS
+        begin = chunk * CHUNK
+        mask = begin + cols < V
+        x = tl.load(x_ptr + row * stride_x + begin + cols, mask=mask, other=-float("inf"),
+                    eviction_policy="evict_first")
+        m = tl.max(x, axis=0)
+        sh = tl.where(m == -float("inf"), 0.0, m)  # an all -inf chunk: (-inf, 0), no -inf - -inf
+        e = tl.exp(x - sh)  # NaN where x is NaN, and everywhere once x holds +inf (inf - inf)
+        s = tl.sum(e, axis=0)
+        part = part_ptr + (row * CHUNKS + chunk) * 2
+        # The row's barrier. Scalar atomics run on one thread of the program, so the partials
+        # are written by the same thread that then counts itself in, and the count's release
+        # orders them before it; waiting ends with an acquire, which orders the loads below.
+        tl.atomic_xchg(part, m.to(tl.int32, bitcast=True), sem="relaxed")  # fp32 bits in int32
+        tl.atomic_xchg(part + 1, s.to(tl.int32, bitcast=True), sem="relaxed")
+        tl.atomic_add(count_ptr + row, 1, sem="release")
+        seen = tl.atomic_add(count_ptr + row, 0, sem="acquire")
+        while seen < CHUNKS:
+            seen = tl.atomic_add(count_ptr + row, 0, sem="acquire")
+        # (M, S) of the row from its chunks, in chunk order in every program (all agree).
+        p = tl.arange(0, CHUNKS_P2)
+        pm = p < CHUNKS
+        base = part_ptr + row * CHUNKS * 2 + p * 2
+        m_c = tl.load(base, mask=pm, other=0, volatile=True).to(tl.float32, bitcast=True)
+        m_c = tl.where(pm, m_c, -float("inf"))
+        s_c = tl.load(base + 1, mask=pm, other=0, volatile=True).to(tl.float32, bitcast=True)
+        big_m = tl.max(m_c, axis=0)
+        big_sh = tl.where(big_m == -float("inf"), 0.0, big_m)
+        big_s = tl.sum(tl.where(m_c == -float("inf"), 0.0, s_c * tl.exp(m_c - big_sh)), axis=0)
+        # This chunk's exp(x - sh) rescaled to the row's max; an all -inf chunk contributes 0
+        # (and an all -inf row is 0 / 0 = NaN, as torch.softmax).
+        scale = tl.where(m == -float("inf"), 0.0, tl.exp(m - big_sh)) / big_s
+        tl.store(y_ptr + row * stride_y + begin + cols, e * scale, mask=mask, eviction_policy="evict_first")
+
+
+def _resident_programs(b: int, chunks: int, sms: int) -> int:
+    """The persistent grid of `resident`: a multiple of chunks, at most one program per SM (so
+    that all are on the GPU at once whatever else runs), at most the tasks there are."""
+    if chunks > sms:
+        raise ValueError(f"resident kernel: {chunks} chunks per row exceed the {sms} SMs "
+                         "(a row's programs must all be resident at once)")
+    return min(b, sms // chunks) * chunks
+
+
 def _next_pow2(n: int) -> int:
     p = 1
     while p < n:
@@ -159,6 +221,8 @@ def _next_pow2(n: int) -> int:
 
 
 def _sm_count() -> int:
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return 4  # the interpreter runs programs one after another: a small persistent grid
     return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
 
 
@@ -185,6 +249,14 @@ def launch(x: torch.Tensor, y: torch.Tensor, cfg: dict) -> None:
         _split_write_kernel[(b, chunks)](x, y, part[0], part[1], v, x.stride(0), y.stride(0), chunks,
                                          CHUNK=chunk, BLOCK=cfg["BLOCK"], CHUNKS_P2=_next_pow2(chunks),
                                          num_warps=cfg["num_warps"])
+    elif kind == "resident":
+        chunk = cfg["CHUNK"]
+        chunks = triton.cdiv(v, chunk)
+        programs = _resident_programs(b, chunks, _sm_count())
+        part = torch.empty((b, chunks, 2), dtype=torch.int32, device=x.device)
+        count = torch.zeros((b,), dtype=torch.int32, device=x.device)
+        _resident_kernel[(programs,)](x, y, part, count, b, v, x.stride(0), y.stride(0), chunks, CHUNK=chunk,
+                                      CHUNKS_P2=_next_pow2(chunks), num_warps=cfg["num_warps"])
     else:
         raise ValueError(f"unknown Triton softmax kernel {kind!r} (expected one of {KERNELS})")
 
@@ -211,6 +283,10 @@ def candidates(b: int, v: int, sms: int = 132) -> list[dict]:
                 for blk, warps in ((2048, 8), (4096, 16)):
                     if blk < block:
                         out.append({"kernel": "looped", "BLOCK": blk, "num_warps": warps, "PROGRAMS": programs})
+        # x read once: a row's chunks in registers (32 or 64 floats a thread)
+        for chunk, warps in ((4096, 4), (8192, 8), (16384, 16), (16384, 8), (32768, 16)):
+            if chunk < v and triton.cdiv(v, chunk) <= sms:
+                out.append({"kernel": "resident", "CHUNK": chunk, "num_warps": warps})
         if b < 4 * sms:  # too few rows to fill the GPU with one program each
             for chunk in (8192, 32768, 131072):
                 if chunk < v:

@@ -1,5 +1,5 @@
 """The Triton softmax (minigpt.triton_softmax) against the NumPy reference (float64 sums) and
-torch.softmax on the GPU: each of its three kernels forced at odd shapes, the tuned path, the
+torch.softmax on the GPU: each of its four kernels forced at odd shapes, the tuned path, the
 special values of the numerics table. Skipped, with the reason printed, when triton, torch or a
 CUDA GPU is missing; the same kernels run on the CPU under Triton's interpreter in
 test_triton_softmax_interpreter.py, and the autotune cache in test_triton_autotune.py.
@@ -44,7 +44,8 @@ def _forced(b: int, v: int) -> list[dict]:
     block = ts._next_pow2(v)
     cfgs = [{"kernel": "looped", "BLOCK": 1024, "num_warps": 4},
             {"kernel": "looped", "BLOCK": 1024, "num_warps": 4, "PROGRAMS": 3},
-            {"kernel": "split", "CHUNK": 2048, "BLOCK": 1024, "num_warps": 4}]
+            {"kernel": "split", "CHUNK": 2048, "BLOCK": 1024, "num_warps": 4},
+            {"kernel": "resident", "CHUNK": 2048, "num_warps": 4}]  # V > 2048: the row's programs wait for each other
     if block <= ts.MAX_ROW_BLOCK:
         cfgs.append({"kernel": "rows", "ROWS": max(1, min(4096 // block, 64)), "BLOCK": block, "num_warps": 4})
     return cfgs

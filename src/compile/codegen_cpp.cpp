@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <regex>
 #include <set>
 
 namespace minigpt::compile {
@@ -161,6 +162,30 @@ static inline mg_vf mg_gelu_v(mg_vf x) { for (int l = 0; l < MG_W; ++l) x[l] = m
 struct Names {
   std::map<int, std::string> var;  // tensor id -> variable in call()
 };
+
+// What makes two kernels' loops the same: their text with the kernel's own name replaced by
+// "@", comments dropped (they name the tensors of one block) and the temporaries (acc12,
+// tmp162, row161, tot160: numbered by graph node) renumbered in order of first use. So the
+// layernorm of block 0 and of block 3 compare equal; any difference in arithmetic, shapes or
+// index expressions does not.
+std::string loops_key(std::string code, const std::string& kernel_name) {
+  for (size_t at = code.find(kernel_name); at != std::string::npos; at = code.find(kernel_name, at))
+    code.replace(at, kernel_name.size(), "@");
+  code = std::regex_replace(code, std::regex("//[^\n]*"), "");
+  static const std::regex temp(R"(\b(acc|tot|row|tmp)([0-9]+)\b)");
+  std::map<std::string, int> local;  // "tmp162" -> its kernel-local number
+  std::string key;
+  auto last = code.cbegin();
+  for (auto it = std::sregex_iterator(code.begin(), code.end(), temp); it != std::sregex_iterator(); ++it) {
+    const std::smatch& m = *it;
+    key.append(last, m[0].first);
+    const auto [slot, added] = local.emplace(m.str(), static_cast<int>(local.size()));
+    key += m[1].str() + "$" + std::to_string(slot->second);
+    last = m[0].second;
+  }
+  key.append(last, code.cend());
+  return key;
+}
 
 std::string tensor_var(const Graph& g, int id) {
   const TensorInfo& t = g.tensor(id);
@@ -480,7 +505,10 @@ std::string attention_vector_body(const std::string& name, int64_t B, int64_t T,
   code += "        for (int l = 0; l < MG_W; ++l)\n";
   code += fmt::format("          qt[d][l] = q0 + l < {} ? a->in_ptr0[(b * {} + q0 + l) * {} + h * {} + d] : 0.0f;\n", T, T, 3 * C, dh);
   code += fmt::format("      mg_vf m = mg_splat(-INFINITY), l = {{}}, ot[{}] = {{}};  // running max, sum, out^T\n", dh);
-  code += fmt::format("      const int64_t keys = (q0 + MG_W < {} ? q0 + MG_W : {}) + {};  // keys the block's last query sees\n", T, T, offset);
+  // offset: where query 0 sits among the keys ("0" in a whole-sequence forward: left out).
+  const std::string plus_offset = offset == "0" ? "" : " + " + offset;
+  code += fmt::format("      const int64_t keys = (q0 + MG_W < {} ? q0 + MG_W : {}){};  // keys the block's last query sees\n", T, T,
+                      plus_offset);
   code += "      for (int64_t s0 = 0; s0 < keys; s0 += MG_W) {\n";
   code += "        const int64_t n = keys - s0 < MG_W ? keys - s0 : MG_W;\n";
   code += "        mg_vf sv[MG_W];  // sv[j][l]: score of key s0 + j for query q0 + l\n";
@@ -491,7 +519,8 @@ std::string attention_vector_body(const std::string& name, int64_t B, int64_t T,
   code += "          mg_vf acc = {};\n";
   code += fmt::format("          for (int64_t d = 0; d < {}; ++d) acc += qt[d] * k[d];\n", dh);
   code += fmt::format("          acc = acc * {};  // scale 1/sqrt({})\n", flit(scale), dh);
-  code += fmt::format("          sv[j] = (lane + (int32_t)(q0 + {}) >= (int32_t)s) ? acc : mg_splat(-INFINITY);  // causal mask\n", offset);
+  code += fmt::format("          sv[j] = (lane + (int32_t)(q0{}) >= (int32_t)s) ? acc : mg_splat(-INFINITY);  // causal mask\n",
+                      plus_offset);
   code += "          bm = mg_max_v(bm, sv[j]);\n";
   code += "        }\n";
   code += "        const mg_vf m_new = mg_max_v(m, bm);\n";
@@ -756,9 +785,7 @@ GeneratedCode generate_cpp(const Schedule& s, const CodegenOptions& opt) {
       // block: only the buffers passed differ) is emitted once and called under that name, as
       // Inductor reuses identical kernels; its comment stays, for the reader.
       const size_t body_at = code.find("struct " + k.name + "_args");
-      std::string shape_of_loops = code.substr(body_at);
-      for (size_t at = shape_of_loops.find(k.name); at != std::string::npos; at = shape_of_loops.find(k.name, at))
-        shape_of_loops.replace(at, k.name.size(), "@");
+      const std::string shape_of_loops = loops_key(code.substr(body_at), k.name);
       std::string fn = k.name;
       const auto seen = loops_emitted.find(shape_of_loops);
       if (seen != loops_emitted.end()) {
@@ -799,7 +826,8 @@ GeneratedCode generate_cpp(const Schedule& s, const CodegenOptions& opt) {
   for (const Node& n : g.nodes) {
     const TensorInfo& t = g.tensor(n.output);
     if (t.arena_offset < 0) continue;
-    entry += fmt::format("  float* buf{} = (float*)(arena + {});  // {}\n", n.output, t.arena_offset, describe(g, n.output));
+    const std::string at = t.arena_offset == 0 ? "arena" : fmt::format("(arena + {})", t.arena_offset);
+    entry += fmt::format("  float* buf{} = (float*){};  // {}\n", n.output, at, describe(g, n.output));
   }
   entry += "  (void)arena;\n";
   src += "\n// The kernels in order on the arena. io[]: inputs, outputs, weights, packed weights.\n";
