@@ -11,6 +11,8 @@
 #include "model/gpt.h"
 #include "model/model_file.h"
 
+#include "compile_model_test_util.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,6 +23,8 @@
 
 using namespace minigpt;
 using namespace minigpt::compile;
+using testcompile::max_abs_diff;
+using testcompile::random_weights;
 
 namespace {
 
@@ -35,25 +39,7 @@ CompileOptions test_options() {
   return o;
 }
 
-float max_abs_diff(const float* a, const float* b, int64_t n) {
-  float m = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float d = std::fabs(a[i] - b[i]);
-    if (!(d <= m)) m = d;  // NaN propagates as a failure
-  }
-  return m;
-}
 
-// Random weights with non-trivial biases and LayerNorm gains (init_random zeroes biases).
-ModelWeights random_weights(const ModelConfig& c, uint64_t seed) {
-  ModelWeights w = ModelWeights::init_random(c, seed);
-  std::mt19937_64 rng(seed + 1);
-  std::normal_distribution<float> nd(0.0f, 0.1f);
-  for (auto& [name, t] : w.named())
-    if (t->dim() == 1)
-      for (float& v : t->span()) v += nd(rng);
-  return w;
-}
 
 void expect_model_matches(const GrammarMiniGPT& model, int64_t B, int64_t T, uint64_t seed,
                           CompileOptions opt = test_options()) {
@@ -130,16 +116,10 @@ TEST(CompileModel, ShippedModelMatchesEagerAndEveryProbe) {
   // every grammar probe, padded into one batch (causal: positions past a prompt's end do not
   // change its last position's logits), against eager on the same batch
   const Tokenizer tok(f.vocab);
-  const std::vector<data::Probe> probes = data::load_probes(kProbes);
-  std::vector<std::vector<int32_t>> prompts;
-  int64_t T = 1;
-  for (const data::Probe& p : probes) {
-    prompts.push_back(data::probe_input_ids(p, tok));
-    T = std::max<int64_t>(T, static_cast<int64_t>(prompts.back().size()));
-  }
-  const int64_t B = static_cast<int64_t>(prompts.size()), V = f.config.vocab_size;
-  std::vector<int32_t> ids(static_cast<size_t>(B * T), Tokenizer::kPad);
-  for (int64_t b = 0; b < B; ++b) std::copy(prompts[static_cast<size_t>(b)].begin(), prompts[static_cast<size_t>(b)].end(), ids.begin() + b * T);
+  const testcompile::ProbeBatch pb = testcompile::probe_batch(kProbes, tok);
+  const std::vector<std::vector<int32_t>>& prompts = pb.prompts;
+  const std::vector<int32_t>& ids = pb.ids;
+  const int64_t B = pb.B, T = pb.T, V = f.config.vocab_size;
   ThreadPool pool(2);
   Tensor el, ep, cl, cp;
   model.forward(ids.data(), B, T, el, ep, pool);
@@ -152,7 +132,7 @@ TEST(CompileModel, ShippedModelMatchesEagerAndEveryProbe) {
     const int64_t t = static_cast<int64_t>(prompts[static_cast<size_t>(b)].size()) - 1;
     const float* e = el.data() + (b * T + t) * V;
     const float* c = cl.data() + (b * T + t) * V;
-    EXPECT_EQ(std::max_element(e, e + V) - e, std::max_element(c, c + V) - c) << probes[static_cast<size_t>(b)].prompt;
+    EXPECT_EQ(std::max_element(e, e + V) - e, std::max_element(c, c + V) - c) << pb.probes[static_cast<size_t>(b)].prompt;
   }
 }
 

@@ -1,6 +1,7 @@
 // `minigpt compile --graph tinyhead|gpt|decode [--batch B --seq T | --pos t] [-m MODEL] [--dump DIR] [--explain]
-// [--mode default|max-autotune] [--export FILE]`: captures the graph, runs the passes, generates
-// the C++, compiles it through the JIT cache and reports the kernels and the compile times.
+// [--mode default|max-autotune] [--device cpu|cuda] [--export FILE]`: captures the graph, runs the passes,
+// generates the C++ (or, with --device cuda, CUDA: cmd_compile_cuda.cpp), compiles it through the JIT
+// cache and reports the kernels and the compile times.
 // --export FILE instead writes the captured graph and its weights as one file (compile/export.h)
 // that `minigpt forward -m FILE` runs.
 //
@@ -12,6 +13,7 @@
 // max(bytes / bandwidth, FLOPs / FMA peak) it reaches. The bandwidth is a measured in-cache
 // memcpy (these graphs' tensors live in L1/L2) and the peak threads x one core's measured FMA
 // rate (autotune.h's fma_peak).
+#include "cli/cmd_compile_cuda.h"
 #include "cli/commands.h"
 #include "compile/autotune.h"
 #include "compile/capture.h"
@@ -44,6 +46,7 @@ struct CompileCliOptions {
   std::string export_path;  // --export FILE: write the captured graph and its weights, then stop
   bool explain = false;
   std::string mode = "default";
+  std::string device = "cpu";  // cpu: generated C++; cuda: generated CUDA (cmd_compile_cuda.cpp)
   int runs = 200;
 };
 
@@ -116,6 +119,18 @@ void run_compile(const CompileCliOptions& opt, const GlobalOptions& global) {
       for (float& v : fin.back().span()) v = nd(rng);
       inputs.push_back(fin.back().data());
     }
+  }
+  if (opt.device == "cuda") {
+    CompileCudaRequest r;
+    r.captured = &captured;
+    r.weights = &weights;
+    r.inputs = inputs;
+    r.mode = opt.mode;
+    r.dump = opt.dump;
+    r.explain = opt.explain;
+    r.runs = opt.runs;
+    run_compile_cuda(r);
+    return;
   }
   for (int t : captured.outputs) outs.push_back(Tensor::empty(captured.tensor(t).shape));
   std::vector<float*> out_ptrs;
@@ -193,6 +208,8 @@ void add_compile_command(CLI::App& app, GlobalOptions& global) {
                   "write the captured graph with its weights to this one file (safetensors; `minigpt forward -m FILE` runs it)");
   cmd->add_flag("--explain", opt->explain, "per kernel: ops fused, tensors removed, bytes, FLOPs, time, roofline");
   cmd->add_option("--mode", opt->mode, "default | max-autotune")->check(CLI::IsMember({"default", "max-autotune"}));
+  cmd->add_option("--device", opt->device, "cpu (generated C++) | cuda (generated CUDA through NVRTC, one CUDA graph)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--runs", opt->runs, "timed runs per kernel (--explain)")->check(CLI::Range(1, 1000000));
   cmd->callback([opt, &global] { run_compile(*opt, global); });
 }

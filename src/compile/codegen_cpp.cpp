@@ -18,6 +18,8 @@
 // order differs from a sequential sum (results differ from eager by rounding only).
 #include "compile/codegen_cpp.h"
 
+#include "compile/codegen_text.h"
+
 #include "compile/passes/passes.h"
 #include "core/error.h"
 
@@ -33,13 +35,7 @@ namespace minigpt::compile {
 
 namespace {
 
-// A float as a C literal that reads back to the same value.
-std::string flit(float v) {
-  if (std::isinf(v)) return v > 0 ? "INFINITY" : "-INFINITY";
-  std::string s = fmt::format("{:.9g}", v);
-  if (s.find_first_of(".en") == std::string::npos) s += ".0";
-  return s + "f";
-}
+std::string flit(float v) { return float_literal(v, "INFINITY"); }
 
 std::string sanitize(const std::string& name) {
   std::string s;
@@ -203,27 +199,11 @@ std::string tensor_var(const Graph& g, int id) {
   return "?";
 }
 
-std::string describe(const Graph& g, int id) {
-  const TensorInfo& t = g.tensor(id);
-  return fmt::format("'{}' {}{}", t.name, shape_text(t.shape), t.dtype == DType::I32 ? " i32" : "");
-}
+std::string describe(const Graph& g, int id) { return describe_tensor(g, id); }
 
 // The comment every kernel starts with.
 std::string kernel_comment(const Schedule& s, const Kernel& k, const std::vector<std::string>& params) {
-  const Graph& g = s.graph;
-  std::string c = fmt::format("// {}\n", k.name);
-  std::string ops;
-  for (int i : k.nodes) ops += fmt::format("{}{}", ops.empty() ? "" : " ", op_name(g.nodes[static_cast<size_t>(i)].op));
-  c += fmt::format("//   ops: {}\n", ops);
-  for (const std::string& src : k.sources) c += fmt::format("//   from: {}\n", src);
-  for (const std::string& p : params) c += fmt::format("//   {}\n", p);
-  if (!k.removed.empty()) {
-    int64_t bytes = 0;
-    for (int t : k.removed) bytes += g.tensor(t).bytes();
-    c += fmt::format("//   kept in registers (never stored): {} tensors, {} bytes\n", k.removed.size(), bytes);
-  }
-  c += fmt::format("//   bytes read {}, written {}; FLOPs {}\n", k.bytes_read, k.bytes_written, k.flops);
-  return c;
+  return kernel_comment_text(s.graph, k, params, "kept in registers");
 }
 
 // ---- row-wise kernels -------------------------------------------------------------------
@@ -366,16 +346,6 @@ class RowwiseGen {
       s += fmt::format("{}}}\n", indent);
     }
     return s;
-  }
-  static std::string indent_text(const std::string& text, const std::string& indent) {
-    std::string out;
-    size_t i = 0;
-    while (i < text.size()) {
-      const size_t j = text.find('\n', i);
-      out += indent + text.substr(i, j - i) + "\n";
-      i = j + 1;
-    }
-    return out;
   }
 
   const Graph& g_;

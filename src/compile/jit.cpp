@@ -5,6 +5,8 @@
 // cache grows; deleting the folder is always safe).
 #include "compile/jit.h"
 
+#include "compile/file_lock.h"
+
 #include "core/error.h"
 #include "core/isa.h"
 #include "core/timer.h"
@@ -196,45 +198,15 @@ struct Entry {
         lock(dir / (key + ".lock")) {}
 };
 
-// A checked entry's library bytes, or why the entry cannot be used.
-struct Checked {
-  std::vector<uint8_t> so;
-  std::string sha256;
-  std::string problem;  // empty when usable
-};
-
-// Reads and checks an entry: the .json parses, is of this format, names this key, compiler and
-// flags, and the .so has the recorded size and SHA-256. Never throws for a bad entry.
-Checked check_entry(const Entry& e, const std::string& key, const HostCompiler& hc,
-                    const std::vector<std::string>& flags) {
-  Checked c;
-  std::error_code ec;
-  if (!fs::exists(e.json, ec)) {
-    c.problem = "missing";
-    return c;
-  }
-  try {
-    const std::vector<uint8_t> text = io::read_file_bytes(e.json.string());
-    const nlohmann::json j = nlohmann::json::parse(text.begin(), text.end());
-    if (j.value("format", 0) != kEntryFormat) c.problem = "an older entry format";
-    else if (j.value("key", "") != key) c.problem = ".json names another key";
-    else if (j.at("compiler").value("path", "") != hc.path ||
-             j.at("compiler").value("version", "") != hc.version ||
-             j.at("compiler").at("flags").get<std::vector<std::string>>() != flags)
-      c.problem = ".json names another compiler or flags";
-    if (!c.problem.empty()) return c;
-    c.so = io::read_file_bytes(e.so.string());
-    c.sha256 = sha256_bytes(c.so.data(), c.so.size());
-    if (c.so.size() != j.at("so_bytes").get<uint64_t>())
-      c.problem = fmt::format(".so is {} bytes, .json says {}", c.so.size(),
-                              j.at("so_bytes").get<uint64_t>());
-    else if (c.sha256 != j.at("so_sha256").get<std::string>())
-      c.problem = ".so checksum does not match its .json";
-  } catch (const std::exception& ex) {
-    c.problem = std::string("unreadable: ") + ex.what();
-  }
-  if (!c.problem.empty()) c.so.clear();
-  return c;
+// Reads and checks an entry: check_cache_entry with the compiler's path, version and flags.
+CheckedEntry check_entry(const Entry& e, const std::string& key, const HostCompiler& hc,
+                         const std::vector<std::string>& flags) {
+  return check_cache_entry(e.json, e.so, kEntryFormat, key, "so", [&](const nlohmann::json& j) -> std::string {
+    if (j.at("compiler").value("path", "") != hc.path || j.at("compiler").value("version", "") != hc.version ||
+        j.at("compiler").at("flags").get<std::vector<std::string>>() != flags)
+      return ".json names another compiler or flags";
+    return "";
+  });
 }
 
 // dlopen's a private copy of verified bytes: a fresh unique name, so that the loader's cache
@@ -267,27 +239,6 @@ void* load_bytes(const fs::path& dir, const std::string& key, const std::vector<
   MINIGPT_CHECK(handle, "jit: dlopen of the library for key {} failed: {}", key, why);
   return handle;
 }
-
-// Holds an exclusive flock on a file until destroyed (the kernel drops it if the process dies).
-class FileLock {
- public:
-  explicit FileLock(const fs::path& path) {
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    MINIGPT_CHECK(fd_ >= 0, "jit: cannot open the lock {}: {}", path.string(), std::strerror(errno));
-    while (::flock(fd_, LOCK_EX) != 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd_);
-      MINIGPT_FAIL("jit: cannot lock {}: {}", path.string(), std::strerror(err));
-    }
-  }
-  ~FileLock() { ::close(fd_); }
-  FileLock(const FileLock&) = delete;
-  FileLock& operator=(const FileLock&) = delete;
-
- private:
-  int fd_ = -1;
-};
 
 // A private build folder in the cache folder (same filesystem: the .so is renamed out of it);
 // removed with everything in it when destroyed.
@@ -420,6 +371,36 @@ const std::string& cpu_features() {
 
 std::string sha256_hex(std::string_view bytes) { return sha256_bytes(bytes.data(), bytes.size()); }
 
+CheckedEntry check_cache_entry(const fs::path& json, const fs::path& binary, int format, const std::string& key,
+                               const std::string& field, const std::function<std::string(const nlohmann::json&)>& builder_problem) {
+  CheckedEntry c;
+  std::error_code ec;
+  if (!fs::exists(json, ec)) {
+    c.problem = "missing";
+    return c;
+  }
+  const std::string ext = binary.extension().string();  // ".so", ".cubin"
+  try {
+    const std::vector<uint8_t> text = io::read_file_bytes(json.string());
+    const nlohmann::json j = nlohmann::json::parse(text.begin(), text.end());
+    if (j.value("format", 0) != format) c.problem = "an older entry format";
+    else if (j.value("key", "") != key) c.problem = ".json names another key";
+    else c.problem = builder_problem(j);
+    if (!c.problem.empty()) return c;
+    c.bytes = io::read_file_bytes(binary.string());
+    c.sha256 = sha256_bytes(c.bytes.data(), c.bytes.size());
+    const uint64_t want = j.at(field + "_bytes").get<uint64_t>();
+    if (c.bytes.size() != want)
+      c.problem = fmt::format("{} is {} bytes, .json says {}", ext, c.bytes.size(), want);
+    else if (c.sha256 != j.at(field + "_sha256").get<std::string>())
+      c.problem = fmt::format("{} checksum does not match its .json", ext);
+  } catch (const std::exception& ex) {
+    c.problem = std::string("unreadable: ") + ex.what();
+  }
+  if (!c.problem.empty()) c.bytes.clear();
+  return c;
+}
+
 fs::path default_cache_dir() {
   if (std::string d = getenv_str("MINIGPT_CACHE_DIR"); !d.empty()) return d;
   if (std::string xdg = getenv_str("XDG_CACHE_HOME"); !xdg.empty())
@@ -473,7 +454,7 @@ std::shared_ptr<JitLibrary> jit_load(const JitRequest& request) {
   std::shared_ptr<JitLibrary> lib(new JitLibrary());
   lib->key_ = key;
   lib->path_ = e.so;
-  Checked c = check_entry(e, key, hc, flags);
+  CheckedEntry c = check_entry(e, key, hc, flags);
   if (c.problem.empty()) {
     lib->cache_hit_ = true;
   } else {
@@ -486,12 +467,12 @@ std::shared_ptr<JitLibrary> jit_load(const JitRequest& request) {
         fmt::print(stderr, "minigpt jit: cache entry {} for '{}' is bad ({}): rebuilding\n",
                    e.json.string(), request.name, c.problem);
       sweep_leftovers(dir);
-      c.so = build_entry(dir, e, key, request, hc, flags, lib->compile_s_, lib->compile_cpu_s_);
-      c.sha256 = sha256_bytes(c.so.data(), c.so.size());
+      c.bytes = build_entry(dir, e, key, request, hc, flags, lib->compile_s_, lib->compile_cpu_s_);
+      c.sha256 = sha256_bytes(c.bytes.data(), c.bytes.size());
     }
   }
   lib->so_sha256_ = c.sha256;
-  lib->handle_ = load_bytes(dir, key, c.so);
+  lib->handle_ = load_bytes(dir, key, c.bytes);
   lib->load_s_ = total.elapsed_s() - lib->compile_s_;
   return lib;
 }

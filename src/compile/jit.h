@@ -17,10 +17,13 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 namespace minigpt::compile {
 
@@ -97,6 +100,21 @@ class JitLibrary {
   bool cache_hit_ = false;
   double compile_s_ = 0, compile_cpu_s_ = 0, load_s_ = 0;
 };
+
+// One cache entry's check, shared by this JIT and the CUDA one (cuda/jit_cuda.cpp): `json`
+// parses, has "format" == format and "key" == key, `builder_problem(json)` (the compiler,
+// flags, architecture... the caller's own fields) returns "", and `binary` has the size and
+// SHA-256 the .json records as "<field>_bytes" and "<field>_sha256". Never throws for a bad
+// entry: `problem` says what is wrong ("missing" when there is no .json), and the bytes are
+// empty.
+struct CheckedEntry {
+  std::vector<uint8_t> bytes;
+  std::string sha256;
+  std::string problem;  // empty when usable
+};
+CheckedEntry check_cache_entry(const std::filesystem::path& json, const std::filesystem::path& binary, int format,
+                               const std::string& key, const std::string& field,
+                               const std::function<std::string(const nlohmann::json&)>& builder_problem);
 
 // The cache key of a request (hex SHA-256), without compiling anything.
 std::string jit_key(const JitRequest& request);

@@ -17,8 +17,6 @@
 
 namespace minigpt::compile {
 
-namespace {
-
 bool env_logs_output_code() {
   const char* v = std::getenv("MINIGPT_LOGS");
   return v && std::string_view(v).find("output_code") != std::string_view::npos;
@@ -34,8 +32,6 @@ std::filesystem::path debug_dir_for(const std::string& graph, const std::string&
     return std::filesystem::path(d) / fmt::format("{}_{}", graph, key.substr(0, 12));
   return std::filesystem::temp_directory_path() / "minigpt_compile_debug" / fmt::format("{}_{}", graph, key.substr(0, 12));
 }
-
-}  // namespace
 
 std::string runtime_abi_text() { return std::string(runtime_abi_source()); }
 
@@ -266,6 +262,16 @@ void CompiledGraph::run_kernel(int index, ThreadPool& pool) {
 
 // ---- CompiledModel ----------------------------------------------------------------------
 
+void prepare_forward(const ModelConfig& c, const int32_t* ids, int64_t B, int64_t T, Tensor& logits, Tensor& probs) {
+  MINIGPT_CHECK(B >= 0 && T >= 1 && T <= c.block_size, "compiled forward: bad shape (B={}, T={}), block_size {}", B, T, c.block_size);
+  for (int64_t i = 0; i < B * T; ++i)
+    MINIGPT_CHECK(ids[i] >= 0 && ids[i] < c.vocab_size, "token id {} at (batch {}, position {}) is outside the vocabulary [0, {})",
+                  ids[i], i / T, i % T, c.vocab_size);
+  const Shape shape{B, T, c.vocab_size};
+  if (!logits.defined() || logits.shape() != shape) logits = Tensor::empty(shape);
+  if (!probs.defined() || probs.shape() != shape) probs = Tensor::empty(shape);
+}
+
 CompiledModel::CompiledModel(const GrammarMiniGPT& model, CompileOptions opt)
     : model_(&model), opt_(std::move(opt)), weights_(bind_weights(model.weights())) {}
 
@@ -285,14 +291,7 @@ CompiledGraph& CompiledModel::graph_for(int64_t B, int64_t T) {
 }
 
 void CompiledModel::forward(const int32_t* ids, int64_t B, int64_t T, Tensor& logits, Tensor& probs, ThreadPool& pool) {
-  const ModelConfig& c = model_->config();
-  MINIGPT_CHECK(B >= 0 && T >= 1 && T <= c.block_size, "compiled forward: bad shape (B={}, T={}), block_size {}", B, T, c.block_size);
-  for (int64_t i = 0; i < B * T; ++i)
-    MINIGPT_CHECK(ids[i] >= 0 && ids[i] < c.vocab_size, "token id {} at (batch {}, position {}) is outside the vocabulary [0, {})",
-                  ids[i], i / T, i % T, c.vocab_size);
-  const Shape shape{B, T, c.vocab_size};
-  if (!logits.defined() || logits.shape() != shape) logits = Tensor::empty(shape);
-  if (!probs.defined() || probs.shape() != shape) probs = Tensor::empty(shape);
+  prepare_forward(model_->config(), ids, B, T, logits, probs);
   if (B == 0) return;  // empty batch: no kernel runs
   CompiledGraph& g = graph_for(B, T);
   last_ = {B, T};

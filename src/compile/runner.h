@@ -93,6 +93,11 @@ class CompiledGraph {
   std::vector<std::pair<size_t, int64_t>> position_caps_;  // (input index, capacity) of runtime positions
 };
 
+// A compiled forward's checks and outputs, as GrammarMiniGPT::forward's: the shape against
+// block_size, every id inside the vocabulary (Error naming the first bad one), logits and probs
+// (B, T, V) allocated unless they already have that shape. Both back ends call it.
+void prepare_forward(const ModelConfig& c, const int32_t* ids, int64_t B, int64_t T, Tensor& logits, Tensor& probs);
+
 // The whole model's forward, compiled per (B, T) with a shape guard.
 class CompiledModel {
  public:
@@ -146,5 +151,11 @@ Lowered lower(const Graph& captured, const CompileOptions& opt);
 std::string runtime_abi_text();
 // Writes the debug files of `captured` lowered with opt into dir.
 void write_debug_files(const std::filesystem::path& dir, const Graph& captured, const Lowered& l);
+
+// The environment switches both back ends read: MINIGPT_LOGS contains "output_code";
+// MINIGPT_COMPILE_DEBUG set and not "0"; the debug folder of a graph and its cache key.
+bool env_logs_output_code();
+bool env_compile_debug();
+std::filesystem::path debug_dir_for(const std::string& graph, const std::string& key);
 
 }  // namespace minigpt::compile

@@ -1,0 +1,637 @@
+// The CUDA back end (codegen_cuda.h): a schedule -> one CUDA C source and its launch plan.
+//
+// Layout of the generated source: a header comment (graph, kernels), the device helpers
+// (mg_max, mg_gelu, the warp reductions), one section per scheduled kernel (its comment and
+// its extern "C" __global__ function(s)), and the host's launch sequence as a closing comment.
+//
+// Row-wise kernels (gathers, pointwise ops, reductions over the last axis), for R rows of C
+// columns: TPR threads per row (a warp up to C = 1024, else a block of up to 1024), RPB rows per
+// block; the thread with lane l of its row handles the columns c = l + j * TPR, j < J =
+// ceil(C / TPR), with the mask c < C when TPR does not divide C. In the kernel's node order:
+//   an element node (pointwise, gather) is computed in the first column loop that needs it; in
+//     a persistent row (J <= kPersistentSteps) its J values stay in a register array that later
+//     loops read, and every full-width input is loaded into registers once at the top;
+//     otherwise later loops recompute it from the loads (as the C++ back end does);
+//   a reduction accumulates its input per thread (in double with acc_f64), then combines the
+//     row's threads: a butterfly over the warp with __shfl_xor_sync (every lane ends with the
+//     same value: each step adds the same two operands on both sides), and when TPR > 32 the
+//     warps' partials through shared memory, combined by every thread in warp order;
+//   a per-row value (mean, rstd) is a scalar every thread of the row computes;
+//   a last column loop stores every element output.
+// Sums thus run in another order than eager's: results differ by rounding only.
+#include "compile/codegen_cuda.h"
+
+#include "compile/codegen_text.h"
+
+#include "compile/passes/passes.h"
+#include "core/error.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace minigpt::compile {
+
+namespace {
+
+std::string flit(float v) { return float_literal(v, "MG_INF"); }
+
+const char* kPrelude = R"(// ---- device helpers ---------------------------------------------------------------------
+typedef long long i64;
+#define MG_INF __int_as_float(0x7f800000)
+
+// max that keeps a NaN (a NaN row stays NaN through a max reduction)
+__device__ __forceinline__ float mg_max(float a, float b) { return (b > a || b != b) ? b : a; }
+__device__ __forceinline__ double mg_maxd(double a, double b) { return (b > a || b != b) ? b : a; }
+// 1 / sqrt(x) in double, as the engine's layernorm computes rstd
+__device__ __forceinline__ float mg_rsqrt(float x) { return (float)(1.0 / sqrt((double)x)); }
+// GELU, exact erf form as nn.GELU()
+__device__ __forceinline__ float mg_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.707106781f)); }
+// exp: CUDA's expf (2 ulp, not the fast-math intrinsic): the attention's sums over keys
+__device__ __forceinline__ float mg_exp(float x) { return expf(x); }
+// exp as the hand-written softmax computes it: exp2 (the SFU's, 2 ulp) of x log2(e). Rounding
+// x log2(e) adds a relative error of about |x| 6e-8: for a softmax's x - max <= 0 an absolute
+// error below 1e-7 on every probability. exp2(-inf) = 0, NaN stays NaN.
+__device__ __forceinline__ float mg_exp2e(float x) { return exp2f(x * 1.44269504f); }
+
+// Warp butterflies: after log2(32) steps every lane holds the reduction of the 32 values.
+__device__ __forceinline__ float mg_warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = mg_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ double mg_warp_maxd(double v) {
+  for (int o = 16; o > 0; o >>= 1) v = mg_maxd(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float mg_warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ double mg_warp_sumd(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+)";
+
+std::string describe(const Graph& g, int id) { return describe_tensor(g, id); }
+
+// The comment every kernel starts with, and its launch.
+std::string kernel_comment(const Graph& g, const Kernel& k, const std::vector<std::string>& params, const std::string& launch) {
+  return kernel_comment_text(g, k, params, "kept on chip") + fmt::format("//   launch: {}\n", launch);
+}
+
+// ---- row-wise kernels -------------------------------------------------------------------
+
+class RowwiseCuda {
+ public:
+  RowwiseCuda(const Graph& g, const Kernel& k) : g_(g), k_(k), R_(k.rows), C_(k.cols) {
+    for (size_t i = 0; i < k.reads.size(); ++i) ptr_[k.reads[i]] = fmt::format("in_ptr{}", i);
+    for (size_t i = 0; i < k.writes.size(); ++i) out_[k.writes[i]] = fmt::format("out_ptr{}", i);
+    for (int i : k.nodes) in_group_.insert(g_.nodes[static_cast<size_t>(i)].output);
+    // threads per row: a warp while each thread has at most kPersistentSteps columns, else the
+    // fewest threads (a power of two up to 1024) that give each at most 16
+    tpr_ = 32;
+    if (C_ > 32 * kPersistentSteps) {
+      tpr_ = 64;
+      while (tpr_ < 1024 && (C_ + tpr_ - 1) / tpr_ > 16) tpr_ *= 2;
+    }
+    steps_ = (C_ + tpr_ - 1) / tpr_;
+    persistent_ = steps_ <= kPersistentSteps;
+    masked_ = C_ % tpr_ != 0;
+    // a warp per row: 4 rows per block of 128 threads once there are rows enough to fill the
+    // GPU's SMs that way, else a block per row (more blocks, more SMs for a small R)
+    rpb_ = tpr_ == 32 && R_ >= 4 * 132 ? 4 : 1;
+  }
+
+  std::string generate(CudaLaunch& launch);
+
+ private:
+  bool is_row(int node) const {
+    const Node& n = g_.nodes[static_cast<size_t>(node)];
+    return kReduction.contains(n.op) || (g_.tensor(n.output).cols() == 1 && C_ > 1);
+  }
+  bool full_width(const TensorInfo& ti) const { return ti.cols() == C_ && ti.rows() == R_; }
+  // The value of tensor t in a column loop (at column c, step j) or (row) for the row.
+  std::string operand(int t, bool row) const {
+    if (in_group_.count(t)) {
+      const int p = g_.tensor(t).producer;
+      if (is_row(p)) return fmt::format("row{}", t);
+      return persistent_ ? fmt::format("v{}[j]", t) : fmt::format("tmp{}", t);
+    }
+    const TensorInfo& ti = g_.tensor(t);
+    const std::string& p = ptr_.at(t);
+    if (full_width(ti) && !(C_ == 1 && row)) return persistent_ ? fmt::format("x{}[j]", t) : fmt::format("{}[r * {} + c]", p, C_);
+    if (ti.cols() == 1 && ti.rows() == R_) return fmt::format("{}[r]", p);
+    if (ti.shape.size() == 1 && ti.shape[0] == C_ && !row) return fmt::format("{}[c]", p);
+    MINIGPT_FAIL("codegen_cuda: {} cannot index {} {} in a ({}, {}) loop", k_.name, ti.name, shape_text(ti.shape), R_, C_);
+  }
+  std::string expr(int node, bool row) const {
+    const Node& n = g_.nodes[static_cast<size_t>(node)];
+    auto a = [&](size_t i) { return operand(n.inputs[i], row); };
+    switch (n.op) {
+      case Op::Embedding:  // row ids[r] of the table
+        return fmt::format("{}[(i64){}[r] * {} + c]", ptr_.at(n.inputs[1]), ptr_.at(n.inputs[0]), C_);
+      case Op::PosEmbedding:  // row offset + r % period of the table
+        if (n.runtime_offset) return fmt::format("{}[(i64){}[0] * {} + c]", ptr_.at(n.inputs[0]), ptr_.at(n.inputs[1]), C_);
+        return n.period == 1 ? fmt::format("{}[{} + c]", ptr_.at(n.inputs[0]), n.offset * C_)
+                             : fmt::format("{}[({} + r % {}) * {} + c]", ptr_.at(n.inputs[0]), n.offset, n.period, C_);
+      case Op::Add:
+      case Op::BiasAdd: return a(0) + " + " + a(1);
+      case Op::Sub: return a(0) + " - " + a(1);
+      case Op::Mul: return a(0) + " * " + a(1);
+      case Op::Div:
+        // by a per-row value: times its reciprocal, computed once per row (rcp{t} below)
+        if (divides_row(n)) return fmt::format("{} * rcp{}", a(0), n.inputs[1]);
+        return a(0) + " / " + a(1);
+      case Op::AddScalar: return a(0) + " + " + flit(n.alpha);
+      case Op::MulScalar: return a(0) + " * " + flit(n.alpha);
+      case Op::Exp: return fmt::format("mg_exp2e({})", a(0));
+      case Op::Rsqrt: return fmt::format("mg_rsqrt({})", a(0));
+      case Op::Gelu: return fmt::format("mg_gelu({})", a(0));
+      default: MINIGPT_FAIL("codegen_cuda: {} is not a row-wise op", op_name(n.op));
+    }
+  }
+  // A Div of an element by a per-row value of this kernel (softmax's sum).
+  bool divides_row(const Node& n) const {
+    if (n.op != Op::Div || !in_group_.count(n.inputs[1])) return false;
+    const int p = g_.tensor(n.inputs[1]).producer;
+    return is_row(p) && !is_row(static_cast<int>(&n - g_.nodes.data()));
+  }
+  // Whether some element Div of the kernel divides by row value t.
+  bool needs_reciprocal(int t) const {
+    for (int i : k_.nodes) {
+      const Node& n = g_.nodes[static_cast<size_t>(i)];
+      if (divides_row(n) && n.inputs[1] == t) return true;
+    }
+    return false;
+  }
+  // Element nodes (in kernel order) that computing `targets` needs and no earlier loop kept.
+  std::vector<int> closure(const std::vector<int>& targets) const {
+    std::set<int> need;
+    std::vector<int> stack = targets;
+    while (!stack.empty()) {
+      const int node = stack.back();
+      stack.pop_back();
+      if (is_row(node) || computed_.count(node) || !need.insert(node).second) continue;
+      for (int in : g_.nodes[static_cast<size_t>(node)].inputs)
+        if (in_group_.count(in)) stack.push_back(g_.tensor(in).producer);
+    }
+    return {need.begin(), need.end()};  // node ids ascend in kernel (topological) order
+  }
+  // One column loop computing `nodes`, then `tail` (statements at column c, step j).
+  std::string column_loop(const std::vector<int>& nodes, const std::string& tail) {
+    std::string decl, body;
+    for (int node : nodes) {
+      const int t = g_.nodes[static_cast<size_t>(node)].output;
+      if (persistent_) {
+        decl += fmt::format("float v{}[{}];  // {}, kept in registers\n", t, steps_, g_.tensor(t).name);
+        body += fmt::format("v{}[j] = {};\n", t, expr(node, false));
+      } else {
+        body += fmt::format("const float tmp{} = {};  // {}\n", t, expr(node, false), g_.tensor(t).name);
+      }
+    }
+    body += tail;
+    std::string s = decl;
+    if (persistent_) {
+      s += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n", steps_);
+      s += fmt::format("  const int c = lane + j * {};\n", tpr_);
+      if (masked_) s += fmt::format("  if (c < {}) {{  // mask: the row's last step is partial\n", C_) + indent_text(body, "    ") + "  }\n";
+      else s += indent_text(body, "  ");
+      s += "}\n";
+    } else {
+      s += fmt::format("for (int c = lane; c < {}; c += {}) {{\n", C_, tpr_) + indent_text(body, "  ") + "}\n";
+    }
+    if (persistent_)
+      for (int node : nodes) computed_.insert(node);
+    return s;
+  }
+
+  const Graph& g_;
+  const Kernel& k_;
+  int64_t R_, C_;
+  int tpr_ = 32, rpb_ = 1;
+  int64_t steps_ = 1;
+  bool persistent_ = true, masked_ = false;
+  std::map<int, std::string> ptr_, out_;
+  std::set<int> in_group_;
+  std::set<int> computed_;  // element nodes whose values are in registers
+};
+
+std::string RowwiseCuda::generate(CudaLaunch& launch) {
+  std::vector<std::string> params, sig;
+  for (int t : k_.reads) {
+    const TensorInfo& ti = g_.tensor(t);
+    sig.push_back(fmt::format("const {}* __restrict__ {}", ti.dtype == DType::I32 ? "int" : "float", ptr_[t]));
+    params.push_back(fmt::format("{} = {}", ptr_[t], describe(g_, t)));
+    launch.args.push_back(t);
+  }
+  for (int t : k_.writes) {
+    sig.push_back(fmt::format("float* __restrict__ {}", out_[t]));
+    params.push_back(fmt::format("{} = {}", out_[t], describe(g_, t)));
+    launch.args.push_back(t);
+  }
+  const int block = tpr_ * rpb_;
+  launch.function = k_.name;
+  launch.block = block;
+  launch.grid = static_cast<int>((R_ + rpb_ - 1) / rpb_);
+  std::string code = kernel_comment(g_, k_, params,
+                                    fmt::format("grid {}, block {} ({} rows of {} columns; {} threads per row, {} row{} per block)",
+                                                launch.grid, block, R_, C_, tpr_, rpb_, rpb_ > 1 ? "s" : ""));
+  code += fmt::format("//   each thread: columns lane + j * {}, j < {}{}{}\n", tpr_, steps_, masked_ ? " (masked: c < C)" : "",
+                      persistent_ ? "; the row stays in registers between loops (persistent)" : "; loops re-read the row");
+  std::string sigs;
+  for (size_t i = 0; i < sig.size(); ++i) sigs += fmt::format("{}    {}", i ? ",\n" : "", sig[i]);
+  code += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(\n{}) {{\n", block, k_.name, sigs);
+  std::string b;
+  b += fmt::format("const int lane = threadIdx.x % {};  // this thread's place in its row\n", tpr_);
+  b += fmt::format("const i64 r = (i64)blockIdx.x * {} + threadIdx.x / {};  // the row\n", rpb_, tpr_);
+  if (R_ % rpb_ != 0) b += fmt::format("if (r >= {}) return;  // the last block's spare rows (whole warps)\n", R_);
+  if (persistent_) {
+    // every full-width input in registers, read once
+    for (int t : k_.reads) {
+      const TensorInfo& ti = g_.tensor(t);
+      if (ti.dtype != DType::F32 || !full_width(ti) || C_ == 1) continue;
+      b += fmt::format("float x{}[{}];  // {}: row r in registers\n", t, steps_, ti.name);
+      b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n", steps_);
+      b += fmt::format("  const int c = lane + j * {};\n", tpr_);
+      b += fmt::format("  x{}[j] = {}{}[r * {} + c]{};\n", t, masked_ ? fmt::format("c < {} ? ", C_) : "", ptr_[t], C_, masked_ ? " : 0.0f" : "");
+      b += "}\n";
+    }
+  }
+  std::vector<int> stores;
+  for (int t : k_.writes)
+    if (!is_row(g_.tensor(t).producer)) stores.push_back(g_.tensor(t).producer);
+  for (int node : k_.nodes) {
+    const Node& n = g_.nodes[static_cast<size_t>(node)];
+    const int t = n.output;
+    if (!is_row(node)) continue;
+    if (kReduction.contains(n.op)) {
+      const bool dbl = n.acc_f64, mx = n.op == Op::ReduceMax;
+      const int src = n.inputs[0];
+      const char* type = dbl ? "double" : "float";
+      b += fmt::format("// {} of {} over the row{}: per thread, then across the row's threads\n", mx ? "max" : "sum", g_.tensor(src).name,
+                       dbl ? ", in double" : "");
+      b += fmt::format("{} acc{} = {};\n", type, t, mx ? "-MG_INF" : "0");
+      std::vector<int> targets;
+      if (in_group_.count(src)) targets.push_back(g_.tensor(src).producer);
+      std::string val = operand(src, false);
+      if (dbl) val = "(double)" + val;
+      const std::string acc = mx ? fmt::format("acc{} = {}(acc{}, {});\n", t, dbl ? "mg_maxd" : "mg_max", t, val)
+                                 : fmt::format("acc{} += {};\n", t, val);
+      b += column_loop(closure(targets), acc);
+      b += fmt::format("acc{} = mg_warp_{}{}(acc{});\n", t, mx ? "max" : "sum", dbl ? "d" : "", t);
+      if (tpr_ > 32) {
+        const int warps = tpr_ / 32;
+        b += fmt::format("__shared__ {} red{}[{}];  // one partial per warp\n", type, t, warps);
+        b += fmt::format("if (lane % 32 == 0) red{}[lane / 32] = acc{};\n__syncthreads();\n", t, t);
+        b += fmt::format("acc{} = red{}[0];\n", t, t);
+        b += fmt::format("for (int w = 1; w < {}; ++w) acc{} = {};  // warps in order: every thread the same\n", warps, t,
+                         mx ? fmt::format("{}(acc{}, red{}[w])", dbl ? "mg_maxd" : "mg_max", t, t) : fmt::format("acc{} + red{}[w]", t, t));
+      }
+      b += fmt::format("const float row{} = (float)acc{};  // {}\n", t, t, g_.tensor(t).name);
+    } else {
+      b += fmt::format("const float row{} = {};  // {}\n", t, expr(node, true), g_.tensor(t).name);
+    }
+    if (needs_reciprocal(t)) b += fmt::format("const float rcp{} = 1.0f / row{};  // divisions by it become products\n", t, t);
+    if (out_.count(t)) b += fmt::format("if (lane == 0) {}[r] = row{};\n", out_[t], t);
+  }
+  if (!stores.empty()) {
+    std::string names, tail;
+    for (int node : stores) {
+      const int t = g_.nodes[static_cast<size_t>(node)].output;
+      names += (names.empty() ? "" : ", ") + g_.tensor(t).name;
+      tail += fmt::format("{}[r * {} + c] = {};\n", out_[t], C_, persistent_ ? fmt::format("v{}[j]", t) : fmt::format("tmp{}", t));
+    }
+    b += fmt::format("// outputs: {}\n", names);
+    // stored values already in registers are stored from there; the rest computed here
+    b += column_loop(closure(stores), tail);
+  }
+  code += indent_text(b, "  ") + "}\n";
+  return code;
+}
+
+// ---- attention --------------------------------------------------------------------------
+
+std::string generate_attention(const Graph& g, const Kernel& k, CudaLaunch& launch) {
+  const Node& n = g.nodes[static_cast<size_t>(k.nodes[0])];
+  const auto& qs = g.tensor(n.inputs[0]).shape;  // (B, T, 3C)
+  const int64_t B = qs[0], T = qs[1], C = qs[2] / 3, NH = n.heads, dh = C / NH;
+  const bool decode = data_inputs(n) == 3;
+  // keys the last query sees at most: T + offset, or (runtime offset) the caches' rows
+  const int64_t S = n.runtime_offset ? g.tensor(n.inputs[1]).shape[0] : T + n.offset;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  const int64_t smem = 2 * S * dh * 4;
+  MINIGPT_CHECK(smem <= 48 * 1024, "codegen_cuda: {}: {} keys of {} floats do not fit in 48 KiB of shared memory", k.name, S, dh);
+  const int block = static_cast<int>(std::max<int64_t>(32, (T + 31) / 32 * 32));
+  MINIGPT_CHECK(block <= 1024, "codegen_cuda: {}: {} queries exceed a block", k.name, T);
+  launch.function = k.name;
+  launch.grid = static_cast<int>(B * NH);
+  launch.block = block;
+  launch.args = {n.inputs[0], decode ? n.inputs[1] : -1, decode ? n.inputs[2] : -1, n.runtime_offset ? n.inputs.back() : -1, n.output};
+  std::vector<std::string> params{fmt::format("in_ptr0 = {} (q | k | v per row)", describe(g, n.inputs[0]))};
+  if (decode) {
+    params.push_back(fmt::format("in_ptr1 = {} (keys)", describe(g, n.inputs[1])));
+    params.push_back(fmt::format("in_ptr2 = {} (values)", describe(g, n.inputs[2])));
+  }
+  if (n.runtime_offset) params.push_back(fmt::format("in_ptr3 = {} (the position, read at run time)", describe(g, n.inputs.back())));
+  params.push_back(fmt::format("out_ptr0 = {} (heads merged)", describe(g, n.output)));
+  std::string code = kernel_comment(g, k, params,
+                                    fmt::format("grid {} (batch x head), block {} (a thread per query), {} B of shared memory",
+                                                launch.grid, block, smem));
+  code += "//   the head's keys and values staged in shared memory; per query, over every key it may see (the\n"
+          "//   causal mask is the loops' bound): pass 1 the max score, pass 2 p = exp(score - max), their sum\n"
+          "//   l and sum p v; out = sum p v / l (as eager's softmax: no running rescale, the scores are\n"
+          "//   recomputed from shared memory). No (T, S) matrix exists.\n";
+  const std::string off = n.runtime_offset ? "(i64)in_ptr3[0]" : fmt::format("{}", n.offset);
+  code += fmt::format(
+      "extern \"C\" __global__ void __launch_bounds__({}) {}(\n    const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1,\n"
+      "    const float* __restrict__ in_ptr2, const int* __restrict__ in_ptr3, float* __restrict__ out_ptr0) {{\n",
+      block, k.name);
+  std::string b;
+  b += fmt::format("__shared__ float ks[{}], vs[{}];  // keys, values of this head: ({}, {}) each\n", S * dh, S * dh, S, dh);
+  b += fmt::format("const i64 bb = blockIdx.x / {}, h = blockIdx.x % {};\n", NH, NH);
+  b += fmt::format("const i64 off = {};  // the first query's position{}\n", off, n.runtime_offset ? " (read at run time)" : "");
+  b += fmt::format("const i64 S = {} + off;  // keys the last query sees\n", T);
+  b += fmt::format("for (i64 i = threadIdx.x; i < S * {}; i += {}) {{\n", dh, block);
+  b += fmt::format("  const i64 s = i / {}, d = i % {};\n", dh, dh);
+  if (decode) {
+    b += fmt::format("  ks[i] = in_ptr1[s * {} + h * {} + d];\n", C, dh);
+    b += fmt::format("  vs[i] = in_ptr2[s * {} + h * {} + d];\n", C, dh);
+  } else {
+    b += fmt::format("  ks[i] = in_ptr0[(bb * {} + s) * {} + {} + h * {} + d];\n", T, 3 * C, C, dh);
+    b += fmt::format("  vs[i] = in_ptr0[(bb * {} + s) * {} + {} + h * {} + d];\n", T, 3 * C, 2 * C, dh);
+  }
+  b += "}\n__syncthreads();\n";
+  b += "const i64 t = threadIdx.x;  // the query\n";
+  if (block > T) b += fmt::format("if (t >= {}) return;\n", T);
+  b += fmt::format("float q[{}], o[{}];\n", dh, dh);
+  b += fmt::format("#pragma unroll\nfor (int d = 0; d < {}; ++d) {{\n", dh);
+  b += fmt::format("  q[d] = in_ptr0[(bb * {} + t) * {} + h * {} + d];\n  o[d] = 0.0f;\n}}\n", T, 3 * C, dh);
+  // the score of key s, the same expression (and so the same value) in both passes
+  const std::string score = fmt::format(
+      "  float sc = 0.0f;\n#pragma unroll\n  for (int d = 0; d < {}; ++d) sc += q[d] * ks[s * {} + d];\n  sc = sc * {};  // scale 1/sqrt({})\n",
+      dh, dh, flit(scale), dh);
+  b += "float m = -MG_INF;  // pass 1: the max score\n";
+  b += "for (i64 s = 0; s <= t + off; ++s) {  // causal: keys up to the query's position\n";
+  b += score + "  m = mg_max(m, sc);\n}\n";
+  b += "float l = 0.0f;  // pass 2: exp(score - max), its sum, and the weighted sum of values\n";
+  b += "for (i64 s = 0; s <= t + off; ++s) {\n";
+  b += score + "  const float p = mg_exp(sc - m);\n  l += p;\n";
+  b += fmt::format("#pragma unroll\n  for (int d = 0; d < {}; ++d) o[d] += p * vs[s * {} + d];\n}}\n", dh, dh);
+  b += fmt::format("#pragma unroll\nfor (int d = 0; d < {}; ++d) out_ptr0[(bb * {} + t) * {} + h * {} + d] = o[d] / l;\n", dh, T, C, dh);
+  code += indent_text(b, "  ") + "}\n";
+  return code;
+}
+
+std::string generate_kv_write(const Graph& g, const Kernel& k, CudaLaunch& launch) {
+  const Node& n = g.nodes[static_cast<size_t>(k.nodes[0])];
+  const int64_t C = g.tensor(n.inputs[1]).cols();
+  const int block = static_cast<int>(std::min<int64_t>(1024, (C + 31) / 32 * 32));
+  launch.function = k.name;
+  launch.grid = static_cast<int>((C + block - 1) / block);
+  launch.block = block;
+  launch.args = {n.inputs[0], n.runtime_offset ? n.inputs.back() : -1, n.inputs[1]};
+  std::vector<std::string> params{fmt::format("in_ptr0 = {}", describe(g, n.inputs[0]))};
+  if (n.runtime_offset) params.push_back(fmt::format("in_ptr1 = {} (the row, read at run time)", describe(g, n.inputs.back())));
+  params.push_back(fmt::format("out_ptr0 = {} (one row written in place)", describe(g, n.inputs[1])));
+  std::string code = kernel_comment(g, k, params, fmt::format("grid {}, block {} (a thread per column)", launch.grid, block));
+  const std::string row = n.runtime_offset ? "(i64)in_ptr1[0]" : fmt::format("{}", n.offset);
+  code += fmt::format(
+      "extern \"C\" __global__ void {}(const float* __restrict__ in_ptr0, const int* __restrict__ in_ptr1, float* __restrict__ out_ptr0) {{\n",
+      k.name);
+  code += fmt::format("  const i64 c = (i64)blockIdx.x * {} + threadIdx.x;\n", block);
+  code += fmt::format("  if (c < {}) out_ptr0[{} * {} + c] = in_ptr0[{} + c];  // row t = {}, part {}\n}}\n", C, row, C, n.part * C,
+                      row, "qkv"[n.part]);
+  return code;
+}
+
+// ---- matmuls ----------------------------------------------------------------------------
+
+std::string epilogue_text(const Node& n) {
+  return n.gelu ? "GELU(x W^T + b)" : n.has_residual ? (n.has_bias ? "x W^T + b + residual" : "x W^T + residual")
+                                                     : (n.has_bias ? "x W^T + b" : "x W^T");
+}
+
+std::vector<std::string> matmul_params(const Graph& g, const Node& n) {
+  std::vector<std::string> p{fmt::format("x = {}", describe(g, n.inputs[0])), fmt::format("W = {}", describe(g, n.inputs[1]))};
+  if (n.has_bias) p.push_back(fmt::format("bias = {}", describe(g, n.inputs[2])));
+  if (n.has_residual) p.push_back(fmt::format("residual = {}", describe(g, n.inputs.back())));
+  p.push_back(fmt::format("y = {} = {}", describe(g, n.output), epilogue_text(n)));
+  return p;
+}
+
+// The epilogue statements on `v` at (row n, column m): bias, then GELU or the residual.
+std::string epilogue_code(const Node& n, const std::string& index, const std::string& col) {
+  std::string s;
+  if (n.has_bias) s += fmt::format("v = v + bias[{}];\n", col);
+  if (n.gelu) s += "v = mg_gelu(v);\n";
+  if (n.has_residual) s += fmt::format("v = v + res[{}];\n", index);
+  return s;
+}
+
+// cuBLAS SGEMM then, when the matmul has one, a generated epilogue kernel in place on y.
+std::string generate_cublas(const Graph& g, const Kernel& k, std::vector<CudaLaunch>& launches) {
+  const Node& n = g.nodes[static_cast<size_t>(k.nodes[0])];
+  const int64_t N = g.tensor(n.inputs[0]).rows(), K = g.tensor(n.inputs[0]).cols(), M = g.tensor(n.inputs[1]).shape[0];
+  CudaLaunch mm;
+  mm.kind = CudaLaunch::Kind::Sgemm;
+  mm.name = k.name;
+  mm.N = N;
+  mm.K = K;
+  mm.M = M;
+  mm.x = n.inputs[0];
+  mm.w = n.inputs[1];
+  mm.y = n.output;
+  launches.push_back(mm);
+  const bool epi = n.has_bias || n.gelu || n.has_residual;
+  const int block = 256;
+  const int64_t total = N * M;
+  std::string launch = fmt::format("cublasSgemm (FP32, no TF32): y^T ({}, {}) = W ({}, {}) x^T", M, N, M, K);
+  if (epi) launch += fmt::format("; then {}_epilogue grid {}, block {} (a thread per element)", k.name, (total + block - 1) / block, block);
+  std::string code = kernel_comment(g, k, matmul_params(g, n), launch);
+  if (!epi) return code + "//   no epilogue: cuBLAS alone\n";
+  CudaLaunch e;
+  e.name = k.name;
+  e.function = k.name + "_epilogue";
+  e.grid = static_cast<int>((total + block - 1) / block);
+  e.block = block;
+  e.args = {n.has_bias ? n.inputs[2] : -1, n.has_residual ? n.inputs.back() : -1, n.output};
+  launches.push_back(e);
+  code += fmt::format(
+      "extern \"C\" __global__ void __launch_bounds__({}) {}(const float* __restrict__ bias, const float* __restrict__ res,\n"
+      "    float* __restrict__ y) {{\n",
+      block, e.function);
+  code += fmt::format("  const i64 i = (i64)blockIdx.x * {} + threadIdx.x;  // y's element (i / {}, i % {})\n", block, M, M);
+  if (total % block != 0) code += fmt::format("  if (i >= {}) return;\n", total);
+  code += "  float v = y[i];  // x W^T from cuBLAS\n";
+  code += indent_text(epilogue_code(n, "i", fmt::format("i % {}", M)), "  ");
+  code += "  y[i] = v;\n}\n";
+  return code;
+}
+
+// A generated fixed-shape GEMM, epilogue fused, shaped for the small products of this model
+// (launch- and latency-bound: few rows, K <= a few hundred): a block of 8 warps computes a tile
+// of 8 rows x 32 columns of y; lane l owns column m0 + l, warp w the K slice [w KC, (w+1) KC)
+// (split K, so that each thread's chain of FMAs is K / 8 long); W's row for the lane is read
+// along k (float4 when the slice allows), x's 8 rows are the same address for every lane (a
+// broadcast). The 8 warps' partial sums meet in shared memory and every (row, column) adds
+// them in warp order (deterministic), then the epilogue and a coalesced store.
+std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch) {
+  const Node& n = g.nodes[static_cast<size_t>(k.nodes[0])];
+  const int64_t N = g.tensor(n.inputs[0]).rows(), K = g.tensor(n.inputs[0]).cols(), M = g.tensor(n.inputs[1]).shape[0];
+  constexpr int kCols = 32, kRows = 8, kWarps = 8, kThreads = 32 * kWarps;
+  const int64_t KC = (K + kWarps - 1) / kWarps;  // the K slice of a warp
+  const bool vec4 = K % 4 == 0 && KC % 4 == 0;
+  const int64_t tiles_m = (M + kCols - 1) / kCols, tiles_n = (N + kRows - 1) / kRows;
+  launch.function = k.name;
+  launch.grid = static_cast<int>(tiles_m * tiles_n);
+  launch.block = kThreads;
+  launch.args = {n.inputs[0], n.inputs[1], n.has_bias ? n.inputs[2] : -1, n.has_residual ? n.inputs.back() : -1, n.output};
+  std::string code = kernel_comment(g, k, matmul_params(g, n),
+                                    fmt::format("grid {} ({} column tiles of 32 x {} row tiles of 8), block {} (8 warps splitting K = {} "
+                                                "into slices of {})",
+                                                launch.grid, tiles_m, tiles_n, kThreads, K, KC));
+  code += "//   generated fixed-shape GEMM (max-autotune), epilogue fused: 8 rows x 32 columns per block, lane = column,\n"
+          "//   warp = K slice; partial sums combined in shared memory in warp order\n";
+  code += fmt::format(
+      "extern \"C\" __global__ void __launch_bounds__({}) {}(\n    const float* __restrict__ x, const float* __restrict__ w,\n"
+      "    const float* __restrict__ bias, const float* __restrict__ res, float* __restrict__ y) {{\n",
+      kThreads, k.name);
+  std::string b;
+  b += fmt::format("__shared__ float part[{}][{}][{}];  // [warp][row][column], padded\n", kWarps, kRows, kCols + 1);
+  b += fmt::format("const i64 m0 = (i64)(blockIdx.x % {}) * {}, n0 = (i64)(blockIdx.x / {}) * {};\n", tiles_m, kCols, tiles_m, kRows);
+  b += "const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n";
+  b += "const i64 m = m0 + lane;  // this lane's column\n";
+  b += fmt::format("float acc[{}];\n#pragma unroll\nfor (int i = 0; i < {}; ++i) acc[i] = 0.0f;\n", kRows, kRows);
+  // rows past N and columns past M: masked (their products never stored); a K slice past K: empty
+  std::string body;
+  const std::string kend = fmt::format("k0 + {}", KC);
+  const bool kmask = K % kWarps != 0;
+  b += fmt::format("const i64 k0 = (i64)warp * {};\n", KC);
+  if (M % kCols) b += fmt::format("if (m < {}) {{  // mask: the last column tile\n", M);
+  std::string loop;
+  if (vec4) {
+    loop += fmt::format("#pragma unroll\nfor (i64 k = k0; k < {}; k += 4) {{\n", kmask ? fmt::format("min((i64){}, {})", K, kend) : kend);
+    loop += fmt::format("  const float4 wv = *(const float4*)(w + m * {} + k);\n", K);
+    loop += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) {{\n", kRows);
+    if (N % kRows) loop += fmt::format("    if (n0 + i >= {}) break;  // mask: the last row tile\n", N);
+    loop += fmt::format("    const float4 xv = *(const float4*)(x + (n0 + i) * {} + k);  // the same for every lane\n", K);
+    loop += "    acc[i] += xv.x * wv.x;\n    acc[i] += xv.y * wv.y;\n    acc[i] += xv.z * wv.z;\n    acc[i] += xv.w * wv.w;\n  }\n}\n";
+  } else {
+    loop += fmt::format("for (i64 k = k0; k < {}; ++k) {{\n", kmask ? fmt::format("min((i64){}, {})", K, kend) : kend);
+    loop += fmt::format("  const float wv = w[m * {} + k];\n", K);
+    loop += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) {{\n", kRows);
+    if (N % kRows) loop += fmt::format("    if (n0 + i >= {}) break;  // mask: the last row tile\n", N);
+    loop += fmt::format("    acc[i] += x[(n0 + i) * {} + k] * wv;\n  }}\n}}\n", K);
+  }
+  b += M % kCols ? indent_text(loop, "  ") + "}\n" : loop;
+  b += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) part[warp][i][lane] = acc[i];\n__syncthreads();\n", kRows);
+  b += "// thread (row warp, column lane): the warps' partial sums in order, the epilogue, the store\n";
+  b += "const i64 nn = n0 + warp;\n";
+  std::string mask;
+  if (N % kRows) mask = fmt::format("nn < {}", N);
+  if (M % kCols) mask += (mask.empty() ? "" : " && ") + fmt::format("m < {}", M);
+  std::string store = "float v = part[0][warp][lane];\n";
+  store += fmt::format("#pragma unroll\nfor (int s = 1; s < {}; ++s) v += part[s][warp][lane];\n", kWarps);
+  store += epilogue_code(n, fmt::format("nn * {} + m", M), "m") + fmt::format("y[nn * {} + m] = v;\n", M);
+  if (!mask.empty()) b += fmt::format("if ({}) {{  // mask: the edge tiles\n", mask) + indent_text(store, "  ") + "}\n";
+  else b += store;
+  code += indent_text(b, "  ") + "}\n";
+  return code;
+}
+
+std::string rename_kernel(const std::string& name, const Kernel& k, bool generated_gemm) {
+  if (k.kind == KernelKind::Matmul) return fmt::format("{}_{}", generated_gemm ? "cuda_gemm" : "cublas_linear", k.group);
+  if (name.rfind("cpp_", 0) == 0) return "cuda_" + name.substr(4);
+  return name;
+}
+
+// After the opening brace of every __global__ function in code: PDL's wait and trigger.
+std::string with_pdl_prologue(std::string code) {
+  const std::string prologue =
+      "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");  // PDL: the previous kernel has finished, its writes visible\n"
+      "  asm volatile(\"griddepcontrol.launch_dependents;\");  // PDL: the next kernel may launch now\n";
+  for (size_t at = code.find("__global__"); at != std::string::npos; at = code.find("__global__", at + 1)) {
+    const size_t brace = code.find("{\n", at);
+    if (brace == std::string::npos) break;
+    code.insert(brace + 2, prologue);
+  }
+  return code;
+}
+
+}  // namespace
+
+Schedule cuda_schedule(const Schedule& s, bool generated_gemm) {
+  Schedule out = s;
+  for (Kernel& k : out.kernels) k.name = rename_kernel(k.name, k, generated_gemm);
+  return out;
+}
+
+CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
+  MINIGPT_CHECK(!opt.pdl || opt.generated_gemm, "generate_cuda: PDL needs generated GEMMs (cuBLAS kernels do not wait on it)");
+  const Graph& g = s.graph;
+  CudaCode out;
+  out.pdl = opt.pdl;
+  std::string src = fmt::format(
+      "// Generated by minigpt compile (codegen_cuda v{}) for graph {} (hash {}).\n"
+      "// {} kernels; arena {} bytes of intermediates. Compiled at run time by NVRTC; the host runs\n"
+      "// the launch sequence at the end of this file (captured once as one CUDA graph).\n\n",
+      kCodegenCudaVersion, g.name, graph_hash(g), s.kernels.size(), g.arena_bytes);
+  src += kPrelude;
+  for (const Kernel& k : s.kernels) {
+    std::string code;
+    CudaLaunch launch;
+    launch.name = k.name;
+    switch (k.kind) {
+      case KernelKind::Rowwise: {
+        RowwiseCuda gen(g, k);
+        code = gen.generate(launch);
+        out.launches.push_back(launch);
+        break;
+      }
+      case KernelKind::Attention:
+        code = generate_attention(g, k, launch);
+        out.launches.push_back(launch);
+        break;
+      case KernelKind::KvWrite:
+        code = generate_kv_write(g, k, launch);
+        out.launches.push_back(launch);
+        break;
+      case KernelKind::Matmul:
+        if (opt.generated_gemm) {
+          code = generate_gemm(g, k, launch);
+          out.launches.push_back(launch);
+        } else {
+          code = generate_cublas(g, k, out.launches);
+        }
+        break;
+    }
+    if (opt.pdl) code = with_pdl_prologue(std::move(code));
+    out.kernels.push_back({k.name, code});
+    src += "\n" + code;
+  }
+  // the host's launch sequence, for the reader (runner_cuda executes out.launches)
+  auto arg_text = [&](int t) -> std::string {
+    if (t < 0) return "NULL";
+    const TensorInfo& ti = g.tensor(t);
+    return ti.alias_of >= 0 ? g.tensor(ti.alias_of).name : ti.name;
+  };
+  src += "\n// ---- the launch sequence (host; one CUDA graph, arena slots bound once) ----------------\n";
+  for (const CudaLaunch& l : out.launches) {
+    if (l.kind == CudaLaunch::Kind::Sgemm) {
+      src += fmt::format("//   cublasSgemm(T, N, {}, {}, {}, 1, {}, {}, {}, {}, 0, {}, {})  // {}\n", l.M, l.N, l.K, arg_text(l.w), l.K,
+                         arg_text(l.x), l.K, arg_text(l.y), l.M, l.name);
+      continue;
+    }
+    std::string args;
+    for (int a : l.args) args += (args.empty() ? "" : ", ") + arg_text(a);
+    src += fmt::format("//   {}<<<{}, {}>>>({})\n", l.function, l.grid, l.block, args);
+  }
+  out.source = std::move(src);
+  return out;
+}
+
+}  // namespace minigpt::compile

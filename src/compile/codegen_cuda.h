@@ -1,0 +1,82 @@
+// The CUDA back end: a schedule (the same fused graph the C++ back end reads) -> ONE CUDA C
+// source with a __global__ kernel per fused group, plus the launch plan that runs them.
+//
+// Every non-matmul kernel's body is generated here from the IR for the shapes at hand: the
+// row loops (threads of a row stride over its columns: c = lane + j * TPR), the loads with
+// their index expressions, the fused arithmetic, the reductions (per-thread partials, then a
+// warp butterfly with __shfl_xor_sync and, for rows wider than a warp, a fixed-order pass over
+// the warps' partials in shared memory), the masks (c < C on the last step when C is not a
+// multiple of the row's threads) and the stores. A row of at most kPersistentSteps steps per
+// thread is "persistent" (Inductor's word): the kernel loads it into registers once and every
+// later loop reads the registers. Attention is one kernel per (batch, head): the head's keys
+// and values staged in shared memory, a thread per query, a two-pass softmax (the max, then
+// exp and the sums; scores recomputed from shared memory), no score matrix.
+// Matmuls: cuBLAS SGEMM (FP32, no TF32) then a generated epilogue kernel (bias [+ GELU |
+// + residual]) by default, as Inductor calls an external mm; with generated_gemm a fixed-shape
+// shared-memory tiled GEMM with the epilogue fused (max-autotune's candidate).
+//
+// The source includes nothing (NVRTC compiles it alone); kernels are extern "C" so their
+// names are the ones in the plan. Each kernel's comment gives its source ops, shapes, bytes
+// read and written, FLOPs and launch parameters; the source ends with the launch sequence as
+// a comment (the host wrapper, which runner_cuda executes).
+//
+// What it does not do: compile (cuda/jit_cuda.h), allocate or launch (cuda/runner_cuda.h).
+// Needs no CUDA toolkit: it is text.
+#pragma once
+
+#include "compile/schedule.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace minigpt::compile {
+
+inline constexpr int kCodegenCudaVersion = 1;  // bump on any change to the generated text's meaning
+// Column steps per thread up to which a row is kept in registers between its loops.
+inline constexpr int kPersistentSteps = 32;
+
+struct CudaCodegenOptions {
+  // Matmuls: false = cuBLAS SGEMM + a generated epilogue kernel; true = generated fixed-shape
+  // GEMMs with the epilogue fused (cuda_gemm_N).
+  bool generated_gemm = false;
+  // Programmatic dependent launch (Hopper, sm_90+; with generated_gemm only, so that every
+  // kernel of the graph is generated): each kernel starts with griddepcontrol.wait (the previous
+  // kernel's writes are visible after it) then griddepcontrol.launch_dependents, and the runner
+  // launches with programmatic stream serialization: the next kernel's launch overlaps this one.
+  bool pdl = false;
+};
+
+// One step of the host's call sequence.
+struct CudaLaunch {
+  enum class Kind : uint8_t { Kernel, Sgemm } kind = Kind::Kernel;
+  std::string name;      // the scheduled kernel it belongs to ("cuda_fused_softmax_12")
+  std::string function;  // Kernel: the __global__ function to launch
+  int grid = 1, block = 1, smem = 0;
+  // Kernel: its pointer parameters in order, as graph tensor ids (-1: a null pointer).
+  std::vector<int> args;
+  // Sgemm: y (N, M) = x (N, K) W (M, K)^T, tensor ids of x, W, y.
+  int64_t N = 0, K = 0, M = 0;
+  int x = -1, w = -1, y = -1;
+};
+
+struct CudaKernelText {
+  std::string name;  // the scheduled kernel
+  std::string text;  // its __global__ function(s), as in the source
+};
+
+struct CudaCode {
+  std::string source;                   // the whole CUDA C source (output_code.cu)
+  std::vector<CudaKernelText> kernels;  // one per scheduled kernel, for the debug files
+  std::vector<CudaLaunch> launches;     // in order; scheduled kernel k's launches share its name
+  bool pdl = false;                     // launch with programmatic stream serialization
+};
+
+// The schedule's kernel names start "cpp_" (schedule.cpp names them for the C++ back end);
+// cuda_schedule renames them "cuda_..." (cuda_fused_softmax_3, cuda_fused_attention_1,
+// cuda_gemm_2 / cublas_linear_2, cuda_kv_write_0): same groups, same order.
+Schedule cuda_schedule(const Schedule& s, bool generated_gemm);
+
+CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt);
+
+}  // namespace minigpt::compile

@@ -1,0 +1,485 @@
+// The compiled call on the GPU (runner_cuda.h): the arena, the module, the captured graph.
+#include "compile/cuda/runner_cuda.h"
+
+#include "compile/cuda/jit_cuda.h"
+#include "core/error.h"
+#include "core/timer.h"
+
+#include <cublas_v2.h>
+#include <cuda.h>  // driver API types only: the functions come from cudaGetDriverEntryPointByVersion
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace minigpt::compile {
+
+namespace {
+
+#define MG_CUDA(call)                                                                                   \
+  do {                                                                                                  \
+    const cudaError_t mg_status_ = (call);                                                              \
+    MINIGPT_CHECK(mg_status_ == cudaSuccess, "cuda: {} failed: {}", #call, cudaGetErrorString(mg_status_)); \
+  } while (0)
+
+#define MG_CU(call)                                                                  \
+  do {                                                                               \
+    const CUresult mg_status_ = (call);                                              \
+    MINIGPT_CHECK(mg_status_ == CUDA_SUCCESS, "cuda driver: {} failed: error {}", #call, \
+                  static_cast<int>(mg_status_));                                     \
+  } while (0)
+
+#define MG_CUBLAS(call)                                                                \
+  do {                                                                                 \
+    const cublasStatus_t mg_status_ = (call);                                          \
+    MINIGPT_CHECK(mg_status_ == CUBLAS_STATUS_SUCCESS, "cublas: {} failed: {}", #call,  \
+                  cublasGetStatusString(mg_status_));                                  \
+  } while (0)
+
+// The driver API functions the runner calls, looked up once through the runtime (which has
+// already loaded libcuda): no link-time dependency on the driver library.
+struct Driver {
+  CUresult (*module_load_data)(CUmodule*, const void*) = nullptr;
+  CUresult (*module_get_function)(CUfunction*, CUmodule, const char*) = nullptr;
+  CUresult (*module_unload)(CUmodule) = nullptr;
+  CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**,
+                            void**) = nullptr;
+  CUresult (*launch_kernel_ex)(const CUlaunchConfig*, CUfunction, void**, void**) = nullptr;
+};
+
+template <class F>
+void entry(const char* name, F& fn) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  MG_CUDA(cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q));
+  MINIGPT_CHECK(q == cudaDriverEntryPointSuccess && p, "cuda: the driver has no {}", name);
+  fn = reinterpret_cast<F>(p);
+}
+
+const Driver& driver() {
+  static const Driver d = [] {
+    MG_CUDA(cudaFree(nullptr));  // the primary context, current on this thread
+    Driver r;
+    entry("cuModuleLoadData", r.module_load_data);
+    entry("cuModuleGetFunction", r.module_get_function);
+    entry("cuModuleUnload", r.module_unload);
+    entry("cuLaunchKernel", r.launch_kernel);
+    entry("cuLaunchKernelEx", r.launch_kernel_ex);
+    return r;
+  }();
+  return d;
+}
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+// `work` captured `repeat` times from `stream` into one instantiated CUDA graph.
+cudaGraphExec_t capture_graph(cudaStream_t stream, const std::function<void(cudaStream_t)>& work, int repeat) {
+  cudaGraph_t graph = nullptr;
+  MG_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  try {
+    for (int r = 0; r < repeat; ++r) work(stream);
+  } catch (...) {
+    cudaStreamEndCapture(stream, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  MG_CUDA(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t st = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  MG_CUDA(st);
+  return exec;
+}
+
+// The median over `runs` of `work` (enqueued on `stream`) timed with CUDA events, divided by
+// `per` (the repetitions of one unit inside work); microseconds.
+double median_event_us(cudaStream_t stream, const std::function<void()>& work, int runs, int per) {
+  cudaEvent_t a, b;
+  MG_CUDA(cudaEventCreate(&a));
+  MG_CUDA(cudaEventCreate(&b));
+  std::vector<double> t;
+  for (int r = 0; r < runs; ++r) {
+    float ms = 0;
+    MG_CUDA(cudaEventRecord(a, stream));
+    work();
+    MG_CUDA(cudaEventRecord(b, stream));
+    MG_CUDA(cudaEventSynchronize(b));
+    MG_CUDA(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(1e3 * ms / per);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return median(t);
+}
+
+}  // namespace
+
+class CudaModule {
+ public:
+  explicit CudaModule(const std::vector<uint8_t>& cubin) {
+    MG_CUDA(cudaFree(nullptr));
+    MG_CU(driver().module_load_data(&module_, cubin.data()));
+  }
+  ~CudaModule() {
+    if (module_) driver().module_unload(module_);
+  }
+  CUfunction function(const std::string& name) const {
+    CUfunction f = nullptr;
+    MG_CU(driver().module_get_function(&f, module_, name.c_str()));
+    return f;
+  }
+
+ private:
+  CUmodule module_ = nullptr;
+};
+
+bool cuda_gpu_visible() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+double cuda_fp32_peak_flops() {
+  int dev = 0, sms = 0, khz = 0;
+  MG_CUDA(cudaGetDevice(&dev));
+  MG_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  MG_CUDA(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev));
+  return static_cast<double>(sms) * 128.0 * 2.0 * static_cast<double>(khz) * 1e3;
+}
+
+double time_captured_us(cudaStream_t stream, const std::function<void(cudaStream_t)>& work, int runs, int repeat) {
+  cudaGraphExec_t exec = capture_graph(stream, work, repeat);
+  MG_CUDA(cudaGraphLaunch(exec, stream));  // warm up
+  const double us = median_event_us(stream, [&] { MG_CUDA(cudaGraphLaunch(exec, stream)); }, runs, repeat);
+  cudaGraphExecDestroy(exec);
+  return us;
+}
+
+// Members only; the public constructor delegates here first, so that if its body throws, the
+// destructor releases what it had made (stream, cuBLAS handle, workspace, arena, module).
+CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding& weights) : captured_(captured), weights_(&weights) {}
+
+CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding& weights, const CudaCompileOptions& opt)
+    : CudaCompiledGraph(captured, weights) {
+  MINIGPT_CHECK(cuda_gpu_visible(), "compile --device cuda: no CUDA GPU visible");
+  const Timer t0;
+  MG_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  cublasHandle_t h = nullptr;
+  MG_CUBLAS(cublasCreate(&h));
+  cublas_ = h;
+  MG_CUBLAS(cublasSetStream(h, stream_));
+  MG_CUBLAS(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));  // FP32 SGEMM: no TF32
+  constexpr size_t kWorkspace = 4 << 20;                 // fixed: nothing allocated during capture
+  MG_CUDA(cudaMalloc(&workspace_, kWorkspace));
+  MG_CUBLAS(cublasSetWorkspace(h, workspace_, kWorkspace));
+  if (opt.mode == "max-autotune") {
+    // cuBLAS + generated epilogues, generated GEMMs with fused epilogues, and those launched with
+    // PDL (Hopper and later): each built and its graph timed; the fastest kept. A candidate that
+    // fails to build or launch is skipped with a line saying why.
+    struct Candidate {
+      bool gen, pdl;
+      const char* name;
+    };
+    std::vector<Candidate> candidates{{false, false, "cublas"}, {true, false, "generated-gemm"}};
+    int major = 0, dev = 0;
+    MG_CUDA(cudaGetDevice(&dev));
+    MG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    if (major >= 9) candidates.push_back({true, true, "generated-gemm pdl"});
+    double best = 1e30;
+    const Candidate* pick = nullptr;
+    for (const Candidate& c : candidates) {
+      CudaCodegenOptions cg = opt.codegen;
+      cg.generated_gemm = c.gen;
+      cg.pdl = c.pdl;
+      try {
+        build(opt, cg, c.name);
+        const double us = time_graph(50, 20).batched_us;
+        if (!opt.quiet) fmt::print(stderr, "minigpt compile: max-autotune {} {}: {:.2f} us per forward\n", captured.name, c.name, us);
+        if (us < best) {
+          best = us;
+          pick = &c;
+        }
+      } catch (const Error& e) {
+        cudaGetLastError();
+        fmt::print(stderr, "minigpt compile: max-autotune candidate {} skipped: {}\n", c.name, e.what());
+      }
+    }
+    MINIGPT_CHECK(pick, "compile: max-autotune: no candidate built for {}", captured.name);
+    CudaCodegenOptions cg = opt.codegen;
+    cg.generated_gemm = pick->gen;
+    cg.pdl = pick->pdl;
+    build(opt, cg, pick->name);
+  } else {
+    MINIGPT_CHECK(opt.mode == "default", "compile: unknown mode '{}' (default | max-autotune)", opt.mode);
+    build(opt, opt.codegen, std::string(opt.codegen.generated_gemm ? "generated-gemm" : "cublas") + (opt.codegen.pdl ? " pdl" : ""));
+  }
+  stats_.total_s = t0.elapsed_s();
+  const bool debug = env_compile_debug() || !opt.dump_dir.empty();
+  if (env_logs_output_code() && !opt.quiet) fmt::print(stderr, "{}\n", lowered_.code.source);
+  if (debug) {
+    const std::filesystem::path dir = opt.dump_dir.empty() ? debug_dir_for(captured.name + "_cuda", stats_.key) : opt.dump_dir;
+    write_cuda_debug_files(dir, captured, lowered_);
+    if (!opt.quiet) fmt::print(stderr, "minigpt compile: debug files for {} (cuda) in {}\n", captured.name, dir.string());
+  }
+}
+
+void CudaCompiledGraph::release() {
+  if (exec_) cudaGraphExecDestroy(exec_);
+  exec_ = nullptr;
+  if (arena_) cudaFree(arena_);
+  arena_ = nullptr;
+  module_.reset();
+}
+
+CudaCompiledGraph::~CudaCompiledGraph() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  release();
+  if (cublas_) cublasDestroy(static_cast<cublasHandle_t>(cublas_));
+  if (workspace_) cudaFree(workspace_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaCompiledGraph::build(const CudaCompileOptions& opt, const CudaCodegenOptions& codegen, const std::string& variant) {
+  release();
+  lowered_ = lower_cuda(captured_, opt.passes, codegen);
+  stats_.passes_s = lowered_.passes_s;
+  stats_.codegen_s = lowered_.codegen_s;
+  stats_.variant = variant;
+  const Graph& g = lowered_.schedule.graph;
+  CudaJitRequest req;
+  req.source = lowered_.code.source;
+  req.key_extra = fmt::format("codegen_cuda v{} graph {} {}", kCodegenCudaVersion, graph_hash(g), variant);
+  req.name = captured_.name;
+  req.cache_dir = opt.cache_dir;
+  const CudaBinary bin = cuda_jit_compile(req);
+  stats_.cache_hit = bin.cache_hit;
+  stats_.nvrtc_s = bin.compile_s;
+  stats_.key = bin.key;
+  stats_.arch = bin.arch;
+  const Timer tl;
+  module_ = std::make_unique<CudaModule>(bin.cubin);
+
+  // the arena: weights, inputs, outputs, then the planned intermediates at their offsets
+  offset_.clear();
+  size_t at = 0;
+  auto place = [&](int t) {
+    offset_[t] = at;
+    at += align_up(static_cast<size_t>(g.tensor(t).bytes()));
+  };
+  for (int t : g.weights) place(t);
+  for (int t : g.inputs) place(t);
+  for (int t : g.outputs) place(t);
+  const size_t inter = at;
+  at += align_up(static_cast<size_t>(std::max<int64_t>(g.arena_bytes, 0)));
+  for (const Node& n : g.nodes) {
+    const TensorInfo& ti = g.tensor(n.output);
+    if (ti.arena_offset >= 0) offset_[n.output] = inter + static_cast<size_t>(ti.arena_offset);
+  }
+  arena_bytes_ = std::max<size_t>(at, kAlign);
+  void* p = nullptr;
+  MG_CUDA(cudaMalloc(&p, arena_bytes_));
+  arena_ = static_cast<char*>(p);
+  MG_CUDA(cudaMemsetAsync(arena_, 0, arena_bytes_, stream_));
+  for (int t : g.weights) {
+    const TensorInfo& ti = g.tensor(t);
+    const auto it = weights_->values.find(ti.name);
+    MINIGPT_CHECK(it != weights_->values.end(), "compile: graph {} needs weight '{}', which the model does not have", captured_.name,
+                  ti.name);
+    MG_CUDA(cudaMemcpyAsync(arena_ + offset_[t], it->second, static_cast<size_t>(ti.bytes()), cudaMemcpyHostToDevice, stream_));
+  }
+  position_caps_.clear();
+  for (size_t k = 0; k < g.inputs.size(); ++k)
+    if (const int64_t cap = position_capacity(g, g.inputs[k]); cap > 0) position_caps_.emplace_back(k, cap);
+
+  // every launch's parameters, bound once to arena slots
+  const auto& launches = lowered_.code.launches;
+  functions_.assign(launches.size(), nullptr);
+  params_.assign(launches.size(), {});
+  param_ptrs_.assign(launches.size(), {});
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const CudaLaunch& l = launches[i];
+    if (l.kind != CudaLaunch::Kind::Kernel) continue;
+    functions_[i] = module_->function(l.function);
+    for (int t : l.args) params_[i].push_back(t < 0 ? nullptr : slot(t));
+    for (void*& v : params_[i]) param_ptrs_[i].push_back(&v);
+  }
+  MG_CUDA(cudaStreamSynchronize(stream_));
+  exec_ = capture_graph(
+      stream_, [&](cudaStream_t) {
+        for (const CudaLaunch& l : launches) launch(l);
+      },
+      1);
+  stats_.load_s = tl.elapsed_s();
+}
+
+void* CudaCompiledGraph::slot(int tensor) const {
+  const TensorInfo& t = lowered_.schedule.graph.tensor(tensor);
+  const int id = t.alias_of >= 0 ? t.alias_of : tensor;
+  const auto it = offset_.find(id);
+  MINIGPT_CHECK(it != offset_.end(), "compiled {} (cuda): tensor %{} '{}' has no arena slot", captured_.name, id, t.name);
+  return arena_ + it->second;
+}
+
+void CudaCompiledGraph::launch(const CudaLaunch& l) {
+  const size_t i = static_cast<size_t>(&l - lowered_.code.launches.data());
+  if (l.kind == CudaLaunch::Kind::Sgemm) {
+    // row-major y (N, M) = x (N, K) W (M, K)^T, in cuBLAS's column-major terms: the buffers
+    // read column-major are y^T (M, N), x^T (K, N), W^T (K, M), so y^T = (W^T)^T x^T:
+    // op(A) = A^T with A = W (lda K), op(B) = B with B = x (ldb K), m = M, n = N, k = K.
+    const float one = 1.0f, zero = 0.0f;
+    MG_CUBLAS(cublasSgemm(static_cast<cublasHandle_t>(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(l.M), static_cast<int>(l.N),
+                          static_cast<int>(l.K), &one, static_cast<const float*>(slot(l.w)), static_cast<int>(l.K),
+                          static_cast<const float*>(slot(l.x)), static_cast<int>(l.K), &zero, static_cast<float*>(slot(l.y)),
+                          static_cast<int>(l.M)));
+    return;
+  }
+  if (lowered_.code.pdl) {
+    // programmatic stream serialization: this kernel may launch while the previous one runs
+    // (its griddepcontrol.wait holds it until the previous one's writes are visible)
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = static_cast<unsigned>(l.grid);
+    cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = static_cast<unsigned>(l.block);
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = static_cast<unsigned>(l.smem);
+    cfg.hStream = reinterpret_cast<CUstream>(stream_);
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    MG_CU(driver().launch_kernel_ex(&cfg, static_cast<CUfunction>(functions_[i]), param_ptrs_[i].data(), nullptr));
+    return;
+  }
+  MG_CU(driver().launch_kernel(static_cast<CUfunction>(functions_[i]), static_cast<unsigned>(l.grid), 1, 1,
+                               static_cast<unsigned>(l.block), 1, 1, static_cast<unsigned>(l.smem),
+                               reinterpret_cast<CUstream>(stream_), param_ptrs_[i].data(), nullptr));
+}
+
+void CudaCompiledGraph::run(std::span<const void* const> inputs, std::span<float* const> outputs) {
+  const Graph& g = lowered_.schedule.graph;
+  MINIGPT_CHECK(inputs.size() == g.inputs.size() && outputs.size() == g.outputs.size(),
+                "compiled {} (cuda): expected {} inputs and {} outputs, got {} and {}", g.name, g.inputs.size(), g.outputs.size(),
+                inputs.size(), outputs.size());
+  for (const auto& [k, cap] : position_caps_) {
+    const int32_t pos = *static_cast<const int32_t*>(inputs[k]);
+    MINIGPT_CHECK(pos >= 0 && pos < cap, "compiled {} (cuda): position {} outside the compiled capacity [0, {})", g.name, pos, cap);
+  }
+  for (size_t k = 0; k < inputs.size(); ++k)
+    MG_CUDA(cudaMemcpyAsync(slot(g.inputs[k]), inputs[k], static_cast<size_t>(g.tensor(g.inputs[k]).bytes()), cudaMemcpyHostToDevice,
+                            stream_));
+  replay();
+  for (size_t k = 0; k < outputs.size(); ++k)
+    MG_CUDA(cudaMemcpyAsync(outputs[k], slot(g.outputs[k]), static_cast<size_t>(g.tensor(g.outputs[k]).bytes()), cudaMemcpyDeviceToHost,
+                            stream_));
+  synchronize();
+}
+
+void CudaCompiledGraph::replay() { MG_CUDA(cudaGraphLaunch(exec_, stream_)); }
+
+void CudaCompiledGraph::synchronize() { MG_CUDA(cudaStreamSynchronize(stream_)); }
+
+CudaCompiledGraph::GraphTime CudaCompiledGraph::time_graph(int runs, int batch) {
+  for (int w = 0; w < 10; ++w) replay();  // warm up
+  GraphTime gt;
+  gt.single_us = median_event_us(stream_, [&] { replay(); }, runs, 1);
+  gt.batched_us = median_event_us(
+      stream_, [&] {
+        for (int i = 0; i < batch; ++i) replay();
+      },
+      std::max(3, runs / 10), batch);
+  return gt;
+}
+
+std::vector<double> CudaCompiledGraph::time_kernels(int runs, int repeat) {
+  std::vector<double> out;
+  for (const Kernel& k : lowered_.schedule.kernels) {
+    std::vector<const CudaLaunch*> steps;
+    for (const CudaLaunch& l : lowered_.code.launches)
+      if (l.name == k.name) steps.push_back(&l);
+    out.push_back(time_captured_us(
+        stream_, [&](cudaStream_t) {
+          for (const CudaLaunch* l : steps) launch(*l);
+        },
+        runs, repeat));
+  }
+  return out;
+}
+
+// ---- CudaCompiledModel ------------------------------------------------------------------
+
+CudaCompiledModel::CudaCompiledModel(const GrammarMiniGPT& model, CudaCompileOptions opt)
+    : model_(&model), opt_(std::move(opt)), weights_(bind_weights(model.weights())) {}
+
+CudaCompiledGraph& CudaCompiledModel::graph_for(int64_t B, int64_t T) {
+  auto it = graphs_.find({B, T});
+  if (it != graphs_.end()) return *it->second;
+  if (!opt_.quiet && compiles_ > 0)
+    fmt::print(stderr,
+               "minigpt compile: shape guard failed: gpt (cuda) compiled for (B={}, T={}), called with (B={}, T={}); compiling anew\n",
+               last_.first, last_.second, B, T);
+  const Graph g = capture_gpt(model_->config(), B, T);
+  auto cg = std::make_unique<CudaCompiledGraph>(g, weights_, opt_);
+  ++compiles_;
+  if (!opt_.quiet)
+    fmt::print(stderr, "minigpt compile: {} (cuda, {}) ready in {:.3f} s ({}; {} kernels)\n", g.name, cg->stats().arch,
+               cg->stats().total_s, cg->stats().cache_hit ? "cache hit" : "compiled", cg->lowered().schedule.kernels.size());
+  return *graphs_.emplace(std::make_pair(B, T), std::move(cg)).first->second;
+}
+
+void CudaCompiledModel::forward(const int32_t* ids, int64_t B, int64_t T, Tensor& logits, Tensor& probs) {
+  prepare_forward(model_->config(), ids, B, T, logits, probs);
+  if (B == 0) return;  // empty batch: no kernel runs
+  CudaCompiledGraph& g = graph_for(B, T);
+  last_ = {B, T};
+  const void* in[] = {ids};
+  float* out[] = {logits.data(), probs.data()};
+  g.run(in, out);
+}
+
+// ---- CudaCompiledDecoder ----------------------------------------------------------------
+
+CudaCompiledDecoder::CudaCompiledDecoder(const GrammarMiniGPT& model, CudaCompileOptions opt)
+    : model_(&model), weights_(bind_weights(model.weights())) {
+  opt.quiet = true;
+  graph_ = std::make_unique<CudaCompiledGraph>(capture_gpt_decode(model.config()), weights_, opt);
+  logits_.resize(static_cast<size_t>(model.config().vocab_size));
+  reset();
+}
+
+void CudaCompiledDecoder::reset() {
+  // the caches (inputs 2..) zeroed in their slots; they stay there across steps
+  const Graph& g = graph_->lowered().schedule.graph;
+  for (size_t k = 2; k < g.inputs.size(); ++k)
+    MG_CUDA(cudaMemsetAsync(graph_->slot(g.inputs[k]), 0, static_cast<size_t>(g.tensor(g.inputs[k]).bytes()), graph_->stream()));
+  graph_->synchronize();
+  pos_ = 0;
+}
+
+std::span<const float> CudaCompiledDecoder::step(int32_t id) {
+  const ModelConfig& c = model_->config();
+  MINIGPT_CHECK(id >= 0 && id < c.vocab_size, "token id {} is outside the vocabulary [0, {})", id, c.vocab_size);
+  MINIGPT_CHECK(pos_ < c.block_size, "the context is full: the model's block_size is {} tokens and {} were fed", c.block_size, pos_);
+  const Graph& g = graph_->lowered().schedule.graph;
+  const int32_t t = static_cast<int32_t>(pos_);
+  MG_CUDA(cudaMemcpyAsync(graph_->slot(g.inputs[0]), &id, sizeof id, cudaMemcpyHostToDevice, graph_->stream()));
+  MG_CUDA(cudaMemcpyAsync(graph_->slot(g.inputs[1]), &t, sizeof t, cudaMemcpyHostToDevice, graph_->stream()));
+  graph_->replay();
+  MG_CUDA(cudaMemcpyAsync(logits_.data(), graph_->slot(g.outputs[0]), logits_.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                          graph_->stream()));
+  graph_->synchronize();
+  ++pos_;
+  return {logits_.data(), logits_.size()};
+}
+
+}  // namespace minigpt::compile

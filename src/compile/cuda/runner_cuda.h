@@ -1,0 +1,154 @@
+// The compiled call on the GPU: capture -> passes -> CUDA codegen -> NVRTC (cached) -> cubin
+// loaded with the driver API -> the whole launch sequence captured once as ONE CUDA graph.
+//
+// CudaCompiledGraph owns one device arena: every weight (copied in once), every graph input and
+// output, and the planned intermediates each have a fixed slot in it, so the kernels' pointer
+// parameters are bound once, at capture. run() copies the host inputs into their slots, replays
+// the graph and copies the outputs back; replay() is the graph alone (inputs already in place).
+// Matmuls go through cuBLAS (FP32, CUBLAS_DEFAULT_MATH: no TF32) on the graph's stream with a
+// fixed workspace, or through generated GEMMs (max-autotune tries both and keeps the faster).
+// CudaCompiledModel adds the shape guard (a new (B, T) logs a line and compiles anew);
+// CudaCompiledDecoder is the KV-cache decode step, its caches resident in their arena slots.
+//
+// Environment, as the C++ back end: MINIGPT_LOGS=output_code prints the generated CUDA source;
+// MINIGPT_COMPILE_DEBUG=1 writes the debug folder (lower_cuda.h) and says where.
+//
+// What it does not do: generate code (codegen_cuda.h), cache binaries (jit_cuda.h).
+#pragma once
+
+#include "compile/capture.h"
+#include "compile/lower_cuda.h"
+#include "compile/runner.h"
+
+#include <cuda_runtime_api.h>
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace minigpt::compile {
+
+struct CudaCompileOptions {
+  std::string mode = "default";  // "default" | "max-autotune"
+  PassOptions passes;
+  CudaCodegenOptions codegen;
+  std::filesystem::path cache_dir;  // empty: the JIT's default
+  std::filesystem::path dump_dir;   // non-empty: write the debug files here (as --dump)
+  bool quiet = false;
+};
+
+struct CudaCompileStats {
+  double passes_s = 0, codegen_s = 0, nvrtc_s = 0, load_s = 0, total_s = 0;
+  bool cache_hit = false;
+  std::string key, arch, variant;
+};
+
+// Whether a CUDA GPU is visible (and the driver answers).
+bool cuda_gpu_visible();
+
+// The current GPU's FP32 peak: SMs x 128 FP32 lanes x 2 (FMA) x the SM clock (Hopper, Ampere
+// GA10x and Ada have 128 FP32 lanes per SM).
+double cuda_fp32_peak_flops();
+
+// `work` (launches on the stream it is given) captured `repeat` times into one CUDA graph and
+// replayed `runs` times, timed with CUDA events: the median time of one `work`, microseconds.
+double time_captured_us(cudaStream_t stream, const std::function<void(cudaStream_t)>& work, int runs, int repeat = 20);
+
+class CudaModule;  // a loaded cubin (runner_cuda.cpp)
+
+class CudaCompiledGraph {
+ public:
+  // Runs the pipeline, compiles (or finds) the cubin, loads it, copies the weights into the
+  // arena and captures the graph. Error if a weight is missing or there is no GPU.
+  CudaCompiledGraph(const Graph& captured, const WeightBinding& weights, const CudaCompileOptions& opt);
+  ~CudaCompiledGraph();
+  CudaCompiledGraph(const CudaCompiledGraph&) = delete;
+  CudaCompiledGraph& operator=(const CudaCompiledGraph&) = delete;
+
+  // Host inputs (graph order) into their slots, one replay, host outputs back; synchronises.
+  void run(std::span<const void* const> inputs, std::span<float* const> outputs);
+  // The graph alone on the stream (no copies, no synchronisation).
+  void replay();
+  void synchronize();
+  // A slot's device address (graph tensor id; an alias resolves to what it aliases).
+  void* slot(int tensor) const;
+  cudaStream_t stream() const { return stream_; }
+
+  // Median time of one replay (CUDA events around it), and of one replay within `batch`
+  // back-to-back replays; microseconds.
+  struct GraphTime {
+    double single_us = 0, batched_us = 0;
+  };
+  GraphTime time_graph(int runs, int batch = 100);
+  // Per scheduled kernel: its launches captured alone, `repeat` times in one graph, timed with
+  // events; median over `runs` of (time / repeat), microseconds. On the current slot contents.
+  std::vector<double> time_kernels(int runs, int repeat = 20);
+
+  const Graph& captured() const { return captured_; }
+  const CudaLowered& lowered() const { return lowered_; }
+  const CudaCompileStats& stats() const { return stats_; }
+
+ private:
+  CudaCompiledGraph(const Graph& captured, const WeightBinding& weights);  // members only
+  void build(const CudaCompileOptions& opt, const CudaCodegenOptions& codegen, const std::string& variant);
+  void launch(const CudaLaunch& l);  // one step of the plan on stream_
+  void release();
+
+  Graph captured_;
+  const WeightBinding* weights_;
+  CudaLowered lowered_;
+  CudaCompileStats stats_;
+  std::unique_ptr<CudaModule> module_;
+  std::vector<void*> functions_;           // CUfunction per launch (null for Sgemm)
+  std::vector<std::vector<void*>> params_;  // per launch: the argument values
+  std::vector<std::vector<void*>> param_ptrs_;
+  std::map<int, size_t> offset_;  // tensor id -> byte offset in the arena
+  char* arena_ = nullptr;
+  size_t arena_bytes_ = 0;
+  void* cublas_ = nullptr;  // cublasHandle_t
+  void* workspace_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+  std::vector<std::pair<size_t, int64_t>> position_caps_;
+};
+
+// The whole model's forward on the GPU, compiled per (B, T) with a shape guard.
+class CudaCompiledModel {
+ public:
+  explicit CudaCompiledModel(const GrammarMiniGPT& model, CudaCompileOptions opt = {});
+  void forward(const int32_t* ids, int64_t B, int64_t T, Tensor& logits, Tensor& probs);
+  CudaCompiledGraph& graph_for(int64_t B, int64_t T);
+  int compiles() const { return compiles_; }
+
+ private:
+  const GrammarMiniGPT* model_;
+  CudaCompileOptions opt_;
+  WeightBinding weights_;
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<CudaCompiledGraph>> graphs_;
+  std::pair<int64_t, int64_t> last_{0, 0};
+  int compiles_ = 0;
+};
+
+// The decode step on the GPU: one graph for every position; the KV caches live in their arena
+// slots across steps (zeroed at reset); a step copies the token and the position in and the
+// logits out.
+class CudaCompiledDecoder {
+ public:
+  explicit CudaCompiledDecoder(const GrammarMiniGPT& model, CudaCompileOptions opt = {});
+  void reset();
+  int64_t position() const { return pos_; }
+  std::span<const float> step(int32_t id);
+
+ private:
+  const GrammarMiniGPT* model_;
+  WeightBinding weights_;
+  std::unique_ptr<CudaCompiledGraph> graph_;
+  std::vector<float> logits_;
+  int64_t pos_ = 0;
+};
+
+}  // namespace minigpt::compile

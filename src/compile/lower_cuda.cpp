@@ -1,0 +1,30 @@
+// The CUDA back end's pipeline and debug files (lower_cuda.h).
+#include "compile/lower_cuda.h"
+
+#include "core/timer.h"
+#include "io/atomic_file.h"
+
+namespace minigpt::compile {
+
+CudaLowered lower_cuda(const Graph& captured, const PassOptions& passes, const CudaCodegenOptions& codegen) {
+  CudaLowered l;
+  const Timer t0;
+  const Graph planned = run_passes(captured, passes);
+  l.schedule = cuda_schedule(schedule(planned, codegen.generated_gemm), codegen.generated_gemm);
+  l.passes_s = t0.elapsed_s();
+  const Timer t1;
+  l.code = generate_cuda(l.schedule, codegen);
+  l.codegen_s = t1.elapsed_s();
+  return l;
+}
+
+void write_cuda_debug_files(const std::filesystem::path& dir, const Graph& captured, const CudaLowered& l) {
+  std::filesystem::create_directories(dir / "kernels");
+  io::write_file_atomic((dir / "ir_pre_fusion.txt").string(), print_graph(captured, "pre-fusion"));
+  io::write_file_atomic((dir / "ir_post_fusion.txt").string(), print_graph(l.schedule.graph, "post-fusion, buffers planned"));
+  io::write_file_atomic((dir / "schedule.txt").string(), print_schedule(l.schedule));
+  io::write_file_atomic((dir / "output_code.cu").string(), l.code.source);
+  for (const CudaKernelText& k : l.code.kernels) io::write_file_atomic((dir / "kernels" / (k.name + ".cu")).string(), k.text);
+}
+
+}  // namespace minigpt::compile

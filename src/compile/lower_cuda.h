@@ -1,0 +1,28 @@
+// The CUDA back end's pipeline without a GPU: captured graph -> passes (the same ones the C++
+// back end runs) -> schedule -> kernels renamed cuda_* -> CUDA C source and launch plan; and the
+// debug files (ir_pre_fusion.txt, ir_post_fusion.txt, schedule.txt, output_code.cu,
+// kernels/<name>.cu). Plain C++: `minigpt compile --device cuda --dump` and the CPU-side tests
+// (which then compile the source with NVRTC) use it on machines without a GPU.
+//
+// What it does not do: compile (cuda/jit_cuda.h) or run (cuda/runner_cuda.h).
+#pragma once
+
+#include "compile/codegen_cuda.h"
+#include "compile/passes/passes.h"
+#include "compile/schedule.h"
+
+#include <filesystem>
+
+namespace minigpt::compile {
+
+struct CudaLowered {
+  Schedule schedule;  // kernels named cuda_*
+  CudaCode code;
+  double passes_s = 0, codegen_s = 0;
+};
+
+CudaLowered lower_cuda(const Graph& captured, const PassOptions& passes, const CudaCodegenOptions& codegen);
+
+void write_cuda_debug_files(const std::filesystem::path& dir, const Graph& captured, const CudaLowered& l);
+
+}  // namespace minigpt::compile

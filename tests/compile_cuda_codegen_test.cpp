@@ -1,0 +1,291 @@
+// The CUDA back end without a GPU: the generated source's text (kernel names, comments,
+// generated loops rather than eager calls, a launch for every kernel) and, with the CUDA
+// toolkit, NVRTC compiling every generated source (NVRTC needs no GPU) and the CUDA JIT cache
+// (miss, hit, corrupt, truncated and stale entries, concurrent compiles, compile errors).
+#include "compile/capture.h"
+#include "compile/lower_cuda.h"
+#include "compile_jit_test_util.h"
+#include "compile_test_config.h"
+#include "core/error.h"
+#include "expect_error.h"
+
+#ifdef MINIGPT_HAVE_CUDA_COMPILE
+#include "compile/cuda/jit_cuda.h"
+#include "compile/cuda/runner_cuda.h"
+#endif
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+using namespace minigpt;
+using namespace minigpt::compile;
+
+namespace {
+
+CudaLowered lower_default(const Graph& g, bool generated_gemm = false) {
+  CudaCodegenOptions cg;
+  cg.generated_gemm = generated_gemm;
+  return lower_cuda(g, PassOptions{}, cg);
+}
+
+bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+// The source without its // comments.
+std::string code_only(const std::string& src) {
+  std::string out, line;
+  std::istringstream in(src);
+  while (std::getline(in, line)) out += line.substr(0, line.find("//")) + "\n";
+  return out;
+}
+
+}  // namespace
+
+TEST(CompileCudaCodegen, TinyHeadIsAGeneratedFusedSoftmaxAfterCublas) {
+  const CudaLowered l = lower_default(capture_tinyhead(2));
+  ASSERT_EQ(l.schedule.kernels.size(), 2u);
+  EXPECT_EQ(l.schedule.kernels[0].name, "cublas_linear_0");
+  EXPECT_EQ(l.schedule.kernels[1].name, "cuda_fused_softmax_1");
+  const std::string& src = l.code.source;
+  EXPECT_TRUE(contains(src, "extern \"C\" __global__ void __launch_bounds__(32) cuda_fused_softmax_1("));
+  EXPECT_TRUE(contains(src, "mg_warp_max(")) << "the max is reduced across the row's threads";
+  EXPECT_TRUE(contains(src, "mg_warp_sum("));
+  EXPECT_TRUE(contains(src, "if (c < 600) {")) << "600 columns over 32 lanes: the last step is masked";
+  EXPECT_TRUE(contains(src, "float x")) << "a persistent row: loaded into registers once";
+  EXPECT_TRUE(contains(src, "cublas_linear_0_epilogue")) << "the bias after cuBLAS";
+  // a comment per kernel with ops, bytes, FLOPs and launch
+  EXPECT_TRUE(contains(src, "//   ops: reduce_max sub exp reduce_sum div"));
+  EXPECT_TRUE(contains(src, "bytes read 4800, written 4800; FLOPs"));
+  EXPECT_TRUE(contains(src, "//   launch: grid 2, block 32"));
+  // generated loops, never the eager kernels
+  EXPECT_FALSE(contains(src, "softmax_fused(")) << "a wrapper around the hand-written kernel is not a compiler";
+  EXPECT_FALSE(contains(code_only(src), "cpu::")) << "eager ops are named in comments only";
+  EXPECT_FALSE(contains(src, "#include")) << "NVRTC compiles the source alone";
+  // the plan: sgemm, its epilogue, the softmax
+  ASSERT_EQ(l.code.launches.size(), 3u);
+  EXPECT_EQ(l.code.launches[0].kind, CudaLaunch::Kind::Sgemm);
+  EXPECT_EQ(l.code.launches[0].N, 2);
+  EXPECT_EQ(l.code.launches[0].K, 64);
+  EXPECT_EQ(l.code.launches[0].M, 600);
+  EXPECT_EQ(l.code.launches[2].function, "cuda_fused_softmax_1");
+  EXPECT_EQ(l.code.launches[2].grid, 2) << "a row per block: 2 rows";
+}
+
+TEST(CompileCudaCodegen, EveryLaunchNamesAFunctionOfTheSourceAndEveryKernelHasItsFile) {
+  const ModelConfig c = compile_tiny_config();
+  for (const Graph& g : {capture_gpt(c, 2, 16), capture_gpt_decode(c)}) {
+    for (bool gen : {false, true}) {
+      const CudaLowered l = lower_default(g, gen);
+      EXPECT_EQ(l.code.kernels.size(), l.schedule.kernels.size());
+      std::set<std::string> names;
+      for (const Kernel& k : l.schedule.kernels) {
+        names.insert(k.name);
+        EXPECT_TRUE(k.name.rfind("cuda_", 0) == 0 || k.name.rfind("cublas_", 0) == 0) << k.name;
+      }
+      for (const CudaLaunch& launch : l.code.launches) {
+        EXPECT_TRUE(names.count(launch.name)) << launch.name;
+        if (launch.kind == CudaLaunch::Kind::Kernel) {
+          EXPECT_TRUE(contains(l.code.source, "void __launch_bounds__(" + std::to_string(launch.block) + ") " + launch.function + "(") ||
+                      contains(l.code.source, "void " + launch.function + "("))
+              << launch.function;
+          EXPECT_GE(launch.grid, 1);
+          EXPECT_TRUE(launch.block % 32 == 0 && launch.block <= 1024) << launch.function;
+        }
+      }
+      EXPECT_EQ(gen, contains(l.code.source, "cuda_gemm_")) << g.name;
+      EXPECT_TRUE(contains(l.code.source, "cuda_fused_attention_")) << g.name;
+    }
+  }
+}
+
+TEST(CompileCudaCodegen, GptKernelsAreNamedAfterWhatTheyFuse) {
+  const CudaLowered l = lower_default(capture_gpt(compile_tiny_config(), 2, 16));
+  std::string all;
+  for (const Kernel& k : l.schedule.kernels) all += k.name + " ";
+  EXPECT_TRUE(contains(all, "cuda_fused_attention_")) << all;
+  EXPECT_TRUE(std::regex_search(all, std::regex("cuda_fused_[a-z_]*layernorm[a-z_]*_[0-9]+"))) << all;
+  EXPECT_TRUE(std::regex_search(all, std::regex("cuda_fused_[a-z_]*softmax[a-z_]*_[0-9]+"))) << all;
+  // the attention stages its head in shared memory and never writes a score matrix
+  EXPECT_TRUE(contains(l.code.source, "__shared__ float ks["));
+  EXPECT_TRUE(contains(l.code.source, "No (T, S) matrix exists"));
+}
+
+TEST(CompileCudaCodegen, DebugFilesAreWritten) {
+  testjit::TempCacheDir dir;
+  const Graph g = capture_tinyhead(2);
+  const CudaLowered l = lower_default(g);
+  write_cuda_debug_files(dir.path(), g, l);
+  for (const char* f : {"ir_pre_fusion.txt", "ir_post_fusion.txt", "schedule.txt", "output_code.cu", "kernels/cuda_fused_softmax_1.cu"})
+    EXPECT_TRUE(std::filesystem::exists(dir.path() / f)) << f;
+}
+
+#ifdef MINIGPT_HAVE_CUDA_COMPILE
+
+// Every generated source compiles with NVRTC for Hopper (no GPU needed to compile).
+TEST(CompileCudaNvrtc, EveryGeneratedSourceCompilesForSm90a) {
+  const ModelConfig c = compile_tiny_config();
+  ModelConfig shipped;  // the shipped model's shape (V 611: rows not a multiple of 32)
+  shipped.vocab_size = 611;
+  std::vector<Graph> graphs{capture_tinyhead(2), capture_gpt(c, 2, 16), capture_gpt(c, 3, 5), capture_gpt_decode(c),
+                            capture_gpt(shipped, 2, 16), capture_gpt_decode(shipped)};
+  for (const Graph& g : graphs) {
+    for (bool gen : {false, true}) {
+      const CudaLowered l = lower_default(g, gen);
+      std::string ptx;
+      ASSERT_NO_THROW(ptx = nvrtc_compile_ptx(l.code.source, "compute_90a", g.name)) << g.name << (gen ? " generated gemm" : "");
+      for (const CudaLaunch& launch : l.code.launches) {
+        if (launch.kind != CudaLaunch::Kind::Kernel) continue;
+        EXPECT_TRUE(contains(ptx, ".entry " + launch.function + "(")) << launch.function;
+      }
+    }
+  }
+}
+
+TEST(CompileCudaNvrtc, PdlVariantWaitsInEveryKernelAndCompiles) {
+  CudaCodegenOptions cg;
+  cg.generated_gemm = true;
+  cg.pdl = true;
+  const CudaLowered l = lower_cuda(capture_gpt(compile_tiny_config(), 2, 16), PassOptions{}, cg);
+  EXPECT_TRUE(l.code.pdl);
+  size_t kernels = 0, waits = 0;
+  for (size_t at = l.code.source.find("__global__"); at != std::string::npos; at = l.code.source.find("__global__", at + 1)) ++kernels;
+  for (size_t at = l.code.source.find("griddepcontrol.wait;"); at != std::string::npos; at = l.code.source.find("griddepcontrol.wait;", at + 1))
+    ++waits;
+  EXPECT_EQ(waits, kernels);
+  EXPECT_NO_THROW(nvrtc_compile_ptx(l.code.source, "compute_90a", "pdl"));
+  cg.generated_gemm = false;  // cuBLAS's kernels do not wait: refused
+  EXPECT_ERROR(lower_cuda(capture_tinyhead(2), PassOptions{}, cg), "PDL needs generated GEMMs");
+}
+
+TEST(CompileCudaNvrtc, WithoutAGpuTheRunnerSaysSo) {
+  if (cuda_gpu_visible()) GTEST_SKIP() << "a GPU is visible: tests/cuda/compile_cuda_test.cpp runs the graphs";
+  const TinyHead head = TinyHead::init(42);
+  const WeightBinding w = bind_tinyhead(head);
+  EXPECT_ERROR(CudaCompiledGraph(capture_tinyhead(2), w, CudaCompileOptions{}), "no CUDA GPU visible");
+}
+
+TEST(CompileCudaNvrtc, ACompileErrorCarriesNvrtcsLog) {
+  EXPECT_ERROR(nvrtc_compile_ptx("extern \"C\" __global__ void k() { undefined_thing(); }", "compute_90a", "bad"),
+                        "undefined_thing");
+}
+
+namespace {
+
+CudaJitRequest request_for(const std::filesystem::path& dir, const std::string& extra = "") {
+  CudaJitRequest r;
+  r.source = lower_default(capture_tinyhead(2)).code.source + "// " + extra + "\n";
+  r.key_extra = "test " + extra;
+  r.name = "tinyhead";
+  r.arch = "sm_90a";  // given: this machine may have no GPU
+  r.cache_dir = dir;
+  return r;
+}
+
+void flip_byte(const std::filesystem::path& p, size_t at) {
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(at));
+  char ch = 0;
+  f.read(&ch, 1);
+  ch = static_cast<char>(ch ^ 0x5a);
+  f.seekp(static_cast<std::streamoff>(at));
+  f.write(&ch, 1);
+}
+
+}  // namespace
+
+TEST(CompileCudaJit, MissThenHitWithTheSameBytes) {
+  testjit::TempCacheDir dir;
+  const CudaJitRequest r = request_for(dir.path());
+  const CudaBinary a = cuda_jit_compile(r);
+  EXPECT_FALSE(a.cache_hit);
+  EXPECT_GT(a.cubin.size(), 1000u);
+  EXPECT_TRUE(std::filesystem::exists(dir.path() / (a.key + ".cu")));
+  const CudaBinary b = cuda_jit_compile(r);
+  EXPECT_TRUE(b.cache_hit);
+  EXPECT_EQ(a.cubin, b.cubin);
+  EXPECT_EQ(a.key, b.key);
+  std::printf("cold NVRTC compile %.3f s, warm lookup %.4f s\n", a.total_s, b.total_s);
+}
+
+TEST(CompileCudaJit, KeyCoversSourceExtraAndArchitecture) {
+  testjit::TempCacheDir dir;
+  CudaJitRequest r = request_for(dir.path());
+  const std::string k = cuda_jit_key(r);
+  CudaJitRequest other = r;
+  other.arch = "sm_80";
+  EXPECT_NE(cuda_jit_key(other), k);
+  other = r;
+  other.key_extra += "x";
+  EXPECT_NE(cuda_jit_key(other), k);
+  other = r;
+  other.source += " ";
+  EXPECT_NE(cuda_jit_key(other), k);
+  EXPECT_EQ(cuda_jit_key(r), k);
+}
+
+TEST(CompileCudaJit, CorruptTruncatedAndStaleEntriesAreRebuiltNeverUsed) {
+  testjit::TempCacheDir dir;
+  const CudaJitRequest r = request_for(dir.path());
+  const CudaBinary good = cuda_jit_compile(r);
+  const std::filesystem::path cubin = dir.path() / (good.key + ".cubin"), json = dir.path() / (good.key + ".json");
+  // a flipped byte
+  flip_byte(cubin, good.cubin.size() / 2);
+  CudaBinary b = cuda_jit_compile(r);
+  EXPECT_FALSE(b.cache_hit);
+  EXPECT_EQ(b.cubin, good.cubin);
+  // truncated
+  std::filesystem::resize_file(cubin, 100);
+  b = cuda_jit_compile(r);
+  EXPECT_FALSE(b.cache_hit);
+  EXPECT_EQ(b.cubin, good.cubin);
+  // a .json of another NVRTC (stale)
+  {
+    std::ifstream in(json);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t at = text.find("\"nvrtc_version\": \"");
+    ASSERT_NE(at, std::string::npos);
+    text.insert(at + 18, "0");
+    std::ofstream(json, std::ios::trunc) << text;
+  }
+  b = cuda_jit_compile(r);
+  EXPECT_FALSE(b.cache_hit);
+  // garbage .json
+  std::ofstream(json, std::ios::trunc) << "{not json";
+  b = cuda_jit_compile(r);
+  EXPECT_FALSE(b.cache_hit);
+  b = cuda_jit_compile(r);
+  EXPECT_TRUE(b.cache_hit);
+  EXPECT_EQ(b.cubin, good.cubin);
+}
+
+TEST(CompileCudaJit, ConcurrentCompilesAllSucceedAndAgree) {
+  testjit::TempCacheDir dir;
+  const CudaJitRequest r = request_for(dir.path(), "concurrent");
+  std::vector<CudaBinary> got(4);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < got.size(); ++i) threads.emplace_back([&, i] { got[i] = cuda_jit_compile(r); });
+  for (std::thread& t : threads) t.join();
+  int compiled = 0;
+  for (const CudaBinary& b : got) {
+    EXPECT_EQ(b.cubin, got[0].cubin);
+    compiled += b.cache_hit ? 0 : 1;
+  }
+  EXPECT_EQ(compiled, 1) << "one compile; the others waited on the lock and loaded its entry";
+}
+
+TEST(CompileCudaJit, ASourceThatDoesNotCompileIsAnErrorAndKeptForTheReader) {
+  testjit::TempCacheDir dir;
+  CudaJitRequest r = request_for(dir.path());
+  r.source = "extern \"C\" __global__ void k() { nope(); }\n";
+  EXPECT_ERROR(cuda_jit_compile(r), "nope");
+  bool kept = false;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) kept |= e.path().string().ends_with(".failed.cu");
+  EXPECT_TRUE(kept);
+}
+
+#endif  // MINIGPT_HAVE_CUDA_COMPILE

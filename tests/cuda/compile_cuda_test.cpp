@@ -1,0 +1,229 @@
+// The compiled CUDA path end to end on a GPU (each test skips visibly without one): generated
+// CUDA against the CPU engine and the CPU compiled path: TinyHead below 1e-6, the whole model's
+// logits within 1e-5 and the same top-1 on every grammar probe (shipped model; random weights),
+// generated GEMMs as cuBLAS, the decode step against the eager decoder, the softmax edge rows,
+// the shape guard, the warm cache, and every output element written (outputs poisoned first).
+#include "compile/capture.h"
+#include "compile/cuda/runner_cuda.h"
+#include "compile/runner.h"
+#include "compile_test_config.h"
+#include "core/error.h"
+#include "data/probes.h"
+#include "data/tokenizer.h"
+#include "model/decoder.h"
+#include "model/gpt.h"
+#include "model/model_file.h"
+
+#include "compile_model_test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+using namespace minigpt;
+using namespace minigpt::compile;
+using testcompile::max_abs_diff;
+using testcompile::random_weights;
+
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (!cuda_gpu_visible()) GTEST_SKIP() << "no CUDA GPU visible"
+
+const std::string kModel = std::string(MINIGPT_SOURCE_DIR) + "/models/grammar-minigpt.safetensors";
+const std::string kProbes = std::string(MINIGPT_SOURCE_DIR) + "/tests/probes/grammar_probes.tsv";
+
+CudaCompileOptions cuda_options(bool generated_gemm = false, bool pdl = false) {
+  CudaCompileOptions o;
+  o.cache_dir = std::filesystem::path(MINIGPT_BINARY_DIR) / "compile_cuda_test_cache";
+  o.quiet = true;
+  o.codegen.generated_gemm = generated_gemm;
+  o.codegen.pdl = pdl;
+  return o;
+}
+
+CompileOptions cpu_options() {
+  CompileOptions o;
+  o.cache_dir = std::filesystem::path(MINIGPT_BINARY_DIR) / "compile_test_cache";
+  o.quiet = true;
+  return o;
+}
+
+
+
+int64_t argmax(const float* v, int64_t n) { return std::max_element(v, v + n) - v; }
+
+// GPU compiled vs CPU eager (and vs CPU compiled) on random ids; returns the logits difference.
+float expect_model_matches(const GrammarMiniGPT& model, int64_t B, int64_t T, uint64_t seed, bool generated_gemm, bool pdl = false) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(B * T));
+  for (int32_t& v : ids) v = static_cast<int32_t>(rng() % static_cast<uint64_t>(model.config().vocab_size));
+  ThreadPool pool(2);
+  Tensor el, ep, cl, cp, gl = Tensor::full({B, T, model.config().vocab_size}, NAN), gp = Tensor::full({B, T, model.config().vocab_size}, NAN);
+  model.forward(ids.data(), B, T, el, ep, pool);
+  CompiledModel cpu(model, cpu_options());
+  cpu.forward(ids.data(), B, T, cl, cp, pool);
+  CudaCompiledModel gpu(model, cuda_options(generated_gemm, pdl));
+  gpu.forward(ids.data(), B, T, gl, gp);
+  const float dl = max_abs_diff(el.data(), gl.data(), el.numel());
+  const float dp = max_abs_diff(ep.data(), gp.data(), ep.numel());
+  const float dc = max_abs_diff(cl.data(), gl.data(), cl.numel());
+  EXPECT_LT(dl, 1e-5f) << "logits vs CPU eager";
+  // probs follow the logits (dp = p (dz - sum p dz)): logits within 1e-5 allow a few 1e-6; the
+  // CPU compiled path's probs bound (1e-6) holds where its logits agree to 1e-6
+  EXPECT_LT(dp, 3e-6f) << "probs vs CPU eager";
+  EXPECT_LT(dc, 1e-5f) << "logits vs CPU compiled";
+  const int64_t V = model.config().vocab_size;
+  for (int64_t r = 0; r < B * T; ++r) EXPECT_EQ(argmax(el.data() + r * V, V), argmax(gl.data() + r * V, V)) << "row " << r;
+  std::printf("cuda compiled (%s%s) vs CPU eager (B=%lld, T=%lld): logits %.3g, probs %.3g; vs CPU compiled %.3g\n",
+              generated_gemm ? "generated GEMMs" : "cuBLAS", pdl ? ", PDL" : "", static_cast<long long>(B), static_cast<long long>(T), dl, dp, dc);
+  return dl;
+}
+
+}  // namespace
+
+TEST(CompileCuda, TinyHeadMatchesEagerWithin1e6) {
+  SKIP_WITHOUT_GPU();
+  const TinyHead head = TinyHead::init(42);
+  std::mt19937_64 rng(42);
+  std::normal_distribution<float> nd;
+  Tensor x = Tensor::empty({2, TinyHead::kIn});
+  for (float& v : x.span()) v = nd(rng);
+  Tensor eager = Tensor::empty({2, TinyHead::kOut});
+  ThreadPool pool(1);
+  head.forward(x.data(), 2, eager.data(), pool);
+  const WeightBinding w = bind_tinyhead(head);
+  for (bool gen : {false, true}) {
+    Tensor compiled = Tensor::full({2, TinyHead::kOut}, NAN);  // poisoned: every element must be written
+    CudaCompiledGraph cg(capture_tinyhead(2), w, cuda_options(gen));
+    const void* in[] = {x.data()};
+    float* out[] = {compiled.data()};
+    cg.run(in, out);
+    const float diff = max_abs_diff(eager.data(), compiled.data(), eager.numel());
+    EXPECT_LT(diff, 1e-6f) << (gen ? "generated GEMM" : "cuBLAS");
+    std::printf("TinyHead cuda (%s) vs eager: max abs diff %.3g\n", gen ? "generated GEMM" : "cuBLAS", diff);
+  }
+}
+
+TEST(CompileCuda, SoftmaxEdgeRowsFollowTheProjectNumerics) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t C : {40, 611, 5000}) {  // a warp per row (masked), a persistent row, a block per row
+    GraphBuilder b("softmax_edges");
+    const int x = b.input("x", {3, C});
+    b.output(b.softmax(x, "y", "softmax (cpu::softmax)"), "y");
+    const WeightBinding none;
+    CudaCompiledGraph cg(b.finish(), none, cuda_options());
+    Tensor in = Tensor::zeros({3, C}), out = Tensor::full({3, C}, 7.0f);
+    in.at({0, 0}) = 1e30f;
+    in.at({0, 2}) = -1e30f;
+    in.at({1, 5}) = NAN;
+    for (int64_t c = 0; c < C; ++c) in.at({2, c}) = -INFINITY;
+    const void* ins[] = {in.data()};
+    float* outs[] = {out.data()};
+    cg.run(ins, outs);
+    EXPECT_EQ(out.at({0, 0}), 1.0f) << C;
+    for (int64_t c = 1; c < C; ++c) EXPECT_EQ(out.at({0, c}), 0.0f) << C;
+    for (int64_t c = 0; c < C; ++c) {
+      EXPECT_TRUE(std::isnan(out.at({1, c}))) << C;
+      EXPECT_TRUE(std::isnan(out.at({2, c}))) << C;
+    }
+  }
+}
+
+TEST(CompileCuda, ShippedModelMatchesEagerAndEveryProbe) {
+  SKIP_WITHOUT_GPU();
+  ModelFile f = load_model(kModel);
+  const GrammarMiniGPT model(f.config, std::move(f.weights));
+  expect_model_matches(model, 2, 16, 7, false);
+  expect_model_matches(model, 2, 16, 7, true);
+  const Tokenizer tok(f.vocab);
+  const testcompile::ProbeBatch pb = testcompile::probe_batch(kProbes, tok);
+  const std::vector<std::vector<int32_t>>& prompts = pb.prompts;
+  const std::vector<int32_t>& ids = pb.ids;
+  const int64_t B = pb.B, T = pb.T, V = f.config.vocab_size;
+  ThreadPool pool(2);
+  Tensor el, ep, gl, gp;
+  model.forward(ids.data(), B, T, el, ep, pool);
+  CudaCompiledModel gpu(model, cuda_options());
+  gpu.forward(ids.data(), B, T, gl, gp);
+  const float dl = max_abs_diff(el.data(), gl.data(), el.numel());
+  EXPECT_LT(dl, 1e-5f);
+  int same = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t last = static_cast<int64_t>(prompts[static_cast<size_t>(b)].size()) - 1;
+    const float* e = el.data() + (b * T + last) * V;
+    const float* g = gl.data() + (b * T + last) * V;
+    EXPECT_EQ(argmax(e, V), argmax(g, V)) << "probe " << b;
+    same += argmax(e, V) == argmax(g, V);
+  }
+  std::printf("every probe (B=%lld, T=%lld): max |logits diff| %.3g, same top-1 on %d of %lld\n", static_cast<long long>(B),
+              static_cast<long long>(T), dl, same, static_cast<long long>(B));
+}
+
+TEST(CompileCuda, RandomWeightsAndOddShapesMatchEager) {
+  SKIP_WITHOUT_GPU();
+  const ModelConfig c = compile_tiny_config();
+  const GrammarMiniGPT model(c, random_weights(c, 3));
+  for (bool gen : {false, true}) {
+    expect_model_matches(model, 2, 16, 11, gen);
+    expect_model_matches(model, 3, 5, 12, gen);
+  }
+}
+
+TEST(CompileCuda, DecodeStepMatchesTheEagerDecoder) {
+  SKIP_WITHOUT_GPU();
+  ModelFile f = load_model(kModel);
+  const GrammarMiniGPT model(f.config, std::move(f.weights));
+  Decoder eager(model);
+  CudaCompiledDecoder gpu(model, cuda_options());
+  ThreadPool pool(1);
+  std::mt19937_64 rng(5);
+  float worst = 0;
+  for (int64_t t = 0; t < f.config.block_size; ++t) {
+    const int32_t id = static_cast<int32_t>(rng() % static_cast<uint64_t>(f.config.vocab_size));
+    const std::span<const float> e = eager.step(id, pool);
+    const std::span<const float> g = gpu.step(id);
+    const float d = max_abs_diff(e.data(), g.data(), static_cast<int64_t>(e.size()));
+    worst = std::max(worst, d);
+    EXPECT_EQ(argmax(e.data(), static_cast<int64_t>(e.size())), argmax(g.data(), static_cast<int64_t>(g.size()))) << "t " << t;
+  }
+  // design.md's CUDA-against-CPU rule (1e-3 on logits at most), not the forward's 1e-5: measured
+  // 4.5e-5 on the H200 (cuBLAS's and the CPU's sums in other orders, over up to 64 positions;
+  // the forward at (2, 16) and every probe stay within 1e-5). Top-1 is checked at every step.
+  EXPECT_LT(worst, 1e-4f);
+  std::printf("decode, every position: max |logits diff| %.3g\n", worst);
+  EXPECT_THROW(gpu.step(0), minigpt::Error) << "the context is full";
+}
+
+TEST(CompileCuda, ShapeGuardCompilesAnewAndTheCacheIsWarm) {
+  SKIP_WITHOUT_GPU();
+  const ModelConfig c = compile_tiny_config();
+  const GrammarMiniGPT model(c, random_weights(c, 4));
+  CudaCompiledModel gpu(model, cuda_options());
+  std::vector<int32_t> ids(64, 1);
+  Tensor l, p;
+  gpu.forward(ids.data(), 2, 4, l, p);
+  gpu.forward(ids.data(), 2, 4, l, p);
+  EXPECT_EQ(gpu.compiles(), 1);
+  gpu.forward(ids.data(), 1, 8, l, p);
+  EXPECT_EQ(gpu.compiles(), 2) << "another shape fails the guard and compiles anew";
+  CudaCompiledModel again(model, cuda_options());
+  EXPECT_TRUE(again.graph_for(2, 4).stats().cache_hit) << "the same graph again: a cache hit";
+}
+
+// Last in the file: a launch problem with PDL would leave the context unusable for what follows.
+TEST(CompileCuda, ProgrammaticDependentLaunchVariantMatchesEager) {
+  SKIP_WITHOUT_GPU();
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  if (major < 9) GTEST_SKIP() << "PDL needs sm_90 or later";
+  ModelFile f = load_model(kModel);
+  const GrammarMiniGPT model(f.config, std::move(f.weights));
+  expect_model_matches(model, 2, 16, 7, true, true);
+  const ModelConfig c = compile_tiny_config();
+  const GrammarMiniGPT tiny(c, random_weights(c, 3));
+  expect_model_matches(tiny, 3, 5, 12, true, true);
+}
