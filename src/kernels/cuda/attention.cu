@@ -57,10 +57,23 @@ __global__ void __launch_bounds__(kQueries) attention_forward_kernel(const float
   // keys [0, last] matter to this block, last = its last query (causal)
   const int last = min(T - 1, static_cast<int>(blockIdx.y) * kQueries + kQueries - 1);
   for (int k0 = 0; k0 <= last; k0 += kKeys) {
-    for (int i = threadIdx.x; i < kKeys * DH; i += kQueries) {
-      const int j = i / DH, d = i % DH, t2 = k0 + j;
-      ks[j][d] = t2 < T ? base[t2 * C3 + C + h * DH + d] : 0.0f;
-      vs[j][d] = t2 < T ? base[t2 * C3 + 2 * C + h * DH + d] : 0.0f;
+    // kTileLoads elements of k and of v per thread loaded before they are stored, so the loads
+    // overlap (a load after a shared store it cannot prove apart waits for that store)
+    constexpr int kPerThread = kKeys * DH / kQueries, kTileLoads = kPerThread < 8 ? kPerThread : 8;
+    for (int i0 = 0; i0 < kPerThread; i0 += kTileLoads) {
+      float kv[kTileLoads], vv[kTileLoads];
+#pragma unroll
+      for (int u = 0; u < kTileLoads; ++u) {
+        const int i = (i0 + u) * kQueries + threadIdx.x, j = i / DH, d = i % DH, t2 = k0 + j;
+        kv[u] = t2 < T ? base[t2 * C3 + C + h * DH + d] : 0.0f;
+        vv[u] = t2 < T ? base[t2 * C3 + 2 * C + h * DH + d] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kTileLoads; ++u) {
+        const int i = (i0 + u) * kQueries + threadIdx.x;
+        ks[i / DH][i % DH] = kv[u];
+        vs[i / DH][i % DH] = vv[u];
+      }
     }
     __syncthreads();
     const int jmax = min(kKeys, t1 - k0 + 1);  // keys t2 <= t1 (<= 0 when t1 >= T is false)

@@ -68,18 +68,20 @@ __device__ __forceinline__ void dot_column(const float* a, int lda, const float*
   }
 }
 
-// out = a (kRows x K, shared, stride lda) times Wt (K x N, global, row-major): store(r, n, sum)
-// for r < rows. Wide outputs: a thread per column, the whole K. Narrow ones (N < 128): the K
+// out = a (kRows x K, shared, stride lda) times Wt (K x N, global, row-major) plus bias (N, may
+// be null): store(r, n, sum + bias[n]) for r < rows (the bias loaded with the weights, not after
+// a store). Wide outputs: a thread per column, the whole K. Narrow ones (N < 128): the K
 // range split in S = 256 / N slices summed through `part` (256 * kRows floats) in slice order.
 template <class Store>
 __device__ void gemv_rows(const float* a, int lda, int rows, int K, const float* __restrict__ Wt,
-                          int N, float* part, Store store) {
+                          int N, const float* __restrict__ bias, float* part, Store store) {
   const int tid = threadIdx.x;
   if (N >= 128) {
     for (int n = tid; n < N; n += kThreads) {
+      const float b = bias ? __ldg(bias + n) : 0.0f;
       float acc[kRows] = {};
       dot_column(a, lda, Wt, N, n, 0, K, acc);
-      for (int r = 0; r < rows; ++r) store(r, n, acc[r]);
+      for (int r = 0; r < rows; ++r) store(r, n, acc[r] + b);
     }
     return;
   }
@@ -93,9 +95,10 @@ __device__ void gemv_rows(const float* a, int lda, int rows, int K, const float*
   __syncthreads();
   for (int i = tid; i < rows * N; i += kThreads) {
     const int r = i / N, c = i % N;
+    const float b = bias ? __ldg(bias + c) : 0.0f;
     float v = 0.0f;
     for (int s = 0; s < S; ++s) v += part[(s * kRows + r) * N + c];
-    store(r, c, v);
+    store(r, c, v + b);
   }
 }
 
@@ -238,17 +241,17 @@ __global__ void __launch_bounds__(kThreads) proj_mlp_kernel(ProjMlp p, int M, in
       },
       [&](int i, float v) { att[i] = v; });  // x follows att in shared memory
   __syncthreads();
-  // x = (att proj^T + b) + x: each (r, n) read and written by one thread
-  gemv_rows(att, C, rows, C, p.proj_wt, C, part,
-            [&](int r, int n, float v) { x[r * C + n] = (v + p.proj_bias[n]) + x[r * C + n]; });
+  // x = (att proj^T + b) + x: each (r, n) read and written by one thread (the CPU's order)
+  gemv_rows(att, C, rows, C, p.proj_wt, C, p.proj_bias, part,
+            [&](int r, int n, float v) { x[r * C + n] = v + x[r * C + n]; });
   __syncthreads();
   layernorm_rows(x, ln, rows, C, C, p.ln_weight, p.ln_bias, p.ln_eps);
   __syncthreads();
-  gemv_rows(ln, C, rows, C, p.fc1_wt, F, part,
-            [&](int r, int n, float v) { hid[r * F + n] = gelu_erf(v + p.fc1_bias[n]); });
+  gemv_rows(ln, C, rows, C, p.fc1_wt, F, p.fc1_bias, part,
+            [&](int r, int n, float v) { hid[r * F + n] = gelu_erf(v); });
   __syncthreads();
-  gemv_rows(hid, F, rows, F, p.fc2_wt, C, part,
-            [&](int r, int n, float v) { x[r * C + n] = (v + p.fc2_bias[n]) + x[r * C + n]; });
+  gemv_rows(hid, F, rows, F, p.fc2_wt, C, p.fc2_bias, part,
+            [&](int r, int n, float v) { x[r * C + n] = v + x[r * C + n]; });
   __syncthreads();
   for (int i = tid; i < rows * C; i += kThreads) p.x[static_cast<int64_t>(m0) * C + i] = x[i];
 }
@@ -267,24 +270,44 @@ __global__ void __launch_bounds__(kThreads) lm_head_softmax_kernel(
   __syncthreads();
   layernorm_rows(x, ln, kRows, C, C, ln_w, ln_b, eps);
   __syncthreads();
-  gemv_rows(ln, C, rows, C, Wt, V, part, [&](int r, int n, float v) {
-    logits[static_cast<int64_t>(m0 + r) * V + n] = v + bias[n];
-  });
+  gemv_rows(ln, C, rows, C, Wt, V, bias, part,
+            [&](int r, int n, float v) { logits[static_cast<int64_t>(m0 + r) * V + n] = v; });
   if (!probs) return;
   __syncthreads();  // this block's logits are visible to it
   const int lane = tid & 31;
   for (int r = tid >> 5; r < rows; r += kWarps) {
     const float* row = logits + static_cast<int64_t>(m0 + r) * V;
     float* out = probs + static_cast<int64_t>(m0 + r) * V;
-    // a NaN passes fmaxf but makes the sum NaN, so the row is NaN; +inf gives inf - inf = NaN
+    // Three passes over the row (max, sum, write), each lane taking n = lane, lane + 32, ... in
+    // batches of kBatch loads issued together (a loop of single loads waits for each one).
+    // A NaN passes fmaxf but makes the sum NaN, so the row is NaN; +inf gives inf - inf = NaN.
+    float v[kBatch];
+    auto load = [&](int n0) {
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) v[j] = n0 + 32 * j < V ? row[n0 + 32 * j] : -CUDART_INF_F;
+    };
     float m = -CUDART_INF_F;
-    for (int n = lane; n < V; n += 32) m = fmaxf(m, row[n]);
+    for (int n0 = lane; n0 < V; n0 += 32 * kBatch) {
+      load(n0);
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) m = fmaxf(m, v[j]);
+    }
     for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
     float sum = 0.0f;
-    for (int n = lane; n < V; n += 32) sum += expf(row[n] - m);
+    for (int n0 = lane; n0 < V; n0 += 32 * kBatch) {
+      load(n0);
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        if (n0 + 32 * j < V) sum += expf(v[j] - m);
+    }
     for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
     const float inv = 1.0f / sum;
-    for (int n = lane; n < V; n += 32) out[n] = expf(row[n] - m) * inv;
+    for (int n0 = lane; n0 < V; n0 += 32 * kBatch) {
+      load(n0);  // before the stores: out and row may alias as far as the compiler knows
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        if (n0 + 32 * j < V) out[n0 + 32 * j] = expf(v[j] - m) * inv;
+    }
   }
 }
 

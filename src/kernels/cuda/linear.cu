@@ -19,15 +19,20 @@ constexpr int kTile = 32;               // BM = BN = KC
 constexpr int kThreads = 256;           // 8 warps
 constexpr int kRowsPerThread = kTile / (kThreads / 32);  // 4
 
-// y = act(v + residual) for one element, v = (x W^T)[m][n] + b[n]: the CPU's order
-// ((sum + b) + residual, then the GELU; kernels/cpu/linear.cpp).
-__device__ __forceinline__ void store_epilogue(float v, int64_t i, float* y, const LinearFusion& f) {
-  if (f.residual) v = v + f.residual[i];
+// y[i] = act(v) (and GELU' into gelu_grad), v already holding (sum + b) + residual.
+__device__ __forceinline__ void store_activation(float v, int64_t i, float* y, const LinearFusion& f) {
   if (f.gelu) {
     if (f.gelu_grad) f.gelu_grad[i] = gelu_erf_grad(v);
     v = gelu_erf(v);
   }
   y[i] = v;
+}
+
+// y = act(v + residual) for one element, v = (x W^T)[m][n] + b[n]: the CPU's order
+// ((sum + b) + residual, then the GELU; kernels/cpu/linear.cpp).
+__device__ __forceinline__ void store_epilogue(float v, int64_t i, float* y, const LinearFusion& f) {
+  if (f.residual) v = v + f.residual[i];
+  store_activation(v, i, y, f);
 }
 
 __global__ void __launch_bounds__(kThreads) linear_forward_kernel(
@@ -55,17 +60,24 @@ __global__ void __launch_bounds__(kThreads) linear_forward_kernel(
   float acc[kRowsPerThread] = {};
   for (int64_t k0 = 0; k0 < K; k0 += kTile) {
     const int64_t k = k0 + tx;
+    // every load of the chunk before the first store to shared memory, so they overlap (a load
+    // after a store it cannot prove apart waits for it: one L2 round trip per element)
+    float xv[kRowsPerThread], wv[kRowsPerThread];
+    const float lw = ln && k < K ? f.ln_weight[k] : 0.0f, lb = ln && k < K ? f.ln_bias[k] : 0.0f;
+#pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
       const int r = ty + i * (kThreads / 32);
       const int64_t m = m0 + r, n = n0 + r;
-      float xv = 0.0f, wv = 0.0f;
-      if (m < M && k < K) {
-        xv = x[m * K + k];
-        if (ln) xv = (xv - mean_s[r]) * rstd_s[r] * f.ln_weight[k] + f.ln_bias[k];
-      }
-      if (n < N && k < K) wv = W[n * K + k];
-      xs[r][tx] = xv;
-      ws[tx][r] = wv;
+      xv[i] = m < M && k < K ? x[m * K + k] : 0.0f;
+      wv[i] = n < N && k < K ? W[n * K + k] : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      const int r = ty + i * (kThreads / 32);
+      float v = xv[i];
+      if (ln && m0 + r < M && k < K) v = (v - mean_s[r]) * rstd_s[r] * lw + lb;
+      xs[r][tx] = v;
+      ws[tx][r] = wv[i];
     }
     __syncthreads();
     const int kc = static_cast<int>(K - k0 < kTile ? K - k0 : kTile);
@@ -79,9 +91,18 @@ __global__ void __launch_bounds__(kThreads) linear_forward_kernel(
   const int64_t n = n0 + tx;
   if (n >= N) return;
   const float bias = b ? b[n] : 0.0f;
+  float res[kRowsPerThread];  // the residuals loaded before any store (y may alias them)
+#pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
     const int64_t m = m0 + ty + i * (kThreads / 32);
-    if (m < M) store_epilogue(acc[i] + bias, m * N + n, y, f);
+    res[i] = f.residual && m < M ? f.residual[m * N + n] : 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int64_t m = m0 + ty + i * (kThreads / 32);
+    float v = acc[i] + bias;
+    if (f.residual) v = v + res[i];
+    if (m < M) store_activation(v, m * N + n, y, f);
   }
 }
 
