@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # gpu-check.sh: the one script to run on the GPU machine. Builds the `cuda` preset, runs the GPU
-# tests (ctest: the CUDA softmax and autotune tests; all tests with GPU_CHECK_ALL_TESTS=1), the
+# tests (ctest: the CUDA softmax, autotune and model tests; all tests with GPU_CHECK_ALL_TESTS=1), the
 # Triton pytest, `minigpt bench softmax --device cuda -o json` with its peers (torch.softmax,
 # torch.compile, Triton; graph mode for small shapes), renders the table as markdown, draws the
-# roofline (python -m minigpt.plot roofline) and prints a summary last.
+# roofline (python -m minigpt.plot roofline), `minigpt bench model --device cuda -o json` (the model
+# on the GPU beside the PyTorch port on the GPU) and prints a summary last.
 #
 # Results go to build/gpu-check/: gpu-check.log, bench_softmax_cuda{,_any}.{json,md} (the sweep
-# and issue 19's "any shape" table), roofline.png, ctest.log, pytest.log, autotune.json,
+# and issue 19's "any shape" table), bench_model_cuda.{json,md} (issue 14), roofline.png, ctest.log, pytest.log, autotune.json,
 # triton_autotune.json, manifest.json (experiment 24). When $OUT is set (the device tool's
 # folder) the log, the tables, the roofline, the manifest and results.tar.gz (all of it) are
 # copied there: the device tool returns 8 files at most. Knobs: BUILD_TARGETS (build
@@ -63,7 +64,7 @@ configure() { cmake --preset cuda; }
 # keep going (-k 0): one broken target does not hide the rest. BUILD_TARGETS="minigpt ..." limits it.
 build() { cmake --build "$BUILD" -j"$JOBS" ${BUILD_TARGETS:+--target $BUILD_TARGETS} -- -k 0; }
 run_ctest() {
-  local filter=(-R 'SoftmaxCuda|Autotune|FusedConfig|cuda')
+  local filter=(-R 'SoftmaxCuda|Autotune|FusedConfig|cuda|^Cuda')  # ^Cuda: the model on the GPU (issue 14)
   [[ ${GPU_CHECK_ALL_TESTS:-0} == 1 ]] && filter=()
   set -o pipefail
   ctest --test-dir "$BUILD" --output-on-failure -j4 --timeout 300 "${filter[@]}" 2>&1 | tee "$RESULTS/ctest.log"
@@ -76,6 +77,11 @@ run_pytest() {
 }
 run_bench() {
   "$BUILD/minigpt" bench softmax --device cuda -o json ${BENCH_ARGS:-} >"$RESULTS/bench_softmax_cuda.json"
+}
+# The model on the GPU (issue 14): graph-replayed forward at (2, 16) on each path, KV-cache decode,
+# and the PyTorch port on the GPU (eager, torch.compile, reduce-overhead) in the same run.
+run_bench_model() {
+  "$BUILD/minigpt" bench model --device cuda --runs 1000 --warmup 100 -o json >"$RESULTS/bench_model_cuda.json"
 }
 # The "any shape" table (issue 19): shapes outside the tuned sweep, every kernel and peer.
 ANY_SHAPES=${ANY_SHAPES:-1000x1000,65536x128,8192x4096,100x128256,16x1048576,24576x2048,1024x152064,65537x7,3x100003,128x65536}
@@ -121,7 +127,7 @@ experiment24() {
 export RESULTS BUILD JOBS LOG BUILD_TARGETS="${BUILD_TARGETS:-}" BENCH_ARGS="${BENCH_ARGS:-}"
 export ROOT
 export ANY_SHAPES
-export -f probe configure build run_ctest run_pytest run_bench run_bench_any render_md plot keep_cache experiment24
+export -f probe configure build run_ctest run_pytest run_bench run_bench_model run_bench_any render_md plot keep_cache experiment24
 
 step probe 60 probe
 step configure 300 configure
@@ -135,6 +141,9 @@ if [[ -x $BUILD/minigpt ]]; then
     step roofline 120 plot
     step experiment24 300 experiment24
   fi
+  step bench-model 300 run_bench_model
+  [[ -s $RESULTS/bench_model_cuda.json ]] &&
+    step render-md-model 60 render_md "$RESULTS/bench_model_cuda.json" "$RESULTS/bench_model_cuda.md"
   step bench-any-shape 600 run_bench_any
   [[ -s $RESULTS/bench_softmax_cuda_any.json ]] &&
     step render-md-any 60 render_md "$RESULTS/bench_softmax_cuda_any.json" "$RESULTS/bench_softmax_cuda_any.md"
@@ -164,13 +173,25 @@ for row in r["rows"]:
           f"{100 * (g('frac_of_copy') or 0):>6.1f}%{(f'{vs:.2f}' if vs else '-'):>9}")
 PY
 done
+if [[ -s $RESULTS/bench_model_cuda.json ]]; then
+  echo "--- bench_model_cuda.json"
+  python3 - "$RESULTS/bench_model_cuda.json" <<'PY' || true
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"{'case':<56}{'B':>3}{'T':>4}{'median_us':>11}{'tokens/s':>11}{'ratio':>8}")
+for row in r["rows"]:
+    tps, ratio = row.get("tokens_per_s"), row.get("cpp_speedup")
+    print(f"{row['case'][:55]:<56}{row['B']:>3}{row['T']:>4}{row['median_us']:>11.1f}"
+          f"{(f'{tps:.0f}' if tps else '-'):>11}{(f'{ratio:.2f}' if ratio else '-'):>8}")
+PY
+fi
 fails=0
 for i in "${!NAMES[@]}"; do
   printf '%-22s %-16s %5ss\n' "${NAMES[$i]}" "${STATUS[$i]}" "${SECS[$i]}"
   [[ ${STATUS[$i]} == PASS ]] || fails=$((fails + 1))
 done
 if [[ -n ${OUT:-} ]]; then
-  for f in bench_softmax_cuda.md bench_softmax_cuda_any.md roofline.png manifest.json; do
+  for f in bench_softmax_cuda.md bench_softmax_cuda_any.md bench_model_cuda.md roofline.png manifest.json; do
     [[ -f $RESULTS/$f ]] && cp "$RESULTS/$f" "$OUT/"
   done
   tar -czf "$OUT/results.tar.gz" -C "$RESULTS" .

@@ -25,6 +25,11 @@ Model: -m if given, else models/grammar-minigpt.safetensors if present, else ran
 sides load, so they time the very same weights. Relative paths (-m, --minigpt) are taken from
 the directory the script is started in.
 
+--device cuda: the model and ids on the GPU; each call is timed alone between two CUDA events
+(waited for), median of --runs after --warmup; torch.compile also in mode="reduce-overhead" (CUDA
+graphs), whose first call is its own row too. `minigpt bench model --device cuda` runs it so with
+--no-cpp after its own timing.
+
 Without torch it prints the C++ rows and why (JSON: "torch_version": null and a note), exit 0.
 """
 from __future__ import annotations
@@ -60,6 +65,23 @@ def time_us(fn, runs: int, warmup: int, threads: int) -> tuple[float, float]:
     return statistics.median(out), share
 
 
+def time_us_cuda(torch, fn, runs: int, warmup: int) -> tuple[float, None]:
+    """(median us of `runs` calls, each alone between two CUDA events and waited for, after
+    `warmup` untimed ones; no CPU share on the GPU)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    out = []
+    for _ in range(runs):
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        out.append(start.elapsed_time(stop) * 1e3)
+    return statistics.median(out), None
+
+
 def render(rows: list[dict], meta: dict, fmt: str, notes: list[str] | None = None) -> str:
     """The table; JSON (for `minigpt bench model`) is {"title", "torch_version", "meta", "columns",
     "rows", "notes"}, with torch_version null when torch is not importable."""
@@ -77,7 +99,7 @@ def render(rows: list[dict], meta: dict, fmt: str, notes: list[str] | None = Non
             return f"{v:.4g}"
         return str(v)
 
-    lines = ["## GrammarMiniGPT forward: C++ vs the PyTorch port (CPU, fp32)", ""]
+    lines = [f"## GrammarMiniGPT forward: C++ vs the PyTorch port ({meta.get('device', 'cpu').upper()}, fp32)", ""]
     lines += [f"- {k}: {v}" for k, v in meta.items()]
     lines += ["", "| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
     for r in rows:
@@ -102,6 +124,8 @@ def main() -> int:
     ap.add_argument("--minigpt", help="the minigpt binary: a path (relative to the working directory) or a name "
                                       "on PATH (default: newest build/*/minigpt)")
     ap.add_argument("-o", "--output", choices=["md", "json"], default="md")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="where the PyTorch port runs (cuda: CUDA events, plus torch.compile reduce-overhead)")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "python"))
     from minigpt.model_io import ModelConfig, random_model, save_model  # NumPy only: torch not yet loaded
@@ -117,7 +141,8 @@ def main() -> int:
         save_model(path, random_model(ModelConfig(vocab_size=600), seed=42))
         described = "random weights (model_io.random_model, default config, V=600, seed 42)"
     B, T = args.batch, args.seq
-    meta = {"model": described, "threads": args.threads, "torch": None}
+    meta = {"model": described, "threads": args.threads, "torch": None, "device": args.device}
+    cuda = args.device == "cuda"
     notes: list[str] = []
     exe = None if args.no_cpp else find_minigpt(args.minigpt)
     if not args.no_cpp and exe is None:
@@ -125,14 +150,16 @@ def main() -> int:
     cpp_rounds: list[dict] = []  # the forward row of each C++ round, with the round's cpu_share
 
     def cpp_round() -> bool:
-        report = run_cpp([exe, "bench", "model", "--no-peers", "-m", path, "-o", "json", "-t", str(args.threads),
+        report = run_cpp([exe, "bench", "model", "--no-peers", "--device", args.device, "-m", path, "-o", "json", "-t", str(args.threads),
                           "--runs", str(args.runs), "--warmup", str(args.warmup), "--batch", str(B),
                           "--seq", str(T)], "torch_model.py")
         if report is None:
             return False
         for k in ("machine", "build"):
             meta[k] = report["meta"].get(k)
-        rows_by_case = {r["case"].split(" ")[0]: r for r in report["rows"]}
+        rows_by_case = {}  # the first row of each kind: with --device cuda, "forward graph ..." is ours
+        for r in report["rows"]:
+            rows_by_case.setdefault(r["case"].split(" ")[0], r)
         cpp_rounds.append({**rows_by_case["forward"], "cpu_share": report["meta"].get("cpu_share"),
                            "decode": rows_by_case.get("kv")})
         return True
@@ -146,7 +173,7 @@ def main() -> int:
         notes.append(f"torch is not importable ({type(e).__name__}: {e}); no torch rows")
         torch = None
     torch_rounds: dict[str, list[tuple[float, float]]] = {}  # impl -> [(median us, cpu share)] per round
-    first_s = None
+    first_s = first_ro_s = None
     if torch is not None:
         from minigpt.torch_minigpt import GrammarMiniGPT
         from torch_threads import use_threads  # beside this script
@@ -155,23 +182,42 @@ def main() -> int:
         model = GrammarMiniGPT.from_file(path).eval()
         g = torch.Generator().manual_seed(42)
         ids = torch.randint(0, model.config.vocab_size, (B, T), generator=g)
-        compiled = None
+        if cuda:
+            if not torch.cuda.is_available():
+                print("torch_model.py: --device cuda but torch sees no CUDA GPU", file=sys.stderr)
+                return 1
+            model, ids = model.cuda(), ids.cuda()
+            timer = lambda fn, runs, warmup, threads: time_us_cuda(torch, fn, runs, warmup)  # noqa: E731
+        else:
+            timer = time_us
+        compiled = reduce_overhead = None
         with torch.inference_mode():
             if not args.no_compile:
                 compiled = torch.compile(model)
                 t0 = time.perf_counter()
                 compiled(ids)
+                if cuda:
+                    torch.cuda.synchronize()
                 first_s = time.perf_counter() - t0
+                if cuda:  # CUDA graphs: the mode the 20 us goal is compared with
+                    reduce_overhead = torch.compile(model, mode="reduce-overhead")
+                    t0 = time.perf_counter()
+                    reduce_overhead(ids)
+                    torch.cuda.synchronize()
+                    first_ro_s = time.perf_counter() - t0
             for r in range(args.rounds):
                 if r > 0 and exe is not None:  # C++ round r + 1, after a pause for torch's threads to sleep
                     time.sleep(SETTLE_S)
                     if not cpp_round():
                         return 1
                 torch_rounds.setdefault("torch eager", []).append(
-                    time_us(lambda: model(ids), args.runs, args.warmup, args.threads))
+                    timer(lambda: model(ids), args.runs, args.warmup, args.threads))
                 if compiled is not None:
                     torch_rounds.setdefault("torch.compile", []).append(
-                        time_us(lambda: compiled(ids), args.runs, args.warmup, args.threads))
+                        timer(lambda: compiled(ids), args.runs, args.warmup, args.threads))
+                if reduce_overhead is not None:
+                    torch_rounds.setdefault("torch.compile reduce-overhead", []).append(
+                        timer(lambda: reduce_overhead(ids), args.runs, args.warmup, args.threads))
         meta.update({"torch": torch.__version__, "torch threads": torch.get_num_threads()})
 
     # Each side's figure: the median of its per-round medians.
@@ -186,12 +232,16 @@ def main() -> int:
     for impl, per_round in torch_rounds.items():
         rows.append({"impl": impl, "B": B, "T": T, "median_us": statistics.median(us for us, _ in per_round),
                      "runs": args.runs * len(per_round)})
-        meta[f"{impl} us per round (cpu share)"] = ", ".join(f"{us:.1f} ({sh:.3f})" for us, sh in per_round)
+        meta[f"{impl} us per round (cpu share)"] = ", ".join(
+            f"{us:.1f} ({'-' if sh is None else f'{sh:.3f}'})" for us, sh in per_round)
     if first_s is not None:
         rows.append({"impl": "torch.compile first call", "B": B, "T": T, "median_us": first_s * 1e6, "runs": 1})
+    if first_ro_s is not None:
+        rows.append({"impl": "torch.compile reduce-overhead first call", "B": B, "T": T, "median_us": first_ro_s * 1e6,
+                     "runs": 1})
     if cpp_us is not None:
         for r in rows:
-            if r["impl"] != "torch.compile first call":
+            if "first call" not in r["impl"]:
                 r["cpp_speedup"] = r["median_us"] / cpp_us
         decode = cpp_rounds[0]["decode"]
         if decode:

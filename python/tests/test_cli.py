@@ -216,6 +216,48 @@ def test_out_of_range_options_name_the_option(minigpt, args, option):
     fails(minigpt, *args, names=[option], code=None)
 
 
+
+def gpu_visible() -> bool:
+    """nvidia-smi lists a GPU (the binary may still be built without CUDA: then --device cuda
+    must fail saying so)."""
+    try:
+        r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0 and "GPU" in r.stdout
+
+
+CUDA_COMMANDS = [
+    ("predict", "--json", "-k", "3", "Yesterday I"),
+    ("forward", "--ids", "1 5 9"),
+    ("generate", "-p", "Yesterday I", "-n", "4", "--temp", "0"),
+    ("eval-probes", "--json"),
+    ("bench", "model", "--runs", "5", "--warmup", "1", "--no-peers", "-o", "json"),
+]
+
+
+@pytest.mark.parametrize("args", CUDA_COMMANDS, ids=lambda a: " ".join(a[:2]))
+def test_device_cuda_runs_on_a_gpu_else_fails_clearly(minigpt, args):
+    cmd = (*args[:2], "--device", "cuda", *args[2:]) if args[0] == "bench" else (args[0], "--device", "cuda", *args[1:])
+    r = run(minigpt, *cmd)
+    built_with_cuda = "CUDA on" in ok(minigpt, "info").stdout
+    if gpu_visible() and built_with_cuda:
+        assert r.returncode == 0, f"minigpt {' '.join(cmd)} exited {r.returncode} on a GPU: {r.stderr}"
+        if args[0] == "predict":  # the GPU's answer is the CPU's
+            cpu = json.loads(ok(minigpt, *args).stdout)
+            gpu = json.loads(r.stdout)
+            assert [t["token"] for t in gpu["top"]] == [t["token"] for t in cpu["top"]]
+            assert max(abs(a["prob"] - b["prob"]) for a, b in zip(gpu["top"], cpu["top"])) < 1e-5
+        return
+    assert r.returncode == 1, f"exit {r.returncode}, want 1; stderr: {r.stderr}"
+    assert "no CUDA device is visible" in r.stderr or "built without CUDA" in r.stderr, r.stderr
+    assert "internal error" not in r.stderr and not r.stdout.strip()
+
+
+def test_device_must_be_cpu_or_cuda(minigpt):
+    fails(minigpt, "predict", "--device", "gpu", "the cat", names=["--device", "gpu"], code=None)
+    fails(minigpt, "predict", "--device", "cuda", "--compile", "the cat", names=["--compile"], code=None)
+
 def test_unwritable_outputs_leave_no_file(minigpt, tmp_path):
     # The output is a directory: the atomic write's rename fails, and its temporary is removed.
     target = tmp_path / "out"

@@ -12,7 +12,12 @@
 // same model file, -t, --runs, --warmup and shape, and its rows join the table with
 // cpp_speedup = their median / our forward median. Our forward is timed while no torch
 // process exists (peers.h); without torch the peer cells stay empty and a note says why.
+// --device cuda: the same model on the GPU (bench_model_cuda.h: graph-replayed forward and decode
+// timed with CUDA events, the host API by wall clock), and the peer with --device cuda (eager,
+// torch.compile, torch.compile reduce-overhead), cpp_speedup against our graph forward.
 #include "cli/bench_conditions.h"
+#include "cli/bench_model_cuda.h"
+#include "cli/device.h"
 #include "cli/commands.h"
 #include "cli/peers.h"
 #include "compile/runner.h"
@@ -47,6 +52,7 @@ struct BenchModelOptions {
   std::string compile_mode = "default";
   bool compile_decode = false;         // also time our compiled decode step
   bool torch_compile = true;  // the peer also times torch.compile (its first call takes seconds to minutes)
+  std::string device = "cpu";
   PeerOptions peers;
 };
 
@@ -86,6 +92,7 @@ void add_peer_rows(const BenchModelOptions& opt, const std::string& model, int t
                                  peer_script("torch_model.py"), threads, opt.runs, opt.warmup, opt.batch, opt.seq);
   if (!model.empty()) args += " -m " + shell_quote(model);
   if (!opt.torch_compile) args += " --no-compile";
+  if (is_cuda(opt.device)) args += " --device cuda";
   const auto answer = run_json(peer_command(opt.peers, args), "peers", report);
   if (!answer) return;
   report.set_meta("torch", peer_torch_version(*answer));
@@ -105,6 +112,45 @@ void add_peer_rows(const BenchModelOptions& opt, const std::string& model, int t
                   "the peer ran as a child process after the C++ timing, on the same CPU set and thread count.");
 }
 
+// --device cuda: our GPU rows, then the peer's GPU rows.
+void run_bench_model_cuda(const BenchModelOptions& opt, const GrammarMiniGPT& model, const LoadedModel& loaded,
+                          const std::vector<int32_t>& ids, const std::vector<int32_t>& ctx, int threads) {
+  const ReportFormat format = parse_report_format(opt.format);
+  const ModelConfig& c = model.config();
+  const int64_t B = opt.batch, T = opt.seq;
+  const CudaModelTimes t = bench_model_cuda(model, ids, B, T, ctx, opt.runs, opt.warmup);
+  Report report("GrammarMiniGPT forward and KV-cache decode (CUDA, fp32, CUDA graphs)",
+                {"case", "B", "T", "median_us", "tokens_per_s", "runs", "cpp_speedup"}, threads);
+  report.set_meta("model", loaded.description);
+  report.set_meta("config", c.to_json());
+  report.set_meta("gpu", t.gpu);
+  auto tok = [&](double us) { return static_cast<double>(B * T) / us * 1e6; };
+  report.add_row({"forward graph (logits+probs), whole-layer kernels", B, T, t.forward_us, tok(t.forward_us), opt.runs, 1.0});
+  report.add_row({"forward graph, 100 replays back to back, per replay", B, T, t.forward_b2b_us, tok(t.forward_b2b_us),
+                  std::max(5, opt.runs / 50), t.forward_b2b_us / t.forward_us});
+  report.add_row({"forward graph, a kernel per op (fused Linears)", B, T, t.forward_perop_us, tok(t.forward_perop_us),
+                  opt.runs, t.forward_perop_us / t.forward_us});
+  report.add_row({"forward graph, cuBLAS Linears (pedantic fp32)", B, T, t.forward_cublas_us, tok(t.forward_cublas_us),
+                  opt.runs, t.forward_cublas_us / t.forward_us});
+  report.add_row({"forward host API (ids in, logits+probs out, wait)", B, T, t.forward_host_us, tok(t.forward_host_us),
+                  opt.runs, t.forward_host_us / t.forward_us});
+  report.add_row({"kv decode, per token (step: graph + copies + wait)", 1, c.block_size, t.decode_step_us,
+                  1e6 / t.decode_step_us, t.decode_runs, nullptr});
+  report.add_row({"kv decode graph alone, per token (CUDA events)", 1, 1, t.decode_graph_us, 1e6 / t.decode_graph_us,
+                  opt.runs, nullptr});
+  report.add_note(fmt::format("max |logit GPU - CPU| at (B={}, T={}): {:.3g}", B, T, t.max_logit_diff));
+  report.add_note("GPU rows: one graph launch between two CUDA events, waited for (launch latency included), "
+                  "median of --runs after --warmup; weights stay in L2 (not flushed). Decode: block_size tokens "
+                  "from an empty cache per run through CudaDecoder::step (wall clock), and the step's graph "
+                  "alone at position 0.");
+  if (opt.peers.enabled) {
+    add_peer_rows(opt, loaded.from_file ? loaded.description : "", threads, t.forward_us, report);
+  } else {
+    report.add_note("peers: skipped (--no-peers)");
+  }
+  fmt::print("{}", report.render(format));
+}
+
 void run_bench_model(const BenchModelOptions& opt, const GlobalOptions& global) {
   const ReportFormat format = parse_report_format(opt.format);
   LoadedModel loaded = load_bench_model(opt.model);
@@ -118,6 +164,12 @@ void run_bench_model(const BenchModelOptions& opt, const GlobalOptions& global) 
   std::mt19937_64 rng(42);
   std::vector<int32_t> ids(static_cast<size_t>(B * T));
   for (auto& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(c.vocab_size));
+  std::vector<int32_t> ctx(static_cast<size_t>(c.block_size));  // the decode's context
+  for (auto& id : ctx) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(c.vocab_size));
+  if (is_cuda(opt.device)) {
+    MINIGPT_CHECK(!opt.compile && !opt.compile_decode, "bench model: --compile and --compile-decode are CPU-only");
+    return run_bench_model_cuda(opt, model, loaded, ids, ctx, threads);
+  }
 
   // forward (B, T): logits + probs
   const std::string load_at_start = loadavg();
@@ -153,8 +205,6 @@ void run_bench_model(const BenchModelOptions& opt, const GlobalOptions& global) 
   }
 
   // KV-cache decode: one whole context per timed run
-  std::vector<int32_t> ctx(static_cast<size_t>(c.block_size));
-  for (auto& id : ctx) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(c.vocab_size));
   Decoder decoder(model);
   auto decode_all = [&] {
     decoder.reset();
@@ -238,6 +288,7 @@ void add_bench_model_command(CLI::App& bench, GlobalOptions& global) {
       ->check(CLI::IsMember({"default", "max-autotune"}));
   cmd->add_flag_callback("--no-torch-compile", [opt] { opt->torch_compile = false; },
                          "the peer skips torch.compile (its first call takes seconds to minutes)");
+  add_device_option(cmd, opt->device);
   add_peer_options(cmd, opt->peers, "bench/peers/torch_model.py");
   cmd->callback([opt, &global] { run_bench_model(*opt, global); });
 }

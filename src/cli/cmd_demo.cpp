@@ -3,7 +3,9 @@
 //      grammar corpus, printing the held-out loss falling;
 //   2. the shipped model's top-5 next words after "Yesterday I" and a few other prompts;
 //   3. the shipped model's grammar-probe accuracy per category;
-//   4. the CPU softmax family on the LM head's shape, each version timed and checked.
+//   4. the CPU softmax family on the LM head's shape, each version timed and checked;
+//   5. the GPU path when a GPU is visible (model/cuda/cuda_gpt.h): the same predictions from
+//      the CUDA-graph forward, its difference to the CPU, and greedy KV-cache decoding on the GPU.
 // Each section is a function of its own so more sections (kernels, benchmarks) slot in.
 // What it does not do: write files (the tiny run keeps its model in memory).
 #include "cli/commands.h"
@@ -15,6 +17,7 @@
 #include "data/probes.h"
 #include "data/tokenizer.h"
 #include "kernels/cpu/softmax.h"
+#include "model/cuda/cuda_gpt.h"
 #include "model/gpt.h"
 #include "model/model_file.h"
 #include "train/corpus_streams.h"
@@ -208,6 +211,45 @@ void section_softmax(ThreadPool& pool) {
              "   Triton and the memory ceiling; GPU results: experiments/24-triton-and-pytorch/)\n\n");
 }
 
+void section_gpu(const GrammarMiniGPT& model, const Tokenizer& tokenizer, ThreadPool& pool) {
+  fmt::print("== 5. The GPU path (CUDA graphs) ==\n\n");
+  if (!cuda_model_available()) {
+    fmt::print("  skipped: {}\n\n", cuda_model_unavailable_reason());
+    return;
+  }
+  CudaGPT gpu(model);
+  std::vector<int32_t> ids = {Tokenizer::kBos};
+  for (int32_t id : tokenizer.encode("Yesterday I").ids) ids.push_back(id);
+  const int64_t T = static_cast<int64_t>(ids.size()), V = model.config().vocab_size;
+  Tensor logits, probs, cpu_logits, cpu_probs;
+  gpu.forward(ids.data(), 1, T, logits, probs);  // first call: arena + graph capture
+  Timer timer;
+  constexpr int kCalls = 200;
+  for (int i = 0; i < kCalls; ++i) gpu.forward(ids.data(), 1, T, logits, probs);
+  const double fwd_us = timer.elapsed_us() / kCalls;
+  model.forward(ids.data(), 1, T, cpu_logits, cpu_probs, pool);
+  double diff = 0;
+  for (int64_t i = 0; i < logits.numel(); ++i)
+    diff = std::max(diff, static_cast<double>(std::fabs(logits.data()[i] - cpu_logits.data()[i])));
+  const float* last = probs.data() + (T - 1) * V;
+  const int32_t top = static_cast<int32_t>(std::max_element(last, last + V) - last);
+  fmt::print("  \"Yesterday I\" on the GPU -> {} {:.2f}   (max |logit GPU - CPU| = {:.2g}; {:.1f} us per\n"
+             "  forward call with the copies in and out)\n", tokenizer.token(top), last[top], diff, fwd_us);
+  CudaDecoder decoder(gpu);
+  std::span<const float> next = decoder.prefill(ids);
+  std::vector<int32_t> out;
+  Timer dt;
+  while (decoder.position() < decoder.capacity() && out.size() < 12) {
+    const int32_t id = static_cast<int32_t>(std::max_element(next.begin(), next.end()) - next.begin());
+    if (id == Tokenizer::kEos) break;
+    out.push_back(id);
+    next = decoder.step(id);
+  }
+  fmt::print("  greedy KV-cache decode on the GPU: \"Yesterday I {}\" ({:.0f} tokens/s)\n", tokenizer.decode(out),
+             static_cast<double>(out.size()) / dt.elapsed_s());
+  fmt::print("\n  (`minigpt bench model --device cuda` times it against the PyTorch port)\n\n");
+}
+
 void run_demo(const std::string& model_arg, const GlobalOptions& global) {
   Timer total;
   ThreadPool pool(global.resolved_threads());
@@ -223,6 +265,7 @@ void run_demo(const std::string& model_arg, const GlobalOptions& global) {
   section_predictions(model, tokenizer, pool);
   section_probes(model, tokenizer, pool);
   section_softmax(pool);
+  section_gpu(model, tokenizer, pool);
   fmt::print("demo finished in {:.1f} s\n", total.elapsed_s());
 }
 

@@ -6,6 +6,7 @@
 // probe or class word missing from it is an Error naming the word, and a vocabulary that
 // differs from the grammar corpus's gets a warning (the model was trained on other text).
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "data/corpus.h"
@@ -33,6 +34,7 @@ struct EvalProbesOptions {
   std::string probes;
   bool json = false;
   bool verbose = false;
+  std::string device = "cpu";
 };
 
 // The given probe file, else the default one relative to the working directory, then to the
@@ -61,11 +63,12 @@ void run_eval_probes(const EvalProbesOptions& opt, const GlobalOptions& global) 
   ThreadPool pool(global.resolved_threads());
   const data::Grammar grammar;
 
+  DeviceForward runner(model, opt.device);
   Tensor logits, probs;
   auto top1 = [&](std::span<const int32_t> ids) -> int32_t {
     const int64_t T = static_cast<int64_t>(ids.size());
     MINIGPT_CHECK(T <= block, "a probe prompt has {} tokens with <bos>, more than the model's context of {}", T, block);
-    model.forward(ids.data(), 1, T, logits, probs, pool);
+    runner.forward(ids.data(), 1, T, logits, probs, pool);
     const float* last = logits.data() + (T - 1) * V;
     int32_t best = 0;
     for (int32_t v = 1; v < V; ++v)
@@ -121,6 +124,7 @@ void add_eval_probes_command(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--probes", opt->probes, fmt::format("probe file (default: {})", kDefaultProbes));
   cmd->add_flag("--json", opt->json, "print the scores and the failures as JSON");
   cmd->add_flag("-v,--verbose", opt->verbose, "list every wrong prediction");
+  add_device_option(cmd, opt->device);
   cmd->callback([opt, &global] { run_eval_probes(*opt, global); });
 }
 

@@ -5,6 +5,7 @@
 // also be a graph written by `minigpt compile --export` (told by its metadata, compile/export.h):
 // it runs compiled at the (B, T) it was exported for, and ids of another shape are an Error.
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "compile/export.h"
 #include "compile/runner.h"
 #include "core/error.h"
@@ -29,6 +30,7 @@ struct ForwardOptions {
   std::string ids_file;
   std::string out;
   bool compile = false;
+  std::string device = "cpu";
 };
 
 // "3 17 42" (spaces, tabs or commas between ids) -> {3, 17, 42}; anything else is an Error.
@@ -138,6 +140,7 @@ void run_forward_command(const ForwardOptions& opt, const GlobalOptions& global)
   ThreadPool pool(global.resolved_threads());
   Tensor logits, probs;
   if (compile::is_exported_graph(path)) {  // `minigpt compile --export`: runs compiled, at its shapes
+    MINIGPT_CHECK(!is_cuda(opt.device), "{}: an exported graph runs on the CPU only (drop --device cuda)", path);
     logits = run_exported(path, ids, B, T, pool);
     print_logits(opt, logits, B, T);
     return;
@@ -148,7 +151,7 @@ void run_forward_command(const ForwardOptions& opt, const GlobalOptions& global)
     compile::CompiledModel compiled(model);  // the compiled forward (minigpt compile)
     compiled.forward(ids.data(), B, T, logits, probs, pool);  // validates T and every id
   } else {
-    model.forward(ids.data(), B, T, logits, probs, pool);  // validates T and every id
+    DeviceForward(model, opt.device).forward(ids.data(), B, T, logits, probs, pool);  // validates T and every id
   }
   print_logits(opt, logits, B, T);
 }
@@ -162,7 +165,8 @@ void add_forward_command(CLI::App& app, GlobalOptions& global) {
   auto* ids = cmd->add_option("--ids", opt->ids, "token ids of one sequence, e.g. \"3 17 42\"");
   auto* file = cmd->add_option("--ids-file", opt->ids_file, ".npy of int32/int64 ids, shape (T) or (B, T)");
   ids->excludes(file);
-  cmd->add_flag("--compile", opt->compile, "run the compiled forward (minigpt compile) instead of eager");
+  auto* compile = cmd->add_flag("--compile", opt->compile, "run the compiled forward (minigpt compile) instead of eager");
+  add_device_option(cmd, opt->device)->excludes(compile);
   cmd->add_option("--out", opt->out, "write the logits to this .npy file instead of printing them");
   cmd->callback([opt, &global] {
     MINIGPT_CHECK(!opt->ids.empty() || !opt->ids_file.empty(), "forward: give --ids or --ids-file");

@@ -5,6 +5,7 @@
 // tokens, at <eos>, or when the context (block_size) is full, which is reported on stderr.
 // --temp 0 is greedy decoding. The same seed, prompt and model give the same text.
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "compile/runner.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -31,6 +32,7 @@ struct GenerateOptions {
   int top_k = 40;
   uint64_t seed = 42;
   bool compile = false;
+  std::string device = "cpu";
 };
 
 void run_generate(const GenerateOptions& opt, const GlobalOptions& global) {
@@ -48,8 +50,9 @@ void run_generate(const GenerateOptions& opt, const GlobalOptions& global) {
   prompt.insert(prompt.end(), enc.ids.begin(), enc.ids.end());
 
   ThreadPool pool(global.resolved_threads());
-  // eager Decoder, or the compiled decode step (one graph for every position, JIT-cached on disk)
-  Decoder decoder(model);
+  // eager Decoder (CPU or CUDA), or the compiled decode step (one graph for every position,
+  // JIT-cached on disk)
+  DeviceDecoder decoder(model, opt.device);
   std::unique_ptr<compile::CompiledDecoder> compiled;
   if (opt.compile) compiled = std::make_unique<compile::CompiledDecoder>(model);
   auto step = [&](int32_t id) { return compiled ? compiled->step(id, pool) : decoder.step(id, pool); };
@@ -97,7 +100,8 @@ void add_generate_command(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--temp", opt->temperature, "sampling temperature; 0 = greedy");
   cmd->add_option("--top-k", opt->top_k, "sample from the k most likely tokens; 0 = all");
   cmd->add_option("-s,--seed", opt->seed, "random seed");
-  cmd->add_flag("--compile", opt->compile, "run the compiled decode step (minigpt compile) instead of eager");
+  auto* compile = cmd->add_flag("--compile", opt->compile, "run the compiled decode step (minigpt compile) instead of eager");
+  add_device_option(cmd, opt->device)->excludes(compile);
   cmd->callback([opt, &global] { run_generate(*opt, global); });
 }
 

@@ -5,6 +5,7 @@
 // training sentence is; unknown words become <unk> with a warning on stderr. A prompt longer
 // than the context keeps its last block_size tokens (and says so on stderr).
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "compile/runner.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -29,6 +30,7 @@ struct PredictOptions {
   int top_k = 5;
   bool json = false;
   bool compile = false;
+  std::string device = "cpu";
   std::string prompt;
 };
 
@@ -57,7 +59,7 @@ void run_predict(const PredictOptions& opt, const GlobalOptions& global) {
     compile::CompiledModel compiled(model);  // the compiled forward (minigpt compile)
     compiled.forward(ids.data(), 1, T, logits, probs, pool);
   } else {
-    model.forward(ids.data(), 1, T, logits, probs, pool);
+    DeviceForward(model, opt.device).forward(ids.data(), 1, T, logits, probs, pool);
   }
   const float* last = probs.data() + (T - 1) * V;  // distribution of the token after the prompt
 
@@ -93,7 +95,8 @@ void add_predict_command(CLI::App& app, GlobalOptions& global) {
   CLI::App* cmd = app.add_subcommand("predict", "Top-k next tokens after a prompt");
   cmd->add_option("-m,--model", opt->model, "model file (default: the shipped model)");
   cmd->add_option("-k,--top-k", opt->top_k, "how many tokens to show")->check(CLI::Range(1, 1000000));
-  cmd->add_flag("--compile", opt->compile, "run the compiled forward (minigpt compile) instead of eager");
+  auto* compile = cmd->add_flag("--compile", opt->compile, "run the compiled forward (minigpt compile) instead of eager");
+  add_device_option(cmd, opt->device)->excludes(compile);
   cmd->add_flag("--json", opt->json, "print {\"prompt\": ..., \"top\": [{\"token\": ..., \"prob\": ...}]}");
   cmd->add_option("prompt", opt->prompt, "the text before the token to predict")->required();
   cmd->callback([opt, &global] { run_predict(*opt, global); });

@@ -30,10 +30,10 @@ void* allocate(size_t bytes) {
   MINIGPT_CHECK(available(), "no CUDA device is visible (cannot allocate {} bytes on the GPU)", bytes);
   void* ptr = nullptr;
   const cudaError_t status = cudaMalloc(&ptr, bytes);
-  // A failed cudaMalloc also leaves its error as the thread's "last error": clear it, or the
-  // next kernel launch's cudaGetLastError() check would report this out-of-memory as its own.
-  if (status != cudaSuccess) cudaGetLastError();
-  check(status, "cudaMalloc");
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // clear it: a later launch check must not report this failed allocation
+    MINIGPT_FAIL("CUDA cudaMalloc of {} bytes failed: {}", bytes, cudaGetErrorString(status));
+  }
   return ptr;
 }
 

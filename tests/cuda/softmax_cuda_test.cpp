@@ -16,6 +16,7 @@
 //   2^-126       ex2.approx.ftz flushes results below FLT_MIN to 0;
 //   sum_rtol     the row sum's relative error (sum_rtol below, per kernel).
 #include "core/error.h"
+#include "cuda/cuda_test_util.h"
 #include "expect_error.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/cuda/autotune.h"
@@ -41,18 +42,6 @@ namespace {
 
 using namespace minigpt;
 using namespace minigpt::cuda;
-
-bool gpu_visible() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return n > 0;
-}
-
-#define REQUIRE_GPU() \
-  if (!gpu_visible()) GTEST_SKIP() << "no CUDA GPU visible"
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();

@@ -98,21 +98,25 @@ TEST(CudaBackward, AttentionMatchesCpu) {
 
 TEST(CudaBackward, EmbeddingIsBitwiseTheCpuScatter) {
   REQUIRE_GPU();
-  const int64_t B = 64, T = 16, d = 64, V = 600, P = 64, N = B * T;
-  auto dx = random_vec(N * d, 21);
-  std::vector<int32_t> ids(N);
-  for (int64_t i = 0; i < N; ++i) ids[i] = static_cast<int32_t>((i * 7919) % 37);  // many repeats
-  std::vector<float> wte(V * d, 0.0f), wpe(P * d, 0.0f);
-  for (int64_t i = 0; i < N; ++i)
-    for (int64_t j = 0; j < d; ++j) {
-      wte[ids[i] * d + j] += dx[i * d + j];
-      wpe[(i % T) * d + j] += dx[i * d + j];
-    }
-  DeviceArray<float> gdx(dx), gwte(V * d), gwpe(P * d);
-  DeviceArray<int32_t> gids(ids);
-  cuda::embedding_backward(gdx.get(), gids.get(), gwte.get(), gwpe.get(), B, T, d, V, P, nullptr);
-  EXPECT_EQ(gwte.host(), wte);
-  EXPECT_EQ(gwpe.host(), wpe);
+  // N = 1024 as the benchmark, N = 1600 past one 1024-id chunk, a ragged small one
+  for (const auto& [B, T] : {std::pair<int64_t, int64_t>{64, 16}, {100, 16}, {3, 5}}) {
+    const int64_t d = 64, V = 600, P = 64, N = B * T;
+    auto dx = random_vec(N * d, 21);
+    std::vector<int32_t> ids(N);
+    for (int64_t i = 0; i < N; ++i) ids[i] = static_cast<int32_t>((i * 7919) % 37);  // many repeats
+    ids[N - 1] = 599;
+    std::vector<float> wte(V * d, 0.0f), wpe(P * d, 0.0f);
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t j = 0; j < d; ++j) {
+        wte[ids[i] * d + j] += dx[i * d + j];
+        wpe[(i % T) * d + j] += dx[i * d + j];
+      }
+    DeviceArray<float> gdx(dx), gwte(V * d), gwpe(P * d);
+    DeviceArray<int32_t> gids(ids);
+    cuda::embedding_backward(gdx.get(), gids.get(), gwte.get(), gwpe.get(), B, T, d, V, P, nullptr);
+    EXPECT_EQ(gwte.host(), wte) << B << "x" << T;
+    EXPECT_EQ(gwpe.host(), wpe) << B << "x" << T;
+  }
 }
 
 TEST(CudaBackward, LinearMatchesCpuAndRepeatsBitForBit) {

@@ -49,12 +49,11 @@ __global__ void __launch_bounds__(kQueries) attention_forward_kernel(const float
   const float* base = qkv + static_cast<int64_t>(b) * T * C3;
   float q[DH], acc[DH];
   float m = -CUDART_INF_F, l = 0.0f;
-  if (t1 < T) {
 #pragma unroll
-    for (int d = 0; d < DH; ++d) q[d] = base[t1 * C3 + h * DH + d];
+  for (int d = 0; d < DH; ++d) {
+    q[d] = t1 < T ? base[t1 * C3 + h * DH + d] : 0.0f;  // threads past T only help load tiles
+    acc[d] = 0.0f;
   }
-#pragma unroll
-  for (int d = 0; d < DH; ++d) acc[d] = 0.0f;
   // keys [0, last] matter to this block, last = its last query (causal)
   const int last = min(T - 1, static_cast<int>(blockIdx.y) * kQueries + kQueries - 1);
   for (int k0 = 0; k0 <= last; k0 += kKeys) {

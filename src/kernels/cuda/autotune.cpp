@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/event_pair.h"
 #include "kernels/cuda/softmax.h"
 #include "minigpt/softmax_cuda_source_hash.h"
 
@@ -25,18 +26,6 @@ struct DeviceBuffer {
   ~DeviceBuffer() { cudaFree(ptr); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
-
-struct EventPair {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  EventPair() {
-    MINIGPT_CUDA_CHECK(cudaEventCreate(&start));
-    MINIGPT_CUDA_CHECK(cudaEventCreate(&stop));
-  }
-  ~EventPair() {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-  }
 };
 
 // Shapes moving at most this many bytes are launch-bound: they are timed (and reported by the

@@ -3,10 +3,11 @@
 // rows whose id is v (GrammarMiniGPT::backward's serial scatter-add); row t of dwpe sums the dx
 // rows at position t over the batch in order.
 //
-// One launch, a block per row of dwte, then one per row of dwpe. For row v of dwte each warp
-// scans the ids 32 at a time; a ballot marks the positions holding v and the warp adds those
-// rows in order (lane = column). The scan reads the N ids once per warp: 4 KiB from L2 at
-// N = 1024.
+// One launch, a block per row of dwte, then one per row of dwpe. For row v of dwte the block
+// stages the ids in shared memory (1024 at a time); each warp scans them 32 at a time, a ballot
+// marks the positions holding v, and the warp adds those rows in order (lane = column), with
+// the loads of up to 8 matching rows in flight together (a frequent token has ~100 rows in a
+// batch of 1024: one L2 round trip per row would make its block the step's slowest).
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/cuda_check.h"
 
@@ -15,19 +16,41 @@ namespace {
 
 constexpr int kWarps = 2;
 
+constexpr int kIdsChunk = 1024;  // ids staged in shared memory at a time
+constexpr int kInFlight = 8;     // matching rows whose loads are issued together
+
 __device__ void wte_row(const float* __restrict__ dx, const int32_t* __restrict__ ids,
                         float* __restrict__ dwte, int N, int d, int v) {
+  __shared__ int32_t ids_s[kIdsChunk];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int c0 = warp * 32; c0 < d; c0 += kWarps * 32) {
-    const int c = c0 + lane;
+  for (int cbase = 0; cbase < d; cbase += kWarps * 32) {  // the same trip count for every warp
+    const int c = cbase + warp * 32 + lane;
     float acc = 0.0f;
-    for (int i0 = 0; i0 < N; i0 += 32) {
-      const int i = i0 + lane;
-      unsigned hits = __ballot_sync(0xffffffffu, i < N && ids[i] == v);
-      while (hits) {
-        const int r = i0 + __ffs(hits) - 1;
-        hits &= hits - 1;
-        if (c < d) acc += dx[static_cast<int64_t>(r) * d + c];
+    for (int n0 = 0; n0 < N; n0 += kIdsChunk) {
+      const int n = min(kIdsChunk, N - n0);
+      __syncthreads();  // every warp is done with the previous chunk
+      for (int i = threadIdx.x; i < n; i += blockDim.x) ids_s[i] = ids[n0 + i];
+      __syncthreads();
+      for (int i0 = 0; i0 < n; i0 += 32) {
+        unsigned hits = __ballot_sync(0xffffffffu, i0 + lane < n && ids_s[i0 + lane] == v);
+        while (hits) {  // the next (up to) kInFlight matching rows: loads first, then the adds in order
+          int r[kInFlight];
+          int k = 0;
+#pragma unroll
+          for (int j = 0; j < kInFlight; ++j) {
+            if (hits) {
+              r[j] = n0 + i0 + __ffs(hits) - 1;
+              hits &= hits - 1;
+              k = j + 1;
+            }
+          }
+          float x[kInFlight];
+#pragma unroll
+          for (int j = 0; j < kInFlight; ++j) x[j] = j < k && c < d ? dx[static_cast<int64_t>(r[j]) * d + c] : 0.0f;
+#pragma unroll
+          for (int j = 0; j < kInFlight; ++j)
+            if (j < k) acc += x[j];
+        }
       }
     }
     if (c < d) dwte[static_cast<int64_t>(v) * d + c] = acc;
@@ -39,8 +62,10 @@ __device__ void wpe_row(const float* __restrict__ dx, float* __restrict__ dwpe, 
                         int t) {
   for (int c = threadIdx.x; c < d; c += blockDim.x) {
     float acc = 0.0f;
-    if (t < T)
-      for (int b = 0; b < B; ++b) acc += dx[(static_cast<int64_t>(b) * T + t) * d + c];
+    if (t < T) {
+#pragma unroll 16
+      for (int b = 0; b < B; ++b) acc += dx[(static_cast<int64_t>(b) * T + t) * d + c];  // loads in flight
+    }
     dwpe[static_cast<int64_t>(t) * d + c] = acc;
   }
 }

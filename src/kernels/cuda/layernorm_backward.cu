@@ -87,14 +87,11 @@ __global__ void layernorm_backward_kernel(const float* __restrict__ dy, const fl
   __syncthreads();
   if (!last) return;
   __threadfence();
-  for (int c = tid; c < C; c += nthreads) {
-    double sw = 0.0, sb = 0.0;
-    for (unsigned b = 0; b < gridDim.x; ++b) {
-      sw += __ldcg(partial + static_cast<int64_t>(b) * 2 * C + c);
-      sb += __ldcg(partial + static_cast<int64_t>(b) * 2 * C + C + c);
-    }
-    if (dweight) dweight[c] = static_cast<float>(sw);
-    if (dbias) dbias[c] = static_cast<float>(sb);
+  // thread p < 2C adds element p of every block's partial (p < C: dweight, else dbias)
+  for (int p = tid; p < 2 * C; p += nthreads) {
+    const double t = detail::ordered_sum_l2(partial + p, 2 * static_cast<int64_t>(C), static_cast<int>(gridDim.x));
+    if (p < C && dweight) dweight[p] = static_cast<float>(t);
+    if (p >= C && dbias) dbias[p - C] = static_cast<float>(t);
   }
   if (tid == 0) *counter = 0;  // ready for the next call (or graph replay)
 }

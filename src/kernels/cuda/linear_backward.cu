@@ -14,6 +14,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/linear.h"
+#include "kernels/cuda/train_reduce.cuh"
 
 namespace minigpt::cuda {
 namespace {
@@ -34,7 +35,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ bool last;
   const int o0 = blockIdx.y * kTile, i0 = blockIdx.x * kTile, s = blockIdx.z;
   const int S = gridDim.z, r0 = s * kRows, tid = threadIdx.x;
-  for (int e = tid; e < kRows * kTile; e += kThreads) {
+#pragma unroll
+  for (int e = tid; e < kRows * kTile; e += kThreads) {  // all loads in flight at once
     const int r = e / kTile, c = e % kTile, row = r0 + r;
     dy_s[r][c] = row < N && o0 + c < out ? dy[static_cast<int64_t>(row) * out + o0 + c] : 0.0f;
     x_s[r][c] = row < N && i0 + c < in ? x[static_cast<int64_t>(row) * in + i0 + c] : 0.0f;
@@ -84,14 +86,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int w = 0; w < 2; ++w) {
       if (o + u >= out || i + w >= in) continue;
       const int64_t idx = static_cast<int64_t>(o + u) * in + i + w;
-      float t = 0.0f;
-      for (int k = 0; k < S; ++k) t += __ldcg(partial + k * plane + idx);
-      dW[idx] = t;
+      dW[idx] = detail::ordered_sum_l2(partial + idx, plane, S);
     }
   if (with_db && tid < kTile && o0 + tid < out) {
-    double t = 0.0;
-    for (int k = 0; k < S; ++k) t += __ldcg(partial_db + static_cast<int64_t>(k) * out + o0 + tid);
-    db[o0 + tid] = static_cast<float>(t);
+    db[o0 + tid] = static_cast<float>(detail::ordered_sum_l2(partial_db + o0 + tid, out, S));
   }
   if (tid == 0) counters[tile] = 0;  // ready for the next call (or graph replay)
 }

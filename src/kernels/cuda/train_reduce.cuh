@@ -33,6 +33,23 @@ __device__ __forceinline__ double column_total(double part, double* smem) {
   return total;
 }
 
+// sum_{k < n} p[k * stride] in the order k = 0, 1, ..., read through L2 (__ldcg: other blocks
+// of the grid wrote them), kBatch loads in flight at a time: one L2 round trip per kBatch
+// terms instead of one per term (the adds still wait for each other; the loads need not).
+template <class T, int kBatch = 16>
+__device__ __forceinline__ T ordered_sum_l2(const T* p, int64_t stride, int n) {
+  T s = T(0);
+  for (int k0 = 0; k0 < n; k0 += kBatch) {
+    T v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) v[j] = k0 + j < n ? __ldcg(p + (k0 + j) * stride) : T(0);
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+      if (k0 + j < n) s += v[j];
+  }
+  return s;
+}
+
 // Host: lets `kernel` launch with `bytes` of dynamic shared memory, opting in past the default
 // 48 KiB (up to 227 KiB on Hopper); Error naming `what` (the launcher and its sizes) past the
 // device's limit. Without a device the limit reads as the default.

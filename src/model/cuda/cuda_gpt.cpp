@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gpt_layer.h"
 #include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/linear.h"
 #include "kernels/cuda/softmax.h"
@@ -173,27 +174,114 @@ struct ForwardShape {
   }
 };
 
+// The Linear weights the whole-layer kernels read transposed, (in, out) row-major.
+struct TransposedLinears {
+  std::vector<float*> proj, fc1, fc2;  // per block
+  float* lm_head = nullptr;
+};
+
+size_t transposed_bytes(const ModelConfig& c) {
+  const int64_t d = c.d_model, F = c.d_ff();
+  return static_cast<size_t>(c.n_layer) * (CudaArena::aligned(static_cast<size_t>(d * d) * 4) +
+                                           2 * CudaArena::aligned(static_cast<size_t>(d * F) * 4)) +
+         CudaArena::aligned(static_cast<size_t>(d * c.vocab_size) * 4);
+}
+
+// W (out, in) on the host -> W^T (in, out) in a new arena slot.
+float* upload_transposed(const Tensor& W, CudaArena& arena, const std::string& name) {
+  const int64_t out = W.shape()[0], in = W.shape()[1];
+  std::vector<float> t(static_cast<size_t>(out * in));
+  const float* w = W.data();
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t i = 0; i < in; ++i) t[static_cast<size_t>(i * out + o)] = w[o * in + i];
+  float* dev = arena.floats(out * in, name);
+  cuda_memory::copy_to_device(dev, t.data(), t.size() * sizeof(float));
+  return dev;
+}
+
+bool fused_fits(const ModelConfig& c) {
+  return cuda::gpt_layer_fits(c.block_size, c.d_model, c.n_head, c.d_ff(), c.block_size);
+}
+
 }  // namespace
 
 struct CudaGPT::Impl {
   ModelConfig config;
   CudaGPTOptions options;
+  CudaGPTOptions::Path path;  // options.path, or PerOp where Fused does not fit
   Stream stream;
-  CudaArena arena;  // weights (+ the cuBLAS workspace)
+  CudaArena arena;  // weights (+ the cuBLAS workspace, + the transposed Linears)
   CudaWeights weights;
+  TransposedLinears wt;
   std::unique_ptr<cuda::Cublas> blas;
   cuda::FusedConfig softmax_config;
   std::list<ForwardShape> shapes;  // most recently used first
 
   Impl(const GrammarMiniGPT& model, CudaGPTOptions opts)
       : config(model.config()), options(opts),
+        path(opts.path == CudaGPTOptions::Path::Fused && !fused_fits(model.config()) ? CudaGPTOptions::Path::PerOp
+                                                                                     : opts.path),
         arena(CudaWeights::arena_bytes(model.config()) +
-              (opts.linear == CudaGPTOptions::Linear::Cublas ? cuda::Cublas::kWorkspaceBytes : 0)) {
+              (path == CudaGPTOptions::Path::Cublas ? cuda::Cublas::kWorkspaceBytes : 0) +
+              (path == CudaGPTOptions::Path::Fused ? transposed_bytes(model.config()) : 0)) {
     weights = CudaWeights::allocate(config, arena);
     upload_weights(model.weights(), config, weights);
-    if (opts.linear == CudaGPTOptions::Linear::Cublas)
+    if (path == CudaGPTOptions::Path::Cublas)
       blas = std::make_unique<cuda::Cublas>(arena.allocate(cuda::Cublas::kWorkspaceBytes, "cublas workspace"));
+    if (path == CudaGPTOptions::Path::Fused) {
+      for (const BlockWeights& bw : model.weights().blocks) {
+        wt.proj.push_back(upload_transposed(bw.proj_weight, arena, "proj^T"));
+        wt.fc1.push_back(upload_transposed(bw.fc1_weight, arena, "fc1^T"));
+        wt.fc2.push_back(upload_transposed(bw.fc2_weight, arena, "fc2^T"));
+      }
+      wt.lm_head = upload_transposed(model.weights().lm_head_weight, arena, "lm_head^T");
+    }
     softmax_config = cuda::fused_default_config(config.vocab_size, cuda::fused_limits());
+  }
+
+  bool fused() const { return path == CudaGPTOptions::Path::Fused; }
+
+  // The whole-layer kernels' forward: the new rows of ids (B, T) at positions *pos + t (pos
+  // null: 0), k/v into the caches (per layer, (B, capacity, d)), logits (and probs, if set).
+  void enqueue_fused(const int32_t* ids, const int32_t* pos, int64_t B, int64_t T, int64_t capacity,
+                     const std::vector<float*>& k_cache, const std::vector<float*>& v_cache, Scratch& s,
+                     float* probs, cudaStream_t st) const {
+    const ModelConfig& c = config;
+    const int64_t N = B * T, d = c.d_model;
+    for (int l = 0; l < c.n_layer; ++l) {
+      const CudaBlockWeights& bw = weights.blocks[static_cast<size_t>(l)];
+      cuda::AttentionFront a;
+      a.x = s.x;
+      a.ids = l == 0 ? ids : nullptr;
+      a.wte = weights.wte;
+      a.wpe = weights.wpe;
+      a.x_out = s.x;
+      a.ln_weight = bw.ln1_weight;
+      a.ln_bias = bw.ln1_bias;
+      a.ln_eps = c.layernorm_eps;
+      a.qkv_weight = bw.qkv_weight;
+      a.qkv_bias = bw.qkv_bias;
+      a.k_cache = k_cache[static_cast<size_t>(l)];
+      a.v_cache = v_cache[static_cast<size_t>(l)];
+      a.pos = pos;
+      a.att = s.att;
+      cuda::attention_front(a, B, T, d, c.n_head, capacity, c.vocab_size, c.block_size, st);
+      cuda::ProjMlp p;
+      p.att = s.att;
+      p.x = s.x;
+      p.proj_wt = wt.proj[static_cast<size_t>(l)];
+      p.proj_bias = bw.proj_bias;
+      p.ln_weight = bw.ln2_weight;
+      p.ln_bias = bw.ln2_bias;
+      p.ln_eps = c.layernorm_eps;
+      p.fc1_wt = wt.fc1[static_cast<size_t>(l)];
+      p.fc1_bias = bw.fc1_bias;
+      p.fc2_wt = wt.fc2[static_cast<size_t>(l)];
+      p.fc2_bias = bw.fc2_bias;
+      cuda::proj_mlp(p, N, d, c.d_ff(), st);
+    }
+    cuda::lm_head_softmax(s.x, weights.ln_f_weight, weights.ln_f_bias, c.layernorm_eps, wt.lm_head,
+                          weights.lm_head_bias, s.logits, probs, N, d, c.vocab_size, st);
   }
 
   Linears linears(float* ln_scratch) const { return {&config, blas.get(), ln_scratch}; }
@@ -223,6 +311,11 @@ struct CudaGPT::Impl {
 
   void enqueue_forward(ForwardShape& f, cudaStream_t st) {
     const int64_t N = f.B * f.T, V = config.vocab_size;
+    if (fused()) {  // k and v of every position into qkv's (N, 3d) slot, used as two (B, T, d) caches
+      const std::vector<float*> k = {static_cast<size_t>(config.n_layer), f.s.qkv};
+      const std::vector<float*> v = {static_cast<size_t>(config.n_layer), f.s.qkv + N * config.d_model};
+      return enqueue_fused(f.ids, nullptr, f.B, f.T, f.T, k, v, f.s, f.probs, st);
+    }
     cuda::embedding_forward(f.ids, weights.wte, weights.wpe, f.s.x, f.B, f.T, config.d_model, V,
                             config.block_size, st);
     const Linears lin = linears(f.s.ln);
@@ -249,6 +342,7 @@ CudaGPT::~CudaGPT() {
 
 const ModelConfig& CudaGPT::config() const { return impl_->config; }
 const CudaGPTOptions& CudaGPT::options() const { return impl_->options; }
+CudaGPTOptions::Path CudaGPT::path() const { return impl_->path; }
 cudaStream_t CudaGPT::stream() const { return impl_->stream.s; }
 
 CudaGPT::DeviceForward CudaGPT::prepare(int64_t B, int64_t T) {
@@ -317,6 +411,13 @@ struct CudaDecoder::Impl {
     const ModelConfig& c = model->config;
     MINIGPT_CUDA_CHECK(cudaMemcpyAsync(state, host_state.ptr, 2 * sizeof(int32_t),
                                        cudaMemcpyHostToDevice, st));
+    if (model->fused()) {
+      model->enqueue_fused(state, state + 1, 1, 1, capacity, k_cache, v_cache, s, nullptr, st);
+      MINIGPT_CUDA_CHECK(cudaMemcpyAsync(host_logits.ptr, s.logits,
+                                         static_cast<size_t>(c.vocab_size) * sizeof(float),
+                                         cudaMemcpyDeviceToHost, st));
+      return;
+    }
     cuda::embedding_decode(state, state + 1, model->weights.wte, model->weights.wpe, s.x,
                            c.d_model, c.vocab_size, c.block_size, st);
     const Linears lin = model->linears(s.ln);

@@ -4,11 +4,16 @@
 // decode step are each captured once as a CUDA graph and then replayed; every buffer a graph
 // touches is a slot of an arena allocated before the capture, so a call allocates nothing.
 //
-// Per layer the forward runs (ln1 + qkv), attention, (proj + residual), (ln2 + fc1 + GELU),
-// (fc2 + residual) with kernels/cuda/linear.h's fused Linear, then (ln_f + lm_head) and the fused
-// softmax (kernels/cuda/softmax.h): 23 kernels in one graph at any shape. With
-// CudaGPTOptions::linear = Linear::Cublas the Linears are cuBLAS GEMMs (pedantic fp32) with
-// LayerNorm and the epilogues as separate kernels (39 kernels): the reference path for timing.
+// Three ways to run it (CudaGPTOptions::path), each tested against the CPU engine:
+//   Fused  (default) kernels/cuda/gpt_layer.h: per layer (embedding + ln1 + qkv + attention) and
+//          (proj + residual + ln2 + fc1 + GELU + fc2 + residual), then (ln_f + lm_head + softmax):
+//          9 kernels for the shipped model. Falls back to PerOp where its shared memory does not
+//          fit the device (large d_model or context).
+//   PerOp  a kernel per op with kernels/cuda/linear.h's fused Linear ((ln1 + qkv), attention,
+//          (proj + residual), (ln2 + fc1 + GELU), (fc2 + residual), (ln_f + lm_head)) and the
+//          fused softmax (kernels/cuda/softmax.h): 23 kernels.
+//   Cublas the Linears as cuBLAS GEMMs (pedantic fp32) with LayerNorm and the epilogues as
+//          separate kernels (39 kernels): the reference for timing.
 // Numerics: logits within ~1e-5 of the CPU engine (sums over k in another order).
 //
 // Built in every configuration: without CUDA (or without a visible GPU) constructing a CudaGPT
@@ -29,9 +34,10 @@ typedef struct CUstream_st* cudaStream_t;  // as cuda_runtime_api.h declares it
 namespace minigpt {
 
 struct CudaGPTOptions {
-  enum class Linear { Fused, Cublas };
-  Linear linear = Linear::Fused;
+  enum class Path { Fused, PerOp, Cublas };
+  Path path = Path::Fused;
 };
+const char* path_name(CudaGPTOptions::Path path);  // "fused", "per-op", "cublas"
 
 // True when this build has CUDA and a GPU is visible.
 bool cuda_model_available();
@@ -50,6 +56,7 @@ class CudaGPT {
 
   const ModelConfig& config() const;
   const CudaGPTOptions& options() const;
+  CudaGPTOptions::Path path() const;  // the one running (Fused may have fallen back to PerOp)
 
   // GrammarMiniGPT::forward's contract: ids (B, T) host, checked; writes host logits and probs
   // (B, T, V), allocating them if undefined or misshapen; B == 0 gives empty outputs. The first

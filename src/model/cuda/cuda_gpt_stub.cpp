@@ -11,6 +11,7 @@ namespace {
 }  // namespace
 
 bool cuda_model_available() { return false; }
+
 std::string cuda_model_unavailable_reason() {
   return "this minigpt was built without CUDA (configure with -DMINIGPT_CUDA=ON)";
 }
@@ -22,6 +23,7 @@ CudaGPT::CudaGPT(const GrammarMiniGPT&, CudaGPTOptions) { no_cuda(); }
 CudaGPT::~CudaGPT() = default;
 const ModelConfig& CudaGPT::config() const { no_cuda(); }
 const CudaGPTOptions& CudaGPT::options() const { no_cuda(); }
+CudaGPTOptions::Path CudaGPT::path() const { no_cuda(); }
 void CudaGPT::forward(const int32_t*, int64_t, int64_t, Tensor&, Tensor&) { no_cuda(); }
 CudaGPT::DeviceForward CudaGPT::prepare(int64_t, int64_t) { no_cuda(); }
 void CudaGPT::replay(int64_t, int64_t) { no_cuda(); }
