@@ -18,6 +18,7 @@
 #include "cli/bench_conditions.h"
 #include "cli/bench_train_dist.h"
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "cli/peers.h"
 #include "core/error.h"
 #include "core/report.h"
@@ -88,7 +89,7 @@ void run_bench_train(const BenchTrainArgs& a, const GlobalOptions& global) {
   o.validate();
   const Tokenizer tokenizer(vocab);
   CorpusStreams streams = make_corpus_streams(o, tokenizer);
-  const bool cuda = a.device == "cuda";
+  const bool cuda = is_cuda(a.device);
   Trainer trainer(o, std::move(vocab), streams.train, nullptr, nullptr, cuda ? Device::CUDA : Device::CPU);
 
   const std::string load_at_start = loadavg();
@@ -156,7 +157,7 @@ void add_bench_train_command(CLI::App& bench, GlobalOptions& global) {
   cmd->add_option("--warmup", a->warmup, "Untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("-s,--seed", a->seed, "Seed of the weights and the corpus")->capture_default_str();
   cmd->add_option("-o,--output", a->format, "md | json | csv")->capture_default_str();
-  cmd->add_option("--device", a->device, "cpu, or cuda (the whole step as one CUDA graph)")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
+  add_device_option(cmd, a->device);
   add_peer_options(cmd, a->peers, "bench/peers/torch_train.py");
   cmd->add_option("--dist", a->dist.dist, "Data-parallel step instead: single (1 rank) or mpi (under mpirun)")->check(CLI::IsMember({"single", "mpi"}));
   cmd->add_option("--layers", a->dist.layers, "With --dist: transformer blocks")->capture_default_str()->check(CLI::Range(1, 64));

@@ -11,6 +11,7 @@
 // global batch; train/trainer.h). Rank 0 alone prints, evaluates and writes the checkpoints
 // and the model; an error on any rank ends every rank (dist/communicator.h).
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "core/timer.h"
@@ -55,7 +56,7 @@ void run_train_on(dist::Communicator& comm, const TrainArgs& args, const CLI::Ap
   const int threads = global.resolved_threads();
   ThreadPool pool(threads);
   Timer wall;
-  const Device device = args.device == "cuda" ? Device::CUDA : Device::CPU;
+  const Device device = is_cuda(args.device) ? Device::CUDA : Device::CPU;
 
   std::unique_ptr<Trainer> trainer;
   std::string checkpoint_path = args.checkpoint;
@@ -147,7 +148,7 @@ void run_train_on(dist::Communicator& comm, const TrainArgs& args, const CLI::Ap
 }
 
 void run_train(const TrainArgs& args, const CLI::App& cmd, const GlobalOptions& global) {
-  if (args.device == "cuda") {  // before the corpus is generated: fail in milliseconds
+  if (is_cuda(args.device)) {  // before the corpus is generated: fail in milliseconds
     MINIGPT_CHECK(cuda_model_available(), "train --device cuda: {}", cuda_model_unavailable_reason());
     MINIGPT_CHECK(args.dist == "single", "train --device cuda runs on one GPU; --dist {} is CPU-only for now", args.dist);
   }
@@ -188,7 +189,7 @@ void add_train_command(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--resume", args->resume, "Continue a checkpoint (its recipe; bitwise the same losses at the same -t)");
   cmd->add_option("--eval-every", args->eval_every, "Steps between held-out evaluations (0: never)")->capture_default_str();
   cmd->add_option("--log-every", args->log_every, "Steps between log lines when stdout is not a terminal")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--device", args->device, "cpu, or cuda (one GPU; the whole step as one CUDA graph)")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
+  add_device_option(cmd, args->device);
   cmd->add_option("--dist", args->dist, "Data parallel engine: single (one process) or mpi (under mpirun)")->capture_default_str()->check(CLI::IsMember({"single", "mpi"}));
   cmd->add_option("--dist-timeout", args->dist_timeout, "Seconds a rank waits in a collective before aborting every rank")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->callback([args, cmd, &global] { run_train(*args, *cmd, global); });
