@@ -18,6 +18,7 @@
 #include "cli/bench_conditions.h"
 #include "cli/bench_train_dist.h"
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "cli/peers.h"
 #include "core/error.h"
 #include "core/report.h"
@@ -89,7 +90,7 @@ void run_bench_train(const BenchTrainArgs& a, const GlobalOptions& global) {
   o.validate();
   const Tokenizer tokenizer(vocab);
   CorpusStreams streams = make_corpus_streams(o, tokenizer);
-  const bool cuda = a.device == "cuda";
+  const bool cuda = is_cuda(a.device);
   Trainer trainer(o, std::move(vocab), streams.train, nullptr, nullptr, cuda ? Device::CUDA : Device::CPU);
 
   const std::string load_at_start = loadavg();
@@ -157,7 +158,7 @@ void add_bench_train_command(CLI::App& bench, GlobalOptions& global) {
   cmd->add_option("--warmup", a->warmup, "Untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("-s,--seed", a->seed, "Seed of the weights and the corpus")->capture_default_str();
   cmd->add_option("-o,--output", a->format, "md | json | csv")->capture_default_str();
-  cmd->add_option("--device", a->device, "cpu, or cuda (the whole step as one CUDA graph)")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
+  add_device_option(cmd, a->device);
   add_peer_options(cmd, a->peers, "bench/peers/torch_train.py");
   cmd->add_option("--dist", a->dist.dist, "Data-parallel step instead: single (1 rank), mpi (CPU ranks under mpirun) or nccl (GPU ranks under mpirun, with --device cuda)")->check(CLI::IsMember({"single", "mpi", "nccl"}));
   cmd->add_option("--layers", a->dist.layers, "With --dist: transformer blocks")->capture_default_str()->check(CLI::Range(1, 64));
@@ -165,10 +166,10 @@ void add_bench_train_command(CLI::App& bench, GlobalOptions& global) {
   cmd->add_option("--heads", a->dist.heads, "With --dist: attention heads")->capture_default_str()->check(CLI::Range(1, 64));
   cmd->callback([a, &global] {
     if (a->dist.dist.empty()) return run_bench_train(*a, global);
-    MINIGPT_CHECK(a->dist.dist != "nccl" || a->device == "cuda", "bench train --dist nccl: add --device cuda");
-    MINIGPT_CHECK(a->dist.dist != "mpi" || a->device == "cpu",
+    MINIGPT_CHECK(a->dist.dist != "nccl" || is_cuda(a->device), "bench train --dist nccl: add --device cuda");
+    MINIGPT_CHECK(a->dist.dist != "mpi" || !is_cuda(a->device),
                   "bench train --device cuda --dist mpi: GPU ranks reduce over NCCL; use --dist nccl");
-    if (a->device == "cuda")  // before the corpus is generated
+    if (is_cuda(a->device))  // before the corpus is generated
       MINIGPT_CHECK(cuda_model_available(), "bench train --device cuda: {}", cuda_model_unavailable_reason());
     DistBenchArgs d = a->dist;  // the shared options, with --batch as the global batch
     d.device = a->device;

@@ -13,6 +13,7 @@
 // evaluates and writes the checkpoints and the model; an error on any rank ends every rank
 // (dist/communicator.h).
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "core/timer.h"
@@ -57,7 +58,7 @@ void run_train_on(dist::Communicator& comm, const TrainArgs& args, const CLI::Ap
   const int threads = global.resolved_threads();
   ThreadPool pool(threads);
   Timer wall;
-  const Device device = args.device == "cuda" ? Device::CUDA : Device::CPU;
+  const Device device = is_cuda(args.device) ? Device::CUDA : Device::CPU;
 
   std::unique_ptr<Trainer> trainer;
   std::string checkpoint_path = args.checkpoint;
@@ -150,11 +151,11 @@ void run_train_on(dist::Communicator& comm, const TrainArgs& args, const CLI::Ap
 
 void run_train(const TrainArgs& args, const CLI::App& cmd, const GlobalOptions& global) {
   // GPU ranks reduce over NCCL, CPU ranks over MPI; each engine reduces only its own buffers.
-  MINIGPT_CHECK(args.dist != "nccl" || args.device == "cuda",
+  MINIGPT_CHECK(args.dist != "nccl" || is_cuda(args.device),
                 "train --dist nccl trains on GPUs: add --device cuda (or use --dist mpi on the CPU)");
-  MINIGPT_CHECK(args.dist != "mpi" || args.device == "cpu",
+  MINIGPT_CHECK(args.dist != "mpi" || !is_cuda(args.device),
                 "train --device cuda --dist mpi: GPU ranks reduce their gradients over NCCL; use --dist nccl");
-  if (args.device == "cuda")  // before the corpus is generated: fail in milliseconds
+  if (is_cuda(args.device))  // before the corpus is generated: fail in milliseconds
     MINIGPT_CHECK(cuda_model_available(), "train --device cuda: {}", cuda_model_unavailable_reason());
   std::unique_ptr<dist::Communicator> comm = dist::make_communicator(args.dist, args.dist_timeout);
   // Ranks other than 0 print nothing (errors still reach stderr).
@@ -193,7 +194,7 @@ void add_train_command(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--resume", args->resume, "Continue a checkpoint (its recipe; bitwise the same losses at the same -t)");
   cmd->add_option("--eval-every", args->eval_every, "Steps between held-out evaluations (0: never)")->capture_default_str();
   cmd->add_option("--log-every", args->log_every, "Steps between log lines when stdout is not a terminal")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--device", args->device, "cpu, or cuda (one GPU per rank; the whole step as one CUDA graph)")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
+  add_device_option(cmd, args->device);
   cmd->add_option("--dist", args->dist, "Data parallel engine: single (one process), mpi (CPU ranks under mpirun) or nccl (GPU ranks under mpirun, with --device cuda)")->capture_default_str()->check(CLI::IsMember({"single", "mpi", "nccl"}));
   cmd->add_option("--dist-timeout", args->dist_timeout, "Seconds a rank waits in a collective before aborting every rank")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->callback([args, cmd, &global] { run_train(*args, *cmd, global); });
