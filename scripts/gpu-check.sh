@@ -3,18 +3,22 @@
 # tests (ctest: the CUDA softmax, autotune and model tests; all tests with GPU_CHECK_ALL_TESTS=1), the
 # Triton pytest, `minigpt bench softmax --device cuda -o json` with its peers (torch.softmax,
 # torch.compile, Triton; graph mode for small shapes), renders the table as markdown, draws the
-# roofline (python -m minigpt.plot roofline), `minigpt bench model --device cuda -o json` (the model
-# on the GPU beside the PyTorch port on the GPU) and prints a summary last.
+# roofline (python -m minigpt.plot roofline), `minigpt bench model --device cuda -o json` and
+# `bench train --device cuda` (the model and its training step on the GPU beside the PyTorch port
+# on the GPU), `minigpt compile --device cuda --explain` (the compiler's CUDA back end), and
+# prints a summary last.
 #
 # Results go to build/gpu-check/: gpu-check.log, bench_softmax_cuda{,_any}.{json,md} (the sweep
-# and issue 19's "any shape" table), bench_model_cuda.{json,md} (issue 14), roofline.png, ctest.log, pytest.log, autotune.json,
+# and issue 19's "any shape" table), bench_{model,train}_cuda.{json,md} (issue 14),
+# compile_cuda_explain.txt (issue 15), roofline.png, ctest.log, pytest.log, autotune.json,
 # triton_autotune.json, manifest.json (experiment 24). When $OUT is set (the device tool's
 # folder) the log, the tables, the roofline, the manifest and results.tar.gz (all of it) are
 # copied there: the device tool returns 8 files at most. Knobs: BUILD_TARGETS (build
 # only these), GPU_CHECK_ALL_TESTS=1 (every ctest test), BENCH_ARGS (extra `bench softmax`
-# options, e.g. --retune or --shapes 64x600), GPU_CHECK_STEPS (run only these step groups, e.g.
-# "tests" then "benches" in two calls of the device tool, which stops a command at 10 minutes;
-# the build is kept between them), PYTEST_K (which Python tests run here: by default those
+# options, e.g. --retune or --shapes 64x600), GPU_CHECK_STEPS (run only these step groups:
+# tests, model, train, compile, any, softmax; "benches" is the last five; e.g. "tests" then
+# "benches" in two calls of the device tool, which stops a command at 10 minutes; the build is
+# kept between them), PYTEST_K (which Python tests run here: by default those
 # whose names say cuda, triton or gpu; the CPU ones run in CI; PYTEST_K= runs all). Every
 # step is time-boxed; a failing step prints a FAIL line and the script goes on; the exit status
 # is non-zero if any step failed.
@@ -67,7 +71,9 @@ configure() { cmake --preset cuda; }
 # keep going (-k 0): one broken target does not hide the rest. BUILD_TARGETS="minigpt ..." limits it.
 build() { cmake --build "$BUILD" -j"$JOBS" ${BUILD_TARGETS:+--target $BUILD_TARGETS} -- -k 0; }
 run_ctest() {
-  local filter=(-R 'SoftmaxCuda|Autotune|FusedConfig|cuda|^Cuda')  # ^Cuda: the model on the GPU (issue 14)
+  # ^Cuda: the model on the GPU (issue 14); CompileCuda: the compiler's CUDA back end (issue 15);
+  # Nccl: data parallel over NCCL (issue 16; a world of one on one GPU)
+  local filter=(-R 'SoftmaxCuda|Autotune|FusedConfig|cuda|^Cuda|CompileCuda|Nccl')
   [[ ${GPU_CHECK_ALL_TESTS:-0} == 1 ]] && filter=()
   set -o pipefail
   ctest --test-dir "$BUILD" --output-on-failure -j4 --timeout 300 "${filter[@]}" 2>&1 | tee "$RESULTS/ctest.log"
@@ -85,6 +91,20 @@ run_bench() {
 # and the PyTorch port on the GPU (eager, torch.compile, reduce-overhead) in the same run.
 run_bench_model() {
   "$BUILD/minigpt" bench model --device cuda --runs 1000 --warmup 100 -o json >"$RESULTS/bench_model_cuda.json"
+}
+# The training step on the GPU (issue 14): tokens/s at B=64, T=16 with AdamW, one CUDA graph a
+# step, beside the PyTorch port on the GPU.
+run_bench_train() {
+  "$BUILD/minigpt" bench train --device cuda --steps 500 --warmup 50 -o json >"$RESULTS/bench_train_cuda.json"
+}
+# The compiler's CUDA back end (issue 15): cold and warm compile into an empty cache, per-kernel
+# time and fraction of the roofline, default and max-autotune.
+run_compile_cuda() {
+  local cache
+  cache=$(mktemp -d)
+  for mode in default max-autotune; do
+    MINIGPT_CACHE_DIR=$cache "$BUILD/minigpt" compile --device cuda --graph gpt --explain --mode "$mode"
+  done 2>&1 | tee "$RESULTS/compile_cuda_explain.txt"
 }
 # The "any shape" table (issue 19): shapes outside the tuned sweep, every kernel and peer.
 ANY_SHAPES=${ANY_SHAPES:-1000x1000,65536x128,8192x4096,100x128256,16x1048576,24576x2048,1024x152064,65537x7,3x100003,128x65536}
@@ -135,9 +155,12 @@ export RESULTS BUILD JOBS LOG BUILD_TARGETS="${BUILD_TARGETS:-}" BENCH_ARGS="${B
 export ROOT
 export ANY_SHAPES
 export PYTEST_K="${PYTEST_K-cuda or triton or gpu}"
-export -f probe configure build run_ctest run_pytest run_bench run_bench_model run_bench_any render_md plot keep_cache experiment24
+export -f probe configure build run_ctest run_pytest run_bench run_bench_model run_bench_train run_compile_cuda run_bench_any render_md plot keep_cache experiment24
 
+# Step groups: tests (ctest, pytest), then the benches: model, train, compile, any (issue 19's
+# shapes), softmax (the sweep, the roofline and experiment 24). "benches" names them all.
 STEPS=" ${GPU_CHECK_STEPS:-tests benches} "
+[[ $STEPS == *" benches "* ]] && STEPS+="model train compile any softmax "
 want() { [[ $STEPS == *" $1 "* ]]; }
 
 step probe 60 probe
@@ -147,21 +170,33 @@ if want tests; then
   step ctest 600 run_ctest
   step pytest 600 run_pytest
 fi
-if want benches && [[ -x $BUILD/minigpt ]]; then
-  step bench-model 300 run_bench_model  # ~1 min: the model on the GPU and the PyTorch port on the GPU
-  [[ -s $RESULTS/bench_model_cuda.json ]] &&
-    step render-md-model 60 render_md "$RESULTS/bench_model_cuda.json" "$RESULTS/bench_model_cuda.md"
-  step bench 900 run_bench
-  step bench-any-shape 600 run_bench_any
-  [[ -s $RESULTS/bench_softmax_cuda_any.json ]] &&
-    step render-md-any 60 render_md "$RESULTS/bench_softmax_cuda_any.json" "$RESULTS/bench_softmax_cuda_any.md"
-  if [[ -s $RESULTS/bench_softmax_cuda.json ]]; then
-    step render-md 60 render_md "$RESULTS/bench_softmax_cuda.json" "$RESULTS/bench_softmax_cuda.md"
-    step roofline 120 plot
-    step experiment24 300 experiment24  # after bench-any-shape: it renders any_shape.md from it
+if [[ -x $BUILD/minigpt ]]; then
+  if want model; then
+    step bench-model 300 run_bench_model  # ~1 min: the model on the GPU and the PyTorch port on the GPU
+    [[ -s $RESULTS/bench_model_cuda.json ]] &&
+      step render-md-model 60 render_md "$RESULTS/bench_model_cuda.json" "$RESULTS/bench_model_cuda.md"
+  fi
+  if want train; then
+    step bench-train 300 run_bench_train
+    [[ -s $RESULTS/bench_train_cuda.json ]] &&
+      step render-md-train 60 render_md "$RESULTS/bench_train_cuda.json" "$RESULTS/bench_train_cuda.md"
+  fi
+  want compile && step compile-cuda 300 run_compile_cuda
+  if want any; then
+    step bench-any-shape 600 run_bench_any
+    [[ -s $RESULTS/bench_softmax_cuda_any.json ]] &&
+      step render-md-any 60 render_md "$RESULTS/bench_softmax_cuda_any.json" "$RESULTS/bench_softmax_cuda_any.md"
+  fi
+  if want softmax; then
+    step bench 900 run_bench
+    if [[ -s $RESULTS/bench_softmax_cuda.json ]]; then
+      step render-md 60 render_md "$RESULTS/bench_softmax_cuda.json" "$RESULTS/bench_softmax_cuda.md"
+      step roofline 120 plot
+      step experiment24 300 experiment24  # after bench-any-shape: it renders any_shape.md from it
+    fi
   fi
   step keep-autotune-cache 10 keep_cache
-elif want benches; then
+elif [[ $STEPS != " tests " ]]; then
   echo "FAIL: $BUILD/minigpt was not built; no benchmark"
   NAMES+=(bench); STATUS+=("FAIL(no binary)"); SECS+=(0)
 fi
@@ -186,25 +221,30 @@ for row in r["rows"]:
           f"{100 * (g('frac_of_copy') or 0):>6.1f}%{(f'{vs:.2f}' if vs else '-'):>9}")
 PY
 done
-if [[ -s $RESULTS/bench_model_cuda.json ]]; then
-  echo "--- bench_model_cuda.json"
-  python3 - "$RESULTS/bench_model_cuda.json" <<'PY' || true
+for table in bench_model_cuda.json bench_train_cuda.json; do
+  [[ -s $RESULTS/$table ]] || continue
+  echo "--- $table"
+  python3 - "$RESULTS/$table" <<'PY' || true
 import json, sys
 r = json.load(open(sys.argv[1]))
-print(f"{'case':<56}{'B':>3}{'T':>4}{'median_us':>11}{'tokens/s':>11}{'ratio':>8}")
+first = "case" if "case" in r["columns"] else "impl"
+print(f"{first:<56}{'B':>4}{'T':>4}{'median':>11}{'tokens/s':>12}{'ratio':>8}")
 for row in r["rows"]:
+    med = row.get("median_us", row.get("median_ms"))
+    unit = "us" if "median_us" in row else "ms"
     tps, ratio = row.get("tokens_per_s"), row.get("cpp_speedup")
-    print(f"{row['case'][:55]:<56}{row['B']:>3}{row['T']:>4}{row['median_us']:>11.1f}"
-          f"{(f'{tps:.0f}' if tps else '-'):>11}{(f'{ratio:.2f}' if ratio else '-'):>8}")
+    print(f"{str(row.get(first))[:55]:<56}{row.get('B'):>4}{row.get('T'):>4}"
+          f"{(f'{med:.4g} {unit}' if med is not None else '-'):>11}"
+          f"{(f'{tps:.0f}' if tps else '-'):>12}{(f'{ratio:.2f}' if ratio else '-'):>8}")
 PY
-fi
+done
 fails=0
 for i in "${!NAMES[@]}"; do
   printf '%-22s %-16s %5ss\n' "${NAMES[$i]}" "${STATUS[$i]}" "${SECS[$i]}"
   [[ ${STATUS[$i]} == PASS ]] || fails=$((fails + 1))
 done
 if [[ -n ${OUT:-} ]]; then
-  for f in bench_softmax_cuda.md bench_softmax_cuda_any.md bench_model_cuda.md roofline.png manifest.json; do
+  for f in bench_softmax_cuda.md bench_softmax_cuda_any.md bench_model_cuda.md bench_train_cuda.md roofline.png manifest.json; do
     [[ -f $RESULTS/$f ]] && cp "$RESULTS/$f" "$OUT/"
   done
   tar -czf "$OUT/results.tar.gz" -C "$RESULTS" .
