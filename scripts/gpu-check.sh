@@ -14,7 +14,7 @@
 # triton_autotune.json, manifest.json (experiment 24). When $OUT is set (the device tool's
 # folder) the log, the tables, the roofline, the manifest and results.tar.gz (all of it) are
 # copied there: the device tool returns 8 files at most. Knobs: BUILD_TARGETS (build
-# only these), GPU_CHECK_ALL_TESTS=1 (every ctest test), BENCH_ARGS (extra `bench softmax`
+# only these), GPU_CHECK_ALL_TESTS=1 (every ctest test), CTEST_TIMEOUT (seconds a test may take), BENCH_ARGS (extra `bench softmax`
 # options, e.g. --retune or --shapes 64x600), GPU_CHECK_STEPS (run only these step groups:
 # tests, model, train, compile, any, softmax; "benches" is the last five; e.g. "tests" then
 # "benches" in two calls of the device tool, which stops a command at 10 minutes; the build is
@@ -76,7 +76,7 @@ run_ctest() {
   local filter=(-R 'SoftmaxCuda|Autotune|FusedConfig|cuda|^Cuda|CompileCuda|Nccl')
   [[ ${GPU_CHECK_ALL_TESTS:-0} == 1 ]] && filter=()
   set -o pipefail
-  ctest --test-dir "$BUILD" --output-on-failure -j4 --timeout 300 "${filter[@]}" 2>&1 | tee "$RESULTS/ctest.log"
+  ctest --test-dir "$BUILD" --output-on-failure -j4 --timeout "${CTEST_TIMEOUT:-300}" "${filter[@]}" 2>&1 | tee "$RESULTS/ctest.log"
 }
 run_pytest() {
   # Every Python test, against this build's module (CUDA softmax bindings included) and Triton.
@@ -152,7 +152,7 @@ experiment24() {
 }
 
 export RESULTS BUILD JOBS LOG BUILD_TARGETS="${BUILD_TARGETS:-}" BENCH_ARGS="${BENCH_ARGS:-}"
-export ROOT
+export ROOT CTEST_TIMEOUT="${CTEST_TIMEOUT:-300}"
 export ANY_SHAPES
 export PYTEST_K="${PYTEST_K-cuda or triton or gpu}"
 export -f probe configure build run_ctest run_pytest run_bench run_bench_model run_bench_train run_compile_cuda run_bench_any render_md plot keep_cache experiment24
