@@ -27,8 +27,9 @@ one program per row was 3.4x slower than torch.softmax at (65536, 128) and 2x sl
   CHUNKS chunks of CHUNK floats, each held in one program's registers; the row's programs swap
   their (max, sum of exp) through a small global buffer and wait for each other on a per-row
   counter (atomics), then scale what they hold and write it. Waiting is safe only if every
-  program of a row is on the GPU at once: the grid is persistent, at most one program per SM
-  and a multiple of CHUNKS, so a row's chunks are always taken in the same round.
+  program of a row is on the GPU at once: the grid is persistent, at most PER_SM programs
+  per SM (1, or more only where their registers are sure to fit) and a multiple of CHUNKS, so
+  a row's chunks are always taken in the same round.
 
 The configuration (kernel, block sizes, warps) is chosen by measuring the candidates of the
 shape's bucket once (`tune`), and kept on disk in the project's own autotune cache keyed as the
@@ -204,13 +205,23 @@ def _resident_kernel(x_ptr, y_ptr, part_ptr, count_ptr, B, V, stride_x, stride_y
         tl.store(y_ptr + row * stride_y + begin + cols, e * scale, mask=mask, eviction_policy="evict_first")
 
 
-def _resident_programs(b: int, chunks: int, sms: int) -> int:
-    """The persistent grid of `resident`: a multiple of chunks, at most one program per SM (so
-    that all are on the GPU at once whatever else runs), at most the tasks there are."""
-    if chunks > sms:
-        raise ValueError(f"resident kernel: {chunks} chunks per row exceed the {sms} SMs "
-                         "(a row's programs must all be resident at once)")
-    return min(b, sms // chunks) * chunks
+REGS_PER_SM = 65536  # 32-bit registers of an SM (every NVIDIA GPU since Kepler)
+
+
+def _resident_programs(b: int, chunks: int, sms: int, per_sm: int = 1, num_warps: int = 4) -> int:
+    """The persistent grid of `resident`: a multiple of chunks, at most per_sm programs per SM,
+    at most the tasks there are. All of them must be on the GPU at once. One program per SM
+    always is (a kernel that cannot place one does not launch); per_sm > 1 is allowed only
+    where registers guarantee it whatever the compiler allocates (at most 255 a thread), since
+    the shared memory of these kernels is a few hundred bytes."""
+    if per_sm > 1 and per_sm * 32 * num_warps * 255 > REGS_PER_SM:
+        raise ValueError(f"resident kernel: {per_sm} programs of {num_warps} warps per SM are not "
+                         "guaranteed to fit its registers (per_sm * num_warps must be <= 8)")
+    slots = sms * per_sm
+    if chunks > slots:
+        raise ValueError(f"resident kernel: {chunks} chunks per row exceed the {slots} programs that "
+                         "fit on the GPU at once (a row's programs must all be resident together)")
+    return min(b, slots // chunks) * chunks
 
 
 def _next_pow2(n: int) -> int:
@@ -252,7 +263,7 @@ def launch(x: torch.Tensor, y: torch.Tensor, cfg: dict) -> None:
     elif kind == "resident":
         chunk = cfg["CHUNK"]
         chunks = triton.cdiv(v, chunk)
-        programs = _resident_programs(b, chunks, _sm_count())
+        programs = _resident_programs(b, chunks, _sm_count(), cfg.get("PER_SM", 1), cfg["num_warps"])
         part = torch.empty((b, chunks, 2), dtype=torch.int32, device=x.device)
         count = torch.zeros((b,), dtype=torch.int32, device=x.device)
         _resident_kernel[(programs,)](x, y, part, count, b, v, x.stride(0), y.stride(0), chunks, CHUNK=chunk,
@@ -283,10 +294,14 @@ def candidates(b: int, v: int, sms: int = 132) -> list[dict]:
                 for blk, warps in ((2048, 8), (4096, 16)):
                     if blk < block:
                         out.append({"kernel": "looped", "BLOCK": blk, "num_warps": warps, "PROGRAMS": programs})
-        # x read once: a row's chunks in registers (32 or 64 floats a thread)
-        for chunk, warps in ((4096, 4), (8192, 8), (16384, 16), (16384, 8), (32768, 16)):
-            if chunk < v and triton.cdiv(v, chunk) <= sms:
-                out.append({"kernel": "resident", "CHUNK": chunk, "num_warps": warps})
+        # x read once: a row's chunks in registers (32 or 64 floats a thread), one program per
+        # SM, or two or four small ones so that one loads while another waits at its barrier;
+        # a chunk may hold the whole row (no waiting) where that wastes less than half of it
+        for chunk, warps, per_sm in ((4096, 4, 1), (8192, 8, 1), (16384, 16, 1), (16384, 8, 1), (32768, 16, 1),
+                                     (4096, 4, 2), (8192, 4, 2), (4096, 2, 4)):
+            if chunk < 2 * v and triton.cdiv(v, chunk) <= sms * per_sm:
+                cfg = {"kernel": "resident", "CHUNK": chunk, "num_warps": warps}
+                out.append(cfg if per_sm == 1 else dict(cfg, PER_SM=per_sm))
         if b < 4 * sms:  # too few rows to fill the GPU with one program each
             for chunk in (8192, 32768, 131072):
                 if chunk < v:

@@ -45,7 +45,8 @@ def _forced(b: int, v: int) -> list[dict]:
     cfgs = [{"kernel": "looped", "BLOCK": 1024, "num_warps": 4},
             {"kernel": "looped", "BLOCK": 1024, "num_warps": 4, "PROGRAMS": 3},
             {"kernel": "split", "CHUNK": 2048, "BLOCK": 1024, "num_warps": 4},
-            {"kernel": "resident", "CHUNK": 2048, "num_warps": 4}]  # V > 2048: the row's programs wait for each other
+            {"kernel": "resident", "CHUNK": 2048, "num_warps": 4},  # V > 2048: the row's programs wait for each other
+            {"kernel": "resident", "CHUNK": 1024, "num_warps": 2, "PER_SM": 4}]
     if block <= ts.MAX_ROW_BLOCK:
         cfgs.append({"kernel": "rows", "ROWS": max(1, min(4096 // block, 64)), "BLOCK": block, "num_warps": 4})
     return cfgs

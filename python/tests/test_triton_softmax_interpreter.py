@@ -69,3 +69,16 @@ def test_kernels_under_the_interpreter():
                        text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "checked 48" in r.stdout, r.stdout
+
+
+def test_resident_grid_keeps_a_rows_programs_together():
+    # The persistent grid is a multiple of the chunks of a row and never more programs than
+    # surely fit on the GPU at once; else a row's programs could wait for one never started.
+    from minigpt import triton_softmax as ts
+    assert ts._resident_programs(b=1024, chunks=10, sms=132) == 130
+    assert ts._resident_programs(b=1024, chunks=4, sms=132, per_sm=2, num_warps=4) == 264
+    assert ts._resident_programs(b=3, chunks=4, sms=132) == 12  # no more than the tasks
+    with pytest.raises(ValueError, match="exceed the 132 programs"):
+        ts._resident_programs(b=8, chunks=133, sms=132)
+    with pytest.raises(ValueError, match="not guaranteed to fit its registers"):
+        ts._resident_programs(b=8, chunks=2, sms=132, per_sm=2, num_warps=8)
