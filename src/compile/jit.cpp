@@ -371,6 +371,12 @@ const std::string& cpu_features() {
 
 std::string sha256_hex(std::string_view bytes) { return sha256_bytes(bytes.data(), bytes.size()); }
 
+void KeyText::field(std::string_view name, std::string_view value) {
+  text_ += fmt::format("{} {}\n", name, value.size());
+  text_ += value;
+  text_ += '\n';
+}
+
 CheckedEntry check_cache_entry(const fs::path& json, const fs::path& binary, int format, const std::string& key,
                                const std::string& field, const std::function<std::string(const nlohmann::json&)>& builder_problem) {
   CheckedEntry c;
@@ -423,20 +429,14 @@ void* JitLibrary::symbol(const std::string& name) const {
 
 std::string jit_key(const JitRequest& request) {
   const HostCompiler& hc = host_compiler();
-  // Each field length-prefixed, so no two different requests serialise alike.
-  std::string text = "minigpt jit key v1\n";
-  auto field = [&text](std::string_view name, std::string_view value) {
-    text += fmt::format("{} {}\n", name, value.size());
-    text += value;
-    text += '\n';
-  };
-  field("source", request.source);
-  field("key_extra", request.key_extra);
-  field("compiler_path", hc.path);
-  field("compiler_version", hc.version);
-  for (const std::string& f : all_flags(hc, request)) field("flag", f);
-  field("cpu", cpu_features());
-  return sha256_hex(text);
+  KeyText key("minigpt jit key v1");
+  key.field("source", request.source);
+  key.field("key_extra", request.key_extra);
+  key.field("compiler_path", hc.path);
+  key.field("compiler_version", hc.version);
+  for (const std::string& f : all_flags(hc, request)) key.field("flag", f);
+  key.field("cpu", cpu_features());
+  return key.sha256();
 }
 
 std::shared_ptr<JitLibrary> jit_load(const JitRequest& request) {

@@ -61,6 +61,18 @@ const std::string& cpu_features();
 // Hex SHA-256 of bytes (OpenSSL's libcrypto). For cache keys and checksums.
 std::string sha256_hex(std::string_view bytes);
 
+// The text a cache key hashes (this JIT's and the CUDA one's): a header line, then each field
+// length-prefixed ("name size\nvalue\n"), so that no two different requests serialise alike.
+class KeyText {
+ public:
+  explicit KeyText(std::string_view header) : text_(std::string(header) + "\n") {}
+  void field(std::string_view name, std::string_view value);
+  std::string sha256() const { return sha256_hex(text_); }
+
+ private:
+  std::string text_;
+};
+
 std::filesystem::path default_cache_dir();
 
 struct JitRequest {

@@ -148,18 +148,13 @@ std::vector<std::string> nvrtc_options(const std::string& arch) {
 
 std::string cuda_jit_key(const CudaJitRequest& request) {
   const std::string arch = request.arch.empty() ? device_arch() : request.arch;
-  std::string text = "minigpt cuda jit key v1\n";
-  auto field = [&text](std::string_view name, std::string_view value) {
-    text += fmt::format("{} {}\n", name, value.size());
-    text += value;
-    text += '\n';
-  };
-  field("source", request.source);
-  field("key_extra", request.key_extra);
-  field("nvrtc", nvrtc_version());
-  field("arch", arch);
-  for (const std::string& o : nvrtc_options(arch)) field("option", o);
-  return sha256_hex(text);
+  KeyText key("minigpt cuda jit key v1");
+  key.field("source", request.source);
+  key.field("key_extra", request.key_extra);
+  key.field("nvrtc", nvrtc_version());
+  key.field("arch", arch);
+  for (const std::string& o : nvrtc_options(arch)) key.field("option", o);
+  return key.sha256();
 }
 
 CudaBinary cuda_jit_compile(const CudaJitRequest& request) {
