@@ -3,11 +3,13 @@
 #include "compile/autotune_gemm.h"
 
 #include "compile/runtime.h"
+#include "compile/schedule.h"
 #include "core/error.h"
 #include "kernels/cpu/linear.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -17,8 +19,8 @@ namespace minigpt::compile {
 std::vector<GemmSpec> gemm_variants(int64_t M, int64_t N, int64_t K, GemmEpilogueKind epilogue,
                                     bool bias, GemmIsa isa) {
   // (mr, nv, ksplit); 0 = the default's choice.
-  const int grid[][3] = {{0, 0, 0}, {6, 4, 1}, {8, 3, 1}, {12, 2, 1}, {4, 4, 1}, {4, 2, 1},
-                         {1, 4, 2}, {1, 4, 4}, {1, 3, 4}, {1, 2, 4}};
+  const int grid[][3] = {{0, 0, 0}, {6, 4, 1}, {8, 3, 1}, {12, 2, 1}, {4, 4, 1}, {4, 6, 1},
+                         {8, 2, 1}, {4, 2, 1}, {1, 4, 2}, {1, 4, 4}, {1, 3, 4}, {1, 2, 4}};
   std::vector<GemmSpec> out;
   for (const auto& g : grid) {
     if ((M >= 4) != (g[0] != 1) && g[0] != 0) continue;  // one-row schedules for one row
@@ -38,31 +40,59 @@ std::vector<GemmSpec> gemm_variants(int64_t M, int64_t N, int64_t K, GemmEpilogu
   return out;
 }
 
-GemmChoice autotune_gemm(const GemmProblem& p, const std::vector<GemmSpec>& variants,
-                         const AutotuneOptions& options, const std::filesystem::path& cache_dir) {
-  MINIGPT_CHECK(p.W && p.pool && p.M > 0 && p.N > 0 && p.K > 0,
-                "autotune_gemm: a problem needs W, a pool and a positive shape");
-  MINIGPT_CHECK(!variants.empty(), "autotune_gemm: no variants");
-  const bool threaded = p.pool->size() > 1;
+namespace {
 
-  // The inputs every candidate reads, and the library's result they are checked against.
+// One problem's inputs, its library result, its variants and their packed weights.
+struct Prepared {
   struct Buffers {
     std::vector<float> x, res, y, want, lib_packed;
     std::vector<std::vector<float>> packed;
     MgRuntime rt{};
   };
-  auto buf = std::make_shared<Buffers>();
+  std::shared_ptr<Buffers> buf;
+  std::vector<GeneratedGemm> gens;
+  std::string code;  // the variants' functions (and their thread-split wrappers)
+};
+
+Prepared prepare(const GemmProblem& p, const std::vector<GemmSpec>& variants, GemmIsa isa) {
+  MINIGPT_CHECK(p.W && p.pool && p.M > 0 && p.N > 0 && p.K > 0,
+                "autotune_gemm: a problem needs W, a pool and a positive shape");
+  MINIGPT_CHECK(!variants.empty(), "autotune_gemm: no variants");
+  const bool threaded = p.pool->size() > 1;
+  Prepared out;
+  out.buf = std::make_shared<Prepared::Buffers>();
+  auto& buf = *out.buf;
   std::mt19937 rng(1234);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  buf->x.resize(p.M * p.K);
-  buf->res.resize(p.M * p.N);
-  for (float& v : buf->x) v = dist(rng);
-  for (float& v : buf->res) v = dist(rng);
-  buf->y.resize(p.M * p.N);
-  buf->want.resize(p.M * p.N);
-  buf->lib_packed.resize(static_cast<size_t>(cpu::linear_packed_floats(p.K, p.N)));
-  cpu::linear_pack_weights(p.W, buf->lib_packed.data(), p.K, p.N);
-  buf->rt = make_runtime(*p.pool);
+  buf.x.resize(p.M * p.K);
+  buf.res.resize(p.M * p.N);
+  for (float& v : buf.x) v = dist(rng);
+  for (float& v : buf.res) v = dist(rng);
+  buf.y.resize(p.M * p.N);
+  buf.want.resize(p.M * p.N);
+  buf.lib_packed.resize(static_cast<size_t>(cpu::linear_packed_floats(p.K, p.N)));
+  cpu::linear_pack_weights(p.W, buf.lib_packed.data(), p.K, p.N);
+  buf.rt = make_runtime(*p.pool);
+  for (const GemmSpec& s : variants) {
+    MINIGPT_CHECK(s.M == p.M && s.N == p.N && s.K == p.K && s.epilogue == p.epilogue &&
+                      s.bias == (p.b != nullptr) && s.isa == isa,
+                  "autotune_gemm: variant {} is not of this problem", s.name);
+    out.gens.push_back(generate_gemm(s));
+    out.code += out.gens.back().code;
+    if (threaded) out.code += generate_gemm_parallel(out.gens.back());
+    buf.packed.emplace_back(static_cast<size_t>(out.gens.back().packed_floats));
+    gemm_pack_weights(out.gens.back(), p.W, buf.packed.back().data());
+  }
+  return out;
+}
+
+// The candidates of one problem (its variants, split and not, and the library) on `request`,
+// timed by autotune().
+GemmChoice tune(const GemmProblem& p, const Prepared& prep, const JitRequest& request,
+                const AutotuneOptions& options) {
+  const bool threaded = p.pool->size() > 1;
+  const auto buf = prep.buf;
+  const auto& gens = prep.gens;
   cpu::LinearEpilogue ep;
   ep.gelu = p.epilogue == GemmEpilogueKind::kGelu;
   ep.residual = p.epilogue == GemmEpilogueKind::kResidual ? buf->res.data() : nullptr;
@@ -77,25 +107,6 @@ GemmChoice autotune_gemm(const GemmProblem& p, const std::vector<GemmSpec>& vari
         return fmt::format("y[{}] = {}, the library gives {}", i, buf->y[i], buf->want[i]);
     return "";
   };
-
-  // One source: the runtime ABI (for the split), every variant, its wrapper.
-  std::vector<GeneratedGemm> gens;
-  std::string source = std::string(runtime_abi_source()) + gemm_prelude(variants[0].isa);
-  for (const GemmSpec& s : variants) {
-    MINIGPT_CHECK(s.M == p.M && s.N == p.N && s.K == p.K && s.epilogue == p.epilogue &&
-                      s.bias == (p.b != nullptr) && s.isa == variants[0].isa,
-                  "autotune_gemm: variant {} is not of this problem", s.name);
-    gens.push_back(generate_gemm(s));
-    source += gens.back().code;
-    if (threaded) source += generate_gemm_parallel(gens.back());
-    buf->packed.emplace_back(static_cast<size_t>(gens.back().packed_floats));
-    gemm_pack_weights(gens.back(), p.W, buf->packed.back().data());
-  }
-  JitRequest request;
-  request.source = std::move(source);
-  request.key_extra = "autotune_gemm v1";
-  request.name = fmt::format("autotune_gemm_{}x{}x{}_{}", p.M, p.N, p.K, gemm_epilogue_name(p.epilogue));
-  request.cache_dir = cache_dir;
 
   std::vector<AutotuneCandidate> cands;
   struct Which {
@@ -141,6 +152,86 @@ GemmChoice autotune_gemm(const GemmProblem& p, const std::vector<GemmSpec>& vari
   choice.threaded = w.threaded && !choice.library;
   if (!choice.library) choice.spec = gens[static_cast<size_t>(w.variant)].spec;
   return choice;
+}
+
+}  // namespace
+
+std::vector<GemmChoice> autotune_gemms(const std::vector<GemmProblem>& problems,
+                                       const std::vector<std::vector<GemmSpec>>& variants,
+                                       const AutotuneOptions& options,
+                                       const std::filesystem::path& cache_dir) {
+  MINIGPT_CHECK(!problems.empty() && problems.size() == variants.size(),
+                "autotune_gemms: {} problems, {} variant lists", problems.size(), variants.size());
+  MINIGPT_CHECK(!variants[0].empty(), "autotune_gemm: no variants");
+  const GemmIsa isa = variants[0][0].isa;
+  // One source: the runtime ABI (for the split), the prelude, every problem's variants.
+  std::vector<Prepared> preps;
+  std::string source = std::string(runtime_abi_source()) + gemm_prelude(isa);
+  std::string name = "autotune_gemm";
+  for (size_t i = 0; i < problems.size(); ++i) {
+    preps.push_back(prepare(problems[i], variants[i], isa));
+    source += preps.back().code;
+    const GemmProblem& p = problems[i];
+    name += fmt::format("_{}x{}x{}_{}", p.M, p.N, p.K, gemm_epilogue_name(p.epilogue));
+  }
+  JitRequest request;
+  request.source = std::move(source);
+  request.key_extra = "autotune_gemm v1";
+  request.name = name.size() > 120 ? fmt::format("autotune_gemm_{}_problems", problems.size()) : name;
+  request.cache_dir = cache_dir;
+  std::vector<GemmChoice> out;
+  for (size_t i = 0; i < problems.size(); ++i) out.push_back(tune(problems[i], preps[i], request, options));
+  return out;
+}
+
+GemmChoice autotune_gemm(const GemmProblem& p, const std::vector<GemmSpec>& variants,
+                         const AutotuneOptions& options, const std::filesystem::path& cache_dir) {
+  MINIGPT_CHECK(!variants.empty(), "autotune_gemm: no variants");
+  return autotune_gemms({p}, {variants}, options, cache_dir)[0];
+}
+
+std::vector<GemmPick> autotune_graph_gemms(const Graph& g,
+                                           const std::function<const float*(const std::string&)>& weight,
+                                           const AutotuneOptions& options,
+                                           const std::filesystem::path& cache_dir, std::string* report) {
+  std::vector<GemmSpec> shapes;
+  std::vector<GemmProblem> problems;
+  std::vector<std::vector<GemmSpec>> variants;
+  ThreadPool pool(1);
+  for (const Node& n : g.nodes) {
+    if (n.op != Op::Matmul) continue;
+    const GemmSpec shape = matmul_gemm_shape(g, n);
+    if (std::any_of(shapes.begin(), shapes.end(), [&](const GemmSpec& s) { return gemm_same_shape(s, shape); })) continue;
+    GemmProblem p;
+    p.M = shape.M;
+    p.N = shape.N;
+    p.K = shape.K;
+    p.epilogue = shape.epilogue;
+    p.W = weight(g.tensor(n.inputs[1]).name);
+    p.b = n.has_bias ? weight(g.tensor(n.inputs[2]).name) : nullptr;
+    p.pool = &pool;
+    std::vector<GemmSpec> v = gemm_variants(shape.M, shape.N, shape.K, shape.epilogue, shape.bias, shape.isa);
+    if (v.empty()) continue;  // no generated schedule fits: the rule decides
+    shapes.push_back(shape);
+    problems.push_back(p);
+    variants.push_back(std::move(v));
+  }
+  std::vector<GemmPick> picks;
+  if (problems.empty()) return picks;
+  const std::vector<GemmChoice> choices = autotune_gemms(problems, variants, options, cache_dir);
+  for (size_t i = 0; i < choices.size(); ++i) {
+    GemmPick pick;
+    pick.spec = choices[i].library ? shapes[i] : choices[i].spec;
+    pick.engine = choices[i].library;
+    picks.push_back(pick);
+    if (report) {
+      const AutotuneResult& r = choices[i].result;
+      *report += fmt::format("  gemm {}x{}x{} {}: {} ({:.2f} us; {} candidates)\n", shapes[i].M, shapes[i].N, shapes[i].K,
+                             gemm_epilogue_name(shapes[i].epilogue), r.timings[static_cast<size_t>(r.best)].label,
+                             r.timings[static_cast<size_t>(r.best)].median_us, r.timings.size());
+    }
+  }
+  return picks;
 }
 
 }  // namespace minigpt::compile

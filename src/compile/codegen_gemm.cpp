@@ -173,6 +173,15 @@ const char* gemm_epilogue_name(GemmEpilogueKind e) {
   return "?";
 }
 
+const char* gemm_backend_name(GemmBackend b) {
+  switch (b) {
+    case GemmBackend::kAuto: return "auto-gemm";
+    case GemmBackend::kEngine: return "engine-gemm";
+    case GemmBackend::kGenerated: return "generated-gemm";
+  }
+  return "?";
+}
+
 int gemm_isa_lanes(GemmIsa isa) {
   switch (isa) {
     case GemmIsa::kAvx512: return 16;
@@ -365,6 +374,21 @@ GeneratedGemm generate_gemm(const GemmSpec& spec) {
   o += "  }\n}\n";
   g.code = std::move(o);
   return g;
+}
+
+bool gemm_same_shape(const GemmSpec& a, const GemmSpec& b) {
+  return a.M == b.M && a.N == b.N && a.K == b.K && a.epilogue == b.epilogue && a.bias == b.bias && a.isa == b.isa;
+}
+
+const GemmPick* gemm_find_pick(const std::vector<GemmPick>& picks, const GemmSpec& shape) {
+  for (const GemmPick& p : picks)
+    if (gemm_same_shape(p.spec, shape)) return &p;
+  return nullptr;
+}
+
+bool gemm_use_generated(GemmBackend backend, const std::vector<GemmPick>& picks, const GemmSpec& shape) {
+  if (const GemmPick* p = gemm_find_pick(picks, shape)) return !p->engine;
+  return backend == GemmBackend::kGenerated || (backend == GemmBackend::kAuto && gemm_generated_by_rule(shape.M, shape.isa));
 }
 
 std::string gemm_source(const GemmSpec& spec) {
