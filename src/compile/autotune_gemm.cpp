@@ -4,6 +4,7 @@
 
 #include "compile/runtime.h"
 #include "compile/schedule.h"
+#include "io/atomic_file.h"
 #include "core/error.h"
 #include "kernels/cpu/linear.h"
 
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <memory>
 #include <random>
 
@@ -218,6 +220,37 @@ std::vector<GemmPick> autotune_graph_gemms(const Graph& g,
   }
   std::vector<GemmPick> picks;
   if (problems.empty()) return picks;
+  // The picks are remembered beside the JIT cache, keyed like a JIT entry (the variants' names,
+  // the compiler, the CPU's features): a warm max-autotune compile neither re-times (which
+  // could pick otherwise under noise, and miss the graph's cache entry) nor rebuilds.
+  JitRequest key_req;
+  for (const auto& v : variants)
+    for (const GemmSpec& s : v) key_req.source += s.name + "\n";
+  key_req.key_extra = "gemm picks v1";
+  const std::filesystem::path picks_file =
+      (cache_dir.empty() ? default_cache_dir() : cache_dir) / (jit_key(key_req) + ".gemm_picks");
+  if (std::ifstream in(picks_file); in) {
+    std::vector<GemmPick> cached;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      GemmPick p;
+      p.spec = shapes[i];
+      int engine = 0;
+      if (!(in >> engine >> p.spec.mr >> p.spec.nv >> p.spec.unroll >> p.spec.ksplit)) break;
+      p.engine = engine != 0;
+      if (!p.engine) {
+        p.spec.name.clear();
+        // an entry that names a schedule not among the variants is stale or corrupt: re-tune
+        const GemmSpec r = gemm_resolve(p.spec);
+        if (std::none_of(variants[i].begin(), variants[i].end(), [&](const GemmSpec& v) { return v.name == r.name; })) break;
+        p.spec = r;
+      }
+      cached.push_back(p);
+    }
+    if (cached.size() == shapes.size()) {
+      if (report) *report += fmt::format("  (picks read from {})\n", picks_file.string());
+      return cached;
+    }
+  }
   const std::vector<GemmChoice> choices = autotune_gemms(problems, variants, options, cache_dir);
   for (size_t i = 0; i < choices.size(); ++i) {
     GemmPick pick;
@@ -231,6 +264,11 @@ std::vector<GemmPick> autotune_graph_gemms(const Graph& g,
                              r.timings[static_cast<size_t>(r.best)].median_us, r.timings.size());
     }
   }
+  std::string text;
+  for (const GemmPick& p : picks)
+    text += fmt::format("{} {} {} {} {}\n", p.engine ? 1 : 0, p.spec.mr, p.spec.nv, p.spec.unroll, p.spec.ksplit);
+  std::filesystem::create_directories(picks_file.parent_path());
+  io::write_file_atomic(picks_file.string(), text);
   return picks;
 }
 
