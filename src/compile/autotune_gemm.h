@@ -35,7 +35,7 @@ struct GemmChoice {
 };
 
 // The schedules tried for a shape: the default, the tiles that fit the registers (6 x 4, 8 x 3,
-// 12 x 2, 4 x 4, 4 x 6, 8 x 2, 4 x 2 vectors; one row: 2 and 4 FMA chains per column vector).
+// 12 x 2, 4 x 4, 8 x 2 vectors; one row: 2 and 4 FMA chains per column vector).
 std::vector<GemmSpec> gemm_variants(int64_t M, int64_t N, int64_t K, GemmEpilogueKind epilogue,
                                     bool bias, GemmIsa isa = gemm_isa(active_isa()));
 
@@ -45,9 +45,9 @@ GemmChoice autotune_gemm(const GemmProblem& problem, const std::vector<GemmSpec>
                          const AutotuneOptions& options = {},
                          const std::filesystem::path& cache_dir = {});
 
-// The same for several problems (a graph's distinct GEMM shapes): every problem's variants in
-// one source, compiled once (one g++ run rather than one per shape), then each problem timed
-// on its own candidates by autotune(). choices[i] is problem i's.
+// The same for several problems (a graph's distinct GEMM shapes): the problems' variants in
+// one source per compile thread (options.compile_threads, 0 = the cores), compiled at once,
+// then each problem timed on its own candidates by autotune(). choices[i] is problem i's.
 std::vector<GemmChoice> autotune_gemms(const std::vector<GemmProblem>& problems,
                                        const std::vector<std::vector<GemmSpec>>& variants,
                                        const AutotuneOptions& options = {},

@@ -17,8 +17,10 @@
 // added as ((c_0 + c_1) + c_2) ...), then s + b[n], then + residual(m, n) or GELU(s). With
 // ksplit = 1 this is cpu::gemm_avx512's order exactly (its forward on N >= 4 rows), so the
 // AVX-512 result equals linear_forward_packed's bit for bit; GELU is vec_math_avx512.h's
-// gelu_ps (embedded), as eager's fused epilogue. The AVX2 and scalar variants use the same
-// order; their GELU is the scalar erf form of gelu.cpp's fallback.
+// gelu_ps (embedded), as eager's fused epilogue, applied by one shared function over each tile
+// right after its store (mg_gelu_rows: the same float in, so the same result as on the register,
+// and one copy of the GELU code instead of one per accumulator). The AVX2 and scalar variants
+// use the same order; their GELU is the scalar erf form of gelu.cpp's fallback.
 //
 // What it does not do: choose among variants (autotune.h), compile (jit.h), or run threads
 // itself (the caller splits [0, tasks), or generate_gemm_parallel's wrapper does).
