@@ -56,8 +56,8 @@ int gemm_isa_lanes(GemmIsa isa);  // 16, 8, 1
 // M), the engine's GEMM on AVX2 and scalar builds (their generated GELU is scalar, and the
 // generator was tuned for AVX-512 only). Measured (bench/compile_gemm_bench.cpp, 1 thread,
 // experiments/25-compile/REPORT.md): the default generated schedule ran 1.1-1.8x faster than
-// the engine's GEMM at the model's Linears at M = 32 (qkv even, within noise), 1.1-3.9x at the
-// decode step's M = 1, and 2.3x for TinyHead's M = 2. Summation order: from M = 4 on the
+// the engine's GEMM at the model's Linears at M = 32 (qkv even, within noise), 1.1-3.7x at the
+// decode step's M = 1, and about 4.8x for TinyHead's M = 2 (2.3 against 11.1 us in --explain). Summation order: from M = 4 on the
 // default tile has one FMA chain per accumulator, the engine's order, so the result is bitwise
 // the engine's; at M = 2, 3 the engine takes a dot-product path and at M = 1 the generated tile
 // splits k into 2-4 chains: other orders, ~1e-7 relative apart.
