@@ -266,7 +266,12 @@ std::vector<GemmPick> autotune_graph_gemms(const Graph& g,
       if (!p.engine) {
         p.spec.name.clear();
         // an entry that names a schedule not among the variants is stale or corrupt: re-tune
-        const GemmSpec r = gemm_resolve(p.spec);
+        GemmSpec r;
+        try {
+          r = gemm_resolve(p.spec);
+        } catch (const Error&) {
+          break;  // a schedule no variant could have
+        }
         if (std::none_of(variants[i].begin(), variants[i].end(), [&](const GemmSpec& v) { return v.name == r.name; })) break;
         p.spec = r;
       }
