@@ -1,6 +1,7 @@
 // A generated fixed-shape GEMM: y (M, N) = x (M, K) W^T + b, then an epilogue (none, GELU,
-// residual add), as C++ source text for the JIT, for one shape and one instruction set. What
-// max-autotune sets against the library GEMM (cpu::linear_forward_packed).
+// residual add), as C++ source text for the JIT, for one shape and one instruction set. What a
+// compiled graph's matmuls call on AVX-512 by default (gemm_generated_by_rule below), and what
+// max-autotune times against the library GEMM (cpu::linear_forward_packed) per shape.
 //
 // The generated code, for AVX-512 (16 lanes; AVX2: 8; scalar: 1 "lane" per column):
 //   - W^T is packed once (gemm_pack_weights, here on the host) into panels of P = nv * lanes
