@@ -4,6 +4,10 @@
 #include "core/isa.h"
 #include "compile/autotune.h"
 #include "compile/autotune_gemm.h"
+#include "compile/capture.h"
+#include "compile/passes/passes.h"
+#include "compile/schedule.h"
+#include "compile_test_config.h"
 #include "compile/codegen_gemm.h"
 #include "compile_jit_test_util.h"
 #include "core/error.h"
@@ -15,6 +19,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
 
 using namespace minigpt;
 using namespace minigpt::compile;
@@ -205,4 +212,62 @@ TEST(CompileAutotune, GemmChoiceOnOneAndTwoThreads) {
     EXPECT_FALSE(c.spec.name.empty());
   }
   EXPECT_THROW(autotune_gemm(GemmProblem{}, {}), Error);
+}
+
+// max-autotune of a whole graph's GEMMs (autotune_graph_gemms): one pick per distinct shape, a
+// second call reads the picks back from the cache folder (no re-timing), a corrupt picks file
+// is re-tuned, not trusted; and a pick of the engine's GEMM is honoured by the schedule.
+TEST(CompileAutotune, GraphGemmPicksAreTunedOnceAndKept) {
+  if (active_isa() != Isa::Avx512)
+    GTEST_SKIP() << "generates AVX-512 code; MINIGPT_ISA=" << isa_name(active_isa()) << " forbids it";
+  testjit::TempCacheDir dir;
+  const Graph g = run_passes(capture_gpt(compile_tiny_config(), 2, 8));
+  std::map<std::string, std::vector<float>> weights;
+  auto weight = [&](const std::string& name) -> const float* {
+    for (int t : g.weights)
+      if (g.tensor(t).name == name) {
+        auto& w = weights[name];
+        if (w.empty()) w = testref::random_floats(g.tensor(t).numel(), 41 + static_cast<int>(weights.size()));
+        return w.data();
+      }
+    ADD_FAILURE() << "no weight " << name;
+    return nullptr;
+  };
+  AutotuneOptions opt;
+  opt.rounds = 3;
+  opt.min_sample_us = 5;
+  std::string report;
+  const std::vector<GemmPick> picks = autotune_graph_gemms(g, weight, opt, dir.path(), &report);
+  for (const Node& n : g.nodes)
+    if (n.op == Op::Matmul && !gemm_find_pick(picks, matmul_gemm_shape(g, n))) ADD_FAILURE() << "a matmul without a pick";
+  EXPECT_EQ(report.find("picks read"), std::string::npos) << report;
+  std::string again;
+  const std::vector<GemmPick> kept = autotune_graph_gemms(g, weight, opt, dir.path(), &again);
+  EXPECT_NE(again.find("picks read"), std::string::npos) << again;
+  ASSERT_EQ(kept.size(), picks.size());
+  for (size_t i = 0; i < picks.size(); ++i) {
+    EXPECT_EQ(kept[i].engine, picks[i].engine);
+    EXPECT_EQ(kept[i].spec.name, picks[i].spec.name);
+  }
+  // corrupt every picks file: re-tuned
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    if (e.path().extension() == ".gemm_picks") {
+      std::ofstream out(e.path(), std::ios::trunc);
+      out << "0 99 99 1 1\n";
+    }
+  std::string retuned;
+  EXPECT_EQ(autotune_graph_gemms(g, weight, opt, dir.path(), &retuned).size(), picks.size());
+  EXPECT_EQ(retuned.find("picks read"), std::string::npos) << retuned;
+  // an engine pick for the first shape: that matmul is an extern_linear, whatever the backend
+  std::vector<GemmPick> engine{picks[0]};
+  engine[0].engine = true;
+  const Schedule s = schedule(g, GemmBackend::kGenerated, engine);
+  int externs = 0;
+  for (const Kernel& k : s.kernels)
+    if (k.kind == KernelKind::Matmul) {
+      const bool picked = gemm_same_shape(matmul_gemm_shape(g, g.nodes[static_cast<size_t>(k.nodes[0])]), engine[0].spec);
+      EXPECT_EQ(k.name.rfind(picked ? "extern_linear" : "cpp_gemm", 0), 0u) << k.name;
+      externs += picked;
+    }
+  EXPECT_GT(externs, 0);
 }

@@ -51,6 +51,17 @@ std::vector<GemmSpec> specs_for(GemmIsa isa) {
   specs.back().nv = 2;
   specs.back().unroll = 1;
   specs.back().ksplit = 2;
+  if (isa == GemmIsa::kAvx512) {
+    // max-autotune's wider tiles (autotune_gemm.h's grid) on odd shapes: a last row block, a
+    // last panel with a masked vector (611 = 6 x 96 + 35, 70 = 2 x 32 + 6), K not a power of 2.
+    specs.push_back(spec(13, 611, 40, E::kGelu, isa));
+    specs.back().mr = 4;
+    specs.back().nv = 6;
+    specs.push_back(spec(19, 70, 72, E::kResidual, isa));
+    specs.back().mr = 8;
+    specs.back().nv = 2;
+    specs.back().unroll = 4;
+  }
   return specs;
 }
 

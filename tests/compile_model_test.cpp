@@ -153,7 +153,7 @@ TEST(CompileModel, GeneratedGemmAndOtherVectorWidthsMatchEager) {
   for (const auto& [w, gen] : {std::pair{16, true}, std::pair{8, false}, std::pair{32, true}}) {
     CompileOptions o = test_options();
     o.codegen.vec_width = w;
-    o.codegen.generated_gemm = gen;
+    o.codegen.gemm = gen ? GemmBackend::kGenerated : GemmBackend::kEngine;
     expect_model_matches(model, 2, 19, 13, o);
   }
 }
@@ -254,7 +254,8 @@ TEST(CompileModel, DebugFilesAreWritten) {
   const TinyHead head = TinyHead::init(1);
   WeightBinding w = bind_tinyhead(head);
   CompiledGraph cg(capture_tinyhead(2), w, o);
-  for (const char* f : {"ir_pre_fusion.txt", "ir_post_fusion.txt", "schedule.txt", "output_code.cpp",
-                        "kernels/cpp_fused_softmax_1.cpp", "kernels/extern_linear_0.cpp"})
+  const std::string gemm = gemm_generated_by_rule(2, gemm_isa(active_isa())) ? "kernels/cpp_gemm_0.cpp" : "kernels/extern_linear_0.cpp";
+  for (const std::string f : {"ir_pre_fusion.txt", "ir_post_fusion.txt", "schedule.txt", "output_code.cpp",
+                              "kernels/cpp_fused_softmax_1.cpp", gemm.c_str()})
     EXPECT_TRUE(std::filesystem::exists(dir / f)) << f;
 }

@@ -112,9 +112,13 @@ TEST(CompilePasses, ReductionFusionMakesSoftmaxOneKernelWithoutExpTensor) {
       EXPECT_FALSE(g.tensor(n.output).materialized) << op_name(n.op);
     }
   }
-  const Schedule s = schedule(plan_buffers(g));
+  const Schedule s = schedule(plan_buffers(g), GemmBackend::kEngine);
   ASSERT_EQ(s.kernels.size(), 2u);
   EXPECT_EQ(s.kernels[0].name, "extern_linear_0");
+  // by default (kAuto) the rule names it: (2, 64) x (64, 600) is generated on AVX-512
+  EXPECT_EQ(schedule(plan_buffers(g)).kernels[0].name,
+            gemm_generated_by_rule(2, gemm_isa(active_isa())) ? "cpp_gemm_0" : "extern_linear_0");
+  EXPECT_EQ(schedule(plan_buffers(g), GemmBackend::kGenerated).kernels[0].name, "cpp_gemm_0");
   EXPECT_EQ(s.kernels[1].name, "cpp_fused_softmax_1");
   EXPECT_EQ(s.kernels[1].removed.size(), 4u);  // max, x - max, exp, sum
 }
@@ -169,7 +173,15 @@ TEST(CompilePasses, PlanBuffersReusesBytesAndKeepsLiveTensorsApart) {
 }
 
 TEST(CompilePasses, CodegenGeneratesLoopsNotEagerCalls) {
-  const Lowered l = lower(capture_gpt(tiny_config(), 2, 8), {});
+  // The engine's GEMM forced (what this test reads for); by default (kAuto) the matmuls are
+  // generated GEMMs on AVX-512 (their prelude embeds vec_math_avx512.h, namespace cpu::avx512).
+  CompileOptions engine;
+  engine.codegen.gemm = GemmBackend::kEngine;
+  const Lowered l = lower(capture_gpt(tiny_config(), 2, 8), engine);
+  const Lowered by_rule = lower(capture_gpt(tiny_config(), 2, 8), {});
+  const bool generated = gemm_generated_by_rule(16, gemm_isa(active_isa()));
+  EXPECT_EQ(by_rule.code.source.find("rt->linear_packed(") == std::string::npos, generated);
+  EXPECT_EQ(by_rule.code.gemms.empty(), !generated);
   const std::string& src = l.code.source;
   // eager kernels are only named in comments, never called
   std::string code = src;  // without /* ... */ comments

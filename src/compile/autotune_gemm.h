@@ -9,9 +9,12 @@
 
 #include "compile/autotune.h"
 #include "compile/codegen_gemm.h"
+#include "compile/ir.h"
 #include "core/thread_pool.h"
 
 #include <filesystem>
+#include <functional>
+#include <string>
 #include <vector>
 
 namespace minigpt::compile {
@@ -32,7 +35,7 @@ struct GemmChoice {
 };
 
 // The schedules tried for a shape: the default, the tiles that fit the registers (6 x 4, 8 x 3,
-// 12 x 2, 4 x 4, 4 x 2 vectors; one row: 2 and 4 FMA chains per column vector).
+// 12 x 2, 4 x 4, 8 x 2 vectors; one row: 2 and 4 FMA chains per column vector).
 std::vector<GemmSpec> gemm_variants(int64_t M, int64_t N, int64_t K, GemmEpilogueKind epilogue,
                                     bool bias, GemmIsa isa = gemm_isa(active_isa()));
 
@@ -41,5 +44,23 @@ std::vector<GemmSpec> gemm_variants(int64_t M, int64_t N, int64_t K, GemmEpilogu
 GemmChoice autotune_gemm(const GemmProblem& problem, const std::vector<GemmSpec>& variants,
                          const AutotuneOptions& options = {},
                          const std::filesystem::path& cache_dir = {});
+
+// The same for several problems (a graph's distinct GEMM shapes): the problems' variants in
+// one source per compile thread (options.compile_threads, 0 = the cores), compiled at once,
+// then each problem timed on its own candidates by autotune(). choices[i] is problem i's.
+std::vector<GemmChoice> autotune_gemms(const std::vector<GemmProblem>& problems,
+                                       const std::vector<std::vector<GemmSpec>>& variants,
+                                       const AutotuneOptions& options = {},
+                                       const std::filesystem::path& cache_dir = {});
+
+// max-autotune of a graph's matmuls: every distinct GEMM shape of `fused` (after the passes),
+// on the weights of its first matmul (weight(name) gives them), its gemm_variants against the
+// library GEMM, all in one source (autotune_gemms), on one thread. The picks go to
+// CodegenOptions::gemm_picks; `report` (if given) gets one line per shape.
+std::vector<GemmPick> autotune_graph_gemms(const Graph& fused,
+                                           const std::function<const float*(const std::string&)>& weight,
+                                           const AutotuneOptions& options = {},
+                                           const std::filesystem::path& cache_dir = {},
+                                           std::string* report = nullptr);
 
 }  // namespace minigpt::compile

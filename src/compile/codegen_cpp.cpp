@@ -691,15 +691,15 @@ std::string generate_gemm_call(const Schedule& s, const Kernel& k, const Generat
   return code;
 }
 
-GemmSpec gemm_spec_for(const Graph& g, const Node& n) {
-  GemmSpec spec;
-  const TensorInfo& x = g.tensor(n.inputs[0]);
-  spec.M = x.rows();
-  spec.K = x.cols();
-  spec.N = g.tensor(n.inputs[1]).shape[0];
-  spec.bias = n.has_bias;
-  spec.epilogue = n.gelu ? GemmEpilogueKind::kGelu : n.has_residual ? GemmEpilogueKind::kResidual : GemmEpilogueKind::kNone;
-  spec.isa = gemm_isa(active_isa());
+// The GEMM for one matmul: its shape, and its pick's schedule (else the default).
+GemmSpec gemm_spec_for(const Graph& g, const Node& n, const std::vector<GemmPick>& picks) {
+  GemmSpec spec = matmul_gemm_shape(g, n);
+  if (const GemmPick* p = gemm_find_pick(picks, spec)) {
+    spec.mr = p->spec.mr;
+    spec.nv = p->spec.nv;
+    spec.unroll = p->spec.unroll;
+    spec.ksplit = p->spec.ksplit;
+  }
   return gemm_resolve(spec);
 }
 
@@ -720,8 +720,8 @@ GeneratedCode generate_cpp(const Schedule& s, const CodegenOptions& opt) {
     const Node& n = g.nodes[i];
     if (n.op != Op::Matmul) continue;
     const std::string& wname = g.tensor(n.inputs[1]).name;
-    if (opt.generated_gemm) {
-      const GeneratedGemm gm = generate_gemm(gemm_spec_for(g, n));
+    if (gemm_use_generated(opt.gemm, opt.gemm_picks, matmul_gemm_shape(g, n))) {
+      const GeneratedGemm gm = generate_gemm(gemm_spec_for(g, n, opt.gemm_picks));
       node_gemm[static_cast<int>(i)] = gm;
       if (std::none_of(out.gemms.begin(), out.gemms.end(), [&](const GeneratedGemm& o) { return o.name == gm.name; }))
         out.gemms.push_back(gm);

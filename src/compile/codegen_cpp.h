@@ -36,9 +36,14 @@ struct CodegenOptions {
   int vec_width = isa_vec_width(active_isa());  // lanes per vector step of a row loop (1 = scalar)
   int64_t parallel_min_work = 1 << 15;   // elements (rows x cols) before a kernel uses threads
   std::string runtime_abi;               // runtime_abi.h's text, embedded verbatim
-  // Matmuls: false = the engine's packed GEMM through MgRuntime (Inductor's extern addmm);
-  // true = a fixed-shape GEMM generated for each shape with its epilogue (codegen_gemm.h).
-  bool generated_gemm = false;
+  // Matmuls: the engine's packed GEMM through MgRuntime (Inductor's extern addmm), a
+  // fixed-shape GEMM generated for each shape with its epilogue (codegen_gemm.h), or kAuto:
+  // per matmul by gemm_generated_by_rule (codegen_gemm.h).
+  GemmBackend gemm = GemmBackend::kAuto;
+  // max-autotune's choice per GEMM shape (autotune_gemm.h): a matmul whose shape has a pick
+  // takes it (the engine's GEMM, or the generated schedule), whatever `gemm` says; the others
+  // follow `gemm` with gemm_resolve's default schedule.
+  std::vector<GemmPick> gemm_picks;
 };
 
 // What each slot of call()'s `io` array holds.

@@ -25,21 +25,18 @@ struct VecOps {
   const char* bcast;  // fmt: {0} scalar
   const char* fma;    // fmt: {0} * {1} + {2}, fused (one rounding)
   const char* add;    // fmt: {0} + {1}
-  const char* gelu;   // fmt: {0}
 };
 
 VecOps vec_ops(GemmIsa isa) {
   switch (isa) {
     case GemmIsa::kAvx512:
       return {"__m512", "_mm512_setzero_ps()", "_mm512_loadu_ps({0})", "_mm512_set1_ps({0})",
-              "_mm512_fmadd_ps({0}, {1}, {2})", "_mm512_add_ps({0}, {1})",
-              "minigpt::cpu::avx512::gelu_ps({0})"};
+              "_mm512_fmadd_ps({0}, {1}, {2})", "_mm512_add_ps({0}, {1})"};
     case GemmIsa::kAvx2:
       return {"__m256", "_mm256_setzero_ps()", "_mm256_loadu_ps({0})", "_mm256_set1_ps({0})",
-              "_mm256_fmadd_ps({0}, {1}, {2})", "_mm256_add_ps({0}, {1})", "mg_gelu_avx2({0})"};
+              "_mm256_fmadd_ps({0}, {1}, {2})", "_mm256_add_ps({0}, {1})"};
     case GemmIsa::kScalar:
-      return {"float", "0.0f", "*({0})", "({0})", "__builtin_fmaf({0}, {1}, {2})", "({0} + {1})",
-              "mg_gelu_scalar({0})"};
+      return {"float", "0.0f", "*({0})", "({0})", "__builtin_fmaf({0}, {1}, {2})", "({0} + {1})"};
   }
   MINIGPT_FAIL("codegen_gemm: unknown ISA");
 }
@@ -145,10 +142,13 @@ std::string emit_tile(const GemmSpec& s, const TileKind& t, int64_t P) {
       std::string e = acc(r, v, 0);
       if (s.bias) e = fmt::format(fmt::runtime(op.add), e, fmt::format("b{}", v));
       if (residual) e = fmt::format(fmt::runtime(op.add), e, vec_at(fmt::format("res + {} * {}", r, s.N), v));
-      if (gelu) e = fmt::format(fmt::runtime(op.gelu), e);
       const std::string addr = fmt::format("y + {} * {} + {}", r, s.N, v * L);
       o += "  " + (t.tail && v == t.nv - 1 ? masked_store(s.isa, t.tail, addr, e) : store(s.isa, addr, e)) + ";\n";
     }
+  // GELU over the tile just stored (in L1): one copy of the vector GELU per unit rather than
+  // one inlined per accumulator (g++ spent most of a GELU GEMM's compile time on those); the
+  // value is the float stored, so the result is the same as GELU on the register.
+  if (gelu) o += fmt::format("  mg_gelu_rows(y, {}, {}, {});\n", t.mr, s.N, col_end);
   o += "}\n\n";
   return o;
 }
@@ -169,6 +169,15 @@ const char* gemm_epilogue_name(GemmEpilogueKind e) {
     case GemmEpilogueKind::kNone: return "none";
     case GemmEpilogueKind::kGelu: return "gelu";
     case GemmEpilogueKind::kResidual: return "residual";
+  }
+  return "?";
+}
+
+const char* gemm_backend_name(GemmBackend b) {
+  switch (b) {
+    case GemmBackend::kAuto: return "auto-gemm";
+    case GemmBackend::kEngine: return "engine-gemm";
+    case GemmBackend::kGenerated: return "generated-gemm";
   }
   return "?";
 }
@@ -251,6 +260,18 @@ std::string gemm_prelude(GemmIsa isa) {
         if (once != std::string::npos) math.erase(once, 13);
         o += math;
       }
+      o += "// GELU in place over rows x cols of y (row stride ld), 16 lanes, the last vector masked.\n"
+           "static __attribute__((noinline, unused)) void mg_gelu_rows(float* y, int64_t rows, int64_t ld, int64_t cols) {\n"
+           "  for (int64_t r = 0; r < rows; ++r) {\n"
+           "    float* p = y + r * ld;\n"
+           "    int64_t c = 0;\n"
+           "    for (; c + 16 <= cols; c += 16) _mm512_storeu_ps(p + c, minigpt::cpu::avx512::gelu_ps(_mm512_loadu_ps(p + c)));\n"
+           "    if (c < cols) {\n"
+           "      const __mmask16 m = (__mmask16)((1u << (cols - c)) - 1u);\n"
+           "      _mm512_mask_storeu_ps(p + c, m, minigpt::cpu::avx512::gelu_ps(_mm512_maskz_loadu_ps(m, p + c)));\n"
+           "    }\n"
+           "  }\n"
+           "}\n";
       break;
     case GemmIsa::kAvx2:
       o += "#include <immintrin.h>\n"
@@ -266,13 +287,11 @@ std::string gemm_prelude(GemmIsa isa) {
            "  if (x == -INFINITY) return -0.0f;\n"
            "  return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f));\n"
            "}\n";
-      if (isa == GemmIsa::kAvx2)
-        o += "static inline __m256 mg_gelu_avx2(__m256 v) {\n"
-             "  float t[8];\n"
-             "  _mm256_storeu_ps(t, v);\n"
-             "  for (int i = 0; i < 8; ++i) t[i] = mg_gelu_scalar(t[i]);\n"
-             "  return _mm256_loadu_ps(t);\n"
-             "}\n";
+      o += "// GELU in place over rows x cols of y (row stride ld), element by element.\n"
+           "static __attribute__((noinline, unused)) void mg_gelu_rows(float* y, int64_t rows, int64_t ld, int64_t cols) {\n"
+           "  for (int64_t r = 0; r < rows; ++r)\n"
+           "    for (int64_t c = 0; c < cols; ++c) y[r * ld + c] = mg_gelu_scalar(y[r * ld + c]);\n"
+           "}\n";
       break;
   }
   return o + "\n";
@@ -365,6 +384,21 @@ GeneratedGemm generate_gemm(const GemmSpec& spec) {
   o += "  }\n}\n";
   g.code = std::move(o);
   return g;
+}
+
+bool gemm_same_shape(const GemmSpec& a, const GemmSpec& b) {
+  return a.M == b.M && a.N == b.N && a.K == b.K && a.epilogue == b.epilogue && a.bias == b.bias && a.isa == b.isa;
+}
+
+const GemmPick* gemm_find_pick(const std::vector<GemmPick>& picks, const GemmSpec& shape) {
+  for (const GemmPick& p : picks)
+    if (gemm_same_shape(p.spec, shape)) return &p;
+  return nullptr;
+}
+
+bool gemm_use_generated(GemmBackend backend, const std::vector<GemmPick>& picks, const GemmSpec& shape) {
+  if (const GemmPick* p = gemm_find_pick(picks, shape)) return !p->engine;
+  return backend == GemmBackend::kGenerated || (backend == GemmBackend::kAuto && gemm_generated_by_rule(shape.M, shape.isa));
 }
 
 std::string gemm_source(const GemmSpec& spec) {

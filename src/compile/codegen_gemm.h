@@ -1,6 +1,7 @@
 // A generated fixed-shape GEMM: y (M, N) = x (M, K) W^T + b, then an epilogue (none, GELU,
-// residual add), as C++ source text for the JIT, for one shape and one instruction set. What
-// max-autotune sets against the library GEMM (cpu::linear_forward_packed).
+// residual add), as C++ source text for the JIT, for one shape and one instruction set. What a
+// compiled graph's matmuls call on AVX-512 by default (gemm_generated_by_rule below), and what
+// max-autotune times against the library GEMM (cpu::linear_forward_packed) per shape.
 //
 // The generated code, for AVX-512 (16 lanes; AVX2: 8; scalar: 1 "lane" per column):
 //   - W^T is packed once (gemm_pack_weights, here on the host) into panels of P = nv * lanes
@@ -17,8 +18,10 @@
 // added as ((c_0 + c_1) + c_2) ...), then s + b[n], then + residual(m, n) or GELU(s). With
 // ksplit = 1 this is cpu::gemm_avx512's order exactly (its forward on N >= 4 rows), so the
 // AVX-512 result equals linear_forward_packed's bit for bit; GELU is vec_math_avx512.h's
-// gelu_ps (embedded), as eager's fused epilogue. The AVX2 and scalar variants use the same
-// order; their GELU is the scalar erf form of gelu.cpp's fallback.
+// gelu_ps (embedded), as eager's fused epilogue, applied by one shared function over each tile
+// right after its store (mg_gelu_rows: the same float in, so the same result as on the register,
+// and one copy of the GELU code instead of one per accumulator). The AVX2 and scalar variants
+// use the same order; their GELU is the scalar erf form of gelu.cpp's fallback.
 //
 // What it does not do: choose among variants (autotune.h), compile (jit.h), or run threads
 // itself (the caller splits [0, tasks), or generate_gemm_parallel's wrapper does).
@@ -30,11 +33,17 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace minigpt::compile {
 
 enum class GemmIsa { kAvx512, kAvx2, kScalar };
 enum class GemmEpilogueKind { kNone, kGelu, kResidual };
+
+// Which GEMM a compiled graph's matmuls call: the engine's packed GEMM (cpu::linear_forward_
+// packed through MgRuntime, Inductor's extern addmm), a generated fixed-shape GEMM, or, kAuto
+// (default mode), by gemm_generated_by_rule below.
+enum class GemmBackend : uint8_t { kAuto, kEngine, kGenerated };
 
 const char* gemm_isa_name(GemmIsa isa);  // "avx512", "avx2", "scalar"
 // The GEMM variant of the engine's ISA (MINIGPT_ISA, core/isa.h).
@@ -43,6 +52,18 @@ constexpr GemmIsa gemm_isa(Isa isa) {
 }
 const char* gemm_epilogue_name(GemmEpilogueKind e);  // "none", "gelu", "residual"
 int gemm_isa_lanes(GemmIsa isa);  // 16, 8, 1
+
+// The rule kAuto follows, per matmul of y (M, N) = x (M, K) W^T: generated on AVX-512 (every
+// M), the engine's GEMM on AVX2 and scalar builds (their generated GELU is scalar, and the
+// generator was tuned for AVX-512 only). Measured (bench/compile_gemm_bench.cpp, 1 thread,
+// experiments/25-compile/REPORT.md): the default generated schedule ran 1.1-1.8x faster than
+// the engine's GEMM at the model's Linears at M = 32 (qkv even, within noise), 1.1-3.7x at the
+// decode step's M = 1, and about 4.8x for TinyHead's M = 2 (2.3 against 11.1 us in --explain). Summation order: from M = 4 on the
+// default tile has one FMA chain per accumulator, the engine's order, so the result is bitwise
+// the engine's; at M = 2, 3 the engine takes a dot-product path and at M = 1 the generated tile
+// splits k into 2-4 chains: other orders, ~1e-7 relative apart.
+constexpr bool gemm_generated_by_rule(int64_t M, GemmIsa isa) { return isa == GemmIsa::kAvx512 && M >= 1; }
+const char* gemm_backend_name(GemmBackend b);  // "auto", "engine-gemm", "generated-gemm"
 
 struct GemmSpec {
   int64_t M = 0, N = 0, K = 0;
@@ -91,6 +112,19 @@ std::string gemm_prelude(GemmIsa isa);
 // [0, tasks)). Every element is computed the same way whatever the range: the split does not
 // change the result.
 GeneratedGemm generate_gemm(const GemmSpec& spec);
+
+// One shape's GEMM as max-autotune chose it: the engine's, or a generated schedule (spec's mr,
+// nv, unroll, ksplit). A compiled graph's matmul of the same (M, N, K, epilogue, bias, ISA)
+// takes it.
+struct GemmPick {
+  GemmSpec spec;
+  bool engine = false;
+};
+bool gemm_same_shape(const GemmSpec& a, const GemmSpec& b);  // M, N, K, epilogue, bias, ISA
+// The pick for `shape` (null: none), and whether a matmul of that shape calls a generated GEMM:
+// its pick's choice, else the backend's (kAuto: gemm_generated_by_rule).
+const GemmPick* gemm_find_pick(const std::vector<GemmPick>& picks, const GemmSpec& shape);
+bool gemm_use_generated(GemmBackend backend, const std::vector<GemmPick>& picks, const GemmSpec& shape);
 // gemm_prelude + generate_gemm: a whole translation unit for jit_load.
 std::string gemm_source(const GemmSpec& spec);
 

@@ -2,6 +2,7 @@
 // debug files and max-autotune's choice between code generation variants.
 #include "compile/runner.h"
 
+#include "compile/autotune_gemm.h"
 #include "compile/jit.h"
 #include "compile/runtime.h"
 #include "core/error.h"
@@ -79,7 +80,7 @@ Lowered lower(const Graph& captured, const CompileOptions& opt) {
   Lowered l;
   const Timer t0;
   const Graph planned = run_passes(captured, opt.passes);
-  l.schedule = schedule(planned, opt.codegen.generated_gemm);
+  l.schedule = schedule(planned, opt.codegen.gemm, opt.codegen.gemm_picks);
   l.passes_s = t0.elapsed_s();
   const Timer t1;
   CodegenOptions cg = opt.codegen;
@@ -129,23 +130,30 @@ Built build(const Graph& captured, const CompileOptions& opt, const std::string&
 CompiledGraph::CompiledGraph(const Graph& captured, WeightBinding& weights, const CompileOptions& opt)
     : captured_(captured) {
   const Timer t0;
-  std::vector<Built> candidates;
+  Built built;
   if (opt.mode == "max-autotune") {
-    // variants: vector width of the generated loops x the engine's GEMM or generated GEMMs
-    for (const auto& [w, gen] : {std::pair{16, false}, std::pair{16, true}, std::pair{8, true}, std::pair{32, true}}) {
-      CompileOptions o = opt;
-      o.codegen.vec_width = w;
-      o.codegen.generated_gemm = gen;
-      candidates.push_back(build(captured, o, fmt::format("vec{} {}", w, gen ? "generated-gemm" : "engine-gemm")));
-    }
+    // every distinct GEMM shape's generated variants against the engine's GEMM, timed by the
+    // shared harness (autotune_gemm.h, one source for all shapes), then one build with the picks
+    MINIGPT_CHECK(opt.codegen.gemm != GemmBackend::kEngine || opt.codegen.gemm_picks.empty(),
+                  "compile: max-autotune with the engine's GEMM forced has nothing to tune");
+    CompileOptions o = opt;
+    const Graph planned = run_passes(captured, opt.passes);
+    auto weight = [&](const std::string& name) {
+      const auto it = weights.values.find(name);
+      MINIGPT_CHECK(it != weights.values.end(), "compile: graph {} needs weight '{}', which the model does not have", captured.name, name);
+      return it->second;
+    };
+    std::string report;
+    o.codegen.gemm_picks = autotune_graph_gemms(planned, weight, {}, opt.cache_dir, &report);
+    if (!opt.quiet && !report.empty()) fmt::print(stderr, "minigpt compile: max-autotune GEMM picks for {}:\n{}", captured.name, report);
+    built = build(captured, o, fmt::format("vec{} tuned-gemm", o.codegen.vec_width));
   } else {
     MINIGPT_CHECK(opt.mode == "default", "compile: unknown mode '{}' (default | max-autotune)", opt.mode);
-    candidates.push_back(build(captured, opt, fmt::format("vec{} {}", opt.codegen.vec_width,
-                                                          opt.codegen.generated_gemm ? "generated-gemm" : "engine-gemm")));
+    built = build(captured, opt, fmt::format("vec{} {}", opt.codegen.vec_width, gemm_backend_name(opt.codegen.gemm)));
   }
   // bind weights (and their packed forms) into io slots
   auto adopt = [&](Built& b) {
-    schedule_ = b.lowered.schedule;  // copies: max-autotune adopts candidates more than once
+    schedule_ = b.lowered.schedule;
     code_ = b.lowered.code;
     lib_ = b.lib;
     stats_.passes_s = b.lowered.passes_s;
@@ -177,48 +185,7 @@ CompiledGraph::CompiledGraph(const Graph& captured, WeightBinding& weights, cons
       }
     }
   };
-  if (candidates.size() == 1) {
-    adopt(candidates[0]);
-  } else {
-    // max-autotune: time each variant on the same inputs (ids 1, floats 0.5), keep the fastest
-    double best = 1e30;
-    size_t best_i = 0;
-    ThreadPool pool(1);
-    // the inputs and outputs, made once: every candidate runs on the same buffers
-    std::vector<std::vector<int32_t>> ibufs;
-    std::vector<const void*> ins;
-    std::vector<Tensor> fbufs;
-    for (int t : captured.inputs) {
-      const TensorInfo& ti = captured.tensor(t);
-      if (ti.dtype == DType::I32) {
-        ibufs.emplace_back(static_cast<size_t>(ti.numel()), 1);
-        ins.push_back(ibufs.back().data());
-      } else {
-        fbufs.push_back(Tensor::full(ti.shape, 0.5f));
-        ins.push_back(fbufs.back().data());
-      }
-    }
-    std::vector<Tensor> obufs;
-    std::vector<float*> outs;
-    for (int t : captured.outputs) {
-      obufs.push_back(Tensor::empty(captured.tensor(t).shape));
-      outs.push_back(obufs.back().data());
-    }
-    for (size_t c = 0; c < candidates.size(); ++c) {
-      adopt(candidates[c]);
-      std::vector<double> times;
-      for (int r = 0; r < 30; ++r) {
-        const Timer t1;
-        run(ins, outs, pool);
-        times.push_back(t1.elapsed_s());
-      }
-      if (const double m = median(times); m < best) {
-        best = m;
-        best_i = c;
-      }
-    }
-    adopt(candidates[best_i]);
-  }
+  adopt(built);
   stats_.total_s = t0.elapsed_s();
   const bool debug = env_compile_debug() || !opt.dump_dir.empty();
   if (env_logs_output_code() && !opt.quiet) fmt::print(stderr, "{}\n", code_.source);

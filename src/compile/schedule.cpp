@@ -39,9 +39,12 @@ int64_t node_flops(const Graph& g, const Node& n) {
   }
 }
 
-std::string kernel_stem(const Graph& g, const Kernel& k, bool generated_gemm) {
+std::string kernel_stem(const Graph& g, const Kernel& k, GemmBackend gemm, const std::vector<GemmPick>& picks) {
   switch (k.kind) {
-    case KernelKind::Matmul: return generated_gemm ? "cpp_gemm" : "extern_linear";
+    case KernelKind::Matmul: {
+      const Node& n = g.nodes[static_cast<size_t>(k.nodes[0])];
+      return gemm_use_generated(gemm, picks, matmul_gemm_shape(g, n)) ? "cpp_gemm" : "extern_linear";
+    }
     case KernelKind::Attention: return "cpp_fused_attention";
     case KernelKind::KvWrite: return "cpp_kv_write";
     case KernelKind::Rowwise: break;
@@ -58,7 +61,14 @@ std::string kernel_stem(const Graph& g, const Kernel& k, bool generated_gemm) {
 
 }  // namespace
 
-Schedule schedule(const Graph& fused, bool generated_gemm) {
+GemmSpec matmul_gemm_shape(const Graph& g, const Node& n) {
+  const TensorInfo& x = g.tensor(n.inputs[0]);
+  return gemm_spec(x.rows(), g.tensor(n.inputs[1]).shape[0], x.cols(),
+                   n.gelu ? GemmEpilogueKind::kGelu : n.has_residual ? GemmEpilogueKind::kResidual : GemmEpilogueKind::kNone,
+                   n.has_bias, gemm_isa(active_isa()));
+}
+
+Schedule schedule(const Graph& fused, GemmBackend gemm, const std::vector<GemmPick>& picks) {
   Schedule s;
   s.graph = fused;
   const Graph& g = s.graph;
@@ -120,7 +130,7 @@ Schedule schedule(const Graph& fused, bool generated_gemm) {
       k.rows = rs.rows;
       k.cols = rs.cols;
     }
-    k.name = fmt::format("{}_{}", kernel_stem(g, k, generated_gemm), gi);
+    k.name = fmt::format("{}_{}", kernel_stem(g, k, gemm, picks), gi);
   }
   return s;
 }

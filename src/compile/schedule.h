@@ -7,6 +7,7 @@
 // already gave every intermediate its arena offset).
 #pragma once
 
+#include "compile/codegen_gemm.h"
 #include "compile/ir.h"
 
 #include <cstdint>
@@ -35,9 +36,11 @@ struct Schedule {
   std::vector<Kernel> kernels;
 };
 
-// generated_gemm: matmuls will be generated GEMMs (named cpp_gemm_N), else calls of the
-// engine's GEMM (extern_linear_N).
-Schedule schedule(const Graph& fused, bool generated_gemm = false);
+// gemm, picks: which matmuls will be generated GEMMs (named cpp_gemm_N) and which calls of the
+// engine's GEMM (extern_linear_N), decided per matmul by gemm_use_generated as codegen_cpp does.
+Schedule schedule(const Graph& fused, GemmBackend gemm = GemmBackend::kAuto, const std::vector<GemmPick>& picks = {});
+// A matmul node's GEMM shape (M, N, K, epilogue, bias; the engine's ISA), schedule unresolved.
+GemmSpec matmul_gemm_shape(const Graph& g, const Node& n);
 // A table: one line per kernel (name, ops, shapes, bytes, FLOPs).
 std::string print_schedule(const Schedule& s);
 
