@@ -10,7 +10,9 @@ CudaLowered lower_cuda(const Graph& captured, const PassOptions& passes, const C
   CudaLowered l;
   const Timer t0;
   const Graph planned = run_passes(captured, passes);
-  l.schedule = cuda_schedule(schedule(planned, codegen.generated_gemm), codegen.generated_gemm);
+  // (the CPU schedule's GEMM choice only names its matmul kernels; cuda_schedule renames them)
+  const GemmBackend gemm = codegen.generated_gemm ? GemmBackend::kGenerated : GemmBackend::kEngine;
+  l.schedule = cuda_schedule(schedule(planned, gemm), codegen.generated_gemm);
   l.passes_s = t0.elapsed_s();
   const Timer t1;
   l.code = generate_cuda(l.schedule, codegen);
