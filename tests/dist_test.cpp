@@ -9,6 +9,7 @@
 #include "dist/communicator.h"
 #include "dist/grad_buckets.h"
 #include "dist/grad_layout.h"
+#include "dist/local_ranks.h"
 #include "dist/nccl_host.h"
 #include "dist/parallel_plan.h"
 #include "expect_error.h"
@@ -225,3 +226,23 @@ TEST(NcclHost, DistNcclNeedsAnNcclBuild) {
 
 }  // namespace
 }  // namespace minigpt
+
+TEST(LocalRanks, RerunsTheCommandLineUnderMpirunWithNcclInsteadOfGpus) {
+  using V = std::vector<std::string>;
+  // --gpus and its value removed, --dist replaced by nccl, everything else kept in order
+  EXPECT_EQ(minigpt::dist::local_ranks_command("/usr/bin/mpirun", "/opt/minigpt",
+                                V{"minigpt", "-t", "1", "train", "--device", "cuda", "--gpus", "2", "--steps", "5"}, 2, false),
+            (V{"/usr/bin/mpirun", "--bind-to", "none", "-np", "2", "/opt/minigpt", "-t", "1", "train", "--device", "cuda",
+               "--steps", "5", "--dist", "nccl"}));
+  EXPECT_EQ(minigpt::dist::local_ranks_command("mpirun", "/x", V{"minigpt", "bench", "train", "--gpus=4", "--dist", "single", "-B", "8"}, 4, true),
+            (V{"mpirun", "--allow-run-as-root", "--bind-to", "none", "-np", "4", "/x", "bench", "train", "--dist", "nccl",
+               "-B", "8"}));
+  EXPECT_EQ(minigpt::dist::local_ranks_command("mpirun", "/x", V{"minigpt", "train", "--dist=mpi", "--gpus", "2"}, 2, false),
+            (V{"mpirun", "--bind-to", "none", "-np", "2", "/x", "train", "--dist", "nccl"}));
+}
+
+TEST(LocalRanks, TooFewGpusIsAClearErrorBeforeAnythingStarts) {
+  // This machine has fewer than 64 GPUs: the check fails before mpirun is looked for.
+  EXPECT_ERROR(minigpt::dist::exec_local_ranks({"minigpt", "train", "--gpus", "64"}, 64, "train"), "train --gpus 64: ");
+  EXPECT_ERROR(minigpt::dist::exec_local_ranks({"minigpt", "train", "--gpus", "64"}, 64, "train"), "one rank per GPU needs 64");
+}

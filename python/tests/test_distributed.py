@@ -198,6 +198,25 @@ def gpu_visible() -> bool:
     return gpus_visible() > 0
 
 
+def test_gpus_n_is_refused_clearly_where_it_cannot_start_its_ranks(tmp_path):
+    # `--gpus N` starts N local GPU ranks itself (dist/local_ranks.h); it needs --device cuda, as
+    # many GPUs as ranks, and not to be under mpirun already. Nothing is written when refused.
+    out = tmp_path / "m.safetensors"
+    base = [str(EXE), "-t", "1", "train", *TINY, "--steps", "1", "-o", str(out)]
+    cpu = subprocess.run([*base, "--gpus", "2"], capture_output=True, text=True, timeout=120)
+    assert cpu.returncode != 0 and "train --gpus 2: one rank per GPU needs --device cuda" in cpu.stderr, cpu.stderr
+    bench = subprocess.run([str(EXE), "bench", "train", "--gpus", "2"], capture_output=True, text=True, timeout=120)
+    assert bench.returncode != 0 and "bench train --gpus 2: one rank per GPU needs --device cuda" in bench.stderr
+    many = gpus_visible() + 1
+    run = subprocess.run([*base, "--device", "cuda", "--gpus", str(many)], capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0, run.stdout + run.stderr
+    # without a GPU (or CUDA) the device check speaks first; with fewer GPUs than ranks, the count
+    assert re.search(r"train --device cuda: .*(built without CUDA|no CUDA device is visible)"
+                     rf"|train --gpus {many}: \d+ CUDA GPUs? (is|are) visible; one rank per GPU needs {many}", run.stderr), \
+        run.stderr
+    assert not out.exists()
+
+
 def test_dist_nccl_without_a_gpu_is_a_clear_error(tmp_path):
     args = [str(EXE), "-t", "1", "train", *TINY, "--steps", "1", "-o", str(tmp_path / "m.safetensors")]
     # NCCL reduces GPU buffers: without --device cuda it is refused on any machine.

@@ -25,6 +25,7 @@
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "data/corpus.h"
+#include "dist/local_ranks.h"
 #include "model/cuda/cuda_gpt.h"
 #include "train/corpus_streams.h"
 #include "train/progress.h"
@@ -53,6 +54,7 @@ struct BenchTrainArgs {
   std::string device = "cpu";
   PeerOptions peers;
   DistBenchArgs dist;  // --dist: the data-parallel step instead (bench_train_dist.cpp)
+  int gpus = 0;        // --gpus N: the NCCL step on N local GPUs, ranks started here (dist/local_ranks.h)
 };
 
 // The PyTorch port's step (torch_train.py --no-cpp -o json: {"torch_version", "rows": [{"impl",
@@ -164,7 +166,16 @@ void add_bench_train_command(CLI::App& bench, GlobalOptions& global) {
   cmd->add_option("--layers", a->dist.layers, "With --dist: transformer blocks")->capture_default_str()->check(CLI::Range(1, 64));
   cmd->add_option("--d-model", a->dist.d_model, "With --dist: model width")->capture_default_str()->check(CLI::Range(1, 4096));
   cmd->add_option("--heads", a->dist.heads, "With --dist: attention heads")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--gpus", a->gpus, "With --device cuda: the data-parallel step on N local GPUs over NCCL, ranks started by this command (mpirun underneath)")->check(CLI::Range(1, 64));
   cmd->callback([a, &global] {
+    if (a->gpus > 0) {
+      MINIGPT_CHECK(is_cuda(a->device), "bench train --gpus {}: one rank per GPU needs --device cuda", a->gpus);
+      MINIGPT_CHECK(cuda_model_available(), "bench train --device cuda: {}", cuda_model_unavailable_reason());
+      MINIGPT_CHECK(!dist::launched_by_mpirun(), "bench train --gpus under mpirun: mpirun has started the ranks "
+                    "already; give --dist nccl instead of --gpus");
+      if (a->gpus > 1) dist::exec_local_ranks(global.argv, a->gpus, "bench train");  // does not return
+      a->dist.dist = "nccl";  // one GPU: the same step as one rank of N
+    }
     if (a->dist.dist.empty()) return run_bench_train(*a, global);
     MINIGPT_CHECK(a->dist.dist != "nccl" || is_cuda(a->device), "bench train --dist nccl: add --device cuda");
     MINIGPT_CHECK(a->dist.dist != "mpi" || !is_cuda(a->device),

@@ -19,6 +19,7 @@
 #include "core/timer.h"
 #include "data/corpus.h"
 #include "dist/communicator.h"
+#include "dist/local_ranks.h"
 #include "model/cuda/cuda_gpt.h"
 #include "model/model_file.h"
 #include "train/checkpoint.h"
@@ -50,7 +51,8 @@ struct TrainArgs {
   int64_t log_every = 100;
   std::string dist = "single";
   std::string device = "cpu";
-  double dist_timeout = 30.0;  // a hung rank is then named and every rank ended well within 60 s
+  double dist_timeout = 30.0;
+  int gpus = 0;  // --gpus N: start N local GPU ranks over NCCL (dist/local_ranks.h); 0: not asked  // a hung rank is then named and every rank ended well within 60 s
 };
 
 void run_train_on(dist::Communicator& comm, const TrainArgs& args, const CLI::App& cmd,
@@ -157,6 +159,12 @@ void run_train(const TrainArgs& args, const CLI::App& cmd, const GlobalOptions& 
                 "train --device cuda --dist mpi: GPU ranks reduce their gradients over NCCL; use --dist nccl");
   if (is_cuda(args.device))  // before the corpus is generated: fail in milliseconds
     MINIGPT_CHECK(cuda_model_available(), "train --device cuda: {}", cuda_model_unavailable_reason());
+  if (args.gpus > 0) {
+    MINIGPT_CHECK(is_cuda(args.device), "train --gpus {}: one rank per GPU needs --device cuda", args.gpus);
+    MINIGPT_CHECK(!dist::launched_by_mpirun(), "train --gpus under mpirun: mpirun has started the ranks already; "
+                  "give --dist nccl instead of --gpus");
+    if (args.gpus > 1) dist::exec_local_ranks(global.argv, args.gpus, "train");  // does not return
+  }
   std::unique_ptr<dist::Communicator> comm = dist::make_communicator(args.dist, args.dist_timeout);
   // Ranks other than 0 print nothing (errors still reach stderr).
   if (!comm->is_root()) MINIGPT_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, "cannot silence stdout");
@@ -196,6 +204,7 @@ void add_train_command(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--log-every", args->log_every, "Steps between log lines when stdout is not a terminal")->capture_default_str()->check(CLI::PositiveNumber);
   add_device_option(cmd, args->device);
   cmd->add_option("--dist", args->dist, "Data parallel engine: single (one process), mpi (CPU ranks under mpirun) or nccl (GPU ranks under mpirun, with --device cuda)")->capture_default_str()->check(CLI::IsMember({"single", "mpi", "nccl"}));
+  cmd->add_option("--gpus", args->gpus, "With --device cuda: train on N local GPUs, one rank each over NCCL, started by this command (mpirun underneath)")->check(CLI::Range(1, 64));
   cmd->add_option("--dist-timeout", args->dist_timeout, "Seconds a rank waits in a collective before aborting every rank")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->callback([args, cmd, &global] { run_train(*args, *cmd, global); });
 }

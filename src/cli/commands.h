@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include <string>
+#include <vector>
 
 namespace minigpt::cli {
 
@@ -13,6 +14,7 @@ namespace minigpt::cli {
 struct GlobalOptions {
   int threads = 0;  // -t/--threads; 0 = every core of the machine
   int resolved_threads() const;
+  std::vector<std::string> argv;  // the command line as typed (`--gpus N` re-runs it under mpirun)
 };
 
 // The shipped model, used when -m is not given.

@@ -79,6 +79,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough();  // global options may follow the subcommand: `minigpt bench model -t 2`
   GlobalOptions global;
+  global.argv.assign(argv, argv + argc);
   app.add_option("-t,--threads", global.threads, "CPU threads (default: every core)")
       ->check(CLI::Range(1, 1024));
 
