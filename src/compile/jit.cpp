@@ -8,6 +8,7 @@
 #include "compile/file_lock.h"
 
 #include "core/error.h"
+#include "core/executable.h"
 #include "core/isa.h"
 #include "core/timer.h"
 #include "io/atomic_file.h"
@@ -33,7 +34,6 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
-#include <sstream>
 
 namespace minigpt::compile {
 
@@ -100,23 +100,6 @@ ProcessResult run_process(const std::vector<std::string>& args, const fs::path& 
   if (result.status == 127 && result.output.empty()) result.output = "exec failed";
   if (result.status == 126 && result.output.empty()) result.output = "cannot enter " + dir;
   return result;
-}
-
-// An executable named `name`: as given when it holds a '/', else the first match on $PATH.
-std::optional<fs::path> find_executable(const std::string& name) {
-  if (name.empty()) return std::nullopt;
-  if (name.find('/') != std::string::npos) {
-    if (::access(name.c_str(), X_OK) == 0) return fs::absolute(name);
-    return std::nullopt;
-  }
-  std::stringstream path(getenv_str("PATH"));
-  std::string dir;
-  while (std::getline(path, dir, ':')) {
-    if (dir.empty()) continue;
-    const fs::path candidate = fs::path(dir) / name;
-    if (::access(candidate.c_str(), X_OK) == 0 && fs::is_regular_file(candidate)) return candidate;
-  }
-  return std::nullopt;
 }
 
 HostCompiler find_host_compiler() {

@@ -3,6 +3,7 @@
 
 #include "core/device_info.h"
 #include "core/error.h"
+#include "core/executable.h"
 
 #include <unistd.h>
 
@@ -10,27 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <string_view>
 
 namespace minigpt::dist {
-
-namespace {
-
-// The first executable named `name` on PATH, or "" (what `command -v` finds).
-std::string find_on_path(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::string_view rest = path != nullptr ? path : "";
-  while (!rest.empty()) {
-    const size_t colon = rest.find(':');
-    const std::string dir(rest.substr(0, colon));
-    rest = colon == std::string_view::npos ? std::string_view{} : rest.substr(colon + 1);
-    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return "";
-}
-
-}  // namespace
 
 bool launched_by_mpirun() {
   const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
@@ -65,7 +47,7 @@ void exec_local_ranks(const std::vector<std::string>& argv, int gpus, const std:
   const size_t visible = gpu_info().size();
   MINIGPT_CHECK(visible >= static_cast<size_t>(gpus), "{} --gpus {}: {} CUDA GPU{} visible; one rank per GPU needs {}",
                 command, gpus, visible, visible == 1 ? " is" : "s are", gpus);
-  const std::string mpirun = find_on_path("mpirun");
+  const std::string mpirun = find_executable("mpirun").value_or("").string();
   MINIGPT_CHECK(!mpirun.empty(), "{} --gpus {}: mpirun is not on PATH (Open MPI: `make setup` installs openmpi-bin)",
                 command, gpus);
   std::error_code ec;
