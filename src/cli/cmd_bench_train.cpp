@@ -169,11 +169,9 @@ void add_bench_train_command(CLI::App& bench, GlobalOptions& global) {
   cmd->add_option("--gpus", a->gpus, "With --device cuda: the data-parallel step on N local GPUs over NCCL, ranks started by this command (mpirun underneath)")->check(CLI::Range(1, 64));
   cmd->callback([a, &global] {
     if (a->gpus > 0) {
-      MINIGPT_CHECK(is_cuda(a->device), "bench train --gpus {}: one rank per GPU needs --device cuda", a->gpus);
-      MINIGPT_CHECK(cuda_model_available(), "bench train --device cuda: {}", cuda_model_unavailable_reason());
-      MINIGPT_CHECK(!dist::launched_by_mpirun(), "bench train --gpus under mpirun: mpirun has started the ranks "
-                    "already; give --dist nccl instead of --gpus");
-      if (a->gpus > 1) dist::exec_local_ranks(global.argv, a->gpus, "bench train");  // does not return
+      if (is_cuda(a->device))
+        MINIGPT_CHECK(cuda_model_available(), "bench train --device cuda: {}", cuda_model_unavailable_reason());
+      dist::start_local_ranks_if_asked(global.argv, a->gpus, is_cuda(a->device), "bench train");  // N > 1: no return
       a->dist.dist = "nccl";  // one GPU: the same step as one rank of N
     }
     if (a->dist.dist.empty()) return run_bench_train(*a, global);

@@ -159,12 +159,7 @@ void run_train(const TrainArgs& args, const CLI::App& cmd, const GlobalOptions& 
                 "train --device cuda --dist mpi: GPU ranks reduce their gradients over NCCL; use --dist nccl");
   if (is_cuda(args.device))  // before the corpus is generated: fail in milliseconds
     MINIGPT_CHECK(cuda_model_available(), "train --device cuda: {}", cuda_model_unavailable_reason());
-  if (args.gpus > 0) {
-    MINIGPT_CHECK(is_cuda(args.device), "train --gpus {}: one rank per GPU needs --device cuda", args.gpus);
-    MINIGPT_CHECK(!dist::launched_by_mpirun(), "train --gpus under mpirun: mpirun has started the ranks already; "
-                  "give --dist nccl instead of --gpus");
-    if (args.gpus > 1) dist::exec_local_ranks(global.argv, args.gpus, "train");  // does not return
-  }
+  dist::start_local_ranks_if_asked(global.argv, args.gpus, is_cuda(args.device), "train");  // N > 1: does not return
   std::unique_ptr<dist::Communicator> comm = dist::make_communicator(args.dist, args.dist_timeout);
   // Ranks other than 0 print nothing (errors still reach stderr).
   if (!comm->is_root()) MINIGPT_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, "cannot silence stdout");

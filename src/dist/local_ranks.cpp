@@ -43,6 +43,14 @@ std::vector<std::string> local_ranks_command(const std::string& mpirun, const st
   return out;
 }
 
+void start_local_ranks_if_asked(const std::vector<std::string>& argv, int gpus, bool on_cuda, const std::string& command) {
+  if (gpus == 0) return;
+  MINIGPT_CHECK(on_cuda, "{} --gpus {}: one rank per GPU needs --device cuda", command, gpus);
+  MINIGPT_CHECK(!launched_by_mpirun(), "{} --gpus under mpirun: mpirun has started the ranks already; give --dist nccl "
+                "instead of --gpus", command);
+  if (gpus > 1) exec_local_ranks(argv, gpus, command);
+}
+
 void exec_local_ranks(const std::vector<std::string>& argv, int gpus, const std::string& command) {
   const size_t visible = gpu_info().size();
   MINIGPT_CHECK(visible >= static_cast<size_t>(gpus), "{} --gpus {}: {} CUDA GPU{} visible; one rank per GPU needs {}",

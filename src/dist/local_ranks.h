@@ -21,6 +21,11 @@ bool launched_by_mpirun();
 std::vector<std::string> local_ranks_command(const std::string& mpirun, const std::string& self_exe,
                                              const std::vector<std::string>& argv, int gpus, bool as_root);
 
+// What `--gpus N` does on `command` (gpus == 0: not asked, returns): refuses it without
+// --device cuda or under mpirun (an Error naming the conflict), returns for N == 1 (the plain
+// one-GPU path) and execs N local ranks (exec_local_ranks) for N > 1.
+void start_local_ranks_if_asked(const std::vector<std::string>& argv, int gpus, bool on_cuda, const std::string& command);
+
 // Checks that `gpus` GPUs are visible and that mpirun is installed (an Error naming what is
 // missing otherwise), then replaces this process by `mpirun -np gpus ...`. Returns only by
 // throwing.
