@@ -214,6 +214,14 @@ TEST(CompilePasses, CodegenGeneratesLoopsNotEagerCalls) {
   // into the embedding kernel)
   const std::regex layernorm_body(R"(static void cpp_fused_layernorm_[0-9]+_rows\(void\* ctx)");
   EXPECT_EQ(std::distance(std::sregex_iterator(src.begin(), src.end(), layernorm_body), std::sregex_iterator()), 1);
+  // and a generated GEMM's wrapper: one per distinct GEMM (shape and epilogue), not per layer
+  const std::regex gemm_wrapper(R"(static void cpp_gemm_[0-9]+_tasks\(void\* ctx)");
+  const std::regex gemm_used(R"(generated GEMM (mg_gemm_\w+))");
+  std::set<std::string> distinct_gemms;
+  for (auto it = std::sregex_iterator(src.begin(), src.end(), gemm_used); it != std::sregex_iterator(); ++it)
+    distinct_gemms.insert((*it)[1].str());
+  EXPECT_EQ(static_cast<size_t>(std::distance(std::sregex_iterator(src.begin(), src.end(), gemm_wrapper), std::sregex_iterator())),
+            distinct_gemms.size());
   // the attention kernel holds no score matrix: no (T, T) buffer in the arena
   for (const Node& n : l.schedule.graph.nodes) EXPECT_NE(n.op, Op::AttnScores);
 }

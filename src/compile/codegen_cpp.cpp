@@ -758,7 +758,7 @@ GeneratedCode generate_cpp(const Schedule& s, const CodegenOptions& opt) {
   std::vector<std::string> calls;
   std::map<std::string, std::string> loops_emitted;  // kernel text with its name as "@" -> name
   for (const Kernel& k : s.kernels) {
-    std::string code, call_args;
+    std::string code, call_args, matmul_call;
     switch (k.kind) {
       case KernelKind::Rowwise: {
         RowwiseGen gen(s, k, opt);
@@ -768,25 +768,24 @@ GeneratedCode generate_cpp(const Schedule& s, const CodegenOptions& opt) {
       case KernelKind::Attention: code = generate_attention(s, k, opt, call_args); break;
       case KernelKind::KvWrite: code = generate_kv_write(s, k, call_args); break;
       case KernelKind::Matmul: {
-        std::string line;
         const auto gm = node_gemm.find(k.nodes[0]);
         if (gm != node_gemm.end()) {
           const Node& n = g.nodes[static_cast<size_t>(k.nodes[0])];
-          code = generate_gemm_call(s, k, gm->second, gemm_packed.at(gm->second.name + "|" + g.tensor(n.inputs[1]).name), opt, line);
+          code = generate_gemm_call(s, k, gm->second, gemm_packed.at(gm->second.name + "|" + g.tensor(n.inputs[1]).name), opt,
+                                    matmul_call);
         } else {
-          code = generate_matmul(s, k, packed_var, line);
+          code = generate_matmul(s, k, packed_var, matmul_call);
         }
-        calls.push_back(line);
         break;
       }
     }
-    if (k.kind != KernelKind::Matmul) {
-      // A kernel whose loops are the text of an earlier one (the same layer op in another
-      // block: only the buffers passed differ) is emitted once and called under that name, as
-      // Inductor reuses identical kernels; its comment stays, for the reader.
-      const size_t body_at = code.find("struct " + k.name + "_args");
+    // A kernel whose loops are the text of an earlier one (the same layer op in another block:
+    // only the buffers passed differ) is emitted once and called under that name, as Inductor
+    // reuses identical kernels; its comment stays, for the reader. (An engine matmul defines
+    // no function of its own: nothing to share.)
+    std::string fn = k.name;
+    if (const size_t body_at = code.find("struct " + k.name + "_args"); body_at != std::string::npos) {
       const std::string shape_of_loops = loops_key(code.substr(body_at), k.name);
-      std::string fn = k.name;
       const auto seen = loops_emitted.find(shape_of_loops);
       if (seen != loops_emitted.end()) {
         fn = seen->second;
@@ -794,7 +793,15 @@ GeneratedCode generate_cpp(const Schedule& s, const CodegenOptions& opt) {
       } else {
         loops_emitted.emplace(shape_of_loops, k.name);
       }
+    }
+    if (k.kind != KernelKind::Matmul) {
       calls.push_back(fmt::format("  {{ const {}_args a = {{{}}}; {}(rt, &a); }}  // {}\n", fn, call_args.substr(2), fn, k.name));
+    } else if (fn != k.name) {  // the generated GEMM's call line, under the shared wrapper's name
+      for (const std::string suffix : {"_args ", "(rt"})
+        matmul_call.replace(matmul_call.find(k.name + suffix), k.name.size(), fn);
+      calls.push_back(matmul_call.substr(0, matmul_call.size() - 1) + "  // " + k.name + "\n");
+    } else {
+      calls.push_back(matmul_call);
     }
     out.kernels.push_back({k.name, code});
     src += "\n" + code;
