@@ -4,6 +4,7 @@
 #include "compile/jit.h"
 
 #include "compile_jit_test_util.h"
+#include "core/isa.h"
 #include "core/error.h"
 
 #include <gtest/gtest.h>
@@ -74,7 +75,10 @@ TEST(JitHostCompiler, FoundAndDescribed) {
   const HostCompiler& hc = host_compiler();
   EXPECT_TRUE(fs::path(hc.path).is_absolute()) << hc.path;
   EXPECT_FALSE(hc.version.empty());
-  EXPECT_NE(std::find(hc.flags.begin(), hc.flags.end(), "-ffp-contract=fast"), hc.flags.end());
+  // contraction as eager's kernels of the active ISA: FMAs on avx512, none in the fallbacks
+  const char* contract = active_isa() == Isa::Avx512 ? "-ffp-contract=fast" : "-ffp-contract=off";
+  EXPECT_NE(std::find(hc.flags.begin(), hc.flags.end(), contract), hc.flags.end());
+  EXPECT_EQ(std::count_if(hc.flags.begin(), hc.flags.end(), [](const std::string& f) { return f.starts_with("-ffp-contract="); }), 1);
   EXPECT_NE(hc.describe().find(hc.version), std::string::npos);
   EXPECT_FALSE(cpu_features().empty());
 }

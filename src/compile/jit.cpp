@@ -26,6 +26,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -34,6 +35,7 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <string_view>
 
 namespace minigpt::compile {
 
@@ -130,7 +132,15 @@ HostCompiler find_host_compiler() {
                 v.output);
   hc.version = v.output.substr(0, v.output.find('\n'));
   hc.flags.assign(std::begin(kJitFlags), std::end(kJitFlags));
-  for (std::string& f : isa_flags()) hc.flags.push_back(std::move(f));
+  for (std::string& f : isa_flags()) {
+    // an ISA's -ffp-contract= takes the place of the default one (one rule in the flags)
+    const std::string_view contract = "-ffp-contract=";
+    const auto same = std::find_if(hc.flags.begin(), hc.flags.end(), [&](const std::string& g) {
+      return f.starts_with(contract) && g.starts_with(contract);
+    });
+    if (same != hc.flags.end()) *same = std::move(f);
+    else hc.flags.push_back(std::move(f));
+  }
   return hc;
 }
 
@@ -336,8 +346,8 @@ std::string HostCompiler::describe() const {
 std::vector<std::string> isa_flags() {
   switch (active_isa()) {
     case Isa::Avx512: return {};
-    case Isa::Avx2: return {"-mno-avx512f"};
-    case Isa::Scalar: return {"-mno-avx"};
+    case Isa::Avx2: return {"-mno-avx512f", "-ffp-contract=off"};
+    case Isa::Scalar: return {"-mno-avx", "-ffp-contract=off"};
   }
   return {};
 }
