@@ -45,25 +45,32 @@ std::string sanitize(const std::string& name) {
 
 const char* kHelpers = R"(// ---- scalar helpers: branch-free so that loops over them vectorise ----------------------
 
-// exp(x) in float: x = n ln2 + r with |r| <= ln2/2, exp(r) by Cephes' expf polynomial, 2^n
-// from the exponent bits. NaN stays NaN, exp(-inf) = 0, exp(x > 88.72) = +inf, exp(0) = 1.
+// a * b + c with one rounding, whatever -ffp-contract says (an FMA instruction where the
+// target has one; libm's fmaf under -mno-avx, as eager's scalar exp calls std::fma)
+static inline float mg_fma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+
+// exp(x) in float with the arithmetic of eager's softmax exp (kernels/cpu exp_poly,
+// softmax_simd_ops.h): n = round(x / ln2) by the 1.5 * 2^23 shift, r = x - n ln2 (ln2 split
+// hi/lo), exp(r) by its degree-6 minimax polynomial (Horner, FMAs), times 2^n from the exponent
+// bits; so on [-86.6, 0], the softmax's domain, the result is eager's bit for bit. Beyond
+// eager's domain: NaN stays NaN, exp(x < -87.33654) = 0 (-inf included), exp(x > 88.72283) =
+// +inf, and 2^n is applied as 2^(n-1) * 2 so that n = 128 stays finite.
 static inline float mg_exp(float x) {
   float xc = x < -87.33654f ? -87.33654f : x;
   xc = xc > 88.72283f ? 88.72283f : xc;
-  const float n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;  // round(x / ln2)
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
+  const float n = mg_fma(xc, 1.44269504f, 12582912.0f) - 12582912.0f;  // round(x / ln2)
+  float r = mg_fma(-n, 0.693145751953125f, xc);
+  r = mg_fma(-n, 1.428606765330187e-06f, r);
+  float u = mg_fma(0.001381461275741458f, r, 0.008368710055947304f);
+  u = mg_fma(u, r, 0.04166838899254799f);
+  u = mg_fma(u, r, 0.1666652113199234f);
+  u = mg_fma(u, r, 0.4999999403953552f);
+  u = mg_fma(u, r, 1.0f);
+  u = mg_fma(u, r, 1.0f);
   const uint32_t bits = (uint32_t)((int32_t)n + 126) << 23;  // 2^(n-1)
   float s;
   memcpy(&s, &bits, sizeof s);
-  float y = p * s * 2.0f;
+  float y = u * s * 2.0f;
   y = x < -87.33654f ? 0.0f : y;
   y = x > 88.72283f ? INFINITY : y;
   return y;
@@ -134,23 +141,36 @@ static inline float mg_hsum(mg_vf v) {
   return s;
 }
 
+// mg_fma on every lane: one vector FMA instruction where the target has it for MG_W lanes
+// (the compiler leaves a loop of fmaf over the lanes scalar), else lane by lane
+static inline mg_vf mg_fma_v(mg_vf a, mg_vf b, mg_vf c) {
+#if MG_W == 16 && defined(__AVX512F__)
+  return (mg_vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#elif MG_W == 8 && defined(__FMA__)
+  return (mg_vf)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#elif MG_W == 4 && defined(__FMA__)
+  return (mg_vf)_mm_fmadd_ps((__m128)a, (__m128)b, (__m128)c);
+#else
+  for (int l = 0; l < MG_W; ++l) a[l] = mg_fma(a[l], b[l], c[l]);
+  return a;
+#endif
+}
 // mg_exp on every lane
 static inline mg_vf mg_exp_v(mg_vf x) {
   const mg_vf lo = mg_splat(-87.33654f), hi = mg_splat(88.72283f);
   mg_vf xc = x < lo ? lo : x;
   xc = xc > hi ? hi : xc;
-  const mg_vf n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;
-  mg_vf r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  mg_vf p = mg_splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
+  const mg_vf n = mg_fma_v(xc, mg_splat(1.44269504f), mg_splat(12582912.0f)) - 12582912.0f;
+  mg_vf r = mg_fma_v(-n, mg_splat(0.693145751953125f), xc);
+  r = mg_fma_v(-n, mg_splat(1.428606765330187e-06f), r);
+  mg_vf u = mg_fma_v(mg_splat(0.001381461275741458f), r, mg_splat(0.008368710055947304f));
+  u = mg_fma_v(u, r, mg_splat(0.04166838899254799f));
+  u = mg_fma_v(u, r, mg_splat(0.1666652113199234f));
+  u = mg_fma_v(u, r, mg_splat(0.4999999403953552f));
+  u = mg_fma_v(u, r, mg_splat(1.0f));
+  u = mg_fma_v(u, r, mg_splat(1.0f));
   const mg_vi bits = (__builtin_convertvector(n, mg_vi) + 126) << 23;  // 2^(n-1)
-  mg_vf y = p * (mg_vf)bits * 2.0f;
+  mg_vf y = u * (mg_vf)bits * 2.0f;
   y = x < lo ? mg_splat(0.0f) : y;
   y = x > hi ? mg_splat(INFINITY) : y;
   return y;
@@ -172,7 +192,7 @@ std::string loops_key(std::string code, const std::string& kernel_name) {
   for (size_t at = code.find(kernel_name); at != std::string::npos; at = code.find(kernel_name, at))
     code.replace(at, kernel_name.size(), "@");
   code = std::regex_replace(code, std::regex("//[^\n]*"), "");
-  static const std::regex temp(R"(\b(acc|tot|row|tmp)([0-9]+)\b)");
+  static const std::regex temp(R"(\b(acc|tot|row|tmp)([0-9]+)(?=\b|_))");  // acc12, and acc12 of acc12_1
   std::map<std::string, int> local;  // "tmp162" -> its kernel-local number
   std::string key;
   auto last = code.cbegin();
@@ -262,7 +282,12 @@ class RowwiseGen {
       case Op::BiasAdd: return a(0) + " + " + a(1);
       case Op::Sub: return a(0) + " - " + a(1);
       case Op::Mul: return a(0) + " * " + a(1);
-      case Op::Div: return a(0) + " / " + a(1);
+      case Op::Div:  // by a per-row value (softmax's sum): one reciprocal a row, a multiply per
+                     // column, as eager's softmax scales by 1 / sum (a divide per column cost
+                     // ~3.6 of 22.7 us in the (32, 611) softmax)
+        if (in_group_.count(n.inputs[1]) && is_row(g_.tensor(n.inputs[1]).producer) && m != Mode::Row)
+          return fmt::format("{} * (1.0f / {})", a(0), a(1));
+        return a(0) + " / " + a(1);
       case Op::AddScalar: return a(0) + " + " + flit(n.alpha);
       case Op::MulScalar: return a(0) + " * " + flit(n.alpha);
       case Op::Exp: return fmt::format("mg_exp{}({})", v, a(0));
@@ -330,12 +355,13 @@ class RowwiseGen {
   }
   // A column loop: vector steps of MG_W columns, then the scalar tail over the last C % W.
   // per(m) gives one step's statements.
+  // start: the first column of the vector steps (a multiple of W; what a loop before did).
   template <typename F>
-  std::string column_loop(F&& per, const std::string& indent) const {
+  std::string column_loop(F&& per, const std::string& indent, int64_t start = 0) const {
     const int64_t main = C_ / W_ * W_;
     std::string s;
-    if (main > 0) {
-      s += fmt::format("{}for (int64_t c0 = 0; c0 < {}; c0 += MG_W) {{  // {} lanes a step\n", indent, main, W_);
+    if (main > start) {
+      s += fmt::format("{}for (int64_t c0 = {}; c0 < {}; c0 += MG_W) {{  // {} lanes a step\n", indent, start, main, W_);
       s += indent_text(per(Mode::Vector), indent + "  ");
       s += fmt::format("{}}}\n", indent);
     }
@@ -346,6 +372,33 @@ class RowwiseGen {
       s += fmt::format("{}}}\n", indent);
     }
     return s;
+  }
+
+  // A max reduction's column loop with kMaxChains accumulators (acc12, acc12_1, ...) taking
+  // turns over the vector steps, combined after: one accumulator's chain of dependent max
+  // operations (~4 cycles each) bounds the loop otherwise (the (32, 611) softmax's max pass
+  // ran ~1 us faster of ~18). A max is exact in any order, so the result is the same.
+  // per(m): one step's statements, updating acc{t}. Returns "" when the row is too short.
+  static constexpr int kMaxChains = 4;
+  template <typename F>
+  std::string max_chains_loop(F&& per, int t, bool dbl, const std::string& indent) const {
+    const int64_t chained = C_ / (kMaxChains * W_) * (kMaxChains * W_);
+    if (chained == 0) return "";
+    const std::string acc = fmt::format("acc{}", t), fn = dbl ? "mg_maxd_v" : "mg_max_v";
+    const std::string step = per(Mode::Vector);
+    std::string s = fmt::format("{}{} {}_1 = {}, {}_2 = {}, {}_3 = {};  // {} chains of max\n", indent, dbl ? "mg_vd" : "mg_vf",
+                                acc, acc, acc, acc, acc, acc, kMaxChains);
+    s += fmt::format("{}for (int64_t c4 = 0; c4 < {}; c4 += {} * MG_W) {{  // {} lanes a step, {} steps a trip\n", indent, chained,
+                     kMaxChains, W_, kMaxChains);
+    for (int k = 0; k < kMaxChains; ++k) {
+      const std::string own = k == 0 ? acc : fmt::format("{}_{}", acc, k);
+      s += fmt::format("{}  {{\n{}    const int64_t c0 = c4{};\n", indent, indent, k == 0 ? "" : fmt::format(" + {} * MG_W", k));
+      s += indent_text(std::regex_replace(step, std::regex("\\b" + acc + "\\b"), own), indent + "    ");
+      s += fmt::format("{}  }}\n", indent);
+    }
+    s += fmt::format("{}}}\n", indent);
+    s += fmt::format("{}{} = {}({}({}, {}_1), {}({}_2, {}_3));\n", indent, acc, fn, fn, acc, acc, fn, acc, acc);
+    return s + column_loop(per, indent, chained);
   }
 
   const Graph& g_;
@@ -407,8 +460,7 @@ std::string RowwiseGen::generate(std::string& call_args) {
       std::vector<int> targets;
       if (in_group_.count(src)) targets.push_back(g_.tensor(src).producer);
       const std::vector<int> nodes = closure(targets);
-      code += column_loop(
-          [&](Mode m) {
+      auto step = [&](Mode m) {
             std::string per = body(nodes, m);
             std::string val = operand(src, m);
             if (m == Mode::Vector) {
@@ -426,8 +478,9 @@ std::string RowwiseGen::generate(std::string& call_args) {
                                        : fmt::format("{}[r * {} + c] = tmp{};  // kept for the store loop\n", out_[y], C_, xt);
             }
             return per;
-          },
-          in2);
+          };
+      const std::string chains = mx ? max_chains_loop(step, t, dbl, in2) : "";
+      code += chains.empty() ? column_loop(step, in2) : chains;
       if (mx || dbl) {  // a max in any order is exact; double lanes as a tree
         code += fmt::format("{}const {} tot{} = {}(acc{});\n", in2, dbl ? "double" : "float", t,
                             mx ? (dbl ? "mg_hmaxd" : "mg_hmax") : "mg_hsumd", t);
@@ -742,7 +795,7 @@ GeneratedCode generate_cpp(const Schedule& s, const CodegenOptions& opt) {
       "// {} kernels; arena {} bytes. Entry point: extern \"C\" void call(const MgRuntime* rt,\n"
       "// char* arena, void* const* io). Self-contained: compiled at run time by the JIT.\n",
       kCodegenCppVersion, g.name, graph_hash(g), s.kernels.size(), g.arena_bytes);
-  src += "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n";
+  src += "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n#if defined(__x86_64__)\n#include <immintrin.h>  // mg_fma_v\n#endif\n\n";
   src += opt.runtime_abi;
   src += "\n";
   MINIGPT_CHECK(opt.vec_width == 4 || opt.vec_width == 8 || opt.vec_width == 16 || opt.vec_width == 32,
