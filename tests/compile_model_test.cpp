@@ -135,6 +135,36 @@ TEST(CompileModel, SoftmaxEdgeRowsFollowTheProjectNumerics) {
   }
 }
 
+TEST(CompileModel, ExpOfAnyInputMatchesStdExp) {
+  // exp of a graph input (not a softmax's x - max: the argument may be positive) takes the
+  // generated exp with its overflow test: within 2 ulp of std::exp where finite, 0 below
+  // -86.98868 (results under 1.7e-38), +inf above 88.72283 (88.5 stays finite: 2^n with
+  // n = 128), NaN kept
+  GraphBuilder b("exp_any");
+  const int x = b.input("x", {2, 37});  // a vector part and a scalar tail
+  b.output(b.unary(Op::Exp, x, "y", "std::exp"), "y");
+  WeightBinding none;
+  CompiledGraph cg(b.finish(), none, test_options());
+  Tensor in = Tensor::empty({2, 37}), out = Tensor::empty({2, 37});
+  const float special[] = {-INFINITY, -100.0f, -87.5f, -87.0f, -86.9f, -20.5f, -1.0f, 0.0f, 0.5f, 1.0f, 10.0f, 50.0f, 88.0f, 88.5f, 88.8f, INFINITY, NAN};
+  for (int64_t i = 0; i < in.numel(); ++i) in.data()[i] = -90.0f + 180.0f * static_cast<float>(i) / static_cast<float>(in.numel());
+  for (size_t i = 0; i < std::size(special); ++i) {
+    in.data()[i] = special[i];
+    in.data()[in.numel() - 1 - static_cast<int64_t>(i)] = special[i];  // in the tail too
+  }
+  const void* ins[] = {in.data()};
+  float* outs[] = {out.data()};
+  ThreadPool pool(1);
+  cg.run(ins, outs, pool);
+  for (int64_t i = 0; i < in.numel(); ++i) {
+    const float v = in.data()[i], y = out.data()[i];
+    if (std::isnan(v)) EXPECT_TRUE(std::isnan(y)) << v;
+    else if (v < -86.98868f) EXPECT_EQ(y, 0.0f) << v;
+    else if (v > 88.72283f) EXPECT_EQ(y, INFINITY) << v;
+    else EXPECT_NEAR(y, std::exp(static_cast<double>(v)), 2.4e-7 * std::exp(static_cast<double>(v))) << v;
+  }
+}
+
 TEST(CompileModel, ShippedModelMatchesEagerAndEveryProbe) {
   ModelFile f = load_model(kModel);
   const GrammarMiniGPT model(f.config, std::move(f.weights));

@@ -52,12 +52,13 @@ static inline float mg_fma(float a, float b, float c) { return __builtin_fmaf(a,
 // exp(x) in float with the arithmetic of eager's softmax exp (kernels/cpu exp_poly,
 // softmax_simd_ops.h): n = round(x / ln2) by the 1.5 * 2^23 shift, r = x - n ln2 (ln2 split
 // hi/lo), exp(r) by its degree-6 minimax polynomial (Horner, FMAs), times 2^n from the exponent
-// bits; so on [-86.6, 0], the softmax's domain, the result is eager's bit for bit.
+// bits; so on [-86.98, 0], the softmax's domain, the result is eager's bit for bit.
 // mg_exp_nonpos: for x <= 88.72283 (what the generator calls it on: x - max(x) <= 0, softmax
-// and attention, eager's exp16 domain), with no test for overflow: exp(x < -87.33654) = 0
-// (-inf included), NaN stays NaN, and 2^n is applied as 2^(n-1) * 2 so that n = 128 stays
-// finite. mg_exp: every x, exp(x > 88.72283) = +inf. (Dropping the overflow clamp and select
-// made the (32, 611) softmax ~15% faster.)
+// and attention, eager's exp16 domain), with no test for overflow: NaN stays NaN, 2^n is
+// applied as 2^(n-1) * 2 so that n = 128 stays finite, and below n = -125 (x < -86.98868,
+// results under 1.7e-38, -inf included) the result is 0 (2^(n-1) is no normal float there;
+// eager's flush starts at -87.33654). mg_exp: every x, exp(x > 88.72283) = +inf. (Dropping the
+// overflow clamp and select made the (32, 611) softmax ~15% faster.)
 static inline float mg_exp_nonpos(float x) {
   const float xc = x < -87.33654f ? -87.33654f : x;
   const float n = mg_fma(xc, 1.44269504f, 12582912.0f) - 12582912.0f;  // round(x / ln2)
