@@ -130,3 +130,15 @@ def pack_roundtrip():  # run in the interpreter's child process
     assert m2.view(torch.int32).tolist() == m.view(torch.int32).tolist()  # the exact bits, NaN included
     assert s2.view(torch.int32).tolist() == s.view(torch.int32).tolist()
     print("pack ok")
+
+
+def test_default_config_without_tuning():
+    # MINIGPT_TRITON_TUNE=0: short rows in `rows` tiles, long rows `resident` while a row's chunks
+    # fit one program per SM (so its grid is always valid), longer rows `split`
+    assert ts.default_config(1000, 1000)["kernel"] == "rows"
+    for b, v in [(2048, 50257), (16, 1048576), (3, 100003)]:
+        cfg = ts.default_config(b, v)
+        assert cfg["kernel"] == "resident", (b, v, cfg)
+        chunks = -(-v // cfg["CHUNK"])
+        assert ts._resident_programs(b, chunks, 132) % chunks == 0
+    assert ts.default_config(4, 4_000_000)["kernel"] == "split"
