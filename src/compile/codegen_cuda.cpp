@@ -21,6 +21,7 @@
 // Sums thus run in another order than eager's: results differ by rounding only.
 #include "compile/codegen_cuda.h"
 
+#include "compile/codegen_cuda_mega.h"
 #include "compile/codegen_text.h"
 
 #include "compile/passes/passes.h"
@@ -572,7 +573,10 @@ Schedule cuda_schedule(const Schedule& s, bool generated_gemm) {
 
 CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
   MINIGPT_CHECK(!opt.pdl || opt.generated_gemm, "generate_cuda: PDL needs generated GEMMs (cuBLAS kernels do not wait on it)");
+  MINIGPT_CHECK(!opt.megakernel || (opt.generated_gemm && !opt.pdl),
+                "generate_cuda: the megakernel needs generated GEMMs (a cuBLAS call cannot be a stage) and no PDL (one launch)");
   const Graph& g = s.graph;
+  std::vector<MegaStage> stages;
   CudaCode out;
   out.pdl = opt.pdl;
   std::string src = fmt::format(
@@ -610,8 +614,20 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
         break;
     }
     if (opt.pdl) code = with_pdl_prologue(std::move(code));
+    if (opt.megakernel) {
+      // the kernel becomes a stage: its device function goes into the source with the megakernel
+      int64_t smem = 0;
+      out.kernels.push_back({k.name, device_function(code, launch.block, smem)});
+      stages.push_back({code, out.launches.back()});
+      continue;
+    }
     out.kernels.push_back({k.name, code});
     src += "\n" + code;
+  }
+  if (opt.megakernel) {
+    CudaLaunch mega;
+    src += assemble_megakernel(g, stages, "cuda_megakernel", mega);
+    out.launches = {mega};
   }
   // the host's launch sequence, for the reader (runner_cuda executes out.launches)
   auto arg_text = [&](int t) -> std::string {
@@ -628,6 +644,11 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
     }
     std::string args;
     for (int a : l.args) args += (args.empty() ? "" : ", ") + arg_text(a);
+    if (l.cluster > 0) {
+      src += fmt::format("//   {}<<<one cluster of up to {} CTAs, {}, {} B dynamic shared>>>({})\n", l.function, l.cluster, l.block, l.smem,
+                         args);
+      continue;
+    }
     src += fmt::format("//   {}<<<{}, {}>>>({})\n", l.function, l.grid, l.block, args);
   }
   out.source = std::move(src);

@@ -45,6 +45,11 @@ struct CudaCodegenOptions {
   // kernel's writes are visible after it) then griddepcontrol.launch_dependents, and the runner
   // launches with programmatic stream serialization: the next kernel's launch overlaps this one.
   bool pdl = false;
+  // Megakernel (sm_90+; with generated_gemm, without pdl): every kernel becomes a __device__
+  // function of a virtual block and ONE __global__ kernel runs them in order as stages of one
+  // thread-block cluster, a cluster barrier between stages: the whole graph is one launch
+  // (codegen_cuda_mega.h).
+  bool megakernel = false;
 };
 
 // One step of the host's call sequence.
@@ -53,6 +58,9 @@ struct CudaLaunch {
   std::string name;      // the scheduled kernel it belongs to ("cuda_fused_softmax_12")
   std::string function;  // Kernel: the __global__ function to launch
   int grid = 1, block = 1, smem = 0;
+  // > 0: launched as ONE thread-block cluster of at most this many CTAs (the megakernel; the
+  // runner picks the largest size the GPU co-schedules, and grid = that size)
+  int cluster = 0;
   // Kernel: its pointer parameters in order, as graph tensor ids (-1: a null pointer).
   std::vector<int> args;
   // Sgemm: y (N, M) = x (N, K) W (M, K)^T, tensor ids of x, W, y.

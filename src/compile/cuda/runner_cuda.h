@@ -45,6 +45,7 @@ struct CudaCompileStats {
   double passes_s = 0, codegen_s = 0, nvrtc_s = 0, load_s = 0, total_s = 0;
   bool cache_hit = false;
   std::string key, arch, variant;
+  std::string candidates;  // max-autotune: each candidate's measured forward ("cublas 250.1 us, ...")
 };
 
 // Whether a CUDA GPU is visible (and the driver answers).
