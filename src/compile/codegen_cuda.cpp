@@ -626,7 +626,7 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
   }
   if (opt.megakernel) {
     CudaLaunch mega;
-    src += assemble_megakernel(g, stages, "cuda_megakernel", mega);
+    src += assemble_megakernel(g, stages, "cuda_megakernel", opt.megakernel_threads, mega);
     out.launches = {mega};
   }
   // the host's launch sequence, for the reader (runner_cuda executes out.launches)

@@ -50,6 +50,9 @@ struct CudaCodegenOptions {
   // thread-block cluster, a cluster barrier between stages: the whole graph is one launch
   // (codegen_cuda_mega.h).
   bool megakernel = false;
+  // The megakernel's threads per CTA: 0 = its widest stage's block; more lets a CTA run several
+  // virtual blocks of a stage side by side (fewer rounds over a stage's virtual blocks).
+  int megakernel_threads = 0;
 };
 
 // One step of the host's call sequence.

@@ -122,9 +122,10 @@ std::string device_function(const std::string& kernel_text, int block, int64_t& 
   return out;
 }
 
-std::string assemble_megakernel(const Graph& g, const std::vector<MegaStage>& stages, const std::string& name, CudaLaunch& launch) {
+std::string assemble_megakernel(const Graph& g, const std::vector<MegaStage>& stages, const std::string& name, int threads,
+                                CudaLaunch& launch) {
   MINIGPT_CHECK(!stages.empty(), "codegen_cuda_mega: a graph without kernels");
-  int nt = 32;
+  int nt = std::max(32, threads);
   for (const MegaStage& st : stages) nt = std::max(nt, st.launch.block);
   MINIGPT_CHECK(nt <= 1024, "codegen_cuda_mega: a stage of {} threads exceeds a CTA", nt);
 

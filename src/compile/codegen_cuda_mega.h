@@ -50,6 +50,8 @@ std::string device_function(const std::string& kernel_text, int block, int64_t& 
 // The device functions of every stage, then the megakernel calling them in order; `launch` gets
 // the megakernel's launch (function, block, dynamic shared memory, args; cluster = the most
 // CTAs). `name` is the megakernel's function name.
-std::string assemble_megakernel(const Graph& g, const std::vector<MegaStage>& stages, const std::string& name, CudaLaunch& launch);
+// `threads`: the CTA's threads (0: the widest stage's block).
+std::string assemble_megakernel(const Graph& g, const std::vector<MegaStage>& stages, const std::string& name, int threads,
+                                CudaLaunch& launch);
 
 }  // namespace minigpt::compile

@@ -271,6 +271,14 @@ TEST(CompileCuda, MegakernelMatchesEager) {
   gpu.forward(ids.data(), 2, 16, l2, p2);
   EXPECT_EQ(max_abs_diff(l1.data(), l2.data(), l1.numel()), 0.0f);
   EXPECT_EQ(max_abs_diff(p1.data(), p2.data(), p1.numel()), 0.0f);
+  // CTAs of 1024 threads (several virtual blocks of a stage side by side): the same sums, the
+  // same logits bitwise
+  CudaCompileOptions wide = cuda_options(true, false, true);
+  wide.codegen.megakernel_threads = 1024;
+  CudaCompiledModel gpu_wide(model, wide);
+  Tensor l3, p3;
+  gpu_wide.forward(ids.data(), 2, 16, l3, p3);
+  EXPECT_EQ(max_abs_diff(l1.data(), l3.data(), l1.numel()), 0.0f);
 }
 
 TEST(CompileCuda, ShapeGuardCompilesAnewAndTheCacheIsWarm) {

@@ -117,7 +117,7 @@ int pick_cluster_size(CUfunction f, CudaLaunch l) {
 // "cublas", "generated-gemm", "generated-gemm pdl", "megakernel": the variant's name in stats
 // and in its cache key.
 std::string variant_name(const CudaCodegenOptions& cg) {
-  if (cg.megakernel) return "megakernel";
+  if (cg.megakernel) return cg.megakernel_threads > 0 ? fmt::format("megakernel {}", cg.megakernel_threads) : "megakernel";
   return std::string(cg.generated_gemm ? "generated-gemm" : "cublas") + (cg.pdl ? " pdl" : "");
 }
 
@@ -238,15 +238,17 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     // fails to build or launch is skipped with a line saying why.
     struct Candidate {
       bool gen, pdl, mega;
+      int mega_threads;
       const char* name;
     };
-    std::vector<Candidate> candidates{{false, false, false, "cublas"}, {true, false, false, "generated-gemm"}};
+    std::vector<Candidate> candidates{{false, false, false, 0, "cublas"}, {true, false, false, 0, "generated-gemm"}};
     int major = 0, dev = 0;
     MG_CUDA(cudaGetDevice(&dev));
     MG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     if (major >= 9) {
-      candidates.push_back({true, true, false, "generated-gemm pdl"});
-      candidates.push_back({true, false, true, "megakernel"});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl"});
+      candidates.push_back({true, false, true, 0, "megakernel"});
+      candidates.push_back({true, false, true, 1024, "megakernel 1024"});
     }
     double best = 1e30;
     const Candidate* pick = nullptr;
@@ -255,6 +257,7 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
       cg.generated_gemm = c.gen;
       cg.pdl = c.pdl;
       cg.megakernel = c.mega;
+      cg.megakernel_threads = c.mega_threads;
       try {
         build(opt, cg, c.name);
         const double us = time_graph(50, 20).batched_us;
@@ -274,6 +277,7 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     cg.generated_gemm = pick->gen;
     cg.pdl = pick->pdl;
     cg.megakernel = pick->mega;
+    cg.megakernel_threads = pick->mega_threads;
     build(opt, cg, pick->name);
   } else {
     MINIGPT_CHECK(opt.mode == "default", "compile: unknown mode '{}' (default | max-autotune)", opt.mode);
