@@ -145,7 +145,14 @@ TEST(CompileCudaCodegen, MegakernelRunsEveryKernelAsAStageOfOneLaunch) {
     at = next + 1;
   }
   for (size_t p = src.find("  mg_cluster_sync();"); p != std::string::npos; p = src.find("  mg_cluster_sync();", p + 1)) ++syncs;
-  EXPECT_EQ(syncs, l.schedule.kernels.size() - 1);
+  EXPECT_EQ(syncs, l.schedule.kernels.size() - 1) << "in the forward every kernel reads its predecessor's output";
+  // the decode step: each layer's key and value cache writes are independent, one barrier less
+  const CudaLowered d = lower_mega(capture_gpt_decode(compile_tiny_config()));
+  size_t dsyncs = 0;
+  for (size_t p = d.code.source.find("  mg_cluster_sync();"); p != std::string::npos; p = d.code.source.find("  mg_cluster_sync();", p + 1))
+    ++dsyncs;
+  EXPECT_EQ(dsyncs, d.schedule.kernels.size() - 1 - static_cast<size_t>(compile_tiny_config().n_layer));
+  EXPECT_TRUE(contains(d.code.source, "// no barrier: stage 3 touches nothing"));
   // the rewrite: no block index, no restricted (non-coherent) pointer, no static shared array
   // left in the device functions; the megakernel's parameters are named after the buffers
   const std::string fns = code_only(src.substr(src.find("// ---- megakernel helpers"), src.find("extern \"C\" __global__") -

@@ -150,6 +150,7 @@ void run_compile_cuda(const CompileCudaRequest& r) {
   }
   CudaCompileOptions co;
   co.mode = r.mode;
+  co.variant_by_rule = true;
   co.quiet = r.mode != "max-autotune";  // max-autotune says what each candidate measured
   co.dump_dir = r.dump;
   const Timer cold;
@@ -165,6 +166,8 @@ void run_compile_cuda(const CompileCudaRequest& r) {
              "again: {:.1f} ms ({}; load + capture {:.1f} ms)\n",
              first_s, st.cache_hit ? "cache hit" : "cold", st.passes_s * 1e3, st.codegen_s * 1e3, st.nvrtc_s, st.load_s * 1e3,
              warm_s * 1e3, again.stats().cache_hit ? "cache hit" : "compiled", again.stats().load_s * 1e3);
+  fmt::print("variant: {} ({})\n", st.variant, st.why);
+  if (!st.candidates.empty()) fmt::print("max-autotune measured (per forward, 20 back to back): {}\n", st.candidates);
   fmt::print("cubin key {}\n", st.key);
   for (const Kernel& k : g.lowered().schedule.kernels) fmt::print("  {}\n", k.name);
   // one run on the drawn inputs (outputs back on the host: the graph works end to end)

@@ -618,7 +618,7 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
       // the kernel becomes a stage: its device function goes into the source with the megakernel
       int64_t smem = 0;
       out.kernels.push_back({k.name, device_function(code, launch.block, smem)});
-      stages.push_back({code, out.launches.back()});
+      stages.push_back({code, out.launches.back(), k.reads, k.writes});
       continue;
     }
     out.kernels.push_back({k.name, code});

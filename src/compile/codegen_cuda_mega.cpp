@@ -84,6 +84,36 @@ std::string identifier(const std::string& name) {
   return s;
 }
 
+// The bytes a tensor occupies: (buffer, begin, end). Planned intermediates share the arena
+// (buffer -1) at their offsets; every other tensor (an alias: what it aliases) is its own buffer.
+struct Footprint {
+  int64_t buffer, begin, end;
+  bool overlaps(const Footprint& o) const { return buffer == o.buffer && begin < o.end && o.begin < end; }
+};
+
+Footprint footprint(const Graph& g, int t) {
+  const int id = g.tensor(t).alias_of >= 0 ? g.tensor(t).alias_of : t;
+  const TensorInfo& ti = g.tensor(id);
+  if (ti.arena_offset >= 0) return {-1, ti.arena_offset, ti.arena_offset + ti.bytes()};
+  return {id, 0, ti.bytes()};
+}
+
+// What the stages since the last cluster barrier touched.
+struct Pending {
+  std::vector<Footprint> reads, writes;
+  bool smem = false;
+  bool conflicts(const std::vector<Footprint>& r, const std::vector<Footprint>& w, bool uses_smem) const {
+    if (smem && uses_smem) return true;  // slices of one buffer laid out per stage; barrier ids 1..P
+    auto any = [](const std::vector<Footprint>& a, const std::vector<Footprint>& b) {
+      for (const Footprint& x : a)
+        for (const Footprint& y : b)
+          if (x.overlaps(y)) return true;
+      return false;
+    };
+    return any(r, writes) || any(w, writes) || any(w, reads);
+  }
+};
+
 // The kernel text's leading comment lines, and the rest.
 std::pair<std::string, std::string> split_comment(const std::string& text) {
   size_t at = 0;
@@ -148,6 +178,8 @@ std::string assemble_megakernel(const Graph& g, const std::vector<MegaStage>& st
   std::string fns = kMegaPrelude, body, plan;
   std::map<std::string, std::string> seen;  // device function code (name blanked) -> its name
   int64_t smem_max = 0;
+  Pending pending;
+  int barriers = 0;
   for (size_t i = 0; i < stages.size(); ++i) {
     const MegaStage& st = stages[i];
     const CudaLaunch& l = st.launch;
@@ -171,6 +203,27 @@ std::string assemble_megakernel(const Graph& g, const std::vector<MegaStage>& st
     smem_max = std::max(smem_max, side * smem);
     std::string args;
     for (int t : l.args) args += ", " + param_of(t);
+    // its footprint: every pointer argument may be read; its writes, or (none listed) every argument
+    std::vector<Footprint> r, w;
+    for (int t : l.args)
+      if (t >= 0) r.push_back(footprint(g, t));
+    for (int t : st.reads) r.push_back(footprint(g, t));
+    for (int t : st.writes) w.push_back(footprint(g, t));
+    if (st.writes.empty()) w = r;
+    // shared memory and named barriers: a stage using either never runs beside another that does
+    const bool on_chip = smem > 0 || fn.find("mg_bar_sync") != std::string::npos;
+    if (i > 0) {
+      if (pending.conflicts(r, w, on_chip)) {
+        body += "  mg_cluster_sync();\n";
+        ++barriers;
+        pending = Pending{};
+      } else {
+        body += fmt::format("  // no barrier: stage {} touches nothing the stages since the last barrier write, nor writes what they read\n", i);
+      }
+    }
+    pending.reads.insert(pending.reads.end(), r.begin(), r.end());
+    pending.writes.insert(pending.writes.end(), w.begin(), w.end());
+    pending.smem = pending.smem || on_chip;
     plan += fmt::format("//   stage {:2}: {} ({} virtual block{} of {} threads, {} per CTA at once{})\n", i, l.function, l.grid,
                         l.grid > 1 ? "s" : "", l.block, side, smem ? fmt::format(", {} B shared each", smem) : "");
     body += fmt::format("  {{  // stage {}: {}\n", i, l.function);
@@ -181,7 +234,6 @@ std::string assemble_megakernel(const Graph& g, const std::vector<MegaStage>& st
     // the next virtual block of this slot reuses the shared slice: every thread done with it first
     if (smem > 0) body += fmt::format("        mg_bar_sync(1 + sub, {});  // the slice is free again\n", l.block);
     body += "      }\n  }\n";
-    if (i + 1 < stages.size()) body += "  mg_cluster_sync();\n";
   }
 
   std::string sig;
@@ -192,9 +244,10 @@ std::string assemble_megakernel(const Graph& g, const std::vector<MegaStage>& st
   std::string k = fmt::format(
       "\n// ---- {}: the whole graph as ONE launch ----------------------------------------------\n"
       "// One thread-block cluster of up to {} CTAs x {} threads runs the {} stages below in order; CTA `rank`\n"
-      "// of `nctas` takes virtual blocks rank + nctas * (sub + P * i) of a stage, P side by side; a cluster\n"
-      "// barrier between consecutive stages. Dynamic shared memory {} B (the largest stage's slices).\n",
-      name, kMegakernelMaxCtas, nt, stages.size(), smem_max);
+      "// of `nctas` takes virtual blocks rank + nctas * (sub + P * i) of a stage, P side by side; {} cluster\n"
+      "// barriers, each before a stage that depends on one since the last. Dynamic shared memory {} B (the\n"
+      "// largest stage's slices).\n",
+      name, kMegakernelMaxCtas, nt, stages.size(), barriers, smem_max);
   k += plan;
   k += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(\n{}) {{\n", nt, name, sig);
   k += "  extern __shared__ __align__(16) char mg_smem[];\n";

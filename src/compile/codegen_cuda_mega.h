@@ -20,7 +20,10 @@
 // blocks vb = rank + nctas * (sub + P * i), where P = min(NT / b, 15) virtual blocks run side by
 // side in a CTA of NT threads (sub = threadIdx.x / b, each with its own named barrier 1 + sub
 // and shared-memory slice); a cluster barrier (barrier.cluster arrive.release / wait.acquire:
-// every stage's global writes visible to the whole cluster) separates consecutive stages.
+// every stage's global writes visible to the whole cluster) separates a stage from the ones
+// before it that it depends on: one that wrote what it reads or writes, or read what it writes
+// (arena slots are shared: overlapping byte ranges count), or that used shared memory when it
+// does too. Stages with none of these (a decode step's key and value cache writes) run together.
 //
 // What it does not do: generate any kernel body (codegen_cuda.cpp), choose the cluster size or
 // launch (cuda/runner_cuda.cpp: the largest cluster of at most 16 CTAs the GPU can co-schedule).
@@ -40,6 +43,7 @@ inline constexpr int kMegakernelMaxCtas = 16;
 struct MegaStage {
   std::string text;   // the kernel form, as codegen_cuda.cpp generated it
   CudaLaunch launch;  // grid = virtual blocks, block = threads per virtual block
+  std::vector<int> reads, writes;  // the tensors it reads and writes (the scheduled kernel's)
 };
 
 // The kernel text as a __device__ function of a virtual block (the rewrite above); `smem_bytes`

@@ -215,6 +215,25 @@ double time_captured_us(cudaStream_t stream, const std::function<void(cudaStream
   return us;
 }
 
+CudaCodegenOptions default_cuda_variant(const Graph& captured, std::string& why) {
+  int64_t rows = 0;
+  for (const Node& n : captured.nodes)
+    if (n.op == Op::Matmul) rows = std::max(rows, captured.tensor(n.inputs[0]).rows());
+  CudaCodegenOptions cg;
+  if (rows > kLaunchBoundRows) {
+    why = fmt::format("default rule: a matmul of {} rows (> {}): cuBLAS", rows, kLaunchBoundRows);
+    return cg;
+  }
+  int major = 0, dev = 0;
+  MG_CUDA(cudaGetDevice(&dev));
+  MG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  cg.generated_gemm = true;
+  cg.pdl = major >= 9;
+  why = fmt::format("default rule: every matmul launch-bound (at most {} rows <= {}): generated GEMMs{}", rows, kLaunchBoundRows,
+                    cg.pdl ? " with PDL (sm_90+)" : "");
+  return cg;
+}
+
 // Members only; the public constructor delegates here first, so that if its body throws, the
 // destructor releases what it had made (stream, cuBLAS handle, workspace, arena, module).
 CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding& weights) : captured_(captured), weights_(&weights) {}
@@ -279,9 +298,13 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     cg.megakernel = pick->mega;
     cg.megakernel_threads = pick->mega_threads;
     build(opt, cg, pick->name);
+    stats_.why = "max-autotune: the fastest measured";
   } else {
     MINIGPT_CHECK(opt.mode == "default", "compile: unknown mode '{}' (default | max-autotune)", opt.mode);
-    build(opt, opt.codegen, variant_name(opt.codegen));
+    CudaCodegenOptions cg = opt.codegen;
+    if (opt.variant_by_rule) cg = default_cuda_variant(captured, stats_.why);
+    else stats_.why = "as the caller asked";
+    build(opt, cg, variant_name(cg));
   }
   stats_.total_s = t0.elapsed_s();
   const bool debug = env_compile_debug() || !opt.dump_dir.empty();
