@@ -585,10 +585,12 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
       "// the launch sequence at the end of this file (captured once as one CUDA graph).\n\n",
       kCodegenCudaVersion, g.name, graph_hash(g), s.kernels.size(), g.arena_bytes);
   src += kPrelude;
+  std::map<std::string, std::string> emitted;  // loops_key -> the kernel emitted with that code
   for (const Kernel& k : s.kernels) {
     std::string code;
     CudaLaunch launch;
     launch.name = k.name;
+    const size_t launches_before = out.launches.size();
     switch (k.kind) {
       case KernelKind::Rowwise: {
         RowwiseCuda gen(g, k);
@@ -614,6 +616,21 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
         break;
     }
     if (opt.pdl) code = with_pdl_prologue(std::move(code));
+    if (!opt.megakernel) {
+      // A kernel whose code is an earlier one's (the same op in another block: only the buffers
+      // differ) is emitted once and launched under that name, as the C++ back end and Inductor
+      // reuse identical kernels; its comment stays, for the reader (NVRTC compiles 5 GEMMs of
+      // the model, not 17).
+      auto [comment, body] = split_leading_comment(code);
+      const std::string key = loops_key(body, k.name, kCudaTempPrefixes);
+      if (const auto seen = emitted.find(key); seen != emitted.end()) {
+        for (size_t i = launches_before; i < out.launches.size(); ++i)
+          if (out.launches[i].kind == CudaLaunch::Kind::Kernel) out.launches[i].function.replace(0, k.name.size(), seen->second);
+        code = comment + fmt::format("//   the same code as {}: launched as {}, with this kernel's buffers\n", seen->second, seen->second);
+      } else {
+        emitted.emplace(key, k.name);
+      }
+    }
     if (opt.megakernel) {
       // the kernel becomes a stage: its device function goes into the source with the megakernel
       int64_t smem = 0;

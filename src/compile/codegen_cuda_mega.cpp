@@ -114,13 +114,6 @@ struct Pending {
   }
 };
 
-// The kernel text's leading comment lines, and the rest.
-std::pair<std::string, std::string> split_comment(const std::string& text) {
-  size_t at = 0;
-  while (at < text.size() && text.compare(at, 2, "//") == 0) at = text.find('\n', at) + 1;
-  return {text.substr(0, at), text.substr(at)};
-}
-
 }  // namespace
 
 std::string device_function(const std::string& kernel_text, int block, int64_t& smem_bytes) {
@@ -185,8 +178,8 @@ std::string assemble_megakernel(const Graph& g, const std::vector<MegaStage>& st
     const CudaLaunch& l = st.launch;
     int64_t smem = 0;
     const std::string fn = device_function(st.text, l.block, smem);
-    const auto [comment, code] = split_comment(fn);
-    const std::string key = replace_all(code, l.function + "(", "@(");
+    const auto [comment, code] = split_leading_comment(fn);
+    const std::string key = loops_key(code, l.function, kCudaTempPrefixes);
     std::string callee = l.function;
     if (auto it = seen.find(key); it != seen.end()) {
       callee = it->second;

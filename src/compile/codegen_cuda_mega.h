@@ -36,6 +36,10 @@
 
 namespace minigpt::compile {
 
+// The generated CUDA's temporaries numbered by tensor id (acc12, row12, rcp12, tmp12, red12,
+// v12, x12): renumbered when kernels are compared for identical code (codegen_text.h loops_key).
+inline constexpr const char* kCudaTempPrefixes = "acc|row|rcp|tmp|red|v|x";
+
 // The most CTAs the megakernel's cluster may have (non-portable cluster size on sm_90).
 inline constexpr int kMegakernelMaxCtas = 16;
 
