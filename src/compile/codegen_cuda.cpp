@@ -2,7 +2,10 @@
 //
 // Layout of the generated source: a header comment (graph, kernels), the device helpers
 // (mg_max, mg_gelu, the warp reductions), one section per scheduled kernel (its comment and
-// its extern "C" __global__ function(s)), and the host's launch sequence as a closing comment.
+// its extern "C" __global__ function(s), or for a kernel identical to an earlier one its comment
+// and the name it is launched under), and the host's launch sequence as a closing comment. The
+// megakernel form puts every kernel's function in as a stage of one cluster launch instead
+// (codegen_cuda_mega.cpp).
 //
 // Row-wise kernels (gathers, pointwise ops, reductions over the last axis), for R rows of C
 // columns: TPR threads per row (a warp up to C = 1024, else a block of up to 1024), RPB rows per

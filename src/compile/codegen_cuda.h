@@ -12,8 +12,11 @@
 // and values staged in shared memory, a thread per query, a two-pass softmax (the max, then
 // exp and the sums; scores recomputed from shared memory), no score matrix.
 // Matmuls: cuBLAS SGEMM (FP32, no TF32) then a generated epilogue kernel (bias [+ GELU |
-// + residual]) by default, as Inductor calls an external mm; with generated_gemm a fixed-shape
-// shared-memory tiled GEMM with the epilogue fused (max-autotune's candidate).
+// + residual]), as Inductor calls an external mm; with generated_gemm a fixed-shape
+// shared-memory tiled GEMM with the epilogue fused (runner_cuda.h says which variant each mode
+// runs). A kernel whose code is an earlier one's (the same op of another block) is emitted once
+// and launched under that name. With megakernel, every kernel becomes a stage of one launch
+// (codegen_cuda_mega.h).
 //
 // The source includes nothing (NVRTC compiles it alone); kernels are extern "C" so their
 // names are the ones in the plan. Each kernel's comment gives its source ops, shapes, bytes

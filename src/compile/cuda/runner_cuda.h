@@ -6,7 +6,11 @@
 // parameters are bound once, at capture. run() copies the host inputs into their slots, replays
 // the graph and copies the outputs back; replay() is the graph alone (inputs already in place).
 // Matmuls go through cuBLAS (FP32, CUBLAS_DEFAULT_MATH: no TF32) on the graph's stream with a
-// fixed workspace, or through generated GEMMs (max-autotune tries both and keeps the faster).
+// fixed workspace, or through generated GEMMs. Which variant: the caller's codegen options, or
+// in the default mode with variant_by_rule (the CLI) default_cuda_variant's rule; max-autotune
+// builds and times cuBLAS, generated GEMMs, generated GEMMs with PDL and the megakernel (one
+// cluster launch; 256- and 1024-thread CTAs) and keeps the fastest. The megakernel's cluster:
+// the largest of 16, 8, 4, 2, 1 CTAs the GPU co-schedules (cuOccupancyMaxActiveClusters).
 // CudaCompiledModel adds the shape guard (a new (B, T) logs a line and compiles anew);
 // CudaCompiledDecoder is the KV-cache decode step, its caches resident in their arena slots.
 //
