@@ -169,7 +169,7 @@ std::string assemble_megakernel(const Graph& g, const std::vector<MegaStage>& st
   };
 
   std::string fns = kMegaPrelude, body, plan;
-  std::map<std::string, std::string> seen;  // device function code (name blanked) -> its name
+  std::map<std::string, std::string> seen;  // loops_key of a device function -> its name
   int64_t smem_max = 0;
   Pending pending;
   int barriers = 0;
