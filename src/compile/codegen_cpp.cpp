@@ -163,30 +163,6 @@ struct Names {
   std::map<int, std::string> var;  // tensor id -> variable in call()
 };
 
-// What makes two kernels' loops the same: their text with the kernel's own name replaced by
-// "@", comments dropped (they name the tensors of one block) and the temporaries (acc12,
-// tmp162, row161, tot160: numbered by graph node) renumbered in order of first use. So the
-// layernorm of block 0 and of block 3 compare equal; any difference in arithmetic, shapes or
-// index expressions does not.
-std::string loops_key(std::string code, const std::string& kernel_name) {
-  for (size_t at = code.find(kernel_name); at != std::string::npos; at = code.find(kernel_name, at))
-    code.replace(at, kernel_name.size(), "@");
-  code = std::regex_replace(code, std::regex("//[^\n]*"), "");
-  static const std::regex temp(R"(\b(acc|tot|row|tmp)([0-9]+)\b)");
-  std::map<std::string, int> local;  // "tmp162" -> its kernel-local number
-  std::string key;
-  auto last = code.cbegin();
-  for (auto it = std::sregex_iterator(code.begin(), code.end(), temp); it != std::sregex_iterator(); ++it) {
-    const std::smatch& m = *it;
-    key.append(last, m[0].first);
-    const auto [slot, added] = local.emplace(m.str(), static_cast<int>(local.size()));
-    key += m[1].str() + "$" + std::to_string(slot->second);
-    last = m[0].second;
-  }
-  key.append(last, code.cend());
-  return key;
-}
-
 std::string tensor_var(const Graph& g, int id) {
   const TensorInfo& t = g.tensor(id);
   if (t.alias_of >= 0) return tensor_var(g, t.alias_of);
@@ -785,7 +761,7 @@ GeneratedCode generate_cpp(const Schedule& s, const CodegenOptions& opt) {
     // no function of its own: nothing to share.)
     std::string fn = k.name;
     if (const size_t body_at = code.find("struct " + k.name + "_args"); body_at != std::string::npos) {
-      const std::string shape_of_loops = loops_key(code.substr(body_at), k.name);
+      const std::string shape_of_loops = loops_key(code.substr(body_at), k.name, "acc|tot|row|tmp");
       const auto seen = loops_emitted.find(shape_of_loops);
       if (seen != loops_emitted.end()) {
         fn = seen->second;
