@@ -172,12 +172,20 @@ TEST(CudaModel, MegakernelEveryClusterSizeMatchesTheCpu) {
     else EXPECT_EQ(std::vector<float>(logits.data(), logits.data() + n), first) << "differs from the first cluster size";
     CudaDecoder dec(gpu);
     Decoder cpu_dec(model);
+    std::vector<int32_t> ctx;
+    for (int64_t t = 0; t < c.block_size; ++t) ctx.push_back(ids[static_cast<size_t>(t % T)]);
+    Tensor full, full_probs;  // the same context as one forward (the megakernel too, at this size)
+    gpu.forward(ctx.data(), 1, c.block_size, full, full_probs);
+    double vs_forward = 0.0;
     for (int64_t t = 0; t < c.block_size; ++t) {
-      const int32_t id = ids[static_cast<size_t>(t % T)];
-      const auto g = dec.step(id);
-      const auto cpu = cpu_dec.step(id, pool);
+      const auto g = dec.step(ctx[static_cast<size_t>(t)]);
+      const auto cpu = cpu_dec.step(ctx[static_cast<size_t>(t)], pool);
       ASSERT_LE(max_abs_diff(g.data(), cpu.data(), g.size()), kLogitTol) << "decode position " << t;
+      vs_forward = std::max(vs_forward, max_abs_diff(g.data(), full.data() + t * c.vocab_size, g.size()));
     }
+    EXPECT_LE(vs_forward, kLogitTol);
+    std::printf("megakernel cluster %d: forward (1, %d) on %s; decode vs that forward: max |diff| %.3g\n", R,
+                c.block_size, path_name(gpu.path_for(1, c.block_size)), vs_forward);
     EXPECT_EQ(dec.mega_cluster(), R);
   }
   EXPECT_GE(sizes, 1) << "the megakernel ran at no cluster size";

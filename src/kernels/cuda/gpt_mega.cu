@@ -10,6 +10,7 @@
 #include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/gpt_mega.h"
 #include "kernels/cuda/layernorm.cuh"
+#include "kernels/cuda/warp_softmax.cuh"
 #include "kernels/cuda/softmax_cluster.cuh"
 
 #include <math_constants.h>
@@ -34,7 +35,7 @@ struct MegaLayout {
   int R, N, dh, sC, sF, sd, pc, fc, vc, ns, kv_rows, kv_layers;
   // per layer, relative to layer l's base = l * layer
   int ln1w, ln1b, ln2w, ln2b, qkv, qkvb, proj, projb, fc1, fc1b, fc2, fc2b, layer;
-  // absolute
+  // absolute (head: where the head's regions start)
   int head, lnfw, lnfb, lm, lmb, x, att, ln, h, part, lg, stats, q, kv, sc, total;
 
   __host__ __device__ MegaLayout(const MegaDims& d, int r) {
@@ -196,7 +197,7 @@ __device__ void issue_weights(const Ctx& c, int l) {
   const MegaLayout& S = c.S;
   const int C = d.C, F = d.F, r = c.r, dh = S.dh;
   if (l == d.L) {
-    float* hd = c.sm;
+    float* hd = c.sm;  // the head's offsets are absolute
     copy_rows_async(hd + S.lnfw, C, c.p.ln_f_weight, C, 1, C);
     copy_rows_async(hd + S.lnfb, C, c.p.ln_f_bias, C, 1, C);
     const int n0 = r * S.vc, vn = max(0, min(S.vc, d.V - n0));
@@ -284,23 +285,7 @@ __device__ void attention_stage(const Ctx& c, int l) {
     }
     __syncthreads();
     // softmax of each query's row, a warp per row
-    const int lane = tid & 31;
-    for (int t = tid >> 5; t < T; t += kWarps) {
-      float* row = sc + t * ldsc;
-      const int n = pos0 + t + 1;
-      float m = -CUDART_INF_F;
-      for (int p = lane; p < n; p += 32) m = fmaxf(m, row[p]);
-      for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-      float sum = 0.0f;
-      for (int p = lane; p < n; p += 32) {
-        const float e = expf(row[p] - m);
-        row[p] = e;
-        sum += e;
-      }
-      for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-      const float inv = 1.0f / sum;
-      for (int p = lane; p < n; p += 32) row[p] *= inv;
-    }
+    for (int t = tid >> 5; t < T; t += kWarps) warp_softmax_inplace(sc + t * ldsc, pos0 + t + 1);
     __syncthreads();
     if (l == 0 && item == c.r) cluster_wait();  // every CTA has started: its shared memory exists
     // att (t, 4 of the head's columns) = probabilities times v, in key order; to every CTA
@@ -472,7 +457,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   // head: ln_f, this CTA's vocabulary columns
   cp_async_wait<0>();
   __syncthreads();
-  const float* hd = sm + S.head;
+  const float* hd = sm;  // the head's offsets are absolute
   float* ln = sm + S.ln;
   float* lg = sm + S.lg;
   layernorm_rows(x, ln, 0, N, C, S.sC, hd + S.lnfw, hd + S.lnfb, p.eps);

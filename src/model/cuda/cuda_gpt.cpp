@@ -9,6 +9,7 @@
 #include "kernels/cuda/captured_launches.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/embedding.h"
+#include "kernels/cuda/event_pair.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gpt_layer.h"
 #include "kernels/cuda/gpt_mega.h"
@@ -486,8 +487,44 @@ struct CudaDecoder::Impl {
       v_cache.push_back(arena.floats(capacity * c.d_model, "v cache"));
     }
     std::memset(host_state.ptr, 0, 2 * sizeof(int32_t));
-    graph = std::make_unique<cuda::CapturedLaunches>([&](cudaStream_t st) { enqueue_step(st); }, 1,
-                                                     stream.s);
+    graph = capture_step();
+    if (mega && m.options.mega_cluster == 0) pick_fastest_cluster();
+  }
+
+  std::unique_ptr<cuda::CapturedLaunches> capture_step() {
+    return std::make_unique<cuda::CapturedLaunches>([&](cudaStream_t st) { enqueue_step(st); }, 1, stream.s);
+  }
+
+  // Automatic cluster size: the step at every size the megakernel fits, each timed over 20
+  // replays (CUDA events, at position 0 with token 0: the cache row they write is rewritten by
+  // the first real step); the fastest is kept. Every size gives bitwise the same logits; which
+  // is fastest depends on the device (a barrier's latency against the weights each CTA loads).
+  void pick_fastest_cluster() {
+    const cuda::MegaDims dims = model->mega_dims(1, 1, true);
+    std::vector<int> sizes;
+    for (int R : {16, 8, 4, 2, 1})
+      if (cuda::gpt_mega_cluster(dims, R) == R) sizes.push_back(R);
+    if (sizes.size() < 2) return;
+    cuda::EventPair ev;
+    float best_ms = 0.0f;
+    int best = 0;
+    for (int R : sizes) {
+      mega = R;
+      std::unique_ptr<cuda::CapturedLaunches> g = R == sizes.front() && graph ? std::move(graph) : capture_step();
+      for (int i = 0; i < 3; ++i) g->replay(stream.s);
+      MINIGPT_CUDA_CHECK(cudaEventRecord(ev.start, stream.s));
+      for (int i = 0; i < 20; ++i) g->replay(stream.s);
+      MINIGPT_CUDA_CHECK(cudaEventRecord(ev.stop, stream.s));
+      MINIGPT_CUDA_CHECK(cudaEventSynchronize(ev.stop));
+      float ms = 0.0f;
+      MINIGPT_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start, ev.stop));
+      if (best == 0 || ms < best_ms) {
+        best_ms = ms;
+        best = R;
+        graph = std::move(g);
+      }
+    }
+    mega = best;
   }
 
   // host state -> device, one step, device logits -> host: all inside the graph. The megakernel
