@@ -67,7 +67,7 @@ double forward_graph_us(const GrammarMiniGPT& model, CudaGPTOptions options, con
 // gpu-check summary shows 55 characters of a row's name)
 std::string forward_label(const CudaGPT& gpu, int64_t B, int64_t T) {
   const int R = gpu.mega_cluster_for(B, T);
-  if (R) return fmt::format("megakernel, cluster {}", R);
+  if (R) return fmt::format("megakernel, cluster {}{}", R, gpu.mega_head_proj_for(B, T) ? ", proj by heads" : "");
   return path_name(gpu.path_for(B, T));
 }
 
@@ -83,7 +83,8 @@ DecodeTimes decode_times(const GrammarMiniGPT& model, CudaGPTOptions options, co
   CudaGPT gpu(model, options);
   CudaDecoder decoder(gpu);
   DecodeTimes r;
-  r.label = decoder.mega_cluster() ? fmt::format("mega cluster {}", decoder.mega_cluster())
+  r.label = decoder.mega_cluster() ? fmt::format("mega {} {}", decoder.mega_cluster(),
+                                                 decoder.mega_head_proj() ? "heads" : "columns")
                                    : std::string(path_name(decoder.path()));
   auto decode_all = [&] {
     decoder.reset();
@@ -130,6 +131,12 @@ CudaModelTimes bench_model_cuda(const GrammarMiniGPT& model, const std::vector<i
       forward_row(fmt::format("forward graph, megakernel, cluster {}", R),
                   forward_graph_us(model, small.options(), ids, B, T, runs, warmup, nullptr), runs);
   }
+  {  // proj by heads, where it fits
+    CudaGPT heads(model, {.path = Path::Mega, .mega_proj = CudaGPTOptions::MegaProj::Heads});
+    if (const int R = heads.mega_cluster_for(B, T))
+      forward_row(fmt::format("forward graph, megakernel, cluster {}, proj by heads", R),
+                  forward_graph_us(model, heads.options(), ids, B, T, runs, warmup, nullptr), runs);
+  }
   forward_row("forward graph, whole-layer kernels (fused)",
               forward_graph_us(model, {.path = Path::Fused}, ids, B, T, runs, warmup, nullptr), runs);
   forward_row("forward graph, a kernel per op (fused Linears)",
@@ -159,9 +166,14 @@ CudaModelTimes bench_model_cuda(const GrammarMiniGPT& model, const std::vector<i
     r.rows.push_back({"kv decode graph alone (events), " + d.label, 1, 1, d.graph_us, runs, true});
   };
   decode_rows(decode_times(model, {}, ctx, runs, warmup), true);
-  for (int R : {8, 4}) {
-    CudaGPT small(model, {.path = Path::Mega, .mega_cluster = R});
-    if (CudaDecoder(small).mega_cluster() == R) decode_rows(decode_times(model, small.options(), ctx, runs, warmup), true);
+  for (auto proj : {CudaGPTOptions::MegaProj::Heads, CudaGPTOptions::MegaProj::Columns}) {
+    for (int R : {16, 8, 4}) {  // every cluster size and proj the decode step fits
+      const CudaGPTOptions o{.path = Path::Mega, .mega_cluster = R, .mega_proj = proj};
+      CudaGPT small(model, o);
+      CudaDecoder dec(small);
+      if (dec.mega_cluster() == R && dec.mega_head_proj() == (proj == CudaGPTOptions::MegaProj::Heads))
+        decode_rows(decode_times(model, o, ctx, runs, warmup), true);
+    }
   }
   decode_rows(decode_times(model, {.path = Path::Fused}, ctx, runs, warmup), true);
   return r;

@@ -143,11 +143,13 @@ TEST(CudaModel, DecodeMatchesTheFullForwardAndTheCpuDecoder) {
   }
 }
 
-// The megakernel at every cluster size the device runs: the forward (shapes it takes and one it
-// hands to the whole-layer kernels) and the decode step against the CPU, bitwise the same logits
-// at every cluster size (the split changes who computes a value, not how).
+// The megakernel at every cluster size the device runs, with proj by columns and by heads: the
+// forward (shapes it takes and one it hands to the whole-layer kernels) and the decode step
+// against the CPU; for each proj, bitwise the same logits at every cluster size (the split
+// changes who computes a value, not how).
 TEST(CudaModel, MegakernelEveryClusterSizeMatchesTheCpu) {
   REQUIRE_GPU();
+  using Proj = CudaGPTOptions::MegaProj;
   const ModelConfig c = small_config();
   GrammarMiniGPT model(c, ModelWeights::init_random(c, 11));
   ThreadPool pool(1);
@@ -155,41 +157,55 @@ TEST(CudaModel, MegakernelEveryClusterSizeMatchesTheCpu) {
   const auto ids = random_ids(B * T, c.vocab_size, 12);
   Tensor ref_logits, ref_probs;
   model.forward(ids.data(), B, T, ref_logits, ref_probs, pool);
-  std::vector<float> first;
-  int sizes = 0;
-  for (int R : {1, 2, 4, 8, 16}) {
-    CudaGPT gpu(model, {.path = CudaGPTOptions::Path::Mega, .mega_cluster = R});
-    if (gpu.mega_cluster_for(B, T) != R) continue;  // not resident (or too little shared memory) on this device
-    SCOPED_TRACE("cluster " + std::to_string(R));
-    ++sizes;
-    EXPECT_EQ(gpu.path_for(B, T), CudaGPTOptions::Path::Mega);
-    Tensor logits, probs;
-    gpu.forward(ids.data(), B, T, logits, probs);
-    const size_t n = static_cast<size_t>(logits.numel());
-    EXPECT_LE(max_abs_diff(logits.data(), ref_logits.data(), n), kLogitTol);
-    EXPECT_LE(max_abs_diff(probs.data(), ref_probs.data(), n), kLogitTol);
-    if (first.empty()) first.assign(logits.data(), logits.data() + n);
-    else EXPECT_EQ(std::vector<float>(logits.data(), logits.data() + n), first) << "differs from the first cluster size";
-    CudaDecoder dec(gpu);
-    Decoder cpu_dec(model);
-    std::vector<int32_t> ctx;
-    for (int64_t t = 0; t < c.block_size; ++t) ctx.push_back(ids[static_cast<size_t>(t % T)]);
-    Tensor full, full_probs;  // the same context as one forward (the megakernel too, at this size)
-    gpu.forward(ctx.data(), 1, c.block_size, full, full_probs);
-    double vs_forward = 0.0;
-    for (int64_t t = 0; t < c.block_size; ++t) {
-      const auto g = dec.step(ctx[static_cast<size_t>(t)]);
-      const auto cpu = cpu_dec.step(ctx[static_cast<size_t>(t)], pool);
-      ASSERT_LE(max_abs_diff(g.data(), cpu.data(), g.size()), kLogitTol) << "decode position " << t;
-      vs_forward = std::max(vs_forward, max_abs_diff(g.data(), full.data() + t * c.vocab_size, g.size()));
+  std::vector<int32_t> ctx;
+  for (int64_t t = 0; t < c.block_size; ++t) ctx.push_back(ids[static_cast<size_t>(t % T)]);
+  int forwards = 0, decodes = 0;
+  for (Proj proj : {Proj::Columns, Proj::Heads}) {
+    const bool heads = proj == Proj::Heads;
+    std::vector<float> first;
+    for (int R : {1, 2, 4, 8, 16}) {
+      CudaGPT gpu(model, {.path = CudaGPTOptions::Path::Mega, .mega_cluster = R, .mega_proj = proj});
+      const bool forward = gpu.mega_cluster_for(B, T) == R;  // else: not resident, or too little shared memory
+      CudaDecoder dec(gpu);
+      const bool decode = dec.mega_cluster() == R;
+      if (!forward && !decode) continue;
+      SCOPED_TRACE(std::string(heads ? "proj by heads" : "proj by columns") + ", cluster " + std::to_string(R));
+      if (forward) {
+        ++forwards;
+        EXPECT_EQ(gpu.path_for(B, T), CudaGPTOptions::Path::Mega);
+        EXPECT_EQ(gpu.mega_head_proj_for(B, T), heads);
+        Tensor logits, probs;
+        gpu.forward(ids.data(), B, T, logits, probs);
+        const size_t n = static_cast<size_t>(logits.numel());
+        EXPECT_LE(max_abs_diff(logits.data(), ref_logits.data(), n), kLogitTol);
+        EXPECT_LE(max_abs_diff(probs.data(), ref_probs.data(), n), kLogitTol);
+        if (first.empty()) first.assign(logits.data(), logits.data() + n);
+        else EXPECT_EQ(std::vector<float>(logits.data(), logits.data() + n), first) << "differs from the first cluster size";
+      }
+      if (decode) {
+        ++decodes;
+        EXPECT_EQ(dec.mega_head_proj(), heads);
+        Decoder cpu_dec(model);
+        Tensor full, full_probs;  // the same context as one forward
+        gpu.forward(ctx.data(), 1, c.block_size, full, full_probs);
+        double vs_forward = 0.0;
+        for (int64_t t = 0; t < c.block_size; ++t) {
+          const auto g = dec.step(ctx[static_cast<size_t>(t)]);
+          const auto cpu = cpu_dec.step(ctx[static_cast<size_t>(t)], pool);
+          ASSERT_LE(max_abs_diff(g.data(), cpu.data(), g.size()), kLogitTol) << "decode position " << t;
+          vs_forward = std::max(vs_forward, max_abs_diff(g.data(), full.data() + t * c.vocab_size, g.size()));
+        }
+        EXPECT_LE(vs_forward, kLogitTol);
+        std::printf("megakernel %s cluster %d: decode vs the forward (1, %d) on %s%s: max |diff| %.3g\n",
+                    heads ? "proj by heads" : "proj by columns", R, c.block_size,
+                    path_name(gpu.path_for(1, c.block_size)), gpu.mega_head_proj_for(1, c.block_size) ? " by heads" : "",
+                    vs_forward);
+      }
     }
-    EXPECT_LE(vs_forward, kLogitTol);
-    std::printf("megakernel cluster %d: forward (1, %d) on %s; decode vs that forward: max |diff| %.3g\n", R,
-                c.block_size, path_name(gpu.path_for(1, c.block_size)), vs_forward);
-    EXPECT_EQ(dec.mega_cluster(), R);
   }
-  EXPECT_GE(sizes, 1) << "the megakernel ran at no cluster size";
-  std::printf("megakernel: %d cluster sizes, logits bitwise equal across them\n", sizes);
+  EXPECT_GE(forwards, 2) << "the megakernel's forward ran at too few cluster sizes";
+  EXPECT_GE(decodes, 2) << "the megakernel's decode step ran at too few cluster sizes";
+  std::printf("megakernel: %d forwards and %d decoders checked\n", forwards, decodes);
   // a shape too large for its shared memory runs the whole-layer kernels, still right
   CudaGPT gpu(model);
   EXPECT_EQ(gpu.path_for(5, 24), CudaGPTOptions::Path::Fused);

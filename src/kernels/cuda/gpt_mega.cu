@@ -36,7 +36,7 @@ struct MegaLayout {
   // per layer, relative to layer l's base = l * layer
   int ln1w, ln1b, ln2w, ln2b, qkv, qkvb, proj, projb, fc1, fc1b, fc2, fc2b, layer;
   // absolute (head: where the head's regions start)
-  int head, lnfw, lnfb, lm, lmb, x, att, ln, h, part, lg, stats, q, kv, sc, total;
+  int head, lnfw, lnfb, lm, lmb, x, att, ln, h, part, pp, lg, stats, q, kv, sc, total;
 
   __host__ __device__ MegaLayout(const MegaDims& d, int r) {
     R = r;
@@ -55,7 +55,10 @@ struct MegaLayout {
     auto take = [&o](int n) { const int at = o; o += round4(n); return at; };
     ln1w = take(d.C); ln1b = take(d.C); ln2w = take(d.C); ln2b = take(d.C);
     qkv = take(3 * dh * sC); qkvb = take(3 * dh);
-    proj = take(pc * sC); projb = take(pc);
+    // proj by columns: this CTA's pc rows of proj.weight; by heads: the C x dh block of its
+    // head's input columns (rows padded to dh + 4) and the whole bias
+    proj = d.head_proj ? take(d.C * sd) : take(pc * sC);
+    projb = d.head_proj ? take(d.C) : take(pc);
     fc1 = take(fc * sC); fc1b = take(fc);
     fc2 = take(pc * sF); fc2b = take(pc);
     layer = o;
@@ -64,6 +67,7 @@ struct MegaLayout {
     lnfw = take(d.C); lnfb = take(d.C); lm = take(vc * sC); lmb = take(vc);
     x = take(N * sC); att = take(N * sC); ln = take(N * sC); h = take(N * sF);
     part = take(N * max3(pc * ns, fc * ceil_div(d.C, kSlice), pc * ceil_div(d.C, kSlice)));
+    pp = take(d.head_proj ? d.H * N * sC : 0);  // proj by heads: each head's partial (H, N, C+4)
     lg = take(N * vc);
     stats = take(2 * R * N);
     q = take(d.T * sd);
@@ -220,8 +224,13 @@ __device__ void issue_weights(const Ctx& c, int l) {
       copy_rows_async(base + S.qkvb + part * dh, dh, w.qkv_bias + part * C + hh * dh, dh, 1, dh);
     }
   }
-  copy_rows_async(base + S.proj, S.sC, w.proj_weight + static_cast<int64_t>(r * S.pc) * C, C, S.pc, C);
-  copy_rows_async(base + S.projb, S.pc, w.proj_bias + r * S.pc, S.pc, 1, S.pc);
+  if (d.head_proj) {
+    if (r < d.B * d.H) copy_rows_async(base + S.proj, S.sd, w.proj_weight + (r % d.H) * dh, C, C, dh);
+    copy_rows_async(base + S.projb, C, w.proj_bias, C, 1, C);
+  } else {
+    copy_rows_async(base + S.proj, S.sC, w.proj_weight + static_cast<int64_t>(r * S.pc) * C, C, S.pc, C);
+    copy_rows_async(base + S.projb, S.pc, w.proj_bias + r * S.pc, S.pc, 1, S.pc);
+  }
   copy_rows_async(base + S.fc1, S.sC, w.fc1_weight + static_cast<int64_t>(r * S.fc) * C, C, S.fc, C);
   copy_rows_async(base + S.fc1b, S.fc, w.fc1_bias + r * S.fc, S.fc, 1, S.fc);
   copy_rows_async(base + S.fc2, S.sF, w.fc2_weight + static_cast<int64_t>(r * S.pc) * F, F, S.pc, F);
@@ -230,7 +239,9 @@ __device__ void issue_weights(const Ctx& c, int l) {
 }
 
 // Stage A of layer l: every (sequence b, head hh) item of this CTA (items r, r + R, ...; all of
-// head r % H): ln1 of b's rows, the head's q, k, v, causal attention; att pushed to every CTA.
+// head r % H): ln1 of b's rows, the head's q, k, v, causal attention; att pushed to every CTA,
+// or (head_proj) kept here and its part of proj, att_h proj.weight[:, head's columns]^T for every
+// output column, pushed to every CTA's pp[hh] instead.
 __device__ void attention_stage(const Ctx& c, int l) {
   const MegaDims& d = c.d;
   const MegaLayout& S = c.S;
@@ -300,7 +311,20 @@ __device__ void attention_stage(const Ctx& c, int l) {
         a.z = fmaf(pr, vv.z, a.z);
         a.w = fmaf(pr, vv.w, a.w);
       }
-      push4(att + (row0 + t) * S.sC + hh * dh + e, a, R);
+      if (d.head_proj)
+        *reinterpret_cast<float4*>(att + (row0 + t) * S.sC + hh * dh + e) = a;
+      else
+        push4(att + (row0 + t) * S.sC + hh * dh + e, a, R);
+    }
+    if (d.head_proj) {
+      __syncthreads();
+      float* pp = c.sm + S.pp;
+      for (int u = tid; u < T * (C / 4); u += kThreads) {  // (t, 4 output columns), k in order
+        const int t = u / (C / 4), n0 = (u % (C / 4)) * 4;
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        dot4(att + (row0 + t) * S.sC + hh * dh, base + S.proj + n0 * S.sd, S.sd, 0, dh, acc);
+        push4(pp + (hh * S.N + row0 + t) * S.sC + n0, make_float4(acc[0], acc[1], acc[2], acc[3]), R);
+      }
     }
     __syncthreads();  // q, k, v, scores are reused by the next item
   }
@@ -439,8 +463,19 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     const float* base = sm + l * S.layer;
     attention_stage(c, l);
     cluster_sync_all();
-    residual_stage(c, sm + S.att, S.sC, C, base + S.proj, S.sC, base + S.projb);
-    cluster_sync_all();
+    if (d.head_proj) {  // x += (the heads' partials, summed in head order) + b, every CTA all of it
+      const float* pp = sm + S.pp;
+      for (int i = tid; i < N * C; i += kThreads) {
+        const int m = i / C, n = i % C;
+        float v = 0.0f;
+        for (int hh = 0; hh < d.H; ++hh) v += pp[(hh * N + m) * S.sC + n];
+        x[m * S.sC + n] = (v + base[S.projb + n]) + x[m * S.sC + n];
+      }
+      __syncthreads();
+    } else {
+      residual_stage(c, sm + S.att, S.sC, C, base + S.proj, S.sC, base + S.projb);
+      cluster_sync_all();
+    }
     float* ln = sm + S.ln;
     float* h = sm + S.h;
     layernorm_rows(x, ln, 0, N, C, S.sC, base + S.ln2w, base + S.ln2b, p.eps);

@@ -12,6 +12,8 @@
 //   per layer  A  per (sequence b, head h) item: ln1 + the head's q, k, v + causal attention;
 //                 att (b's rows, h's columns) pushed to every CTA                      | barrier
 //              B  proj, CTA r's C/R columns: x += att proj^T + b, pushed to every CTA  | barrier
+//                 (head_proj: A pushes each head's partial of proj instead, and every CTA adds
+//                 them up locally: no barrier)
 //              C  ln2 (all rows, locally) + fc1 + GELU, r's F/R columns, pushed          | barrier
 //              D  fc2, r's C/R columns (k in slices of 64 summed in order): x += ..., pushed
 //                                                                                      | barrier
@@ -51,6 +53,11 @@ struct MegaDims {
   int P = 0;         // wpe rows (block_size)
   int capacity = 0;  // KV-cache rows per sequence (decode); a forward: T
   bool cache = false;
+  // proj by heads: each attention item multiplies its head's att by its C x dh block of
+  // proj.weight and pushes that partial to every CTA, which sum the H partials in head order
+  // (the whole-layer kernels' order): one cluster barrier and one stage less per layer, for
+  // H x N x C floats pushed by each... item. Else proj by columns (stage B above).
+  bool head_proj = false;
 };
 
 struct MegaParams {

@@ -171,6 +171,7 @@ struct ForwardShape {
   Scratch s;
   float* probs;
   int mega = 0;  // the megakernel's cluster size; 0: the fallback path's kernels
+  cuda::MegaDims mega_dims;
   std::unique_ptr<cuda::CapturedLaunches> graph;
 
   ForwardShape(int64_t b, int64_t t, const ModelConfig& c, bool cublas)
@@ -278,11 +279,30 @@ struct CudaGPT::Impl {
     return d;
   }
 
-  // The megakernel's cluster size for a forward of (B, T) (cache: the decode step), 0 if the
-  // path is not Mega or the megakernel does not take the shape.
+  // The megakernel's plan for a forward of (B, T) (cache: the decode step): its dims, proj by
+  // heads or by columns as options.mega_proj says (Auto: by heads for the decode step where
+  // that fits, by columns otherwise), and its cluster size `requested` (0: automatic). Cluster
+  // size 0: the path is not Mega or the megakernel does not take the shape.
+  struct MegaPlan {
+    cuda::MegaDims dims;
+    int cluster = 0;
+  };
+  MegaPlan mega_plan(int64_t B, int64_t T, bool cache, int requested) const {
+    MegaPlan plan;
+    if (path != CudaGPTOptions::Path::Mega || B < 1 || T < 1 || B * T > 4096) return plan;
+    using Proj = CudaGPTOptions::MegaProj;
+    plan.dims = mega_dims(B, T, cache);
+    if (options.mega_proj == Proj::Heads || (options.mega_proj == Proj::Auto && cache)) {
+      plan.dims.head_proj = true;
+      plan.cluster = cuda::gpt_mega_cluster(plan.dims, requested);
+      if (plan.cluster || options.mega_proj == Proj::Heads) return plan;
+    }
+    plan.dims.head_proj = false;
+    plan.cluster = cuda::gpt_mega_cluster(plan.dims, requested);
+    return plan;
+  }
   int mega_cluster(int64_t B, int64_t T, bool cache) const {
-    if (path != CudaGPTOptions::Path::Mega || B < 1 || T < 1 || B * T > 4096) return 0;
-    return cuda::gpt_mega_cluster(mega_dims(B, T, cache), options.mega_cluster);
+    return mega_plan(B, T, cache, options.mega_cluster).cluster;
   }
 
   // The megakernel's arguments: ids (B, T) at positions *pos + t (pos null: 0), k/v caches per
@@ -374,7 +394,9 @@ struct CudaGPT::Impl {
     shapes.emplace_front(B, T, config, blas != nullptr);
     ForwardShape& f = shapes.front();
     try {
-      f.mega = mega_cluster(B, T, false);
+      const MegaPlan plan = mega_plan(B, T, false, options.mega_cluster);
+      f.mega = plan.cluster;
+      f.mega_dims = plan.dims;
       f.graph = std::make_unique<cuda::CapturedLaunches>(
           [&](cudaStream_t st) { enqueue_forward(f, st); }, 1, stream.s);
     } catch (...) {
@@ -387,7 +409,7 @@ struct CudaGPT::Impl {
   void enqueue_forward(ForwardShape& f, cudaStream_t st) {
     const int64_t N = f.B * f.T, V = config.vocab_size;
     if (f.mega)
-      return cuda::gpt_mega(mega_params(mega_dims(f.B, f.T, false), f.ids, nullptr, {}, {}, f.s.logits, f.probs),
+      return cuda::gpt_mega(mega_params(f.mega_dims, f.ids, nullptr, {}, {}, f.s.logits, f.probs),
                             f.mega, st);
     if (fused()) {  // k and v of every position into qkv's (N, 3d) slot, used as two (B, T, d) caches
       const std::vector<float*> k = {static_cast<size_t>(config.n_layer), f.s.qkv};
@@ -425,6 +447,10 @@ CudaGPTOptions::Path CudaGPT::path_for(int64_t B, int64_t T) const {
   return mega_cluster_for(B, T) ? CudaGPTOptions::Path::Mega : impl_->fallback;
 }
 int CudaGPT::mega_cluster_for(int64_t B, int64_t T) const { return impl_->mega_cluster(B, T, false); }
+bool CudaGPT::mega_head_proj_for(int64_t B, int64_t T) const {
+  const Impl::MegaPlan plan = impl_->mega_plan(B, T, false, impl_->options.mega_cluster);
+  return plan.cluster && plan.dims.head_proj;
+}
 cudaStream_t CudaGPT::stream() const { return impl_->stream.s; }
 
 CudaGPT::DeviceForward CudaGPT::prepare(int64_t B, int64_t T) {
@@ -468,6 +494,7 @@ struct CudaDecoder::Impl {
   std::vector<float*> k_cache, v_cache;  // per layer (capacity, d)
   PinnedBuffer host_state, host_logits;
   int mega;              // the megakernel's cluster size; 0: the fallback path's kernels
+  cuda::MegaDims dims;   // the megakernel's (with mega)
   bool pending = false;  // a replay() may still be running (and reading host_state)
   std::unique_ptr<cuda::CapturedLaunches> graph;
 
@@ -478,7 +505,10 @@ struct CudaDecoder::Impl {
                   CudaArena::aligned(static_cast<size_t>(capacity * m.config.d_model) * sizeof(float))),
         host_state(2 * sizeof(int32_t)),
         host_logits(static_cast<size_t>(m.config.vocab_size) * sizeof(float)),
-        mega(m.mega_cluster(1, 1, true)) {
+        mega(0) {
+    const CudaGPT::Impl::MegaPlan plan = m.mega_plan(1, 1, true, m.options.mega_cluster);
+    mega = plan.cluster;
+    dims = plan.dims;
     const ModelConfig& c = m.config;
     state = arena.allocate_array<int32_t>(2, "decode state");
     s = carve(arena, 1, c, m.blas != nullptr);
@@ -500,7 +530,6 @@ struct CudaDecoder::Impl {
   // the first real step); the fastest is kept. Every size gives bitwise the same logits; which
   // is fastest depends on the device (a barrier's latency against the weights each CTA loads).
   void pick_fastest_cluster() {
-    const cuda::MegaDims dims = model->mega_dims(1, 1, true);
     std::vector<int> sizes;
     for (int R : {16, 8, 4, 2, 1})
       if (cuda::gpt_mega_cluster(dims, R) == R) sizes.push_back(R);
@@ -534,7 +563,7 @@ struct CudaDecoder::Impl {
     const ModelConfig& c = model->config;
     if (mega) {
       const auto* hs = static_cast<const int32_t*>(host_state.device);
-      return cuda::gpt_mega(model->mega_params(model->mega_dims(1, 1, true), hs, hs + 1, k_cache, v_cache,
+      return cuda::gpt_mega(model->mega_params(dims, hs, hs + 1, k_cache, v_cache,
                                                static_cast<float*>(host_logits.device), nullptr),
                             mega, st);
     }
@@ -580,6 +609,7 @@ CudaGPTOptions::Path CudaDecoder::path() const {
   return impl_->mega ? CudaGPTOptions::Path::Mega : impl_->model->fallback;
 }
 int CudaDecoder::mega_cluster() const { return impl_->mega; }
+bool CudaDecoder::mega_head_proj() const { return impl_->mega && impl_->dims.head_proj; }
 
 std::span<const float> CudaDecoder::step(int32_t id) {
   Impl& d = *impl_;

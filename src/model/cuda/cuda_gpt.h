@@ -45,6 +45,11 @@ struct CudaGPTOptions {
   // Mega: CTAs per cluster (1..16). 0: automatic: a forward takes the largest that fits (16 on
   // an H200); the decoder times the step at each size that fits and keeps the fastest.
   int mega_cluster = 0;
+  // Mega: proj by columns (a stage and a cluster barrier per layer) or by heads (each attention
+  // head's partial pushed to every CTA; kernels/cuda/gpt_mega.h). Auto: by heads for the decode
+  // step where that fits, by columns for forwards.
+  enum class MegaProj { Auto, Columns, Heads };
+  MegaProj mega_proj = MegaProj::Auto;
 };
 const char* path_name(CudaGPTOptions::Path path);  // "mega", "fused", "per-op", "cublas"
 
@@ -70,6 +75,7 @@ class CudaGPT {
   // fallback (Fused, or PerOp where Fused does not fit). mega_cluster_for: its cluster size, or 0.
   CudaGPTOptions::Path path_for(int64_t B, int64_t T) const;
   int mega_cluster_for(int64_t B, int64_t T) const;
+  bool mega_head_proj_for(int64_t B, int64_t T) const;  // Mega with proj by heads
 
   // GrammarMiniGPT::forward's contract: ids (B, T) host, checked; writes host logits and probs
   // (B, T, V), allocating them if undefined or misshapen; B == 0 gives empty outputs. The first
@@ -121,6 +127,7 @@ class CudaDecoder {
   void replay();
   CudaGPTOptions::Path path() const;  // Mega where the megakernel takes the decode step
   int mega_cluster() const;           // its cluster size (0: not Mega)
+  bool mega_head_proj() const;        // Mega with proj by heads
   cudaStream_t stream() const;
 
  private:

@@ -26,6 +26,7 @@ const CudaGPTOptions& CudaGPT::options() const { no_cuda(); }
 CudaGPTOptions::Path CudaGPT::path() const { no_cuda(); }
 CudaGPTOptions::Path CudaGPT::path_for(int64_t, int64_t) const { no_cuda(); }
 int CudaGPT::mega_cluster_for(int64_t, int64_t) const { no_cuda(); }
+bool CudaGPT::mega_head_proj_for(int64_t, int64_t) const { no_cuda(); }
 void CudaGPT::forward(const int32_t*, int64_t, int64_t, Tensor&, Tensor&) { no_cuda(); }
 CudaGPT::DeviceForward CudaGPT::prepare(int64_t, int64_t) { no_cuda(); }
 void CudaGPT::replay(int64_t, int64_t) { no_cuda(); }
@@ -41,6 +42,7 @@ std::span<const float> CudaDecoder::prefill(std::span<const int32_t>) { no_cuda(
 void CudaDecoder::replay() { no_cuda(); }
 CudaGPTOptions::Path CudaDecoder::path() const { no_cuda(); }
 int CudaDecoder::mega_cluster() const { no_cuda(); }
+bool CudaDecoder::mega_head_proj() const { no_cuda(); }
 cudaStream_t CudaDecoder::stream() const { no_cuda(); }
 
 }  // namespace minigpt
