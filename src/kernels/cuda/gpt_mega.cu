@@ -111,8 +111,10 @@ __device__ __forceinline__ void cp_async_wait_at_most(int n) {
 __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // rows x cols floats, global (row stride lds) -> shared (row stride ldd), by the whole CTA:
-// 16-byte copies where everything is 16-byte aligned, else 4-byte ones.
-__device__ void copy_rows_async(float* dst, int ldd, const float* src, int lds, int rows, int cols) {
+// 16-byte copies where everything is 16-byte aligned, else 4-byte ones. Not inlined: its ~22
+// call sites inlined were 9k of the kernel's 22k instructions, straight-line code that every
+// launch fetches once before the first layer can start.
+__device__ __noinline__ void copy_rows_async(float* dst, int ldd, const float* src, int lds, int rows, int cols) {
   if (rows <= 0 || cols <= 0) return;
   const int tid = threadIdx.x;
   if (cols % 4 == 0 && ldd % 4 == 0 && lds % 4 == 0 && aligned16(dst) && aligned16(src)) {
@@ -174,8 +176,9 @@ __device__ __forceinline__ void dot4(const float* a, const float* w, int ldw, in
 }
 
 // LayerNorm of rows [r0, r1) of `in` into `out` (stride ld), a warp per row (layernorm.cuh's
-// statistics: double, two passes, as the CPU).
-__device__ void layernorm_rows(const float* in, float* out, int r0, int r1, int C, int ld, const float* w,
+// statistics: double, two passes, as the CPU). Not inlined: one copy of its code for its three
+// call sites (the kernel's size is a suspect for its time; gpt_mega.h).
+__device__ __noinline__ void layernorm_rows(const float* in, float* out, int r0, int r1, int C, int ld, const float* w,
                                const float* b, float eps) {
   const int lane = threadIdx.x & 31;
   for (int r = r0 + static_cast<int>(threadIdx.x >> 5); r < r1; r += kWarps) {

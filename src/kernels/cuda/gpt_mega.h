@@ -43,9 +43,10 @@
 // the time: the stages' own dependent latency is (experiment 25 measured the same on this GPU:
 // 1.2-4 us per small fused stage). Leads: the measured kernel's SASS was 357 KB (22k
 // instructions: copy_rows_async inlined at ~22 sites 9k of them, ~180 run-time integer
-// divisions); next, not inlining the start-up copies, a kernel specialised on the model's dims
-// (C, dh, F as template parameters: no divisions), K split across lanes with shuffle sums (no
-// chain longer than 16), the LayerNorms' double-precision shuffles.
+// divisions); copy_rows_async and layernorm_rows are now not inlined (11.7k instructions; not
+// yet timed on the GPU); next, a kernel specialised on the model's dims (C, dh, F as template
+// parameters: no divisions), K split across lanes with shuffle sums (no chain longer than 16),
+// the LayerNorms' double-precision shuffles.
 #pragma once
 
 #include <cuda_runtime_api.h>
