@@ -330,10 +330,14 @@ TEST(NcclTrainer, OverlappedBucketsTrainBitForBitAsAfterTheBackward) {
   const int64_t B = 4, T = 16;
   const ModelWeights w = ModelWeights::init_random(c, 11);
   auto comm = world_of_one();
+  // the data-parallel objects outlive the steps (their graphs hold the reducers' events)
+  std::unique_ptr<CudaDataParallel> dp_after_owner, dp_overlapped_owner;
   CudaTrainStep plain(c, AdamWConfig{}, 1.0f, B, T), after(c, AdamWConfig{}, 1.0f, B, T),
       overlapped(c, AdamWConfig{}, 1.0f, B, T);
-  CudaDataParallel dp_after(after, *comm, GradSync::kAfterBackward);
-  CudaDataParallel dp_overlapped(overlapped, *comm);
+  dp_after_owner = std::make_unique<CudaDataParallel>(after, *comm, GradSync::kAfterBackward);
+  dp_overlapped_owner = std::make_unique<CudaDataParallel>(overlapped, *comm);
+  CudaDataParallel& dp_after = *dp_after_owner;
+  CudaDataParallel& dp_overlapped = *dp_overlapped_owner;
   EXPECT_EQ(dp_overlapped.mode(), GradSync::kOverlapped);
   EXPECT_EQ(dp_overlapped.buckets(), static_cast<size_t>(c.n_layer) + 2);
   EXPECT_EQ(dp_after.buckets(), 1u);
