@@ -10,7 +10,7 @@
 // The graph: batch H2D (ids, targets and this step's AdamW constants, from pinned memory) ->
 // forward (kernels/cuda: embedding, layernorm, fused Linear with bias/GELU/residual epilogues,
 // attention) -> cross-entropy -> backward (the backward launchers beside each op's forward in kernels/cuda/*.h; matmul gradients through
-// cuBLAS, pedantic fp32) -> [grad hook] -> grad norm + clip + AdamW (kernels/cuda/optimizer.h)
+// cuBLAS, pedantic fp32; [stage hook] after each group) -> [grad hook] -> grad norm + clip + AdamW (kernels/cuda/optimizer.h)
 // -> loss and norm D2H into pinned memory. The lr, the bias corrections and the step count
 // change every step: the host writes them into the pinned batch before each replay, so the
 // replays are exact (the constants are computed on the host as adamw_update computes them).
