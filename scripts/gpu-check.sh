@@ -19,7 +19,9 @@
 # tests, model, train, compile, any, softmax; "benches" is the last five; e.g. "tests" then
 # "benches" in two calls of the device tool, which stops a command at 10 minutes; the build is
 # kept between them), PYTEST_K (which Python tests run here: by default those
-# whose names say cuda, triton or gpu; the CPU ones run in CI; PYTEST_K= runs all). Every
+# whose names say cuda, triton or gpu; the CPU ones run in CI; PYTEST_K= runs all),
+# TRITON_COMPILE_JOBS (processes compiling Triton's tuning candidates before the any-shape
+# bench; 8), ANY_SHAPES (that bench's shapes). Every
 # step is time-boxed; a failing step prints a FAIL line and the script goes on; the exit status
 # is non-zero if any step failed.
 set -euo pipefail
@@ -107,7 +109,13 @@ run_compile_cuda() {
   done 2>&1 | tee "$RESULTS/compile_cuda_explain.txt"
 }
 # The "any shape" table (issue 19): shapes outside the tuned sweep, every kernel and peer.
-ANY_SHAPES=${ANY_SHAPES:-1000x1000,65536x128,8192x4096,100x128256,16x1048576,24576x2048,1024x152064,65537x7,3x100003,128x65536}
+ANY_SHAPES=${ANY_SHAPES:-1000x1000,65536x128,8192x4096,100x128256,16x1048576,24576x2048,1024x152064,4096x32000,2048x50257,65537x7,3x100003,128x65536}
+# Triton's tuning candidates for those shapes compiled first, in parallel processes (~1 s a
+# kernel, ~20 candidates a long-row shape); the bench's tuning, which times them one at a time,
+# then only loads them from Triton's cache.
+run_triton_compile() {
+  python3 -m minigpt.triton_softmax compile --shapes "$ANY_SHAPES" --jobs "${TRITON_COMPILE_JOBS:-8}"
+}
 run_bench_any() {
   "$BUILD/minigpt" bench softmax --device cuda --shapes "$ANY_SHAPES" -o json >"$RESULTS/bench_softmax_cuda_any.json"
 }
@@ -155,7 +163,8 @@ export RESULTS BUILD JOBS LOG BUILD_TARGETS="${BUILD_TARGETS:-}" BENCH_ARGS="${B
 export ROOT CTEST_TIMEOUT="${CTEST_TIMEOUT:-300}"
 export ANY_SHAPES
 export PYTEST_K="${PYTEST_K-cuda or triton or gpu}"
-export -f probe configure build run_ctest run_pytest run_bench run_bench_model run_bench_train run_compile_cuda run_bench_any render_md plot keep_cache experiment24
+export -f probe configure build run_ctest run_pytest run_bench run_bench_model run_bench_train run_compile_cuda
+export -f run_triton_compile run_bench_any render_md plot keep_cache experiment24
 
 # Step groups: tests (ctest, pytest), then the benches: model, train, compile, any (issue 19's
 # shapes), softmax (the sweep, the roofline and experiment 24). "benches" names them all.
@@ -183,6 +192,7 @@ if [[ -x $BUILD/minigpt ]]; then
   fi
   want compile && step compile-cuda 300 run_compile_cuda
   if want any; then
+    step triton-compile 300 run_triton_compile
     step bench-any-shape 600 run_bench_any
     [[ -s $RESULTS/bench_softmax_cuda_any.json ]] &&
       step render-md-any 60 render_md "$RESULTS/bench_softmax_cuda_any.json" "$RESULTS/bench_softmax_cuda_any.md"

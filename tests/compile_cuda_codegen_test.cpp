@@ -3,6 +3,7 @@
 // toolkit, NVRTC compiling every generated source (NVRTC needs no GPU) and the CUDA JIT cache
 // (miss, hit, corrupt, truncated and stale entries, concurrent compiles, compile errors).
 #include "compile/capture.h"
+#include "compile/codegen_cuda_mega.h"
 #include "compile/lower_cuda.h"
 #include "compile_jit_test_util.h"
 #include "compile_test_config.h"
@@ -115,6 +116,80 @@ TEST(CompileCudaCodegen, GptKernelsAreNamedAfterWhatTheyFuse) {
   EXPECT_TRUE(contains(l.code.source, "No (T, S) matrix exists"));
 }
 
+CudaLowered lower_mega(const Graph& g) {
+  CudaCodegenOptions cg;
+  cg.generated_gemm = true;
+  cg.megakernel = true;
+  return lower_cuda(g, PassOptions{}, cg);
+}
+
+// The megakernel form: every kernel a __device__ function of a virtual block, one __global__
+// kernel calling them in schedule order with a cluster barrier between stages, one launch.
+TEST(CompileCudaCodegen, MegakernelRunsEveryKernelAsAStageOfOneLaunch) {
+  const CudaLowered l = lower_mega(capture_gpt(compile_tiny_config(), 2, 16));
+  const std::string& src = l.code.source;
+  ASSERT_EQ(l.code.launches.size(), 1u);
+  const CudaLaunch& m = l.code.launches[0];
+  EXPECT_EQ(m.function, "cuda_megakernel");
+  EXPECT_EQ(m.cluster, 16);
+  EXPECT_EQ(m.block, 256) << "the generated GEMM's block, the widest stage";
+  size_t globals = 0;
+  for (size_t at = src.find("__global__"); at != std::string::npos; at = src.find("__global__", at + 1)) ++globals;
+  EXPECT_EQ(globals, 1u);
+  // the stages in schedule order, a barrier between consecutive ones
+  size_t at = 0, syncs = 0;
+  for (const Kernel& k : l.schedule.kernels) {
+    EXPECT_TRUE(contains(src, "__device__ __noinline__ void " + k.name + "(") || contains(src, "//   the same code as ")) << k.name;
+    const size_t next = src.find("// stage ", at);
+    ASSERT_NE(next, std::string::npos) << k.name;
+    at = next + 1;
+  }
+  for (size_t p = src.find("  mg_cluster_sync();"); p != std::string::npos; p = src.find("  mg_cluster_sync();", p + 1)) ++syncs;
+  EXPECT_EQ(syncs, l.schedule.kernels.size() - 1) << "in the forward every kernel reads its predecessor's output";
+  // the decode step: each layer's key and value cache writes are independent, one barrier less
+  const CudaLowered d = lower_mega(capture_gpt_decode(compile_tiny_config()));
+  size_t dsyncs = 0;
+  for (size_t p = d.code.source.find("  mg_cluster_sync();"); p != std::string::npos; p = d.code.source.find("  mg_cluster_sync();", p + 1))
+    ++dsyncs;
+  EXPECT_EQ(dsyncs, d.schedule.kernels.size() - 1 - static_cast<size_t>(compile_tiny_config().n_layer));
+  EXPECT_TRUE(contains(d.code.source, "// no barrier: stage 3 touches nothing"));
+  // the rewrite: no block index, no restricted (non-coherent) pointer, no static shared array
+  // left in the device functions; the megakernel's parameters are named after the buffers
+  const std::string fns = code_only(src.substr(src.find("// ---- megakernel helpers"), src.find("extern \"C\" __global__") -
+                                                                                              src.find("// ---- megakernel helpers")));
+  EXPECT_FALSE(contains(fns, "blockIdx.x"));
+  EXPECT_FALSE(contains(fns, "threadIdx.x"));
+  EXPECT_FALSE(contains(fns, "__restrict__"));
+  EXPECT_FALSE(contains(fns, "__shared__"));
+  EXPECT_FALSE(contains(fns, "__syncthreads"));
+  EXPECT_TRUE(contains(fns, "mg_bar_sync(bar, 256)")) << "the GEMM's barrier, over its virtual block";
+  EXPECT_TRUE(contains(src, "float* blocks_0_attn_qkv_weight"));
+  // the same GEMM of every layer is one function
+  EXPECT_TRUE(contains(src, "the same code as cuda_gemm_")) << "identical stages share a function";
+  // the existing modes are refused with it where they cannot be stages
+  CudaCodegenOptions cg;
+  cg.megakernel = true;
+  EXPECT_ERROR(lower_cuda(capture_tinyhead(2), PassOptions{}, cg), "the megakernel needs generated GEMMs");
+}
+
+TEST(CompileCudaCodegen, MegakernelSharedArraysBecomeSlicesOfOneBuffer) {
+  int64_t smem = 0;
+  const std::string k =
+      "// k\nextern \"C\" __global__ void __launch_bounds__(64) k(const float* __restrict__ x, float* __restrict__ y) {\n"
+      "  __shared__ float a[8][8][33];  // the partials\n  __shared__ double r[2], s[3];\n"
+      "  y[blockIdx.x * 64 + threadIdx.x] = x[0];\n  __syncthreads();\n}\n";
+  const std::string f = device_function(k, 64, smem);
+  EXPECT_TRUE(contains(f, "__device__ __noinline__ void k(const int vb, const int tid, const int bar, char* mg_smem,\n    const float* x, float* y)"))
+      << f;
+  EXPECT_TRUE(contains(f, "float (*a)[8][33] = reinterpret_cast<float (*)[8][33]>(mg_smem + 0);  // the partials")) << f;
+  EXPECT_TRUE(contains(f, "double* r = reinterpret_cast<double*>(mg_smem + 8448);")) << f;
+  EXPECT_TRUE(contains(f, "double* s = reinterpret_cast<double*>(mg_smem + 8464);")) << f;
+  EXPECT_TRUE(contains(f, "y[vb * 64 + tid] = x[0];")) << f;
+  EXPECT_TRUE(contains(f, "mg_bar_sync(bar, 64);")) << f;
+  EXPECT_EQ(smem, 8448 + 16 + 32);
+  EXPECT_ERROR(device_function("// no kernel\n", 32, smem), "no __global__ function");
+}
+
 TEST(CompileCudaCodegen, DebugFilesAreWritten) {
   testjit::TempCacheDir dir;
   const Graph g = capture_tinyhead(2);
@@ -143,6 +218,19 @@ TEST(CompileCudaNvrtc, EveryGeneratedSourceCompilesForSm90a) {
         EXPECT_TRUE(contains(ptx, ".entry " + launch.function + "(")) << launch.function;
       }
     }
+  }
+}
+
+TEST(CompileCudaNvrtc, MegakernelSourcesCompileForSm90a) {
+  const ModelConfig c = compile_tiny_config();
+  ModelConfig shipped;
+  shipped.vocab_size = 611;
+  for (const Graph& g : {capture_gpt(c, 3, 5), capture_gpt_decode(c), capture_gpt(shipped, 2, 16), capture_gpt_decode(shipped)}) {
+    const CudaLowered l = lower_mega(g);
+    std::string ptx;
+    ASSERT_NO_THROW(ptx = nvrtc_compile_ptx(l.code.source, "compute_90a", g.name)) << g.name;
+    EXPECT_TRUE(contains(ptx, ".entry cuda_megakernel(")) << g.name;
+    EXPECT_TRUE(contains(ptx, "barrier.cluster.wait")) << g.name;
   }
 }
 

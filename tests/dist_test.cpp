@@ -17,8 +17,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <numeric>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace minigpt {
@@ -245,4 +248,21 @@ TEST(LocalRanks, TooFewGpusIsAClearErrorBeforeAnythingStarts) {
   // This machine has fewer than 64 GPUs: the check fails before mpirun is looked for.
   EXPECT_ERROR(minigpt::dist::exec_local_ranks({"minigpt", "train", "--gpus", "64"}, 64, "train"), "train --gpus 64: ");
   EXPECT_ERROR(minigpt::dist::exec_local_ranks({"minigpt", "train", "--gpus", "64"}, 64, "train"), "one rank per GPU needs 64");
+}
+
+// The default thread count's divisor: the ranks mpirun put on this host (Open MPI's
+// OMPI_COMM_WORLD_LOCAL_SIZE), 1 outside mpirun or when the variable is not a count.
+TEST(LocalRanks, LocalRankCountComesFromTheLauncher) {
+  const char* saved = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const std::string keep = saved ? saved : "";
+  unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  EXPECT_EQ(minigpt::dist::local_rank_count(), 1);
+  for (const auto& [value, want] : std::vector<std::pair<const char*, int>>{{"2", 2}, {"8", 8}, {"", 1}, {"0", 1}, {"-3", 1}, {"2x", 1}}) {
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", value, 1);
+    EXPECT_EQ(minigpt::dist::local_rank_count(), want) << "OMPI_COMM_WORLD_LOCAL_SIZE='" << value << "'";
+  }
+  if (saved)
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", keep.c_str(), 1);
+  else
+    unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
 }

@@ -45,8 +45,12 @@ def _forced(b: int, v: int) -> list[dict]:
     cfgs = [{"kernel": "looped", "BLOCK": 1024, "num_warps": 4},
             {"kernel": "looped", "BLOCK": 1024, "num_warps": 4, "PROGRAMS": 3},
             {"kernel": "split", "CHUNK": 2048, "BLOCK": 1024, "num_warps": 4},
-            {"kernel": "resident", "CHUNK": 2048, "num_warps": 4},  # V > 2048: the row's programs wait for each other
-            {"kernel": "resident", "CHUNK": 1024, "num_warps": 2, "PER_SM": 4}]
+            # V > 2048: the row's programs wait for each other (as many per SM as fit, or 4)
+            {"kernel": "resident", "CHUNK": 2048, "num_warps": 4},
+            {"kernel": "resident", "CHUNK": 1024, "num_warps": 2, "PER_SM": 4},
+            {"kernel": "resident", "CHUNK": 1024, "num_warps": 4, "maxnreg": 64}]
+    if block <= 32768:  # a whole row per program: no waiting
+        cfgs.append({"kernel": "resident", "CHUNK": max(block, 16), "num_warps": 4})
     if block <= ts.MAX_ROW_BLOCK:
         cfgs.append({"kernel": "rows", "ROWS": max(1, min(4096 // block, 64)), "BLOCK": block, "num_warps": 4})
     return cfgs
@@ -57,6 +61,48 @@ def test_each_kernel_matches_the_reference(b, v):
     x = _rand(b, v, seed=b * 7 + v)
     for cfg in _forced(b, v):
         _check(ts.softmax(x, config=cfg), x)
+
+
+@pytest.mark.parametrize("b,v", [(3, 7), (7, 2049), (3, 50257)])
+def test_rows_at_other_alignments(b, v):
+    # x's rows v + 1 apart (y's v: cut at no boundary, ALIGN 1) and v + 4 apart (cut at x's,
+    # which are y's too); every row of x starts at another offset mod 16 bytes
+    for pad in (1, 4):
+        x = _rand(b, v + pad, seed=v + pad)[:, :v]
+        for cfg in _forced(b, v):
+            y = torch.empty(b, v, device="cuda")
+            ts.launch(x, y, cfg)
+            _check(y, x)
+
+
+def _ptx_accesses(kernel) -> tuple[int, int]:
+    """(16-byte, narrower) global loads and stores in a compiled kernel's PTX."""
+    import re
+    ops = re.findall(r"\b(?:ld|st)\.global\S*", kernel.asm["ptx"])
+    wide = sum(".v4." in op for op in ops)
+    return wide, len(ops) - wide
+
+
+def test_odd_rows_move_16_bytes_at_a_time():
+    # (2048, 50257): rows at every offset mod 4 floats. The body of each is loaded and stored
+    # with 16-byte accesses (v4); only the head and tail floats (one access each) are narrower.
+    x = _rand(3, 50257, seed=1)
+    y = torch.empty_like(x)
+    part = torch.zeros((3, 13), dtype=torch.int64, device="cuda")
+    k = ts._resident_kernel.warmup(x, y, part, 3, 50257, 50257, 50257, 13, CHUNK=4096, CHUNKS_P2=16, ALIGN=4,
+                                   num_warps=2, grid=(1,))
+    wide, narrow = _ptx_accesses(k)
+    assert wide == 2 * 4096 // (32 * 2) // 4 and narrow <= 2, (wide, narrow)  # 16 loads, 16 stores
+    k = ts._looped_kernel.warmup(x, y, 3, 50257, 50257, 50257, BLOCK=4096, ALIGN=4, num_warps=8, grid=(1,))
+    wide, narrow = _ptx_accesses(k)
+    assert wide >= 3 * 4 and narrow <= 2 * 2, (wide, narrow)  # 2 body loads, 1 store; edges
+    _check(ts.softmax(x, config={"kernel": "resident", "CHUNK": 4096, "num_warps": 2}), x)
+
+
+def test_resident_refuses_more_programs_per_sm_than_fit():
+    x = _rand(4, 5000, seed=2)
+    with pytest.raises(ValueError, match="fit on an SM at once"):
+        ts.softmax(x, config={"kernel": "resident", "CHUNK": 2048, "num_warps": 8, "PER_SM": 64})
 
 
 @pytest.mark.parametrize("b,v", [(1000, 1000), (65536, 128), (100, 128256), (5, 601)])

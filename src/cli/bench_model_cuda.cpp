@@ -2,7 +2,8 @@
 // model's stream (median of --runs after --warmup, each waited for: launch latency included, as
 // the PyTorch peer's reduce-overhead row is timed); the host-API rows are wall clock. Weights and
 // activations stay in L2 between calls (2.4 MB of weights in a 60 MB L2): the launch-bound
-// case the goal is about, not flushed.
+// case the goal is about, not flushed. Rows: the default path (the megakernel where it takes the
+// shape), the megakernel at smaller clusters where they fit, and every other path.
 #include "cli/bench_model_cuda.h"
 
 #include "core/error.h"
@@ -16,6 +17,8 @@
 #include "model/cuda/cuda_gpt.h"
 
 #include <cuda_runtime_api.h>
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -60,10 +63,53 @@ double forward_graph_us(const GrammarMiniGPT& model, CudaGPTOptions options, con
   return us;
 }
 
+// "megakernel, cluster 16" / "fused" ...: what a forward of (B, T) runs on gpu (short: the
+// gpu-check summary shows 55 characters of a row's name)
+std::string forward_label(const CudaGPT& gpu, int64_t B, int64_t T) {
+  const int R = gpu.mega_cluster_for(B, T);
+  if (R) return fmt::format("megakernel, cluster {}{}", R, gpu.mega_head_proj_for(B, T) ? ", proj by heads" : "");
+  return path_name(gpu.path_for(B, T));
+}
+
+struct DecodeTimes {
+  double step_us, graph_us;
+  int runs;
+  std::string label;
+};
+
+// Whole contexts through step() (wall clock per token), then the step's graph alone (events).
+DecodeTimes decode_times(const GrammarMiniGPT& model, CudaGPTOptions options, const std::vector<int32_t>& ctx,
+                         int runs, int warmup) {
+  CudaGPT gpu(model, options);
+  CudaDecoder decoder(gpu);
+  DecodeTimes r;
+  r.label = decoder.mega_cluster() ? fmt::format("mega {} {}", decoder.mega_cluster(),
+                                                 decoder.mega_head_proj() ? "heads" : "columns")
+                                   : std::string(path_name(decoder.path()));
+  auto decode_all = [&] {
+    decoder.reset();
+    for (int32_t id : ctx) decoder.step(id);
+  };
+  r.runs = std::max(5, runs / 10);
+  for (int i = 0; i < std::max(2, warmup / 10); ++i) decode_all();
+  std::vector<double> us;
+  for (int i = 0; i < r.runs; ++i) {
+    Timer timer;
+    decode_all();
+    us.push_back(timer.elapsed_us() / static_cast<double>(ctx.size()));
+  }
+  r.step_us = median(us);
+  decoder.reset();
+  decoder.step(ctx[0]);  // the replays below repeat position 0's step with this token
+  r.graph_us = time_events([&] { decoder.replay(); }, decoder.stream(), runs, warmup);
+  return r;
+}
+
 }  // namespace
 
 CudaModelTimes bench_model_cuda(const GrammarMiniGPT& model, const std::vector<int32_t>& ids, int64_t B,
                                 int64_t T, const std::vector<int32_t>& ctx, int runs, int warmup) {
+  using Path = CudaGPTOptions::Path;
   CudaModelTimes r;
   int dev = 0;
   cudaDeviceProp prop{};
@@ -71,15 +117,34 @@ CudaModelTimes bench_model_cuda(const GrammarMiniGPT& model, const std::vector<i
   MINIGPT_CUDA_CHECK(cudaGetDevice(&dev));
   MINIGPT_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
   r.gpu = prop.name;
+  CudaGPT gpu(model);  // the default path: the host-API row and the equality note
+  const int64_t ctx_len = static_cast<int64_t>(ctx.size());
+  auto forward_row = [&](const std::string& name, double us, int n) { r.rows.push_back({name, B, T, us, n, false}); };
 
-  r.forward_us = forward_graph_us(model, {}, ids, B, T, runs, warmup, &r.forward_b2b_us);
-  r.forward_perop_us = forward_graph_us(model, {.path = CudaGPTOptions::Path::PerOp}, ids, B, T, runs,
-                                        warmup, nullptr);
-  r.forward_cublas_us = forward_graph_us(model, {.path = CudaGPTOptions::Path::Cublas}, ids, B, T, runs,
-                                         warmup, nullptr);
+  double b2b = 0;
+  r.forward_us = forward_graph_us(model, {}, ids, B, T, runs, warmup, &b2b);
+  forward_row("forward graph (logits+probs), " + forward_label(gpu, B, T), r.forward_us, runs);
+  forward_row("forward graph, 100 replays back to back, per replay", b2b, std::max(5, runs / 50));
+  for (int R : {8, 4}) {  // the megakernel at smaller clusters, where its shared memory allows
+    CudaGPT small(model, {.path = Path::Mega, .mega_cluster = R});
+    if (small.mega_cluster_for(B, T) == R)
+      forward_row(fmt::format("forward graph, megakernel, cluster {}", R),
+                  forward_graph_us(model, small.options(), ids, B, T, runs, warmup, nullptr), runs);
+  }
+  {  // proj by heads, where it fits
+    CudaGPT heads(model, {.path = Path::Mega, .mega_proj = CudaGPTOptions::MegaProj::Heads});
+    if (const int R = heads.mega_cluster_for(B, T))
+      forward_row(fmt::format("forward graph, megakernel, cluster {}, proj by heads", R),
+                  forward_graph_us(model, heads.options(), ids, B, T, runs, warmup, nullptr), runs);
+  }
+  forward_row("forward graph, whole-layer kernels (fused)",
+              forward_graph_us(model, {.path = Path::Fused}, ids, B, T, runs, warmup, nullptr), runs);
+  forward_row("forward graph, a kernel per op (fused Linears)",
+              forward_graph_us(model, {.path = Path::PerOp}, ids, B, T, runs, warmup, nullptr), runs);
+  forward_row("forward graph, cuBLAS Linears (pedantic fp32)",
+              forward_graph_us(model, {.path = Path::Cublas}, ids, B, T, runs, warmup, nullptr), runs);
 
   // the host API, and its logits against the CPU engine's
-  CudaGPT gpu(model);
   Tensor logits, probs, cpu_logits, cpu_probs;
   for (int i = 0; i < warmup; ++i) gpu.forward(ids.data(), B, T, logits, probs);
   std::vector<double> us;
@@ -88,30 +153,29 @@ CudaModelTimes bench_model_cuda(const GrammarMiniGPT& model, const std::vector<i
     gpu.forward(ids.data(), B, T, logits, probs);
     us.push_back(timer.elapsed_us());
   }
-  r.forward_host_us = median(us);
+  forward_row("forward host API (ids in, logits+probs out, wait)", median(us), runs);
   ThreadPool pool(1);
   model.forward(ids.data(), B, T, cpu_logits, cpu_probs, pool);
   for (int64_t i = 0; i < logits.numel(); ++i)
     r.max_logit_diff = std::max(r.max_logit_diff, static_cast<double>(std::fabs(logits.data()[i] - cpu_logits.data()[i])));
 
-  // decode: whole contexts through step() (wall clock), then the graph alone (events)
-  CudaDecoder decoder(gpu);
-  auto decode_all = [&] {
-    decoder.reset();
-    for (int32_t id : ctx) decoder.step(id);
+  // decode: the default path, the megakernel at smaller clusters, the whole-layer kernels
+  auto decode_rows = [&](const DecodeTimes& d, bool with_step) {
+    if (with_step)
+      r.rows.push_back({"kv decode step() (graph + wait), " + d.label, 1, ctx_len, d.step_us, d.runs, true});
+    r.rows.push_back({"kv decode graph alone (events), " + d.label, 1, 1, d.graph_us, runs, true});
   };
-  r.decode_runs = std::max(5, runs / 10);
-  for (int i = 0; i < std::max(2, warmup / 10); ++i) decode_all();
-  us.clear();
-  for (int i = 0; i < r.decode_runs; ++i) {
-    Timer timer;
-    decode_all();
-    us.push_back(timer.elapsed_us() / static_cast<double>(ctx.size()));
+  decode_rows(decode_times(model, {}, ctx, runs, warmup), true);
+  for (auto proj : {CudaGPTOptions::MegaProj::Heads, CudaGPTOptions::MegaProj::Columns}) {
+    for (int R : {16, 8, 4}) {  // every cluster size and proj the decode step fits
+      const CudaGPTOptions o{.path = Path::Mega, .mega_cluster = R, .mega_proj = proj};
+      CudaGPT small(model, o);
+      CudaDecoder dec(small);
+      if (dec.mega_cluster() == R && dec.mega_head_proj() == (proj == CudaGPTOptions::MegaProj::Heads))
+        decode_rows(decode_times(model, o, ctx, runs, warmup), true);
+    }
   }
-  r.decode_step_us = median(us);
-  decoder.reset();
-  decoder.step(ctx[0]);  // the replays below repeat position 0's step with this token
-  r.decode_graph_us = time_events([&] { decoder.replay(); }, decoder.stream(), runs, warmup);
+  decode_rows(decode_times(model, {.path = Path::Fused}, ctx, runs, warmup), true);
   return r;
 }
 

@@ -10,17 +10,19 @@
 
 namespace minigpt::cli {
 
+struct CudaTimeRow {
+  std::string name;
+  int64_t B = 0, T = 0;
+  double us = 0;        // median per call (forward) or per token (decode)
+  int runs = 0;
+  bool decode = false;  // a per-token row: tokens/s = 1e6 / us, no ratio to the forward
+};
+
 struct CudaModelTimes {
-  std::string gpu;              // device name
-  double forward_us = 0;        // one graph replay (whole-layer kernels) between CUDA events, median
-  double forward_perop_us = 0;  // the same with a kernel per op (fused Linears)
-  double forward_b2b_us = 0;    // 100 replays back to back between two events, per replay, median
-  double forward_cublas_us = 0; // one graph replay with cuBLAS Linears, median
-  double forward_host_us = 0;   // CudaGPT::forward (ids in, replay, logits+probs out, wait), wall clock
-  double decode_step_us = 0;    // CudaDecoder::step (copies in the graph, wait), wall clock per token
-  double decode_graph_us = 0;   // the decode graph alone between CUDA events, median
-  double max_logit_diff = 0;    // |GPU - CPU| over the benchmark's forward logits
-  int decode_runs = 0;
+  std::string gpu;            // device name
+  double forward_us = 0;      // the default path's forward graph (the ratio column's reference)
+  double max_logit_diff = 0;  // |GPU - CPU| over the benchmark's forward logits (default path)
+  std::vector<CudaTimeRow> rows;  // in table order; the first is forward_us's
 };
 
 // ids (B, T); ctx (block_size) fed one token at a time per decode run. runs/warmup as the CPU's.

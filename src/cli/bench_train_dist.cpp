@@ -9,9 +9,11 @@
 // under the backward). `--dist single` gives the 1-rank baseline of the same global batch, so
 // speedup = its median / the N-rank median (compare two runs; docs/PARALLELISM.md).
 //
-// --device cuda (with --dist nccl, or single for the 1-GPU baseline): the CUDA step, its
-// all-reduce inside the step's graph after the whole backward, so nothing is hidden: exposed =
-// the all-reduce alone (ncclAllReduce of the flat gradient buffer, timed apart), hidden = 0;
+// --device cuda (with --dist nccl, or single for the 1-GPU baseline): the CUDA step, its bucket
+// all-reduces inside the step's graph, each on a communication stream as soon as the backward
+// has finished its group (train/cuda_data_parallel.h). Measured the CPU's way in GPU time (CUDA
+// events): exposed = from the backward's end to the last all-reduce's end (median of the steps),
+// alone = the same buckets' all-reduces with no compute (median), hidden = 1 - exposed / alone;
 // backward_ms is the graph's GPU time (the whole step).
 #include "cli/bench_train_dist.h"
 
@@ -24,10 +26,6 @@
 #include "dist/communicator.h"
 #include "train/corpus_streams.h"
 #include "train/trainer.h"
-
-#if MINIGPT_HAVE_NCCL
-#include "dist/nccl_communicator.h"
-#endif
 
 #include <fmt/format.h>
 
@@ -53,17 +51,6 @@ double time_all_reduce_alone(dist::Communicator& comm, const std::vector<size_t>
     s.push_back(t.elapsed_s());
   }
   return median(s);
-}
-
-// The CUDA step's all-reduce alone: its flat gradient buffer's size over NCCL (0 on one rank
-// without NCCL: nothing is reduced).
-double time_device_all_reduce_alone(dist::Communicator& comm, const Trainer& trainer, int64_t runs) {
-#if MINIGPT_HAVE_NCCL
-  if (auto* nccl = dynamic_cast<dist::NcclCommunicator*>(&comm))
-    return nccl->time_all_reduce_s(static_cast<size_t>(trainer.cuda_step()->flat_floats()), runs);
-#endif
-  (void)comm, (void)trainer, (void)runs;
-  return 0.0;
 }
 
 }  // namespace
@@ -119,11 +106,12 @@ void run_bench_train_dist(const DistBenchArgs& a, const GlobalOptions& global) {
   }
   const double step_share = share.share();
   const int N = comm->size();
+  CudaDataParallel* gpu_dp = trainer.cuda_data_parallel();  // null on the CPU and for --dist single
   const double alone_ms =
-      cuda ? time_device_all_reduce_alone(*comm, trainer, a.steps) * 1e3
+      gpu_dp ? gpu_dp->alone_ms(a.steps)
       : trainer.grad_buckets() ? time_all_reduce_alone(*comm, trainer.grad_buckets()->bucket_floats(), a.steps) * 1e3
                                : 0.0;
-  const double med = median(step_ms), exposed = cuda ? alone_ms : median(exposed_ms);  // CUDA: not overlapped
+  const double med = median(step_ms), exposed = median(exposed_ms);
   const double hidden = alone_ms > 0 ? std::clamp(1.0 - exposed / alone_ms, 0.0, 1.0) : 0.0;
   const double wire = bytes * 2.0 * (N - 1) / N;
   comm->barrier();
@@ -138,7 +126,8 @@ void run_bench_train_dist(const DistBenchArgs& a, const GlobalOptions& global) {
   report.set_meta("config", fmt::format("L={} d={} heads={} T={} vocab={}", a.layers, a.d_model, a.heads, a.seq,
                                         o.model.vocab_size));
   report.set_meta("parameters", o.model.parameter_count());
-  report.set_meta("buckets", cuda ? (bytes > 0 ? 1 : 0) : trainer.grad_buckets() ? trainer.grad_buckets()->stats().buckets : 0);
+  report.set_meta("buckets", gpu_dp ? static_cast<int>(gpu_dp->buckets())
+                             : trainer.grad_buckets() ? trainer.grad_buckets()->stats().buckets : 0);
   report.set_meta("device", a.device);
   report.add_row({fmt::format("minigpt DDP ({})", comm->name()), N, a.batch, a.seq, med,
                   static_cast<double>(a.batch * a.seq) / (med / 1e3), median(backward_ms), bytes, wire, alone_ms,
@@ -147,9 +136,11 @@ void run_bench_train_dist(const DistBenchArgs& a, const GlobalOptions& global) {
                   "2 (N-1)/N x payload (ring all-reduce); allreduce_alone_ms = the same buckets reduced with no "
                   "compute; exposed_ms = waiting after the backward; hidden = 1 - exposed / alone.");
   if (cuda)
-    report.add_note("device cuda: the all-reduce is one ncclAllReduce (average) of the flat gradient buffer "
-                    "inside the step's CUDA graph, after the whole backward: exposed = alone, hidden = 0; "
-                    "backward_ms = the graph's GPU time (the whole step).");
+    report.add_note("device cuda: one ncclAllReduce (average) per bucket inside the step's CUDA graph, on a "
+                    "communication stream as soon as the backward has finished the bucket's gradients; GPU time "
+                    "(CUDA events): exposed_ms = from the backward's end to the last all-reduce's end, "
+                    "allreduce_alone_ms = the same buckets with no compute; backward_ms = the graph's GPU time "
+                    "(the whole step).");
   report_conditions(report, load_at_start, step_share, "the timed steps (rank 0)");
   fmt::print("{}", report.render(format));
   std::fflush(stdout);

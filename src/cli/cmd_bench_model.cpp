@@ -125,24 +125,17 @@ void run_bench_model_cuda(const BenchModelOptions& opt, const GrammarMiniGPT& mo
   report.set_meta("config", c.to_json());
   report.set_meta("gpu", t.gpu);
   auto tok = [&](double us) { return static_cast<double>(B * T) / us * 1e6; };
-  report.add_row({"forward graph (logits+probs), whole-layer kernels", B, T, t.forward_us, tok(t.forward_us), opt.runs, 1.0});
-  report.add_row({"forward graph, 100 replays back to back, per replay", B, T, t.forward_b2b_us, tok(t.forward_b2b_us),
-                  std::max(5, opt.runs / 50), t.forward_b2b_us / t.forward_us});
-  report.add_row({"forward graph, a kernel per op (fused Linears)", B, T, t.forward_perop_us, tok(t.forward_perop_us),
-                  opt.runs, t.forward_perop_us / t.forward_us});
-  report.add_row({"forward graph, cuBLAS Linears (pedantic fp32)", B, T, t.forward_cublas_us, tok(t.forward_cublas_us),
-                  opt.runs, t.forward_cublas_us / t.forward_us});
-  report.add_row({"forward host API (ids in, logits+probs out, wait)", B, T, t.forward_host_us, tok(t.forward_host_us),
-                  opt.runs, t.forward_host_us / t.forward_us});
-  report.add_row({"kv decode, per token (step: graph + copies + wait)", 1, c.block_size, t.decode_step_us,
-                  1e6 / t.decode_step_us, t.decode_runs, nullptr});
-  report.add_row({"kv decode graph alone, per token (CUDA events)", 1, 1, t.decode_graph_us, 1e6 / t.decode_graph_us,
-                  opt.runs, nullptr});
+  for (const CudaTimeRow& row : t.rows) {
+    if (row.decode)
+      report.add_row({row.name, row.B, row.T, row.us, 1e6 / row.us, row.runs, nullptr});
+    else
+      report.add_row({row.name, row.B, row.T, row.us, tok(row.us), row.runs, row.us / t.forward_us});
+  }
   report.add_note(fmt::format("max |logit GPU - CPU| at (B={}, T={}): {:.3g}", B, T, t.max_logit_diff));
   report.add_note("GPU rows: one graph launch between two CUDA events, waited for (launch latency included), "
                   "median of --runs after --warmup; weights stay in L2 (not flushed). Decode: block_size tokens "
                   "from an empty cache per run through CudaDecoder::step (wall clock), and the step's graph "
-                  "alone at position 0.");
+                  "alone at position 0. cpp_speedup here: the row's median / the first row's.");
   if (opt.peers.enabled) {
     add_peer_rows(opt, loaded.from_file ? loaded.description : "", threads, t.forward_us, report);
   } else {

@@ -24,6 +24,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -82,18 +83,28 @@ void explain(compile::CudaCompiledGraph& cg, int runs) {
     }
     const double bytes = static_cast<double>(k.bytes_read + k.bytes_written);
     const double floor_s = std::max(bytes / kH200CopyBandwidth, static_cast<double>(k.flops) / peak);
+    const std::string kept = k.removed.empty() ? "-" : fmt::format("{} tensors, {} B", k.removed.size(), removed);
+    if (std::isnan(times[i])) {  // a stage of the megakernel: timed only as part of the whole
+      fmt::print("| {} | {} | {} | {} | {} | megakernel stage | - | - |\n", k.name, ops, kept, k.bytes_read + k.bytes_written, k.flops);
+      continue;
+    }
     total += times[i];
-    fmt::print("| {} | {} | {} | {} | {} | {} | {:.2f} | {:.1f}% |\n", k.name, ops,
-               k.removed.empty() ? "-" : fmt::format("{} tensors, {} B", k.removed.size(), removed), k.bytes_read + k.bytes_written,
-               k.flops, launch, times[i], 100.0 * floor_s / (times[i] * 1e-6));
+    fmt::print("| {} | {} | {} | {} | {} | {} | {:.2f} | {:.1f}% |\n", k.name, ops, kept, k.bytes_read + k.bytes_written, k.flops,
+               launch, times[i], 100.0 * floor_s / (times[i] * 1e-6));
   }
+  for (const CudaLaunch& l : cg.lowered().code.launches)
+    if (l.cluster > 0)
+      fmt::print("| {} | all {} kernels above, as stages | - | - | - | one cluster <<<{}, {}>>>, {} B shared | - | - |\n", l.function,
+                 s.kernels.size(), l.grid, l.block, l.smem);
   const auto whole = cg.time_graph(runs);
+  if (!cg.stats().candidates.empty())
+    fmt::print("\nmax-autotune measured (per forward, 20 back to back): {}; kept: {}\n", cg.stats().candidates, cg.stats().variant);
   fmt::print("\nsum of kernels {:.2f} us; whole forward as one CUDA graph: {:.2f} us per replay alone, {:.2f} us per replay in 100 "
              "back to back (median of {})\n",
              total, whole.single_us, whole.batched_us, runs);
   for (size_t i = 0; i < s.kernels.size(); ++i) {
     const Kernel& k = s.kernels[i];
-    if (k.kind != KernelKind::Rowwise || k.name.find("softmax") == std::string::npos) continue;
+    if (k.kind != KernelKind::Rowwise || k.name.find("softmax") == std::string::npos || std::isnan(times[i])) continue;
     const auto [def, tuned] = hand_written_softmax_us(k.rows, k.cols, runs);
     fmt::print("{} ({} x {}): generated {:.2f} us; hand-written softmax_fused {:.2f} us (default config), {:.2f} us (autotuned): "
                "generated / best hand-written = {:.3f}\n",
@@ -139,6 +150,7 @@ void run_compile_cuda(const CompileCudaRequest& r) {
   }
   CudaCompileOptions co;
   co.mode = r.mode;
+  co.variant_by_rule = true;
   co.quiet = r.mode != "max-autotune";  // max-autotune says what each candidate measured
   co.dump_dir = r.dump;
   const Timer cold;
@@ -154,6 +166,8 @@ void run_compile_cuda(const CompileCudaRequest& r) {
              "again: {:.1f} ms ({}; load + capture {:.1f} ms)\n",
              first_s, st.cache_hit ? "cache hit" : "cold", st.passes_s * 1e3, st.codegen_s * 1e3, st.nvrtc_s, st.load_s * 1e3,
              warm_s * 1e3, again.stats().cache_hit ? "cache hit" : "compiled", again.stats().load_s * 1e3);
+  fmt::print("variant: {} ({})\n", st.variant, st.why);
+  if (!st.candidates.empty()) fmt::print("max-autotune measured (per forward, 20 back to back): {}\n", st.candidates);
   fmt::print("cubin key {}\n", st.key);
   for (const Kernel& k : g.lowered().schedule.kernels) fmt::print("  {}\n", k.name);
   // one run on the drawn inputs (outputs back on the host: the graph works end to end)

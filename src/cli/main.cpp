@@ -2,6 +2,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/isa.h"
+#include "dist/local_ranks.h"
 
 #include <fmt/format.h>
 
@@ -24,7 +25,11 @@ int blas_thread_shutdown_(void) __attribute__((weak));
 namespace minigpt::cli {
 
 int GlobalOptions::resolved_threads() const {
-  return threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads > 0) return threads;
+  // Under mpirun the ranks of this host share its cores (2 ranks on 2 cores: 1 thread each);
+  // more threads than cores would make every rank's threads wait on each other's.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / dist::local_rank_count());
 }
 
 std::string resolve_model_path(const std::string& given) {
@@ -80,7 +85,7 @@ int main(int argc, char** argv) {
   app.fallthrough();  // global options may follow the subcommand: `minigpt bench model -t 2`
   GlobalOptions global;
   global.argv.assign(argv, argv + argc);
-  app.add_option("-t,--threads", global.threads, "CPU threads (default: every core)")
+  app.add_option("-t,--threads", global.threads, "CPU threads (default: every core; under mpirun, the cores / the ranks on this host)")
       ->check(CLI::Range(1, 1024));
 
   add_info_command(app, global);

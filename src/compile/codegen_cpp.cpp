@@ -190,30 +190,6 @@ struct Names {
   std::map<int, std::string> var;  // tensor id -> variable in call()
 };
 
-// What makes two kernels' loops the same: their text with the kernel's own name replaced by
-// "@", comments dropped (they name the tensors of one block) and the temporaries (acc12,
-// tmp162, row161, tot160: numbered by graph node) renumbered in order of first use. So the
-// layernorm of block 0 and of block 3 compare equal; any difference in arithmetic, shapes or
-// index expressions does not.
-std::string loops_key(std::string code, const std::string& kernel_name) {
-  for (size_t at = code.find(kernel_name); at != std::string::npos; at = code.find(kernel_name, at))
-    code.replace(at, kernel_name.size(), "@");
-  code = std::regex_replace(code, std::regex("//[^\n]*"), "");
-  static const std::regex temp(R"(\b(acc|tot|row|tmp)([0-9]+)(?=\b|_))");  // acc12, and acc12 of acc12_1
-  std::map<std::string, int> local;  // "tmp162" -> its kernel-local number
-  std::string key;
-  auto last = code.cbegin();
-  for (auto it = std::sregex_iterator(code.begin(), code.end(), temp); it != std::sregex_iterator(); ++it) {
-    const std::smatch& m = *it;
-    key.append(last, m[0].first);
-    const auto [slot, added] = local.emplace(m.str(), static_cast<int>(local.size()));
-    key += m[1].str() + "$" + std::to_string(slot->second);
-    last = m[0].second;
-  }
-  key.append(last, code.cend());
-  return key;
-}
-
 std::string tensor_var(const Graph& g, int id) {
   const TensorInfo& t = g.tensor(id);
   if (t.alias_of >= 0) return tensor_var(g, t.alias_of);
@@ -389,30 +365,34 @@ class RowwiseGen {
     return s;
   }
 
-  // A max reduction's column loop with kMaxChains accumulators (acc12, acc12_1, ...) taking
-  // turns over the vector steps, combined after: one accumulator's chain of dependent max
-  // operations (~4 cycles each) bounds the loop otherwise (the (32, 611) softmax's max pass
-  // ran ~1 us faster of ~18). A max is exact in any order, so the result is the same.
-  // per(m): one step's statements, updating acc{t}. Returns "" when the row is too short.
+  // A max reduction's column loop with kMaxChains accumulators (acc12, then chain1, chain2, ...
+  // in a block of their own) taking turns over the vector steps, combined after: one
+  // accumulator's chain of dependent max operations (~4 cycles each) bounds the loop otherwise
+  // (the (32, 611) softmax's max pass ran ~1 us faster of ~18). A max is exact in any order, so
+  // the result is the same. per(m): one step's statements, updating acc{t}. Returns "" when
+  // the row is too short.
   static constexpr int kMaxChains = 4;
+  static_assert(kMaxChains == 4, "max_chains_loop's declaration and combine are written for 4 chains");
   template <typename F>
   std::string max_chains_loop(F&& per, int t, bool dbl, const std::string& indent) const {
     const int64_t chained = C_ / (kMaxChains * W_) * (kMaxChains * W_);
     if (chained == 0) return "";
     const std::string acc = fmt::format("acc{}", t), fn = dbl ? "mg_maxd_v" : "mg_max_v";
     const std::string step = per(Mode::Vector);
-    std::string s = fmt::format("{}{} {}_1 = {}, {}_2 = {}, {}_3 = {};  // {} chains of max\n", indent, dbl ? "mg_vd" : "mg_vf",
-                                acc, acc, acc, acc, acc, acc, kMaxChains);
-    s += fmt::format("{}for (int64_t c4 = 0; c4 < {}; c4 += {} * MG_W) {{  // {} lanes a step, {} steps a trip\n", indent, chained,
+    std::string s = fmt::format("{}{{  // {} chains of max: {} and chain1..{}\n", indent, kMaxChains, acc, kMaxChains - 1);
+    const std::string in = indent + "  ";
+    s += fmt::format("{}{} chain1 = {}, chain2 = {}, chain3 = {};\n", in, dbl ? "mg_vd" : "mg_vf", acc, acc, acc);
+    s += fmt::format("{}for (int64_t c4 = 0; c4 < {}; c4 += {} * MG_W) {{  // {} lanes a step, {} steps a trip\n", in, chained,
                      kMaxChains, W_, kMaxChains);
     for (int k = 0; k < kMaxChains; ++k) {
-      const std::string own = k == 0 ? acc : fmt::format("{}_{}", acc, k);
-      s += fmt::format("{}  {{\n{}    const int64_t c0 = c4{};\n", indent, indent, k == 0 ? "" : fmt::format(" + {} * MG_W", k));
-      s += indent_text(std::regex_replace(step, std::regex("\\b" + acc + "\\b"), own), indent + "    ");
-      s += fmt::format("{}  }}\n", indent);
+      const std::string own = k == 0 ? acc : fmt::format("chain{}", k);
+      s += fmt::format("{}  {{\n{}    const int64_t c0 = c4{};\n", in, in, k == 0 ? "" : fmt::format(" + {} * MG_W", k));
+      s += indent_text(std::regex_replace(step, std::regex("\\b" + acc + "\\b"), own), in + "    ");
+      s += fmt::format("{}  }}\n", in);
     }
+    s += fmt::format("{}}}\n", in);
+    s += fmt::format("{}{} = {}({}({}, chain1), {}(chain2, chain3));\n", in, acc, fn, fn, acc, fn);
     s += fmt::format("{}}}\n", indent);
-    s += fmt::format("{}{} = {}({}({}, {}_1), {}({}_2, {}_3));\n", indent, acc, fn, fn, acc, acc, fn, acc, acc);
     return s + column_loop(per, indent, chained);
   }
 
@@ -853,7 +833,7 @@ GeneratedCode generate_cpp(const Schedule& s, const CodegenOptions& opt) {
     // no function of its own: nothing to share.)
     std::string fn = k.name;
     if (const size_t body_at = code.find("struct " + k.name + "_args"); body_at != std::string::npos) {
-      const std::string shape_of_loops = loops_key(code.substr(body_at), k.name);
+      const std::string shape_of_loops = loops_key(code.substr(body_at), k.name, "acc|tot|row|tmp");
       const auto seen = loops_emitted.find(shape_of_loops);
       if (seen != loops_emitted.end()) {
         fn = seen->second;

@@ -2,7 +2,10 @@
 //
 // Layout of the generated source: a header comment (graph, kernels), the device helpers
 // (mg_max, mg_gelu, the warp reductions), one section per scheduled kernel (its comment and
-// its extern "C" __global__ function(s)), and the host's launch sequence as a closing comment.
+// its extern "C" __global__ function(s), or for a kernel identical to an earlier one its comment
+// and the name it is launched under), and the host's launch sequence as a closing comment. The
+// megakernel form puts every kernel's function in as a stage of one cluster launch instead
+// (codegen_cuda_mega.cpp).
 //
 // Row-wise kernels (gathers, pointwise ops, reductions over the last axis), for R rows of C
 // columns: TPR threads per row (a warp up to C = 1024, else a block of up to 1024), RPB rows per
@@ -21,6 +24,7 @@
 // Sums thus run in another order than eager's: results differ by rounding only.
 #include "compile/codegen_cuda.h"
 
+#include "compile/codegen_cuda_mega.h"
 #include "compile/codegen_text.h"
 
 #include "compile/passes/passes.h"
@@ -572,7 +576,10 @@ Schedule cuda_schedule(const Schedule& s, bool generated_gemm) {
 
 CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
   MINIGPT_CHECK(!opt.pdl || opt.generated_gemm, "generate_cuda: PDL needs generated GEMMs (cuBLAS kernels do not wait on it)");
+  MINIGPT_CHECK(!opt.megakernel || (opt.generated_gemm && !opt.pdl),
+                "generate_cuda: the megakernel needs generated GEMMs (a cuBLAS call cannot be a stage) and no PDL (one launch)");
   const Graph& g = s.graph;
+  std::vector<MegaStage> stages;
   CudaCode out;
   out.pdl = opt.pdl;
   std::string src = fmt::format(
@@ -581,10 +588,12 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
       "// the launch sequence at the end of this file (captured once as one CUDA graph).\n\n",
       kCodegenCudaVersion, g.name, graph_hash(g), s.kernels.size(), g.arena_bytes);
   src += kPrelude;
+  std::map<std::string, std::string> emitted;  // loops_key -> the kernel emitted with that code
   for (const Kernel& k : s.kernels) {
     std::string code;
     CudaLaunch launch;
     launch.name = k.name;
+    const size_t launches_before = out.launches.size();
     switch (k.kind) {
       case KernelKind::Rowwise: {
         RowwiseCuda gen(g, k);
@@ -610,8 +619,35 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
         break;
     }
     if (opt.pdl) code = with_pdl_prologue(std::move(code));
+    if (!opt.megakernel) {
+      // A kernel whose code is an earlier one's (the same op in another block: only the buffers
+      // differ) is emitted once and launched under that name, as the C++ back end and Inductor
+      // reuse identical kernels; its comment stays, for the reader (NVRTC compiles 5 GEMMs of
+      // the model, not 17).
+      auto [comment, body] = split_leading_comment(code);
+      const std::string key = loops_key(body, k.name, kCudaTempPrefixes);
+      if (const auto seen = emitted.find(key); seen != emitted.end()) {
+        for (size_t i = launches_before; i < out.launches.size(); ++i)
+          if (out.launches[i].kind == CudaLaunch::Kind::Kernel) out.launches[i].function.replace(0, k.name.size(), seen->second);
+        code = comment + fmt::format("//   the same code as {}: launched as {}, with this kernel's buffers\n", seen->second, seen->second);
+      } else {
+        emitted.emplace(key, k.name);
+      }
+    }
+    if (opt.megakernel) {
+      // the kernel becomes a stage: its device function goes into the source with the megakernel
+      int64_t smem = 0;
+      out.kernels.push_back({k.name, device_function(code, launch.block, smem)});
+      stages.push_back({code, out.launches.back(), k.reads, k.writes});
+      continue;
+    }
     out.kernels.push_back({k.name, code});
     src += "\n" + code;
+  }
+  if (opt.megakernel) {
+    CudaLaunch mega;
+    src += assemble_megakernel(g, stages, "cuda_megakernel", opt.megakernel_threads, mega);
+    out.launches = {mega};
   }
   // the host's launch sequence, for the reader (runner_cuda executes out.launches)
   auto arg_text = [&](int t) -> std::string {
@@ -628,6 +664,11 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
     }
     std::string args;
     for (int a : l.args) args += (args.empty() ? "" : ", ") + arg_text(a);
+    if (l.cluster > 0) {
+      src += fmt::format("//   {}<<<one cluster of up to {} CTAs, {}, {} B dynamic shared>>>({})\n", l.function, l.cluster, l.block, l.smem,
+                         args);
+      continue;
+    }
     src += fmt::format("//   {}<<<{}, {}>>>({})\n", l.function, l.grid, l.block, args);
   }
   out.source = std::move(src);

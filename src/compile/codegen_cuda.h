@@ -12,8 +12,11 @@
 // and values staged in shared memory, a thread per query, a two-pass softmax (the max, then
 // exp and the sums; scores recomputed from shared memory), no score matrix.
 // Matmuls: cuBLAS SGEMM (FP32, no TF32) then a generated epilogue kernel (bias [+ GELU |
-// + residual]) by default, as Inductor calls an external mm; with generated_gemm a fixed-shape
-// shared-memory tiled GEMM with the epilogue fused (max-autotune's candidate).
+// + residual]), as Inductor calls an external mm; with generated_gemm a fixed-shape
+// shared-memory tiled GEMM with the epilogue fused (runner_cuda.h says which variant each mode
+// runs). A kernel whose code is an earlier one's (the same op of another block) is emitted once
+// and launched under that name. With megakernel, every kernel becomes a stage of one launch
+// (codegen_cuda_mega.h).
 //
 // The source includes nothing (NVRTC compiles it alone); kernels are extern "C" so their
 // names are the ones in the plan. Each kernel's comment gives its source ops, shapes, bytes
@@ -45,6 +48,14 @@ struct CudaCodegenOptions {
   // kernel's writes are visible after it) then griddepcontrol.launch_dependents, and the runner
   // launches with programmatic stream serialization: the next kernel's launch overlaps this one.
   bool pdl = false;
+  // Megakernel (sm_90+; with generated_gemm, without pdl): every kernel becomes a __device__
+  // function of a virtual block and ONE __global__ kernel runs them in order as stages of one
+  // thread-block cluster, a cluster barrier between stages: the whole graph is one launch
+  // (codegen_cuda_mega.h).
+  bool megakernel = false;
+  // The megakernel's threads per CTA: 0 = its widest stage's block; more lets a CTA run several
+  // virtual blocks of a stage side by side (fewer rounds over a stage's virtual blocks).
+  int megakernel_threads = 0;
 };
 
 // One step of the host's call sequence.
@@ -53,6 +64,9 @@ struct CudaLaunch {
   std::string name;      // the scheduled kernel it belongs to ("cuda_fused_softmax_12")
   std::string function;  // Kernel: the __global__ function to launch
   int grid = 1, block = 1, smem = 0;
+  // > 0: launched as ONE thread-block cluster of at most this many CTAs (the megakernel; the
+  // runner picks the largest size the GPU co-schedules, and grid = that size)
+  int cluster = 0;
   // Kernel: its pointer parameters in order, as graph tensor ids (-1: a null pointer).
   std::vector<int> args;
   // Sgemm: y (N, M) = x (N, K) W (M, K)^T, tensor ids of x, W, y.

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <map>
+#include <regex>
 
 namespace minigpt::compile {
 
@@ -33,6 +35,39 @@ std::string kernel_comment_text(const Graph& g, const Kernel& k, const std::vect
   }
   c += fmt::format("//   bytes read {}, written {}; FLOPs {}\n", k.bytes_read, k.bytes_written, k.flops);
   return c;
+}
+
+// What makes two kernels' loops the same: their text with the kernel's own name replaced by
+// "@", comments dropped (they name the tensors of one block) and the temporaries (acc12,
+// tmp162, row161: a prefix of temp_prefixes numbered by graph node) renumbered in order of first
+// use. So the layernorm of block 0 and of block 3 compare equal; any difference in arithmetic,
+// shapes or index expressions does not.
+std::string loops_key(std::string code, const std::string& kernel_name, const std::string& temp_prefixes) {
+  for (size_t at = code.find(kernel_name); at != std::string::npos; at = code.find(kernel_name, at))
+    code.replace(at, kernel_name.size(), "@");
+  code = std::regex_replace(code, std::regex("//[^\n]*"), "");
+  const std::regex temp("\\b(" + temp_prefixes + ")([0-9]+)\\b");
+  std::map<std::string, int> local;  // "tmp162" -> its kernel-local number
+  std::string key;
+  auto last = code.cbegin();
+  for (auto it = std::sregex_iterator(code.begin(), code.end(), temp); it != std::sregex_iterator(); ++it) {
+    const std::smatch& m = *it;
+    key.append(last, m[0].first);
+    const auto [slot, added] = local.emplace(m.str(), static_cast<int>(local.size()));
+    key += m[1].str() + "$" + std::to_string(slot->second);
+    last = m[0].second;
+  }
+  key.append(last, code.cend());
+  return key;
+}
+
+std::pair<std::string, std::string> split_leading_comment(const std::string& text) {
+  size_t at = 0;
+  while (at < text.size() && text.compare(at, 2, "//") == 0) {
+    const size_t eol = text.find('\n', at);
+    at = eol == std::string::npos ? text.size() : eol + 1;
+  }
+  return {text.substr(0, at), text.substr(at)};
 }
 
 std::string indent_text(const std::string& text, const std::string& indent) {

@@ -1,6 +1,7 @@
 #include "dist/device_grad_reducer.h"
 
 #include "core/error.h"
+#include "core/timer.h"  // median
 #include "kernels/cuda/cuda_check.h"
 
 #include <algorithm>
@@ -20,6 +21,15 @@ std::vector<size_t> offsets_from_first(const std::vector<std::pair<std::string, 
     offsets.push_back(static_cast<size_t>(p - tensors.front().second));
   }
   return offsets;
+}
+
+// A timing event: inside a capture it must become an event node of the graph (External), which
+// the flag is invalid for outside one.
+void record_timing(cudaEvent_t event, cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  MINIGPT_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  MINIGPT_CUDA_CHECK(cudaEventRecordWithFlags(
+      event, stream, capture == cudaStreamCaptureStatusActive ? cudaEventRecordExternal : cudaEventRecordDefault));
 }
 
 size_t spans_end(const std::vector<FlatSpan>& spans) {
@@ -90,8 +100,8 @@ void DeviceGradReducer::finish(cudaStream_t compute) {
                 missing - started_.begin());
   std::fill(started_.begin(), started_.end(), 0);
   if (timed_backward_end_ != nullptr) {
-    MINIGPT_CUDA_CHECK(cudaEventRecord(timed_backward_end_, compute));
-    MINIGPT_CUDA_CHECK(cudaEventRecord(timed_comm_end_, comm_stream_));
+    record_timing(timed_backward_end_, compute);
+    record_timing(timed_comm_end_, comm_stream_);
   }
   MINIGPT_CUDA_CHECK(cudaEventRecord(done_, comm_stream_));
   MINIGPT_CUDA_CHECK(cudaStreamWaitEvent(compute, done_, 0));
@@ -113,7 +123,45 @@ double DeviceGradReducer::exposed_ms() const {
 void DeviceGradReducer::reduce_all(cudaStream_t compute) {
   MINIGPT_CHECK(std::find(started_.begin(), started_.end(), 1) == started_.end(),
                 "reduce_all(): buckets of this step were already started with bucket_ready");
+  if (timed_backward_end_ != nullptr) record_timing(timed_backward_end_, compute);
   comm_.all_reduce_avg(grads_, count_, compute);
+  if (timed_backward_end_ != nullptr) record_timing(timed_comm_end_, compute);
+}
+
+double DeviceGradReducer::time_alone_ms(int64_t runs) {
+  MINIGPT_CHECK(runs > 0, "time_alone_ms: {} runs", runs);
+  MINIGPT_CUDA_CHECK(cudaSetDevice(comm_.device()));
+  float* scratch = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  std::vector<double> ms;
+  auto release_scratch = [&] {
+    if (start != nullptr) cudaEventDestroy(start);
+    if (stop != nullptr) cudaEventDestroy(stop);
+    if (scratch != nullptr) cudaFree(scratch);
+  };
+  try {
+    MINIGPT_CUDA_CHECK(cudaMalloc(&scratch, count_ * sizeof(float)));
+    MINIGPT_CUDA_CHECK(cudaEventCreate(&start));
+    MINIGPT_CUDA_CHECK(cudaEventCreate(&stop));
+    const std::vector<float> ones(count_, 1.0f);  // averaged over ranks: stays 1
+    MINIGPT_CUDA_CHECK(cudaMemcpy(scratch, ones.data(), count_ * sizeof(float), cudaMemcpyHostToDevice));
+    MINIGPT_CUDA_CHECK(cudaDeviceSynchronize());  // the legacy stream's copy, before comm_stream_ reads it
+    for (int64_t r = 0; r <= runs; ++r) {  // run 0 warms up
+      comm_.barrier();
+      MINIGPT_CUDA_CHECK(cudaEventRecord(start, comm_stream_));
+      for (const FlatSpan& b : spans_) comm_.all_reduce_avg(scratch + b.offset, b.count, comm_stream_);
+      MINIGPT_CUDA_CHECK(cudaEventRecord(stop, comm_stream_));
+      comm_.synchronize(comm_stream_, "the bench's bucket all-reduces");
+      float t = 0.0f;
+      MINIGPT_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+      if (r > 0) ms.push_back(t);
+    }
+  } catch (...) {
+    release_scratch();
+    throw;
+  }
+  release_scratch();
+  return median(ms);
 }
 
 }  // namespace minigpt::dist

@@ -58,12 +58,19 @@ class DeviceGradReducer {
   // The whole buffer averaged on `compute` itself: one all-reduce, no overlap.
   void reduce_all(cudaStream_t compute);
 
-  // Timing for the bench (off by default; eager steps only): finish() then also records when
-  // the backward ended on the compute stream and when the last all-reduce ended, and, after the
-  // caller synchronised, exposed_ms() is the GPU time between the two (0 when the all-reduces
-  // finished under the backward): the communication not hidden.
+  // Timing for the bench (off by default), eager or inside a captured graph (the events are
+  // then recorded as the graph's event nodes, cudaEventRecordExternal): finish() also records
+  // when the backward ended on the compute stream and when the last all-reduce ended on the
+  // communication stream; reduce_all() records around its all-reduce. After the caller
+  // synchronised, exposed_ms() is the GPU time between the two (0 when the all-reduces finished
+  // under the backward): the communication not hidden, as the CPU trainer's wait after the
+  // backward (dist/grad_buckets.h).
   void enable_timing();
   double exposed_ms() const;
+  // The same buckets' all-reduces with no compute beside them, back to back on the
+  // communication stream over a scratch buffer of ones (the gradients are untouched): median GPU
+  // ms (CUDA events) of `runs` runs, each after a host barrier, after one warm-up run.
+  double time_alone_ms(int64_t runs);
 
   const std::vector<FlatSpan>& buckets() const { return spans_; }
   // The gradients' bytes one step averages (4 x parameters for the model's layout: the

@@ -19,6 +19,14 @@ bool launched_by_mpirun() {
   return size != nullptr && *size != '\0';
 }
 
+int local_rank_count() {
+  const char* env = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (env == nullptr || *env == '\0') return 1;
+  char* end = nullptr;
+  const long n = std::strtol(env, &end, 10);
+  return *end == '\0' && n >= 1 && n <= 1 << 20 ? static_cast<int>(n) : 1;
+}
+
 std::vector<std::string> local_ranks_command(const std::string& mpirun, const std::string& self_exe,
                                              const std::vector<std::string>& argv, int gpus, bool as_root) {
   std::vector<std::string> out{mpirun};

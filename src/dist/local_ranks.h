@@ -14,6 +14,11 @@ namespace minigpt::dist {
 // True when this process is already a rank of an MPI job (Open MPI sets OMPI_COMM_WORLD_SIZE).
 bool launched_by_mpirun();
 
+// How many ranks of this process's MPI job run on this host (Open MPI's
+// OMPI_COMM_WORLD_LOCAL_SIZE); 1 when not under mpirun or when the variable is not a count.
+// The default thread count divides the cores by it: 2 ranks on 2 cores take 1 thread each.
+int local_rank_count();
+
 // The mpirun command line that runs `argv` (this process's command line, argv[0] first) as
 // `gpus` local ranks: argv[0] replaced by `self_exe`, every "--gpus N" / "--gpus=N" removed,
 // "--dist X" / "--dist=X" replaced by "--dist nccl" (added when absent). Flags as

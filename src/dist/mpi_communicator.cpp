@@ -59,6 +59,13 @@ MpiCommunicator::MpiCommunicator(double timeout_s) : timeout_s_(timeout_s) {
   int initialised = 0;
   MPI_Initialized(&initialised);
   if (!initialised) {
+    // Open MPI's non-blocking all-reduce (coll/libnbc) takes, below 4 ranks or for an in-place
+    // buffer (every bucket here), a binomial tree: rank 1 sends its whole bucket to rank 0,
+    // which alone adds it and sends the sum back. The ring splits the bucket into N pieces:
+    // each rank adds 1/N of it and sends 2 (N-1)/N of it (the planner's wire bytes), half the
+    // binomial's bytes at N = 2 and the adds shared. At N = 2 both give the same sums bit for
+    // bit (one float addition per element, which commutes). A user's setting wins.
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
     int provided = 0;
     check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
     owns_mpi_ = true;

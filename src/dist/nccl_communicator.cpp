@@ -1,7 +1,6 @@
 #include "dist/nccl_communicator.h"
 
 #include "core/error.h"
-#include "core/timer.h"
 #include "dist/mpi_communicator.h"
 #include "kernels/cuda/cuda_check.h"
 
@@ -9,7 +8,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <vector>
 
 static_assert(NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0),
               "NcclCommunicator needs NCCL >= 2.14 (non-blocking communicators, ncclAvg)");
@@ -141,35 +139,6 @@ void NcclCommunicator::synchronize(cudaStream_t stream, const std::string& what)
     return false;
   };
   wait_with_deadline(done, [&] { abort_nccl(); }, who_, what);
-}
-
-double NcclCommunicator::time_all_reduce_s(size_t floats, int64_t runs) {
-  MINIGPT_CHECK(floats > 0 && runs > 0, "time_all_reduce_s: {} floats, {} runs", floats, runs);
-  use_device(device_);
-  float* buffer = nullptr;
-  cudaStream_t stream = nullptr;
-  MINIGPT_CUDA_CHECK(cudaMalloc(&buffer, floats * sizeof(float)));
-  std::vector<double> seconds;
-  try {
-    MINIGPT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    const std::vector<float> ones(floats, 1.0f);  // averaged over ranks: stays 1, never overflows
-    MINIGPT_CUDA_CHECK(cudaMemcpy(buffer, ones.data(), floats * sizeof(float), cudaMemcpyHostToDevice));
-    MINIGPT_CUDA_CHECK(cudaDeviceSynchronize());  // the legacy stream's copy, before `stream` reads it
-    for (int64_t r = 0; r <= runs; ++r) {  // run 0 warms up (and connects, if NCCL connects lazily)
-      barrier();
-      Timer timer;
-      all_reduce_avg(buffer, floats, stream);
-      synchronize(stream, "the bench's all-reduce");
-      if (r > 0) seconds.push_back(timer.elapsed_s());
-    }
-  } catch (...) {
-    if (stream != nullptr) cudaStreamDestroy(stream);
-    cudaFree(buffer);
-    throw;
-  }
-  cudaStreamDestroy(stream);
-  cudaFree(buffer);
-  return median(seconds);
 }
 
 std::unique_ptr<NcclCommunicator> make_nccl_communicator(double timeout_s) {

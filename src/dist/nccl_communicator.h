@@ -77,10 +77,6 @@ class NcclCommunicator final : public Communicator {
   // Bounded wait for everything enqueued on `stream` so far (instead of cudaStreamSynchronize).
   void synchronize(cudaStream_t stream, const std::string& what);
 
-  // For the bench: median wall seconds of all_reduce_avg over `floats` floats (a scratch device
-  // buffer of ones on its own stream), each run after a host barrier, over `runs` runs.
-  double time_all_reduce_s(size_t floats, int64_t runs);
-
  private:
   void join();  // the bootstrap: unique id over the host, then ncclCommInitRankConfig (bounded)
   void check(ncclResult_t result, const char* call);  // throws; ncclInProgress: waits until ready

@@ -18,6 +18,7 @@
 #include "kernels/cuda/optimizer.h"
 #include "model/cuda/cuda_gpt.h"
 #include "model/cuda/cuda_weights.h"
+#include "model/gpt.h"  // the backward's stages (kHeadStage, kEmbeddingStage) for the stage hook
 
 #include <cuda_runtime_api.h>
 
@@ -99,6 +100,8 @@ struct CudaTrainStep::Impl {
   int64_t n_chunks = 0;
   cuda::LinearGradScratch grad_scratch;  // linear_backward's split-row weight gradients
   GradHook hook;
+  StageHook stage_hook;
+  bool hooks_on = false;  // only while the step's graph is captured (not in the eager or phase paths)
   StepWait wait;  // null: cudaStreamSynchronize
   cudaGraphExec_t exec = nullptr;
   size_t graph_nodes = 0;
@@ -118,6 +121,9 @@ struct CudaTrainStep::Impl {
   void forward();   // embedding .. cross-entropy (loss and dlogits)
   void backward();  // every gradient
   void optimizer();         // enqueues the hook, the norm and AdamW
+  void stage_done(int stage) {  // the backward's groups of gradients (data parallel's buckets)
+    if (hooks_on && stage_hook) stage_hook(stage, stream);
+  }
   void capture();
 };
 
@@ -350,6 +356,7 @@ void CudaTrainStep::Impl::backward() {
   const float* in = layers.back().out;  // the last block's output: ln_f's input
   linear_backward(*blas, lnf, w.lm_head_weight, logits, dln, g.lm_head_weight, g.lm_head_bias, N, d, V, grad_scratch, s);
   layernorm_backward(dln, in, w.ln_f_weight, dresid, false, g.ln_f_weight, g.ln_f_bias, ln_scratch, N, d, eps, s);
+  stage_done(GrammarMiniGPT::kHeadStage);
   for (int l = c.n_layer - 1; l >= 0; --l) {
     const CudaBlockWeights& bw = w.blocks[static_cast<size_t>(l)];
     const CudaBlockWeights& bg = g.blocks[static_cast<size_t>(l)];
@@ -366,12 +373,14 @@ void CudaTrainStep::Impl::backward() {
     linear_backward(*blas, L.ln1, bw.qkv_weight, dqkv, dln, bg.qkv_weight, bg.qkv_bias, N, d, 3 * d, grad_scratch, s);
     layernorm_backward(dln, block_in, bw.ln1_weight, dresid, true, bg.ln1_weight, bg.ln1_bias, ln_scratch, N, d,
                        eps, s);
+    stage_done(l);
   }
   embedding_backward(dresid, ids(), g.wte, g.wpe, B, T, d, V, P, s);
+  stage_done(GrammarMiniGPT::kEmbeddingStage);
 }
 
 void CudaTrainStep::Impl::optimizer() {
-  if (hook) hook(flat_g, flat, stream);
+  if (hooks_on && hook) hook(flat_g, flat, stream);
   cuda::grad_norm(flat_g, flat, partials, clip, norm, stream);
   cuda::adamw(flat_p, flat_g, flat_m, flat_v, chunks, n_chunks, scalars(), norm, stream);
 }
@@ -381,11 +390,14 @@ void CudaTrainStep::Impl::capture() {
   check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   try {
     check(cudaMemcpyAsync(dev_batch, host_batch, batch.bytes, cudaMemcpyHostToDevice, stream), "batch copy");
+    hooks_on = true;
     forward_backward();
     optimizer();
+    hooks_on = false;
     check(cudaMemcpyAsync(host_results, results, sizeof(StepResults), cudaMemcpyDeviceToHost, stream),
           "results copy");
   } catch (...) {
+    hooks_on = false;
     cudaStreamEndCapture(stream, &graph);  // abandon the capture, then report the first error
     if (graph) cudaGraphDestroy(graph);
     cudaGetLastError();
@@ -488,8 +500,14 @@ void CudaTrainStep::set_grad_hook(GradHook hook) {
   MINIGPT_CHECK(!impl_->exec, "CUDA training step: the gradient hook must be set before the first step");
   impl_->hook = std::move(hook);
 }
+void CudaTrainStep::set_stage_hook(StageHook hook) {
+  MINIGPT_CHECK(!impl_->exec, "CUDA training step: the stage hook must be set before the first step");
+  impl_->stage_hook = std::move(hook);
+}
 void CudaTrainStep::set_step_wait(StepWait wait) { impl_->wait = std::move(wait); }
 int64_t CudaTrainStep::flat_floats() const { return impl_->flat; }
+float* CudaTrainStep::grad_buffer() { return impl_->flat_g; }
+const ModelConfig& CudaTrainStep::config() const { return impl_->c; }
 std::vector<std::pair<std::string, int64_t>> CudaTrainStep::parameter_offsets() const {
   return offsets_of(impl_->w, impl_->c);
 }
@@ -550,8 +568,11 @@ void CudaTrainStep::download_grads(ModelWeights&) const { no_cuda(); }
 float CudaTrainStep::forward_backward(const int32_t*, const int32_t*) { no_cuda(); }
 CudaStepResult CudaTrainStep::step(const int32_t*, const int32_t*, float, int64_t) { no_cuda(); }
 void CudaTrainStep::set_grad_hook(GradHook) { no_cuda(); }
+void CudaTrainStep::set_stage_hook(StageHook) { no_cuda(); }
 void CudaTrainStep::set_step_wait(StepWait) { no_cuda(); }
 int64_t CudaTrainStep::flat_floats() const { no_cuda(); }
+float* CudaTrainStep::grad_buffer() { no_cuda(); }
+const ModelConfig& CudaTrainStep::config() const { no_cuda(); }
 std::vector<std::pair<std::string, int64_t>> CudaTrainStep::parameter_offsets() const { no_cuda(); }
 size_t CudaTrainStep::arena_bytes() const { no_cuda(); }
 int CudaTrainStep::graph_nodes() const { no_cuda(); }

@@ -10,14 +10,16 @@
 // The graph: batch H2D (ids, targets and this step's AdamW constants, from pinned memory) ->
 // forward (kernels/cuda: embedding, layernorm, fused Linear with bias/GELU/residual epilogues,
 // attention) -> cross-entropy -> backward (the backward launchers beside each op's forward in kernels/cuda/*.h; matmul gradients through
-// cuBLAS, pedantic fp32) -> [grad hook] -> grad norm + clip + AdamW (kernels/cuda/optimizer.h)
+// cuBLAS, pedantic fp32; [stage hook] after each group) -> [grad hook] -> grad norm + clip + AdamW (kernels/cuda/optimizer.h)
 // -> loss and norm D2H into pinned memory. The lr, the bias corrections and the step count
 // change every step: the host writes them into the pinned batch before each replay, so the
 // replays are exact (the constants are computed on the host as adamw_update computes them).
 //
-// Data parallel (issue 16): set_grad_hook's function is called while the graph is captured,
-// between the backward and the norm, with the flat gradient buffer and the step's stream, so
-// an all-reduce enqueued there (e.g. ncclAllReduce in place) becomes part of the graph.
+// Data parallel (issue 16): set_stage_hook's function is called while the graph is captured,
+// each time the backward has enqueued the last kernel of a group of gradients (the head, each
+// block, the embeddings: GrammarMiniGPT::backward's stages), and set_grad_hook's between the
+// backward and the norm; both get the step's stream, so an all-reduce forked from there (a
+// bucket's, on a communication stream) or enqueued on it becomes part of the graph.
 //
 // Numerics (H200): gradients within 3.3e-6 relative per tensor of the CPU engine's backward
 // (sums in another order), weights after 50 steps within 7e-6; AdamW the CPU's operations in
@@ -81,12 +83,21 @@ class CudaTrainStep {
   // ModelWeights::named() with parameter_offsets(); enqueue work on `stream` only.
   using GradHook = std::function<void(float* grads, int64_t floats, cudaStream_t stream)>;
   void set_grad_hook(GradHook hook);
+  // Called during the capture as the backward finishes each group of gradients: stage as
+  // GrammarMiniGPT::backward's on_ready (kHeadStage, blocks n_layer-1 .. 0, kEmbeddingStage),
+  // that group's kernels enqueued on `stream` (record an event there to wait for them; the
+  // backward goes on after the call). Work forked from `stream` must be joined back by the grad
+  // hook. Neither hook runs in forward_backward() or profile_phases(): only in the step's graph.
+  using StageHook = std::function<void(int stage, cudaStream_t stream)>;
+  void set_stage_hook(StageHook hook);
   // Replaces the cudaStreamSynchronize with which step() waits for its graph: with an
   // all-reduce in the graph a dead peer would leave that wait hanging, so data parallel
   // passes NcclCommunicator::synchronize (bounded by --dist-timeout; train/cuda_data_parallel.h).
   using StepWait = std::function<void(cudaStream_t stream)>;
   void set_step_wait(StepWait wait);
   int64_t flat_floats() const;
+  float* grad_buffer();  // the flat gradient buffer on the device (flat_floats() floats)
+  const ModelConfig& config() const;
   std::vector<std::pair<std::string, int64_t>> parameter_offsets() const;  // (name, float offset)
   size_t arena_bytes() const;
   int graph_nodes() const;  // kernels and copies in the captured step (0 before the first step)

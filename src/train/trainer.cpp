@@ -2,7 +2,6 @@
 
 #include "core/error.h"
 #include "core/timer.h"
-#include "train/cuda_data_parallel.h"
 
 #include <algorithm>
 #include <cmath>
@@ -51,7 +50,8 @@ Trainer::Trainer(TrainOptions options, std::vector<std::string> vocab, TokenStre
     // graph averages the gradients over the ranks before the clipping (cuda_data_parallel.h).
     cuda_ = std::make_unique<CudaTrainStep>(options_.model, options_.adamw, options_.grad_clip,
                                             local_batch_, options_.seq);
-    if (comm_->size() > 1 || comm_->name() == "nccl") connect_nccl(*cuda_, *comm_);
+    if (comm_->size() > 1 || comm_->name() == "nccl")
+      data_parallel_ = std::make_unique<CudaDataParallel>(*cuda_, *comm_);
   } else if (comm_->size() > 1) {
     buckets_ = std::make_unique<dist::GradBuckets>(options_.model, grads_, *comm_);
   }
@@ -121,7 +121,10 @@ StepStats Trainer::train_step(ThreadPool& pool) {
     sampler_.next(ids_.data(), targets_.data());  // the global batch; this rank keeps its rows
     const int64_t offset = comm_->rank() * local_batch_ * options_.seq;
     StepStats s = cuda_step(ids_.data() + offset, targets_.data() + offset);
-    if (comm_->name() == "nccl") s.comm_bytes = 4 * options_.model.parameter_count();
+    if (data_parallel_) {
+      s.comm_bytes = 4 * options_.model.parameter_count();
+      s.comm_wait_s = data_parallel_->exposed_ms() / 1e3;
+    }
     if (comm_->size() > 1) {
       comm_->all_reduce_sum(&s.loss, 1);  // the whole batch's mean loss, for the log
       s.loss /= static_cast<float>(comm_->size());

@@ -20,8 +20,9 @@
 // checkpoints and resuming work as on the CPU. Same batches and schedule as the CPU run; the
 // weights agree to ~1e-4 relative after 50 steps (summation orders differ). Data parallel on
 // GPUs is `--dist nccl` (one process and GPU per rank, same batch split and weight broadcast as
-// above): the graph averages the gradients over NCCL between the backward and the clipping
-// (train/cuda_data_parallel.h); a CPU trainer refuses an NCCL communicator and vice versa.
+// above): the graph averages the gradients over NCCL in buckets overlapped with the backward,
+// before the clipping (train/cuda_data_parallel.h); a CPU trainer refuses an NCCL communicator
+// and vice versa.
 //
 // What it does not do: generate the corpus (the caller passes token streams; see
 // train/corpus_stream.h) or print anything (the caller's hooks do).
@@ -35,6 +36,7 @@
 #include "train/adamw.h"
 #include "train/batcher.h"
 #include "train/checkpoint.h"
+#include "train/cuda_data_parallel.h"
 #include "train/cuda_train_step.h"
 #include "train/train_options.h"
 
@@ -84,9 +86,11 @@ class Trainer {
   Device device() const { return cuda_ ? Device::CUDA : Device::CPU; }
   const CudaTrainStep* cuda_step() const { return cuda_.get(); }  // null on the CPU
   CudaTrainStep* cuda_step() { return cuda_.get(); }
+  CudaDataParallel* cuda_data_parallel() { return data_parallel_.get(); }  // null unless --dist nccl
 
   // On CUDA, StepStats::seconds is the wall time and backward_s the graph's GPU time (the
-  // whole step: the backward is not timed apart inside a graph).
+  // whole step: the backward is not timed apart inside a graph); over NCCL comm_wait_s is the
+  // communication not hidden under the backward (GPU time, CudaDataParallel::exposed_ms).
   StepStats train_step(ThreadPool& pool);
   // Mean loss over the first min(eval_batches, available) held-out batches; nullopt when the
   // validation stream is missing or shorter than one batch.
@@ -111,7 +115,9 @@ class Trainer {
   dist::Communicator* comm_;
   int64_t local_batch_;
   std::unique_ptr<dist::GradBuckets> buckets_;  // null on one rank
-  std::unique_ptr<CudaTrainStep> cuda_;          // null on the CPU
+  // Declared before cuda_, so destroyed after it: the step's graph holds the reducer's events.
+  std::unique_ptr<CudaDataParallel> data_parallel_;  // --dist nccl only
+  std::unique_ptr<CudaTrainStep> cuda_;              // null on the CPU
   bool device_current_ = false;                  // the device holds the host's state
   mutable bool host_current_ = true;             // the host holds the device's state
 

@@ -36,13 +36,20 @@ namespace {
 const std::string kModel = std::string(MINIGPT_SOURCE_DIR) + "/models/grammar-minigpt.safetensors";
 const std::string kProbes = std::string(MINIGPT_SOURCE_DIR) + "/tests/probes/grammar_probes.tsv";
 
-CudaCompileOptions cuda_options(bool generated_gemm = false, bool pdl = false) {
+CudaCompileOptions cuda_options(bool generated_gemm = false, bool pdl = false, bool megakernel = false) {
   CudaCompileOptions o;
   o.cache_dir = std::filesystem::path(MINIGPT_BINARY_DIR) / "compile_cuda_test_cache";
   o.quiet = true;
-  o.codegen.generated_gemm = generated_gemm;
+  o.codegen.generated_gemm = generated_gemm || megakernel;
   o.codegen.pdl = pdl;
+  o.codegen.megakernel = megakernel;
   return o;
+}
+
+bool hopper_or_later() {
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  return major >= 9;
 }
 
 CompileOptions cpu_options() {
@@ -57,7 +64,8 @@ CompileOptions cpu_options() {
 int64_t argmax(const float* v, int64_t n) { return std::max_element(v, v + n) - v; }
 
 // GPU compiled vs CPU eager (and vs CPU compiled) on random ids; returns the logits difference.
-float expect_model_matches(const GrammarMiniGPT& model, int64_t B, int64_t T, uint64_t seed, bool generated_gemm, bool pdl = false) {
+float expect_model_matches(const GrammarMiniGPT& model, int64_t B, int64_t T, uint64_t seed, bool generated_gemm, bool pdl = false,
+                           bool megakernel = false) {
   std::mt19937_64 rng(seed);
   std::vector<int32_t> ids(static_cast<size_t>(B * T));
   for (int32_t& v : ids) v = static_cast<int32_t>(rng() % static_cast<uint64_t>(model.config().vocab_size));
@@ -66,7 +74,7 @@ float expect_model_matches(const GrammarMiniGPT& model, int64_t B, int64_t T, ui
   model.forward(ids.data(), B, T, el, ep, pool);
   CompiledModel cpu(model, cpu_options());
   cpu.forward(ids.data(), B, T, cl, cp, pool);
-  CudaCompiledModel gpu(model, cuda_options(generated_gemm, pdl));
+  CudaCompiledModel gpu(model, cuda_options(generated_gemm, pdl, megakernel));
   gpu.forward(ids.data(), B, T, gl, gp);
   const float dl = max_abs_diff(el.data(), gl.data(), el.numel());
   const float dp = max_abs_diff(ep.data(), gp.data(), ep.numel());
@@ -79,7 +87,7 @@ float expect_model_matches(const GrammarMiniGPT& model, int64_t B, int64_t T, ui
   const int64_t V = model.config().vocab_size;
   for (int64_t r = 0; r < B * T; ++r) EXPECT_EQ(argmax(el.data() + r * V, V), argmax(gl.data() + r * V, V)) << "row " << r;
   std::printf("cuda compiled (%s%s) vs CPU eager (B=%lld, T=%lld): logits %.3g, probs %.3g; vs CPU compiled %.3g\n",
-              generated_gemm ? "generated GEMMs" : "cuBLAS", pdl ? ", PDL" : "", static_cast<long long>(B), static_cast<long long>(T), dl, dp, dc);
+              megakernel ? "megakernel" : generated_gemm ? "generated GEMMs" : "cuBLAS", pdl ? ", PDL" : "", static_cast<long long>(B), static_cast<long long>(T), dl, dp, dc);
   return dl;
 }
 
@@ -173,6 +181,14 @@ TEST(CompileCuda, RandomWeightsAndOddShapesMatchEager) {
   }
 }
 
+// The decode step against the CPU's eager decoder, fed 64 random tokens. Held to design.md's
+// CUDA-against-CPU rule (1e-3 on logits at most; 1e-4 here) and the same top-1 at every step, not
+// to the forward's 1e-5: over 64 positions of random tokens the shipped model's fp32 logits are
+// ill-conditioned at a few positions. Measured on the CPU (experiments/25-compile/REPORT.md):
+// the CPU's eager decoder is itself 3.3e-5 from a float64 forward at position 54 of this very
+// sequence, and a NumPy fp32 forward (another summation order) is 5.0e-5 from the eager decoder
+// there; the H200's decode step was 4.5e-5 from it, within those. No decode-specific error hides
+// in that figure: the next test holds the decode step to the compiled forward at 1e-6.
 TEST(CompileCuda, DecodeStepMatchesTheEagerDecoder) {
   SKIP_WITHOUT_GPU();
   ModelFile f = load_model(kModel);
@@ -182,20 +198,87 @@ TEST(CompileCuda, DecodeStepMatchesTheEagerDecoder) {
   ThreadPool pool(1);
   std::mt19937_64 rng(5);
   float worst = 0;
+  int64_t worst_t = 0;
   for (int64_t t = 0; t < f.config.block_size; ++t) {
     const int32_t id = static_cast<int32_t>(rng() % static_cast<uint64_t>(f.config.vocab_size));
     const std::span<const float> e = eager.step(id, pool);
     const std::span<const float> g = gpu.step(id);
     const float d = max_abs_diff(e.data(), g.data(), static_cast<int64_t>(e.size()));
-    worst = std::max(worst, d);
+    if (d > worst) worst = d, worst_t = t;
     EXPECT_EQ(argmax(e.data(), static_cast<int64_t>(e.size())), argmax(g.data(), static_cast<int64_t>(g.size()))) << "t " << t;
   }
-  // design.md's CUDA-against-CPU rule (1e-3 on logits at most), not the forward's 1e-5: measured
-  // 4.5e-5 on the H200 (cuBLAS's and the CPU's sums in other orders, over up to 64 positions;
-  // the forward at (2, 16) and every probe stay within 1e-5). Top-1 is checked at every step.
   EXPECT_LT(worst, 1e-4f);
-  std::printf("decode, every position: max |logits diff| %.3g\n", worst);
+  std::printf("decode (cuBLAS) vs the CPU eager decoder, every position: max |logits diff| %.3g at position %lld\n", worst,
+              static_cast<long long>(worst_t));
   EXPECT_THROW(gpu.step(0), minigpt::Error) << "the context is full";
+}
+
+// The decode step is the forward's last row: fed the same 64 tokens, step t's logits equal row t
+// of the compiled forward at (B = 1, T = 64) within 1e-6 (same generated kernels, same sums: a
+// wrong position, a stale or misplaced cache row, a mask off by one would show here), for the
+// generated-GEMM graphs and the megakernel; the megakernel's decode also against the CPU's.
+TEST(CompileCuda, DecodeStepEqualsTheCompiledForwardRowAtEveryPosition) {
+  SKIP_WITHOUT_GPU();
+  ModelFile f = load_model(kModel);
+  const GrammarMiniGPT model(f.config, std::move(f.weights));
+  const int64_t T = f.config.block_size, V = f.config.vocab_size;
+  std::mt19937_64 rng(5);
+  std::vector<int32_t> ids(static_cast<size_t>(T));
+  for (int32_t& v : ids) v = static_cast<int32_t>(rng() % static_cast<uint64_t>(V));
+  for (bool mega : {false, true}) {
+    if (mega && !hopper_or_later()) continue;
+    SCOPED_TRACE(mega ? "megakernel" : "generated GEMMs");
+    CudaCompiledModel fwd(model, cuda_options(true, false, mega));
+    Tensor logits = Tensor::full({1, T, V}, NAN), probs = Tensor::full({1, T, V}, NAN);
+    fwd.forward(ids.data(), 1, T, logits, probs);
+    CudaCompiledDecoder dec(model, cuda_options(true, false, mega));
+    Decoder eager(model);
+    ThreadPool pool(1);
+    float worst = 0, worst_cpu = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const std::span<const float> g = dec.step(ids[static_cast<size_t>(t)]);
+      const std::span<const float> e = eager.step(ids[static_cast<size_t>(t)], pool);
+      const float d = max_abs_diff(logits.data() + t * V, g.data(), V);
+      worst = std::max(worst, d);
+      worst_cpu = std::max(worst_cpu, max_abs_diff(e.data(), g.data(), V));
+      ASSERT_LT(d, 1e-6f) << "position " << t;
+    }
+    EXPECT_LT(worst_cpu, 1e-4f);
+    std::printf("decode (%s) vs the compiled forward's rows (1, %lld): max |logits diff| %.3g; vs the CPU eager decoder %.3g\n",
+                mega ? "megakernel" : "generated GEMMs", static_cast<long long>(T), worst, worst_cpu);
+  }
+}
+
+// The whole forward as one launch: the megakernel against the CPU engine (1e-5 on the logits,
+// the same top-1 on every row), at the shipped model's (2, 16) and at odd shapes.
+TEST(CompileCuda, MegakernelMatchesEager) {
+  SKIP_WITHOUT_GPU();
+  if (!hopper_or_later()) GTEST_SKIP() << "thread-block clusters need sm_90 or later";
+  ModelFile f = load_model(kModel);
+  const GrammarMiniGPT model(f.config, std::move(f.weights));
+  expect_model_matches(model, 2, 16, 7, true, false, true);
+  const ModelConfig c = compile_tiny_config();
+  const GrammarMiniGPT tiny(c, random_weights(c, 3));
+  expect_model_matches(tiny, 3, 5, 12, true, false, true);
+  expect_model_matches(tiny, 2, 16, 11, true, false, true);
+  // replays give bitwise the same result (no race between stages)
+  CudaCompiledModel gpu(model, cuda_options(true, false, true));
+  std::vector<int32_t> ids(32);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 37 + 5) % 611);
+  Tensor l1, p1, l2, p2;
+  gpu.forward(ids.data(), 2, 16, l1, p1);
+  for (int i = 0; i < 50; ++i) gpu.graph_for(2, 16).replay();
+  gpu.forward(ids.data(), 2, 16, l2, p2);
+  EXPECT_EQ(max_abs_diff(l1.data(), l2.data(), l1.numel()), 0.0f);
+  EXPECT_EQ(max_abs_diff(p1.data(), p2.data(), p1.numel()), 0.0f);
+  // CTAs of 1024 threads (several virtual blocks of a stage side by side): the same sums, the
+  // same logits bitwise
+  CudaCompileOptions wide = cuda_options(true, false, true);
+  wide.codegen.megakernel_threads = 1024;
+  CudaCompiledModel gpu_wide(model, wide);
+  Tensor l3, p3;
+  gpu_wide.forward(ids.data(), 2, 16, l3, p3);
+  EXPECT_EQ(max_abs_diff(l1.data(), l3.data(), l1.numel()), 0.0f);
 }
 
 TEST(CompileCuda, ShapeGuardCompilesAnewAndTheCacheIsWarm) {

@@ -1,6 +1,9 @@
 // CudaGPT and CudaDecoder (model/cuda/cuda_gpt.h) against the CPU engine (GrammarMiniGPT,
-// Decoder): logits within 1e-5 on each path (whole-layer kernels, a kernel per op, cuBLAS;
-// measured ~5e-6 on the H200: the sums over k run in another order than the CPU's), the same top-1 token for "Yesterday I"
+// Decoder): logits within 1e-5 on each path (the megakernel at every cluster size, whole-layer
+// kernels, a kernel per op, cuBLAS;
+// measured ~5e-6 on the H200: the sums over k run in another order than the CPU's; the
+// megakernel: the shipped model 8.6e-6 forward, 6.7e-6 decode, its decode step equal to the
+// forward's row bitwise), the same top-1 token for "Yesterday I"
 // and for every grammar probe of tests/probes/grammar_probes.tsv with the shipped model,
 // decode == full forward at every position, graph replays reproducible, bad input a clear
 // Error. Tests skip without a GPU; the "no GPU / no CUDA" error runs everywhere.
@@ -69,11 +72,14 @@ TEST(CudaModel, WithoutAGpuOrCudaTheErrorSaysSo) {
   EXPECT_ERROR(CudaGPT{model}, "cannot run the model on CUDA");
 }
 
+constexpr CudaGPTOptions::Path kPaths[] = {CudaGPTOptions::Path::Mega, CudaGPTOptions::Path::Fused,
+                                           CudaGPTOptions::Path::PerOp, CudaGPTOptions::Path::Cublas};
+
 TEST(CudaModel, ForwardMatchesTheCpuOnEveryPath) {
   REQUIRE_GPU();
   const ModelConfig c = small_config();
   GrammarMiniGPT model(c, ModelWeights::init_random(c, 7));
-  for (auto path : {CudaGPTOptions::Path::Fused, CudaGPTOptions::Path::PerOp, CudaGPTOptions::Path::Cublas}) {
+  for (auto path : kPaths) {
     SCOPED_TRACE(path_name(path));
     CudaGPT gpu(model, {.path = path});
     EXPECT_EQ(gpu.path(), path) << "the small config fits every path";
@@ -113,10 +119,11 @@ TEST(CudaModel, DecodeMatchesTheFullForwardAndTheCpuDecoder) {
   const ModelConfig c = small_config();
   GrammarMiniGPT model(c, ModelWeights::init_random(c, 9));
   ThreadPool pool(1);
-  for (auto path : {CudaGPTOptions::Path::Fused, CudaGPTOptions::Path::PerOp, CudaGPTOptions::Path::Cublas}) {
+  for (auto path : kPaths) {
     SCOPED_TRACE(path_name(path));
     CudaGPT gpu(model, {.path = path});
     CudaDecoder dec(gpu);
+    EXPECT_EQ(dec.path(), path) << "the small config's decode step fits every path";
     Decoder cpu_dec(model);
     const int64_t T = c.block_size;
     const auto ids = random_ids(T, c.vocab_size, 5);
@@ -136,6 +143,75 @@ TEST(CudaModel, DecodeMatchesTheFullForwardAndTheCpuDecoder) {
     EXPECT_LE(max_abs_diff(last.data(), logits.data() + 4 * c.vocab_size, last.size()), kLogitTol);
     EXPECT_ERROR(dec.prefill(std::span<const int32_t>(ids.data(), ids.size())), "does not fit");
   }
+}
+
+// The megakernel at every cluster size the device runs, with proj by columns and by heads: the
+// forward (shapes it takes and one it hands to the whole-layer kernels) and the decode step
+// against the CPU; for each proj, bitwise the same logits at every cluster size (the split
+// changes who computes a value, not how).
+TEST(CudaModel, MegakernelEveryClusterSizeMatchesTheCpu) {
+  REQUIRE_GPU();
+  using Proj = CudaGPTOptions::MegaProj;
+  const ModelConfig c = small_config();
+  GrammarMiniGPT model(c, ModelWeights::init_random(c, 11));
+  ThreadPool pool(1);
+  const int64_t B = 2, T = 16;
+  const auto ids = random_ids(B * T, c.vocab_size, 12);
+  Tensor ref_logits, ref_probs;
+  model.forward(ids.data(), B, T, ref_logits, ref_probs, pool);
+  std::vector<int32_t> ctx;
+  for (int64_t t = 0; t < c.block_size; ++t) ctx.push_back(ids[static_cast<size_t>(t % T)]);
+  int forwards = 0, decodes = 0;
+  for (Proj proj : {Proj::Columns, Proj::Heads}) {
+    const bool heads = proj == Proj::Heads;
+    std::vector<float> first;
+    for (int R : {1, 2, 4, 8, 16}) {
+      CudaGPT gpu(model, {.path = CudaGPTOptions::Path::Mega, .mega_cluster = R, .mega_proj = proj});
+      const bool forward = gpu.mega_cluster_for(B, T) == R;  // else: not resident, or too little shared memory
+      CudaDecoder dec(gpu);
+      const bool decode = dec.mega_cluster() == R;
+      if (!forward && !decode) continue;
+      SCOPED_TRACE(std::string(heads ? "proj by heads" : "proj by columns") + ", cluster " + std::to_string(R));
+      if (forward) {
+        ++forwards;
+        EXPECT_EQ(gpu.path_for(B, T), CudaGPTOptions::Path::Mega);
+        EXPECT_EQ(gpu.mega_head_proj_for(B, T), heads);
+        Tensor logits, probs;
+        gpu.forward(ids.data(), B, T, logits, probs);
+        const size_t n = static_cast<size_t>(logits.numel());
+        EXPECT_LE(max_abs_diff(logits.data(), ref_logits.data(), n), kLogitTol);
+        EXPECT_LE(max_abs_diff(probs.data(), ref_probs.data(), n), kLogitTol);
+        if (first.empty()) first.assign(logits.data(), logits.data() + n);
+        else EXPECT_EQ(std::vector<float>(logits.data(), logits.data() + n), first) << "differs from the first cluster size";
+      }
+      if (decode) {
+        ++decodes;
+        EXPECT_EQ(dec.mega_head_proj(), heads);
+        Decoder cpu_dec(model);
+        Tensor full, full_probs;  // the same context as one forward
+        gpu.forward(ctx.data(), 1, c.block_size, full, full_probs);
+        double vs_forward = 0.0;
+        for (int64_t t = 0; t < c.block_size; ++t) {
+          const auto g = dec.step(ctx[static_cast<size_t>(t)]);
+          const auto cpu = cpu_dec.step(ctx[static_cast<size_t>(t)], pool);
+          ASSERT_LE(max_abs_diff(g.data(), cpu.data(), g.size()), kLogitTol) << "decode position " << t;
+          vs_forward = std::max(vs_forward, max_abs_diff(g.data(), full.data() + t * c.vocab_size, g.size()));
+        }
+        EXPECT_LE(vs_forward, kLogitTol);
+        std::printf("megakernel %s cluster %d: decode vs the forward (1, %d) on %s%s: max |diff| %.3g\n",
+                    heads ? "proj by heads" : "proj by columns", R, c.block_size,
+                    path_name(gpu.path_for(1, c.block_size)), gpu.mega_head_proj_for(1, c.block_size) ? " by heads" : "",
+                    vs_forward);
+      }
+    }
+  }
+  EXPECT_GE(forwards, 2) << "the megakernel's forward ran at too few cluster sizes";
+  EXPECT_GE(decodes, 2) << "the megakernel's decode step ran at too few cluster sizes";
+  std::printf("megakernel: %d forwards and %d decoders checked\n", forwards, decodes);
+  // a shape too large for its shared memory runs the whole-layer kernels, still right
+  CudaGPT gpu(model);
+  EXPECT_EQ(gpu.path_for(5, 24), CudaGPTOptions::Path::Fused);
+  expect_forward_matches(model, gpu, 5, 24, 13);
 }
 
 TEST(CudaModel, BadIdsAreClearErrors) {
@@ -179,7 +255,22 @@ TEST(CudaModel, ShippedModelSameTop1AsTheCpuOnEveryProbe) {
     worst = std::max(worst, max_abs_diff(glogits.data(), logits.data(), static_cast<size_t>(logits.numel())));
   }
   EXPECT_LE(worst, kLogitTol);
-  std::printf("shipped model: %zu prompts, same top-1, max |logit diff| = %.3g\n", prompts.size(), worst);
+  std::printf("shipped model (%s, cluster %d at B=1 T=%d): %zu prompts, same top-1, max |logit diff| = %.3g\n",
+              path_name(gpu.path_for(1, 8)), gpu.mega_cluster_for(1, 8), 8, prompts.size(), worst);
+  // the decode step (the megakernel's on an H200) against the CPU decoder over a whole context
+  CudaDecoder dec(gpu);
+  Decoder cpu_dec(model);
+  double dworst = 0.0;
+  for (int64_t t = 0; t < model.config().block_size; ++t) {
+    const int32_t id = yesterday[static_cast<size_t>(t) % yesterday.size()];
+    const auto g = dec.step(id);
+    const auto cpu = cpu_dec.step(id, pool);
+    ASSERT_EQ(argmax(g.data(), V), argmax(cpu.data(), V)) << "decode position " << t;
+    dworst = std::max(dworst, max_abs_diff(g.data(), cpu.data(), g.size()));
+  }
+  EXPECT_LE(dworst, kLogitTol);
+  std::printf("shipped model decode (%s, cluster %d): %lld positions, same top-1, max |logit diff| = %.3g\n",
+              path_name(dec.path()), dec.mega_cluster(), static_cast<long long>(model.config().block_size), dworst);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // NCCL data parallelism on the GPU (dist/nccl_communicator.h, dist/device_grad_reducer.h).
 // One GPU runs a world of one rank (NCCL refuses two ranks on one GPU): the all-reduce leaves
 // its input bit for bit, whole or in the model's buckets, eagerly and captured in a CUDA graph,
-// and the trainer over it (the all-reduce in the step's graph) trains as the plain GPU trainer;
+// and the trainer over it (the all-reduces in the step's graph, overlapped with the backward or
+// after it) trains bit for bit as the plain GPU trainer;
 // a rank whose peer never joins times out with an Error naming it (in a child process, so that
 // a hang fails the test instead of stalling ctest); the MPI bootstrap averages over however
 // many processes `mpirun -np N` started (NcclMpi: one under ctest). Two GPUs (skipped below
@@ -20,6 +21,8 @@
 #include "model/config.h"
 #include "model/gpt.h"
 #include "model/weights.h"
+#include "train/cuda_data_parallel.h"
+#include "train/cuda_train_step.h"
 #include "train/trainer.h"
 
 #include <cuda_runtime_api.h>
@@ -314,6 +317,74 @@ TEST(NcclTrainer, OneRankOverNcclTrainsBitForBitAsOneGpu) {
   LonelyHost two(2);
   EXPECT_ERROR(Trainer(o, vocab, stream, nullptr, &two, Device::CUDA),
                "train --device cuda over 2 ranks reduces over NCCL: use --dist nccl, not --dist lonely");
+}
+
+// The overlapped path (a bucket per stage, all-reduced on a communication stream inside the
+// step's graph as the backward goes on) against the all-reduce after the whole backward and the
+// plain step: over one rank all three must give the same gradients, losses and weights bit for
+// bit, step after step (different batches, so a bucket read before it was final would differ).
+TEST(NcclTrainer, OverlappedBucketsTrainBitForBitAsAfterTheBackward) {
+  REQUIRE_GPUS(1);
+  ModelConfig c;
+  c.n_layer = 3, c.n_head = 2, c.d_model = 32, c.block_size = 16, c.vocab_size = 50;
+  const int64_t B = 4, T = 16;
+  const ModelWeights w = ModelWeights::init_random(c, 11);
+  auto comm = world_of_one();
+  // the data-parallel objects outlive the steps (their graphs hold the reducers' events)
+  std::unique_ptr<CudaDataParallel> dp_after_owner, dp_overlapped_owner;
+  CudaTrainStep plain(c, AdamWConfig{}, 1.0f, B, T), after(c, AdamWConfig{}, 1.0f, B, T),
+      overlapped(c, AdamWConfig{}, 1.0f, B, T);
+  dp_after_owner = std::make_unique<CudaDataParallel>(after, *comm, GradSync::kAfterBackward);
+  dp_overlapped_owner = std::make_unique<CudaDataParallel>(overlapped, *comm);
+  CudaDataParallel& dp_after = *dp_after_owner;
+  CudaDataParallel& dp_overlapped = *dp_overlapped_owner;
+  EXPECT_EQ(dp_overlapped.mode(), GradSync::kOverlapped);
+  EXPECT_EQ(dp_overlapped.buckets(), static_cast<size_t>(c.n_layer) + 2);
+  EXPECT_EQ(dp_after.buckets(), 1u);
+  for (CudaTrainStep* s : {&plain, &after, &overlapped})
+    s->upload(w, ModelWeights::zeros_like(c), ModelWeights::zeros_like(c));
+  std::vector<int32_t> ids(static_cast<size_t>(B * T)), targets(ids.size());
+  for (int64_t t = 1; t <= 6; ++t) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ids[i] = static_cast<int32_t>((i * 13 + static_cast<size_t>(t) * 7) % 50);
+      targets[i] = i % 9 == 2 ? -1 : static_cast<int32_t>((i * 5 + static_cast<size_t>(t)) % 50);
+    }
+    const CudaStepResult a = plain.step(ids.data(), targets.data(), 1e-2f, t);
+    const CudaStepResult b = after.step(ids.data(), targets.data(), 1e-2f, t);
+    const CudaStepResult o = overlapped.step(ids.data(), targets.data(), 1e-2f, t);
+    ASSERT_EQ(a.loss, b.loss) << "step " << t;
+    ASSERT_EQ(a.loss, o.loss) << "step " << t;
+    ASSERT_EQ(a.grad_norm, b.grad_norm) << "step " << t;
+    ASSERT_EQ(a.grad_norm, o.grad_norm) << "step " << t;
+    ModelWeights ga, gb, go;
+    plain.download_grads(ga);
+    after.download_grads(gb);
+    overlapped.download_grads(go);
+    for (size_t i = 0; i < ga.named().size(); ++i) {
+      const Tensor& x = *ga.named()[i].second;
+      ASSERT_EQ(std::memcmp(x.data(), gb.named()[i].second->data(), x.nbytes()), 0) << ga.named()[i].first;
+      ASSERT_EQ(std::memcmp(x.data(), go.named()[i].second->data(), x.nbytes()), 0) << ga.named()[i].first;
+    }
+    // GPU time, measured in the graph: finite, not negative (how much is hidden is the bench's)
+    for (const CudaDataParallel* dp : {&dp_after, &dp_overlapped}) {
+      EXPECT_GE(dp->exposed_ms(), 0.0);
+      EXPECT_LT(dp->exposed_ms(), 10'000.0);
+    }
+  }
+  EXPECT_GT(overlapped.graph_nodes(), after.graph_nodes());  // an all-reduce per bucket
+  ModelWeights pa, ma, va, po, mo, vo;
+  plain.download(pa, ma, va);
+  overlapped.download(po, mo, vo);
+  for (size_t i = 0; i < pa.named().size(); ++i)
+    EXPECT_EQ(std::memcmp(pa.named()[i].second->data(), po.named()[i].second->data(), pa.named()[i].second->nbytes()),
+              0)
+        << pa.named()[i].first;
+  const double alone = dp_overlapped.alone_ms(3);
+  EXPECT_GE(alone, 0.0);  // over one rank NCCL may launch nothing but a scaling by 1
+  EXPECT_LT(alone, 10'000.0);
+  std::printf("overlapped buckets, 1 rank: exposed %.4f ms, buckets alone %.4f ms; after the backward: "
+              "exposed %.4f ms\n",
+              dp_overlapped.exposed_ms(), alone, dp_after.exposed_ms());
 }
 
 // Rank 0 of 2 whose rank 1 never calls init: joining must end with the Error within about the

@@ -2,7 +2,7 @@
 // CPU engine: every gradient within 1e-4 relative per tensor (shipped model and a tiny config),
 // 50 training steps from one seed within 1e-4 of the CPU's weights (but the key bias, whose true
 // gradient is 0: see the test) with the same losses, two
-// GPU runs bit for bit the same, the gradient hook inside the graph, and the errors (no GPU,
+// GPU runs bit for bit the same, the gradient and stage hooks inside the graph, and the errors (no GPU,
 // out of memory, a bad batch, divergence leaving the weights untouched).
 // Tests that need a GPU skip, saying so; the no-GPU error test runs only without one.
 #include "core/error.h"
@@ -200,6 +200,81 @@ TEST(CudaTrainStep, GradHookRunsInsideTheGraph) {
   const auto offsets = step.parameter_offsets();
   EXPECT_EQ(offsets.front().first, "wte.weight");
   EXPECT_EQ(offsets.front().second, 0);
+}
+
+// The stage hook (data parallel's buckets): called once per group of gradients, in the
+// backward's order, while the step's graph is captured (not by the eager forward_backward), and
+// each time the group's gradients are final on the stream: a copy forked from there (event,
+// second stream) and joined back by the grad hook sees the same values as after the step.
+TEST(CudaTrainStep, StageHookSeesEachGroupFinalInBackwardOrder) {
+  REQUIRE_GPU();
+  const ModelConfig c = tiny_config();
+  const ModelWeights w = ModelWeights::init_random(c, 8);
+  CudaTrainStep step(c, AdamWConfig{}, 1.0f, 2, 8);
+  const auto offsets = step.parameter_offsets();
+  const int64_t flat = step.flat_floats();
+  DeviceArray<float> snapshot(static_cast<size_t>(flat));
+  MINIGPT_CUDA_CHECK(cudaMemset(snapshot.get(), 0, static_cast<size_t>(flat) * sizeof(float)));
+  MINIGPT_CUDA_CHECK(cudaDeviceSynchronize());
+  cudaStream_t side = nullptr;
+  MINIGPT_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+  std::vector<cudaEvent_t> events;
+  // the group's span of the flat buffer: from its first tensor to the next group's first
+  auto span_of = [&](int stage) -> std::pair<int64_t, int64_t> {
+    auto at = [&](const std::string& name) {
+      for (const auto& [n, o] : offsets)
+        if (n == name) return o;
+      ADD_FAILURE() << "no tensor " << name;
+      return int64_t{0};
+    };
+    const std::string last = "blocks." + std::to_string(c.n_layer - 1) + ".";
+    if (stage == GrammarMiniGPT::kHeadStage) return {at("ln_f.weight"), flat};
+    if (stage == GrammarMiniGPT::kEmbeddingStage) return {0, at("blocks.0.ln1.weight")};
+    const std::string next = stage + 1 < c.n_layer ? "blocks." + std::to_string(stage + 1) + ".ln1.weight" : "ln_f.weight";
+    return {at("blocks." + std::to_string(stage) + ".ln1.weight"), at(next)};
+  };
+  std::vector<int> stages;
+  step.set_stage_hook([&](int stage, cudaStream_t s) {
+    stages.push_back(stage);
+    cudaEvent_t e = nullptr;
+    MINIGPT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    events.push_back(e);
+    MINIGPT_CUDA_CHECK(cudaEventRecord(e, s));
+    MINIGPT_CUDA_CHECK(cudaStreamWaitEvent(side, e, 0));
+    const auto [begin, end] = span_of(stage);
+    MINIGPT_CUDA_CHECK(cudaMemcpyAsync(snapshot.get() + begin, step.grad_buffer() + begin,
+                                       static_cast<size_t>(end - begin) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                       side));
+  });
+  step.set_grad_hook([&](float*, int64_t, cudaStream_t s) {
+    cudaEvent_t e = nullptr;
+    MINIGPT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    events.push_back(e);
+    MINIGPT_CUDA_CHECK(cudaEventRecord(e, side));
+    MINIGPT_CUDA_CHECK(cudaStreamWaitEvent(s, e, 0));
+  });
+  step.upload(w, ModelWeights::zeros_like(c), ModelWeights::zeros_like(c));
+  // three batches: a copy made before its group was final would hold the previous gradients
+  std::vector<int32_t> ids, targets;
+  random_batch(16, c.vocab_size, 4, ids, targets);
+  step.forward_backward(ids.data(), targets.data());
+  EXPECT_TRUE(stages.empty()) << "the eager forward_backward must not call the stage hook";
+  random_batch(16, c.vocab_size, 5, ids, targets);
+  step.step(ids.data(), targets.data(), 1e-3f, 1);
+  const std::vector<int> want = {GrammarMiniGPT::kHeadStage, 1, 0, GrammarMiniGPT::kEmbeddingStage};
+  EXPECT_EQ(stages, want);
+  random_batch(16, c.vocab_size, 6, ids, targets);
+  step.step(ids.data(), targets.data(), 1e-3f, 2);
+  EXPECT_EQ(stages, want);  // captured once, replayed
+  ModelWeights grads;
+  step.download_grads(grads);  // the second step's
+  const std::vector<float> copied = snapshot.host();
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    const Tensor& g = *grads.named()[i].second;
+    EXPECT_EQ(std::memcmp(copied.data() + offsets[i].second, g.data(), g.nbytes()), 0) << offsets[i].first;
+  }
+  for (cudaEvent_t e : events) cudaEventDestroy(e);
+  cudaStreamDestroy(side);
 }
 
 TEST(CudaTrainStep, WithoutAGpuIsAClearError) {

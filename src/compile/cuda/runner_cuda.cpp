@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace minigpt::compile {
@@ -46,6 +47,8 @@ struct Driver {
   CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**,
                             void**) = nullptr;
   CUresult (*launch_kernel_ex)(const CUlaunchConfig*, CUfunction, void**, void**) = nullptr;
+  CUresult (*func_set_attribute)(CUfunction, CUfunction_attribute, int) = nullptr;
+  CUresult (*occupancy_max_active_clusters)(int*, CUfunction, const CUlaunchConfig*) = nullptr;
 };
 
 template <class F>
@@ -66,9 +69,56 @@ const Driver& driver() {
     entry("cuModuleUnload", r.module_unload);
     entry("cuLaunchKernel", r.launch_kernel);
     entry("cuLaunchKernelEx", r.launch_kernel_ex);
+    entry("cuFuncSetAttribute", r.func_set_attribute);
+    entry("cuOccupancyMaxActiveClusters", r.occupancy_max_active_clusters);
     return r;
   }();
   return d;
+}
+
+// A launch of l (grid l.grid, block l.block, its dynamic shared memory) on `stream`; `attr`
+// (may be null) its one launch attribute.
+CUlaunchConfig launch_config(const CudaLaunch& l, cudaStream_t stream, CUlaunchAttribute* attr) {
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = static_cast<unsigned>(l.grid);
+  cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = static_cast<unsigned>(l.block);
+  cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.sharedMemBytes = static_cast<unsigned>(l.smem);
+  cfg.hStream = reinterpret_cast<CUstream>(stream);
+  cfg.attrs = attr;
+  cfg.numAttrs = attr ? 1 : 0;
+  return cfg;
+}
+
+CUlaunchAttribute cluster_attribute(int ctas) {
+  CUlaunchAttribute a{};
+  a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  a.value.clusterDim.x = static_cast<unsigned>(ctas);
+  a.value.clusterDim.y = a.value.clusterDim.z = 1;
+  return a;
+}
+
+// The megakernel f may run as one cluster of how many CTAs: the largest of 16, 8, 4, 2, 1 (at
+// most l.cluster) of which the GPU can co-schedule a cluster with l's block and shared memory.
+int pick_cluster_size(CUfunction f, CudaLaunch l) {
+  MG_CU(driver().func_set_attribute(f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1));
+  MG_CU(driver().func_set_attribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, l.smem));
+  for (int n = l.cluster; n >= 1; n /= 2) {
+    CUlaunchAttribute a = cluster_attribute(n);
+    l.grid = n;
+    const CUlaunchConfig cfg = launch_config(l, nullptr, &a);
+    int clusters = 0;
+    if (driver().occupancy_max_active_clusters(&clusters, f, &cfg) == CUDA_SUCCESS && clusters >= 1) return n;
+  }
+  MINIGPT_FAIL("compile (cuda): the GPU cannot run {} as a cluster ({} threads, {} B shared memory)", l.function, l.block, l.smem);
+}
+
+// "cublas", "generated-gemm", "generated-gemm pdl", "megakernel": the variant's name in stats
+// and in its cache key.
+std::string variant_name(const CudaCodegenOptions& cg) {
+  if (cg.megakernel) return cg.megakernel_threads > 0 ? fmt::format("megakernel {}", cg.megakernel_threads) : "megakernel";
+  return std::string(cg.generated_gemm ? "generated-gemm" : "cublas") + (cg.pdl ? " pdl" : "");
 }
 
 constexpr size_t kAlign = 256;
@@ -165,6 +215,25 @@ double time_captured_us(cudaStream_t stream, const std::function<void(cudaStream
   return us;
 }
 
+CudaCodegenOptions default_cuda_variant(const Graph& captured, std::string& why) {
+  int64_t rows = 0;
+  for (const Node& n : captured.nodes)
+    if (n.op == Op::Matmul) rows = std::max(rows, captured.tensor(n.inputs[0]).rows());
+  CudaCodegenOptions cg;
+  if (rows > kLaunchBoundRows) {
+    why = fmt::format("default rule: a matmul of {} rows (> {}): cuBLAS", rows, kLaunchBoundRows);
+    return cg;
+  }
+  int major = 0, dev = 0;
+  MG_CUDA(cudaGetDevice(&dev));
+  MG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  cg.generated_gemm = true;
+  cg.pdl = major >= 9;
+  why = fmt::format("default rule: every matmul launch-bound (at most {} rows <= {}): generated GEMMs{}", rows, kLaunchBoundRows,
+                    cg.pdl ? " with PDL (sm_90+)" : "");
+  return cg;
+}
+
 // Members only; the public constructor delegates here first, so that if its body throws, the
 // destructor releases what it had made (stream, cuBLAS handle, workspace, arena, module).
 CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding& weights) : captured_(captured), weights_(&weights) {}
@@ -187,23 +256,31 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     // PDL (Hopper and later): each built and its graph timed; the fastest kept. A candidate that
     // fails to build or launch is skipped with a line saying why.
     struct Candidate {
-      bool gen, pdl;
+      bool gen, pdl, mega;
+      int mega_threads;
       const char* name;
     };
-    std::vector<Candidate> candidates{{false, false, "cublas"}, {true, false, "generated-gemm"}};
+    std::vector<Candidate> candidates{{false, false, false, 0, "cublas"}, {true, false, false, 0, "generated-gemm"}};
     int major = 0, dev = 0;
     MG_CUDA(cudaGetDevice(&dev));
     MG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    if (major >= 9) candidates.push_back({true, true, "generated-gemm pdl"});
+    if (major >= 9) {
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl"});
+      candidates.push_back({true, false, true, 0, "megakernel"});
+      candidates.push_back({true, false, true, 1024, "megakernel 1024"});
+    }
     double best = 1e30;
     const Candidate* pick = nullptr;
     for (const Candidate& c : candidates) {
       CudaCodegenOptions cg = opt.codegen;
       cg.generated_gemm = c.gen;
       cg.pdl = c.pdl;
+      cg.megakernel = c.mega;
+      cg.megakernel_threads = c.mega_threads;
       try {
         build(opt, cg, c.name);
         const double us = time_graph(50, 20).batched_us;
+        stats_.candidates += fmt::format("{}{} {:.2f} us", stats_.candidates.empty() ? "" : ", ", c.name, us);
         if (!opt.quiet) fmt::print(stderr, "minigpt compile: max-autotune {} {}: {:.2f} us per forward\n", captured.name, c.name, us);
         if (us < best) {
           best = us;
@@ -218,10 +295,16 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     CudaCodegenOptions cg = opt.codegen;
     cg.generated_gemm = pick->gen;
     cg.pdl = pick->pdl;
+    cg.megakernel = pick->mega;
+    cg.megakernel_threads = pick->mega_threads;
     build(opt, cg, pick->name);
+    stats_.why = "max-autotune: the fastest measured";
   } else {
     MINIGPT_CHECK(opt.mode == "default", "compile: unknown mode '{}' (default | max-autotune)", opt.mode);
-    build(opt, opt.codegen, std::string(opt.codegen.generated_gemm ? "generated-gemm" : "cublas") + (opt.codegen.pdl ? " pdl" : ""));
+    CudaCodegenOptions cg = opt.codegen;
+    if (opt.variant_by_rule) cg = default_cuda_variant(captured, stats_.why);
+    else stats_.why = "as the caller asked";
+    build(opt, cg, variant_name(cg));
   }
   stats_.total_s = t0.elapsed_s();
   const bool debug = env_compile_debug() || !opt.dump_dir.empty();
@@ -302,7 +385,7 @@ void CudaCompiledGraph::build(const CudaCompileOptions& opt, const CudaCodegenOp
     if (const int64_t cap = position_capacity(g, g.inputs[k]); cap > 0) position_caps_.emplace_back(k, cap);
 
   // every launch's parameters, bound once to arena slots
-  const auto& launches = lowered_.code.launches;
+  auto& launches = lowered_.code.launches;
   functions_.assign(launches.size(), nullptr);
   params_.assign(launches.size(), {});
   param_ptrs_.assign(launches.size(), {});
@@ -310,6 +393,7 @@ void CudaCompiledGraph::build(const CudaCompileOptions& opt, const CudaCodegenOp
     const CudaLaunch& l = launches[i];
     if (l.kind != CudaLaunch::Kind::Kernel) continue;
     functions_[i] = module_->function(l.function);
+    if (l.cluster > 0) launches[i].grid = pick_cluster_size(static_cast<CUfunction>(functions_[i]), l);
     for (int t : l.args) params_[i].push_back(t < 0 ? nullptr : slot(t));
     for (void*& v : params_[i]) param_ptrs_[i].push_back(&v);
   }
@@ -343,21 +427,20 @@ void CudaCompiledGraph::launch(const CudaLaunch& l) {
                           static_cast<int>(l.M)));
     return;
   }
+  if (l.cluster > 0) {
+    // the megakernel: one cluster of l.grid CTAs (pick_cluster_size chose it at build)
+    CUlaunchAttribute attr = cluster_attribute(l.grid);
+    const CUlaunchConfig cfg = launch_config(l, stream_, &attr);
+    MG_CU(driver().launch_kernel_ex(&cfg, static_cast<CUfunction>(functions_[i]), param_ptrs_[i].data(), nullptr));
+    return;
+  }
   if (lowered_.code.pdl) {
     // programmatic stream serialization: this kernel may launch while the previous one runs
     // (its griddepcontrol.wait holds it until the previous one's writes are visible)
     CUlaunchAttribute attr{};
     attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     attr.value.programmaticStreamSerializationAllowed = 1;
-    CUlaunchConfig cfg{};
-    cfg.gridDimX = static_cast<unsigned>(l.grid);
-    cfg.gridDimY = cfg.gridDimZ = 1;
-    cfg.blockDimX = static_cast<unsigned>(l.block);
-    cfg.blockDimY = cfg.blockDimZ = 1;
-    cfg.sharedMemBytes = static_cast<unsigned>(l.smem);
-    cfg.hStream = reinterpret_cast<CUstream>(stream_);
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    const CUlaunchConfig cfg = launch_config(l, stream_, &attr);
     MG_CU(driver().launch_kernel_ex(&cfg, static_cast<CUfunction>(functions_[i]), param_ptrs_[i].data(), nullptr));
     return;
   }
@@ -407,6 +490,10 @@ std::vector<double> CudaCompiledGraph::time_kernels(int runs, int repeat) {
     std::vector<const CudaLaunch*> steps;
     for (const CudaLaunch& l : lowered_.code.launches)
       if (l.name == k.name) steps.push_back(&l);
+    if (steps.empty()) {  // a stage of the megakernel: no launch of its own to time
+      out.push_back(std::nan(""));
+      continue;
+    }
     out.push_back(time_captured_us(
         stream_, [&](cudaStream_t) {
           for (const CudaLaunch* l : steps) launch(*l);

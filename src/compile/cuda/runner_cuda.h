@@ -6,7 +6,11 @@
 // parameters are bound once, at capture. run() copies the host inputs into their slots, replays
 // the graph and copies the outputs back; replay() is the graph alone (inputs already in place).
 // Matmuls go through cuBLAS (FP32, CUBLAS_DEFAULT_MATH: no TF32) on the graph's stream with a
-// fixed workspace, or through generated GEMMs (max-autotune tries both and keeps the faster).
+// fixed workspace, or through generated GEMMs. Which variant: the caller's codegen options, or
+// in the default mode with variant_by_rule (the CLI) default_cuda_variant's rule; max-autotune
+// builds and times cuBLAS, generated GEMMs, generated GEMMs with PDL and the megakernel (one
+// cluster launch; 256- and 1024-thread CTAs) and keeps the fastest. The megakernel's cluster:
+// the largest of 16, 8, 4, 2, 1 CTAs the GPU co-schedules (cuOccupancyMaxActiveClusters).
 // CudaCompiledModel adds the shape guard (a new (B, T) logs a line and compiles anew);
 // CudaCompiledDecoder is the KV-cache decode step, its caches resident in their arena slots.
 //
@@ -36,6 +40,9 @@ struct CudaCompileOptions {
   std::string mode = "default";  // "default" | "max-autotune"
   PassOptions passes;
   CudaCodegenOptions codegen;
+  // default mode: the variant by default_cuda_variant's rule (as `minigpt compile` does), not by
+  // `codegen` (which the tests set to run each variant)
+  bool variant_by_rule = false;
   std::filesystem::path cache_dir;  // empty: the JIT's default
   std::filesystem::path dump_dir;   // non-empty: write the debug files here (as --dump)
   bool quiet = false;
@@ -45,7 +52,18 @@ struct CudaCompileStats {
   double passes_s = 0, codegen_s = 0, nvrtc_s = 0, load_s = 0, total_s = 0;
   bool cache_hit = false;
   std::string key, arch, variant;
+  std::string candidates;  // max-autotune: each candidate's measured forward ("cublas 250.1 us, ...")
+  std::string why;         // how the variant was chosen
 };
+
+// The default mode's variant for a graph, by a rule from measurement (the H200, 2026-12-01,
+// experiments/25-compile/REPORT.md section 7; the whole forward at (2, 16): cuBLAS 252 us,
+// generated GEMMs 74 us, with PDL 70 us): when every matmul is launch-bound (at most
+// kLaunchBoundRows rows; cuBLAS's SGEMM plus its epilogue kernel 11-14 us per Linear at 32 rows,
+// the generated GEMM with its epilogue fused 1.8-3.9 us) the generated GEMMs, with PDL on sm_90
+// and later; otherwise cuBLAS. `why` gets the rule's reason. max-autotune measures instead.
+inline constexpr int64_t kLaunchBoundRows = 256;
+CudaCodegenOptions default_cuda_variant(const Graph& captured, std::string& why);
 
 // Whether a CUDA GPU is visible (and the driver answers).
 bool cuda_gpu_visible();

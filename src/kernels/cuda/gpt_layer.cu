@@ -3,6 +3,7 @@
 #include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/gpt_layer.h"
 #include "kernels/cuda/layernorm.cuh"
+#include "kernels/cuda/warp_softmax.cuh"
 
 #include <math_constants.h>
 
@@ -198,23 +199,7 @@ __global__ void __launch_bounds__(kThreads) attention_front_kernel(AttentionFron
   }
   __syncthreads();
   // softmax of each query's row, a warp per row
-  const int lane = tid & 31;
-  for (int t = tid >> 5; t < T; t += kWarps) {
-    float* row = ss + t * (cap + 1);
-    const int n = pos0 + t + 1;
-    float m = -CUDART_INF_F;
-    for (int p = lane; p < n; p += 32) m = fmaxf(m, row[p]);
-    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-    float sum = 0.0f;
-    for (int p = lane; p < n; p += 32) {
-      const float e = expf(row[p] - m);
-      row[p] = e;
-      sum += e;
-    }
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    const float inv = 1.0f / sum;
-    for (int p = lane; p < n; p += 32) row[p] *= inv;
-  }
+  for (int t = tid >> 5; t < T; t += kWarps) warp_softmax_inplace(ss + t * (cap + 1), pos0 + t + 1);
   __syncthreads();
   for (int i = tid; i < T * dh; i += kThreads) {
     const int t = i / dh, d = i % dh, n = pos0 + t + 1;

@@ -9,8 +9,10 @@
 #include "kernels/cuda/captured_launches.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/embedding.h"
+#include "kernels/cuda/event_pair.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gpt_layer.h"
+#include "kernels/cuda/gpt_mega.h"
 #include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/linear.h"
 #include "kernels/cuda/softmax.h"
@@ -44,11 +46,18 @@ struct Stream {
   Stream& operator=(const Stream&) = delete;
 };
 
-// Host memory the GPU copies to and from inside a graph (page-locked: a captured copy needs it).
+// Host memory the GPU copies to and from inside a graph (page-locked: a captured copy needs
+// it), mapped: a kernel may also read and write it directly through `device`.
 struct PinnedBuffer {
   void* ptr = nullptr;
+  void* device = nullptr;
   explicit PinnedBuffer(size_t bytes) {
-    MINIGPT_CUDA_CHECK(cudaMallocHost(&ptr, std::max<size_t>(bytes, 4)));
+    MINIGPT_CUDA_CHECK(cudaHostAlloc(&ptr, std::max<size_t>(bytes, 4), cudaHostAllocMapped));
+    const cudaError_t status = cudaHostGetDevicePointer(&device, ptr, 0);
+    if (status != cudaSuccess) {
+      cudaFreeHost(ptr);
+      MINIGPT_CUDA_CHECK(status);
+    }
   }
   ~PinnedBuffer() { if (ptr) cudaFreeHost(ptr); }
   PinnedBuffer(const PinnedBuffer&) = delete;
@@ -161,6 +170,8 @@ struct ForwardShape {
   int32_t* ids;
   Scratch s;
   float* probs;
+  int mega = 0;  // the megakernel's cluster size; 0: the fallback path's kernels
+  cuda::MegaDims mega_dims;
   std::unique_ptr<cuda::CapturedLaunches> graph;
 
   ForwardShape(int64_t b, int64_t t, const ModelConfig& c, bool cublas)
@@ -203,12 +214,23 @@ bool fused_fits(const ModelConfig& c) {
   return cuda::gpt_layer_fits(c.block_size, c.d_model, c.n_head, c.d_ff(), c.block_size);
 }
 
+CudaGPTOptions::Path resolve_path(CudaGPTOptions::Path p, const ModelConfig& c) {
+  return p == CudaGPTOptions::Path::Fused && !fused_fits(c) ? CudaGPTOptions::Path::PerOp : p;
+}
+
+// Mega's fallback for the shapes the megakernel does not take; any other path is its own.
+CudaGPTOptions::Path fallback_path(CudaGPTOptions::Path p, const ModelConfig& c) {
+  if (p != CudaGPTOptions::Path::Mega) return p;
+  return fused_fits(c) ? CudaGPTOptions::Path::Fused : CudaGPTOptions::Path::PerOp;
+}
+
 }  // namespace
 
 struct CudaGPT::Impl {
   ModelConfig config;
   CudaGPTOptions options;
-  CudaGPTOptions::Path path;  // options.path, or PerOp where Fused does not fit
+  CudaGPTOptions::Path path;      // options.path, or PerOp where Fused does not fit
+  CudaGPTOptions::Path fallback;  // the path of the shapes Mega does not take (else = path)
   Stream stream;
   CudaArena arena;  // weights (+ the cuBLAS workspace, + the transposed Linears)
   CudaWeights weights;
@@ -218,17 +240,18 @@ struct CudaGPT::Impl {
   std::list<ForwardShape> shapes;  // most recently used first
 
   Impl(const GrammarMiniGPT& model, CudaGPTOptions opts)
-      : config(model.config()), options(opts),
-        path(opts.path == CudaGPTOptions::Path::Fused && !fused_fits(model.config()) ? CudaGPTOptions::Path::PerOp
-                                                                                     : opts.path),
+      : config(model.config()), options(opts), path(resolve_path(opts.path, model.config())),
+        fallback(fallback_path(path, model.config())),
         arena(CudaWeights::arena_bytes(model.config()) +
               (path == CudaGPTOptions::Path::Cublas ? cuda::Cublas::kWorkspaceBytes : 0) +
-              (path == CudaGPTOptions::Path::Fused ? transposed_bytes(model.config()) : 0)) {
+              (fallback == CudaGPTOptions::Path::Fused ? transposed_bytes(model.config()) : 0)) {
+    MINIGPT_CHECK(opts.mega_cluster >= 0 && opts.mega_cluster <= 16,
+                  "the megakernel's cluster size must be in [1, 16] (0: automatic), got {}", opts.mega_cluster);
     weights = CudaWeights::allocate(config, arena);
     upload_weights(model.weights(), config, weights);
     if (path == CudaGPTOptions::Path::Cublas)
       blas = std::make_unique<cuda::Cublas>(arena.allocate(cuda::Cublas::kWorkspaceBytes, "cublas workspace"));
-    if (path == CudaGPTOptions::Path::Fused) {
+    if (fallback == CudaGPTOptions::Path::Fused) {
       for (const BlockWeights& bw : model.weights().blocks) {
         wt.proj.push_back(upload_transposed(bw.proj_weight, arena, "proj^T"));
         wt.fc1.push_back(upload_transposed(bw.fc1_weight, arena, "fc1^T"));
@@ -239,7 +262,78 @@ struct CudaGPT::Impl {
     softmax_config = cuda::fused_default_config(config.vocab_size, cuda::fused_limits());
   }
 
-  bool fused() const { return path == CudaGPTOptions::Path::Fused; }
+  bool fused() const { return fallback == CudaGPTOptions::Path::Fused; }
+
+  cuda::MegaDims mega_dims(int64_t B, int64_t T, bool cache) const {
+    cuda::MegaDims d;
+    d.L = config.n_layer;
+    d.B = static_cast<int>(B);
+    d.T = static_cast<int>(T);
+    d.C = config.d_model;
+    d.H = config.n_head;
+    d.F = static_cast<int>(config.d_ff());
+    d.V = config.vocab_size;
+    d.P = config.block_size;
+    d.capacity = cache ? config.block_size : d.T;
+    d.cache = cache;
+    return d;
+  }
+
+  // The megakernel's plan for a forward of (B, T) (cache: the decode step): its dims, proj by
+  // heads or by columns as options.mega_proj says (Auto: by heads for the decode step where
+  // that fits, by columns otherwise), and its cluster size `requested` (0: automatic). Cluster
+  // size 0: the path is not Mega or the megakernel does not take the shape.
+  struct MegaPlan {
+    cuda::MegaDims dims;
+    int cluster = 0;
+  };
+  MegaPlan mega_plan(int64_t B, int64_t T, bool cache, int requested) const {
+    MegaPlan plan;
+    if (path != CudaGPTOptions::Path::Mega || B < 1 || T < 1 || B * T > 4096) return plan;
+    using Proj = CudaGPTOptions::MegaProj;
+    plan.dims = mega_dims(B, T, cache);
+    if (options.mega_proj == Proj::Heads || (options.mega_proj == Proj::Auto && cache)) {
+      plan.dims.head_proj = true;
+      plan.cluster = cuda::gpt_mega_cluster(plan.dims, requested);
+      if (plan.cluster || options.mega_proj == Proj::Heads) return plan;
+    }
+    plan.dims.head_proj = false;
+    plan.cluster = cuda::gpt_mega_cluster(plan.dims, requested);
+    return plan;
+  }
+  int mega_cluster(int64_t B, int64_t T, bool cache) const {
+    return mega_plan(B, T, cache, options.mega_cluster).cluster;
+  }
+
+  // The megakernel's arguments: ids (B, T) at positions *pos + t (pos null: 0), k/v caches per
+  // layer (empty: a forward), logits and probs (null: none) as in MegaParams.
+  cuda::MegaParams mega_params(const cuda::MegaDims& d, const int32_t* ids, const int32_t* pos,
+                               const std::vector<float*>& k_cache, const std::vector<float*>& v_cache, float* logits,
+                               float* probs) const {
+    MINIGPT_CHECK(config.n_layer <= cuda::kMegaMaxLayers, "the megakernel takes at most {} layers",
+                  cuda::kMegaMaxLayers);
+    cuda::MegaParams p;
+    p.dims = d;
+    p.eps = config.layernorm_eps;
+    p.ids = ids;
+    p.pos = pos;
+    p.wte = weights.wte;
+    p.wpe = weights.wpe;
+    for (int l = 0; l < config.n_layer; ++l) {
+      const CudaBlockWeights& bw = weights.blocks[static_cast<size_t>(l)];
+      p.layers[l] = {bw.ln1_weight, bw.ln1_bias, bw.qkv_weight, bw.qkv_bias, bw.proj_weight, bw.proj_bias,
+                     bw.ln2_weight, bw.ln2_bias, bw.fc1_weight, bw.fc1_bias, bw.fc2_weight, bw.fc2_bias,
+                     k_cache.empty() ? nullptr : k_cache[static_cast<size_t>(l)],
+                     v_cache.empty() ? nullptr : v_cache[static_cast<size_t>(l)]};
+    }
+    p.ln_f_weight = weights.ln_f_weight;
+    p.ln_f_bias = weights.ln_f_bias;
+    p.lm_head_weight = weights.lm_head_weight;
+    p.lm_head_bias = weights.lm_head_bias;
+    p.logits = logits;
+    p.probs = probs;
+    return p;
+  }
 
   // The whole-layer kernels' forward: the new rows of ids (B, T) at positions *pos + t (pos
   // null: 0), k/v into the caches (per layer, (B, capacity, d)), logits (and probs, if set).
@@ -300,6 +394,9 @@ struct CudaGPT::Impl {
     shapes.emplace_front(B, T, config, blas != nullptr);
     ForwardShape& f = shapes.front();
     try {
+      const MegaPlan plan = mega_plan(B, T, false, options.mega_cluster);
+      f.mega = plan.cluster;
+      f.mega_dims = plan.dims;
       f.graph = std::make_unique<cuda::CapturedLaunches>(
           [&](cudaStream_t st) { enqueue_forward(f, st); }, 1, stream.s);
     } catch (...) {
@@ -311,6 +408,9 @@ struct CudaGPT::Impl {
 
   void enqueue_forward(ForwardShape& f, cudaStream_t st) {
     const int64_t N = f.B * f.T, V = config.vocab_size;
+    if (f.mega)
+      return cuda::gpt_mega(mega_params(f.mega_dims, f.ids, nullptr, {}, {}, f.s.logits, f.probs),
+                            f.mega, st);
     if (fused()) {  // k and v of every position into qkv's (N, 3d) slot, used as two (B, T, d) caches
       const std::vector<float*> k = {static_cast<size_t>(config.n_layer), f.s.qkv};
       const std::vector<float*> v = {static_cast<size_t>(config.n_layer), f.s.qkv + N * config.d_model};
@@ -343,6 +443,14 @@ CudaGPT::~CudaGPT() {
 const ModelConfig& CudaGPT::config() const { return impl_->config; }
 const CudaGPTOptions& CudaGPT::options() const { return impl_->options; }
 CudaGPTOptions::Path CudaGPT::path() const { return impl_->path; }
+CudaGPTOptions::Path CudaGPT::path_for(int64_t B, int64_t T) const {
+  return mega_cluster_for(B, T) ? CudaGPTOptions::Path::Mega : impl_->fallback;
+}
+int CudaGPT::mega_cluster_for(int64_t B, int64_t T) const { return impl_->mega_cluster(B, T, false); }
+bool CudaGPT::mega_head_proj_for(int64_t B, int64_t T) const {
+  const Impl::MegaPlan plan = impl_->mega_plan(B, T, false, impl_->options.mega_cluster);
+  return plan.cluster && plan.dims.head_proj;
+}
 cudaStream_t CudaGPT::stream() const { return impl_->stream.s; }
 
 CudaGPT::DeviceForward CudaGPT::prepare(int64_t B, int64_t T) {
@@ -385,6 +493,9 @@ struct CudaDecoder::Impl {
   Scratch s;
   std::vector<float*> k_cache, v_cache;  // per layer (capacity, d)
   PinnedBuffer host_state, host_logits;
+  int mega;              // the megakernel's cluster size; 0: the fallback path's kernels
+  cuda::MegaDims dims;   // the megakernel's (with mega)
+  bool pending = false;  // a replay() may still be running (and reading host_state)
   std::unique_ptr<cuda::CapturedLaunches> graph;
 
   explicit Impl(const CudaGPT::Impl& m)
@@ -393,7 +504,11 @@ struct CudaDecoder::Impl {
               2 * static_cast<size_t>(m.config.n_layer) *
                   CudaArena::aligned(static_cast<size_t>(capacity * m.config.d_model) * sizeof(float))),
         host_state(2 * sizeof(int32_t)),
-        host_logits(static_cast<size_t>(m.config.vocab_size) * sizeof(float)) {
+        host_logits(static_cast<size_t>(m.config.vocab_size) * sizeof(float)),
+        mega(0) {
+    const CudaGPT::Impl::MegaPlan plan = m.mega_plan(1, 1, true, m.options.mega_cluster);
+    mega = plan.cluster;
+    dims = plan.dims;
     const ModelConfig& c = m.config;
     state = arena.allocate_array<int32_t>(2, "decode state");
     s = carve(arena, 1, c, m.blas != nullptr);
@@ -402,13 +517,56 @@ struct CudaDecoder::Impl {
       v_cache.push_back(arena.floats(capacity * c.d_model, "v cache"));
     }
     std::memset(host_state.ptr, 0, 2 * sizeof(int32_t));
-    graph = std::make_unique<cuda::CapturedLaunches>([&](cudaStream_t st) { enqueue_step(st); }, 1,
-                                                     stream.s);
+    graph = capture_step();
+    if (mega && m.options.mega_cluster == 0) pick_fastest_cluster();
   }
 
-  // host state -> device, one step, device logits -> host: all inside the graph
+  std::unique_ptr<cuda::CapturedLaunches> capture_step() {
+    return std::make_unique<cuda::CapturedLaunches>([&](cudaStream_t st) { enqueue_step(st); }, 1, stream.s);
+  }
+
+  // Automatic cluster size: the step at every size the megakernel fits, each timed over 20
+  // replays (CUDA events, at position 0 with token 0: the cache row they write is rewritten by
+  // the first real step); the fastest is kept. Every size gives bitwise the same logits; which
+  // is fastest depends on the device (a barrier's latency against the weights each CTA loads).
+  void pick_fastest_cluster() {
+    std::vector<int> sizes;
+    for (int R : {16, 8, 4, 2, 1})
+      if (cuda::gpt_mega_cluster(dims, R) == R) sizes.push_back(R);
+    if (sizes.size() < 2) return;
+    cuda::EventPair ev;
+    float best_ms = 0.0f;
+    int best = 0;
+    for (int R : sizes) {
+      mega = R;
+      std::unique_ptr<cuda::CapturedLaunches> g = R == sizes.front() && graph ? std::move(graph) : capture_step();
+      for (int i = 0; i < 3; ++i) g->replay(stream.s);
+      MINIGPT_CUDA_CHECK(cudaEventRecord(ev.start, stream.s));
+      for (int i = 0; i < 20; ++i) g->replay(stream.s);
+      MINIGPT_CUDA_CHECK(cudaEventRecord(ev.stop, stream.s));
+      MINIGPT_CUDA_CHECK(cudaEventSynchronize(ev.stop));
+      float ms = 0.0f;
+      MINIGPT_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start, ev.stop));
+      if (best == 0 || ms < best_ms) {
+        best_ms = ms;
+        best = R;
+        graph = std::move(g);
+      }
+    }
+    mega = best;
+  }
+
+  // host state -> device, one step, device logits -> host: all inside the graph. The megakernel
+  // reads the state from and writes the logits to the mapped host buffers itself: one kernel
+  // node, no copy nodes (each costs a copy-engine round trip).
   void enqueue_step(cudaStream_t st) {
     const ModelConfig& c = model->config;
+    if (mega) {
+      const auto* hs = static_cast<const int32_t*>(host_state.device);
+      return cuda::gpt_mega(model->mega_params(dims, hs, hs + 1, k_cache, v_cache,
+                                               static_cast<float*>(host_logits.device), nullptr),
+                            mega, st);
+    }
     MINIGPT_CUDA_CHECK(cudaMemcpyAsync(state, host_state.ptr, 2 * sizeof(int32_t),
                                        cudaMemcpyHostToDevice, st));
     if (model->fused()) {
@@ -443,7 +601,15 @@ void CudaDecoder::reset() { impl_->pos = 0; }
 int64_t CudaDecoder::position() const { return impl_->pos; }
 int64_t CudaDecoder::capacity() const { return impl_->capacity; }
 cudaStream_t CudaDecoder::stream() const { return impl_->stream.s; }
-void CudaDecoder::replay() { impl_->graph->replay(impl_->stream.s); }
+void CudaDecoder::replay() {
+  impl_->graph->replay(impl_->stream.s);
+  impl_->pending = true;
+}
+CudaGPTOptions::Path CudaDecoder::path() const {
+  return impl_->mega ? CudaGPTOptions::Path::Mega : impl_->model->fallback;
+}
+int CudaDecoder::mega_cluster() const { return impl_->mega; }
+bool CudaDecoder::mega_head_proj() const { return impl_->mega && impl_->dims.head_proj; }
 
 std::span<const float> CudaDecoder::step(int32_t id) {
   Impl& d = *impl_;
@@ -452,7 +618,8 @@ std::span<const float> CudaDecoder::step(int32_t id) {
   MINIGPT_CHECK(d.pos < d.capacity,
                 "the context is full: the model's block_size is {} tokens and {} were fed",
                 d.capacity, d.pos);
-  MINIGPT_CUDA_CHECK(cudaStreamSynchronize(d.stream.s));  // a replay() may still read host_state
+  if (d.pending) MINIGPT_CUDA_CHECK(cudaStreamSynchronize(d.stream.s));  // a replay() may still read host_state
+  d.pending = false;
   int32_t* hs = static_cast<int32_t*>(d.host_state.ptr);
   hs[0] = id;
   hs[1] = static_cast<int32_t>(d.pos);

@@ -4,8 +4,16 @@
 // decode step are each captured once as a CUDA graph and then replayed; every buffer a graph
 // touches is a slot of an arena allocated before the capture, so a call allocates nothing.
 //
-// Three ways to run it (CudaGPTOptions::path), each tested against the CPU engine:
-//   Fused  (default) kernels/cuda/gpt_layer.h: per layer (embedding + ln1 + qkv + attention) and
+// Four ways to run it (CudaGPTOptions::path), each tested against the CPU engine:
+//   Mega   (default) kernels/cuda/gpt_mega.h: the whole forward, or the whole decode step, as ONE
+//          kernel run by a thread-block cluster (weights copied once into its shared memory,
+//          activations exchanged through distributed shared memory). Used for every shape whose
+//          rows fit (the shipped model: B*T up to ~40, and the decode step); other shapes run
+//          Fused (path_for() says which). The decode step reads its token and position from,
+//          and writes its logits to, mapped host memory: no copies in its graph. The default
+//          because it measured fastest (H200: forward (2, 16) 126 us against Fused's 140, a
+//          decode step 78 us against 150; figures and what limits them in gpt_mega.h).
+//   Fused  kernels/cuda/gpt_layer.h: per layer (embedding + ln1 + qkv + attention) and
 //          (proj + residual + ln2 + fc1 + GELU + fc2 + residual), then (ln_f + lm_head + softmax):
 //          9 kernels for the shipped model. Falls back to PerOp where its shared memory does not
 //          fit the device (large d_model or context).
@@ -34,10 +42,18 @@ typedef struct CUstream_st* cudaStream_t;  // as cuda_runtime_api.h declares it
 namespace minigpt {
 
 struct CudaGPTOptions {
-  enum class Path { Fused, PerOp, Cublas };
-  Path path = Path::Fused;
+  enum class Path { Mega, Fused, PerOp, Cublas };
+  Path path = Path::Mega;
+  // Mega: CTAs per cluster (1..16). 0: automatic: a forward takes the largest that fits (16 on
+  // an H200); the decoder times the step at each size that fits and keeps the fastest.
+  int mega_cluster = 0;
+  // Mega: proj by columns (a stage and a cluster barrier per layer) or by heads (each attention
+  // head's partial pushed to every CTA; kernels/cuda/gpt_mega.h). Auto: by heads for the decode
+  // step where that fits, by columns for forwards.
+  enum class MegaProj { Auto, Columns, Heads };
+  MegaProj mega_proj = MegaProj::Auto;
 };
-const char* path_name(CudaGPTOptions::Path path);  // "fused", "per-op", "cublas"
+const char* path_name(CudaGPTOptions::Path path);  // "mega", "fused", "per-op", "cublas"
 
 // True when this build has CUDA and a GPU is visible.
 bool cuda_model_available();
@@ -57,6 +73,11 @@ class CudaGPT {
   const ModelConfig& config() const;
   const CudaGPTOptions& options() const;
   CudaGPTOptions::Path path() const;  // the one running (Fused may have fallen back to PerOp)
+  // The path a forward of (B, T) runs: Mega where the megakernel takes the shape, else the
+  // fallback (Fused, or PerOp where Fused does not fit). mega_cluster_for: its cluster size, or 0.
+  CudaGPTOptions::Path path_for(int64_t B, int64_t T) const;
+  int mega_cluster_for(int64_t B, int64_t T) const;
+  bool mega_head_proj_for(int64_t B, int64_t T) const;  // Mega with proj by heads
 
   // GrammarMiniGPT::forward's contract: ids (B, T) host, checked; writes host logits and probs
   // (B, T, V), allocating them if undefined or misshapen; B == 0 gives empty outputs. The first
@@ -106,6 +127,9 @@ class CudaDecoder {
   // For benchmarks: the step's graph, on stream(), with the token and position last written by
   // step() (no host work, no wait; the logits are not returned).
   void replay();
+  CudaGPTOptions::Path path() const;  // Mega where the megakernel takes the decode step
+  int mega_cluster() const;           // its cluster size (0: not Mega)
+  bool mega_head_proj() const;        // Mega with proj by heads
   cudaStream_t stream() const;
 
  private:

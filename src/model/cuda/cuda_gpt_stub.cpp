@@ -24,6 +24,9 @@ CudaGPT::~CudaGPT() = default;
 const ModelConfig& CudaGPT::config() const { no_cuda(); }
 const CudaGPTOptions& CudaGPT::options() const { no_cuda(); }
 CudaGPTOptions::Path CudaGPT::path() const { no_cuda(); }
+CudaGPTOptions::Path CudaGPT::path_for(int64_t, int64_t) const { no_cuda(); }
+int CudaGPT::mega_cluster_for(int64_t, int64_t) const { no_cuda(); }
+bool CudaGPT::mega_head_proj_for(int64_t, int64_t) const { no_cuda(); }
 void CudaGPT::forward(const int32_t*, int64_t, int64_t, Tensor&, Tensor&) { no_cuda(); }
 CudaGPT::DeviceForward CudaGPT::prepare(int64_t, int64_t) { no_cuda(); }
 void CudaGPT::replay(int64_t, int64_t) { no_cuda(); }
@@ -37,6 +40,9 @@ int64_t CudaDecoder::capacity() const { no_cuda(); }
 std::span<const float> CudaDecoder::step(int32_t) { no_cuda(); }
 std::span<const float> CudaDecoder::prefill(std::span<const int32_t>) { no_cuda(); }
 void CudaDecoder::replay() { no_cuda(); }
+CudaGPTOptions::Path CudaDecoder::path() const { no_cuda(); }
+int CudaDecoder::mega_cluster() const { no_cuda(); }
+bool CudaDecoder::mega_head_proj() const { no_cuda(); }
 cudaStream_t CudaDecoder::stream() const { no_cuda(); }
 
 }  // namespace minigpt

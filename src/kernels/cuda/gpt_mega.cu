@@ -1,0 +1,644 @@
+// The megakernel of gpt_mega.h: one cluster of R CTAs, 512 threads each, runs the whole forward.
+// Shared memory of every CTA (floats, every region 16-byte aligned; rows padded by 4 floats so
+// that 16-byte reads of 8 consecutive rows hit distinct banks):
+//   per layer: ln1/ln2 weights and biases (4C), this CTA's head's q, k, v rows of qkv.weight
+//   (3dh x C+4) and bias, its proj / fc1 / fc2 rows (as nn.Linear: output columns are weight
+//   rows, contiguous in global memory) and biases; the head: ln_f, its lm_head rows and bias;
+//   activations: x, att, ln (N x C+4), h (N x F+4), fc2's slice partials, its logits (N x vc),
+//   the softmax pairs of every CTA, and one attention item's q, k, v, scores.
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gelu.cuh"
+#include "kernels/cuda/gpt_mega.h"
+#include "kernels/cuda/layernorm.cuh"
+#include "kernels/cuda/warp_softmax.cuh"
+#include "kernels/cuda/softmax_cluster.cuh"
+
+#include <math_constants.h>
+
+namespace minigpt::cuda {
+namespace {
+
+using detail::cluster_arrive;
+using detail::cluster_ctarank;
+using detail::cluster_wait;
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr int kSlice = 64;  // long sums (k > 64) run as k-slices of 64, added in slice order
+
+__host__ __device__ constexpr int round4(int n) { return (n + 3) / 4 * 4; }
+__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+__host__ __device__ constexpr int max3(int a, int b, int c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
+// Offsets (floats) of every shared-memory region; the same on host and device.
+struct MegaLayout {
+  int R, N, dh, sC, sF, sd, pc, fc, vc, ns, kv_rows, kv_layers;
+  // per layer, relative to layer l's base = l * layer
+  int ln1w, ln1b, ln2w, ln2b, qkv, qkvb, proj, projb, fc1, fc1b, fc2, fc2b, layer;
+  // absolute (head: where the head's regions start)
+  int head, lnfw, lnfb, lm, lmb, x, att, ln, h, part, pp, lg, stats, q, kv, sc, total;
+
+  __host__ __device__ MegaLayout(const MegaDims& d, int r) {
+    R = r;
+    N = d.B * d.T;
+    dh = d.C / d.H;
+    sC = d.C + 4;
+    sF = d.F + 4;
+    sd = dh + 4;
+    pc = d.C / R;                        // proj and fc2 columns per CTA
+    fc = d.F / R;                        // fc1 columns per CTA
+    vc = round4(ceil_div(d.V, R));       // lm_head columns per CTA (the last ones may have fewer)
+    ns = ceil_div(d.F, kSlice);          // fc2's k-slices
+    kv_rows = d.cache ? d.capacity : d.T;  // keys an item sees
+    kv_layers = d.cache ? d.L : 1;         // decode: every layer's earlier k, v loaded at the start
+    int o = 0;
+    auto take = [&o](int n) { const int at = o; o += round4(n); return at; };
+    ln1w = take(d.C); ln1b = take(d.C); ln2w = take(d.C); ln2b = take(d.C);
+    qkv = take(3 * dh * sC); qkvb = take(3 * dh);
+    // proj by columns: this CTA's pc rows of proj.weight; by heads: the C x dh block of its
+    // head's input columns (rows padded to dh + 4) and the whole bias
+    proj = d.head_proj ? take(d.C * sd) : take(pc * sC);
+    projb = d.head_proj ? take(d.C) : take(pc);
+    fc1 = take(fc * sC); fc1b = take(fc);
+    fc2 = take(pc * sF); fc2b = take(pc);
+    layer = o;
+    o = d.L * layer;
+    head = o;
+    lnfw = take(d.C); lnfb = take(d.C); lm = take(vc * sC); lmb = take(vc);
+    x = take(N * sC); att = take(N * sC); ln = take(N * sC); h = take(N * sF);
+    part = take(N * max3(pc * ns, fc * ceil_div(d.C, kSlice), pc * ceil_div(d.C, kSlice)));
+    pp = take(d.head_proj ? d.H * N * sC : 0);  // proj by heads: each head's partial (H, N, C+4)
+    lg = take(N * vc);
+    stats = take(2 * R * N);
+    q = take(d.T * sd);
+    kv = take(kv_layers * 2 * kv_rows * sd);
+    sc = take(d.T * (kv_rows + 1));
+    total = o;
+  }
+};
+
+// ---- cp.async (16- or 4-byte global -> shared copies that complete in groups) ----
+
+__device__ __forceinline__ void cp_async16(float* dst, const float* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))),
+               "l"(__cvta_generic_to_global(src))
+               : "memory");
+}
+__device__ __forceinline__ void cp_async4(float* dst, const float* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))),
+               "l"(__cvta_generic_to_global(src))
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// Waits until at most n of this thread's groups are pending (n > 7: at most 7, which is stricter).
+__device__ __forceinline__ void cp_async_wait_at_most(int n) {
+  switch (n) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    case 3: cp_async_wait<3>(); break;
+    case 4: cp_async_wait<4>(); break;
+    case 5: cp_async_wait<5>(); break;
+    case 6: cp_async_wait<6>(); break;
+    default: cp_async_wait<7>(); break;
+  }
+}
+
+__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// rows x cols floats, global (row stride lds) -> shared (row stride ldd), by the whole CTA:
+// 16-byte copies where everything is 16-byte aligned, else 4-byte ones. Not inlined: its ~22
+// call sites inlined were 9k of the kernel's 22k instructions, straight-line code that every
+// launch fetches once before the first layer can start.
+__device__ __noinline__ void copy_rows_async(float* dst, int ldd, const float* src, int lds, int rows, int cols) {
+  if (rows <= 0 || cols <= 0) return;
+  const int tid = threadIdx.x;
+  if (cols % 4 == 0 && ldd % 4 == 0 && lds % 4 == 0 && aligned16(dst) && aligned16(src)) {
+    const int q = cols / 4;
+    for (int i = tid; i < rows * q; i += kThreads) {
+      const int r = i / q, c = (i % q) * 4;
+      cp_async16(dst + r * ldd + c, src + static_cast<int64_t>(r) * lds + c);
+    }
+  } else {
+    for (int i = tid; i < rows * cols; i += kThreads) {
+      const int r = i / cols, c = i % cols;
+      cp_async4(dst + r * ldd + c, src + static_cast<int64_t>(r) * lds + c);
+    }
+  }
+}
+
+// ---- distributed shared memory ----
+
+__device__ __forceinline__ unsigned shared_addr_in(const float* local, unsigned rank) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+               : "=r"(remote)
+               : "r"(static_cast<unsigned>(__cvta_generic_to_shared(local))), "r"(rank));
+  return remote;
+}
+// v into the slot `local` names in every CTA of the cluster (this one included).
+__device__ __forceinline__ void push4(float* local, float4 v, int R) {
+  for (int q = 0; q < R; ++q)
+    asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(shared_addr_in(local, q)), "f"(v.x),
+                 "f"(v.y), "f"(v.z), "f"(v.w)
+                 : "memory");
+}
+__device__ __forceinline__ void push1(float* local, float v, int R) {
+  for (int q = 0; q < R; ++q)
+    asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(shared_addr_in(local, q)), "f"(v) : "memory");
+}
+__device__ __forceinline__ void cluster_sync_all() {
+  cluster_arrive();
+  cluster_wait();
+}
+
+// ---- arithmetic ----
+
+// acc[j] += sum over k in [k0, k1) of a[k] * w[j * ldw + k], in k order (4 output columns at
+// once: one 16-byte read of a serves four weight rows). k0, k1 multiples of 4.
+__device__ __forceinline__ void dot4(const float* a, const float* w, int ldw, int k0, int k1, float (&acc)[4]) {
+#pragma unroll 4
+  for (int k = k0; k < k1; k += 4) {
+    const float4 av = *reinterpret_cast<const float4*>(a + k);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float4 wv = *reinterpret_cast<const float4*>(w + j * ldw + k);
+      acc[j] = fmaf(av.x, wv.x, acc[j]);
+      acc[j] = fmaf(av.y, wv.y, acc[j]);
+      acc[j] = fmaf(av.z, wv.z, acc[j]);
+      acc[j] = fmaf(av.w, wv.w, acc[j]);
+    }
+  }
+}
+
+// LayerNorm of rows [r0, r1) of `in` into `out` (stride ld), a warp per row (layernorm.cuh's
+// statistics: double, two passes, as the CPU). Not inlined: one copy of its code for its three
+// call sites (the kernel's size is a suspect for its time; gpt_mega.h).
+__device__ __noinline__ void layernorm_rows(const float* in, float* out, int r0, int r1, int C, int ld, const float* w,
+                               const float* b, float eps) {
+  const int lane = threadIdx.x & 31;
+  for (int r = r0 + static_cast<int>(threadIdx.x >> 5); r < r1; r += kWarps) {
+    float m, rs;
+    warp_row_stats(in + r * ld, C, eps, m, rs);
+    __syncwarp();
+    for (int c = lane; c < C; c += 32) out[r * ld + c] = (in[r * ld + c] - m) * rs * w[c] + b[c];
+  }
+}
+
+struct Ctx {
+  const MegaParams& p;
+  const MegaDims& d;
+  const MegaLayout& S;
+  float* sm;
+  int r;     // this CTA's rank
+  int pos0;  // position of each sequence's first new row
+};
+
+// This CTA's weight slices of layer l (or, l == L, of the head) into shared memory; one group.
+__device__ void issue_weights(const Ctx& c, int l) {
+  const MegaDims& d = c.d;
+  const MegaLayout& S = c.S;
+  const int C = d.C, F = d.F, r = c.r, dh = S.dh;
+  if (l == d.L) {
+    float* hd = c.sm;  // the head's offsets are absolute
+    copy_rows_async(hd + S.lnfw, C, c.p.ln_f_weight, C, 1, C);
+    copy_rows_async(hd + S.lnfb, C, c.p.ln_f_bias, C, 1, C);
+    const int n0 = r * S.vc, vn = max(0, min(S.vc, d.V - n0));
+    copy_rows_async(hd + S.lm, S.sC, c.p.lm_head_weight + static_cast<int64_t>(n0) * C, C, vn, C);
+    copy_rows_async(hd + S.lmb, vn, c.p.lm_head_bias + n0, vn, 1, vn);
+    cp_async_commit();
+    return;
+  }
+  const MegaLayer& w = c.p.layers[l];
+  float* base = c.sm + l * S.layer;
+  copy_rows_async(base + S.ln1w, C, w.ln1_weight, C, 1, C);
+  copy_rows_async(base + S.ln1b, C, w.ln1_bias, C, 1, C);
+  copy_rows_async(base + S.ln2w, C, w.ln2_weight, C, 1, C);
+  copy_rows_async(base + S.ln2b, C, w.ln2_bias, C, 1, C);
+  if (r < d.B * d.H) {  // the CTA has attention items, all of head r % H
+    const int hh = r % d.H;
+    for (int part = 0; part < 3; ++part) {
+      copy_rows_async(base + S.qkv + part * dh * S.sC, S.sC,
+                      w.qkv_weight + static_cast<int64_t>(part * C + hh * dh) * C, C, dh, C);
+      copy_rows_async(base + S.qkvb + part * dh, dh, w.qkv_bias + part * C + hh * dh, dh, 1, dh);
+    }
+  }
+  if (d.head_proj) {
+    if (r < d.B * d.H) copy_rows_async(base + S.proj, S.sd, w.proj_weight + (r % d.H) * dh, C, C, dh);
+    copy_rows_async(base + S.projb, C, w.proj_bias, C, 1, C);
+  } else {
+    copy_rows_async(base + S.proj, S.sC, w.proj_weight + static_cast<int64_t>(r * S.pc) * C, C, S.pc, C);
+    copy_rows_async(base + S.projb, S.pc, w.proj_bias + r * S.pc, S.pc, 1, S.pc);
+  }
+  copy_rows_async(base + S.fc1, S.sC, w.fc1_weight + static_cast<int64_t>(r * S.fc) * C, C, S.fc, C);
+  copy_rows_async(base + S.fc1b, S.fc, w.fc1_bias + r * S.fc, S.fc, 1, S.fc);
+  copy_rows_async(base + S.fc2, S.sF, w.fc2_weight + static_cast<int64_t>(r * S.pc) * F, F, S.pc, F);
+  copy_rows_async(base + S.fc2b, S.pc, w.fc2_bias + r * S.pc, S.pc, 1, S.pc);
+  cp_async_commit();
+}
+
+// Stage A of layer l: every (sequence b, head hh) item of this CTA (items r, r + R, ...; all of
+// head r % H): ln1 of b's rows, the head's q, k, v, causal attention; att pushed to every CTA,
+// or (head_proj) kept here and its part of proj, att_h proj.weight[:, head's columns]^T for every
+// output column, pushed to every CTA's pp[hh] instead.
+__device__ void attention_stage(const Ctx& c, int l) {
+  const MegaDims& d = c.d;
+  const MegaLayout& S = c.S;
+  const int T = d.T, C = d.C, dh = S.dh, tid = threadIdx.x, R = S.R, pos0 = c.pos0;
+  const float* base = c.sm + l * S.layer;
+  const MegaLayer& w = c.p.layers[l];
+  float *x = c.sm + S.x, *ln = c.sm + S.ln, *att = c.sm + S.att, *qs = c.sm + S.q, *sc = c.sm + S.sc;
+  float* ks = c.sm + S.kv + (d.cache ? l : 0) * 2 * S.kv_rows * S.sd;
+  float* vs = ks + S.kv_rows * S.sd;
+  const int keys = pos0 + T, ldsc = S.kv_rows + 1, groups = 3 * dh / 4;
+  const float scale = 1.0f / sqrtf(static_cast<float>(dh));
+  for (int item = c.r; item < d.B * d.H; item += R) {
+    const int b = item / d.H, hh = item % d.H, row0 = b * T;
+    layernorm_rows(x, ln, row0, row0 + T, C, S.sC, base + S.ln1w, base + S.ln1b, c.p.eps);
+    __syncthreads();
+    // q, k, v of the new rows: (t, 4 columns of the head's 3dh) per thread; sum in k order + bias
+    for (int u = tid; u < T * groups; u += kThreads) {
+      const int t = u / groups, j0 = (u % groups) * 4, part = j0 / dh, d0 = j0 % dh;
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      dot4(ln + (row0 + t) * S.sC, base + S.qkv + j0 * S.sC, S.sC, 0, C, acc);
+      float4 v;
+      v.x = acc[0] + base[S.qkvb + j0];
+      v.y = acc[1] + base[S.qkvb + j0 + 1];
+      v.z = acc[2] + base[S.qkvb + j0 + 2];
+      v.w = acc[3] + base[S.qkvb + j0 + 3];
+      if (part == 0) {
+        *reinterpret_cast<float4*>(qs + t * S.sd + d0) = v;
+      } else {
+        float* dst = part == 1 ? ks : vs;
+        *reinterpret_cast<float4*>(dst + (pos0 + t) * S.sd + d0) = v;
+        if (d.cache) {  // for the later steps
+          float* cache = part == 1 ? w.k_cache : w.v_cache;
+          *reinterpret_cast<float4*>(cache + (static_cast<int64_t>(b) * d.capacity + pos0 + t) * C + hh * dh + d0) = v;
+        }
+      }
+    }
+    __syncthreads();
+    // scores of query t against keys p <= pos0 + t (the rest is masked: never computed)
+    for (int i = tid; i < T * keys; i += kThreads) {
+      const int t = i / keys, p = i % keys;
+      if (p > pos0 + t) continue;
+      float s = 0.0f;
+      for (int e = 0; e < dh; e += 4) {
+        const float4 qv = *reinterpret_cast<const float4*>(qs + t * S.sd + e);
+        const float4 kv = *reinterpret_cast<const float4*>(ks + p * S.sd + e);
+        s = fmaf(qv.x, kv.x, s);
+        s = fmaf(qv.y, kv.y, s);
+        s = fmaf(qv.z, kv.z, s);
+        s = fmaf(qv.w, kv.w, s);
+      }
+      sc[t * ldsc + p] = s * scale;
+    }
+    __syncthreads();
+    // softmax of each query's row, a warp per row
+    for (int t = tid >> 5; t < T; t += kWarps) warp_softmax_inplace(sc + t * ldsc, pos0 + t + 1);
+    __syncthreads();
+    if (l == 0 && item == c.r) cluster_wait();  // every CTA has started: its shared memory exists
+    // att (t, 4 of the head's columns) = probabilities times v, in key order; to every CTA
+    for (int u = tid; u < T * (dh / 4); u += kThreads) {
+      const int t = u / (dh / 4), e = (u % (dh / 4)) * 4, n = pos0 + t + 1;
+      float4 a = {0.f, 0.f, 0.f, 0.f};
+      for (int p = 0; p < n; ++p) {
+        const float pr = sc[t * ldsc + p];
+        const float4 vv = *reinterpret_cast<const float4*>(vs + p * S.sd + e);
+        a.x = fmaf(pr, vv.x, a.x);
+        a.y = fmaf(pr, vv.y, a.y);
+        a.z = fmaf(pr, vv.z, a.z);
+        a.w = fmaf(pr, vv.w, a.w);
+      }
+      if (d.head_proj)
+        *reinterpret_cast<float4*>(att + (row0 + t) * S.sC + hh * dh + e) = a;
+      else
+        push4(att + (row0 + t) * S.sC + hh * dh + e, a, R);
+    }
+    if (d.head_proj) {
+      __syncthreads();
+      float* pp = c.sm + S.pp;
+      for (int u = tid; u < T * (C / 4); u += kThreads) {  // (t, 4 output columns), k in order
+        const int t = u / (C / 4), n0 = (u % (C / 4)) * 4;
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        dot4(att + (row0 + t) * S.sC + hh * dh, base + S.proj + n0 * S.sd, S.sd, 0, dh, acc);
+        push4(pp + (hh * S.N + row0 + t) * S.sC + n0, make_float4(acc[0], acc[1], acc[2], acc[3]), R);
+      }
+    }
+    __syncthreads();  // q, k, v, scores are reused by the next item
+  }
+  if (l == 0 && c.r >= d.B * d.H) cluster_wait();  // a CTA without items pairs the start's arrive here
+}
+
+// y (N x 4-column groups of this CTA's `cols` columns starting at n0) = a W^T + b with the sums
+// in k-slices of kSlice added in order; finish(m, n, v) gets (sum + bias) for 4 columns.
+template <class Finish>
+__device__ void gemm_stage(const Ctx& c, const float* a, int lda, int K, const float* w, int ldw, const float* bias,
+                           int cols, Finish finish) {
+  const int N = c.S.N, groups = cols / 4, ns = ceil_div(K, kSlice), tid = threadIdx.x;
+  float* part = c.sm + c.S.part;
+  if (ns == 1) {
+    for (int u = tid; u < N * groups; u += kThreads) {
+      const int m = u / groups, j0 = (u % groups) * 4;
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      dot4(a + m * lda, w + j0 * ldw, ldw, 0, K, acc);
+      finish(m, j0, make_float4(acc[0] + bias[j0], acc[1] + bias[j0 + 1], acc[2] + bias[j0 + 2], acc[3] + bias[j0 + 3]));
+    }
+    return;
+  }
+  for (int u = tid; u < N * groups * ns; u += kThreads) {
+    const int s = u % ns, g = u / ns, m = g / groups, j0 = (g % groups) * 4;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    dot4(a + m * lda, w + j0 * ldw, ldw, s * kSlice, min(K, (s + 1) * kSlice), acc);
+    *reinterpret_cast<float4*>(part + u * 4) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+  }
+  __syncthreads();
+  for (int g = tid; g < N * groups; g += kThreads) {
+    const int m = g / groups, j0 = (g % groups) * 4;
+    float4 v = {0.f, 0.f, 0.f, 0.f};
+    for (int s = 0; s < ns; ++s) {
+      const float4 pv = *reinterpret_cast<const float4*>(part + (g * ns + s) * 4);
+      v.x += pv.x;
+      v.y += pv.y;
+      v.z += pv.z;
+      v.w += pv.w;
+    }
+    finish(m, j0, make_float4(v.x + bias[j0], v.y + bias[j0 + 1], v.z + bias[j0 + 2], v.w + bias[j0 + 3]));
+  }
+}
+
+__device__ __forceinline__ float4 add4(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
+
+// The residual x (N x C+4) += y for this CTA's columns, pushed to every CTA.
+__device__ void residual_stage(const Ctx& c, const float* a, int lda, int K, const float* w, int ldw, const float* bias) {
+  float* x = c.sm + c.S.x;
+  const int n0 = c.r * c.S.pc, R = c.S.R, sC = c.S.sC;
+  gemm_stage(c, a, lda, K, w, ldw, bias, c.S.pc, [&](int m, int j0, float4 v) {
+    float* slot = x + m * sC + n0 + j0;
+    push4(slot, add4(v, *reinterpret_cast<const float4*>(slot)), R);  // (sum + b) + x, as the CPU
+  });
+}
+
+__global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_constant__ MegaParams p, int R) {
+  extern __shared__ __align__(16) float sm[];
+  const MegaDims& d = p.dims;
+  const MegaLayout S(d, R);
+  const int r = static_cast<int>(cluster_ctarank()), tid = threadIdx.x, C = d.C, N = S.N;
+  Ctx c{p, d, S, sm, r, 0};
+
+  // 1. every weight slice in flight (a group per layer, then the head's)
+  for (int l = 0; l <= d.L; ++l) issue_weights(c, l);
+
+  // 2. the position; out of range: NaN outputs, and leave before any cluster barrier
+  const int pos0 = p.pos ? *p.pos : 0;
+  c.pos0 = pos0;
+  if (pos0 < 0 || pos0 + d.T > d.capacity || pos0 + d.T > d.P) {
+    const int n0 = r * S.vc, vn = max(0, min(S.vc, d.V - n0));
+    for (int i = tid; i < N * vn; i += kThreads) {
+      const int64_t at = static_cast<int64_t>(i / vn) * d.V + n0 + i % vn;
+      p.logits[at] = CUDART_NAN_F;
+      if (p.probs) p.probs[at] = CUDART_NAN_F;
+    }
+    cp_async_wait<0>();
+    return;
+  }
+  cluster_arrive();  // waited on before the first push (attention_stage of layer 0)
+
+  // 3. the embedding of all N rows (a replica per CTA), and (decode) the earlier k, v rows of
+  //    this CTA's head for every layer: loads first, then the stores (one round trip)
+  float* x = sm + S.x;
+  for (int i0 = 0; i0 < N * C; i0 += 16 * kThreads) {
+    float4 v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int i = i0 + (j * kThreads + tid) * 4;
+      v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (i < N * C) {
+        const int m = i / C, e = i % C, id = p.ids[m], ps = pos0 + m % d.T;
+        if (id < 0 || id >= d.V) {
+          v[j] = make_float4(CUDART_NAN_F, CUDART_NAN_F, CUDART_NAN_F, CUDART_NAN_F);
+        } else {
+          const float4 te = __ldg(reinterpret_cast<const float4*>(p.wte + static_cast<int64_t>(id) * C + e));
+          const float4 pe = __ldg(reinterpret_cast<const float4*>(p.wpe + static_cast<int64_t>(ps) * C + e));
+          v[j] = add4(te, pe);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int i = i0 + (j * kThreads + tid) * 4;
+      if (i < N * C) *reinterpret_cast<float4*>(x + (i / C) * S.sC + i % C) = v[j];
+    }
+  }
+  if (d.cache && r < d.B * d.H) {  // one item: sequence r / H, head r % H
+    const int b = r / d.H, hh = r % d.H, dh = S.dh, q = dh / 4;
+    const int n = d.L * 2 * pos0 * q;  // float4s: (layer, k|v, position, quarter)
+    for (int i0 = 0; i0 < n; i0 += 4 * kThreads) {
+      float4 v[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int i = i0 + j * kThreads + tid;
+        if (i < n) {
+          const int e = (i % q) * 4, ps = (i / q) % pos0, kv = (i / q / pos0) % 2, l = i / q / pos0 / 2;
+          const float* cache = kv == 0 ? p.layers[l].k_cache : p.layers[l].v_cache;
+          v[j] = *reinterpret_cast<const float4*>(cache + (static_cast<int64_t>(b) * d.capacity + ps) * C + hh * dh + e);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int i = i0 + j * kThreads + tid;
+        if (i < n) {
+          const int e = (i % q) * 4, ps = (i / q) % pos0, kv = (i / q / pos0) % 2, l = i / q / pos0 / 2;
+          float* dst = sm + S.kv + (l * 2 + kv) * S.kv_rows * S.sd;
+          *reinterpret_cast<float4*>(dst + ps * S.sd + e) = v[j];
+        }
+      }
+    }
+  }
+
+  for (int l = 0; l < d.L; ++l) {
+    cp_async_wait_at_most(d.L - l);  // groups 0..l done (l + 1 of L + 1)
+    __syncthreads();
+    const float* base = sm + l * S.layer;
+    attention_stage(c, l);
+    cluster_sync_all();
+    if (d.head_proj) {  // x += (the heads' partials, summed in head order) + b, every CTA all of it
+      const float* pp = sm + S.pp;
+      for (int i = tid; i < N * C; i += kThreads) {
+        const int m = i / C, n = i % C;
+        float v = 0.0f;
+        for (int hh = 0; hh < d.H; ++hh) v += pp[(hh * N + m) * S.sC + n];
+        x[m * S.sC + n] = (v + base[S.projb + n]) + x[m * S.sC + n];
+      }
+      __syncthreads();
+    } else {
+      residual_stage(c, sm + S.att, S.sC, C, base + S.proj, S.sC, base + S.projb);
+      cluster_sync_all();
+    }
+    float* ln = sm + S.ln;
+    float* h = sm + S.h;
+    layernorm_rows(x, ln, 0, N, C, S.sC, base + S.ln2w, base + S.ln2b, p.eps);
+    __syncthreads();
+    const int f0 = r * S.fc;
+    gemm_stage(c, ln, S.sC, C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
+      push4(h + m * S.sF + f0 + j0, make_float4(gelu_erf(v.x), gelu_erf(v.y), gelu_erf(v.z), gelu_erf(v.w)), R);
+    });
+    cluster_sync_all();
+    residual_stage(c, h, S.sF, d.F, base + S.fc2, S.sF, base + S.fc2b);
+    cluster_sync_all();
+  }
+
+  // head: ln_f, this CTA's vocabulary columns
+  cp_async_wait<0>();
+  __syncthreads();
+  const float* hd = sm;  // the head's offsets are absolute
+  float* ln = sm + S.ln;
+  float* lg = sm + S.lg;
+  layernorm_rows(x, ln, 0, N, C, S.sC, hd + S.lnfw, hd + S.lnfb, p.eps);
+  __syncthreads();
+  const int n0 = r * S.vc, vn = max(0, min(S.vc, d.V - n0)), groups = ceil_div(vn, 4);
+  for (int u = tid; u < N * groups; u += kThreads) {
+    const int m = u / groups, j0 = (u % groups) * 4;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    dot4(ln + m * S.sC, hd + S.lm + j0 * S.sC, S.sC, 0, C, acc);  // rows past vn: never stored
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (j0 + j < vn) {
+        const float v = acc[j] + hd[S.lmb + j0 + j];
+        lg[m * S.vc + j0 + j] = v;
+        p.logits[static_cast<int64_t>(m) * d.V + n0 + j0 + j] = v;
+      }
+    }
+  }
+  if (!p.probs) return;  // no cluster access after the last barrier: a CTA may leave
+  __syncthreads();
+  // softmax over the whole row: each CTA's (max, sum of exp) of its columns to every CTA, then
+  // combined in rank order. A NaN logit makes its sum, so the row, NaN.
+  float* stats = sm + S.stats;
+  const int lane = tid & 31;
+  for (int m = tid >> 5; m < N; m += kWarps) {
+    float mx = -CUDART_INF_F;
+    for (int j = lane; j < vn; j += 32) mx = fmaxf(mx, lg[m * S.vc + j]);
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    float sum = 0.0f;
+    for (int j = lane; j < vn; j += 32) sum += expf(lg[m * S.vc + j] - mx);
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (lane == 0) push1(stats + (r * N + m) * 2, mx, R);
+    if (lane == 1) push1(stats + (r * N + m) * 2 + 1, sum, R);
+  }
+  cluster_sync_all();
+  for (int m = tid >> 5; m < N; m += kWarps) {
+    float M = -CUDART_INF_F;
+    for (int q = 0; q < R; ++q) M = fmaxf(M, stats[(q * N + m) * 2]);
+    float total = 0.0f;
+    for (int q = 0; q < R; ++q) {
+      const float mq = stats[(q * N + m) * 2], sq = stats[(q * N + m) * 2 + 1];
+      total += mq == -CUDART_INF_F ? 0.0f * sq : sq * expf(mq - M);  // a CTA without columns: 0
+    }
+    const float inv = 1.0f / total;
+    for (int j = lane; j < vn; j += 32)
+      p.probs[static_cast<int64_t>(m) * d.V + n0 + j] = expf(lg[m * S.vc + j] - M) * inv;
+  }
+}
+
+bool split_applies(const MegaDims& d, int R) {
+  if (R < 1 || R > 16 || d.L < 1 || d.L > kMegaMaxLayers || d.B < 1 || d.T < 1 || d.H < 1 || d.C < 4 ||
+      d.F < 4 || d.V < 1)
+    return false;
+  if (d.C % d.H != 0 || (d.C / d.H) % 4 != 0 || R % d.H != 0 || d.C % (4 * R) != 0 || d.F % (4 * R) != 0) return false;
+  if (d.cache && (d.B * d.H > R || d.capacity < d.T)) return false;
+  if (!d.cache && d.capacity != d.T) return false;
+  return static_cast<int64_t>(d.B) * d.T <= 4096;
+}
+
+int optin_smem() {
+  int dev = 0, bytes = 48 * 1024;
+  MINIGPT_CUDA_CHECK(cudaGetDevice(&dev));
+  MINIGPT_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return bytes;
+}
+
+cudaLaunchConfig_t launch_config(int R, size_t smem, cudaStream_t stream, cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(R));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(R);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+// Raises the kernel's limits to what (R, smem) need; false if the device cannot. The shared
+// memory limit is always set to the device's maximum: a graph captured with a larger launch
+// must stay valid after a smaller shape is prepared.
+bool prepare_kernel(int R, size_t smem) {
+  const int optin = optin_smem();
+  if (smem > static_cast<size_t>(optin)) return false;
+  if (cudaFuncSetAttribute(gpt_mega_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  if (R > 8 && cudaFuncSetAttribute(gpt_mega_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+size_t gpt_mega_smem(const MegaDims& d, int R) {
+  if (!split_applies(d, R)) return 0;
+  return static_cast<size_t>(MegaLayout(d, R).total) * sizeof(float);
+}
+
+int gpt_mega_cluster(const MegaDims& d, int requested) {
+  MINIGPT_CUDA_REQUIRE(requested >= 0 && requested <= 16, "gpt_mega: cluster size ", requested, " is outside [0, 16]");
+  for (int R : {16, 8, 4, 2, 1}) {
+    if (requested != 0 && R != requested) continue;
+    const size_t smem = gpt_mega_smem(d, R);
+    if (smem == 0 || !prepare_kernel(R, smem)) continue;
+    cudaLaunchAttribute attr[1];
+    const cudaLaunchConfig_t cfg = launch_config(R, smem, nullptr, attr);
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, gpt_mega_kernel, &cfg) != cudaSuccess || clusters < 1) {
+      cudaGetLastError();
+      continue;
+    }
+    return R;
+  }
+  return 0;
+}
+
+void gpt_mega(const MegaParams& p, int R, cudaStream_t stream) {
+  const MegaDims& d = p.dims;
+  const size_t smem = gpt_mega_smem(d, R);
+  MINIGPT_CUDA_REQUIRE(smem > 0, "gpt_mega: the shape (B=", d.B, ", T=", d.T, ", C=", d.C, ", H=", d.H,
+                       ") does not split over a cluster of ", R);
+  MINIGPT_CUDA_REQUIRE(p.ids && p.wte && p.wpe && p.ln_f_weight && p.ln_f_bias && p.lm_head_weight && p.lm_head_bias &&
+                           p.logits,
+                       "gpt_mega: null pointer");
+  for (int l = 0; l < d.L; ++l) {
+    const MegaLayer& w = p.layers[l];
+    MINIGPT_CUDA_REQUIRE(w.ln1_weight && w.ln1_bias && w.qkv_weight && w.qkv_bias && w.proj_weight && w.proj_bias &&
+                             w.ln2_weight && w.ln2_bias && w.fc1_weight && w.fc1_bias && w.fc2_weight && w.fc2_bias &&
+                             (!d.cache || (w.k_cache && w.v_cache)),
+                         "gpt_mega: null pointer in layer ", l);
+  }
+  MINIGPT_CUDA_REQUIRE(prepare_kernel(R, smem), "gpt_mega: ", smem, " bytes of shared memory at cluster size ", R,
+                       " do not fit the device");
+  cudaLaunchAttribute attr[1];
+  const cudaLaunchConfig_t cfg = launch_config(R, smem, stream, attr);
+  MINIGPT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gpt_mega_kernel, p, R));
+}
+
+}  // namespace minigpt::cuda
