@@ -473,8 +473,9 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   const int r = static_cast<int>(cluster_ctarank()), tid = threadIdx.x, C = d.C, N = S.N;
   Ctx c{p, d, S, sm, r, 0};
 
-  // 1. every weight slice in flight (a group per layer, then the head's)
-  for (int l = 0; l <= d.L; ++l) issue_weights<K>(c, l);
+  // 1. layer 0's weight slices in flight (one group); the later layers' and the head's follow
+  //    the embedding's loads (3.), which would otherwise queue behind all of them
+  issue_weights<K>(c, 0);
 
   // 2. the position; out of range: NaN outputs, and leave before any cluster barrier
   const int pos0 = p.pos ? *p.pos : 0;
@@ -542,6 +543,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       }
     }
   }
+  for (int l = 1; l <= d.L; ++l) issue_weights<K>(c, l);  // a group per layer, then the head's
 
   for (int l = 0; l < d.L; ++l) {
     cp_async_wait_at_most(d.L - l);  // groups 0..l done (l + 1 of L + 1)
