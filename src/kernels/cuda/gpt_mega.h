@@ -46,9 +46,9 @@
 // divisions); copy_rows_async and layernorm_rows are now not inlined (11.7k instructions; not
 // yet timed on the GPU). Since then (branch tile14, compiled, NOT yet run on a GPU: no figures):
 // the ncu profile of that forward (16 CTAs x 512 threads, 128 registers, 0.18 instructions
-// issued per scheduler-cycle, 54% of the stall at CTA barriers, ~11.6k instructions per warp of
-// which ~4k were the start-up weight copies: ~65 calls of copy_rows_async, each with run-time
-// divisions) led to: a kernel specialised on the shipped dims (gpt_mega_kernel<Fixed<64, 4,
+// issued per scheduler-cycle, 54% of the stall at CTA barriers, ~11.6k instructions per warp, of
+// which by a count of the code ~4k are the start-up weight copies: ~65 calls of copy_rows_async,
+// each with run-time divisions) led to: a kernel specialised on the shipped dims (gpt_mega_kernel<Fixed<64, 4,
 // 256>>: the layout's offsets and the indices fold to constants; other dims run the same code
 // generic, tested at C 32, H 2), the weight copies inlined with compile-time column counts (a few
 // instructions per 16-byte copy), layer 0's copies first and the rest after the embedding's
