@@ -214,6 +214,29 @@ TEST(CudaModel, MegakernelEveryClusterSizeMatchesTheCpu) {
   expect_forward_matches(model, gpu, 5, 24, 13);
 }
 
+// The megakernel is specialised on the shipped dims (C 64, H 4, F 256); other dims run its
+// generic kernel (here C 32, H 2): the forward and the decode step against the CPU.
+TEST(CudaModel, MegakernelGenericDimsMatchTheCpu) {
+  REQUIRE_GPU();
+  ModelConfig c = small_config();
+  c.d_model = 32;
+  c.n_head = 2;
+  GrammarMiniGPT model(c, ModelWeights::init_random(c, 21));
+  CudaGPT gpu(model, {.path = CudaGPTOptions::Path::Mega});
+  ASSERT_GT(gpu.mega_cluster_for(2, 16), 0) << "the megakernel does not take (2, 16) at C 32";
+  expect_forward_matches(model, gpu, 2, 16, 22);
+  CudaDecoder dec(gpu);
+  ASSERT_GT(dec.mega_cluster(), 0);
+  Decoder cpu_dec(model);
+  ThreadPool pool(1);
+  const auto ids = random_ids(c.block_size, c.vocab_size, 23);
+  for (int64_t t = 0; t < c.block_size; ++t) {
+    const auto g = dec.step(ids[static_cast<size_t>(t)]);
+    const auto cpu = cpu_dec.step(ids[static_cast<size_t>(t)], pool);
+    ASSERT_LE(max_abs_diff(g.data(), cpu.data(), g.size()), kLogitTol) << "decode position " << t;
+  }
+}
+
 TEST(CudaModel, BadIdsAreClearErrors) {
   REQUIRE_GPU();
   const ModelConfig c = small_config();

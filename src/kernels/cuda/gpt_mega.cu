@@ -9,7 +9,6 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/gpt_mega.h"
-#include "kernels/cuda/layernorm.cuh"
 #include "kernels/cuda/warp_softmax.cuh"
 #include "kernels/cuda/softmax_cluster.cuh"
 
@@ -131,6 +130,33 @@ __device__ __noinline__ void copy_rows_async(float* dst, int ldd, const float* s
   }
 }
 
+// The same copy, inlined, where the column count is a compile-time constant (the specialised
+// kernel, gpt_mega_kernel<C, H, F>: shifts instead of run-time divisions, no call); COLS == 0
+// (the generic kernel, or a count that depends on the cluster size): the call above.
+template <int COLS>
+__device__ __forceinline__ void copy_rows(float* dst, int ldd, const float* src, int lds, int rows, int cols) {
+  if constexpr (COLS > 0 && COLS % 4 == 0) {
+    if (ldd % 4 == 0 && lds % 4 == 0 && aligned16(dst) && aligned16(src)) {
+      constexpr int q = COLS / 4;
+      for (int i = threadIdx.x; i < rows * q; i += kThreads) {
+        const int r = i / q, c = (i % q) * 4;
+        cp_async16(dst + r * ldd + c, src + static_cast<int64_t>(r) * lds + c);
+      }
+      return;
+    }
+  }
+  copy_rows_async(dst, ldd, src, lds, rows, cols);
+}
+// One row of n floats (a bias, a LayerNorm's weight): a loop without divisions.
+__device__ __forceinline__ void copy_vec(float* dst, const float* src, int n) {
+  if (n <= 0) return;
+  if (n % 4 == 0 && aligned16(dst) && aligned16(src)) {
+    for (int i = static_cast<int>(threadIdx.x) * 4; i < n; i += 4 * kThreads) cp_async16(dst + i, src + i);
+  } else {
+    for (int i = threadIdx.x; i < n; i += kThreads) cp_async4(dst + i, src + i);
+  }
+}
+
 // ---- distributed shared memory ----
 
 __device__ __forceinline__ unsigned shared_addr_in(const float* local, unsigned rank) {
@@ -175,90 +201,138 @@ __device__ __forceinline__ void dot4(const float* a, const float* w, int ldw, in
   }
 }
 
-// LayerNorm of rows [r0, r1) of `in` into `out` (stride ld), a warp per row (layernorm.cuh's
-// statistics: double, two passes, as the CPU). Not inlined: one copy of its code for its three
-// call sites (the kernel's size is a suspect for its time; gpt_mega.h).
-__device__ __noinline__ void layernorm_rows(const float* in, float* out, int r0, int r1, int C, int ld, const float* w,
-                               const float* b, float eps) {
-  const int lane = threadIdx.x & 31;
-  for (int r = r0 + static_cast<int>(threadIdx.x >> 5); r < r1; r += kWarps) {
-    float m, rs;
-    warp_row_stats(in + r * ld, C, eps, m, rs);
-    __syncwarp();
-    for (int c = lane; c < C; c += 32) out[r * ld + c] = (in[r * ld + c] - m) * rs * w[c] + b[c];
+// LayerNorm of rows [r0, r1) of `in` into `out` (stride ld), a half-warp per row (two rows per
+// warp at once: the 32 rows of a (2, 16) forward's ln2 in one pass of the CTA's 32 half-warps).
+// The statistics as layernorm.cuh's warp_row_stats computes them (double, two passes: mean, then
+// the mean of squared deviations; rounded to float as the CPU), over 16 lanes instead of 32.
+// KC > 0: C == KC, inlined (the loops over a row unrolled); KC == 0: one not-inlined copy for the
+// generic kernel's three call sites.
+__device__ __forceinline__ double half_warp_sum(double v) {
+  for (int off = 8; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+template <int KC>
+__device__ __forceinline__ void layernorm_rows_t(const float* in, float* out, int r0, int r1, int C_, int ld,
+                                                 const float* w, const float* b, float eps) {
+  const int C = KC > 0 ? KC : C_;
+  const int sub = threadIdx.x & 15;
+  // the loop is uniform over a warp (every lane shuffles); a half without a row reads row r0
+  for (int pair = r0 + 2 * static_cast<int>(threadIdx.x >> 5); pair < r1; pair += 2 * kWarps) {
+    const int r = pair + static_cast<int>((threadIdx.x >> 4) & 1);
+    const float* xr = in + (r < r1 ? r : r0) * ld;
+    double s = 0.0;
+#pragma unroll
+    for (int c = sub; c < C; c += 16) s += xr[c];
+    const double m = half_warp_sum(s) / static_cast<double>(C);
+    double q = 0.0;
+#pragma unroll
+    for (int c = sub; c < C; c += 16) {
+      const double dv = static_cast<double>(xr[c]) - m;
+      q += dv * dv;
+    }
+    const double var = half_warp_sum(q) / static_cast<double>(C);
+    const float mean = static_cast<float>(m);
+    const float rs = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));
+    if (r < r1) {
+#pragma unroll
+      for (int c = sub; c < C; c += 16) out[r * ld + c] = (xr[c] - mean) * rs * w[c] + b[c];
+    }
   }
 }
+__device__ __noinline__ void layernorm_rows_generic(const float* in, float* out, int r0, int r1, int C, int ld,
+                                                    const float* w, const float* b, float eps) {
+  layernorm_rows_t<0>(in, out, r0, r1, C, ld, w, b, eps);
+}
+template <int KC>
+__device__ __forceinline__ void layernorm_rows(const float* in, float* out, int r0, int r1, int C, int ld, const float* w,
+                                               const float* b, float eps) {
+  if constexpr (KC > 0)
+    layernorm_rows_t<KC>(in, out, r0, r1, C, ld, w, b, eps);
+  else
+    layernorm_rows_generic(in, out, r0, r1, C, ld, w, b, eps);
+}
+
+// The model's dims as compile-time constants (the specialised kernel) or 0 (read at run time).
+template <int C_, int H_, int F_>
+struct Fixed {
+  static constexpr int C = C_, H = H_, F = F_, dh = H_ > 0 ? C_ / H_ : 0;
+};
 
 struct Ctx {
   const MegaParams& p;
-  const MegaDims& d;
-  const MegaLayout& S;
+  MegaDims d;  // by value: the specialised kernel's constants fold, nothing on the stack
+  MegaLayout S;
   float* sm;
   int r;     // this CTA's rank
   int pos0;  // position of each sequence's first new row
 };
 
 // This CTA's weight slices of layer l (or, l == L, of the head) into shared memory; one group.
-__device__ void issue_weights(const Ctx& c, int l) {
+template <class K>
+__device__ __forceinline__ void issue_weights(const Ctx& c, int l) {
   const MegaDims& d = c.d;
   const MegaLayout& S = c.S;
   const int C = d.C, F = d.F, r = c.r, dh = S.dh;
   if (l == d.L) {
     float* hd = c.sm;  // the head's offsets are absolute
-    copy_rows_async(hd + S.lnfw, C, c.p.ln_f_weight, C, 1, C);
-    copy_rows_async(hd + S.lnfb, C, c.p.ln_f_bias, C, 1, C);
+    copy_vec(hd + S.lnfw, c.p.ln_f_weight, C);
+    copy_vec(hd + S.lnfb, c.p.ln_f_bias, C);
     const int n0 = r * S.vc, vn = max(0, min(S.vc, d.V - n0));
-    copy_rows_async(hd + S.lm, S.sC, c.p.lm_head_weight + static_cast<int64_t>(n0) * C, C, vn, C);
-    copy_rows_async(hd + S.lmb, vn, c.p.lm_head_bias + n0, vn, 1, vn);
+    copy_rows<K::C>(hd + S.lm, S.sC, c.p.lm_head_weight + static_cast<int64_t>(n0) * C, C, vn, C);
+    copy_vec(hd + S.lmb, c.p.lm_head_bias + n0, vn);
     cp_async_commit();
     return;
   }
   const MegaLayer& w = c.p.layers[l];
   float* base = c.sm + l * S.layer;
-  copy_rows_async(base + S.ln1w, C, w.ln1_weight, C, 1, C);
-  copy_rows_async(base + S.ln1b, C, w.ln1_bias, C, 1, C);
-  copy_rows_async(base + S.ln2w, C, w.ln2_weight, C, 1, C);
-  copy_rows_async(base + S.ln2b, C, w.ln2_bias, C, 1, C);
+  copy_vec(base + S.ln1w, w.ln1_weight, C);
+  copy_vec(base + S.ln1b, w.ln1_bias, C);
+  copy_vec(base + S.ln2w, w.ln2_weight, C);
+  copy_vec(base + S.ln2b, w.ln2_bias, C);
   if (r < d.B * d.H) {  // the CTA has attention items, all of head r % H
     const int hh = r % d.H;
     for (int part = 0; part < 3; ++part) {
-      copy_rows_async(base + S.qkv + part * dh * S.sC, S.sC,
+      copy_rows<K::C>(base + S.qkv + part * dh * S.sC, S.sC,
                       w.qkv_weight + static_cast<int64_t>(part * C + hh * dh) * C, C, dh, C);
-      copy_rows_async(base + S.qkvb + part * dh, dh, w.qkv_bias + part * C + hh * dh, dh, 1, dh);
+      copy_vec(base + S.qkvb + part * dh, w.qkv_bias + part * C + hh * dh, dh);
     }
   }
   if (d.head_proj) {
-    if (r < d.B * d.H) copy_rows_async(base + S.proj, S.sd, w.proj_weight + (r % d.H) * dh, C, C, dh);
-    copy_rows_async(base + S.projb, C, w.proj_bias, C, 1, C);
+    if (r < d.B * d.H) copy_rows<K::dh>(base + S.proj, S.sd, w.proj_weight + (r % d.H) * dh, C, C, dh);
+    copy_vec(base + S.projb, w.proj_bias, C);
   } else {
-    copy_rows_async(base + S.proj, S.sC, w.proj_weight + static_cast<int64_t>(r * S.pc) * C, C, S.pc, C);
-    copy_rows_async(base + S.projb, S.pc, w.proj_bias + r * S.pc, S.pc, 1, S.pc);
+    copy_rows<K::C>(base + S.proj, S.sC, w.proj_weight + static_cast<int64_t>(r * S.pc) * C, C, S.pc, C);
+    copy_vec(base + S.projb, w.proj_bias + r * S.pc, S.pc);
   }
-  copy_rows_async(base + S.fc1, S.sC, w.fc1_weight + static_cast<int64_t>(r * S.fc) * C, C, S.fc, C);
-  copy_rows_async(base + S.fc1b, S.fc, w.fc1_bias + r * S.fc, S.fc, 1, S.fc);
-  copy_rows_async(base + S.fc2, S.sF, w.fc2_weight + static_cast<int64_t>(r * S.pc) * F, F, S.pc, F);
-  copy_rows_async(base + S.fc2b, S.pc, w.fc2_bias + r * S.pc, S.pc, 1, S.pc);
+  copy_rows<K::C>(base + S.fc1, S.sC, w.fc1_weight + static_cast<int64_t>(r * S.fc) * C, C, S.fc, C);
+  copy_vec(base + S.fc1b, w.fc1_bias + r * S.fc, S.fc);
+  copy_rows<K::F>(base + S.fc2, S.sF, w.fc2_weight + static_cast<int64_t>(r * S.pc) * F, F, S.pc, F);
+  copy_vec(base + S.fc2b, w.fc2_bias + r * S.pc, S.pc);
   cp_async_commit();
 }
 
 // Stage A of layer l: every (sequence b, head hh) item of this CTA (items r, r + R, ...; all of
 // head r % H): ln1 of b's rows, the head's q, k, v, causal attention; att pushed to every CTA,
 // or (head_proj) kept here and its part of proj, att_h proj.weight[:, head's columns]^T for every
-// output column, pushed to every CTA's pp[hh] instead.
-__device__ void attention_stage(const Ctx& c, int l) {
+// output column, pushed to every CTA's pp[hh] instead. The attention proper runs a warp per query
+// row: its scores (a lane per key), their softmax and its att columns, with no CTA barrier
+// between them (the row's values are the warp's own; T = 16: all 16 warps busy).
+template <class K>
+__device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
   const MegaDims& d = c.d;
   const MegaLayout& S = c.S;
   const int T = d.T, C = d.C, dh = S.dh, tid = threadIdx.x, R = S.R, pos0 = c.pos0;
+  const int warp = tid >> 5, lane = tid & 31;
   const float* base = c.sm + l * S.layer;
   const MegaLayer& w = c.p.layers[l];
   float *x = c.sm + S.x, *ln = c.sm + S.ln, *att = c.sm + S.att, *qs = c.sm + S.q, *sc = c.sm + S.sc;
   float* ks = c.sm + S.kv + (d.cache ? l : 0) * 2 * S.kv_rows * S.sd;
   float* vs = ks + S.kv_rows * S.sd;
-  const int keys = pos0 + T, ldsc = S.kv_rows + 1, groups = 3 * dh / 4;
+  const int ldsc = S.kv_rows + 1, groups = 3 * dh / 4;
   const float scale = 1.0f / sqrtf(static_cast<float>(dh));
   for (int item = c.r; item < d.B * d.H; item += R) {
     const int b = item / d.H, hh = item % d.H, row0 = b * T;
-    layernorm_rows(x, ln, row0, row0 + T, C, S.sC, base + S.ln1w, base + S.ln1b, c.p.eps);
+    layernorm_rows<K::C>(x, ln, row0, row0 + T, C, S.sC, base + S.ln1w, base + S.ln1b, c.p.eps);
     __syncthreads();
     // q, k, v of the new rows: (t, 4 columns of the head's 3dh) per thread; sum in k order + bias
     for (int u = tid; u < T * groups; u += kThreads) {
@@ -282,42 +356,44 @@ __device__ void attention_stage(const Ctx& c, int l) {
       }
     }
     __syncthreads();
-    // scores of query t against keys p <= pos0 + t (the rest is masked: never computed)
-    for (int i = tid; i < T * keys; i += kThreads) {
-      const int t = i / keys, p = i % keys;
-      if (p > pos0 + t) continue;
-      float s = 0.0f;
-      for (int e = 0; e < dh; e += 4) {
-        const float4 qv = *reinterpret_cast<const float4*>(qs + t * S.sd + e);
-        const float4 kv = *reinterpret_cast<const float4*>(ks + p * S.sd + e);
-        s = fmaf(qv.x, kv.x, s);
-        s = fmaf(qv.y, kv.y, s);
-        s = fmaf(qv.z, kv.z, s);
-        s = fmaf(qv.w, kv.w, s);
-      }
-      sc[t * ldsc + p] = s * scale;
-    }
-    __syncthreads();
-    // softmax of each query's row, a warp per row
-    for (int t = tid >> 5; t < T; t += kWarps) warp_softmax_inplace(sc + t * ldsc, pos0 + t + 1);
-    __syncthreads();
     if (l == 0 && item == c.r) cluster_wait();  // every CTA has started: its shared memory exists
-    // att (t, 4 of the head's columns) = probabilities times v, in key order; to every CTA
-    for (int u = tid; u < T * (dh / 4); u += kThreads) {
-      const int t = u / (dh / 4), e = (u % (dh / 4)) * 4, n = pos0 + t + 1;
-      float4 a = {0.f, 0.f, 0.f, 0.f};
-      for (int p = 0; p < n; ++p) {
-        const float pr = sc[t * ldsc + p];
-        const float4 vv = *reinterpret_cast<const float4*>(vs + p * S.sd + e);
-        a.x = fmaf(pr, vv.x, a.x);
-        a.y = fmaf(pr, vv.y, a.y);
-        a.z = fmaf(pr, vv.z, a.z);
-        a.w = fmaf(pr, vv.w, a.w);
+    for (int t = warp; t < T; t += kWarps) {
+      const int n = pos0 + t + 1;  // keys p <= pos0 + t (the rest is masked: never computed)
+      float* row = sc + t * ldsc;
+      const float* qt = qs + t * S.sd;
+      for (int p = lane; p < n; p += 32) {  // the score of key p, in e order
+        float s = 0.0f;
+#pragma unroll
+        for (int e = 0; e < dh; e += 4) {
+          const float4 qv = *reinterpret_cast<const float4*>(qt + e);
+          const float4 kv = *reinterpret_cast<const float4*>(ks + p * S.sd + e);
+          s = fmaf(qv.x, kv.x, s);
+          s = fmaf(qv.y, kv.y, s);
+          s = fmaf(qv.z, kv.z, s);
+          s = fmaf(qv.w, kv.w, s);
+        }
+        row[p] = s * scale;
       }
-      if (d.head_proj)
-        *reinterpret_cast<float4*>(att + (row0 + t) * S.sC + hh * dh + e) = a;
-      else
-        push4(att + (row0 + t) * S.sC + hh * dh + e, a, R);
+      __syncwarp();
+      warp_softmax_inplace(row, n);
+      __syncwarp();
+      // att (t, 4 of the head's columns) = probabilities times v, in key order; to every CTA
+      for (int e = lane * 4; e < dh; e += 128) {
+        float4 a = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 4
+        for (int p = 0; p < n; ++p) {
+          const float pr = row[p];
+          const float4 vv = *reinterpret_cast<const float4*>(vs + p * S.sd + e);
+          a.x = fmaf(pr, vv.x, a.x);
+          a.y = fmaf(pr, vv.y, a.y);
+          a.z = fmaf(pr, vv.z, a.z);
+          a.w = fmaf(pr, vv.w, a.w);
+        }
+        if (d.head_proj)
+          *reinterpret_cast<float4*>(att + (row0 + t) * S.sC + hh * dh + e) = a;
+        else
+          push4(att + (row0 + t) * S.sC + hh * dh + e, a, R);
+      }
     }
     if (d.head_proj) {
       __syncthreads();
@@ -337,7 +413,7 @@ __device__ void attention_stage(const Ctx& c, int l) {
 // y (N x 4-column groups of this CTA's `cols` columns starting at n0) = a W^T + b with the sums
 // in k-slices of kSlice added in order; finish(m, n, v) gets (sum + bias) for 4 columns.
 template <class Finish>
-__device__ void gemm_stage(const Ctx& c, const float* a, int lda, int K, const float* w, int ldw, const float* bias,
+__device__ __forceinline__ void gemm_stage(const Ctx& c, const float* a, int lda, int K, const float* w, int ldw, const float* bias,
                            int cols, Finish finish) {
   const int N = c.S.N, groups = cols / 4, ns = ceil_div(K, kSlice), tid = threadIdx.x;
   float* part = c.sm + c.S.part;
@@ -374,7 +450,7 @@ __device__ void gemm_stage(const Ctx& c, const float* a, int lda, int K, const f
 __device__ __forceinline__ float4 add4(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
 
 // The residual x (N x C+4) += y for this CTA's columns, pushed to every CTA.
-__device__ void residual_stage(const Ctx& c, const float* a, int lda, int K, const float* w, int ldw, const float* bias) {
+__device__ __forceinline__ void residual_stage(const Ctx& c, const float* a, int lda, int K, const float* w, int ldw, const float* bias) {
   float* x = c.sm + c.S.x;
   const int n0 = c.r * c.S.pc, R = c.S.R, sC = c.S.sC;
   gemm_stage(c, a, lda, K, w, ldw, bias, c.S.pc, [&](int m, int j0, float4 v) {
@@ -383,15 +459,23 @@ __device__ void residual_stage(const Ctx& c, const float* a, int lda, int K, con
   });
 }
 
+// K: the model's C, H, F as compile-time constants (gpt_mega_kernel<Fixed<64, 4, 256>>, the
+// shipped architecture: the layout's offsets and every index fold to constants, no run-time
+// divisions by them) or Fixed<0, 0, 0>, the generic kernel reading them from p.dims.
+template <class K>
 __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_constant__ MegaParams p, int R) {
   extern __shared__ __align__(16) float sm[];
-  const MegaDims& d = p.dims;
+  MegaDims d = p.dims;
+  d.C = K::C > 0 ? K::C : d.C;
+  d.H = K::H > 0 ? K::H : d.H;
+  d.F = K::F > 0 ? K::F : d.F;
   const MegaLayout S(d, R);
   const int r = static_cast<int>(cluster_ctarank()), tid = threadIdx.x, C = d.C, N = S.N;
   Ctx c{p, d, S, sm, r, 0};
 
-  // 1. every weight slice in flight (a group per layer, then the head's)
-  for (int l = 0; l <= d.L; ++l) issue_weights(c, l);
+  // 1. layer 0's weight slices in flight (one group); the later layers' and the head's follow
+  //    the embedding's loads (3.), which would otherwise queue behind all of them
+  issue_weights<K>(c, 0);
 
   // 2. the position; out of range: NaN outputs, and leave before any cluster barrier
   const int pos0 = p.pos ? *p.pos : 0;
@@ -459,12 +543,13 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       }
     }
   }
+  for (int l = 1; l <= d.L; ++l) issue_weights<K>(c, l);  // a group per layer, then the head's
 
   for (int l = 0; l < d.L; ++l) {
     cp_async_wait_at_most(d.L - l);  // groups 0..l done (l + 1 of L + 1)
     __syncthreads();
     const float* base = sm + l * S.layer;
-    attention_stage(c, l);
+    attention_stage<K>(c, l);
     cluster_sync_all();
     if (d.head_proj) {  // x += (the heads' partials, summed in head order) + b, every CTA all of it
       const float* pp = sm + S.pp;
@@ -481,7 +566,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     }
     float* ln = sm + S.ln;
     float* h = sm + S.h;
-    layernorm_rows(x, ln, 0, N, C, S.sC, base + S.ln2w, base + S.ln2b, p.eps);
+    layernorm_rows<K::C>(x, ln, 0, N, C, S.sC, base + S.ln2w, base + S.ln2b, p.eps);
     __syncthreads();
     const int f0 = r * S.fc;
     gemm_stage(c, ln, S.sC, C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
@@ -498,7 +583,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   const float* hd = sm;  // the head's offsets are absolute
   float* ln = sm + S.ln;
   float* lg = sm + S.lg;
-  layernorm_rows(x, ln, 0, N, C, S.sC, hd + S.lnfw, hd + S.lnfb, p.eps);
+  layernorm_rows<K::C>(x, ln, 0, N, C, S.sC, hd + S.lnfw, hd + S.lnfb, p.eps);
   __syncthreads();
   const int n0 = r * S.vc, vn = max(0, min(S.vc, d.V - n0)), groups = ceil_div(vn, 4);
   for (int u = tid; u < N * groups; u += kThreads) {
@@ -577,17 +662,26 @@ cudaLaunchConfig_t launch_config(int R, size_t smem, cudaStream_t stream, cudaLa
   return cfg;
 }
 
+using MegaKernel = void (*)(MegaParams, int);
+
+// The kernel for d: specialised for the shipped architecture (C 64, H 4, F 256), else generic.
+// Both do the same arithmetic in the same order: the logits do not depend on which one runs.
+MegaKernel kernel_for(const MegaDims& d) {
+  if (d.C == 64 && d.H == 4 && d.F == 256) return gpt_mega_kernel<Fixed<64, 4, 256>>;
+  return gpt_mega_kernel<Fixed<0, 0, 0>>;
+}
+
 // Raises the kernel's limits to what (R, smem) need; false if the device cannot. The shared
 // memory limit is always set to the device's maximum: a graph captured with a larger launch
 // must stay valid after a smaller shape is prepared.
-bool prepare_kernel(int R, size_t smem) {
+bool prepare_kernel(MegaKernel kernel, int R, size_t smem) {
   const int optin = optin_smem();
   if (smem > static_cast<size_t>(optin)) return false;
-  if (cudaFuncSetAttribute(gpt_mega_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) != cudaSuccess) {
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) != cudaSuccess) {
     cudaGetLastError();
     return false;
   }
-  if (R > 8 && cudaFuncSetAttribute(gpt_mega_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+  if (R > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
     cudaGetLastError();
     return false;
   }
@@ -606,11 +700,11 @@ int gpt_mega_cluster(const MegaDims& d, int requested) {
   for (int R : {16, 8, 4, 2, 1}) {
     if (requested != 0 && R != requested) continue;
     const size_t smem = gpt_mega_smem(d, R);
-    if (smem == 0 || !prepare_kernel(R, smem)) continue;
+    if (smem == 0 || !prepare_kernel(kernel_for(d), R, smem)) continue;
     cudaLaunchAttribute attr[1];
     const cudaLaunchConfig_t cfg = launch_config(R, smem, nullptr, attr);
     int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, gpt_mega_kernel, &cfg) != cudaSuccess || clusters < 1) {
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel_for(d), &cfg) != cudaSuccess || clusters < 1) {
       cudaGetLastError();
       continue;
     }
@@ -634,11 +728,11 @@ void gpt_mega(const MegaParams& p, int R, cudaStream_t stream) {
                              (!d.cache || (w.k_cache && w.v_cache)),
                          "gpt_mega: null pointer in layer ", l);
   }
-  MINIGPT_CUDA_REQUIRE(prepare_kernel(R, smem), "gpt_mega: ", smem, " bytes of shared memory at cluster size ", R,
+  MINIGPT_CUDA_REQUIRE(prepare_kernel(kernel_for(d), R, smem), "gpt_mega: ", smem, " bytes of shared memory at cluster size ", R,
                        " do not fit the device");
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg = launch_config(R, smem, stream, attr);
-  MINIGPT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gpt_mega_kernel, p, R));
+  MINIGPT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_for(d), p, R));
 }
 
 }  // namespace minigpt::cuda

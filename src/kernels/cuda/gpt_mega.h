@@ -44,9 +44,20 @@
 // 1.2-4 us per small fused stage). Leads: the measured kernel's SASS was 357 KB (22k
 // instructions: copy_rows_async inlined at ~22 sites 9k of them, ~180 run-time integer
 // divisions); copy_rows_async and layernorm_rows are now not inlined (11.7k instructions; not
-// yet timed on the GPU); next, a kernel specialised on the model's dims (C, dh, F as template
-// parameters: no divisions), K split across lanes with shuffle sums (no chain longer than 16),
-// the LayerNorms' double-precision shuffles.
+// yet timed on the GPU). Since then (branch tile14, compiled, NOT yet run on a GPU: no figures):
+// the ncu profile of that forward (16 CTAs x 512 threads, 128 registers, 0.18 instructions
+// issued per scheduler-cycle, 54% of the stall at CTA barriers, ~11.6k instructions per warp, of
+// which by a count of the code ~4k are the start-up weight copies: ~65 calls of copy_rows_async,
+// each with run-time divisions) led to: a kernel specialised on the shipped dims (gpt_mega_kernel<Fixed<64, 4,
+// 256>>: the layout's offsets and the indices fold to constants; other dims run the same code
+// generic, tested at C 32, H 2), the weight copies inlined with compile-time column counts (a few
+// instructions per 16-byte copy), layer 0's copies first and the rest after the embedding's
+// loads, the attention a warp per query row (scores with a lane per key, the softmax, the att
+// columns: two CTA barriers less per item; T = 16 keeps all 16 warps busy), the LayerNorms a
+// half-warp per row (ln2 and ln_f of 32 rows in one pass instead of two). Same arithmetic in the
+// same order (the LayerNorm's double sums over 16 lanes instead of 32). Still open: register
+// tiling of the GEMV stages, the stages with one to four busy warps (proj, fc2's slice sums),
+// the 248-byte register spill of the specialised kernel (128 registers at 512 threads).
 #pragma once
 
 #include <cuda_runtime_api.h>
