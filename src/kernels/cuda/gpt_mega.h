@@ -32,32 +32,26 @@
 // in its shared memory (the shipped model: N <= ~40 at R = 16); decode (a KV cache) at most one
 // (sequence, head) item per CTA (B*H <= R). Launchers check and never synchronise.
 //
-// Measured (H200, 2026-12-01, one run of `minigpt bench model --device cuda --runs 1000`, the
-// shipped model; weights L2-resident): the forward at (B=2, T=16) 126 us per graph replay (124
-// back to back) against 140 for the whole-layer kernels, 186 per-op, 163 cuBLAS and 255 for
-// torch.compile reduce-overhead in the same run; the decode graph 70.6-74.4 us at clusters of 8
-// and 16 with proj by heads or columns (step() with its wait 77.7 us: 12.9k tokens/s, was 6.7k).
-// Far above the goals (20 us, 50k tokens/s), and not for the reasons planned against: a cluster
-// of 8 (twice the weight bytes per CTA) runs as fast as 16, and proj by heads (4 cluster
-// barriers and 4 stages fewer) saves only 3 us, so neither the barriers nor the weight loads are
-// the time: the stages' own dependent latency is (experiment 25 measured the same on this GPU:
-// 1.2-4 us per small fused stage). Leads: the measured kernel's SASS was 357 KB (22k
-// instructions: copy_rows_async inlined at ~22 sites 9k of them, ~180 run-time integer
-// divisions); copy_rows_async and layernorm_rows are now not inlined (11.7k instructions; not
-// yet timed on the GPU). Since then (branch tile14, compiled, NOT yet run on a GPU: no figures):
-// the ncu profile of that forward (16 CTAs x 512 threads, 128 registers, 0.18 instructions
-// issued per scheduler-cycle, 54% of the stall at CTA barriers, ~11.6k instructions per warp, of
-// which by a count of the code ~4k are the start-up weight copies: ~65 calls of copy_rows_async,
-// each with run-time divisions) led to: a kernel specialised on the shipped dims (gpt_mega_kernel<Fixed<64, 4,
-// 256>>: the layout's offsets and the indices fold to constants; other dims run the same code
-// generic, tested at C 32, H 2), the weight copies inlined with compile-time column counts (a few
-// instructions per 16-byte copy), layer 0's copies first and the rest after the embedding's
-// loads, the attention a warp per query row (scores with a lane per key, the softmax, the att
-// columns: two CTA barriers less per item; T = 16 keeps all 16 warps busy), the LayerNorms a
-// half-warp per row (ln2 and ln_f of 32 rows in one pass instead of two). Same arithmetic in the
-// same order (the LayerNorm's double sums over 16 lanes instead of 32). Still open: register
-// tiling of the GEMV stages, the stages with one to four busy warps (proj, fc2's slice sums),
-// the 248-byte register spill of the specialised kernel (128 registers at 512 threads).
+// Measured (H200, 2026-12-01, `minigpt bench model --device cuda --runs 1000 --warmup 100`, the
+// shipped model; weights L2-resident). First version (generic dims, copies out of line): the
+// forward at (B=2, T=16) 120.7 us per graph replay, the decode graph 64.5 us (step() 70.5 us:
+// 14.2k tokens/s), against 140 us for the whole-layer kernels and 296 us for torch.compile
+// reduce-overhead in the same run. Its ncu profile: 16 CTAs x 512 threads, 128 registers, 0.18
+// instructions issued per scheduler-cycle, 54% of the stall at CTA barriers (warps waiting for
+// siblings), ~11.6k instructions per warp against ~1k FMAs of work. A cluster of 8 (twice the
+// weight bytes per CTA) ran as fast as 16 and proj by heads (4 barriers fewer) saved only 3 us:
+// the time is the stages' own dependent latency and idle warps, not barriers or weight loads.
+// This version: specialised on the shipped dims (gpt_mega_kernel<Fixed<64, 4, 256>>: offsets
+// and indices fold to constants; other dims run the same code generically, tested at C 32,
+// H 2), weight copies inlined with compile-time column counts, layer 0's copies first, the
+// attention a warp per query row (T = 16 keeps all 16 warps busy, two CTA barriers fewer per
+// item), the LayerNorms a half-warp per row (the double sums over 16 lanes instead of 32). Same
+// run's figures: forward 100.1 us (98.0 back to back), decode graph 50.2 us, step() 55.0 us:
+// 18.2k tokens/s; logits 8.58e-6 from the CPU. ncu still shows 0.15 issued per scheduler-cycle
+// and ~14 of 27 stall cycles at CTA barriers. Still far from the goals (20 us, 50k tokens/s).
+// Open: register tiling of the GEMV stages, the stages with one to four busy warps (proj,
+// fc2's slice sums), the specialised kernel's 248-byte register spill (128 registers at 512
+// threads).
 #pragma once
 
 #include <cuda_runtime_api.h>
