@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #endif
 
@@ -79,6 +80,21 @@ struct CudaTrainStep::Impl {
   CudaArena arena;
   cudaStream_t stream = nullptr;
   cudaEvent_t ev_start = nullptr, ev_stop = nullptr;
+  // The backward's weight gradients (dW, db) run on side_stream, beside the chain of data
+  // gradients on stream: forked after their dy is written, joined before dy's buffer is
+  // written again and at every stage's end. Same kernels, same bits; only the overlap differs.
+  // MINIGPT_TRAIN_OVERLAP=0 in the environment keeps everything on one stream (to measure).
+  bool overlap = true;
+  // Programmatic dependent launch (kernels/cuda/pdl.cuh) on our kernels of the step, so each
+  // may launch while the one before it finishes. Off while a hook is set (data parallel: the
+  // hooks enqueue NCCL work and copies). MINIGPT_TRAIN_PDL=1 in the environment turns it on.
+  bool pdl_wanted = false;
+  // The data gradients dx = dy W through linear_forward's kernel (W read as (out, in)) with the
+  // GELU' product fused, instead of cuBLAS + gelu_backward_saved. MINIGPT_TRAIN_OWN_DX=1.
+  bool own_dx = false;
+  bool pdl() const { return pdl_wanted && !(hooks_on && (hook || stage_hook)); }
+  cudaStream_t side_stream = nullptr;
+  cudaEvent_t ev_fork = nullptr, ev_join = nullptr, ev_side = nullptr;
   std::unique_ptr<cuda::Cublas> blas;
   CudaWeights w, g, m, v;  // each one flat run of slots: flat_* below
   float *flat_p = nullptr, *flat_g = nullptr, *flat_m = nullptr, *flat_v = nullptr;
@@ -122,8 +138,16 @@ struct CudaTrainStep::Impl {
   void backward();  // every gradient
   void optimizer();         // enqueues the hook, the norm and AdamW
   void stage_done(int stage) {  // the backward's groups of gradients (data parallel's buckets)
+    join_all();                 // the group's weight gradients are on stream too
     if (hooks_on && stage_hook) stage_hook(stage, stream);
   }
+  // Weight gradients of y = x W^T + b from dy, on the side stream (after stream's work so far).
+  // Returns nothing to wait on: join_weights() waits for every one enqueued so far.
+  void weight_grads(const float* x, const float* dy, float* dW, float* db, int64_t in, int64_t out);
+  void join_weights();  // stream waits for the side stream's work enqueued so far
+  // dx (N, in) = (dy W) [* gelu_grad]: W (out, in); gelu_grad (N, in) or null
+  void data_grad(const float* W, const float* dy, float* dx, const float* gelu_grad, int64_t in, int64_t out);
+  void join_all() { join_weights(); }
   void capture();
 };
 
@@ -245,6 +269,12 @@ CudaTrainStep::Impl::Impl(const ModelConfig& config, const AdamWConfig& a, float
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   check(cudaEventCreate(&ev_start), "cudaEventCreate");
   check(cudaEventCreate(&ev_stop), "cudaEventCreate");
+  if (const char* e = std::getenv("MINIGPT_TRAIN_OVERLAP")) overlap = std::strcmp(e, "0") != 0;
+  if (const char* e = std::getenv("MINIGPT_TRAIN_PDL")) pdl_wanted = std::strcmp(e, "1") == 0;
+  if (const char* e = std::getenv("MINIGPT_TRAIN_OWN_DX")) own_dx = std::strcmp(e, "1") == 0;
+  check(cudaStreamCreateWithFlags(&side_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  for (cudaEvent_t* e : {&ev_fork, &ev_join, &ev_side})
+    check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
   // Parameters, gradients, moments: four flat runs of slots, each zeroed once (padding too).
   w = CudaWeights::allocate(c, arena);
   g = CudaWeights::allocate(c, arena, "grad.");
@@ -311,6 +341,12 @@ CudaTrainStep::Impl::~Impl() {
   if (host_results) cudaFreeHost(host_results);
   if (ev_start) cudaEventDestroy(ev_start);
   if (ev_stop) cudaEventDestroy(ev_stop);
+  for (cudaEvent_t e : {ev_fork, ev_join, ev_side})
+    if (e) cudaEventDestroy(e);
+  if (side_stream) {
+    cudaStreamSynchronize(side_stream);
+    cudaStreamDestroy(side_stream);
+  }
   if (stream) cudaStreamDestroy(stream);
 }
 
@@ -325,37 +361,70 @@ void CudaTrainStep::Impl::forward() {
   const int64_t d = c.d_model, F = c.d_ff(), V = c.vocab_size, P = c.block_size, NH = c.n_head;
   const float eps = c.layernorm_eps;
   cudaStream_t s = stream;
+  const bool pd = pdl();
   // forward: x0 = wte[ids] + wpe[t]; per block the CPU's order of ops (model/gpt.cpp)
   embedding_forward(ids(), w.wte, w.wpe, x0, B, T, d, V, P, s);
   const float* in = x0;
   for (int l = 0; l < c.n_layer; ++l) {
     const CudaBlockWeights& bw = w.blocks[static_cast<size_t>(l)];
     const LayerActs& L = layers[static_cast<size_t>(l)];
-    layernorm_forward(in, bw.ln1_weight, bw.ln1_bias, L.ln1, nullptr, nullptr, N, d, eps, s);
-    linear_forward(L.ln1, bw.qkv_weight, bw.qkv_bias, L.qkv, N, d, 3 * d, {}, s);
-    attention_forward(L.qkv, L.att, nullptr, B, T, d, NH, s);
-    linear_forward(L.att, bw.proj_weight, bw.proj_bias, L.mid, N, d, d, {.residual = in}, s);
-    layernorm_forward(L.mid, bw.ln2_weight, bw.ln2_bias, L.ln2, nullptr, nullptr, N, d, eps, s);
+    layernorm_forward(in, bw.ln1_weight, bw.ln1_bias, L.ln1, nullptr, nullptr, N, d, eps, s, pd);
+    linear_forward(L.ln1, bw.qkv_weight, bw.qkv_bias, L.qkv, N, d, 3 * d, {}, s, pd);
+    attention_forward(L.qkv, L.att, nullptr, B, T, d, NH, s, pd);
+    linear_forward(L.att, bw.proj_weight, bw.proj_bias, L.mid, N, d, d, {.residual = in}, s, pd);
+    layernorm_forward(L.mid, bw.ln2_weight, bw.ln2_bias, L.ln2, nullptr, nullptr, N, d, eps, s, pd);
     linear_forward(L.ln2, bw.fc1_weight, bw.fc1_bias, L.gelu, N, d, F,
-                   {.gelu = true, .gelu_grad = L.gelu_grad}, s);
-    linear_forward(L.gelu, bw.fc2_weight, bw.fc2_bias, L.out, N, F, d, {.residual = L.mid}, s);
+                   {.gelu = true, .gelu_grad = L.gelu_grad}, s, pd);
+    linear_forward(L.gelu, bw.fc2_weight, bw.fc2_bias, L.out, N, F, d, {.residual = L.mid}, s, pd);
     in = L.out;
   }
-  layernorm_forward(in, w.ln_f_weight, w.ln_f_bias, lnf, nullptr, nullptr, N, d, eps, s);
-  linear_forward(lnf, w.lm_head_weight, w.lm_head_bias, logits, N, d, V, {}, s);
+  layernorm_forward(in, w.ln_f_weight, w.ln_f_bias, lnf, nullptr, nullptr, N, d, eps, s, pd);
+  linear_forward(lnf, w.lm_head_weight, w.lm_head_bias, logits, N, d, V, {}, s, pd);
   // loss and d(loss)/d(logits), in place
-  cross_entropy_forward_backward(logits, targets(), logits, row_loss, loss, N, V, s);
+  cross_entropy_forward_backward(logits, targets(), logits, row_loss, loss, N, V, s, pd);
 }
 
-// GrammarMiniGPT::backward's order; every gradient written once.
+void CudaTrainStep::Impl::weight_grads(const float* x, const float* dy, float* dW, float* db, int64_t in,
+                                       int64_t out) {
+  if (!overlap) {
+    cuda::linear_backward_weights(x, dy, dW, db, N, in, out, grad_scratch, stream, pdl());
+    return;
+  }
+  check(cudaEventRecord(ev_fork, stream), "cudaEventRecord (fork)");
+  check(cudaStreamWaitEvent(side_stream, ev_fork, 0), "cudaStreamWaitEvent (fork)");
+  cuda::linear_backward_weights(x, dy, dW, db, N, in, out, grad_scratch, side_stream, pdl());
+}
+
+void CudaTrainStep::Impl::data_grad(const float* W, const float* dy, float* dx, const float* gelu_grad, int64_t in,
+                                    int64_t out) {
+  if (own_dx) {
+    cuda::linear_backward_data_fused(W, dy, dx, gelu_grad, N, in, out, stream, pdl());
+    return;
+  }
+  cuda::linear_backward_data(*blas, W, dy, dx, N, in, out, stream);
+  if (gelu_grad) cuda::gelu_backward_saved(gelu_grad, dx, dx, N * in, stream, pdl());
+}
+
+void CudaTrainStep::Impl::join_weights() {
+  if (!overlap) return;
+  check(cudaEventRecord(ev_join, side_stream), "cudaEventRecord (join)");
+  check(cudaStreamWaitEvent(stream, ev_join, 0), "cudaStreamWaitEvent (join)");
+}
+
+// GrammarMiniGPT::backward's order of the data gradients; every gradient written once. The
+// weight gradients go to the side stream (weight_grads); dresid is read there by fc2's and
+// proj's, so the stream joins before layernorm_backward adds into dresid; dfc and dqkv are
+// written again only in the next block, after the stage's join.
 void CudaTrainStep::Impl::backward() {
   using namespace cuda;
   const int64_t d = c.d_model, F = c.d_ff(), V = c.vocab_size, P = c.block_size, NH = c.n_head;
   const float eps = c.layernorm_eps;
   cudaStream_t s = stream;
+  const bool pd = pdl();
   const float* in = layers.back().out;  // the last block's output: ln_f's input
-  linear_backward(*blas, lnf, w.lm_head_weight, logits, dln, g.lm_head_weight, g.lm_head_bias, N, d, V, grad_scratch, s);
-  layernorm_backward(dln, in, w.ln_f_weight, dresid, false, g.ln_f_weight, g.ln_f_bias, ln_scratch, N, d, eps, s);
+  weight_grads(lnf, logits, g.lm_head_weight, g.lm_head_bias, d, V);
+  data_grad(w.lm_head_weight, logits, dln, nullptr, d, V);
+  layernorm_backward(dln, in, w.ln_f_weight, dresid, false, g.ln_f_weight, g.ln_f_bias, ln_scratch, N, d, eps, s, pd);
   stage_done(GrammarMiniGPT::kHeadStage);
   for (int l = c.n_layer - 1; l >= 0; --l) {
     const CudaBlockWeights& bw = w.blocks[static_cast<size_t>(l)];
@@ -363,26 +432,31 @@ void CudaTrainStep::Impl::backward() {
     const LayerActs& L = layers[static_cast<size_t>(l)];
     const float* block_in = l == 0 ? x0 : layers[static_cast<size_t>(l) - 1].out;
     // out = mid + fc2(gelu(fc1(ln2(mid))))
-    linear_backward(*blas, L.gelu, bw.fc2_weight, dresid, dfc, bg.fc2_weight, bg.fc2_bias, N, F, d, grad_scratch, s);
-    gelu_backward_saved(L.gelu_grad, dfc, dfc, N * F, s);
-    linear_backward(*blas, L.ln2, bw.fc1_weight, dfc, dln, bg.fc1_weight, bg.fc1_bias, N, d, F, grad_scratch, s);
-    layernorm_backward(dln, L.mid, bw.ln2_weight, dresid, true, bg.ln2_weight, bg.ln2_bias, ln_scratch, N, d, eps, s);
+    weight_grads(L.gelu, dresid, bg.fc2_weight, bg.fc2_bias, F, d);
+    data_grad(bw.fc2_weight, dresid, dfc, L.gelu_grad, F, d);  // through the GELU too
+    join_weights();  // fc2's weight gradient has read dresid: layernorm_backward adds into it
+    weight_grads(L.ln2, dfc, bg.fc1_weight, bg.fc1_bias, d, F);
+    data_grad(bw.fc1_weight, dfc, dln, nullptr, d, F);
+    layernorm_backward(dln, L.mid, bw.ln2_weight, dresid, true, bg.ln2_weight, bg.ln2_bias, ln_scratch, N, d, eps, s, pd);
     // mid = in + proj(attention(ln1(in)))
-    linear_backward(*blas, L.att, bw.proj_weight, dresid, dln, bg.proj_weight, bg.proj_bias, N, d, d, grad_scratch, s);
-    attention_backward(dln, L.qkv, dqkv, B, T, d, NH, s);
-    linear_backward(*blas, L.ln1, bw.qkv_weight, dqkv, dln, bg.qkv_weight, bg.qkv_bias, N, d, 3 * d, grad_scratch, s);
+    weight_grads(L.att, dresid, bg.proj_weight, bg.proj_bias, d, d);
+    data_grad(bw.proj_weight, dresid, dln, nullptr, d, d);
+    attention_backward(dln, L.qkv, dqkv, B, T, d, NH, s, pd);
+    join_weights();  // proj's weight gradient has read dresid
+    weight_grads(L.ln1, dqkv, bg.qkv_weight, bg.qkv_bias, d, 3 * d);
+    data_grad(bw.qkv_weight, dqkv, dln, nullptr, d, 3 * d);
     layernorm_backward(dln, block_in, bw.ln1_weight, dresid, true, bg.ln1_weight, bg.ln1_bias, ln_scratch, N, d,
-                       eps, s);
+                       eps, s, pd);
     stage_done(l);
   }
-  embedding_backward(dresid, ids(), g.wte, g.wpe, B, T, d, V, P, s);
+  embedding_backward(dresid, ids(), g.wte, g.wpe, B, T, d, V, P, s, pd);
   stage_done(GrammarMiniGPT::kEmbeddingStage);
 }
 
 void CudaTrainStep::Impl::optimizer() {
   if (hooks_on && hook) hook(flat_g, flat, stream);
-  cuda::grad_norm(flat_g, flat, partials, clip, norm, stream);
-  cuda::adamw(flat_p, flat_g, flat_m, flat_v, chunks, n_chunks, scalars(), norm, stream);
+  cuda::grad_norm(flat_g, flat, partials, clip, norm, stream, pdl());
+  cuda::adamw(flat_p, flat_g, flat_m, flat_v, chunks, n_chunks, scalars(), norm, stream, pdl());
 }
 
 void CudaTrainStep::Impl::capture() {

@@ -32,11 +32,17 @@ struct LinearFusion {
   bool gelu = false;
   float* gelu_grad = nullptr;
   const float* residual = nullptr;
+  // W stored (K, N) instead of (N, K): y = x W, as the backward's data gradient dx = dy W of a
+  // Linear whose weight is (out, in) (linear_backward_data_fused). No prologue with it.
+  bool w_kn = false;
+  // mul (M, N), optional: y = v * mul after everything above (the backward through a saved
+  // GELU': dx = (dy W) * GELU'). Not with gelu.
+  const float* mul = nullptr;
 };
 
 // The fused kernel: y (M, N) = act(ln(x) W^T + b + residual).
 void linear_forward(const float* x, const float* W, const float* b, float* y, int64_t M,
-                    int64_t K, int64_t N, const LinearFusion& fusion, cudaStream_t stream);
+                    int64_t K, int64_t N, const LinearFusion& fusion, cudaStream_t stream, bool pdl = false);
 
 // y (M, N) = act(y + b + residual) in place: the epilogue after a GEMM that wrote x W^T into y.
 // fusion's LayerNorm fields must be null (a prologue cannot run after the product).
@@ -70,5 +76,19 @@ struct LinearGradScratch {
 void linear_backward(const Cublas& blas, const float* x, const float* W, const float* dy, float* dx,
                      float* dW, float* db, int64_t N, int64_t in, int64_t out,
                      const LinearGradScratch& scratch, cudaStream_t stream);
+
+// linear_backward's two halves, for callers that put them on different streams (the training
+// step runs the weight gradients on a side stream, beside the data gradients' chain): the same
+// launches, the same bits. Both read only dy (and W or x), so they may run concurrently; calls
+// sharing one scratch must stay in order on one stream.
+void linear_backward_data(const Cublas& blas, const float* W, const float* dy, float* dx, int64_t N,
+                          int64_t in, int64_t out, cudaStream_t stream);
+void linear_backward_weights(const float* x, const float* dy, float* dW, float* db, int64_t N, int64_t in,
+                             int64_t out, const LinearGradScratch& scratch, cudaStream_t stream, bool pdl = false);
+// dx (N, in) = (dy W) [* mul] through linear_forward's kernel (W read as (K, N) = (out, in)),
+// not cuBLAS: one launch, and mul (N, in, optional: the saved GELU') fused as its epilogue.
+// Sums over out in order, in float.
+void linear_backward_data_fused(const float* W, const float* dy, float* dx, const float* mul, int64_t N,
+                                int64_t in, int64_t out, cudaStream_t stream, bool pdl = false);
 
 }  // namespace minigpt::cuda

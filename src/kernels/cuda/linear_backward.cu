@@ -11,6 +11,7 @@
 //   adds the S partials in order s = 0, 1, ... and writes dW (and db, summed in double).
 // The order of every sum is fixed by the shapes alone: the same bits on every run. The last
 // block resets its counter to 0, so a captured graph replays with no memset.
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/linear.h"
@@ -29,6 +30,7 @@ __global__ void __launch_bounds__(kThreads)
     weight_grad_kernel(const float* __restrict__ x, const float* __restrict__ dy, float* dW,
                        float* db, float* partial, double* partial_db, int* counters, int N,
                        int in, int out) {
+  pdl_prologue();  // pdl.cuh: the previous kernel is done
   __shared__ __align__(16) float dy_s[kRows][kTile];
   __shared__ __align__(16) float x_s[kRows][kTile];
   __shared__ double col[kThreads];
@@ -101,13 +103,25 @@ LinearGradScratchSize linear_backward_scratch(int64_t N, int64_t in, int64_t out
   return {splits(N) * out * in, splits(N) * out, tiles};
 }
 
-void linear_backward(const Cublas& blas, const float* x, const float* W, const float* dy, float* dx,
-                     float* dW, float* db, int64_t N, int64_t in, int64_t out,
-                     const LinearGradScratch& scratch, cudaStream_t stream) {
+namespace {
+void check_sizes(int64_t N, int64_t in, int64_t out) {
   MINIGPT_CUDA_REQUIRE(N >= 1 && in >= 1 && out >= 1 && N < (int64_t{1} << 31) &&
                            in < (int64_t{1} << 24) && out < (int64_t{1} << 24) &&
                            splits(N) < 65536,
                        "linear_backward: bad sizes N=", N, " in=", in, " out=", out);
+}
+}  // namespace
+
+void linear_backward_data(const Cublas& blas, const float* W, const float* dy, float* dx, int64_t N,
+                          int64_t in, int64_t out, cudaStream_t stream) {
+  check_sizes(N, in, out);
+  // dx (N, in) = dy (N, out) @ W (out, in)
+  gemm(blas, false, false, N, in, out, 1.0f, dy, out, W, in, 0.0f, dx, in, stream);
+}
+
+void linear_backward_weights(const float* x, const float* dy, float* dW, float* db, int64_t N, int64_t in,
+                             int64_t out, const LinearGradScratch& scratch, cudaStream_t stream, bool pdl) {
+  check_sizes(N, in, out);
   const LinearGradScratchSize need = linear_backward_scratch(N, in, out);
   MINIGPT_CUDA_REQUIRE(scratch.partial && scratch.partial_db && scratch.counters &&
                            scratch.size.partial >= need.partial &&
@@ -115,15 +129,20 @@ void linear_backward(const Cublas& blas, const float* x, const float* W, const f
                            scratch.size.counters >= need.counters,
                        "linear_backward: the scratch is missing or too small for N=", N, " in=", in,
                        " out=", out);
-  // dx (N, in) = dy (N, out) @ W (out, in)
-  if (dx) gemm(blas, false, false, N, in, out, 1.0f, dy, out, W, in, 0.0f, dx, in, stream);
   // dW (out, in) = dy^T x and db (out) = column sums of dy, one launch
   const dim3 grid(static_cast<unsigned>((in + kTile - 1) / kTile),
                   static_cast<unsigned>((out + kTile - 1) / kTile), static_cast<unsigned>(splits(N)));
-  weight_grad_kernel<<<grid, kThreads, 0, stream>>>(x, dy, dW, db, scratch.partial, scratch.partial_db,
-                                                    scratch.counters, static_cast<int>(N),
-                                                    static_cast<int>(in), static_cast<int>(out));
+MINIGPT_CUDA_CHECK(launch_kernel(pdl, weight_grad_kernel, grid, dim3(kThreads), 0, stream, x, dy, dW, db, scratch.partial,
+                                   scratch.partial_db, scratch.counters, static_cast<int>(N), static_cast<int>(in),
+                                   static_cast<int>(out)));
   MINIGPT_CUDA_CHECK_LAUNCH();
+}
+
+void linear_backward(const Cublas& blas, const float* x, const float* W, const float* dy, float* dx,
+                     float* dW, float* db, int64_t N, int64_t in, int64_t out,
+                     const LinearGradScratch& scratch, cudaStream_t stream) {
+  if (dx) linear_backward_data(blas, W, dy, dx, N, in, out, stream);
+  linear_backward_weights(x, dy, dW, db, N, in, out, scratch, stream);
 }
 
 }  // namespace minigpt::cuda
