@@ -89,9 +89,6 @@ struct CudaTrainStep::Impl {
   // may launch while the one before it finishes. Off while a hook is set (data parallel: the
   // hooks enqueue NCCL work and copies). MINIGPT_TRAIN_PDL=1 in the environment turns it on.
   bool pdl_wanted = false;
-  // The data gradients dx = dy W through linear_forward's kernel (W read as (out, in)) with the
-  // GELU' product fused, instead of cuBLAS + gelu_backward_saved. MINIGPT_TRAIN_OWN_DX=1.
-  bool own_dx = false;
   bool pdl() const { return pdl_wanted && !(hooks_on && (hook || stage_hook)); }
   cudaStream_t side_stream = nullptr;
   cudaEvent_t ev_fork = nullptr, ev_join = nullptr, ev_side = nullptr;
@@ -145,8 +142,6 @@ struct CudaTrainStep::Impl {
   // Returns nothing to wait on: join_weights() waits for every one enqueued so far.
   void weight_grads(const float* x, const float* dy, float* dW, float* db, int64_t in, int64_t out);
   void join_weights();  // stream waits for the side stream's work enqueued so far
-  // dx (N, in) = (dy W) [* gelu_grad]: W (out, in); gelu_grad (N, in) or null
-  void data_grad(const float* W, const float* dy, float* dx, const float* gelu_grad, int64_t in, int64_t out);
   void join_all() { join_weights(); }
   void capture();
 };
@@ -271,7 +266,6 @@ CudaTrainStep::Impl::Impl(const ModelConfig& config, const AdamWConfig& a, float
   check(cudaEventCreate(&ev_stop), "cudaEventCreate");
   if (const char* e = std::getenv("MINIGPT_TRAIN_OVERLAP")) overlap = std::strcmp(e, "0") != 0;
   if (const char* e = std::getenv("MINIGPT_TRAIN_PDL")) pdl_wanted = std::strcmp(e, "1") == 0;
-  if (const char* e = std::getenv("MINIGPT_TRAIN_OWN_DX")) own_dx = std::strcmp(e, "1") == 0;
   check(cudaStreamCreateWithFlags(&side_stream, cudaStreamNonBlocking), "cudaStreamCreate");
   for (cudaEvent_t* e : {&ev_fork, &ev_join, &ev_side})
     check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
@@ -395,16 +389,6 @@ void CudaTrainStep::Impl::weight_grads(const float* x, const float* dy, float* d
   cuda::linear_backward_weights(x, dy, dW, db, N, in, out, grad_scratch, side_stream, pdl());
 }
 
-void CudaTrainStep::Impl::data_grad(const float* W, const float* dy, float* dx, const float* gelu_grad, int64_t in,
-                                    int64_t out) {
-  if (own_dx) {
-    cuda::linear_backward_data_fused(W, dy, dx, gelu_grad, N, in, out, stream, pdl());
-    return;
-  }
-  cuda::linear_backward_data(*blas, W, dy, dx, N, in, out, stream);
-  if (gelu_grad) cuda::gelu_backward_saved(gelu_grad, dx, dx, N * in, stream, pdl());
-}
-
 void CudaTrainStep::Impl::join_weights() {
   if (!overlap) return;
   check(cudaEventRecord(ev_join, side_stream), "cudaEventRecord (join)");
@@ -423,7 +407,7 @@ void CudaTrainStep::Impl::backward() {
   const bool pd = pdl();
   const float* in = layers.back().out;  // the last block's output: ln_f's input
   weight_grads(lnf, logits, g.lm_head_weight, g.lm_head_bias, d, V);
-  data_grad(w.lm_head_weight, logits, dln, nullptr, d, V);
+  linear_backward_data(*blas, w.lm_head_weight, logits, dln, N, d, V, s);
   layernorm_backward(dln, in, w.ln_f_weight, dresid, false, g.ln_f_weight, g.ln_f_bias, ln_scratch, N, d, eps, s, pd);
   stage_done(GrammarMiniGPT::kHeadStage);
   for (int l = c.n_layer - 1; l >= 0; --l) {
@@ -433,18 +417,19 @@ void CudaTrainStep::Impl::backward() {
     const float* block_in = l == 0 ? x0 : layers[static_cast<size_t>(l) - 1].out;
     // out = mid + fc2(gelu(fc1(ln2(mid))))
     weight_grads(L.gelu, dresid, bg.fc2_weight, bg.fc2_bias, F, d);
-    data_grad(bw.fc2_weight, dresid, dfc, L.gelu_grad, F, d);  // through the GELU too
+    linear_backward_data(*blas, bw.fc2_weight, dresid, dfc, N, F, d, s);
+    gelu_backward_saved(L.gelu_grad, dfc, dfc, N * F, s, pd);
     join_weights();  // fc2's weight gradient has read dresid: layernorm_backward adds into it
     weight_grads(L.ln2, dfc, bg.fc1_weight, bg.fc1_bias, d, F);
-    data_grad(bw.fc1_weight, dfc, dln, nullptr, d, F);
+    linear_backward_data(*blas, bw.fc1_weight, dfc, dln, N, d, F, s);
     layernorm_backward(dln, L.mid, bw.ln2_weight, dresid, true, bg.ln2_weight, bg.ln2_bias, ln_scratch, N, d, eps, s, pd);
     // mid = in + proj(attention(ln1(in)))
     weight_grads(L.att, dresid, bg.proj_weight, bg.proj_bias, d, d);
-    data_grad(bw.proj_weight, dresid, dln, nullptr, d, d);
+    linear_backward_data(*blas, bw.proj_weight, dresid, dln, N, d, d, s);
     attention_backward(dln, L.qkv, dqkv, B, T, d, NH, s, pd);
     join_weights();  // proj's weight gradient has read dresid
     weight_grads(L.ln1, dqkv, bg.qkv_weight, bg.qkv_bias, d, 3 * d);
-    data_grad(bw.qkv_weight, dqkv, dln, nullptr, d, 3 * d);
+    linear_backward_data(*blas, bw.qkv_weight, dqkv, dln, N, d, 3 * d, s);
     layernorm_backward(dln, block_in, bw.ln1_weight, dresid, true, bg.ln1_weight, bg.ln1_bias, ln_scratch, N, d,
                        eps, s, pd);
     stage_done(l);

@@ -148,28 +148,6 @@ TEST(CudaBackward, LinearMatchesCpuAndRepeatsBitForBit) {
   }
 }
 
-// dx = dy W through linear_forward's kernel reading W as (K, N), with and without the fused
-// GELU' product (the training step's MINIGPT_TRAIN_OWN_DX path), and with PDL on the launch.
-TEST(CudaBackward, FusedLinearDataGradientMatchesCpu) {
-  REQUIRE_GPU();
-  struct Case { int64_t N, in, out; };
-  for (const Case c : {Case{1024, 64, 600}, Case{1024, 256, 64}, Case{1000, 64, 192}, Case{3, 5, 7}, Case{129, 33, 31}}) {
-    auto x = random_vec(c.N * c.in, 41), W = random_vec(c.out * c.in, 42), dy = random_vec(c.N * c.out, 43);
-    const auto gg = random_vec(c.N * c.in, 44, 1.2f);  // stands in for a saved GELU'
-    std::vector<float> dx(c.N * c.in), dW(c.out * c.in, 0.0f), db(c.out, 0.0f);
-    cpu::linear_backward(x.data(), W.data(), dy.data(), dx.data(), dW.data(), db.data(), c.N, c.in, c.out, pool());
-    std::vector<float> dx_mul(dx);
-    for (size_t i = 0; i < dx_mul.size(); ++i) dx_mul[i] *= gg[i];
-    DeviceArray<float> gW(W), gdy(dy), ggg(gg), gdx(std::vector<float>(c.N * c.in, NAN));
-    for (const bool pdl : {false, true}) {
-      cuda::linear_backward_data_fused(gW.get(), gdy.get(), gdx.get(), nullptr, c.N, c.in, c.out, nullptr, pdl);
-      EXPECT_LE(rel_diff(gdx.host(), dx), 1e-5) << c.N << " " << c.in << " " << c.out;
-      cuda::linear_backward_data_fused(gW.get(), gdy.get(), gdx.get(), ggg.get(), c.N, c.in, c.out, nullptr, pdl);
-      EXPECT_LE(rel_diff(gdx.host(), dx_mul), 1e-5) << c.N << " " << c.in << " " << c.out;
-    }
-  }
-}
-
 TEST(CudaCrossEntropy, MatchesCpuWithIgnoredTargets) {
   REQUIRE_GPU();
   const int64_t N = 1024, V = 600;

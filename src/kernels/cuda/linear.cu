@@ -71,12 +71,7 @@ __global__ void __launch_bounds__(kThreads) linear_forward_kernel(
       const int r = ty + i * (kThreads / 32);
       const int64_t m = m0 + r, n = n0 + r;
       xv[i] = m < M && k < K ? x[m * K + k] : 0.0f;
-      if (f.w_kn) {  // W (K, N): thread tx reads column n0 + tx of row k0 + r (coalesced)
-        const int64_t kr = k0 + r, nc = n0 + tx;
-        wv[i] = kr < K && nc < N ? W[kr * N + nc] : 0.0f;
-      } else {
-        wv[i] = n < N && k < K ? W[n * K + k] : 0.0f;
-      }
+      wv[i] = n < N && k < K ? W[n * K + k] : 0.0f;
     }
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
@@ -84,10 +79,7 @@ __global__ void __launch_bounds__(kThreads) linear_forward_kernel(
       float v = xv[i];
       if (ln && m0 + r < M && k < K) v = (v - mean_s[r]) * rstd_s[r] * lw + lb;
       xs[r][tx] = v;
-      if (f.w_kn)
-        ws[r][tx] = wv[i];  // [k][n]
-      else
-        ws[tx][r] = wv[i];
+      ws[tx][r] = wv[i];
     }
     __syncthreads();
     const int kc = static_cast<int>(K - k0 < kTile ? K - k0 : kTile);
@@ -101,19 +93,17 @@ __global__ void __launch_bounds__(kThreads) linear_forward_kernel(
   const int64_t n = n0 + tx;
   if (n >= N) return;
   const float bias = b ? b[n] : 0.0f;
-  float res[kRowsPerThread], mul[kRowsPerThread];  // loaded before any store (y may alias them)
+  float res[kRowsPerThread];  // the residuals loaded before any store (y may alias them)
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
     const int64_t m = m0 + ty + i * (kThreads / 32);
     res[i] = f.residual && m < M ? f.residual[m * N + n] : 0.0f;
-    mul[i] = f.mul && m < M ? f.mul[m * N + n] : 1.0f;
   }
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
     const int64_t m = m0 + ty + i * (kThreads / 32);
     float v = acc[i] + bias;
     if (f.residual) v = v + res[i];
-    if (f.mul) v = v * mul[i];
     if (m < M) store_activation(v, m * N + n, y, f);
   }
 }
@@ -137,18 +127,13 @@ void linear_forward(const float* x, const float* W, const float* b, float* y, in
                        "linear_forward: gelu_grad given without gelu");
   MINIGPT_CUDA_REQUIRE(fusion.residual == nullptr || fusion.residual != x,
                        "linear_forward: the residual may alias y, not x");
-  MINIGPT_CUDA_REQUIRE(!fusion.w_kn || fusion.ln_weight == nullptr,
-                       "linear_forward: no LayerNorm prologue with a (K, N) weight");
-  MINIGPT_CUDA_REQUIRE(!fusion.mul || !fusion.gelu, "linear_forward: mul and gelu together");
-  MINIGPT_CUDA_REQUIRE(fusion.mul == nullptr || fusion.mul != x, "linear_forward: mul may alias y, not x");
   if (M == 0) return;
   MINIGPT_CUDA_REQUIRE(x && W && y, "linear_forward: null pointer");
   MINIGPT_CUDA_REQUIRE(x != y, "linear_forward: y must not alias x");
   MINIGPT_CUDA_REQUIRE((M + kTile - 1) / kTile <= 65535, "linear_forward: M=", M, " too large");
   const dim3 grid(static_cast<unsigned>((N + kTile - 1) / kTile),
                   static_cast<unsigned>((M + kTile - 1) / kTile));
-  MINIGPT_CUDA_CHECK(launch_kernel(pdl, linear_forward_kernel, grid, dim3(kThreads), 0, stream, x, W, b, y, M,
-                                   K, N, fusion));
+MINIGPT_CUDA_CHECK(launch_kernel(pdl, linear_forward_kernel, grid, dim3(kThreads), 0, stream, x, W, b, y, M, K, N, fusion));
   MINIGPT_CUDA_CHECK_LAUNCH();
 }
 
@@ -166,12 +151,6 @@ void linear_epilogue(float* y, const float* b, int64_t M, int64_t N, const Linea
   linear_epilogue_kernel<<<static_cast<unsigned>(blocks < 4096 ? blocks : 4096), kBlock, 0, stream>>>(
       y, b, M, N, fusion);
   MINIGPT_CUDA_CHECK_LAUNCH();
-}
-
-void linear_backward_data_fused(const float* W, const float* dy, float* dx, const float* mul, int64_t N,
-                                int64_t in, int64_t out, cudaStream_t stream, bool pdl) {
-  // dx (N, in) = dy (N, out) W (out, in): linear_forward with M = N, K = out, N = in
-  linear_forward(dy, W, nullptr, dx, N, out, in, {.w_kn = true, .mul = mul}, stream, pdl);
 }
 
 }  // namespace minigpt::cuda

@@ -32,12 +32,6 @@ struct LinearFusion {
   bool gelu = false;
   float* gelu_grad = nullptr;
   const float* residual = nullptr;
-  // W stored (K, N) instead of (N, K): y = x W, as the backward's data gradient dx = dy W of a
-  // Linear whose weight is (out, in) (linear_backward_data_fused). No prologue with it.
-  bool w_kn = false;
-  // mul (M, N), optional: y = v * mul after everything above (the backward through a saved
-  // GELU': dx = (dy W) * GELU'). Not with gelu.
-  const float* mul = nullptr;
 };
 
 // The fused kernel: y (M, N) = act(ln(x) W^T + b + residual).
@@ -85,10 +79,5 @@ void linear_backward_data(const Cublas& blas, const float* W, const float* dy, f
                           int64_t in, int64_t out, cudaStream_t stream);
 void linear_backward_weights(const float* x, const float* dy, float* dW, float* db, int64_t N, int64_t in,
                              int64_t out, const LinearGradScratch& scratch, cudaStream_t stream, bool pdl = false);
-// dx (N, in) = (dy W) [* mul] through linear_forward's kernel (W read as (K, N) = (out, in)),
-// not cuBLAS: one launch, and mul (N, in, optional: the saved GELU') fused as its epilogue.
-// Sums over out in order, in float.
-void linear_backward_data_fused(const float* W, const float* dy, float* dx, const float* mul, int64_t N,
-                                int64_t in, int64_t out, cudaStream_t stream, bool pdl = false);
 
 }  // namespace minigpt::cuda
