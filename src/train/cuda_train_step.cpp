@@ -85,11 +85,6 @@ struct CudaTrainStep::Impl {
   // written again and at every stage's end. Same kernels, same bits; only the overlap differs.
   // MINIGPT_TRAIN_OVERLAP=0 in the environment keeps everything on one stream (to measure).
   bool overlap = true;
-  // Programmatic dependent launch (kernels/cuda/pdl.cuh) on our kernels of the step, so each
-  // may launch while the one before it finishes. Off while a hook is set (data parallel: the
-  // hooks enqueue NCCL work and copies). MINIGPT_TRAIN_PDL=1 in the environment turns it on.
-  bool pdl_wanted = false;
-  bool pdl() const { return pdl_wanted && !(hooks_on && (hook || stage_hook)); }
   cudaStream_t side_stream = nullptr;
   cudaEvent_t ev_fork = nullptr, ev_join = nullptr, ev_side = nullptr;
   std::unique_ptr<cuda::Cublas> blas;
@@ -265,7 +260,6 @@ CudaTrainStep::Impl::Impl(const ModelConfig& config, const AdamWConfig& a, float
   check(cudaEventCreate(&ev_start), "cudaEventCreate");
   check(cudaEventCreate(&ev_stop), "cudaEventCreate");
   if (const char* e = std::getenv("MINIGPT_TRAIN_OVERLAP")) overlap = std::strcmp(e, "0") != 0;
-  if (const char* e = std::getenv("MINIGPT_TRAIN_PDL")) pdl_wanted = std::strcmp(e, "1") == 0;
   check(cudaStreamCreateWithFlags(&side_stream, cudaStreamNonBlocking), "cudaStreamCreate");
   for (cudaEvent_t* e : {&ev_fork, &ev_join, &ev_side})
     check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
@@ -355,38 +349,37 @@ void CudaTrainStep::Impl::forward() {
   const int64_t d = c.d_model, F = c.d_ff(), V = c.vocab_size, P = c.block_size, NH = c.n_head;
   const float eps = c.layernorm_eps;
   cudaStream_t s = stream;
-  const bool pd = pdl();
   // forward: x0 = wte[ids] + wpe[t]; per block the CPU's order of ops (model/gpt.cpp)
   embedding_forward(ids(), w.wte, w.wpe, x0, B, T, d, V, P, s);
   const float* in = x0;
   for (int l = 0; l < c.n_layer; ++l) {
     const CudaBlockWeights& bw = w.blocks[static_cast<size_t>(l)];
     const LayerActs& L = layers[static_cast<size_t>(l)];
-    layernorm_forward(in, bw.ln1_weight, bw.ln1_bias, L.ln1, nullptr, nullptr, N, d, eps, s, pd);
-    linear_forward(L.ln1, bw.qkv_weight, bw.qkv_bias, L.qkv, N, d, 3 * d, {}, s, pd);
-    attention_forward(L.qkv, L.att, nullptr, B, T, d, NH, s, pd);
-    linear_forward(L.att, bw.proj_weight, bw.proj_bias, L.mid, N, d, d, {.residual = in}, s, pd);
-    layernorm_forward(L.mid, bw.ln2_weight, bw.ln2_bias, L.ln2, nullptr, nullptr, N, d, eps, s, pd);
+    layernorm_forward(in, bw.ln1_weight, bw.ln1_bias, L.ln1, nullptr, nullptr, N, d, eps, s);
+    linear_forward(L.ln1, bw.qkv_weight, bw.qkv_bias, L.qkv, N, d, 3 * d, {}, s);
+    attention_forward(L.qkv, L.att, nullptr, B, T, d, NH, s);
+    linear_forward(L.att, bw.proj_weight, bw.proj_bias, L.mid, N, d, d, {.residual = in}, s);
+    layernorm_forward(L.mid, bw.ln2_weight, bw.ln2_bias, L.ln2, nullptr, nullptr, N, d, eps, s);
     linear_forward(L.ln2, bw.fc1_weight, bw.fc1_bias, L.gelu, N, d, F,
-                   {.gelu = true, .gelu_grad = L.gelu_grad}, s, pd);
-    linear_forward(L.gelu, bw.fc2_weight, bw.fc2_bias, L.out, N, F, d, {.residual = L.mid}, s, pd);
+                   {.gelu = true, .gelu_grad = L.gelu_grad}, s);
+    linear_forward(L.gelu, bw.fc2_weight, bw.fc2_bias, L.out, N, F, d, {.residual = L.mid}, s);
     in = L.out;
   }
-  layernorm_forward(in, w.ln_f_weight, w.ln_f_bias, lnf, nullptr, nullptr, N, d, eps, s, pd);
-  linear_forward(lnf, w.lm_head_weight, w.lm_head_bias, logits, N, d, V, {}, s, pd);
+  layernorm_forward(in, w.ln_f_weight, w.ln_f_bias, lnf, nullptr, nullptr, N, d, eps, s);
+  linear_forward(lnf, w.lm_head_weight, w.lm_head_bias, logits, N, d, V, {}, s);
   // loss and d(loss)/d(logits), in place
-  cross_entropy_forward_backward(logits, targets(), logits, row_loss, loss, N, V, s, pd);
+  cross_entropy_forward_backward(logits, targets(), logits, row_loss, loss, N, V, s);
 }
 
 void CudaTrainStep::Impl::weight_grads(const float* x, const float* dy, float* dW, float* db, int64_t in,
                                        int64_t out) {
   if (!overlap) {
-    cuda::linear_backward_weights(x, dy, dW, db, N, in, out, grad_scratch, stream, pdl());
+    cuda::linear_backward_weights(x, dy, dW, db, N, in, out, grad_scratch, stream);
     return;
   }
   check(cudaEventRecord(ev_fork, stream), "cudaEventRecord (fork)");
   check(cudaStreamWaitEvent(side_stream, ev_fork, 0), "cudaStreamWaitEvent (fork)");
-  cuda::linear_backward_weights(x, dy, dW, db, N, in, out, grad_scratch, side_stream, pdl());
+  cuda::linear_backward_weights(x, dy, dW, db, N, in, out, grad_scratch, side_stream);
 }
 
 void CudaTrainStep::Impl::join_weights() {
@@ -404,11 +397,10 @@ void CudaTrainStep::Impl::backward() {
   const int64_t d = c.d_model, F = c.d_ff(), V = c.vocab_size, P = c.block_size, NH = c.n_head;
   const float eps = c.layernorm_eps;
   cudaStream_t s = stream;
-  const bool pd = pdl();
   const float* in = layers.back().out;  // the last block's output: ln_f's input
   weight_grads(lnf, logits, g.lm_head_weight, g.lm_head_bias, d, V);
   linear_backward_data(*blas, w.lm_head_weight, logits, dln, N, d, V, s);
-  layernorm_backward(dln, in, w.ln_f_weight, dresid, false, g.ln_f_weight, g.ln_f_bias, ln_scratch, N, d, eps, s, pd);
+  layernorm_backward(dln, in, w.ln_f_weight, dresid, false, g.ln_f_weight, g.ln_f_bias, ln_scratch, N, d, eps, s);
   stage_done(GrammarMiniGPT::kHeadStage);
   for (int l = c.n_layer - 1; l >= 0; --l) {
     const CudaBlockWeights& bw = w.blocks[static_cast<size_t>(l)];
@@ -418,30 +410,30 @@ void CudaTrainStep::Impl::backward() {
     // out = mid + fc2(gelu(fc1(ln2(mid))))
     weight_grads(L.gelu, dresid, bg.fc2_weight, bg.fc2_bias, F, d);
     linear_backward_data(*blas, bw.fc2_weight, dresid, dfc, N, F, d, s);
-    gelu_backward_saved(L.gelu_grad, dfc, dfc, N * F, s, pd);
+    gelu_backward_saved(L.gelu_grad, dfc, dfc, N * F, s);
     join_weights();  // fc2's weight gradient has read dresid: layernorm_backward adds into it
     weight_grads(L.ln2, dfc, bg.fc1_weight, bg.fc1_bias, d, F);
     linear_backward_data(*blas, bw.fc1_weight, dfc, dln, N, d, F, s);
-    layernorm_backward(dln, L.mid, bw.ln2_weight, dresid, true, bg.ln2_weight, bg.ln2_bias, ln_scratch, N, d, eps, s, pd);
+    layernorm_backward(dln, L.mid, bw.ln2_weight, dresid, true, bg.ln2_weight, bg.ln2_bias, ln_scratch, N, d, eps, s);
     // mid = in + proj(attention(ln1(in)))
     weight_grads(L.att, dresid, bg.proj_weight, bg.proj_bias, d, d);
     linear_backward_data(*blas, bw.proj_weight, dresid, dln, N, d, d, s);
-    attention_backward(dln, L.qkv, dqkv, B, T, d, NH, s, pd);
+    attention_backward(dln, L.qkv, dqkv, B, T, d, NH, s);
     join_weights();  // proj's weight gradient has read dresid
     weight_grads(L.ln1, dqkv, bg.qkv_weight, bg.qkv_bias, d, 3 * d);
     linear_backward_data(*blas, bw.qkv_weight, dqkv, dln, N, d, 3 * d, s);
     layernorm_backward(dln, block_in, bw.ln1_weight, dresid, true, bg.ln1_weight, bg.ln1_bias, ln_scratch, N, d,
-                       eps, s, pd);
+                       eps, s);
     stage_done(l);
   }
-  embedding_backward(dresid, ids(), g.wte, g.wpe, B, T, d, V, P, s, pd);
+  embedding_backward(dresid, ids(), g.wte, g.wpe, B, T, d, V, P, s);
   stage_done(GrammarMiniGPT::kEmbeddingStage);
 }
 
 void CudaTrainStep::Impl::optimizer() {
   if (hooks_on && hook) hook(flat_g, flat, stream);
-  cuda::grad_norm(flat_g, flat, partials, clip, norm, stream, pdl());
-  cuda::adamw(flat_p, flat_g, flat_m, flat_v, chunks, n_chunks, scalars(), norm, stream, pdl());
+  cuda::grad_norm(flat_g, flat, partials, clip, norm, stream);
+  cuda::adamw(flat_p, flat_g, flat_m, flat_v, chunks, n_chunks, scalars(), norm, stream);
 }
 
 void CudaTrainStep::Impl::capture() {

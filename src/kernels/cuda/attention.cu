@@ -9,7 +9,6 @@
 // attention_decode: one block; the new k and v are stored into cache row *pos first, then
 // warp h handles head h: each lane an online softmax over positions lane, lane + 32, ... <= pos,
 // then the lanes' (max, sum, output) are merged across the warp.
-#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 
@@ -42,7 +41,6 @@ template <int DH>
 __global__ void __launch_bounds__(kQueries) attention_forward_kernel(const float* qkv, float* out,
                                                                      float* lse, int T, int C,
                                                                      int NH, float scale) {
-  pdl_prologue();  // pdl.cuh: the previous kernel is done
   __shared__ float ks[kKeys][DH];
   __shared__ float vs[kKeys][DH];
   const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
@@ -151,9 +149,9 @@ void check_heads(const char* what, int64_t C, int64_t NH) {
 }
 
 template <int DH>
-void launch_forward(bool pdl, dim3 grid, cudaStream_t stream, const float* qkv, float* out, float* lse, int T,
+void launch_forward(dim3 grid, cudaStream_t stream, const float* qkv, float* out, float* lse, int T,
                     int C, int NH, float scale) {
-  MINIGPT_CUDA_CHECK(launch_kernel(pdl, attention_forward_kernel<DH>, grid, dim3(kQueries), 0, stream, qkv, out, lse, T, C, NH, scale));
+  attention_forward_kernel<DH><<<grid, kQueries, 0, stream>>>(qkv, out, lse, T, C, NH, scale);
 }
 
 template <int DH>
@@ -167,7 +165,7 @@ void launch_decode(int threads, cudaStream_t stream, const float* qkv, float* k_
 }  // namespace
 
 void attention_forward(const float* qkv, float* out, float* lse, int64_t B, int64_t T, int64_t C,
-                       int64_t NH, cudaStream_t stream, bool pdl) {
+                       int64_t NH, cudaStream_t stream) {
   MINIGPT_CUDA_REQUIRE(B >= 0 && T >= 1, "attention_forward: bad shape B=", B, " T=", T);
   check_heads("attention_forward", C, NH);
   if (B == 0) return;
@@ -179,10 +177,10 @@ void attention_forward(const float* qkv, float* out, float* lse, int64_t B, int6
   const dim3 grid(static_cast<unsigned>(B * NH), static_cast<unsigned>((T + kQueries - 1) / kQueries));
   const int t = static_cast<int>(T), c = static_cast<int>(C), nh = static_cast<int>(NH);
   switch (dh) {  // check_heads allowed only these
-    case 8: launch_forward<8>(pdl, grid, stream, qkv, out, lse, t, c, nh, scale); break;
-    case 16: launch_forward<16>(pdl, grid, stream, qkv, out, lse, t, c, nh, scale); break;
-    case 32: launch_forward<32>(pdl, grid, stream, qkv, out, lse, t, c, nh, scale); break;
-    default: launch_forward<64>(pdl, grid, stream, qkv, out, lse, t, c, nh, scale); break;
+    case 8: launch_forward<8>(grid, stream, qkv, out, lse, t, c, nh, scale); break;
+    case 16: launch_forward<16>(grid, stream, qkv, out, lse, t, c, nh, scale); break;
+    case 32: launch_forward<32>(grid, stream, qkv, out, lse, t, c, nh, scale); break;
+    default: launch_forward<64>(grid, stream, qkv, out, lse, t, c, nh, scale); break;
   }
   MINIGPT_CUDA_CHECK_LAUNCH();
 }

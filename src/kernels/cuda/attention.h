@@ -20,7 +20,7 @@ namespace minigpt::cuda {
 // lse (B, NH, T), optional (null at inference): each row's log-sum-exp of the scaled scores,
 // what a flash-style backward needs to rebuild the probabilities.
 void attention_forward(const float* qkv, float* out, float* lse, int64_t B, int64_t T, int64_t C,
-                       int64_t NH, cudaStream_t stream, bool pdl = false);
+                       int64_t NH, cudaStream_t stream);
 
 // One decode position of one sequence, read on the device (*pos, 0-based, so a captured graph
 // replays with new values): qkv (3C) of the new token; its k and v are first written to row
@@ -36,6 +36,6 @@ void attention_decode(const float* qkv, float* k_cache, float* v_cache, const in
 // written once (no atomics). A block holds q, k, v, g and two (T, T) tiles: T <= 64 with head
 // size 16 takes 50 KiB (Error past the device's shared-memory limit).
 void attention_backward(const float* dout, const float* qkv, float* dqkv, int64_t B, int64_t T,
-                        int64_t C, int64_t NH, cudaStream_t stream, bool pdl = false);
+                        int64_t C, int64_t NH, cudaStream_t stream);
 
 }  // namespace minigpt::cuda

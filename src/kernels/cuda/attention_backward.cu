@@ -4,7 +4,6 @@
 // 1/sum; masked keys never computed), then, with dP = g v^T,
 //   dS = P (dP - rowsum(P dP)) scale;  dq = dS k;  dk = dS^T q;  dv = P^T g
 // and writes every dq, dk, dv element of its head once. Nothing of size (T, T) leaves the chip.
-#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/train_reduce.cuh"
@@ -23,7 +22,6 @@ __global__ void attention_backward_kernel(const float* __restrict__ dout,
                                           const float* __restrict__ qkv,
                                           float* __restrict__ dqkv, int T, int C, int NH,
                                           float scale) {
-  pdl_prologue();  // pdl.cuh: the previous kernel is done
   extern __shared__ float sm[];
   const int dh = C / NH, ld = dh + 1;
   const int b = blockIdx.x / NH, h = blockIdx.x % NH;
@@ -96,7 +94,7 @@ __global__ void attention_backward_kernel(const float* __restrict__ dout,
 }  // namespace
 
 void attention_backward(const float* dout, const float* qkv, float* dqkv, int64_t B, int64_t T,
-                        int64_t C, int64_t NH, cudaStream_t stream, bool pdl) {
+                        int64_t C, int64_t NH, cudaStream_t stream) {
   MINIGPT_CUDA_REQUIRE(B >= 0 && T >= 1 && C >= 1 && NH >= 1 && C % NH == 0,
                        "attention_backward: bad sizes B=", B, " T=", T, " C=", C, " NH=", NH);
   const int64_t bytes = smem_floats(T, C / NH) * static_cast<int64_t>(sizeof(float));
@@ -106,9 +104,9 @@ void attention_backward(const float* dout, const float* qkv, float* dqkv, int64_
                               cat("attention_backward: T=", T, " and head size ", C / NH).c_str());
   if (B == 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(C / NH));
-MINIGPT_CUDA_CHECK(launch_kernel(pdl, attention_backward_kernel, dim3(static_cast<unsigned>(B * NH)), dim3(128),
-                                   static_cast<size_t>(bytes), stream, dout, qkv, dqkv, static_cast<int>(T),
-                                   static_cast<int>(C), static_cast<int>(NH), scale));
+  attention_backward_kernel<<<static_cast<unsigned>(B * NH), 128, static_cast<size_t>(bytes),
+                              stream>>>(dout, qkv, dqkv, static_cast<int>(T), static_cast<int>(C),
+                                        static_cast<int>(NH), scale);
   MINIGPT_CUDA_CHECK_LAUNCH();
 }
 

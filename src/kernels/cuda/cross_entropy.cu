@@ -2,7 +2,6 @@
 // exp(x - max) in double, then the gradient row exp(x - m) * (1/count) / s with 1/count taken
 // from the target, as kernels/cpu/cross_entropy.cpp. Every warp counts the targets itself (N
 // ints from L2), which saves a launch. A one-block kernel sums the row losses in row order.
-#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/train_reduce.cuh"
@@ -23,7 +22,6 @@ __device__ int count_targets(const int32_t* targets, int N, int lane) {
 
 __global__ void cross_entropy_rows(const float* logits, const int32_t* __restrict__ targets,
                                    float* dlogits, double* __restrict__ row_loss, int N, int V) {
-  pdl_prologue();  // pdl.cuh: the previous kernel is done
   const int row = blockIdx.x * kWarps + threadIdx.y, lane = threadIdx.x;
   if (row >= N) return;
   const int count = count_targets(targets, N, lane);
@@ -57,7 +55,6 @@ __global__ void cross_entropy_rows(const float* logits, const int32_t* __restric
 // 1024 partials are added in a fixed tree.
 __global__ void cross_entropy_mean(const double* __restrict__ row_loss,
                                    const int32_t* __restrict__ targets, float* loss, int N) {
-  pdl_prologue();  // pdl.cuh: the previous kernel is done
   __shared__ double part[1024];
   __shared__ int cnt[1024];
   double s = 0.0;
@@ -83,17 +80,16 @@ __global__ void cross_entropy_mean(const double* __restrict__ row_loss,
 
 void cross_entropy_forward_backward(const float* logits, const int32_t* targets, float* dlogits,
                                     double* row_loss, float* loss, int64_t N, int64_t V,
-                                    cudaStream_t stream, bool pdl) {
+                                    cudaStream_t stream) {
   MINIGPT_CUDA_REQUIRE(N >= 0 && V >= 1 && N < (int64_t{1} << 31) && V < (int64_t{1} << 31),
                        "cross_entropy: bad sizes N=", N, " V=", V);
   if (N > 0) {
-    MINIGPT_CUDA_CHECK(launch_kernel(pdl, cross_entropy_rows, dim3(static_cast<unsigned>((N + kWarps - 1) / kWarps)),
-                                     dim3(32, kWarps), 0, stream, logits, targets, dlogits, row_loss,
-                                     static_cast<int>(N), static_cast<int>(V)));
+    cross_entropy_rows<<<static_cast<unsigned>((N + kWarps - 1) / kWarps), dim3(32, kWarps), 0,
+                         stream>>>(logits, targets, dlogits, row_loss, static_cast<int>(N),
+                                   static_cast<int>(V));
     MINIGPT_CUDA_CHECK_LAUNCH();
   }
-MINIGPT_CUDA_CHECK(launch_kernel(pdl, cross_entropy_mean, dim3(1), dim3(1024), 0, stream, row_loss, targets, loss,
-                                   static_cast<int>(N)));
+  cross_entropy_mean<<<1, 1024, 0, stream>>>(row_loss, targets, loss, static_cast<int>(N));
   MINIGPT_CUDA_CHECK_LAUNCH();
 }
 

@@ -18,6 +18,6 @@ namespace minigpt::cuda {
 
 void cross_entropy_forward_backward(const float* logits, const int32_t* targets, float* dlogits,
                                     double* row_loss, float* loss, int64_t N, int64_t V,
-                                    cudaStream_t stream, bool pdl = false);
+                                    cudaStream_t stream);
 
 }  // namespace minigpt::cuda

@@ -28,6 +28,6 @@ void embedding_decode(const int32_t* id, const int32_t* pos, const float* wte, c
 // whose id is v in increasing position order, row t of dwpe the rows at position t over the
 // batch in order (rows t >= T are 0); in float, as the CPU's serial scatter-add: the same bits.
 void embedding_backward(const float* dx, const int32_t* ids, float* dwte, float* dwpe, int64_t B,
-                        int64_t T, int64_t C, int64_t V, int64_t P, cudaStream_t stream, bool pdl = false);
+                        int64_t T, int64_t C, int64_t V, int64_t P, cudaStream_t stream);
 
 }  // namespace minigpt::cuda

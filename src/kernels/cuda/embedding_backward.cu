@@ -8,7 +8,6 @@
 // marks the positions holding v, and the warp adds those rows in order (lane = column), with
 // the loads of up to 8 matching rows in flight together (a frequent token has ~100 rows in a
 // batch of 1024: one L2 round trip per row would make its block the step's slowest).
-#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/cuda_check.h"
 
@@ -75,7 +74,6 @@ __device__ void wpe_row(const float* __restrict__ dx, float* __restrict__ dwpe, 
 __global__ void embedding_backward_kernel(const float* __restrict__ dx, const int32_t* __restrict__ ids,
                                           float* __restrict__ dwte, float* __restrict__ dwpe, int B,
                                           int T, int d, int V) {
-  pdl_prologue();  // pdl.cuh: the previous kernel is done
   if (static_cast<int>(blockIdx.x) < V)
     wte_row(dx, ids, dwte, B * T, d, blockIdx.x);
   else
@@ -85,14 +83,13 @@ __global__ void embedding_backward_kernel(const float* __restrict__ dx, const in
 }  // namespace
 
 void embedding_backward(const float* dx, const int32_t* ids, float* dwte, float* dwpe, int64_t B,
-                        int64_t T, int64_t d, int64_t V, int64_t P, cudaStream_t stream, bool pdl) {
+                        int64_t T, int64_t d, int64_t V, int64_t P, cudaStream_t stream) {
   MINIGPT_CUDA_REQUIRE(B >= 0 && T >= 1 && d >= 1 && V >= 1 && P >= T && B * T < (int64_t{1} << 31) &&
                            V < (int64_t{1} << 31) && P < (int64_t{1} << 31),
                        "embedding_backward: bad sizes B=", B, " T=", T, " d=", d, " V=", V, " P=", P);
   MINIGPT_CUDA_REQUIRE(V + P < (int64_t{1} << 31), "embedding_backward: V + P too large");
-MINIGPT_CUDA_CHECK(launch_kernel(pdl, embedding_backward_kernel, dim3(static_cast<unsigned>(V + P)), dim3(kWarps * 32), 0,
-                                   stream, dx, ids, dwte, dwpe, static_cast<int>(B), static_cast<int>(T),
-                                   static_cast<int>(d), static_cast<int>(V)));
+  embedding_backward_kernel<<<static_cast<unsigned>(V + P), kWarps * 32, 0, stream>>>(
+      dx, ids, dwte, dwpe, static_cast<int>(B), static_cast<int>(T), static_cast<int>(d), static_cast<int>(V));
   MINIGPT_CUDA_CHECK_LAUNCH();
 }
 

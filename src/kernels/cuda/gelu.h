@@ -23,6 +23,6 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, cudaSt
 // The same given the GELU' the forward saved (LinearFusion::gelu_grad, linear.h):
 // dx (n) = dy * gelu_grad. dx may be dy.
 void gelu_backward_saved(const float* gelu_grad, const float* dy, float* dx, int64_t n,
-                         cudaStream_t stream, bool pdl = false);
+                         cudaStream_t stream);
 
 }  // namespace minigpt::cuda

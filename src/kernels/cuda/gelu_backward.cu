@@ -1,6 +1,5 @@
 // GELU backward on the GPU (gelu.h): dx = dy * GELU'(x), exact erf form (gelu.cuh's
 // gelu_erf_grad, the CPU scalar path's formula), or dy times the GELU' the forward saved.
-#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/gelu.h"
 #include "kernels/cuda/cuda_check.h"
@@ -18,7 +17,6 @@ __global__ void gelu_backward_kernel(const float* __restrict__ x, const float* d
 }
 
 __global__ void multiply_kernel(const float* __restrict__ a, const float* b, float* y, int64_t n) {
-  pdl_prologue();  // pdl.cuh: the previous kernel is done
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     y[i] = a[i] * b[i];
@@ -36,11 +34,10 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, cudaSt
 }
 
 void gelu_backward_saved(const float* gelu_grad, const float* dy, float* dx, int64_t n,
-                         cudaStream_t stream, bool pdl) {
+                         cudaStream_t stream) {
   MINIGPT_CUDA_REQUIRE(n >= 0, "gelu_backward_saved: negative size ", n);
   if (n == 0) return;
-MINIGPT_CUDA_CHECK(launch_kernel(pdl, multiply_kernel, dim3(static_cast<unsigned>(grid_for(n))), dim3(256), 0, stream,
-                                   gelu_grad, dy, dx, n));
+  multiply_kernel<<<static_cast<unsigned>(grid_for(n)), 256, 0, stream>>>(gelu_grad, dy, dx, n);
   MINIGPT_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,5 +1,4 @@
 // LayerNorm forward on the GPU (layernorm.h): one warp per row, 8 rows per block.
-#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/layernorm.cuh"
 #include "kernels/cuda/layernorm.h"
@@ -12,7 +11,6 @@ constexpr int kWarpsPerBlock = 8;
 __global__ void layernorm_forward_kernel(const float* x, const float* weight, const float* bias,
                                          float* y, float* mean_out, float* rstd_out, int64_t N,
                                          int64_t C, float eps) {
-  pdl_prologue();  // pdl.cuh: the previous kernel is done
   const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
   if (row >= N) return;  // whole warps leave together
   const float* xr = x + row * C;
@@ -32,14 +30,14 @@ __global__ void layernorm_forward_kernel(const float* x, const float* weight, co
 
 void layernorm_forward(const float* x, const float* weight, const float* bias, float* y,
                        float* mean, float* rstd, int64_t N, int64_t C, float eps,
-                       cudaStream_t stream, bool pdl) {
+                       cudaStream_t stream) {
   MINIGPT_CUDA_REQUIRE(N >= 0 && C >= 1, "layernorm_forward: bad shape N=", N, " C=", C);
   MINIGPT_CUDA_REQUIRE(eps >= 0.0f, "layernorm_forward: negative eps ", eps);
   if (N == 0) return;
   MINIGPT_CUDA_REQUIRE(x && weight && bias && y, "layernorm_forward: null pointer");
   const int64_t blocks = (N + kWarpsPerBlock - 1) / kWarpsPerBlock;
-MINIGPT_CUDA_CHECK(launch_kernel(pdl, layernorm_forward_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kWarpsPerBlock * 32), 0,
-                                   stream, x, weight, bias, y, mean, rstd, N, C, eps));
+  layernorm_forward_kernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(
+      x, weight, bias, y, mean, rstd, N, C, eps);
   MINIGPT_CUDA_CHECK_LAUNCH();
 }
 

@@ -17,7 +17,7 @@ namespace minigpt::cuda {
 
 void layernorm_forward(const float* x, const float* weight, const float* bias, float* y,
                        float* mean, float* rstd, int64_t N, int64_t C, float eps,
-                       cudaStream_t stream, bool pdl = false);
+                       cudaStream_t stream);
 
 // Backward (layernorm_backward.cu), one launch, formulas as the CPU's: x, dy (N, C) with x the
 // forward's input (the statistics are recomputed from it in double, as the CPU forward computes
@@ -36,6 +36,6 @@ int64_t layernorm_backward_scratch(int64_t N, int64_t C);
 void layernorm_backward(const float* dy, const float* x, const float* weight, float* dx,
                         bool accumulate, float* dweight, float* dbias,
                         const LayerNormGradScratch& scratch, int64_t N, int64_t C, float eps,
-                        cudaStream_t stream, bool pdl = false);
+                        cudaStream_t stream);
 
 }  // namespace minigpt::cuda

@@ -5,7 +5,6 @@
 // global memory, and the last block to finish (a counter, after __threadfence) adds the
 // partials in block order into dweight and dbias, in double. Fixed orders throughout: the same
 // bits on every run. The last block resets the counter, so graph replays need no memset.
-#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/train_reduce.cuh"
@@ -26,7 +25,6 @@ __global__ void layernorm_backward_kernel(const float* __restrict__ dy, const fl
                                           const float* __restrict__ w, float* dx, bool accumulate,
                                           float* dweight, float* dbias, double* partial, int* counter,
                                           int N, int C, float eps) {
-  pdl_prologue();  // pdl.cuh: the previous kernel is done
   extern __shared__ double sm[];  // [2][kRowsPerBlock][C]
   __shared__ bool last;
   const int warp = threadIdx.y, lane = threadIdx.x;
@@ -105,7 +103,7 @@ int64_t layernorm_backward_scratch(int64_t N, int64_t C) { return 2 * blocks_for
 void layernorm_backward(const float* dy, const float* x, const float* weight, float* dx,
                         bool accumulate, float* dweight, float* dbias,
                         const LayerNormGradScratch& scratch, int64_t N, int64_t C, float eps,
-                        cudaStream_t stream, bool pdl) {
+                        cudaStream_t stream) {
   MINIGPT_CUDA_REQUIRE(N >= 0 && C >= 1 && N < (int64_t{1} << 31) && C < (1 << 24),
                        "layernorm_backward: bad sizes N=", N, " C=", C);
   if (N == 0) return;
@@ -116,10 +114,10 @@ void layernorm_backward(const float* dy, const float* x, const float* weight, fl
   const int64_t bytes = params ? smem_bytes(C) : 0;
   // C > 384 takes more than the default 48 KiB
   detail::allow_shared_memory(layernorm_backward_kernel, bytes, cat("layernorm_backward: C=", C).c_str());
-MINIGPT_CUDA_CHECK(launch_kernel(pdl, layernorm_backward_kernel, dim3(static_cast<unsigned>(blocks_for(N))),
-                                   dim3(32, kRowsPerBlock), static_cast<size_t>(bytes), stream, dy, x, weight,
-                                   dx, accumulate, dweight, dbias, params ? scratch.partial : nullptr,
-                                   scratch.counter, static_cast<int>(N), static_cast<int>(C), eps));
+  layernorm_backward_kernel<<<static_cast<unsigned>(blocks_for(N)), dim3(32, kRowsPerBlock),
+                              static_cast<size_t>(bytes), stream>>>(
+      dy, x, weight, dx, accumulate, dweight, dbias, params ? scratch.partial : nullptr, scratch.counter,
+      static_cast<int>(N), static_cast<int>(C), eps);
   MINIGPT_CUDA_CHECK_LAUNCH();
 }
 

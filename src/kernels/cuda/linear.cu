@@ -7,7 +7,6 @@
 // of column tx). K is walked in chunks of 32: the x chunk (layer-normed on the way in, with row
 // statistics computed once per block, one warp per row) and the W chunk (transposed, padded
 // against bank conflicts) go through shared memory; each output sums its K products in order.
-#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/layernorm.cuh"
@@ -39,7 +38,6 @@ __device__ __forceinline__ void store_epilogue(float v, int64_t i, float* y, con
 __global__ void __launch_bounds__(kThreads) linear_forward_kernel(
     const float* __restrict__ x, const float* __restrict__ W, const float* __restrict__ b, float* y,
     int64_t M, int64_t K, int64_t N, LinearFusion f) {
-  pdl_prologue();  // pdl.cuh: the previous kernel is done
   __shared__ float xs[kTile][kTile + 1];  // [m][k]
   __shared__ float ws[kTile][kTile + 1];  // [k][n]: W chunk transposed
   __shared__ float mean_s[kTile], rstd_s[kTile];
@@ -118,7 +116,7 @@ __global__ void linear_epilogue_kernel(float* y, const float* b, int64_t M, int6
 }  // namespace
 
 void linear_forward(const float* x, const float* W, const float* b, float* y, int64_t M,
-                    int64_t K, int64_t N, const LinearFusion& fusion, cudaStream_t stream, bool pdl) {
+                    int64_t K, int64_t N, const LinearFusion& fusion, cudaStream_t stream) {
   MINIGPT_CUDA_REQUIRE(M >= 0 && K >= 1 && N >= 1, "linear_forward: bad shape M=", M, " K=", K,
                        " N=", N);
   MINIGPT_CUDA_REQUIRE((fusion.ln_weight == nullptr) == (fusion.ln_bias == nullptr),
@@ -133,7 +131,7 @@ void linear_forward(const float* x, const float* W, const float* b, float* y, in
   MINIGPT_CUDA_REQUIRE((M + kTile - 1) / kTile <= 65535, "linear_forward: M=", M, " too large");
   const dim3 grid(static_cast<unsigned>((N + kTile - 1) / kTile),
                   static_cast<unsigned>((M + kTile - 1) / kTile));
-MINIGPT_CUDA_CHECK(launch_kernel(pdl, linear_forward_kernel, grid, dim3(kThreads), 0, stream, x, W, b, y, M, K, N, fusion));
+  linear_forward_kernel<<<grid, kThreads, 0, stream>>>(x, W, b, y, M, K, N, fusion);
   MINIGPT_CUDA_CHECK_LAUNCH();
 }
 

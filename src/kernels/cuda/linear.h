@@ -36,7 +36,7 @@ struct LinearFusion {
 
 // The fused kernel: y (M, N) = act(ln(x) W^T + b + residual).
 void linear_forward(const float* x, const float* W, const float* b, float* y, int64_t M,
-                    int64_t K, int64_t N, const LinearFusion& fusion, cudaStream_t stream, bool pdl = false);
+                    int64_t K, int64_t N, const LinearFusion& fusion, cudaStream_t stream);
 
 // y (M, N) = act(y + b + residual) in place: the epilogue after a GEMM that wrote x W^T into y.
 // fusion's LayerNorm fields must be null (a prologue cannot run after the product).
@@ -78,6 +78,6 @@ void linear_backward(const Cublas& blas, const float* x, const float* W, const f
 void linear_backward_data(const Cublas& blas, const float* W, const float* dy, float* dx, int64_t N,
                           int64_t in, int64_t out, cudaStream_t stream);
 void linear_backward_weights(const float* x, const float* dy, float* dW, float* db, int64_t N, int64_t in,
-                             int64_t out, const LinearGradScratch& scratch, cudaStream_t stream, bool pdl = false);
+                             int64_t out, const LinearGradScratch& scratch, cudaStream_t stream);
 
 }  // namespace minigpt::cuda

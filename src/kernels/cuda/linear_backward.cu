@@ -11,7 +11,6 @@
 //   adds the S partials in order s = 0, 1, ... and writes dW (and db, summed in double).
 // The order of every sum is fixed by the shapes alone: the same bits on every run. The last
 // block resets its counter to 0, so a captured graph replays with no memset.
-#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/linear.h"
@@ -30,7 +29,6 @@ __global__ void __launch_bounds__(kThreads)
     weight_grad_kernel(const float* __restrict__ x, const float* __restrict__ dy, float* dW,
                        float* db, float* partial, double* partial_db, int* counters, int N,
                        int in, int out) {
-  pdl_prologue();  // pdl.cuh: the previous kernel is done
   __shared__ __align__(16) float dy_s[kRows][kTile];
   __shared__ __align__(16) float x_s[kRows][kTile];
   __shared__ double col[kThreads];
@@ -120,7 +118,7 @@ void linear_backward_data(const Cublas& blas, const float* W, const float* dy, f
 }
 
 void linear_backward_weights(const float* x, const float* dy, float* dW, float* db, int64_t N, int64_t in,
-                             int64_t out, const LinearGradScratch& scratch, cudaStream_t stream, bool pdl) {
+                             int64_t out, const LinearGradScratch& scratch, cudaStream_t stream) {
   check_sizes(N, in, out);
   const LinearGradScratchSize need = linear_backward_scratch(N, in, out);
   MINIGPT_CUDA_REQUIRE(scratch.partial && scratch.partial_db && scratch.counters &&
@@ -132,9 +130,9 @@ void linear_backward_weights(const float* x, const float* dy, float* dW, float* 
   // dW (out, in) = dy^T x and db (out) = column sums of dy, one launch
   const dim3 grid(static_cast<unsigned>((in + kTile - 1) / kTile),
                   static_cast<unsigned>((out + kTile - 1) / kTile), static_cast<unsigned>(splits(N)));
-MINIGPT_CUDA_CHECK(launch_kernel(pdl, weight_grad_kernel, grid, dim3(kThreads), 0, stream, x, dy, dW, db, scratch.partial,
-                                   scratch.partial_db, scratch.counters, static_cast<int>(N), static_cast<int>(in),
-                                   static_cast<int>(out)));
+  weight_grad_kernel<<<grid, kThreads, 0, stream>>>(x, dy, dW, db, scratch.partial, scratch.partial_db,
+                                                    scratch.counters, static_cast<int>(N),
+                                                    static_cast<int>(in), static_cast<int>(out));
   MINIGPT_CUDA_CHECK_LAUNCH();
 }
 

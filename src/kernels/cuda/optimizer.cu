@@ -1,5 +1,4 @@
 // Gradient norm, clipping and AdamW on the GPU (optimizer.h).
-#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/optimizer.h"
 #include "kernels/cuda/train_reduce.cuh"
@@ -13,7 +12,6 @@ constexpr int kThreads = 256;
 // partials are added in a fixed tree. The grid is always kNormBlocks: the order never depends
 // on the device.
 __global__ void sum_squares(const float* __restrict__ x, int64_t n, double* __restrict__ partials) {
-  pdl_prologue();  // pdl.cuh: the previous kernel is done
   __shared__ double part[kThreads];
   double s = 0.0;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < n;
@@ -32,7 +30,6 @@ __global__ void sum_squares(const float* __restrict__ x, int64_t n, double* __re
 
 // Stage 2: one warp adds the partials in order of lane then a fixed shuffle tree.
 __global__ void finish_norm(const double* __restrict__ partials, float max_norm, GradNorm* out) {
-  pdl_prologue();  // pdl.cuh: the previous kernel is done
   double s = 0.0;
   for (int i = threadIdx.x; i < kNormBlocks; i += 32) s += partials[i];
   s = detail::warp_sum(s);
@@ -52,7 +49,6 @@ __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g,
                              float* __restrict__ m, float* __restrict__ v,
                              const AdamWChunk* __restrict__ chunks,
                              const AdamWScalars* __restrict__ sc, const GradNorm* __restrict__ gn) {
-  pdl_prologue();  // pdl.cuh: the previous kernel is done
   const double norm = gn->norm;
   if (!isfinite(norm)) return;  // diverged: leave every parameter as it was
   const AdamWChunk ch = chunks[blockIdx.x];
@@ -73,21 +69,21 @@ __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g,
 }  // namespace
 
 void grad_norm(const float* grads, int64_t n, double* partials, float max_norm, GradNorm* out,
-               cudaStream_t stream, bool pdl) {
+               cudaStream_t stream) {
   MINIGPT_CUDA_REQUIRE(n >= 0, "grad_norm: negative size ", n);
-MINIGPT_CUDA_CHECK(launch_kernel(pdl, sum_squares, dim3(kNormBlocks), dim3(kThreads), 0, stream, grads, n, partials));
+  sum_squares<<<kNormBlocks, kThreads, 0, stream>>>(grads, n, partials);
   MINIGPT_CUDA_CHECK_LAUNCH();
-MINIGPT_CUDA_CHECK(launch_kernel(pdl, finish_norm, dim3(1), dim3(32), 0, stream, partials, max_norm, out));
+  finish_norm<<<1, 32, 0, stream>>>(partials, max_norm, out);
   MINIGPT_CUDA_CHECK_LAUNCH();
 }
 
 void adamw(float* params, const float* grads, float* m, float* v, const AdamWChunk* chunks,
            int64_t n_chunks, const AdamWScalars* scalars, const GradNorm* norm,
-           cudaStream_t stream, bool pdl) {
+           cudaStream_t stream) {
   MINIGPT_CUDA_REQUIRE(n_chunks >= 0 && n_chunks < (int64_t{1} << 31), "adamw: bad chunk count ", n_chunks);
   if (n_chunks == 0) return;
-MINIGPT_CUDA_CHECK(launch_kernel(pdl, adamw_kernel, dim3(static_cast<unsigned>(n_chunks)), dim3(kThreads), 0, stream, params,
-                                   grads, m, v, chunks, scalars, norm));
+  adamw_kernel<<<static_cast<unsigned>(n_chunks), kThreads, 0, stream>>>(params, grads, m, v, chunks,
+                                                                         scalars, norm);
   MINIGPT_CUDA_CHECK_LAUNCH();
 }
 

@@ -44,10 +44,10 @@ constexpr int64_t kAdamWChunk = 4096;
 // Partials: kNormBlocks doubles of scratch.
 constexpr int kNormBlocks = 264;
 void grad_norm(const float* grads, int64_t n, double* partials, float max_norm, GradNorm* out,
-               cudaStream_t stream, bool pdl = false);
+               cudaStream_t stream);
 
 void adamw(float* params, const float* grads, float* m, float* v, const AdamWChunk* chunks,
            int64_t n_chunks, const AdamWScalars* scalars, const GradNorm* norm,
-           cudaStream_t stream, bool pdl = false);
+           cudaStream_t stream);
 
 }  // namespace minigpt::cuda
