@@ -6,6 +6,9 @@
 // Forward: logits and probabilities, median of --runs timed calls after --warmup untimed ones,
 // inputs drawn from seed 42 (never zeros). Decode: a full context (block_size tokens) fed one
 // token at a time from an empty cache, tokens/s from the median time of one whole context.
+// --compile / --compile-decode: the compiled forward / decode step timed in the same loop as the
+// eager one, alternating (blocks of 10 forward calls after one untimed one; decode by whole contexts), so their ratio is taken
+// from one stretch of time; the notes give the quartiles of the block-by-block ratios.
 // Model: -m if given, else the shipped model if present, else random weights of the default
 // config with V = 600 (the table's "model" field says which).
 // Peers: after our timing, bench/peers/torch_model.py --no-cpp runs as a child process with the
@@ -32,7 +35,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
+#include <memory>
+#include <type_traits>
 #include <random>
 #include <string>
 #include <vector>
@@ -144,6 +150,54 @@ void run_bench_model_cuda(const BenchModelOptions& opt, const GrammarMiniGPT& mo
   fmt::print("{}", report.render(format));
 }
 
+// Two calls timed in turn: one untimed call of a then `block` timed ones, the same for b, until
+// each has `runs` samples (b null: a alone). Interleaving puts both sample sets in the same stretch of
+// time, so their ratio survives a drifting machine better than two runs one after the other.
+struct Interleaved {
+  std::vector<double> a, b;  // us per call, in the order taken
+};
+constexpr int kForwardBlock = 10;
+
+template <class A, class B>
+Interleaved time_interleaved(A&& a, B&& b, int runs, int block) {
+  Interleaved r;
+  r.a.reserve(static_cast<size_t>(runs));
+  r.b.reserve(static_cast<size_t>(runs));
+  auto timed = [](auto& fn, std::vector<double>& out, int n) {
+    for (int i = 0; i < n; ++i) {
+      Timer timer;
+      fn();
+      out.push_back(timer.elapsed_us());
+    }
+  };
+  for (int done = 0; done < runs; done += block) {
+    const int n = std::min(block, runs - done);
+    a();  // untimed: brings a's weights back into the caches b's block used
+    timed(a, r.a, n);
+    if constexpr (!std::is_same_v<std::decay_t<B>, std::nullptr_t>) {
+      b();
+      timed(b, r.b, n);
+    }
+  }
+  return r;
+}
+
+// "q1 / median / q3" of a's block median over b's block median, block by block.
+std::string ratio_quartiles(const Interleaved& t, int block) {
+  std::vector<double> ratios;
+  for (size_t i = 0; i + static_cast<size_t>(block) <= std::min(t.a.size(), t.b.size()); i += static_cast<size_t>(block)) {
+    const auto blk = [&](const std::vector<double>& v) {
+      return median(std::vector<double>(v.begin() + static_cast<std::ptrdiff_t>(i),
+                                        v.begin() + static_cast<std::ptrdiff_t>(i) + block));
+    };
+    ratios.push_back(blk(t.a) / blk(t.b));
+  }
+  if (ratios.empty()) return "-";
+  std::sort(ratios.begin(), ratios.end());
+  const auto at = [&](double q) { return ratios[static_cast<size_t>(q * static_cast<double>(ratios.size() - 1))]; };
+  return fmt::format("{:.2f} / {:.2f} / {:.2f}", at(0.25), at(0.5), at(0.75));
+}
+
 void run_bench_model(const BenchModelOptions& opt, const GlobalOptions& global) {
   const ReportFormat format = parse_report_format(opt.format);
   LoadedModel loaded = load_bench_model(opt.model);
@@ -164,74 +218,84 @@ void run_bench_model(const BenchModelOptions& opt, const GlobalOptions& global) 
     return run_bench_model_cuda(opt, model, loaded, ids, ctx, threads);
   }
 
-  // forward (B, T): logits + probs
+  // forward (B, T): logits + probs. With --compile, eager and compiled calls alternate in blocks
+  // (time_interleaved): both sample sets come from the same stretch of time, so the ratio holds
+  // when the machine's speed drifts (other processes, the shared caches).
   const std::string load_at_start = loadavg();
   Tensor logits, probs;
-  for (int i = 0; i < opt.warmup; ++i) model.forward(ids.data(), B, T, logits, probs, pool);
-  std::vector<double> fwd_us;
-  const CpuShare share(threads);
-  for (int i = 0; i < opt.runs; ++i) {
-    Timer timer;
-    model.forward(ids.data(), B, T, logits, probs, pool);
-    fwd_us.push_back(timer.elapsed_us());
-  }
-  const double fwd = median(fwd_us), fwd_share = share.share();
-
-  // the compiled forward (minigpt compile), same ids, same pool, after its compile
-  double cfwd = 0, compile_s = 0;
+  auto eager_forward = [&] { model.forward(ids.data(), B, T, logits, probs, pool); };
+  std::unique_ptr<compile::CompiledModel> compiled;
+  Tensor cl, cp;
+  double compile_s = 0;
   if (opt.compile) {
     Timer ct;
     compile::CompileOptions co;
     co.mode = opt.compile_mode;
-    compile::CompiledModel compiled(model, co);
-    Tensor cl, cp;
-    compiled.forward(ids.data(), B, T, cl, cp, pool);
+    compiled = std::make_unique<compile::CompiledModel>(model, co);
+    compiled->forward(ids.data(), B, T, cl, cp, pool);
     compile_s = ct.elapsed_s();
-    for (int i = 0; i < opt.warmup; ++i) compiled.forward(ids.data(), B, T, cl, cp, pool);
-    std::vector<double> us;
-    for (int i = 0; i < opt.runs; ++i) {
-      Timer timer;
-      compiled.forward(ids.data(), B, T, cl, cp, pool);
-      us.push_back(timer.elapsed_us());
-    }
-    cfwd = median(us);
   }
+  auto compiled_forward = [&] { compiled->forward(ids.data(), B, T, cl, cp, pool); };
+  for (int i = 0; i < opt.warmup; ++i) {
+    eager_forward();
+    if (compiled) compiled_forward();
+  }
+  const CpuShare share(threads);
+  const Interleaved fwd_t = compiled ? time_interleaved(eager_forward, compiled_forward, opt.runs, kForwardBlock)
+                                     : time_interleaved(eager_forward, nullptr, opt.runs, kForwardBlock);
+  const double fwd = median(fwd_t.a), cfwd = compiled ? median(fwd_t.b) : 0, fwd_share = share.share();
 
-  // KV-cache decode: one whole context per timed run
+  // KV-cache decode: a whole context (block_size tokens from an empty cache) per run, each step
+  // timed; per token = the sum over positions of each position's median step time, over the
+  // block size (a median per position keeps a step that lost its core out of the figure, as the
+  // forward's median does; the steps' cost grows with the position). With --compile-decode (one
+  // graph for every position: compiled on first use, cached on disk) eager and compiled contexts
+  // alternate, so both sample sets come from the same stretch of time. Not token by token: each
+  // step reads all the weights (~1 MiB, in L2 when one decoder runs alone), and two decoders'
+  // weights alternating step by step would both be timed out of L3.
   Decoder decoder(model);
-  auto decode_all = [&] {
-    decoder.reset();
-    for (int32_t id : ctx) decoder.step(id, pool);
-  };
-  const int decode_runs = std::max(5, opt.runs / 10);
-  for (int i = 0; i < std::max(2, opt.warmup / 10); ++i) decode_all();
-  std::vector<double> dec_us;
-  for (int i = 0; i < decode_runs; ++i) {
-    Timer timer;
-    decode_all();
-    dec_us.push_back(timer.elapsed_us());
-  }
-  const double dec = median(dec_us) / static_cast<double>(c.block_size);  // per token
-
-  // the compiled decode step: one graph for every position (compiled on first use, cached on disk)
-  double cdec = 0;
+  std::unique_ptr<compile::CompiledDecoder> cdecoder;
   if (opt.compile_decode) {
     compile::CompileOptions co;
     co.mode = opt.compile_mode;
-    compile::CompiledDecoder cdecoder(model, co);
-    auto cdecode_all = [&] {
-      cdecoder.reset();
-      for (int32_t id : ctx) cdecoder.step(id, pool);
-    };
-    for (int i = 0; i < std::max(2, opt.warmup / 10); ++i) cdecode_all();  // the first compiles
-    std::vector<double> us;
-    for (int i = 0; i < decode_runs; ++i) {
-      Timer timer;
-      cdecode_all();
-      us.push_back(timer.elapsed_us());
-    }
-    cdec = median(us) / static_cast<double>(c.block_size);
+    cdecoder = std::make_unique<compile::CompiledDecoder>(model, co);
   }
+  const size_t n_pos = ctx.size();
+  std::vector<std::vector<double>> eager_steps(n_pos), compiled_steps(n_pos);  // [position][run], us
+  // One context, each step timed into `steps` (null: untimed). One untimed step first brings
+  // this decoder's weights back into the caches the other decoder's context used.
+  auto decode_context = [&](auto& dec, std::vector<std::vector<double>>* steps) {
+    dec.reset();
+    dec.step(ctx[0], pool);
+    dec.reset();
+    for (size_t p = 0; p < n_pos; ++p) {
+      Timer t;
+      dec.step(ctx[p], pool);
+      if (steps) (*steps)[p].push_back(t.elapsed_us());
+    }
+  };
+  const int decode_runs = std::max(5, opt.runs / 10);
+  for (int i = 0; i < std::max(2, opt.warmup / 10); ++i) {  // the compiled decoder's first compiles
+    decode_context(decoder, nullptr);
+    if (cdecoder) decode_context(*cdecoder, nullptr);
+  }
+  for (int i = 0; i < decode_runs; ++i) {
+    decode_context(decoder, &eager_steps);
+    if (cdecoder) decode_context(*cdecoder, &compiled_steps);
+  }
+  auto per_token = [&](const std::vector<std::vector<double>>& steps) {
+    double sum = 0;
+    for (const auto& at_p : steps) sum += median(at_p);
+    return sum / static_cast<double>(n_pos);
+  };
+  const double dec = per_token(eager_steps);
+  const double cdec = cdecoder ? per_token(compiled_steps) : 0;
+  // eager / compiled at a few positions, to show how the ratio moves along the context
+  std::string dec_positions;
+  if (cdecoder)
+    for (size_t p : {size_t{0}, n_pos / 2, n_pos - 1})
+      dec_positions += fmt::format("{}{}: {:.2f}", dec_positions.empty() ? "" : ", ", p,
+                                   median(eager_steps[p]) / median(compiled_steps[p]));
 
   Report report("GrammarMiniGPT forward and KV-cache decode (CPU, fp32)",
                 {"case", "B", "T", "median_us", "tokens_per_s", "runs", "cpp_speedup"}, threads);
@@ -241,14 +305,18 @@ void run_bench_model(const BenchModelOptions& opt, const GlobalOptions& global) 
   if (opt.compile) {  // cpp_speedup: eager / compiled, like the peers' their / ours
     report.add_row({fmt::format("forward compiled (minigpt compile, {})", opt.compile_mode), B, T, cfwd,
                     static_cast<double>(B * T) / cfwd * 1e6, opt.runs, cfwd / fwd});
-    report.add_note(fmt::format("compiled forward: {:.2f}x eager at {} threads; first call (capture, passes, codegen, "
-                                "JIT or cache hit) {:.3f} s", fwd / cfwd, threads, compile_s));
+    report.add_note(fmt::format("compiled forward: {:.2f}x eager at {} threads (eager and compiled interleaved in "
+                                "blocks of {} calls; per-block ratio quartiles {}); first call (capture, passes, "
+                                "codegen, JIT or cache hit) {:.3f} s",
+                                fwd / cfwd, threads, kForwardBlock, ratio_quartiles(fwd_t, kForwardBlock), compile_s));
   }
   report.add_row({"kv decode, per token", 1, c.block_size, dec, 1e6 / dec, decode_runs, nullptr});
   if (opt.compile_decode) {
     report.add_row({fmt::format("kv decode compiled (minigpt compile, {}), per token", opt.compile_mode), 1, c.block_size, cdec,
                     1e6 / cdec, decode_runs, nullptr});
-    report.add_note(fmt::format("compiled decode step: {:.2f}x eager at {} threads", dec / cdec, threads));
+    report.add_note(fmt::format("compiled decode step: {:.2f}x eager at {} threads (eager and compiled contexts "
+                                "alternate; eager/compiled at positions {})",
+                                dec / cdec, threads, dec_positions));
   }
   if (opt.peers.enabled) {
     add_peer_rows(opt, loaded.from_file ? loaded.description : "", threads, fwd, report);
@@ -256,7 +324,8 @@ void run_bench_model(const BenchModelOptions& opt, const GlobalOptions& global) 
     report.add_note("peers: skipped (--no-peers)");
   }
   report.add_note(fmt::format("forward: median of {} runs after {} warm-up; decode: {} tokens from an empty "
-                              "cache per run, median of {} runs, us per token",
+                              "cache per run, {} runs, us per token = the mean over positions of each "
+                              "position's median step",
                               opt.runs, opt.warmup, c.block_size, decode_runs));
   report_conditions(report, load_at_start, fwd_share, "the timed forward runs");
   fmt::print("{}", report.render(format));
