@@ -107,37 +107,52 @@ static inline mg_vd mg_widen(mg_vf v) { return __builtin_convertvector(v, mg_vd)
 static inline mg_vf mg_max_v(mg_vf a, mg_vf b) { return ((b > a) | (b != b)) ? b : a; }
 static inline mg_vd mg_maxd_v(mg_vd a, mg_vd b) { return ((b > a) | (b != b)) ? b : a; }
 static inline mg_vi mg_iota(void) { mg_vi v; for (int l = 0; l < MG_W; ++l) v[l] = l; return v; }
+// The lane trees below: step w (MG_W / 2, ..., 1) sets lane i < w to op(lane i, lane i + w),
+// so lane 0 ends with the reduction. MG_TREE spells each step as one shuffle (MG_SHIFT: lane
+// i + w brought to lane i, the other lanes unused) and one vector op: the same operations on
+// the same values as a loop over an array would do, hence bitwise the same result, without
+// the loop (GCC 12 kept it, storing the vector and reloading lanes: ~4x slower in a decode
+// step's attention, one tree per key).
+#if MG_W == 16
+#define MG_TREE(v, OP)                                                                          \
+  v = OP(v, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 0, 0, 0, 0, 0, 0, 0)); \
+  v = OP(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0));       \
+  v = OP(v, __builtin_shufflevector(v, v, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0));       \
+  v = OP(v, __builtin_shufflevector(v, v, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+#elif MG_W == 8
+#define MG_TREE(v, OP)                                                  \
+  v = OP(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 0, 0, 0));   \
+  v = OP(v, __builtin_shufflevector(v, v, 2, 3, 0, 0, 0, 0, 0, 0));   \
+  v = OP(v, __builtin_shufflevector(v, v, 1, 0, 0, 0, 0, 0, 0, 0))
+#elif MG_W == 4
+#define MG_TREE(v, OP)                                  \
+  v = OP(v, __builtin_shufflevector(v, v, 2, 3, 0, 0)); \
+  v = OP(v, __builtin_shufflevector(v, v, 1, 0, 0, 0))
+#elif MG_W == 2
+#define MG_TREE(v, OP) v = OP(v, __builtin_shufflevector(v, v, 1, 0))
+#else
+#define MG_TREE(v, OP) (void)0
+#endif
+#define MG_ADD(a, b) ((a) + (b))
 // max across the lanes as a tree (log2(MG_W) steps of independent operations; max is exact)
 static inline float mg_hmax(mg_vf v) {
-  float t[MG_W];
-  memcpy(t, &v, sizeof t);
-  for (int w = MG_W / 2; w >= 1; w /= 2)
-    for (int i = 0; i < w; ++i) t[i] = mg_max(t[i], t[i + w]);
-  return t[0];
+  MG_TREE(v, mg_max_v);
+  return v[0];
 }
 static inline double mg_hmaxd(mg_vd v) {
-  double t[MG_W];
-  memcpy(t, &v, sizeof t);
-  for (int w = MG_W / 2; w >= 1; w /= 2)
-    for (int i = 0; i < w; ++i) t[i] = mg_maxd(t[i], t[i + w]);
-  return t[0];
+  MG_TREE(v, mg_maxd_v);
+  return v[0];
 }
 // double lanes summed as a tree: exact for the sums of <= 2^29 floats a layernorm makes of a
 // constant row, and short dependency chains
 static inline double mg_hsumd(mg_vd v) {
-  double t[MG_W];
-  memcpy(t, &v, sizeof t);
-  for (int w = MG_W / 2; w >= 1; w /= 2)
-    for (int i = 0; i < w; ++i) t[i] = t[i] + t[i + w];
-  return t[0];
+  MG_TREE(v, MG_ADD);
+  return v[0];
 }
 // float lanes summed as a tree (as _mm512_reduce_add_ps: eager's dot products)
 static inline float mg_hsum_tree(mg_vf v) {
-  float t[MG_W];
-  memcpy(t, &v, sizeof t);
-  for (int w = MG_W / 2; w >= 1; w /= 2)
-    for (int i = 0; i < w; ++i) t[i] = t[i] + t[i + w];
-  return t[0];
+  MG_TREE(v, MG_ADD);
+  return v[0];
 }
 // the sum in lane order (as eager adds its probabilities, key by key)
 static inline float mg_hsum(mg_vf v) {
@@ -607,13 +622,17 @@ std::string attention_one_query_body(const std::string& name, int64_t T, int64_t
   code += fmt::format("    const int64_t b = p / {}, h = p % {};\n", NH, NH);
   code += fmt::format("    const mg_vf q = mg_load(a->in_ptr0 + b * {} + h * {});  // the head's query (dh = MG_W)\n", 3 * C, dh);
   code += fmt::format("    const int64_t S = {} + 1;  // keys [0, S): every key is at or before the query\n", offset);
-  code += fmt::format("    float sc[{}];  // their scores (at most {} keys)\n", max_keys, max_keys);
+  // sc is padded to whole vectors: the exps run MG_W keys at a time (mg_exp_nonpos_v is
+  // mg_exp_nonpos lane by lane, so each key's value is the scalar one); the sum stays in key order.
+  code += fmt::format("    float sc[({} + MG_W - 1) / MG_W * MG_W];  // their scores (at most {} keys), padded\n", max_keys, max_keys);
   code += "    float m = -INFINITY;\n";
   code += "    for (int64_t s = 0; s < S; ++s) {\n";
   code += fmt::format("      sc[s] = mg_hsum_tree(q * mg_load({})) * {};  // q . k_s, scale 1/sqrt({})\n", kaddr, flit(scale), dh);
   code += "      m = mg_max(m, sc[s]);\n    }\n";
+  code += "    for (int64_t s = S; s % MG_W; ++s) sc[s] = m;  // the pad: exp(0), never summed\n";
+  code += "    for (int64_t s0 = 0; s0 < S; s0 += MG_W) mg_store(sc + s0, mg_exp_nonpos_v(mg_load(sc + s0) - m));\n";
   code += "    float l = 0.0f;\n";
-  code += "    for (int64_t s = 0; s < S; ++s) {\n      sc[s] = mg_exp_nonpos(sc[s] - m);\n      l += sc[s];\n    }\n";
+  code += "    for (int64_t s = 0; s < S; ++s) l += sc[s];\n";
   code += "    mg_vf acc = {};\n";
   code += fmt::format("    for (int64_t s = 0; s < S; ++s) acc += sc[s] * mg_load({});\n", vaddr);
   code += fmt::format("    mg_store(a->out_ptr0 + b * {} + h * {}, acc / l);\n", C, dh);
