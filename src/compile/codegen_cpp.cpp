@@ -108,50 +108,66 @@ static inline mg_vf mg_max_v(mg_vf a, mg_vf b) { return ((b > a) | (b != b)) ? b
 static inline mg_vd mg_maxd_v(mg_vd a, mg_vd b) { return ((b > a) | (b != b)) ? b : a; }
 static inline mg_vi mg_iota(void) { mg_vi v; for (int l = 0; l < MG_W; ++l) v[l] = l; return v; }
 // The lane trees below: step w (MG_W / 2, ..., 1) sets lane i < w to op(lane i, lane i + w),
-// so lane 0 ends with the reduction. MG_TREE spells each step as one shuffle (MG_SHIFT: lane
-// i + w brought to lane i, the other lanes unused) and one vector op: the same operations on
-// the same values as a loop over an array would do, hence bitwise the same result, without
-// the loop (GCC 12 kept it, storing the vector and reloading lanes: ~4x slower in a decode
-// step's attention, one tree per key).
+// so lane 0 ends with the reduction. For MG_W 2 to 16, MG_TREE spells each step as one shuffle
+// (lane i + w brought to lane i; the other lanes unused) and one vector op: the same operations
+// on the same values as the loop over an array (kept for other widths), hence bitwise the same
+// result, without the loop (GCC 12 kept it as a loop, storing the vector and reloading lanes:
+// ~4x slower in a decode step's attention, one tree per key).
+#define MG_ADD(a, b) ((a) + (b))
 #if MG_W == 16
-#define MG_TREE(v, OP)                                                                          \
+#define MG_TREE(v, OP, T)                                                                       \
   v = OP(v, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 0, 0, 0, 0, 0, 0, 0)); \
   v = OP(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0));       \
   v = OP(v, __builtin_shufflevector(v, v, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0));       \
   v = OP(v, __builtin_shufflevector(v, v, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
 #elif MG_W == 8
-#define MG_TREE(v, OP)                                                  \
-  v = OP(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 0, 0, 0));   \
-  v = OP(v, __builtin_shufflevector(v, v, 2, 3, 0, 0, 0, 0, 0, 0));   \
+#define MG_TREE(v, OP, T)                                             \
+  v = OP(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 0, 0, 0)); \
+  v = OP(v, __builtin_shufflevector(v, v, 2, 3, 0, 0, 0, 0, 0, 0)); \
   v = OP(v, __builtin_shufflevector(v, v, 1, 0, 0, 0, 0, 0, 0, 0))
 #elif MG_W == 4
-#define MG_TREE(v, OP)                                  \
+#define MG_TREE(v, OP, T)                               \
   v = OP(v, __builtin_shufflevector(v, v, 2, 3, 0, 0)); \
   v = OP(v, __builtin_shufflevector(v, v, 1, 0, 0, 0))
 #elif MG_W == 2
-#define MG_TREE(v, OP) v = OP(v, __builtin_shufflevector(v, v, 1, 0))
-#else
-#define MG_TREE(v, OP) (void)0
+#define MG_TREE(v, OP, T) v = OP(v, __builtin_shufflevector(v, v, 1, 0))
+#elif MG_W == 1
+#define MG_TREE(v, OP, T) (void)0
+#else  // the loop over an array, one level at a time
+#define MG_TREE(v, OP, T)                                     \
+  do {                                                        \
+    T t_[MG_W];                                               \
+    memcpy(t_, &v, sizeof t_);                                \
+    for (int w = MG_W / 2; w >= 1; w /= 2)                    \
+      for (int i = 0; i < w; ++i) t_[i] = OP(t_[i], t_[i + w]); \
+    v[0] = t_[0];                                             \
+  } while (0)
 #endif
-#define MG_ADD(a, b) ((a) + (b))
 // max across the lanes as a tree (log2(MG_W) steps of independent operations; max is exact)
+#if MG_W == 1 || MG_W == 2 || MG_W == 4 || MG_W == 8 || MG_W == 16
+#define MG_MAXF mg_max_v
+#define MG_MAXD mg_maxd_v
+#else
+#define MG_MAXF mg_max
+#define MG_MAXD mg_maxd
+#endif
 static inline float mg_hmax(mg_vf v) {
-  MG_TREE(v, mg_max_v);
+  MG_TREE(v, MG_MAXF, float);
   return v[0];
 }
 static inline double mg_hmaxd(mg_vd v) {
-  MG_TREE(v, mg_maxd_v);
+  MG_TREE(v, MG_MAXD, double);
   return v[0];
 }
 // double lanes summed as a tree: exact for the sums of <= 2^29 floats a layernorm makes of a
 // constant row, and short dependency chains
 static inline double mg_hsumd(mg_vd v) {
-  MG_TREE(v, MG_ADD);
+  MG_TREE(v, MG_ADD, double);
   return v[0];
 }
 // float lanes summed as a tree (as _mm512_reduce_add_ps: eager's dot products)
 static inline float mg_hsum_tree(mg_vf v) {
-  MG_TREE(v, MG_ADD);
+  MG_TREE(v, MG_ADD, float);
   return v[0];
 }
 // the sum in lane order (as eager adds its probabilities, key by key)
