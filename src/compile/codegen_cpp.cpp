@@ -115,6 +115,21 @@ static inline mg_vi mg_iota(void) { mg_vi v; for (int l = 0; l < MG_W; ++l) v[l]
 // ~4x slower in a decode step's attention, one tree per key).
 #define MG_ADD(a, b) ((a) + (b))
 #if MG_W == 16
+// The same tree levels for 16 vectors at once (the decode attention's 16 keys): MG_L8 of two
+// vectors x, y (one key each) gives lanes 0-7 = x's level-8 sums, 8-15 = y's; MG_L4 of two such
+// (two keys each) gives 4 lanes a key, and so on, MG_L1 leaving one lane a key, in order.
+#define MG_L8(x, y)                                                                                  \
+  (__builtin_shufflevector(x, y, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +           \
+   __builtin_shufflevector(x, y, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31))
+#define MG_L4(x, y)                                                                                  \
+  (__builtin_shufflevector(x, y, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +         \
+   __builtin_shufflevector(x, y, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31))
+#define MG_L2(x, y)                                                                                  \
+  (__builtin_shufflevector(x, y, 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +         \
+   __builtin_shufflevector(x, y, 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31))
+#define MG_L1(x, y)                                                                                  \
+  (__builtin_shufflevector(x, y, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +        \
+   __builtin_shufflevector(x, y, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31))
 #define MG_TREE(v, OP, T)                                                                       \
   v = OP(v, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 0, 0, 0, 0, 0, 0, 0)); \
   v = OP(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0));       \
@@ -623,15 +638,21 @@ std::string attention_vector_body(const std::string& name, int64_t B, int64_t T,
 }
 
 // One query per (batch, head) (the decode step): keys along a local row of scores. Per key a
-// dot product of one vector (dh = MG_W) reduced as a tree (as eager's decode step), the max,
-// exp and sum over the row, out = sum_s p_s v_s / sum. The row (S floats) is the only score
-// storage.
+// dot product of one vector (dh = MG_W) reduced as a tree (as eager's decode step; at dh = 16,
+// 16 keys' trees side by side), the max, exp and sum over the row, out = sum_s p_s v_s / sum
+// (the sums in independent chains, below). The row (S floats) is the only score storage.
 std::string attention_one_query_body(const std::string& name, int64_t T, int64_t C, int64_t NH, int64_t dh,
                                      const std::string& offset, int64_t max_keys, float scale, bool decode) {
-  const std::string kaddr = decode ? fmt::format("a->in_ptr1 + s * {} + h * {}", C, dh)
-                                   : fmt::format("a->in_ptr0 + (b * {} + s) * {} + {} + h * {}", T, 3 * C, C, dh);
-  const std::string vaddr = decode ? fmt::format("a->in_ptr2 + s * {} + h * {}", C, dh)
-                                   : fmt::format("a->in_ptr0 + (b * {} + s) * {} + {} + h * {}", T, 3 * C, 2 * C, dh);
+  // the address of key / value `s` (an expression) of head h
+  auto kat = [&](const std::string& s) {
+    return decode ? fmt::format("a->in_ptr1 + {} * {} + h * {}", s, C, dh)
+                  : fmt::format("a->in_ptr0 + (b * {} + {}) * {} + {} + h * {}", T, s, 3 * C, C, dh);
+  };
+  auto vat = [&](const std::string& s) {
+    return decode ? fmt::format("a->in_ptr2 + {} * {} + h * {}", s, C, dh)
+                  : fmt::format("a->in_ptr0 + (b * {} + {}) * {} + {} + h * {}", T, s, 3 * C, 2 * C, dh);
+  };
+  const std::string kaddr = kat("s"), vaddr = vat("s");
   std::string code = fmt::format("static void {}_pairs(void* ctx, int64_t p0, int64_t p1) {{\n", name);
   code += fmt::format("  const {}_args* a = (const {}_args*)ctx;\n", name, name);
   code += "  for (int64_t p = p0; p < p1; ++p) {\n";
@@ -639,18 +660,54 @@ std::string attention_one_query_body(const std::string& name, int64_t T, int64_t
   code += fmt::format("    const mg_vf q = mg_load(a->in_ptr0 + b * {} + h * {});  // the head's query (dh = MG_W)\n", 3 * C, dh);
   code += fmt::format("    const int64_t S = {} + 1;  // keys [0, S): every key is at or before the query\n", offset);
   // sc is padded to whole vectors: the exps run MG_W keys at a time (mg_exp_nonpos_v is
-  // mg_exp_nonpos lane by lane, so each key's value is the scalar one); the sum stays in key order.
+  // mg_exp_nonpos lane by lane, so each key's value is the scalar one).
   code += fmt::format("    float sc[({} + MG_W - 1) / MG_W * MG_W];  // their scores (at most {} keys), padded\n", max_keys, max_keys);
   code += "    float m = -INFINITY;\n";
-  code += "    for (int64_t s = 0; s < S; ++s) {\n";
+  std::string first = "0";
+  if (dh == 16) {  // (dh = MG_W here, so MG_W = 16)
+    // 16 keys at a time: their 16 trees run side by side, each level one pair of shuffles and
+    // one add per two vectors (MG_L8 .. MG_L1), lane i + w still added to lane i, so every score
+    // is the one mg_hsum_tree gives; the last level leaves the 16 scores in key order.
+    std::string k16;
+    for (int j = 0; j < 16; ++j) k16 += fmt::format("{}q * mg_load({})", j ? ", " : "", kat(fmt::format("(s + {})", j)));
+    code += "    mg_vf mv = mg_splat(-INFINITY);\n";
+    code += "    int64_t s16 = 0;  // keys [0, s16) done 16 at a time\n";
+    code += "    for (; s16 + 16 <= S; s16 += 16) {\n";
+    code += "      const int64_t s = s16;\n";
+    code += fmt::format("      const mg_vf p[16] = {{{}}};\n", k16);
+    code += "      const mg_vf t8[8] = {MG_L8(p[0], p[1]), MG_L8(p[2], p[3]), MG_L8(p[4], p[5]), MG_L8(p[6], p[7]),\n"
+            "                           MG_L8(p[8], p[9]), MG_L8(p[10], p[11]), MG_L8(p[12], p[13]), MG_L8(p[14], p[15])};\n";
+    code += "      const mg_vf t4[4] = {MG_L4(t8[0], t8[1]), MG_L4(t8[2], t8[3]), MG_L4(t8[4], t8[5]), MG_L4(t8[6], t8[7])};\n";
+    code += fmt::format("      const mg_vf d = MG_L1(MG_L2(t4[0], t4[1]), MG_L2(t4[2], t4[3])) * {};  // scale 1/sqrt({})\n",
+                        flit(scale), dh);
+    code += "      mg_store(sc + s, d);\n";
+    code += "      mv = mg_max_v(mv, d);\n";
+    code += "    }\n";
+    code += "    m = mg_hmax(mv);  // max is exact: the same value in any order\n";
+    first = "s16";
+  }
+  code += fmt::format("    for (int64_t s = {}; s < S; ++s) {{\n", first);
   code += fmt::format("      sc[s] = mg_hsum_tree(q * mg_load({})) * {};  // q . k_s, scale 1/sqrt({})\n", kaddr, flit(scale), dh);
   code += "      m = mg_max(m, sc[s]);\n    }\n";
-  code += "    for (int64_t s = S; s % MG_W; ++s) sc[s] = m;  // the pad: exp(0), never summed\n";
-  code += "    for (int64_t s0 = 0; s0 < S; s0 += MG_W) mg_store(sc + s0, mg_exp_nonpos_v(mg_load(sc + s0) - m));\n";
-  code += "    float l = 0.0f;\n";
-  code += "    for (int64_t s = 0; s < S; ++s) l += sc[s];\n";
-  code += "    mg_vf acc = {};\n";
-  code += fmt::format("    for (int64_t s = 0; s < S; ++s) acc += sc[s] * mg_load({});\n", vaddr);
+  // The sum and the weighted sum are split into independent chains (a chain over 64 keys
+  // waits 4 cycles a key): the sum in MG_W lanes then a tree, the values in 4 accumulators
+  // (key s in s % 4) added ((0 + 1) + (2 + 3)). Not eager's key-by-key order: ~1e-7 apart.
+  code += "    for (int64_t s = S; s % MG_W; ++s) sc[s] = -INFINITY;  // the pad: exp gives 0\n";
+  code += "    mg_vf lv = {};\n";
+  code += "    for (int64_t s0 = 0; s0 < S; s0 += MG_W) {\n";
+  code += "      const mg_vf e = mg_exp_nonpos_v(mg_load(sc + s0) - m);\n";
+  code += "      lv += e;\n";
+  code += "      mg_store(sc + s0, e);\n";
+  code += "    }\n";
+  code += "    const float l = mg_hsum_tree(lv);\n";
+  code += "    mg_vf acc0 = {}, acc1 = {}, acc2 = {}, acc3 = {};\n";
+  code += "    int64_t s4 = 0;\n";
+  code += "    for (; s4 + 4 <= S; s4 += 4) {\n";
+  for (int j = 0; j < 4; ++j)
+    code += fmt::format("      acc{} += sc[s4 + {}] * mg_load({});\n", j, j, vat(fmt::format("(s4 + {})", j)));
+  code += "    }\n";
+  code += fmt::format("    for (int64_t s = s4; s < S; ++s) acc0 += sc[s] * mg_load({});\n", vaddr);
+  code += "    const mg_vf acc = (acc0 + acc1) + (acc2 + acc3);\n";
   code += fmt::format("    mg_store(a->out_ptr0 + b * {} + h * {}, acc / l);\n", C, dh);
   code += "  }\n}\n";
   return code;
