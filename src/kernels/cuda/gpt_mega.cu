@@ -14,6 +14,9 @@
 
 #include <math_constants.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace minigpt::cuda {
 namespace {
 
@@ -182,6 +185,24 @@ __device__ __forceinline__ void cluster_sync_all() {
   cluster_wait();
 }
 
+// ---- EXPERIMENT: stage timestamps (MINIGPT_MEGA_TRACE=1): CTA 0's thread 0 records clock64 at
+// every stage boundary; launch number kTraceEvery/2 of every kTraceEvery prints them ----
+constexpr int kTraceSlots = 48;
+constexpr unsigned kTraceEvery = 400;
+__device__ long long g_mega_trace[kTraceSlots];
+__device__ unsigned g_mega_trace_launches;
+template <bool kTrace>
+__device__ __forceinline__ void stamp(int r, int slot) {
+  if constexpr (kTrace) {
+    if (r == 0 && threadIdx.x == 0) g_mega_trace[slot] = clock64();
+  }
+}
+__device__ __forceinline__ long long global_ns() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 // ---- arithmetic ----
 
 // acc[j] += sum over k in [k0, k1) of a[k] * w[j * ldw + k], in k order (4 output columns at
@@ -250,6 +271,24 @@ __device__ __forceinline__ void layernorm_rows(const float* in, float* out, int 
     layernorm_rows_t<KC>(in, out, r0, r1, C, ld, w, b, eps);
   else
     layernorm_rows_generic(in, out, r0, r1, C, ld, w, b, eps);
+}
+
+// CTA 0, thread 0: every kTraceEvery launches, the stamps as cycle deltas from entry, and the
+// kernel's own wall time (globaltimer).
+__device__ __noinline__ void trace_report(int r, long long t_entry_ns, const MegaDims& d, int R) {
+  if (r != 0 || threadIdx.x != 0) return;
+  const long long t_end = clock64(), ns = global_ns() - t_entry_ns;
+  if (atomicAdd(&g_mega_trace_launches, 1u) % kTraceEvery != kTraceEvery / 2) return;
+  const long long* t = g_mega_trace;
+  printf("TRACE N=%d cache=%d heads=%d R=%d wall=%lld ns cycles=%lld | start %lld %lld %lld\n", d.B * d.T,
+         static_cast<int>(d.cache), static_cast<int>(d.head_proj), R, ns, t_end - t[0], t[1] - t[0], t[2] - t[0],
+         t[3] - t[0]);
+  for (int l = 0; l < d.L; ++l) {
+    const long long* u = t + 3 + 6 * l;
+    printf("TRACE  layer %d: wait %lld attn %lld proj %lld ln2 %lld fc1 %lld fc2 %lld\n", l,
+           u[0] - (l == 0 ? t[2] : u[-1]), u[1] - u[0], u[2] - u[1], u[3] - u[2], u[4] - u[3], u[5] - u[4]);
+  }
+  printf("TRACE  head: wait %lld lnf+lm %lld probs %lld\n", t[40] - t[3 + 6 * d.L - 1], t[41] - t[40], t_end - t[41]);
 }
 
 // The model's dims as compile-time constants (the specialised kernel) or 0 (read at run time).
@@ -462,7 +501,7 @@ __device__ __forceinline__ void residual_stage(const Ctx& c, const float* a, int
 // K: the model's C, H, F as compile-time constants (gpt_mega_kernel<Fixed<64, 4, 256>>, the
 // shipped architecture: the layout's offsets and every index fold to constants, no run-time
 // divisions by them) or Fixed<0, 0, 0>, the generic kernel reading them from p.dims.
-template <class K>
+template <class K, bool kTrace = false>
 __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_constant__ MegaParams p, int R) {
   extern __shared__ __align__(16) float sm[];
   MegaDims d = p.dims;
@@ -472,6 +511,9 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   const MegaLayout S(d, R);
   const int r = static_cast<int>(cluster_ctarank()), tid = threadIdx.x, C = d.C, N = S.N;
   Ctx c{p, d, S, sm, r, 0};
+  long long t_entry_ns = 0;
+  if constexpr (kTrace) t_entry_ns = global_ns();
+  stamp<kTrace>(r, 0);
 
   // 1. layer 0's weight slices in flight (one group); the later layers' and the head's follow
   //    the embedding's loads (3.), which would otherwise queue behind all of them
@@ -491,6 +533,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     return;
   }
   cluster_arrive();  // waited on before the first push (attention_stage of layer 0)
+  stamp<kTrace>(r, 1);
 
   // 3. the embedding of all N rows (a replica per CTA), and (decode) the earlier k, v rows of
   //    this CTA's head for every layer: loads first, then the stores (one round trip)
@@ -544,12 +587,15 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     }
   }
   for (int l = 1; l <= d.L; ++l) issue_weights<K>(c, l);  // a group per layer, then the head's
+  stamp<kTrace>(r, 2);
 
   for (int l = 0; l < d.L; ++l) {
     cp_async_wait_at_most(d.L - l);  // groups 0..l done (l + 1 of L + 1)
     __syncthreads();
+    stamp<kTrace>(r, 3 + 6 * l);
     const float* base = sm + l * S.layer;
     attention_stage<K>(c, l);
+    stamp<kTrace>(r, 4 + 6 * l);
     cluster_sync_all();
     if (d.head_proj) {  // x += (the heads' partials, summed in head order) + b, every CTA all of it
       const float* pp = sm + S.pp;
@@ -564,22 +610,27 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       residual_stage(c, sm + S.att, S.sC, C, base + S.proj, S.sC, base + S.projb);
       cluster_sync_all();
     }
+    stamp<kTrace>(r, 5 + 6 * l);
     float* ln = sm + S.ln;
     float* h = sm + S.h;
     layernorm_rows<K::C>(x, ln, 0, N, C, S.sC, base + S.ln2w, base + S.ln2b, p.eps);
     __syncthreads();
+    stamp<kTrace>(r, 6 + 6 * l);
     const int f0 = r * S.fc;
     gemm_stage(c, ln, S.sC, C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
       push4(h + m * S.sF + f0 + j0, make_float4(gelu_erf(v.x), gelu_erf(v.y), gelu_erf(v.z), gelu_erf(v.w)), R);
     });
     cluster_sync_all();
+    stamp<kTrace>(r, 7 + 6 * l);
     residual_stage(c, h, S.sF, d.F, base + S.fc2, S.sF, base + S.fc2b);
     cluster_sync_all();
+    stamp<kTrace>(r, 8 + 6 * l);
   }
 
   // head: ln_f, this CTA's vocabulary columns
   cp_async_wait<0>();
   __syncthreads();
+  stamp<kTrace>(r, 40);
   const float* hd = sm;  // the head's offsets are absolute
   float* ln = sm + S.ln;
   float* lg = sm + S.lg;
@@ -599,7 +650,11 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       }
     }
   }
-  if (!p.probs) return;  // no cluster access after the last barrier: a CTA may leave
+  stamp<kTrace>(r, 41);
+  if (!p.probs) {
+    if constexpr (kTrace) trace_report(r, t_entry_ns, p.dims, R);
+    return;  // no cluster access after the last barrier: a CTA may leave
+  }
   __syncthreads();
   // softmax over the whole row: each CTA's (max, sum of exp) of its columns to every CTA, then
   // combined in rank order. A NaN logit makes its sum, so the row, NaN.
@@ -628,6 +683,17 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     for (int j = lane; j < vn; j += 32)
       p.probs[static_cast<int64_t>(m) * d.V + n0 + j] = expf(lg[m * S.vc + j] - M) * inv;
   }
+  if constexpr (kTrace) {
+    __syncthreads();
+    trace_report(r, t_entry_ns, p.dims, R);
+  }
+}
+
+// The empty kernel of the same launch shape (cluster R, 512 threads, the same dynamic shared
+// memory): one cluster barrier. What a replay costs without any work (MINIGPT_MEGA_FLOOR=1).
+__global__ void __launch_bounds__(kThreads, 1) gpt_mega_floor_kernel(const __grid_constant__ MegaParams p, int R) {
+  cluster_sync_all();
+  if (cluster_ctarank() == 0 && threadIdx.x == 0 && p.logits) p.logits[0] = 0.0f;
 }
 
 bool split_applies(const MegaDims& d, int R) {
@@ -667,7 +733,11 @@ using MegaKernel = void (*)(MegaParams, int);
 // The kernel for d: specialised for the shipped architecture (C 64, H 4, F 256), else generic.
 // Both do the same arithmetic in the same order: the logits do not depend on which one runs.
 MegaKernel kernel_for(const MegaDims& d) {
-  if (d.C == 64 && d.H == 4 && d.F == 256) return gpt_mega_kernel<Fixed<64, 4, 256>>;
+  static const bool floor = std::getenv("MINIGPT_MEGA_FLOOR") != nullptr;  // EXPERIMENT
+  static const bool trace = std::getenv("MINIGPT_MEGA_TRACE") != nullptr;  // EXPERIMENT
+  if (floor) return gpt_mega_floor_kernel;
+  if (d.C == 64 && d.H == 4 && d.F == 256)
+    return trace ? gpt_mega_kernel<Fixed<64, 4, 256>, true> : gpt_mega_kernel<Fixed<64, 4, 256>>;
   return gpt_mega_kernel<Fixed<0, 0, 0>>;
 }
 
