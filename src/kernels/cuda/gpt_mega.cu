@@ -6,6 +6,7 @@
 //   rows, contiguous in global memory) and biases; the head: ln_f, its lm_head rows and bias;
 //   activations: x, att, ln (N x C+4), h (N x F+4), fc2's slice partials, its logits (N x vc),
 //   the softmax pairs of every CTA, and one attention item's q, k, v, scores.
+#include "kernels/cuda/bulk_copy.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/gpt_mega.h"
@@ -38,7 +39,7 @@ struct MegaLayout {
   // per layer, relative to layer l's base = l * layer
   int ln1w, ln1b, ln2w, ln2b, qkv, qkvb, proj, projb, fc1, fc1b, fc2, fc2b, layer;
   // absolute (head: where the head's regions start)
-  int head, lnfw, lnfb, lm, lmb, x, att, ln, h, part, pp, lg, stats, q, kv, sc, total;
+  int head, lnfw, lnfb, lm, lmb, x, att, ln, h, part, pp, lg, stats, q, kv, sc, bars, total;
 
   __host__ __device__ MegaLayout(const MegaDims& d, int r) {
     R = r;
@@ -75,89 +76,67 @@ struct MegaLayout {
     q = take(d.T * sd);
     kv = take(kv_layers * 2 * kv_rows * sd);
     sc = take(d.T * (kv_rows + 1));
+    bars = take(2 * (d.L + 1));  // an mbarrier (8 bytes) per weight group: the layers', the head's
     total = o;
   }
 };
 
-// ---- cp.async (16- or 4-byte global -> shared copies that complete in groups) ----
+// ---- weight copies: bulk copies (the copy engine) completing on a per-group mbarrier ----
+//
+// Measured (H200, stage timestamps): with 16-byte cp.async from all 512 threads, the ~110 KB of
+// a CTA's weight slices (R = 16) took ~29k cycles (15 us) to issue before layer 0 could start,
+// ~4 bytes per cycle: the cost of a 16-byte request per thread instruction and its address
+// arithmetic, straight-line code fetched once per launch. A bulk copy moves a whole weight row
+// (256 or 1024 bytes) per instruction, issued by warp 0's lanes.
 
-__device__ __forceinline__ void cp_async16(float* dst, const float* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))),
-               "l"(__cvta_generic_to_global(src))
-               : "memory");
-}
 __device__ __forceinline__ void cp_async4(float* dst, const float* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))),
                "l"(__cvta_generic_to_global(src))
                : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-// Waits until at most n of this thread's groups are pending (n > 7: at most 7, which is stricter).
-__device__ __forceinline__ void cp_async_wait_at_most(int n) {
-  switch (n) {
-    case 0: cp_async_wait<0>(); break;
-    case 1: cp_async_wait<1>(); break;
-    case 2: cp_async_wait<2>(); break;
-    case 3: cp_async_wait<3>(); break;
-    case 4: cp_async_wait<4>(); break;
-    case 5: cp_async_wait<5>(); break;
-    case 6: cp_async_wait<6>(); break;
-    default: cp_async_wait<7>(); break;
-  }
-}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// rows x cols floats, global (row stride lds) -> shared (row stride ldd), by the whole CTA:
-// 16-byte copies where everything is 16-byte aligned, else 4-byte ones. Not inlined: its ~22
-// call sites inlined were 9k of the kernel's 22k instructions, straight-line code that every
-// launch fetches once before the first layer can start.
-__device__ __noinline__ void copy_rows_async(float* dst, int ldd, const float* src, int lds, int rows, int cols) {
-  if (rows <= 0 || cols <= 0) return;
-  const int tid = threadIdx.x;
-  if (cols % 4 == 0 && ldd % 4 == 0 && lds % 4 == 0 && aligned16(dst) && aligned16(src)) {
-    const int q = cols / 4;
-    for (int i = tid; i < rows * q; i += kThreads) {
-      const int r = i / q, c = (i % q) * 4;
-      cp_async16(dst + r * ldd + c, src + static_cast<int64_t>(r) * lds + c);
-    }
-  } else {
-    for (int i = tid; i < rows * cols; i += kThreads) {
-      const int r = i / cols, c = i % cols;
-      cp_async4(dst + r * ldd + c, src + static_cast<int64_t>(r) * lds + c);
-    }
-  }
-}
+// One group's copies (a layer's weight slices, or the head's), issued by the 32 lanes of warp 0:
+// a row whose bytes are a multiple of 16 with 16-byte aligned ends is one bulk copy, its bytes
+// announced on the group's mbarrier by the issuing lane; anything else (the last CTA's lm_head
+// bias tail, V = 611) 4-byte cp.async by the lanes, waited for with cp.async.wait_all. Rows are
+// dealt round-robin over the lanes across calls (`next`), so a group's ~80 rows cost each lane
+// a few instructions. finish() makes the one arrival that lets the phase complete.
+struct GroupCopier {
+  uint64_t* bar;
+  int lane;
+  int next = 0;
 
-// The same copy, inlined, where the column count is a compile-time constant (the specialised
-// kernel, gpt_mega_kernel<C, H, F>: shifts instead of run-time divisions, no call); COLS == 0
-// (the generic kernel, or a count that depends on the cluster size): the call above.
-template <int COLS>
-__device__ __forceinline__ void copy_rows(float* dst, int ldd, const float* src, int lds, int rows, int cols) {
-  if constexpr (COLS > 0 && COLS % 4 == 0) {
-    if (ldd % 4 == 0 && lds % 4 == 0 && aligned16(dst) && aligned16(src)) {
-      constexpr int q = COLS / 4;
-      for (int i = threadIdx.x; i < rows * q; i += kThreads) {
-        const int r = i / q, c = (i % q) * 4;
-        cp_async16(dst + r * ldd + c, src + static_cast<int64_t>(r) * lds + c);
+  __device__ __forceinline__ void rows(float* dst, int ldd, const float* src, int64_t lds, int rows, int cols) {
+    if (rows <= 0 || cols <= 0) return;
+    const unsigned bytes = static_cast<unsigned>(cols) * 4u;
+    const bool bulk = bytes % 16 == 0 && (rows == 1 || (ldd % 4 == 0 && lds % 4 == 0)) && aligned16(dst) && aligned16(src);
+    if (bulk) {
+      for (int r = (lane - next % 32 + 32) % 32; r < rows; r += 32) {
+        detail::mbarrier_expect_tx(bar, bytes);
+        detail::bulk_load(dst + r * ldd, src + r * lds, bytes, bar);
       }
-      return;
+    } else {
+      for (int i = lane; i < rows * cols; i += 32) cp_async4(dst + (i / cols) * ldd + i % cols, src + (i / cols) * lds + i % cols);
     }
+    next += rows;
   }
-  copy_rows_async(dst, ldd, src, lds, rows, cols);
-}
-// One row of n floats (a bias, a LayerNorm's weight): a loop without divisions.
-__device__ __forceinline__ void copy_vec(float* dst, const float* src, int n) {
-  if (n <= 0) return;
-  if (n % 4 == 0 && aligned16(dst) && aligned16(src)) {
-    for (int i = static_cast<int>(threadIdx.x) * 4; i < n; i += 4 * kThreads) cp_async16(dst + i, src + i);
-  } else {
-    for (int i = threadIdx.x; i < n; i += kThreads) cp_async4(dst + i, src + i);
+  __device__ __forceinline__ void vec(float* dst, const float* src, int n) { rows(dst, 0, src, 0, 1, n); }
+  __device__ __forceinline__ void finish() {
+    cp_async_commit();
+    __syncwarp();
+    if (lane == 0) detail::mbarrier_arrive_expect_tx(bar, 0);
   }
+};
+
+// Waits (every thread) until group g's copies have landed in this CTA's shared memory; the
+// 4-byte fallback copies (warp 0's own) are waited for as a whole (they are a few floats).
+__device__ __forceinline__ void wait_group(uint64_t* bars, int g) {
+  if (threadIdx.x < 32) cp_async_wait_all();
+  detail::mbarrier_wait(&bars[g], 0);
 }
 
 // ---- distributed shared memory ----
@@ -187,14 +166,15 @@ __device__ __forceinline__ void cluster_sync_all() {
 
 // ---- EXPERIMENT: stage timestamps (MINIGPT_MEGA_TRACE=1): CTA 0's thread 0 records clock64 at
 // every stage boundary; launch number kTraceEvery/2 of every kTraceEvery prints them ----
-constexpr int kTraceSlots = 48;
+constexpr int kTraceSlots = 64;
+__host__ __device__ constexpr int trace_slot(int l, int k) { return 3 + 11 * l + k; }  // layer l, point k
 constexpr unsigned kTraceEvery = 400;
 __device__ long long g_mega_trace[kTraceSlots];
 __device__ unsigned g_mega_trace_launches;
 template <bool kTrace>
 __device__ __forceinline__ void stamp(int r, int slot) {
   if constexpr (kTrace) {
-    if (r == 0 && threadIdx.x == 0) g_mega_trace[slot] = clock64();
+    if (r == 0 && threadIdx.x == 0 && slot < kTraceSlots) g_mega_trace[slot] = clock64();
   }
 }
 __device__ __forceinline__ long long global_ns() {
@@ -284,17 +264,19 @@ __device__ __noinline__ void trace_report(int r, long long t_entry_ns, const Meg
          static_cast<int>(d.cache), static_cast<int>(d.head_proj), R, ns, t_end - t[0], t[1] - t[0], t[2] - t[0],
          t[3] - t[0]);
   for (int l = 0; l < d.L; ++l) {
-    const long long* u = t + 3 + 6 * l;
-    printf("TRACE  layer %d: wait %lld attn %lld proj %lld ln2 %lld fc1 %lld fc2 %lld\n", l,
-           u[0] - (l == 0 ? t[2] : u[-1]), u[1] - u[0], u[2] - u[1], u[3] - u[2], u[4] - u[3], u[5] - u[4]);
+    const long long* u = t + trace_slot(l, 0);
+    const long long prev = l == 0 ? t[2] : t[trace_slot(l - 1, 10)];
+    printf("TRACE  layer %d: wait %lld ln1 %lld qkv %lld attn %lld push %lld | bar+proj %lld ln2 %lld fc1 %lld bar %lld fc2 %lld bar %lld\n",
+           l, u[0] - prev, u[1] - u[0], u[2] - u[1], u[3] - u[2], u[4] - u[3], u[5] - u[4], u[6] - u[5], u[7] - u[6],
+           u[8] - u[7], u[9] - u[8], u[10] - u[9]);
   }
-  printf("TRACE  head: wait %lld lnf+lm %lld probs %lld\n", t[40] - t[3 + 6 * d.L - 1], t[41] - t[40], t_end - t[41]);
+  printf("TRACE  head: wait %lld lnf+lm %lld probs %lld\n", t[60] - t[trace_slot(d.L - 1, 10)], t[61] - t[60], t_end - t[61]);
 }
 
 // The model's dims as compile-time constants (the specialised kernel) or 0 (read at run time).
 template <int C_, int H_, int F_>
 struct Fixed {
-  static constexpr int C = C_, H = H_, F = F_, dh = H_ > 0 ? C_ / H_ : 0;
+  static constexpr int C = C_, H = H_, F = F_;
 };
 
 struct Ctx {
@@ -306,48 +288,49 @@ struct Ctx {
   int pos0;  // position of each sequence's first new row
 };
 
-// This CTA's weight slices of layer l (or, l == L, of the head) into shared memory; one group.
-template <class K>
-__device__ __forceinline__ void issue_weights(const Ctx& c, int l) {
+// This CTA's weight slices of layer l (or, l == L, of the head) into shared memory: group l,
+// completing on mbarrier bars[l]. Issued by warp 0 (the other warps return at once).
+__device__ __noinline__ void issue_weights(const Ctx& c, int l) {
+  if (threadIdx.x >= 32) return;
   const MegaDims& d = c.d;
   const MegaLayout& S = c.S;
   const int C = d.C, F = d.F, r = c.r, dh = S.dh;
+  GroupCopier cp{reinterpret_cast<uint64_t*>(c.sm + S.bars) + l, static_cast<int>(threadIdx.x)};
   if (l == d.L) {
     float* hd = c.sm;  // the head's offsets are absolute
-    copy_vec(hd + S.lnfw, c.p.ln_f_weight, C);
-    copy_vec(hd + S.lnfb, c.p.ln_f_bias, C);
+    cp.vec(hd + S.lnfw, c.p.ln_f_weight, C);
+    cp.vec(hd + S.lnfb, c.p.ln_f_bias, C);
     const int n0 = r * S.vc, vn = max(0, min(S.vc, d.V - n0));
-    copy_rows<K::C>(hd + S.lm, S.sC, c.p.lm_head_weight + static_cast<int64_t>(n0) * C, C, vn, C);
-    copy_vec(hd + S.lmb, c.p.lm_head_bias + n0, vn);
-    cp_async_commit();
+    cp.rows(hd + S.lm, S.sC, c.p.lm_head_weight + static_cast<int64_t>(n0) * C, C, vn, C);
+    cp.vec(hd + S.lmb, c.p.lm_head_bias + n0, vn);
+    cp.finish();
     return;
   }
   const MegaLayer& w = c.p.layers[l];
   float* base = c.sm + l * S.layer;
-  copy_vec(base + S.ln1w, w.ln1_weight, C);
-  copy_vec(base + S.ln1b, w.ln1_bias, C);
-  copy_vec(base + S.ln2w, w.ln2_weight, C);
-  copy_vec(base + S.ln2b, w.ln2_bias, C);
+  cp.vec(base + S.ln1w, w.ln1_weight, C);
+  cp.vec(base + S.ln1b, w.ln1_bias, C);
+  cp.vec(base + S.ln2w, w.ln2_weight, C);
+  cp.vec(base + S.ln2b, w.ln2_bias, C);
   if (r < d.B * d.H) {  // the CTA has attention items, all of head r % H
     const int hh = r % d.H;
     for (int part = 0; part < 3; ++part) {
-      copy_rows<K::C>(base + S.qkv + part * dh * S.sC, S.sC,
-                      w.qkv_weight + static_cast<int64_t>(part * C + hh * dh) * C, C, dh, C);
-      copy_vec(base + S.qkvb + part * dh, w.qkv_bias + part * C + hh * dh, dh);
+      cp.rows(base + S.qkv + part * dh * S.sC, S.sC, w.qkv_weight + static_cast<int64_t>(part * C + hh * dh) * C, C, dh, C);
+      cp.vec(base + S.qkvb + part * dh, w.qkv_bias + part * C + hh * dh, dh);
     }
   }
   if (d.head_proj) {
-    if (r < d.B * d.H) copy_rows<K::dh>(base + S.proj, S.sd, w.proj_weight + (r % d.H) * dh, C, C, dh);
-    copy_vec(base + S.projb, w.proj_bias, C);
+    if (r < d.B * d.H) cp.rows(base + S.proj, S.sd, w.proj_weight + (r % d.H) * dh, C, C, dh);
+    cp.vec(base + S.projb, w.proj_bias, C);
   } else {
-    copy_rows<K::C>(base + S.proj, S.sC, w.proj_weight + static_cast<int64_t>(r * S.pc) * C, C, S.pc, C);
-    copy_vec(base + S.projb, w.proj_bias + r * S.pc, S.pc);
+    cp.rows(base + S.proj, S.sC, w.proj_weight + static_cast<int64_t>(r * S.pc) * C, C, S.pc, C);
+    cp.vec(base + S.projb, w.proj_bias + r * S.pc, S.pc);
   }
-  copy_rows<K::C>(base + S.fc1, S.sC, w.fc1_weight + static_cast<int64_t>(r * S.fc) * C, C, S.fc, C);
-  copy_vec(base + S.fc1b, w.fc1_bias + r * S.fc, S.fc);
-  copy_rows<K::F>(base + S.fc2, S.sF, w.fc2_weight + static_cast<int64_t>(r * S.pc) * F, F, S.pc, F);
-  copy_vec(base + S.fc2b, w.fc2_bias + r * S.pc, S.pc);
-  cp_async_commit();
+  cp.rows(base + S.fc1, S.sC, w.fc1_weight + static_cast<int64_t>(r * S.fc) * C, C, S.fc, C);
+  cp.vec(base + S.fc1b, w.fc1_bias + r * S.fc, S.fc);
+  cp.rows(base + S.fc2, S.sF, w.fc2_weight + static_cast<int64_t>(r * S.pc) * F, F, S.pc, F);
+  cp.vec(base + S.fc2b, w.fc2_bias + r * S.pc, S.pc);
+  cp.finish();
 }
 
 // Stage A of layer l: every (sequence b, head hh) item of this CTA (items r, r + R, ...; all of
@@ -356,7 +339,7 @@ __device__ __forceinline__ void issue_weights(const Ctx& c, int l) {
 // output column, pushed to every CTA's pp[hh] instead. The attention proper runs a warp per query
 // row: its scores (a lane per key), their softmax and its att columns, with no CTA barrier
 // between them (the row's values are the warp's own; T = 16: all 16 warps busy).
-template <class K>
+template <class K, bool kTrace>
 __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
   const MegaDims& d = c.d;
   const MegaLayout& S = c.S;
@@ -373,6 +356,7 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
     const int b = item / d.H, hh = item % d.H, row0 = b * T;
     layernorm_rows<K::C>(x, ln, row0, row0 + T, C, S.sC, base + S.ln1w, base + S.ln1b, c.p.eps);
     __syncthreads();
+    stamp<kTrace>(c.r, trace_slot(l, 1));
     // q, k, v of the new rows: (t, 4 columns of the head's 3dh) per thread; sum in k order + bias
     for (int u = tid; u < T * groups; u += kThreads) {
       const int t = u / groups, j0 = (u % groups) * 4, part = j0 / dh, d0 = j0 % dh;
@@ -395,6 +379,7 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
       }
     }
     __syncthreads();
+    stamp<kTrace>(c.r, trace_slot(l, 2));
     if (l == 0 && item == c.r) cluster_wait();  // every CTA has started: its shared memory exists
     for (int t = warp; t < T; t += kWarps) {
       const int n = pos0 + t + 1;  // keys p <= pos0 + t (the rest is masked: never computed)
@@ -434,6 +419,7 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
           push4(att + (row0 + t) * S.sC + hh * dh + e, a, R);
       }
     }
+    stamp<kTrace>(c.r, trace_slot(l, 3));
     if (d.head_proj) {
       __syncthreads();
       float* pp = c.sm + S.pp;
@@ -515,13 +501,18 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   if constexpr (kTrace) t_entry_ns = global_ns();
   stamp<kTrace>(r, 0);
 
-  // 1. layer 0's weight slices in flight (one group); the later layers' and the head's follow
-  //    the embedding's loads (3.), which would otherwise queue behind all of them
-  issue_weights<K>(c, 0);
-
-  // 2. the position; out of range: NaN outputs, and leave before any cluster barrier
+  // 1. the position first (decode: mapped host memory, a PCIe round trip that the copies below
+  //    overlap); then an mbarrier per weight group and layer 0's slices in flight; the later
+  //    layers' and the head's follow the embedding's loads (3.)
   const int pos0 = p.pos ? *p.pos : 0;
   c.pos0 = pos0;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sm + S.bars);
+  if (tid == 0)
+    for (int g = 0; g <= d.L; ++g) detail::mbarrier_init(&bars[g]);
+  __syncthreads();
+  issue_weights(c, 0);
+
+  // 2. out of range: NaN outputs, and leave before any cluster barrier (once group 0 has landed)
   if (pos0 < 0 || pos0 + d.T > d.capacity || pos0 + d.T > d.P) {
     const int n0 = r * S.vc, vn = max(0, min(S.vc, d.V - n0));
     for (int i = tid; i < N * vn; i += kThreads) {
@@ -529,7 +520,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       p.logits[at] = CUDART_NAN_F;
       if (p.probs) p.probs[at] = CUDART_NAN_F;
     }
-    cp_async_wait<0>();
+    wait_group(bars, 0);
     return;
   }
   cluster_arrive();  // waited on before the first push (attention_stage of layer 0)
@@ -586,16 +577,16 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       }
     }
   }
-  for (int l = 1; l <= d.L; ++l) issue_weights<K>(c, l);  // a group per layer, then the head's
+  for (int l = 1; l <= d.L; ++l) issue_weights(c, l);  // a group per layer, then the head's
   stamp<kTrace>(r, 2);
 
   for (int l = 0; l < d.L; ++l) {
-    cp_async_wait_at_most(d.L - l);  // groups 0..l done (l + 1 of L + 1)
+    wait_group(bars, l);
     __syncthreads();
-    stamp<kTrace>(r, 3 + 6 * l);
+    stamp<kTrace>(r, trace_slot(l, 0));
     const float* base = sm + l * S.layer;
-    attention_stage<K>(c, l);
-    stamp<kTrace>(r, 4 + 6 * l);
+    attention_stage<K, kTrace>(c, l);
+    stamp<kTrace>(r, trace_slot(l, 4));
     cluster_sync_all();
     if (d.head_proj) {  // x += (the heads' partials, summed in head order) + b, every CTA all of it
       const float* pp = sm + S.pp;
@@ -610,27 +601,29 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       residual_stage(c, sm + S.att, S.sC, C, base + S.proj, S.sC, base + S.projb);
       cluster_sync_all();
     }
-    stamp<kTrace>(r, 5 + 6 * l);
+    stamp<kTrace>(r, trace_slot(l, 5));
     float* ln = sm + S.ln;
     float* h = sm + S.h;
     layernorm_rows<K::C>(x, ln, 0, N, C, S.sC, base + S.ln2w, base + S.ln2b, p.eps);
     __syncthreads();
-    stamp<kTrace>(r, 6 + 6 * l);
+    stamp<kTrace>(r, trace_slot(l, 6));
     const int f0 = r * S.fc;
     gemm_stage(c, ln, S.sC, C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
       push4(h + m * S.sF + f0 + j0, make_float4(gelu_erf(v.x), gelu_erf(v.y), gelu_erf(v.z), gelu_erf(v.w)), R);
     });
+    stamp<kTrace>(r, trace_slot(l, 7));
     cluster_sync_all();
-    stamp<kTrace>(r, 7 + 6 * l);
+    stamp<kTrace>(r, trace_slot(l, 8));
     residual_stage(c, h, S.sF, d.F, base + S.fc2, S.sF, base + S.fc2b);
+    stamp<kTrace>(r, trace_slot(l, 9));
     cluster_sync_all();
-    stamp<kTrace>(r, 8 + 6 * l);
+    stamp<kTrace>(r, trace_slot(l, 10));
   }
 
   // head: ln_f, this CTA's vocabulary columns
-  cp_async_wait<0>();
+  wait_group(bars, d.L);
   __syncthreads();
-  stamp<kTrace>(r, 40);
+  stamp<kTrace>(r, 60);
   const float* hd = sm;  // the head's offsets are absolute
   float* ln = sm + S.ln;
   float* lg = sm + S.lg;
@@ -650,7 +643,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       }
     }
   }
-  stamp<kTrace>(r, 41);
+  stamp<kTrace>(r, 61);
   if (!p.probs) {
     if constexpr (kTrace) trace_report(r, t_entry_ns, p.dims, R);
     return;  // no cluster access after the last barrier: a CTA may leave
