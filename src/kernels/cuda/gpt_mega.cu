@@ -39,7 +39,7 @@ struct MegaLayout {
   // per layer, relative to layer l's base = l * layer
   int ln1w, ln1b, ln2w, ln2b, qkv, qkvb, proj, projb, fc1, fc1b, fc2, fc2b, layer;
   // absolute (head: where the head's regions start)
-  int head, lnfw, lnfb, lm, lmb, x, att, ln, h, part, pp, lg, stats, q, kv, sc, bars, total;
+  int head, lnfw, lnfb, lm, lmb, x, att, ln, h, part, pp, lg, stats, q, kv, sc, bars, ids, total;
 
   __host__ __device__ MegaLayout(const MegaDims& d, int r) {
     R = r;
@@ -77,67 +77,25 @@ struct MegaLayout {
     kv = take(kv_layers * 2 * kv_rows * sd);
     sc = take(d.T * (kv_rows + 1));
     bars = take(2 * (d.L + 1));  // an mbarrier (8 bytes) per weight group: the layers', the head's
+    ids = take(N);               // the token ids (int)
     total = o;
   }
 };
 
-// ---- weight copies: bulk copies (the copy engine) completing on a per-group mbarrier ----
+// ---- weights: an image of every CTA's shared memory, one bulk copy per group ----
 //
-// Measured (H200, stage timestamps): with 16-byte cp.async from all 512 threads, the ~110 KB of
-// a CTA's weight slices (R = 16) took ~29k cycles (15 us) to issue before layer 0 could start,
-// ~4 bytes per cycle: the cost of a 16-byte request per thread instruction and its address
-// arithmetic, straight-line code fetched once per launch. A bulk copy moves a whole weight row
-// (256 or 1024 bytes) per instruction, issued by warp 0's lanes.
+// The weight part of a CTA's shared memory (the layers' regions, then the head's: floats
+// [0, S.x) of MegaLayout) is built once per plan in global memory by gpt_mega_pack, CTA r's at
+// image + r * S.x, padding included. Each launch then brings a group (a layer, or the head) in
+// with ONE bulk copy (the copy engine) completing on the group's mbarrier: five instructions of
+// one thread for the shipped model, all issued at the start, so the later layers' weights land
+// while layer 0 computes. Measured (H200, stage timestamps, shipped model, R = 16): the ~110 KB
+// of a CTA's slices issued as 16-byte cp.async from all 512 threads took ~29k cycles (15 us)
+// before layer 0 could start (~4 bytes per cycle; the issuing threads stall); as a bulk copy per
+// weight row (~80 per layer) ~60k cycles: the copy engine's per-copy cost, ~200 cycles each.
 
-__device__ __forceinline__ void cp_async4(float* dst, const float* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))),
-               "l"(__cvta_generic_to_global(src))
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
-__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
-// One group's copies (a layer's weight slices, or the head's), issued by the 32 lanes of warp 0:
-// a row whose bytes are a multiple of 16 with 16-byte aligned ends is one bulk copy, its bytes
-// announced on the group's mbarrier by the issuing lane; anything else (the last CTA's lm_head
-// bias tail, V = 611) 4-byte cp.async by the lanes, waited for with cp.async.wait_all. Rows are
-// dealt round-robin over the lanes across calls (`next`), so a group's ~80 rows cost each lane
-// a few instructions. finish() makes the one arrival that lets the phase complete.
-struct GroupCopier {
-  uint64_t* bar;
-  int lane;
-  int next = 0;
-
-  __device__ __forceinline__ void rows(float* dst, int ldd, const float* src, int64_t lds, int rows, int cols) {
-    if (rows <= 0 || cols <= 0) return;
-    const unsigned bytes = static_cast<unsigned>(cols) * 4u;
-    const bool bulk = bytes % 16 == 0 && (rows == 1 || (ldd % 4 == 0 && lds % 4 == 0)) && aligned16(dst) && aligned16(src);
-    if (bulk) {
-      for (int r = (lane - next % 32 + 32) % 32; r < rows; r += 32) {
-        detail::mbarrier_expect_tx(bar, bytes);
-        detail::bulk_load(dst + r * ldd, src + r * lds, bytes, bar);
-      }
-    } else {
-      for (int i = lane; i < rows * cols; i += 32) cp_async4(dst + (i / cols) * ldd + i % cols, src + (i / cols) * lds + i % cols);
-    }
-    next += rows;
-  }
-  __device__ __forceinline__ void vec(float* dst, const float* src, int n) { rows(dst, 0, src, 0, 1, n); }
-  __device__ __forceinline__ void finish() {
-    cp_async_commit();
-    __syncwarp();
-    if (lane == 0) detail::mbarrier_arrive_expect_tx(bar, 0);
-  }
-};
-
-// Waits (every thread) until group g's copies have landed in this CTA's shared memory; the
-// 4-byte fallback copies (warp 0's own) are waited for as a whole (they are a few floats).
-__device__ __forceinline__ void wait_group(uint64_t* bars, int g) {
-  if (threadIdx.x < 32) cp_async_wait_all();
-  detail::mbarrier_wait(&bars[g], 0);
-}
+// Waits (every thread) until group g has landed in this CTA's shared memory.
+__device__ __forceinline__ void wait_group(uint64_t* bars, int g) { detail::mbarrier_wait(&bars[g], 0); }
 
 // ---- distributed shared memory ----
 
@@ -164,8 +122,11 @@ __device__ __forceinline__ void cluster_sync_all() {
   cluster_wait();
 }
 
-// ---- EXPERIMENT: stage timestamps (MINIGPT_MEGA_TRACE=1): CTA 0's thread 0 records clock64 at
-// every stage boundary; launch number kTraceEvery/2 of every kTraceEvery prints them ----
+// ---- diagnostics: stage timestamps (MINIGPT_MEGA_TRACE=1 in the environment selects the
+// kernel instance with kTrace; the shipped dims only). CTA 0's thread 0 records clock64 at every
+// stage boundary; launch kTraceEvery / 2 of every kTraceEvery prints them as cycle deltas (e.g.
+// `MINIGPT_MEGA_TRACE=1 minigpt bench model --device cuda --no-peers | grep TRACE`). This is how
+// the figures in gpt_mega.h were taken; the default kernel compiles the stamps out. ----
 constexpr int kTraceSlots = 64;
 __host__ __device__ constexpr int trace_slot(int l, int k) { return 3 + 11 * l + k; }  // layer l, point k
 constexpr unsigned kTraceEvery = 400;
@@ -288,26 +249,30 @@ struct Ctx {
   int pos0;  // position of each sequence's first new row
 };
 
-// This CTA's weight slices of layer l (or, l == L, of the head) into shared memory: group l,
-// completing on mbarrier bars[l]. Issued by warp 0 (the other warps return at once).
-__device__ __noinline__ void issue_weights(const Ctx& c, int l) {
-  if (threadIdx.x >= 32) return;
-  const MegaDims& d = c.d;
-  const MegaLayout& S = c.S;
-  const int C = d.C, F = d.F, r = c.r, dh = S.dh;
-  GroupCopier cp{reinterpret_cast<uint64_t*>(c.sm + S.bars) + l, static_cast<int>(threadIdx.x)};
-  if (l == d.L) {
-    float* hd = c.sm;  // the head's offsets are absolute
-    cp.vec(hd + S.lnfw, c.p.ln_f_weight, C);
-    cp.vec(hd + S.lnfb, c.p.ln_f_bias, C);
+// Copies CTA r's weight slices of group l (layer l, or l == L: the head) from the model's
+// tensors into its image `img` (the shared-memory layout, global memory), by the whole block.
+// Which rows a CTA holds: its head's q, k, v rows (CTAs with attention items), proj's columns
+// (or its head's input columns, head_proj), fc1's and fc2's columns, its lm_head rows.
+struct PlainCopier {
+  __device__ void rows(float* dst, int ldd, const float* src, int64_t lds, int rows, int cols) const {
+    for (int i = threadIdx.x; i < rows * cols; i += blockDim.x) dst[(i / cols) * ldd + i % cols] = src[(i / cols) * lds + i % cols];
+  }
+  __device__ void vec(float* dst, const float* src, int n) const { rows(dst, 0, src, 0, 1, n); }
+};
+__device__ void pack_group(const MegaParams& p, const MegaLayout& S, int r, int l, float* img) {
+  const MegaDims& d = p.dims;
+  const int C = d.C, F = d.F, dh = S.dh;
+  const PlainCopier cp;
+  if (l == d.L) {  // the head's offsets are absolute
+    cp.vec(img + S.lnfw, p.ln_f_weight, C);
+    cp.vec(img + S.lnfb, p.ln_f_bias, C);
     const int n0 = r * S.vc, vn = max(0, min(S.vc, d.V - n0));
-    cp.rows(hd + S.lm, S.sC, c.p.lm_head_weight + static_cast<int64_t>(n0) * C, C, vn, C);
-    cp.vec(hd + S.lmb, c.p.lm_head_bias + n0, vn);
-    cp.finish();
+    cp.rows(img + S.lm, S.sC, p.lm_head_weight + static_cast<int64_t>(n0) * C, C, vn, C);
+    cp.vec(img + S.lmb, p.lm_head_bias + n0, vn);
     return;
   }
-  const MegaLayer& w = c.p.layers[l];
-  float* base = c.sm + l * S.layer;
+  const MegaLayer& w = p.layers[l];
+  float* base = img + l * S.layer;
   cp.vec(base + S.ln1w, w.ln1_weight, C);
   cp.vec(base + S.ln1b, w.ln1_bias, C);
   cp.vec(base + S.ln2w, w.ln2_weight, C);
@@ -330,8 +295,18 @@ __device__ __noinline__ void issue_weights(const Ctx& c, int l) {
   cp.vec(base + S.fc1b, w.fc1_bias + r * S.fc, S.fc);
   cp.rows(base + S.fc2, S.sF, w.fc2_weight + static_cast<int64_t>(r * S.pc) * F, F, S.pc, F);
   cp.vec(base + S.fc2b, w.fc2_bias + r * S.pc, S.pc);
-  cp.finish();
 }
+
+// Block r: CTA r's image (the buffer is zeroed first: the padding is defined).
+__global__ void gpt_mega_pack_kernel(const __grid_constant__ MegaParams p, int R, float* image) {
+  const MegaLayout S(p.dims, R);
+  const int r = static_cast<int>(blockIdx.x);
+  for (int l = 0; l <= p.dims.L; ++l) pack_group(p, S, r, l, image + static_cast<int64_t>(r) * S.x);
+}
+
+// Group g of this CTA's image: where it starts in shared memory (= in the image) and its floats.
+__device__ __forceinline__ int group_offset(const MegaLayout& S, int L, int g) { return g < L ? g * S.layer : S.head; }
+__device__ __forceinline__ int group_floats(const MegaLayout& S, int L, int g) { return g < L ? S.layer : S.x - S.head; }
 
 // Stage A of layer l: every (sequence b, head hh) item of this CTA (items r, r + R, ...; all of
 // head r % H): ln1 of b's rows, the head's q, k, v, causal attention; att pushed to every CTA,
@@ -357,9 +332,10 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
     layernorm_rows<K::C>(x, ln, row0, row0 + T, C, S.sC, base + S.ln1w, base + S.ln1b, c.p.eps);
     __syncthreads();
     stamp<kTrace>(c.r, trace_slot(l, 1));
-    // q, k, v of the new rows: (t, 4 columns of the head's 3dh) per thread; sum in k order + bias
+    // q, k, v of the new rows: (t, 4 columns of the head's 3dh) per thread, t fastest over the
+    // lanes (see gemm_stage); sum in k order + bias
     for (int u = tid; u < T * groups; u += kThreads) {
-      const int t = u / groups, j0 = (u % groups) * 4, part = j0 / dh, d0 = j0 % dh;
+      const int t = u % T, j0 = (u / T) * 4, part = j0 / dh, d0 = j0 % dh;
       float acc[4] = {0.f, 0.f, 0.f, 0.f};
       dot4(ln + (row0 + t) * S.sC, base + S.qkv + j0 * S.sC, S.sC, 0, C, acc);
       float4 v;
@@ -424,7 +400,7 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
       __syncthreads();
       float* pp = c.sm + S.pp;
       for (int u = tid; u < T * (C / 4); u += kThreads) {  // (t, 4 output columns), k in order
-        const int t = u / (C / 4), n0 = (u % (C / 4)) * 4;
+        const int t = u % T, n0 = (u / T) * 4;
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
         dot4(att + (row0 + t) * S.sC + hh * dh, base + S.proj + n0 * S.sd, S.sd, 0, dh, acc);
         push4(pp + (hh * S.N + row0 + t) * S.sC + n0, make_float4(acc[0], acc[1], acc[2], acc[3]), R);
@@ -437,6 +413,11 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
 
 // y (N x 4-column groups of this CTA's `cols` columns starting at n0) = a W^T + b with the sums
 // in k-slices of kSlice added in order; finish(m, n, v) gets (sum + bias) for 4 columns.
+// The row m runs fastest over a warp's lanes: at each k the lanes read up to 32 rows of a (row
+// stride C+4 or F+4: 8 consecutive rows in distinct banks) and ONE address of w (a broadcast).
+// With the columns fastest (the version before), the lanes read weight rows 4 apart, which fall
+// in 2 of the 8 bank groups: the q, k, v stage took ~25 shared-memory wavefronts per k-step of 4
+// where this takes 6 (stage timestamps: the forward's q, k, v stage was ~6.7k cycles).
 template <class Finish>
 __device__ __forceinline__ void gemm_stage(const Ctx& c, const float* a, int lda, int K, const float* w, int ldw, const float* bias,
                            int cols, Finish finish) {
@@ -444,7 +425,7 @@ __device__ __forceinline__ void gemm_stage(const Ctx& c, const float* a, int lda
   float* part = c.sm + c.S.part;
   if (ns == 1) {
     for (int u = tid; u < N * groups; u += kThreads) {
-      const int m = u / groups, j0 = (u % groups) * 4;
+      const int m = u % N, j0 = (u / N) * 4;
       float acc[4] = {0.f, 0.f, 0.f, 0.f};
       dot4(a + m * lda, w + j0 * ldw, ldw, 0, K, acc);
       finish(m, j0, make_float4(acc[0] + bias[j0], acc[1] + bias[j0 + 1], acc[2] + bias[j0 + 2], acc[3] + bias[j0 + 3]));
@@ -452,10 +433,11 @@ __device__ __forceinline__ void gemm_stage(const Ctx& c, const float* a, int lda
     return;
   }
   for (int u = tid; u < N * groups * ns; u += kThreads) {
-    const int s = u % ns, g = u / ns, m = g / groups, j0 = (g % groups) * 4;
+    // u = (slice s, 4 columns jg) x N + m; its partial at part[(g, s)] with g = m * groups + jg
+    const int m = u % N, s = (u / N) % ns, jg = u / N / ns, g = m * groups + jg, j0 = jg * 4;
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     dot4(a + m * lda, w + j0 * ldw, ldw, s * kSlice, min(K, (s + 1) * kSlice), acc);
-    *reinterpret_cast<float4*>(part + u * 4) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    *reinterpret_cast<float4*>(part + (g * ns + s) * 4) = make_float4(acc[0], acc[1], acc[2], acc[3]);
   }
   __syncthreads();
   for (int g = tid; g < N * groups; g += kThreads) {
@@ -502,17 +484,25 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   stamp<kTrace>(r, 0);
 
   // 1. the position first (decode: mapped host memory, a PCIe round trip that the copies below
-  //    overlap); then an mbarrier per weight group and layer 0's slices in flight; the later
-  //    layers' and the head's follow the embedding's loads (3.)
+  //    overlap); then an mbarrier and a bulk copy per weight group
   const int pos0 = p.pos ? *p.pos : 0;
   c.pos0 = pos0;
+  int* ids = reinterpret_cast<int*>(sm + S.ids);  // read with the position: one round trip for both
+  for (int m = tid; m < N; m += kThreads) ids[m] = p.ids[m];
   uint64_t* bars = reinterpret_cast<uint64_t*>(sm + S.bars);
-  if (tid == 0)
-    for (int g = 0; g <= d.L; ++g) detail::mbarrier_init(&bars[g]);
-  __syncthreads();
-  issue_weights(c, 0);
+  if (tid == 0) {  // every group's bulk copy in flight: layer 0's first, the head's last
+    const float* img = p.image + static_cast<int64_t>(r) * S.x;
+    for (int g = 0; g <= d.L; ++g) {
+      const int off = group_offset(S, d.L, g);
+      const unsigned bytes = static_cast<unsigned>(group_floats(S, d.L, g)) * sizeof(float);
+      detail::mbarrier_init(&bars[g]);
+      detail::mbarrier_arrive_expect_tx(&bars[g], bytes);
+      detail::bulk_load(sm + off, img + off, bytes, &bars[g]);
+    }
+  }
+  __syncthreads();  // the barriers are initialised before anyone waits on them; ids are in
 
-  // 2. out of range: NaN outputs, and leave before any cluster barrier (once group 0 has landed)
+  // 2. out of range: NaN outputs, and leave before any cluster barrier (once the copies have landed)
   if (pos0 < 0 || pos0 + d.T > d.capacity || pos0 + d.T > d.P) {
     const int n0 = r * S.vc, vn = max(0, min(S.vc, d.V - n0));
     for (int i = tid; i < N * vn; i += kThreads) {
@@ -520,7 +510,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       p.logits[at] = CUDART_NAN_F;
       if (p.probs) p.probs[at] = CUDART_NAN_F;
     }
-    wait_group(bars, 0);
+    for (int g = 0; g <= d.L; ++g) wait_group(bars, g);
     return;
   }
   cluster_arrive();  // waited on before the first push (attention_stage of layer 0)
@@ -536,7 +526,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       const int i = i0 + (j * kThreads + tid) * 4;
       v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
       if (i < N * C) {
-        const int m = i / C, e = i % C, id = p.ids[m], ps = pos0 + m % d.T;
+        const int m = i / C, e = i % C, id = ids[m], ps = pos0 + m % d.T;
         if (id < 0 || id >= d.V) {
           v[j] = make_float4(CUDART_NAN_F, CUDART_NAN_F, CUDART_NAN_F, CUDART_NAN_F);
         } else {
@@ -577,7 +567,6 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       }
     }
   }
-  for (int l = 1; l <= d.L; ++l) issue_weights(c, l);  // a group per layer, then the head's
   stamp<kTrace>(r, 2);
 
   for (int l = 0; l < d.L; ++l) {
@@ -631,7 +620,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   __syncthreads();
   const int n0 = r * S.vc, vn = max(0, min(S.vc, d.V - n0)), groups = ceil_div(vn, 4);
   for (int u = tid; u < N * groups; u += kThreads) {
-    const int m = u / groups, j0 = (u % groups) * 4;
+    const int m = u % N, j0 = (u / N) * 4;  // rows fastest, as gemm_stage
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     dot4(ln + m * S.sC, hd + S.lm + j0 * S.sC, S.sC, 0, C, acc);  // rows past vn: never stored
 #pragma unroll
@@ -682,12 +671,6 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   }
 }
 
-// The empty kernel of the same launch shape (cluster R, 512 threads, the same dynamic shared
-// memory): one cluster barrier. What a replay costs without any work (MINIGPT_MEGA_FLOOR=1).
-__global__ void __launch_bounds__(kThreads, 1) gpt_mega_floor_kernel(const __grid_constant__ MegaParams p, int R) {
-  cluster_sync_all();
-  if (cluster_ctarank() == 0 && threadIdx.x == 0 && p.logits) p.logits[0] = 0.0f;
-}
 
 bool split_applies(const MegaDims& d, int R) {
   if (R < 1 || R > 16 || d.L < 1 || d.L > kMegaMaxLayers || d.B < 1 || d.T < 1 || d.H < 1 || d.C < 4 ||
@@ -726,9 +709,7 @@ using MegaKernel = void (*)(MegaParams, int);
 // The kernel for d: specialised for the shipped architecture (C 64, H 4, F 256), else generic.
 // Both do the same arithmetic in the same order: the logits do not depend on which one runs.
 MegaKernel kernel_for(const MegaDims& d) {
-  static const bool floor = std::getenv("MINIGPT_MEGA_FLOOR") != nullptr;  // EXPERIMENT
-  static const bool trace = std::getenv("MINIGPT_MEGA_TRACE") != nullptr;  // EXPERIMENT
-  if (floor) return gpt_mega_floor_kernel;
+  static const bool trace = std::getenv("MINIGPT_MEGA_TRACE") != nullptr;  // diagnostics, read once
   if (d.C == 64 && d.H == 4 && d.F == 256)
     return trace ? gpt_mega_kernel<Fixed<64, 4, 256>, true> : gpt_mega_kernel<Fixed<64, 4, 256>>;
   return gpt_mega_kernel<Fixed<0, 0, 0>>;
@@ -758,6 +739,20 @@ size_t gpt_mega_smem(const MegaDims& d, int R) {
   return static_cast<size_t>(MegaLayout(d, R).total) * sizeof(float);
 }
 
+size_t gpt_mega_image_floats(const MegaDims& d, int R) {
+  if (!split_applies(d, R)) return 0;
+  return static_cast<size_t>(R) * static_cast<size_t>(MegaLayout(d, R).x);
+}
+
+void gpt_mega_pack(const MegaParams& p, int R, float* image, cudaStream_t stream) {
+  const size_t floats = gpt_mega_image_floats(p.dims, R);
+  MINIGPT_CUDA_REQUIRE(floats > 0 && image, "gpt_mega_pack: the shape does not split over a cluster of ", R,
+                       " or the image is null");
+  MINIGPT_CUDA_CHECK(cudaMemsetAsync(image, 0, floats * sizeof(float), stream));
+  gpt_mega_pack_kernel<<<R, kThreads, 0, stream>>>(p, R, image);
+  MINIGPT_CUDA_CHECK(cudaGetLastError());
+}
+
 int gpt_mega_cluster(const MegaDims& d, int requested) {
   MINIGPT_CUDA_REQUIRE(requested >= 0 && requested <= 16, "gpt_mega: cluster size ", requested, " is outside [0, 16]");
   for (int R : {16, 8, 4, 2, 1}) {
@@ -781,6 +776,8 @@ void gpt_mega(const MegaParams& p, int R, cudaStream_t stream) {
   const size_t smem = gpt_mega_smem(d, R);
   MINIGPT_CUDA_REQUIRE(smem > 0, "gpt_mega: the shape (B=", d.B, ", T=", d.T, ", C=", d.C, ", H=", d.H,
                        ") does not split over a cluster of ", R);
+  MINIGPT_CUDA_REQUIRE(p.image && (reinterpret_cast<uintptr_t>(p.image) & 15u) == 0,
+                       "gpt_mega: no weight image (gpt_mega_pack), or one not 16-byte aligned");
   MINIGPT_CUDA_REQUIRE(p.ids && p.wte && p.wpe && p.ln_f_weight && p.ln_f_bias && p.lm_head_weight && p.lm_head_bias &&
                            p.logits,
                        "gpt_mega: null pointer");

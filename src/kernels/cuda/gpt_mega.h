@@ -91,6 +91,9 @@ struct MegaParams {
   const float *ln_f_weight = nullptr, *ln_f_bias = nullptr, *lm_head_weight = nullptr, *lm_head_bias = nullptr;
   float* logits = nullptr;  // (B*T, V): device or mapped host memory
   float* probs = nullptr;   // (B*T, V) or null
+  // The weights above as every CTA's shared memory holds them (gpt_mega_pack), for the dims and
+  // cluster size of the launch: each launch brings them in with a bulk copy per layer.
+  const float* image = nullptr;
 };
 
 // Dynamic shared memory per CTA (bytes) for dims at cluster size R (0 if the split does not apply).
@@ -98,8 +101,16 @@ size_t gpt_mega_smem(const MegaDims& d, int R);
 // The cluster size the megakernel runs dims with on the current device: `requested` (1..16) if
 // it fits and can be resident, else 0; requested == 0: the largest of 16, 8, 4, 2, 1 that does.
 int gpt_mega_cluster(const MegaDims& d, int requested = 0);
-// Enqueues the kernel with cluster size R (from gpt_mega_cluster). A position past capacity (or
-// past P), or an id outside [0, V), gives NaN outputs (the host checks first).
+// Floats of the weight image for dims at cluster size R (0 if the split does not apply): R
+// copies of the weight part of a CTA's shared memory, ~1.9 MB for the shipped model at R = 16.
+size_t gpt_mega_image_floats(const MegaDims& d, int R);
+// Enqueues the writing of p's weights (p.image unused) into `image` (gpt_mega_image_floats
+// floats, 16-byte aligned) as the CTAs of a launch with p.dims and R find them: once per plan,
+// before the launches that read it; the weights must not change while the image is in use.
+void gpt_mega_pack(const MegaParams& p, int R, float* image, cudaStream_t stream);
+// Enqueues the kernel with cluster size R (from gpt_mega_cluster), p.image packed for (p.dims,
+// R). A position past capacity (or past P), or an id outside [0, V), gives NaN outputs (the host
+// checks first).
 void gpt_mega(const MegaParams& p, int R, cudaStream_t stream);
 
 }  // namespace minigpt::cuda
