@@ -4,8 +4,11 @@
 //   per layer: ln1/ln2 weights and biases (4C), this CTA's head's q, k, v rows of qkv.weight
 //   (3dh x C+4) and bias, its proj / fc1 / fc2 rows (as nn.Linear: output columns are weight
 //   rows, contiguous in global memory) and biases; the head: ln_f, its lm_head rows and bias;
+//   (everything up to here, floats [0, x), is the CTA's part of the weight image: gpt_mega_pack)
 //   activations: x, att, ln (N x C+4), h (N x F+4), fc2's slice partials, its logits (N x vc),
-//   the softmax pairs of every CTA, and one attention item's q, k, v, scores.
+//   the softmax pairs of every CTA, and one attention item's q, k, v, scores; an mbarrier per
+//   weight group; the token ids. Also here: gpt_mega_pack's kernel, and the stage timestamps
+//   (diagnostics) the figures in gpt_mega.h come from.
 #include "kernels/cuda/bulk_copy.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gelu.cuh"
@@ -123,7 +126,7 @@ __device__ __forceinline__ void cluster_sync_all() {
 }
 
 // ---- diagnostics: stage timestamps (MINIGPT_MEGA_TRACE=1 in the environment selects the
-// kernel instance with kTrace; the shipped dims only). CTA 0's thread 0 records clock64 at every
+// kernel instance with kTrace; the shipped dims, up to 5 layers). CTA 0's thread 0 records clock64 at every
 // stage boundary; launch kTraceEvery / 2 of every kTraceEvery prints them as cycle deltas (e.g.
 // `MINIGPT_MEGA_TRACE=1 minigpt bench model --device cuda --no-peers | grep TRACE`). This is how
 // the figures in gpt_mega.h were taken; the default kernel compiles the stamps out. ----
@@ -227,11 +230,13 @@ __device__ __noinline__ void trace_report(int r, long long t_entry_ns, const Meg
   for (int l = 0; l < d.L; ++l) {
     const long long* u = t + trace_slot(l, 0);
     const long long prev = l == 0 ? t[2] : t[trace_slot(l - 1, 10)];
-    printf("TRACE  layer %d: wait %lld ln1 %lld qkv %lld attn %lld push %lld | bar+proj %lld ln2 %lld fc1 %lld bar %lld fc2 %lld bar %lld\n",
+    printf("TRACE  layer %d: wait %lld ln1 %lld qkv %lld attn %lld push %lld | bar+proj %lld ln2 %lld fc1 %lld "
+           "bar %lld fc2 %lld bar %lld\n",
            l, u[0] - prev, u[1] - u[0], u[2] - u[1], u[3] - u[2], u[4] - u[3], u[5] - u[4], u[6] - u[5], u[7] - u[6],
            u[8] - u[7], u[9] - u[8], u[10] - u[9]);
   }
-  printf("TRACE  head: wait %lld lnf+lm %lld probs %lld\n", t[60] - t[trace_slot(d.L - 1, 10)], t[61] - t[60], t_end - t[61]);
+  printf("TRACE  head: wait %lld lnf+lm %lld probs %lld\n", t[60] - t[trace_slot(d.L - 1, 10)], t[61] - t[60],
+         t_end - t[61]);
 }
 
 // The model's dims as compile-time constants (the specialised kernel) or 0 (read at run time).
@@ -249,16 +254,20 @@ struct Ctx {
   int pos0;  // position of each sequence's first new row
 };
 
-// Copies CTA r's weight slices of group l (layer l, or l == L: the head) from the model's
-// tensors into its image `img` (the shared-memory layout, global memory), by the whole block.
-// Which rows a CTA holds: its head's q, k, v rows (CTAs with attention items), proj's columns
-// (or its head's input columns, head_proj), fc1's and fc2's columns, its lm_head rows.
+// rows x cols floats, global (row stride lds) -> global (row stride ldd), by the whole block:
+// plain loads and stores (the pack runs once per plan; its speed does not matter).
 struct PlainCopier {
   __device__ void rows(float* dst, int ldd, const float* src, int64_t lds, int rows, int cols) const {
-    for (int i = threadIdx.x; i < rows * cols; i += blockDim.x) dst[(i / cols) * ldd + i % cols] = src[(i / cols) * lds + i % cols];
+    for (int i = threadIdx.x; i < rows * cols; i += blockDim.x)
+      dst[(i / cols) * ldd + i % cols] = src[(i / cols) * lds + i % cols];
   }
   __device__ void vec(float* dst, const float* src, int n) const { rows(dst, 0, src, 0, 1, n); }
 };
+
+// Copies CTA r's weight slices of group l (layer l, or l == L: the head) from the model's
+// tensors into its image `img` (the shared-memory layout, in global memory), by the whole block.
+// Which rows a CTA holds: its head's q, k, v rows (CTAs with attention items), proj's columns
+// (or its head's input columns, head_proj), fc1's and fc2's columns, its lm_head rows.
 __device__ void pack_group(const MegaParams& p, const MegaLayout& S, int r, int l, float* img) {
   const MegaDims& d = p.dims;
   const int C = d.C, F = d.F, dh = S.dh;
@@ -280,7 +289,8 @@ __device__ void pack_group(const MegaParams& p, const MegaLayout& S, int r, int 
   if (r < d.B * d.H) {  // the CTA has attention items, all of head r % H
     const int hh = r % d.H;
     for (int part = 0; part < 3; ++part) {
-      cp.rows(base + S.qkv + part * dh * S.sC, S.sC, w.qkv_weight + static_cast<int64_t>(part * C + hh * dh) * C, C, dh, C);
+      cp.rows(base + S.qkv + part * dh * S.sC, S.sC, w.qkv_weight + static_cast<int64_t>(part * C + hh * dh) * C, C,
+              dh, C);
       cp.vec(base + S.qkvb + part * dh, w.qkv_bias + part * C + hh * dh, dh);
     }
   }
@@ -306,7 +316,9 @@ __global__ void gpt_mega_pack_kernel(const __grid_constant__ MegaParams p, int R
 
 // Group g of this CTA's image: where it starts in shared memory (= in the image) and its floats.
 __device__ __forceinline__ int group_offset(const MegaLayout& S, int L, int g) { return g < L ? g * S.layer : S.head; }
-__device__ __forceinline__ int group_floats(const MegaLayout& S, int L, int g) { return g < L ? S.layer : S.x - S.head; }
+__device__ __forceinline__ int group_floats(const MegaLayout& S, int L, int g) {
+  return g < L ? S.layer : S.x - S.head;
+}
 
 // Stage A of layer l: every (sequence b, head hh) item of this CTA (items r, r + R, ...; all of
 // head r % H): ln1 of b's rows, the head's q, k, v, causal attention; att pushed to every CTA,
