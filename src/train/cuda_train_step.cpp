@@ -85,14 +85,6 @@ struct CudaTrainStep::Impl {
   // written again and at every stage's end. Same kernels, same bits; only the overlap differs.
   // MINIGPT_TRAIN_OVERLAP=0 in the environment keeps everything on one stream (to measure).
   bool overlap = true;
-  // MINIGPT_TRAIN_PRIORITY=1: stream at the highest priority, side_stream at the lowest, the graph
-  // instantiated with node priorities, so the data-gradient chain (the critical path) is
-  // scheduled first.
-  bool priority = false;
-  // The forward's LayerNorms as the prologue of the Linear after them (ln1 + qkv, ln2 + fc1,
-  // ln_f + lm_head), the normed rows saved by the same kernel (LinearFusion::ln_out):
-  // MINIGPT_TRAIN_FUSE_LN=1.
-  bool fuse_ln = false;
   cudaStream_t side_stream = nullptr;
   cudaEvent_t ev_fork = nullptr, ev_join = nullptr, ev_side = nullptr;
   std::unique_ptr<cuda::Cublas> blas;
@@ -138,17 +130,14 @@ struct CudaTrainStep::Impl {
   void backward();  // every gradient
   void optimizer();         // enqueues the hook, the norm and AdamW
   void stage_done(int stage) {  // the backward's groups of gradients (data parallel's buckets)
-    if (!(hooks_on && stage_hook)) return;
-    join_weights();  // the group's weight gradients are on stream too
-    stage_hook(stage, stream);
+    join_all();                 // the group's weight gradients are on stream too
+    if (hooks_on && stage_hook) stage_hook(stage, stream);
   }
   // Weight gradients of y = x W^T + b from dy, on the side stream (after stream's work so far).
   // Returns nothing to wait on: join_weights() waits for every one enqueued so far.
   void weight_grads(const float* x, const float* dy, float* dW, float* db, int64_t in, int64_t out);
   void join_weights();  // stream waits for the side stream's work enqueued so far
-  // With a stage hook, every stage joins; without, a block's last weight gradient (qkv's, reading
-  // dqkv) runs on into the next block, whose first join_weights() comes before dqkv is written
-  // again; backward() joins once more at its end, before the optimizer reads the gradients.
+  void join_all() { join_weights(); }
   void capture();
 };
 
@@ -267,15 +256,11 @@ CudaTrainStep::Impl::Impl(const ModelConfig& config, const AdamWConfig& a, float
       arena(checked_arena_bytes(config, b, t)) {
   adam.validate();
   MINIGPT_CHECK(std::isfinite(clip) && clip >= 0.0f, "CUDA training step: clip must be >= 0, got {}", clip);
-  if (const char* e = std::getenv("MINIGPT_TRAIN_OVERLAP")) overlap = std::strcmp(e, "0") != 0;
-  if (const char* e = std::getenv("MINIGPT_TRAIN_FUSE_LN")) fuse_ln = std::strcmp(e, "1") == 0;
-  if (const char* e = std::getenv("MINIGPT_TRAIN_PRIORITY")) priority = std::strcmp(e, "1") == 0;
-  int least = 0, greatest = 0;  // numerically: greatest priority is the smallest number
-  if (priority) check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
-  check(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest), "cudaStreamCreate");
-  check(cudaStreamCreateWithPriority(&side_stream, cudaStreamNonBlocking, least), "cudaStreamCreate");
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   check(cudaEventCreate(&ev_start), "cudaEventCreate");
   check(cudaEventCreate(&ev_stop), "cudaEventCreate");
+  if (const char* e = std::getenv("MINIGPT_TRAIN_OVERLAP")) overlap = std::strcmp(e, "0") != 0;
+  check(cudaStreamCreateWithFlags(&side_stream, cudaStreamNonBlocking), "cudaStreamCreate");
   for (cudaEvent_t* e : {&ev_fork, &ev_join, &ev_side})
     check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
   // Parameters, gradients, moments: four flat runs of slots, each zeroed once (padding too).
@@ -370,35 +355,18 @@ void CudaTrainStep::Impl::forward() {
   for (int l = 0; l < c.n_layer; ++l) {
     const CudaBlockWeights& bw = w.blocks[static_cast<size_t>(l)];
     const LayerActs& L = layers[static_cast<size_t>(l)];
-    if (fuse_ln) {
-      linear_forward(in, bw.qkv_weight, bw.qkv_bias, L.qkv, N, d, 3 * d,
-                     {.ln_weight = bw.ln1_weight, .ln_bias = bw.ln1_bias, .ln_eps = eps, .ln_out = L.ln1}, s);
-    } else {
-      layernorm_forward(in, bw.ln1_weight, bw.ln1_bias, L.ln1, nullptr, nullptr, N, d, eps, s);
-      linear_forward(L.ln1, bw.qkv_weight, bw.qkv_bias, L.qkv, N, d, 3 * d, {}, s);
-    }
+    layernorm_forward(in, bw.ln1_weight, bw.ln1_bias, L.ln1, nullptr, nullptr, N, d, eps, s);
+    linear_forward(L.ln1, bw.qkv_weight, bw.qkv_bias, L.qkv, N, d, 3 * d, {}, s);
     attention_forward(L.qkv, L.att, nullptr, B, T, d, NH, s);
     linear_forward(L.att, bw.proj_weight, bw.proj_bias, L.mid, N, d, d, {.residual = in}, s);
-    if (fuse_ln) {
-      linear_forward(L.mid, bw.fc1_weight, bw.fc1_bias, L.gelu, N, d, F,
-                     {.ln_weight = bw.ln2_weight, .ln_bias = bw.ln2_bias, .ln_eps = eps, .ln_out = L.ln2,
-                      .gelu = true, .gelu_grad = L.gelu_grad},
-                     s);
-    } else {
-      layernorm_forward(L.mid, bw.ln2_weight, bw.ln2_bias, L.ln2, nullptr, nullptr, N, d, eps, s);
-      linear_forward(L.ln2, bw.fc1_weight, bw.fc1_bias, L.gelu, N, d, F,
-                     {.gelu = true, .gelu_grad = L.gelu_grad}, s);
-    }
+    layernorm_forward(L.mid, bw.ln2_weight, bw.ln2_bias, L.ln2, nullptr, nullptr, N, d, eps, s);
+    linear_forward(L.ln2, bw.fc1_weight, bw.fc1_bias, L.gelu, N, d, F,
+                   {.gelu = true, .gelu_grad = L.gelu_grad}, s);
     linear_forward(L.gelu, bw.fc2_weight, bw.fc2_bias, L.out, N, F, d, {.residual = L.mid}, s);
     in = L.out;
   }
-  if (fuse_ln) {
-    linear_forward(in, w.lm_head_weight, w.lm_head_bias, logits, N, d, V,
-                   {.ln_weight = w.ln_f_weight, .ln_bias = w.ln_f_bias, .ln_eps = eps, .ln_out = lnf}, s);
-  } else {
-    layernorm_forward(in, w.ln_f_weight, w.ln_f_bias, lnf, nullptr, nullptr, N, d, eps, s);
-    linear_forward(lnf, w.lm_head_weight, w.lm_head_bias, logits, N, d, V, {}, s);
-  }
+  layernorm_forward(in, w.ln_f_weight, w.ln_f_bias, lnf, nullptr, nullptr, N, d, eps, s);
+  linear_forward(lnf, w.lm_head_weight, w.lm_head_bias, logits, N, d, V, {}, s);
   // loss and d(loss)/d(logits), in place
   cross_entropy_forward_backward(logits, targets(), logits, row_loss, loss, N, V, s);
 }
@@ -459,7 +427,6 @@ void CudaTrainStep::Impl::backward() {
     stage_done(l);
   }
   embedding_backward(dresid, ids(), g.wte, g.wpe, B, T, d, V, P, s);
-  join_weights();  // every weight gradient done before the hooks and the optimizer
   stage_done(GrammarMiniGPT::kEmbeddingStage);
 }
 
@@ -488,8 +455,7 @@ void CudaTrainStep::Impl::capture() {
     throw;
   }
   check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-  const cudaError_t status =
-      cudaGraphInstantiate(&exec, graph, priority ? cudaGraphInstantiateFlagUseNodePriority : 0);
+  const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphGetNodes(graph, nullptr, &graph_nodes);
   cudaGraphDestroy(graph);
   check(status, "cudaGraphInstantiate");
@@ -621,8 +587,7 @@ std::vector<CudaTrainStep::PhaseTime> CudaTrainStep::profile_phases(int reps) {
     check(cudaStreamEndCapture(s.stream, &graph), "cudaStreamEndCapture");
     size_t nodes = 0;
     cudaGraphGetNodes(graph, nullptr, &nodes);
-    const cudaError_t status =
-        cudaGraphInstantiate(&exec, graph, s.priority ? cudaGraphInstantiateFlagUseNodePriority : 0);
+    const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     check(status, "cudaGraphInstantiate");
     float ms = 0.0f;

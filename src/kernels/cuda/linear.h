@@ -26,9 +26,6 @@ struct LinearFusion {
   const float* ln_weight = nullptr;
   const float* ln_bias = nullptr;
   float ln_eps = 1e-5f;
-  // ln_out (M, K), optional with the prologue: receives ln(x) as the product used it (the
-  // training step saves it for the weight gradients instead of a separate LayerNorm launch).
-  float* ln_out = nullptr;
   // Epilogue: residual (M, N), optional: added to x W^T + b; it may be y itself (each element
   // is read before it is written, by the same thread). Then y = GELU(...) (exact erf form) when
   // gelu; gelu_grad (M, N), optional, receives GELU' there (the backward's factor).
