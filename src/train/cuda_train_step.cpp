@@ -80,13 +80,23 @@ struct CudaTrainStep::Impl {
   CudaArena arena;
   cudaStream_t stream = nullptr;
   cudaEvent_t ev_start = nullptr, ev_stop = nullptr;
-  // The backward's weight gradients (dW, db) run on side_stream, beside the chain of data
-  // gradients on stream: forked after their dy is written, joined before dy's buffer is
-  // written again and at every stage's end. Same kernels, same bits; only the overlap differs.
-  // MINIGPT_TRAIN_OVERLAP=0 in the environment keeps everything on one stream (to measure).
-  bool overlap = true;
-  cudaStream_t side_stream = nullptr;
-  cudaEvent_t ev_fork = nullptr, ev_join = nullptr, ev_side = nullptr;
+  // Work off the chain of data gradients runs on side streams beside it: the backward's weight
+  // gradients (dW, db), the LayerNorms' parameter gradients (their sums of the partials the
+  // data kernel leaves), the loss's mean and the results' copy. Each is forked from stream
+  // after its inputs are written (the side streams taken in turn), and stream joins them all
+  // before a buffer they read is written again, at every stage's end and before the optimizer.
+  // Every such launch has its own scratch (grad_scratch, ln_partials), so the side streams
+  // never share one. Same kernels, same bits; only the overlap differs.
+  // MINIGPT_TRAIN_OVERLAP=0 in the environment keeps everything on one stream (to measure);
+  // MINIGPT_TRAIN_SIDE_STREAMS=n (1..kMaxSide, default 2) sets how many side streams;
+  // MINIGPT_TRAIN_LN_SPLIT=0 keeps each LayerNorm backward one launch on stream.
+  static constexpr int kMaxSide = 4;
+  bool overlap = true, ln_split = true;
+  int n_side = 2;
+  cudaStream_t side[kMaxSide] = {};
+  cudaEvent_t ev_fork = nullptr, ev_join[kMaxSide] = {};
+  bool side_busy[kMaxSide] = {};  // work enqueued since the last join
+  int next_side = 0;
   std::unique_ptr<cuda::Cublas> blas;
   CudaWeights w, g, m, v;  // each one flat run of slots: flat_* below
   float *flat_p = nullptr, *flat_g = nullptr, *flat_m = nullptr, *flat_v = nullptr;
@@ -94,7 +104,7 @@ struct CudaTrainStep::Impl {
   unsigned char* dev_batch = nullptr;
   unsigned char* host_batch = nullptr;  // pinned
   StepResults* host_results = nullptr;  // pinned
-  StepResults* results = nullptr;       // device: the graph's last copy reads it
+  StepResults* results = nullptr;       // device: the graph copies it to host_results beside AdamW
   float* x0 = nullptr;                  // (N, d) embedding output
   std::vector<LayerActs> layers;
   float *lnf = nullptr, *logits = nullptr;  // (N, d), (N, V); logits become dlogits in place
@@ -103,13 +113,17 @@ struct CudaTrainStep::Impl {
   cuda::GradNorm* norm = nullptr;
   double* partials = nullptr;
   float *dresid = nullptr, *dln = nullptr, *dqkv = nullptr, *dfc = nullptr;  // backward scratch
-  cuda::LayerNormGradScratch ln_scratch;  // layernorm_backward's per-block partials
+  cuda::LayerNormGradScratch ln_scratch;  // the one-launch layernorm_backward's (MINIGPT_TRAIN_LN_SPLIT=0)
+  std::vector<double*> ln_partials;       // one per LayerNorm backward of a step, in backward order
+  size_t next_ln = 0;
   cuda::AdamWChunk* chunks = nullptr;
   int64_t n_chunks = 0;
-  cuda::LinearGradScratch grad_scratch;  // linear_backward's split-row weight gradients
+  std::vector<cuda::LinearGradScratch> grad_scratch;  // one per Linear, in backward order
+  size_t next_grad = 0;
   GradHook hook;
   StageHook stage_hook;
   bool hooks_on = false;  // only while the step's graph is captured (not in the eager or phase paths)
+  bool copy_results = false;  // likewise: optimizer() copies the results to host_results
   StepWait wait;  // null: cudaStreamSynchronize
   cudaGraphExec_t exec = nullptr;
   size_t graph_nodes = 0;
@@ -133,11 +147,15 @@ struct CudaTrainStep::Impl {
     join_all();                 // the group's weight gradients are on stream too
     if (hooks_on && stage_hook) stage_hook(stage, stream);
   }
-  // Weight gradients of y = x W^T + b from dy, on the side stream (after stream's work so far).
-  // Returns nothing to wait on: join_weights() waits for every one enqueued so far.
+  // The next side stream, made to wait for stream's work so far (stream itself without overlap).
+  cudaStream_t fork();
+  // Weight gradients of y = x W^T + b from dy, on a side stream (after stream's work so far).
+  // Returns nothing to wait on: join_all() waits for every one enqueued so far.
   void weight_grads(const float* x, const float* dy, float* dW, float* db, int64_t in, int64_t out);
-  void join_weights();  // stream waits for the side stream's work enqueued so far
-  void join_all() { join_weights(); }
+  // dx (+)= LN'(dy) on stream; dweight, dbias on a side stream (or all in one launch).
+  void layernorm_grads(const float* dy, const float* x, const float* weight, float* dx, bool accumulate,
+                       float* dweight, float* dbias);
+  void join_all();  // stream waits for every side stream's work enqueued so far
   void capture();
 };
 
@@ -162,32 +180,34 @@ std::vector<std::pair<std::string, int64_t>> activation_slots(const ModelConfig&
   return s;
 }
 
-// The largest weight-gradient scratch any of the model's Linears needs (linear.h).
-cuda::LinearGradScratchSize grad_scratch_size(const ModelConfig& c, int64_t N) {
+// (in, out) of every Linear in the backward's order (the head, then per block from the last:
+// fc2, fc1, proj, qkv): each gets its own weight-gradient scratch (linear.h).
+std::vector<std::pair<int64_t, int64_t>> backward_linears(const ModelConfig& c) {
   const int64_t d = c.d_model, F = c.d_ff(), V = c.vocab_size;
-  cuda::LinearGradScratchSize m;
-  for (const auto& [in, out] : {std::pair{d, 3 * d}, {d, d}, {d, F}, {F, d}, {d, V}}) {
-    const cuda::LinearGradScratchSize s = cuda::linear_backward_scratch(N, in, out);
-    m.partial = std::max(m.partial, s.partial);
-    m.partial_db = std::max(m.partial_db, s.partial_db);
-    m.counters = std::max(m.counters, s.counters);
-  }
-  return m;
+  std::vector<std::pair<int64_t, int64_t>> out = {{d, V}};
+  for (int l = 0; l < c.n_layer; ++l)
+    for (const auto& io : {std::pair{F, d}, {d, F}, {d, d}, {d, 3 * d}}) out.push_back(io);
+  return out;
 }
+int64_t backward_layernorms(const ModelConfig& c) { return 2 * c.n_layer + 1; }
 
 size_t required_bytes(const ModelConfig& c, int64_t N, size_t batch_bytes, int64_t n_chunks) {
-  const cuda::LinearGradScratchSize g = grad_scratch_size(c, N);
   size_t bytes = 4 * CudaWeights::arena_bytes(c) + CudaArena::aligned(kCublasWorkspace) +
                  CudaArena::aligned(batch_bytes) +
                  CudaArena::aligned(static_cast<size_t>(N) * sizeof(double)) +
                  CudaArena::aligned(sizeof(StepResults)) +
                  CudaArena::aligned(cuda::kNormBlocks * sizeof(double)) +
                  CudaArena::aligned(static_cast<size_t>(n_chunks) * sizeof(cuda::AdamWChunk)) +
-                 CudaArena::aligned(static_cast<size_t>(g.partial) * sizeof(float)) +
-                 CudaArena::aligned(static_cast<size_t>(g.partial_db) * sizeof(double)) +
-                 CudaArena::aligned(static_cast<size_t>(g.counters) * sizeof(int)) +
-                 CudaArena::aligned(static_cast<size_t>(cuda::layernorm_backward_scratch(N, c.d_model)) * sizeof(double)) +
+                 (backward_layernorms(c) + 1) *
+                     CudaArena::aligned(static_cast<size_t>(cuda::layernorm_backward_scratch(N, c.d_model)) *
+                                        sizeof(double)) +
                  CudaArena::aligned(sizeof(int));
+  for (const auto& [in, out] : backward_linears(c)) {
+    const cuda::LinearGradScratchSize g = cuda::linear_backward_scratch(N, in, out);
+    bytes += CudaArena::aligned(static_cast<size_t>(g.partial) * sizeof(float)) +
+             CudaArena::aligned(static_cast<size_t>(g.partial_db) * sizeof(double)) +
+             CudaArena::aligned(static_cast<size_t>(g.counters) * sizeof(int));
+  }
   for (const auto& [name, n] : activation_slots(c, N))
     bytes += CudaArena::aligned(static_cast<size_t>(n) * sizeof(float));
   return bytes;
@@ -260,9 +280,13 @@ CudaTrainStep::Impl::Impl(const ModelConfig& config, const AdamWConfig& a, float
   check(cudaEventCreate(&ev_start), "cudaEventCreate");
   check(cudaEventCreate(&ev_stop), "cudaEventCreate");
   if (const char* e = std::getenv("MINIGPT_TRAIN_OVERLAP")) overlap = std::strcmp(e, "0") != 0;
-  check(cudaStreamCreateWithFlags(&side_stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  for (cudaEvent_t* e : {&ev_fork, &ev_join, &ev_side})
-    check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
+  if (const char* e = std::getenv("MINIGPT_TRAIN_LN_SPLIT")) ln_split = std::strcmp(e, "0") != 0;
+  if (const char* e = std::getenv("MINIGPT_TRAIN_SIDE_STREAMS")) n_side = std::clamp(std::atoi(e), 1, kMaxSide);
+  check(cudaEventCreateWithFlags(&ev_fork, cudaEventDisableTiming), "cudaEventCreate");
+  for (int i = 0; i < n_side; ++i) {
+    check(cudaStreamCreateWithFlags(&side[i], cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaEventCreateWithFlags(&ev_join[i], cudaEventDisableTiming), "cudaEventCreate");
+  }
   // Parameters, gradients, moments: four flat runs of slots, each zeroed once (padding too).
   w = CudaWeights::allocate(c, arena);
   g = CudaWeights::allocate(c, arena, "grad.");
@@ -296,12 +320,18 @@ CudaTrainStep::Impl::Impl(const ModelConfig& config, const AdamWConfig& a, float
                         cudaMemcpyHostToDevice, stream),
         "copy of the AdamW chunks");
 
-  grad_scratch.size = grad_scratch_size(c, N);
-  grad_scratch.partial = arena.floats(grad_scratch.size.partial, "weight-gradient partials");
-  grad_scratch.partial_db = arena.allocate_array<double>(grad_scratch.size.partial_db, "bias-gradient partials");
-  grad_scratch.counters = arena.allocate_array<int>(grad_scratch.size.counters, "weight-gradient counters");
-  check(cudaMemsetAsync(grad_scratch.counters, 0, static_cast<size_t>(grad_scratch.size.counters) * sizeof(int), stream),
-        "cudaMemset");
+  for (const auto& [in, out] : backward_linears(c)) {
+    cuda::LinearGradScratch gs;
+    gs.size = cuda::linear_backward_scratch(N, in, out);
+    gs.partial = arena.floats(gs.size.partial, "weight-gradient partials");
+    gs.partial_db = arena.allocate_array<double>(gs.size.partial_db, "bias-gradient partials");
+    gs.counters = arena.allocate_array<int>(gs.size.counters, "weight-gradient counters");
+    check(cudaMemsetAsync(gs.counters, 0, static_cast<size_t>(gs.size.counters) * sizeof(int), stream), "cudaMemset");
+    grad_scratch.push_back(gs);
+  }
+  for (int64_t i = 0; i < backward_layernorms(c); ++i)
+    ln_partials.push_back(arena.allocate_array<double>(cuda::layernorm_backward_scratch(N, c.d_model),
+                                                       "layernorm-gradient partials"));
 
   ln_scratch.partial_doubles = cuda::layernorm_backward_scratch(N, c.d_model);
   ln_scratch.partial = arena.allocate_array<double>(ln_scratch.partial_doubles, "layernorm-gradient partials");
@@ -329,11 +359,13 @@ CudaTrainStep::Impl::~Impl() {
   if (host_results) cudaFreeHost(host_results);
   if (ev_start) cudaEventDestroy(ev_start);
   if (ev_stop) cudaEventDestroy(ev_stop);
-  for (cudaEvent_t e : {ev_fork, ev_join, ev_side})
-    if (e) cudaEventDestroy(e);
-  if (side_stream) {
-    cudaStreamSynchronize(side_stream);
-    cudaStreamDestroy(side_stream);
+  if (ev_fork) cudaEventDestroy(ev_fork);
+  for (int i = 0; i < kMaxSide; ++i) {
+    if (ev_join[i]) cudaEventDestroy(ev_join[i]);
+    if (side[i]) {
+      cudaStreamSynchronize(side[i]);
+      cudaStreamDestroy(side[i]);
+    }
   }
   if (stream) cudaStreamDestroy(stream);
 }
@@ -367,40 +399,64 @@ void CudaTrainStep::Impl::forward() {
   }
   layernorm_forward(in, w.ln_f_weight, w.ln_f_bias, lnf, nullptr, nullptr, N, d, eps, s);
   linear_forward(lnf, w.lm_head_weight, w.lm_head_bias, logits, N, d, V, {}, s);
-  // loss and d(loss)/d(logits), in place
-  cross_entropy_forward_backward(logits, targets(), logits, row_loss, loss, N, V, s);
+  // d(loss)/d(logits) in place; the loss's mean off the backward's path
+  cross_entropy_rows_grad(logits, targets(), logits, row_loss, N, V, s);
+  cross_entropy_mean_loss(row_loss, targets(), loss, N, fork());
+}
+
+cudaStream_t CudaTrainStep::Impl::fork() {
+  if (!overlap) return stream;
+  const int i = next_side;
+  next_side = (next_side + 1) % n_side;
+  check(cudaEventRecord(ev_fork, stream), "cudaEventRecord (fork)");
+  check(cudaStreamWaitEvent(side[i], ev_fork, 0), "cudaStreamWaitEvent (fork)");
+  side_busy[i] = true;
+  return side[i];
+}
+
+void CudaTrainStep::Impl::join_all() {
+  for (int i = 0; i < n_side; ++i) {
+    if (!side_busy[i]) continue;  // nothing captured there since the last join
+    check(cudaEventRecord(ev_join[i], side[i]), "cudaEventRecord (join)");
+    check(cudaStreamWaitEvent(stream, ev_join[i], 0), "cudaStreamWaitEvent (join)");
+    side_busy[i] = false;
+  }
 }
 
 void CudaTrainStep::Impl::weight_grads(const float* x, const float* dy, float* dW, float* db, int64_t in,
                                        int64_t out) {
-  if (!overlap) {
-    cuda::linear_backward_weights(x, dy, dW, db, N, in, out, grad_scratch, stream);
-    return;
-  }
-  check(cudaEventRecord(ev_fork, stream), "cudaEventRecord (fork)");
-  check(cudaStreamWaitEvent(side_stream, ev_fork, 0), "cudaStreamWaitEvent (fork)");
-  cuda::linear_backward_weights(x, dy, dW, db, N, in, out, grad_scratch, side_stream);
+  MINIGPT_CHECK(next_grad < grad_scratch.size(), "CUDA training step: more weight gradients than scratches");
+  const cuda::LinearGradScratch& scratch = grad_scratch[next_grad++];
+  cuda::linear_backward_weights(x, dy, dW, db, N, in, out, scratch, fork());
 }
 
-void CudaTrainStep::Impl::join_weights() {
-  if (!overlap) return;
-  check(cudaEventRecord(ev_join, side_stream), "cudaEventRecord (join)");
-  check(cudaStreamWaitEvent(stream, ev_join, 0), "cudaStreamWaitEvent (join)");
+void CudaTrainStep::Impl::layernorm_grads(const float* dy, const float* x, const float* weight, float* dx,
+                                          bool accumulate, float* dweight, float* dbias) {
+  const int64_t d = c.d_model;
+  if (!ln_split) {
+    cuda::layernorm_backward(dy, x, weight, dx, accumulate, dweight, dbias, ln_scratch, N, d, c.layernorm_eps, stream);
+    return;
+  }
+  MINIGPT_CHECK(next_ln < ln_partials.size(), "CUDA training step: more LayerNorms than partial buffers");
+  double* partial = ln_partials[next_ln++];
+  cuda::layernorm_backward_data(dy, x, weight, dx, accumulate, partial, N, d, c.layernorm_eps, stream);
+  cuda::layernorm_backward_params(partial, dweight, dbias, N, d, fork());
 }
 
 // GrammarMiniGPT::backward's order of the data gradients; every gradient written once. The
-// weight gradients go to the side stream (weight_grads); dresid is read there by fc2's and
-// proj's, so the stream joins before layernorm_backward adds into dresid; dfc and dqkv are
-// written again only in the next block, after the stage's join.
+// weight gradients go to the side streams (weight_grads), as do the LayerNorms' parameter
+// gradients (layernorm_grads: they read only their own partials); dresid is read there by
+// fc2's and proj's, so the stream joins before a LayerNorm backward adds into dresid; dfc and
+// dqkv are written again only in the next block, after the stage's join.
 void CudaTrainStep::Impl::backward() {
   using namespace cuda;
   const int64_t d = c.d_model, F = c.d_ff(), V = c.vocab_size, P = c.block_size, NH = c.n_head;
-  const float eps = c.layernorm_eps;
   cudaStream_t s = stream;
+  next_grad = next_ln = 0;
   const float* in = layers.back().out;  // the last block's output: ln_f's input
   weight_grads(lnf, logits, g.lm_head_weight, g.lm_head_bias, d, V);
   linear_backward_data(*blas, w.lm_head_weight, logits, dln, N, d, V, s);
-  layernorm_backward(dln, in, w.ln_f_weight, dresid, false, g.ln_f_weight, g.ln_f_bias, ln_scratch, N, d, eps, s);
+  layernorm_grads(dln, in, w.ln_f_weight, dresid, false, g.ln_f_weight, g.ln_f_bias);
   stage_done(GrammarMiniGPT::kHeadStage);
   for (int l = c.n_layer - 1; l >= 0; --l) {
     const CudaBlockWeights& bw = w.blocks[static_cast<size_t>(l)];
@@ -411,19 +467,18 @@ void CudaTrainStep::Impl::backward() {
     weight_grads(L.gelu, dresid, bg.fc2_weight, bg.fc2_bias, F, d);
     linear_backward_data(*blas, bw.fc2_weight, dresid, dfc, N, F, d, s);
     gelu_backward_saved(L.gelu_grad, dfc, dfc, N * F, s);
-    join_weights();  // fc2's weight gradient has read dresid: layernorm_backward adds into it
+    join_all();  // fc2's weight gradient has read dresid: layernorm_grads adds into it
     weight_grads(L.ln2, dfc, bg.fc1_weight, bg.fc1_bias, d, F);
     linear_backward_data(*blas, bw.fc1_weight, dfc, dln, N, d, F, s);
-    layernorm_backward(dln, L.mid, bw.ln2_weight, dresid, true, bg.ln2_weight, bg.ln2_bias, ln_scratch, N, d, eps, s);
+    layernorm_grads(dln, L.mid, bw.ln2_weight, dresid, true, bg.ln2_weight, bg.ln2_bias);
     // mid = in + proj(attention(ln1(in)))
     weight_grads(L.att, dresid, bg.proj_weight, bg.proj_bias, d, d);
     linear_backward_data(*blas, bw.proj_weight, dresid, dln, N, d, d, s);
     attention_backward(dln, L.qkv, dqkv, B, T, d, NH, s);
-    join_weights();  // proj's weight gradient has read dresid
+    join_all();  // proj's weight gradient has read dresid
     weight_grads(L.ln1, dqkv, bg.qkv_weight, bg.qkv_bias, d, 3 * d);
     linear_backward_data(*blas, bw.qkv_weight, dqkv, dln, N, d, 3 * d, s);
-    layernorm_backward(dln, block_in, bw.ln1_weight, dresid, true, bg.ln1_weight, bg.ln1_bias, ln_scratch, N, d,
-                       eps, s);
+    layernorm_grads(dln, block_in, bw.ln1_weight, dresid, true, bg.ln1_weight, bg.ln1_bias);
     stage_done(l);
   }
   embedding_backward(dresid, ids(), g.wte, g.wpe, B, T, d, V, P, s);
@@ -433,7 +488,11 @@ void CudaTrainStep::Impl::backward() {
 void CudaTrainStep::Impl::optimizer() {
   if (hooks_on && hook) hook(flat_g, flat, stream);
   cuda::grad_norm(flat_g, flat, partials, clip, norm, stream);
+  if (copy_results)  // the loss and the norm to the host beside AdamW (which changes neither)
+    check(cudaMemcpyAsync(host_results, results, sizeof(StepResults), cudaMemcpyDeviceToHost, fork()),
+          "results copy");
   cuda::adamw(flat_p, flat_g, flat_m, flat_v, chunks, n_chunks, scalars(), norm, stream);
+  join_all();
 }
 
 void CudaTrainStep::Impl::capture() {
@@ -441,14 +500,13 @@ void CudaTrainStep::Impl::capture() {
   check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   try {
     check(cudaMemcpyAsync(dev_batch, host_batch, batch.bytes, cudaMemcpyHostToDevice, stream), "batch copy");
-    hooks_on = true;
+    hooks_on = copy_results = true;
     forward_backward();
     optimizer();
-    hooks_on = false;
-    check(cudaMemcpyAsync(host_results, results, sizeof(StepResults), cudaMemcpyDeviceToHost, stream),
-          "results copy");
+    hooks_on = copy_results = false;
   } catch (...) {
-    hooks_on = false;
+    hooks_on = copy_results = false;
+    std::fill(std::begin(side_busy), std::end(side_busy), false);
     cudaStreamEndCapture(stream, &graph);  // abandon the capture, then report the first error
     if (graph) cudaGraphDestroy(graph);
     cudaGetLastError();
@@ -578,7 +636,9 @@ std::vector<CudaTrainStep::PhaseTime> CudaTrainStep::profile_phases(int reps) {
     check(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
     try {
       (s.*run)();
+      s.join_all();  // the forward's loss mean is on a side stream
     } catch (...) {
+      std::fill(std::begin(s.side_busy), std::end(s.side_busy), false);
       cudaStreamEndCapture(s.stream, &graph);
       if (graph) cudaGraphDestroy(graph);
       cudaGetLastError();

@@ -56,6 +56,19 @@ TEST(CudaBackward, LayerNormMatchesCpu) {
     cuda::layernorm_backward(gdy.get(), gx.get(), gw.get(), gdx.get(), false, gdw.get(), nullptr, scratch, N, C,
                              1e-5f, nullptr);
     EXPECT_EQ(gdw.host(), dw1);  // the same bits again
+    {  // the two halves (data, then params from its partials): the same bits as the one launch
+      const auto dx1 = gdx.host(), db1 = gdb.host();
+      DeviceArray<float> hdx(std::vector<float>(N * C, NAN)), hdw(std::vector<float>(C, NAN)),
+          hdb(std::vector<float>(C, NAN));
+      DeviceArray<double> own(cuda::layernorm_backward_scratch(N, C));
+      cuda::layernorm_backward_data(gdy.get(), gx.get(), gw.get(), hdx.get(), false, own.get(), N, C, 1e-5f, nullptr);
+      cuda::layernorm_backward_params(own.get(), hdw.get(), hdb.get(), N, C, nullptr);
+      EXPECT_EQ(hdx.host(), dx1) << N << "x" << C;
+      EXPECT_EQ(hdw.host(), dw1) << N << "x" << C;
+      EXPECT_EQ(hdb.host(), db1) << N << "x" << C;
+      cuda::layernorm_backward_data(gdy.get(), gx.get(), gw.get(), hdx.get(), false, nullptr, N, C, 1e-5f, nullptr);
+      EXPECT_EQ(hdx.host(), dx1);  // dx alone
+    }
     // accumulate: dx += LN'(dy)
     auto base = random_vec(N * C, 5);
     DeviceArray<float> acc(base);
@@ -233,6 +246,9 @@ TEST(CudaBackward, BadSizesAreErrors) {
   EXPECT_ERROR(cuda::layernorm_backward(nullptr, nullptr, nullptr, nullptr, false, &dummy, nullptr, {}, 4, 4, 1e-5f,
                                         nullptr),
                "scratch");
+  EXPECT_ERROR(cuda::layernorm_backward_params(nullptr, &dummy, nullptr, 4, 4, nullptr), "no partials");
+  EXPECT_ERROR(cuda::layernorm_backward_data(nullptr, nullptr, nullptr, nullptr, false, nullptr, 4, 0, 1e-5f, nullptr),
+               "bad sizes");
 }
 
 }  // namespace

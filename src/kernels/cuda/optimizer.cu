@@ -43,26 +43,44 @@ __global__ void finish_norm(const double* __restrict__ partials, float max_norm,
   }
 }
 
-// One block per chunk. __fmul_rn / __fadd_rn / __fsqrt_rn / __fdiv_rn: no contraction into
-// fused multiply-adds, so each operation rounds as the CPU's adamw_update does.
-__global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g,
-                             float* __restrict__ m, float* __restrict__ v,
-                             const AdamWChunk* __restrict__ chunks,
-                             const AdamWScalars* __restrict__ sc, const GradNorm* __restrict__ gn) {
+// One block per chunk (kAdamWThreads threads, kAdamWUnroll elements each in flight: all of a
+// kAdamWChunk chunk's loads issued before the first update, instead of a latency per element).
+// __fmul_rn / __fadd_rn / __fsqrt_rn / __fdiv_rn: no contraction into fused multiply-adds, so
+// each operation rounds as the CPU's adamw_update does.
+constexpr int kAdamWThreads = 1024, kAdamWUnroll = 4;
+__global__ void __launch_bounds__(kAdamWThreads)
+    adamw_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
+                 float* __restrict__ v, const AdamWChunk* __restrict__ chunks,
+                 const AdamWScalars* __restrict__ sc, const GradNorm* __restrict__ gn) {
   const double norm = gn->norm;
   if (!isfinite(norm)) return;  // diverged: leave every parameter as it was
   const AdamWChunk ch = chunks[blockIdx.x];
   const AdamWScalars s = *sc;
   const float scale = gn->scale;
   const float decay = ch.decays ? s.decay : 1.0f;
-  for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += blockDim.x) {
-    const float gi = scale == 1.0f ? g[i] : __fmul_rn(g[i], scale);
-    const float mi = __fadd_rn(__fmul_rn(s.b1, m[i]), __fmul_rn(s.one_b1, gi));
-    const float vi = __fadd_rn(__fmul_rn(s.b2, v[i]), __fmul_rn(__fmul_rn(s.one_b2, gi), gi));
-    m[i] = mi;
-    v[i] = vi;
-    const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), s.inv_sqrt_bc2), s.eps);
-    p[i] = __fsub_rn(__fmul_rn(p[i], decay), __fdiv_rn(__fmul_rn(s.step_size, mi), denom));
+  for (int64_t i0 = ch.begin + threadIdx.x; i0 < ch.end; i0 += kAdamWUnroll * kAdamWThreads) {
+    float gv[kAdamWUnroll], mv[kAdamWUnroll], vv[kAdamWUnroll], pv[kAdamWUnroll];
+#pragma unroll
+    for (int u = 0; u < kAdamWUnroll; ++u) {
+      const int64_t i = i0 + u * kAdamWThreads;
+      const bool in = i < ch.end;
+      gv[u] = in ? g[i] : 0.0f;
+      mv[u] = in ? m[i] : 0.0f;
+      vv[u] = in ? v[i] : 0.0f;
+      pv[u] = in ? p[i] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kAdamWUnroll; ++u) {
+      const int64_t i = i0 + u * kAdamWThreads;
+      if (i >= ch.end) break;
+      const float gi = scale == 1.0f ? gv[u] : __fmul_rn(gv[u], scale);
+      const float mi = __fadd_rn(__fmul_rn(s.b1, mv[u]), __fmul_rn(s.one_b1, gi));
+      const float vi = __fadd_rn(__fmul_rn(s.b2, vv[u]), __fmul_rn(__fmul_rn(s.one_b2, gi), gi));
+      m[i] = mi;
+      v[i] = vi;
+      const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), s.inv_sqrt_bc2), s.eps);
+      p[i] = __fsub_rn(__fmul_rn(pv[u], decay), __fdiv_rn(__fmul_rn(s.step_size, mi), denom));
+    }
   }
 }
 
@@ -82,7 +100,7 @@ void adamw(float* params, const float* grads, float* m, float* v, const AdamWChu
            cudaStream_t stream) {
   MINIGPT_CUDA_REQUIRE(n_chunks >= 0 && n_chunks < (int64_t{1} << 31), "adamw: bad chunk count ", n_chunks);
   if (n_chunks == 0) return;
-  adamw_kernel<<<static_cast<unsigned>(n_chunks), kThreads, 0, stream>>>(params, grads, m, v, chunks,
+  adamw_kernel<<<static_cast<unsigned>(n_chunks), kAdamWThreads, 0, stream>>>(params, grads, m, v, chunks,
                                                                          scalars, norm);
   MINIGPT_CUDA_CHECK_LAUNCH();
 }
