@@ -83,20 +83,26 @@ struct CudaTrainStep::Impl {
   // Work off the chain of data gradients runs on side streams beside it: the backward's weight
   // gradients (dW, db), the LayerNorms' parameter gradients (their sums of the partials the
   // data kernel leaves), the loss's mean and the results' copy. Each is forked from stream
-  // after its inputs are written (the side streams taken in turn), and stream joins them all
-  // before a buffer they read is written again, at every stage's end and before the optimizer.
-  // Every such launch has its own scratch (grad_scratch, ln_partials), so the side streams
-  // never share one. Same kernels, same bits; only the overlap differs.
-  // MINIGPT_TRAIN_OVERLAP=0 in the environment keeps everything on one stream (to measure);
-  // MINIGPT_TRAIN_SIDE_STREAMS=n (1..kMaxSide, default 2) sets how many side streams;
-  // MINIGPT_TRAIN_LN_SPLIT=0 keeps each LayerNorm backward one launch on stream.
-  static constexpr int kMaxSide = 4;
-  bool overlap = true, ln_split = true;
+  // after its inputs are written (the side streams taken in turn). A weight gradient's launch
+  // gives a Ticket (an event after it) that stream awaits just before it writes that
+  // gradient's input again (backward() says which); join_all() waits for everything, at the end
+  // of the backward, and at each stage's end when a stage hook is set. Every side launch has
+  // its own scratch (grad_scratch, ln_partials), so side streams never share one. Same
+  // kernels, same bits; only the overlap differs. MINIGPT_TRAIN_OVERLAP=0 in the environment
+  // keeps everything on one stream (to measure); MINIGPT_TRAIN_SIDE_STREAMS=n (1..kMaxSide,
+  // default 2) sets how many side streams.
+  static constexpr int kMaxSide = 4, kTickets = 64;
+  bool overlap = true;
   int n_side = 2;
   cudaStream_t side[kMaxSide] = {};
   cudaEvent_t ev_fork = nullptr, ev_join[kMaxSide] = {};
   bool side_busy[kMaxSide] = {};  // work enqueued since the last join
   int next_side = 0;
+  cudaEvent_t tickets[kTickets] = {};  // recorded in turn: fewer side launches per step than these
+  int next_ticket = 0;
+  struct Ticket {
+    cudaEvent_t done = nullptr;  // null: nothing to wait for (the launch was on stream)
+  };
   std::unique_ptr<cuda::Cublas> blas;
   CudaWeights w, g, m, v;  // each one flat run of slots: flat_* below
   float *flat_p = nullptr, *flat_g = nullptr, *flat_m = nullptr, *flat_v = nullptr;
@@ -113,7 +119,7 @@ struct CudaTrainStep::Impl {
   cuda::GradNorm* norm = nullptr;
   double* partials = nullptr;
   float *dresid = nullptr, *dln = nullptr, *dqkv = nullptr, *dfc = nullptr;  // backward scratch
-  cuda::LayerNormGradScratch ln_scratch;  // the one-launch layernorm_backward's (MINIGPT_TRAIN_LN_SPLIT=0)
+  float* dresid_b = nullptr;  // the residual stream's gradient alternates between dresid and dresid_b
   std::vector<double*> ln_partials;       // one per LayerNorm backward of a step, in backward order
   size_t next_ln = 0;
   cuda::AdamWChunk* chunks = nullptr;
@@ -144,16 +150,19 @@ struct CudaTrainStep::Impl {
   void backward();  // every gradient
   void optimizer();         // enqueues the hook, the norm and AdamW
   void stage_done(int stage) {  // the backward's groups of gradients (data parallel's buckets)
-    join_all();                 // the group's weight gradients are on stream too
-    if (hooks_on && stage_hook) stage_hook(stage, stream);
+    if (!(hooks_on && stage_hook)) return;
+    join_all();  // the group's side work is on stream too
+    stage_hook(stage, stream);
   }
   // The next side stream, made to wait for stream's work so far (stream itself without overlap).
   cudaStream_t fork();
-  // Weight gradients of y = x W^T + b from dy, on a side stream (after stream's work so far).
-  // Returns nothing to wait on: join_all() waits for every one enqueued so far.
-  void weight_grads(const float* x, const float* dy, float* dW, float* db, int64_t in, int64_t out);
-  // dx (+)= LN'(dy) on stream; dweight, dbias on a side stream (or all in one launch).
-  void layernorm_grads(const float* dy, const float* x, const float* weight, float* dx, bool accumulate,
+  // Weight gradients of y = x W^T + b from dy, on a side stream (after stream's work so far):
+  // await() the ticket before x or dy is written again.
+  Ticket weight_grads(const float* x, const float* dy, float* dW, float* db, int64_t in, int64_t out);
+  void await(Ticket t);
+  // dx = add + LN'(dy) on stream (add null: LN'(dy)); dweight, dbias on a side stream, from
+  // partials of their own (nothing there to wait for but the optimizer's join).
+  void layernorm_grads(const float* dy, const float* x, const float* weight, float* dx, const float* add,
                        float* dweight, float* dbias);
   void join_all();  // stream waits for every side stream's work enqueued so far
   void capture();
@@ -174,7 +183,7 @@ std::vector<std::pair<std::string, int64_t>> activation_slots(const ModelConfig&
       s.emplace_back(p + name, n);
   }
   for (const auto& [name, n] : std::vector<std::pair<const char*, int64_t>>{
-           {"lnf", N * d}, {"logits", N * V}, {"dresid", N * d}, {"dln", N * d},
+           {"lnf", N * d}, {"logits", N * V}, {"dresid", N * d}, {"dresid_b", N * d}, {"dln", N * d},
            {"dqkv", N * 3 * d}, {"dfc", N * F}})
     s.emplace_back(name, n);
   return s;
@@ -198,10 +207,9 @@ size_t required_bytes(const ModelConfig& c, int64_t N, size_t batch_bytes, int64
                  CudaArena::aligned(sizeof(StepResults)) +
                  CudaArena::aligned(cuda::kNormBlocks * sizeof(double)) +
                  CudaArena::aligned(static_cast<size_t>(n_chunks) * sizeof(cuda::AdamWChunk)) +
-                 (backward_layernorms(c) + 1) *
+                 backward_layernorms(c) *
                      CudaArena::aligned(static_cast<size_t>(cuda::layernorm_backward_scratch(N, c.d_model)) *
-                                        sizeof(double)) +
-                 CudaArena::aligned(sizeof(int));
+                                        sizeof(double));
   for (const auto& [in, out] : backward_linears(c)) {
     const cuda::LinearGradScratchSize g = cuda::linear_backward_scratch(N, in, out);
     bytes += CudaArena::aligned(static_cast<size_t>(g.partial) * sizeof(float)) +
@@ -280,9 +288,9 @@ CudaTrainStep::Impl::Impl(const ModelConfig& config, const AdamWConfig& a, float
   check(cudaEventCreate(&ev_start), "cudaEventCreate");
   check(cudaEventCreate(&ev_stop), "cudaEventCreate");
   if (const char* e = std::getenv("MINIGPT_TRAIN_OVERLAP")) overlap = std::strcmp(e, "0") != 0;
-  if (const char* e = std::getenv("MINIGPT_TRAIN_LN_SPLIT")) ln_split = std::strcmp(e, "0") != 0;
   if (const char* e = std::getenv("MINIGPT_TRAIN_SIDE_STREAMS")) n_side = std::clamp(std::atoi(e), 1, kMaxSide);
   check(cudaEventCreateWithFlags(&ev_fork, cudaEventDisableTiming), "cudaEventCreate");
+  for (cudaEvent_t& e : tickets) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
   for (int i = 0; i < n_side; ++i) {
     check(cudaStreamCreateWithFlags(&side[i], cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaEventCreateWithFlags(&ev_join[i], cudaEventDisableTiming), "cudaEventCreate");
@@ -333,10 +341,6 @@ CudaTrainStep::Impl::Impl(const ModelConfig& config, const AdamWConfig& a, float
     ln_partials.push_back(arena.allocate_array<double>(cuda::layernorm_backward_scratch(N, c.d_model),
                                                        "layernorm-gradient partials"));
 
-  ln_scratch.partial_doubles = cuda::layernorm_backward_scratch(N, c.d_model);
-  ln_scratch.partial = arena.allocate_array<double>(ln_scratch.partial_doubles, "layernorm-gradient partials");
-  ln_scratch.counter = arena.allocate_array<int>(1, "layernorm-gradient counter");
-  check(cudaMemsetAsync(ln_scratch.counter, 0, sizeof(int), stream), "cudaMemset");
 
   std::vector<float*> acts;
   for (const auto& [name, n] : activation_slots(c, N)) acts.push_back(arena.floats(n, name));
@@ -347,7 +351,7 @@ CudaTrainStep::Impl::Impl(const ModelConfig& config, const AdamWConfig& a, float
     for (float** p : {&L.ln1, &L.qkv, &L.att, &L.mid, &L.ln2, &L.gelu, &L.gelu_grad, &L.out}) *p = acts[i++];
     layers.push_back(L);
   }
-  for (float** p : {&lnf, &logits, &dresid, &dln, &dqkv, &dfc}) *p = acts[i++];
+  for (float** p : {&lnf, &logits, &dresid, &dresid_b, &dln, &dqkv, &dfc}) *p = acts[i++];
   check(cudaStreamSynchronize(stream), "initialising the training arena");
 }
 
@@ -360,6 +364,8 @@ CudaTrainStep::Impl::~Impl() {
   if (ev_start) cudaEventDestroy(ev_start);
   if (ev_stop) cudaEventDestroy(ev_stop);
   if (ev_fork) cudaEventDestroy(ev_fork);
+  for (cudaEvent_t e : tickets)
+    if (e) cudaEventDestroy(e);
   for (int i = 0; i < kMaxSide; ++i) {
     if (ev_join[i]) cudaEventDestroy(ev_join[i]);
     if (side[i]) {
@@ -423,65 +429,83 @@ void CudaTrainStep::Impl::join_all() {
   }
 }
 
-void CudaTrainStep::Impl::weight_grads(const float* x, const float* dy, float* dW, float* db, int64_t in,
-                                       int64_t out) {
+CudaTrainStep::Impl::Ticket CudaTrainStep::Impl::weight_grads(const float* x, const float* dy, float* dW, float* db,
+                                                              int64_t in, int64_t out) {
   MINIGPT_CHECK(next_grad < grad_scratch.size(), "CUDA training step: more weight gradients than scratches");
   const cuda::LinearGradScratch& scratch = grad_scratch[next_grad++];
-  cuda::linear_backward_weights(x, dy, dW, db, N, in, out, scratch, fork());
+  const cudaStream_t on = fork();
+  cuda::linear_backward_weights(x, dy, dW, db, N, in, out, scratch, on);
+  if (on == stream) return {};
+  const cudaEvent_t done = tickets[next_ticket];
+  next_ticket = (next_ticket + 1) % kTickets;
+  check(cudaEventRecord(done, on), "cudaEventRecord (ticket)");
+  return {done};
+}
+
+void CudaTrainStep::Impl::await(Ticket t) {
+  if (t.done) check(cudaStreamWaitEvent(stream, t.done, 0), "cudaStreamWaitEvent (ticket)");
 }
 
 void CudaTrainStep::Impl::layernorm_grads(const float* dy, const float* x, const float* weight, float* dx,
-                                          bool accumulate, float* dweight, float* dbias) {
+                                          const float* add, float* dweight, float* dbias) {
   const int64_t d = c.d_model;
-  if (!ln_split) {
-    cuda::layernorm_backward(dy, x, weight, dx, accumulate, dweight, dbias, ln_scratch, N, d, c.layernorm_eps, stream);
-    return;
-  }
   MINIGPT_CHECK(next_ln < ln_partials.size(), "CUDA training step: more LayerNorms than partial buffers");
   double* partial = ln_partials[next_ln++];
-  cuda::layernorm_backward_data(dy, x, weight, dx, accumulate, partial, N, d, c.layernorm_eps, stream);
+  cuda::layernorm_backward_data(dy, x, weight, dx, add, partial, N, d, c.layernorm_eps, stream);
   cuda::layernorm_backward_params(partial, dweight, dbias, N, d, fork());
 }
 
 // GrammarMiniGPT::backward's order of the data gradients; every gradient written once. The
-// weight gradients go to the side streams (weight_grads), as do the LayerNorms' parameter
-// gradients (layernorm_grads: they read only their own partials); dresid is read there by
-// fc2's and proj's, so the stream joins before a LayerNorm backward adds into dresid; dfc and
-// dqkv are written again only in the next block, after the stage's join.
+// weight gradients and the LayerNorms' parameter gradients go to the side streams; stream
+// waits for a weight gradient's ticket just before it overwrites that launch's input. The
+// residual stream's gradient alternates between two buffers (A = dresid, B = dresid_b: each
+// LayerNorm backward reads one and writes the other), so a weight gradient still reading A
+// holds up only the write of A after the next one. Per block (the previous block's tickets
+// from the one after it in the model, run before it here):
+//   fc2's dW reads A                 -> waited for before ln1's backward writes A
+//   fc2's dx writes dfc              <- after the previous block's fc1 dW (reads dfc)
+//   ln2's backward writes B          <- after the previous block's proj dW (reads B)
+//   attention's backward writes dqkv <- after the previous block's qkv dW (reads dqkv)
+// dln is read only on stream. backward() ends with join_all(): every gradient is final.
 void CudaTrainStep::Impl::backward() {
   using namespace cuda;
   const int64_t d = c.d_model, F = c.d_ff(), V = c.vocab_size, P = c.block_size, NH = c.n_head;
   cudaStream_t s = stream;
   next_grad = next_ln = 0;
+  float *A = dresid, *Bgrad = dresid_b;
   const float* in = layers.back().out;  // the last block's output: ln_f's input
-  weight_grads(lnf, logits, g.lm_head_weight, g.lm_head_bias, d, V);
+  weight_grads(lnf, logits, g.lm_head_weight, g.lm_head_bias, d, V);  // logits are not written again
   linear_backward_data(*blas, w.lm_head_weight, logits, dln, N, d, V, s);
-  layernorm_grads(dln, in, w.ln_f_weight, dresid, false, g.ln_f_weight, g.ln_f_bias);
+  layernorm_grads(dln, in, w.ln_f_weight, A, nullptr, g.ln_f_weight, g.ln_f_bias);
   stage_done(GrammarMiniGPT::kHeadStage);
+  Ticket fc1_prev, proj_prev, qkv_prev;
   for (int l = c.n_layer - 1; l >= 0; --l) {
     const CudaBlockWeights& bw = w.blocks[static_cast<size_t>(l)];
     const CudaBlockWeights& bg = g.blocks[static_cast<size_t>(l)];
     const LayerActs& L = layers[static_cast<size_t>(l)];
     const float* block_in = l == 0 ? x0 : layers[static_cast<size_t>(l) - 1].out;
-    // out = mid + fc2(gelu(fc1(ln2(mid))))
-    weight_grads(L.gelu, dresid, bg.fc2_weight, bg.fc2_bias, F, d);
-    linear_backward_data(*blas, bw.fc2_weight, dresid, dfc, N, F, d, s);
+    // out = mid + fc2(gelu(fc1(ln2(mid)))): the gradient at out is in A
+    const Ticket fc2 = weight_grads(L.gelu, A, bg.fc2_weight, bg.fc2_bias, F, d);
+    await(fc1_prev);
+    linear_backward_data(*blas, bw.fc2_weight, A, dfc, N, F, d, s);
     gelu_backward_saved(L.gelu_grad, dfc, dfc, N * F, s);
-    join_all();  // fc2's weight gradient has read dresid: layernorm_grads adds into it
-    weight_grads(L.ln2, dfc, bg.fc1_weight, bg.fc1_bias, d, F);
+    fc1_prev = weight_grads(L.ln2, dfc, bg.fc1_weight, bg.fc1_bias, d, F);
     linear_backward_data(*blas, bw.fc1_weight, dfc, dln, N, d, F, s);
-    layernorm_grads(dln, L.mid, bw.ln2_weight, dresid, true, bg.ln2_weight, bg.ln2_bias);
-    // mid = in + proj(attention(ln1(in)))
-    weight_grads(L.att, dresid, bg.proj_weight, bg.proj_bias, d, d);
-    linear_backward_data(*blas, bw.proj_weight, dresid, dln, N, d, d, s);
+    await(proj_prev);
+    layernorm_grads(dln, L.mid, bw.ln2_weight, Bgrad, A, bg.ln2_weight, bg.ln2_bias);
+    // mid = in + proj(attention(ln1(in))): the gradient at mid is in B
+    proj_prev = weight_grads(L.att, Bgrad, bg.proj_weight, bg.proj_bias, d, d);
+    linear_backward_data(*blas, bw.proj_weight, Bgrad, dln, N, d, d, s);
+    await(qkv_prev);
     attention_backward(dln, L.qkv, dqkv, B, T, d, NH, s);
-    join_all();  // proj's weight gradient has read dresid
-    weight_grads(L.ln1, dqkv, bg.qkv_weight, bg.qkv_bias, d, 3 * d);
+    qkv_prev = weight_grads(L.ln1, dqkv, bg.qkv_weight, bg.qkv_bias, d, 3 * d);
     linear_backward_data(*blas, bw.qkv_weight, dqkv, dln, N, d, 3 * d, s);
-    layernorm_grads(dln, block_in, bw.ln1_weight, dresid, true, bg.ln1_weight, bg.ln1_bias);
+    await(fc2);
+    layernorm_grads(dln, block_in, bw.ln1_weight, A, Bgrad, bg.ln1_weight, bg.ln1_bias);  // the gradient at in: A
     stage_done(l);
   }
-  embedding_backward(dresid, ids(), g.wte, g.wpe, B, T, d, V, P, s);
+  embedding_backward(A, ids(), g.wte, g.wpe, B, T, d, V, P, s);
+  join_all();  // every gradient final before the hooks and the optimizer
   stage_done(GrammarMiniGPT::kEmbeddingStage);
 }
 

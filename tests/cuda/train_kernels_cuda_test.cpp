@@ -61,13 +61,21 @@ TEST(CudaBackward, LayerNormMatchesCpu) {
       DeviceArray<float> hdx(std::vector<float>(N * C, NAN)), hdw(std::vector<float>(C, NAN)),
           hdb(std::vector<float>(C, NAN));
       DeviceArray<double> own(cuda::layernorm_backward_scratch(N, C));
-      cuda::layernorm_backward_data(gdy.get(), gx.get(), gw.get(), hdx.get(), false, own.get(), N, C, 1e-5f, nullptr);
+      cuda::layernorm_backward_data(gdy.get(), gx.get(), gw.get(), hdx.get(), nullptr, own.get(), N, C, 1e-5f, nullptr);
       cuda::layernorm_backward_params(own.get(), hdw.get(), hdb.get(), N, C, nullptr);
       EXPECT_EQ(hdx.host(), dx1) << N << "x" << C;
       EXPECT_EQ(hdw.host(), dw1) << N << "x" << C;
       EXPECT_EQ(hdb.host(), db1) << N << "x" << C;
-      cuda::layernorm_backward_data(gdy.get(), gx.get(), gw.get(), hdx.get(), false, nullptr, N, C, 1e-5f, nullptr);
+      cuda::layernorm_backward_data(gdy.get(), gx.get(), gw.get(), hdx.get(), nullptr, nullptr, N, C, 1e-5f, nullptr);
       EXPECT_EQ(hdx.host(), dx1);  // dx alone
+      // out of place: dx = add + LN'(dy), add left as it was
+      const auto addv = random_vec(N * C, 6);
+      DeviceArray<float> gadd(addv);
+      cuda::layernorm_backward_data(gdy.get(), gx.get(), gw.get(), hdx.get(), gadd.get(), nullptr, N, C, 1e-5f, nullptr);
+      auto want = addv;
+      for (int64_t i = 0; i < N * C; ++i) want[i] += dx1[i];
+      EXPECT_EQ(hdx.host(), want);
+      EXPECT_EQ(gadd.host(), addv);
     }
     // accumulate: dx += LN'(dy)
     auto base = random_vec(N * C, 5);
@@ -247,7 +255,7 @@ TEST(CudaBackward, BadSizesAreErrors) {
                                         nullptr),
                "scratch");
   EXPECT_ERROR(cuda::layernorm_backward_params(nullptr, &dummy, nullptr, 4, 4, nullptr), "no partials");
-  EXPECT_ERROR(cuda::layernorm_backward_data(nullptr, nullptr, nullptr, nullptr, false, nullptr, 4, 0, 1e-5f, nullptr),
+  EXPECT_ERROR(cuda::layernorm_backward_data(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 4, 0, 1e-5f, nullptr),
                "bad sizes");
 }
 

@@ -34,7 +34,7 @@ __device__ __forceinline__ void sum_partials(const double* partial, float* dweig
 }
 
 __global__ void layernorm_backward_kernel(const float* __restrict__ dy, const float* __restrict__ x,
-                                          const float* __restrict__ w, float* dx, bool accumulate,
+                                          const float* __restrict__ w, float* dx, const float* add,
                                           float* dweight, float* dbias, double* partial, int* counter,
                                           int N, int C, float eps) {
   extern __shared__ double sm[];  // [2][kRowsPerBlock][C]
@@ -71,7 +71,7 @@ __global__ void layernorm_backward_kernel(const float* __restrict__ dy, const fl
     for (int c = lane; c < C; c += 32) {
       const float xhat = (xr[c] - mf) * rf;
       const float v = rf * (dyr[c] * w[c] - mg - xhat * mgx);
-      dxr[c] = accumulate ? dxr[c] + v : v;
+      dxr[c] = add ? add[static_cast<int64_t>(row) * C + c] + v : v;  // add may be dx itself
       if (params) {
         pw[c] = static_cast<double>(dyr[c]) * xhat;
         pb[c] = dyr[c];
@@ -123,7 +123,7 @@ void check_backward_sizes(int64_t N, int64_t C) {
 }
 
 // One launch of the row kernel; counter null: the partials are left for layernorm_backward_params.
-void launch_rows(const float* dy, const float* x, const float* weight, float* dx, bool accumulate,
+void launch_rows(const float* dy, const float* x, const float* weight, float* dx, const float* add,
                  float* dweight, float* dbias, double* partial, int* counter, int64_t N, int64_t C, float eps,
                  cudaStream_t stream) {
   const int64_t bytes = partial ? smem_bytes(C) : 0;
@@ -131,7 +131,7 @@ void launch_rows(const float* dy, const float* x, const float* weight, float* dx
   detail::allow_shared_memory(layernorm_backward_kernel, bytes, cat("layernorm_backward: C=", C).c_str());
   layernorm_backward_kernel<<<static_cast<unsigned>(blocks_for(N)), dim3(32, kRowsPerBlock),
                               static_cast<size_t>(bytes), stream>>>(
-      dy, x, weight, dx, accumulate, dweight, dbias, partial, counter, static_cast<int>(N), static_cast<int>(C), eps);
+      dy, x, weight, dx, add, dweight, dbias, partial, counter, static_cast<int>(N), static_cast<int>(C), eps);
   MINIGPT_CUDA_CHECK_LAUNCH();
 }
 }  // namespace
@@ -146,15 +146,15 @@ void layernorm_backward(const float* dy, const float* x, const float* weight, fl
   MINIGPT_CUDA_REQUIRE(!params || (scratch.partial && scratch.counter &&
                                    scratch.partial_doubles >= layernorm_backward_scratch(N, C)),
                        "layernorm_backward: the scratch is missing or too small for N=", N, " C=", C);
-  launch_rows(dy, x, weight, dx, accumulate, dweight, dbias, params ? scratch.partial : nullptr, scratch.counter, N, C,
-              eps, stream);
+  launch_rows(dy, x, weight, dx, accumulate ? dx : nullptr, dweight, dbias, params ? scratch.partial : nullptr,
+              scratch.counter, N, C, eps, stream);
 }
 
-void layernorm_backward_data(const float* dy, const float* x, const float* weight, float* dx, bool accumulate,
+void layernorm_backward_data(const float* dy, const float* x, const float* weight, float* dx, const float* add,
                              double* partial, int64_t N, int64_t C, float eps, cudaStream_t stream) {
   check_backward_sizes(N, C);
   if (N == 0) return;
-  launch_rows(dy, x, weight, dx, accumulate, nullptr, nullptr, partial, nullptr, N, C, eps, stream);
+  launch_rows(dy, x, weight, dx, add, nullptr, nullptr, partial, nullptr, N, C, eps, stream);
 }
 
 void layernorm_backward_params(const double* partial, float* dweight, float* dbias, int64_t N, int64_t C,
