@@ -205,7 +205,7 @@ size_t required_bytes(const ModelConfig& c, int64_t N, size_t batch_bytes, int64
                  CudaArena::aligned(batch_bytes) +
                  CudaArena::aligned(static_cast<size_t>(N) * sizeof(double)) +
                  CudaArena::aligned(sizeof(StepResults)) +
-                 CudaArena::aligned(cuda::kNormBlocks * sizeof(double)) +
+                 CudaArena::aligned(cuda::kNormScratch * sizeof(double)) +
                  CudaArena::aligned(static_cast<size_t>(n_chunks) * sizeof(cuda::AdamWChunk)) +
                  backward_layernorms(c) *
                      CudaArena::aligned(static_cast<size_t>(cuda::layernorm_backward_scratch(N, c.d_model)) *
@@ -320,7 +320,8 @@ CudaTrainStep::Impl::Impl(const ModelConfig& config, const AdamWConfig& a, float
   results = arena.allocate_array<StepResults>(1, "step results");
   norm = &results->norm;
   loss = &results->loss;
-  partials = arena.allocate_array<double>(cuda::kNormBlocks, "grad_norm partials");
+  partials = arena.allocate_array<double>(cuda::kNormScratch, "grad_norm partials");
+  check(cudaMemsetAsync(partials, 0, cuda::kNormScratch * sizeof(double), stream), "cudaMemset");
   const std::vector<cuda::AdamWChunk> host_chunks = adamw_chunks(c, offsets);
   n_chunks = static_cast<int64_t>(host_chunks.size());
   chunks = arena.allocate_array<cuda::AdamWChunk>(n_chunks, "adamw chunks");

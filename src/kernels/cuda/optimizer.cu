@@ -8,11 +8,30 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// Stage 2, the finishing: one warp adds the kNormBlocks partials in order of lane then a fixed
+// shuffle tree, and writes the norm and the clip factor.
+__device__ void finish_norm(const double* partials, float max_norm, GradNorm* out) {
+  double s = 0.0;
+  for (int i = threadIdx.x; i < kNormBlocks; i += 32) s += __ldcg(partials + i);  // other blocks wrote them
+  s = detail::warp_sum(s);
+  if (threadIdx.x == 0) {
+    const double norm = sqrt(s);
+    out->norm = norm;
+    // as clip_grad_norm (train/adamw.cpp) and torch.nn.utils.clip_grad_norm_
+    out->scale = max_norm > 0.0f && norm > max_norm
+                     ? static_cast<float>(static_cast<double>(max_norm) / (norm + 1e-6))
+                     : 1.0f;
+  }
+}
+
 // Stage 1: block b sums x^2 over the grid-stride elements it owns, in double; the block's 256
 // partials are added in a fixed tree. The grid is always kNormBlocks: the order never depends
-// on the device.
-__global__ void sum_squares(const float* __restrict__ x, int64_t n, double* __restrict__ partials) {
+// on the device. The last block to finish (a counter after __threadfence, in the scratch's
+// last slot) runs stage 2 and leaves the counter 0: one launch, graph replays need no memset.
+__global__ void sum_squares(const float* __restrict__ x, int64_t n, double* __restrict__ partials,
+                            float max_norm, GradNorm* out) {
   __shared__ double part[kThreads];
+  __shared__ bool last;
   double s = 0.0;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < n;
        i += static_cast<int64_t>(kNormBlocks) * kThreads) {
@@ -25,22 +44,17 @@ __global__ void sum_squares(const float* __restrict__ x, int64_t n, double* __re
     if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
     __syncthreads();
   }
-  if (threadIdx.x == 0) partials[blockIdx.x] = part[0];
-}
-
-// Stage 2: one warp adds the partials in order of lane then a fixed shuffle tree.
-__global__ void finish_norm(const double* __restrict__ partials, float max_norm, GradNorm* out) {
-  double s = 0.0;
-  for (int i = threadIdx.x; i < kNormBlocks; i += 32) s += partials[i];
-  s = detail::warp_sum(s);
+  unsigned* counter = reinterpret_cast<unsigned*>(partials + kNormBlocks);
   if (threadIdx.x == 0) {
-    const double norm = sqrt(s);
-    out->norm = norm;
-    // as clip_grad_norm (train/adamw.cpp) and torch.nn.utils.clip_grad_norm_
-    out->scale = max_norm > 0.0f && norm > max_norm
-                     ? static_cast<float>(static_cast<double>(max_norm) / (norm + 1e-6))
-                     : 1.0f;
+    partials[blockIdx.x] = part[0];
+    __threadfence();  // publish the partial before counting this block in
+    last = atomicAdd(counter, 1u) == static_cast<unsigned>(kNormBlocks - 1);
   }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (threadIdx.x < 32) finish_norm(partials, max_norm, out);
+  if (threadIdx.x == 0) *counter = 0;  // ready for the next call (or graph replay)
 }
 
 // One block per chunk (kAdamWThreads threads, kAdamWUnroll elements each in flight: all of a
@@ -89,9 +103,7 @@ __global__ void __launch_bounds__(kAdamWThreads)
 void grad_norm(const float* grads, int64_t n, double* partials, float max_norm, GradNorm* out,
                cudaStream_t stream) {
   MINIGPT_CUDA_REQUIRE(n >= 0, "grad_norm: negative size ", n);
-  sum_squares<<<kNormBlocks, kThreads, 0, stream>>>(grads, n, partials);
-  MINIGPT_CUDA_CHECK_LAUNCH();
-  finish_norm<<<1, 32, 0, stream>>>(partials, max_norm, out);
+  sum_squares<<<kNormBlocks, kThreads, 0, stream>>>(grads, n, partials, max_norm, out);
   MINIGPT_CUDA_CHECK_LAUNCH();
 }
 
