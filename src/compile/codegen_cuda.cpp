@@ -112,6 +112,21 @@ class RowwiseCuda {
 
   std::string generate(CudaLaunch& launch);
 
+  // As a GEMM's prologue (generate_prologue_gemm): the row's tensor `x` (the matmul's input) is
+  // stored to the shared-memory row `smem_row` (`smem_row[c]`), and the stores of the other
+  // outputs (read by later kernels) happen only where `store_guard` holds (one column tile).
+  void as_prologue(int x, std::string smem_row, std::string store_guard) {
+    smem_x_ = x;
+    smem_row_ = std::move(smem_row);
+    store_guard_ = std::move(store_guard);
+  }
+  // The statements of one row: `lane` (its place in the row) and `r` (the row) defined before.
+  std::string body();
+  // The kernel's pointer parameters (reads, then writes other than a prologue's x), their
+  // comment lines, and the tensors bound to them (the launch's args).
+  void parameters(std::vector<std::string>& sig, std::vector<std::string>& params, std::vector<int>& args) const;
+  int threads_per_row() const { return tpr_; }
+
  private:
   bool is_row(int node) const {
     const Node& n = g_.nodes[static_cast<size_t>(node)];
@@ -222,21 +237,28 @@ class RowwiseCuda {
   std::map<int, std::string> ptr_, out_;
   std::set<int> in_group_;
   std::set<int> computed_;  // element nodes whose values are in registers
+  int smem_x_ = -1;          // as_prologue: the tensor stored to shared memory
+  std::string smem_row_, store_guard_;
 };
+
+void RowwiseCuda::parameters(std::vector<std::string>& sig, std::vector<std::string>& params, std::vector<int>& args) const {
+  for (int t : k_.reads) {
+    const TensorInfo& ti = g_.tensor(t);
+    sig.push_back(fmt::format("const {}* __restrict__ {}", ti.dtype == DType::I32 ? "int" : "float", ptr_.at(t)));
+    params.push_back(fmt::format("{} = {}", ptr_.at(t), describe(g_, t)));
+    args.push_back(t);
+  }
+  for (int t : k_.writes) {
+    if (t == smem_x_) continue;
+    sig.push_back(fmt::format("float* __restrict__ {}", out_.at(t)));
+    params.push_back(fmt::format("{} = {}", out_.at(t), describe(g_, t)));
+    args.push_back(t);
+  }
+}
 
 std::string RowwiseCuda::generate(CudaLaunch& launch) {
   std::vector<std::string> params, sig;
-  for (int t : k_.reads) {
-    const TensorInfo& ti = g_.tensor(t);
-    sig.push_back(fmt::format("const {}* __restrict__ {}", ti.dtype == DType::I32 ? "int" : "float", ptr_[t]));
-    params.push_back(fmt::format("{} = {}", ptr_[t], describe(g_, t)));
-    launch.args.push_back(t);
-  }
-  for (int t : k_.writes) {
-    sig.push_back(fmt::format("float* __restrict__ {}", out_[t]));
-    params.push_back(fmt::format("{} = {}", out_[t], describe(g_, t)));
-    launch.args.push_back(t);
-  }
+  parameters(sig, params, launch.args);
   const int block = tpr_ * rpb_;
   launch.function = k_.name;
   launch.block = block;
@@ -253,6 +275,12 @@ std::string RowwiseCuda::generate(CudaLaunch& launch) {
   b += fmt::format("const int lane = threadIdx.x % {};  // this thread's place in its row\n", tpr_);
   b += fmt::format("const i64 r = (i64)blockIdx.x * {} + threadIdx.x / {};  // the row\n", rpb_, tpr_);
   if (R_ % rpb_ != 0) b += fmt::format("if (r >= {}) return;  // the last block's spare rows (whole warps)\n", R_);
+  code += indent_text(b + body(), "  ") + "}\n";
+  return code;
+}
+
+std::string RowwiseCuda::body() {
+  std::string b;
   if (persistent_) {
     // every full-width input in registers, read once
     for (int t : k_.reads) {
@@ -300,21 +328,23 @@ std::string RowwiseCuda::generate(CudaLaunch& launch) {
       b += fmt::format("const float row{} = {};  // {}\n", t, expr(node, true), g_.tensor(t).name);
     }
     if (needs_reciprocal(t)) b += fmt::format("const float rcp{} = 1.0f / row{};  // divisions by it become products\n", t, t);
-    if (out_.count(t)) b += fmt::format("if (lane == 0) {}[r] = row{};\n", out_[t], t);
+    if (out_.count(t)) b += fmt::format("if ({}lane == 0) {}[r] = row{};\n", store_guard_.empty() ? "" : store_guard_ + " && ", out_[t], t);
   }
   if (!stores.empty()) {
     std::string names, tail;
     for (int node : stores) {
       const int t = g_.nodes[static_cast<size_t>(node)].output;
       names += (names.empty() ? "" : ", ") + g_.tensor(t).name;
-      tail += fmt::format("{}[r * {} + c] = {};\n", out_[t], C_, persistent_ ? fmt::format("v{}[j]", t) : fmt::format("tmp{}", t));
+      const std::string v = persistent_ ? fmt::format("v{}[j]", t) : fmt::format("tmp{}", t);
+      if (t == smem_x_) tail += fmt::format("{}[c] = {};  // the GEMM's x, in shared memory\n", smem_row_, v);
+      else if (!store_guard_.empty()) tail += fmt::format("if ({}) {}[r * {} + c] = {};\n", store_guard_, out_[t], C_, v);
+      else tail += fmt::format("{}[r * {} + c] = {};\n", out_[t], C_, v);
     }
     b += fmt::format("// outputs: {}\n", names);
     // stored values already in registers are stored from there; the rest computed here
     b += column_loop(closure(stores), tail);
   }
-  code += indent_text(b, "  ") + "}\n";
-  return code;
+  return b;
 }
 
 // ---- attention --------------------------------------------------------------------------
@@ -476,6 +506,48 @@ std::string generate_cublas(const Graph& g, const Kernel& k, std::vector<CudaLau
   return code;
 }
 
+// An attention as a GEMM's prologue (the output projection's x): thread p < rows x NH of the
+// block computes query row n0 + p / NH, head p % NH, as generate_attention's thread does (two
+// passes over the keys it may see, the scores recomputed; the same arithmetic in the same
+// order), reading q, k and v straight from the batch's qkv rows (a few KB, through L1), and
+// stores the head's dh outputs into xs[p / NH][h dh ...]. Rows past N get zeros.
+std::string attention_prologue(const Graph& g, const Node& a, int rows, std::vector<std::string>& sig, std::vector<std::string>& params,
+                               std::vector<int>& args) {
+  const auto& qs = g.tensor(a.inputs[0]).shape;  // (B, T, 3C)
+  const int64_t B = qs[0], T = qs[1], C = qs[2] / 3, NH = a.heads, dh = C / NH, N = B * T;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  sig.push_back("const float* __restrict__ in_ptr0");
+  params.push_back(fmt::format("in_ptr0 = {} (q | k | v per row)", describe(g, a.inputs[0])));
+  args.push_back(a.inputs[0]);
+  std::string b = fmt::format("// prologue: the attention of the tile's rows into xs; thread p < {}: row n0 + p / {}, head p % {}\n",
+                              rows * NH, NH, NH);
+  b += fmt::format("__shared__ float xs[{}][{}];  // the tile's rows of x: the heads merged\n", rows, C);
+  b += fmt::format("if (threadIdx.x < {}) {{\n", rows * NH);
+  std::string t;
+  t += fmt::format("const int p = threadIdx.x / {};\nconst i64 h = threadIdx.x % {}, r = n0 + p;  // the query row, the head\n", NH, NH);
+  std::string q;
+  q += fmt::format("const i64 bb = r / {}, t = r % {};\n", T, T);
+  q += fmt::format("const float* kv = in_ptr0 + bb * {};  // the batch's qkv rows\n", T * 3 * C);
+  q += fmt::format("float q[{}], o[{}];\n#pragma unroll\nfor (int d = 0; d < {}; ++d) {{\n", dh, dh, dh);
+  q += fmt::format("  q[d] = in_ptr0[r * {} + h * {} + d];\n  o[d] = 0.0f;\n}}\n", 3 * C, dh);
+  const std::string score = fmt::format(
+      "  float sc = 0.0f;\n#pragma unroll\n  for (int d = 0; d < {}; ++d) sc += q[d] * kv[s * {} + {} + h * {} + d];\n  sc = sc * {};  // scale 1/sqrt({})\n",
+      dh, 3 * C, C, dh, flit(scale), dh);
+  q += "float m = -MG_INF;  // pass 1: the max score\nfor (i64 s = 0; s <= t; ++s) {  // causal: keys up to the query's position\n";
+  q += score + "  m = mg_max(m, sc);\n}\n";
+  q += "float l = 0.0f;  // pass 2: exp(score - max), its sum, and the weighted sum of values\nfor (i64 s = 0; s <= t; ++s) {\n";
+  q += score + "  const float pr = mg_exp(sc - m);\n  l += pr;\n";
+  q += fmt::format("#pragma unroll\n  for (int d = 0; d < {}; ++d) o[d] += pr * kv[s * {} + {} + h * {} + d];\n}}\n", dh, 3 * C, 2 * C, dh);
+  q += fmt::format("#pragma unroll\nfor (int d = 0; d < {}; ++d) xs[p][h * {} + d] = o[d] / l;\n", dh, dh);
+  if (N % rows) {
+    t += fmt::format("if (r < {}) {{\n", N) + indent_text(q, "  ");
+    t += fmt::format("}} else {{  // past the last row: zeros, never stored\n  for (int d = 0; d < {}; ++d) xs[p][h * {} + d] = 0.0f;\n}}\n", dh, dh);
+  } else {
+    t += q;
+  }
+  return b + indent_text(t, "  ") + "}\n__syncthreads();\n";
+}
+
 // A generated fixed-shape GEMM, epilogue fused, shaped for the small products of this model
 // (launch- and latency-bound: few rows, K <= a few hundred): a block of 8 warps computes a tile
 // of 8 rows x 32 columns of y; lane l owns column m0 + l, warp w the K slice [w KC, (w+1) KC)
@@ -483,8 +555,14 @@ std::string generate_cublas(const Graph& g, const Kernel& k, std::vector<CudaLau
 // along k (float4 when the slice allows), x's 8 rows are the same address for every lane (a
 // broadcast). The 8 warps' partial sums meet in shared memory and every (row, column) adds
 // them in warp order (deterministic), then the epilogue and a coalesced store.
+// With a prologue (KernelKind::PrologueMatmul, passes.h's matmul_prologue): first warp w
+// computes row n0 + w of the row-wise group (a layernorm) as a row-wise kernel would, a warp per
+// row, and stores the matmul's x row into shared memory (xs); the K loop then reads x from
+// there. Every column tile of a row tile recomputes those rows (K columns each: cheaper than a
+// launch); only the first column tile stores the prologue's other outputs.
 std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch) {
-  const Node& n = g.nodes[static_cast<size_t>(k.nodes[0])];
+  const bool fused = k.kind == KernelKind::PrologueMatmul;
+  const Node& n = g.nodes[static_cast<size_t>(k.nodes.back())];
   const int64_t N = g.tensor(n.inputs[0]).rows(), K = g.tensor(n.inputs[0]).cols(), M = g.tensor(n.inputs[1]).shape[0];
   constexpr int kCols = 32, kRows = 8, kWarps = 8, kThreads = 32 * kWarps;
   const int64_t KC = (K + kWarps - 1) / kWarps;  // the K slice of a warp
@@ -493,25 +571,80 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch) {
   launch.function = k.name;
   launch.grid = static_cast<int>(tiles_m * tiles_n);
   launch.block = kThreads;
-  launch.args = {n.inputs[0], n.inputs[1], n.has_bias ? n.inputs[2] : -1, n.has_residual ? n.inputs.back() : -1, n.output};
-  std::string code = kernel_comment(g, k, matmul_params(g, n),
+  std::vector<std::string> sig, params;
+  std::string prologue;
+  const bool attention = fused && g.nodes[static_cast<size_t>(k.nodes[0])].op == Op::Attention;
+  if (attention) {
+    const Node& a = g.nodes[static_cast<size_t>(k.nodes[0])];
+    MINIGPT_CHECK(kRows * a.heads <= kThreads, "codegen_cuda: {}: {} heads of {} rows exceed the block's {} threads", k.name, a.heads,
+                  kRows, kThreads);
+    prologue = attention_prologue(g, a, kRows, sig, params, launch.args);
+  } else if (fused) {
+    // the prologue as a row-wise kernel of its own nodes: reads from outside, its stored outputs
+    Kernel pk;
+    pk.name = k.name;
+    pk.group = k.group;
+    pk.nodes.assign(k.nodes.begin(), k.nodes.end() - 1);
+    pk.rows = k.rows;
+    pk.cols = k.cols;
+    for (int t : k.reads)
+      for (int node : pk.nodes)
+        if (std::count(g.nodes[static_cast<size_t>(node)].inputs.begin(), g.nodes[static_cast<size_t>(node)].inputs.end(), t)) {
+          pk.reads.push_back(t);
+          break;
+        }
+    for (int t : k.writes)
+      if (t != n.output) pk.writes.push_back(t);
+    pk.writes.push_back(n.inputs[0]);
+    RowwiseCuda pro(g, pk);
+    MINIGPT_CHECK(pro.threads_per_row() == 32, "codegen_cuda: {}: a prologue row of {} columns needs more than a warp", k.name, K);
+    pro.as_prologue(n.inputs[0], "xs[warp]", fmt::format("blockIdx.x % {} == 0", tiles_m));
+    pro.parameters(sig, params, launch.args);
+    prologue += fmt::format("// prologue: warp w computes row n0 + w of {} into xs[w]\n", g.tensor(n.inputs[0]).name);
+    prologue += fmt::format("__shared__ float xs[{}][{}];  // the tile's rows of x\n", kRows, K);
+    prologue += "{\n";
+    std::string row = "const i64 r = n0 + warp;  // the row\n";
+    const std::string body = pro.body();
+    if (N % kRows) {
+      row += fmt::format("if (r < {}) {{\n", N) + indent_text(body, "  ");
+      row += fmt::format("}} else {{  // past the last row: zeros, never stored\n  for (int c = lane; c < {}; c += 32) xs[warp][c] = 0.0f;\n}}\n", K);
+    } else {
+      row += body;
+    }
+    prologue += indent_text(row, "  ") + "}\n__syncthreads();\n";
+  } else {
+    sig.push_back("const float* __restrict__ x");
+    launch.args.push_back(n.inputs[0]);
+  }
+  for (const char* p : {"const float* __restrict__ w", "const float* __restrict__ bias", "const float* __restrict__ res",
+                        "float* __restrict__ y"})
+    sig.push_back(p);
+  launch.args.insert(launch.args.end(), {n.inputs[1], n.has_bias ? n.inputs[2] : -1, n.has_residual ? n.inputs.back() : -1, n.output});
+  std::vector<std::string> all_params = params;
+  for (const std::string& p : matmul_params(g, n)) all_params.push_back(fused && p.starts_with("x = ") ? p + " (the prologue's, in shared memory)" : p);
+  std::string code = kernel_comment(g, k, all_params,
                                     fmt::format("grid {} ({} column tiles of 32 x {} row tiles of 8), block {} (8 warps splitting K = {} "
                                                 "into slices of {})",
                                                 launch.grid, tiles_m, tiles_n, kThreads, K, KC));
   code += "//   generated fixed-shape GEMM (max-autotune), epilogue fused: 8 rows x 32 columns per block, lane = column,\n"
           "//   warp = K slice; partial sums combined in shared memory in warp order\n";
-  code += fmt::format(
-      "extern \"C\" __global__ void __launch_bounds__({}) {}(\n    const float* __restrict__ x, const float* __restrict__ w,\n"
-      "    const float* __restrict__ bias, const float* __restrict__ res, float* __restrict__ y) {{\n",
-      kThreads, k.name);
+  if (attention) code += "//   attention fused before: each block computes its 8 rows of x (a thread per row and head) into shared memory first\n";
+  else if (fused) code += "//   prologue fused: each block computes its 8 rows of x (a warp per row) into shared memory first\n";
+  std::string sigs;
+  for (size_t i = 0; i < sig.size(); ++i) sigs += fmt::format("{}    {}", i ? ",\n" : "", sig[i]);
+  code += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(\n{}) {{\n", kThreads, k.name, sigs);
+  // x's row i at column k: from global memory, or the prologue's rows in shared memory
+  auto x_at = [&](const std::string& kk) {
+    return fused ? fmt::format("xs[i][{}]", kk) : fmt::format("x[(n0 + i) * {} + {}]", K, kk);
+  };
   std::string b;
   b += fmt::format("__shared__ float part[{}][{}][{}];  // [warp][row][column], padded\n", kWarps, kRows, kCols + 1);
   b += fmt::format("const i64 m0 = (i64)(blockIdx.x % {}) * {}, n0 = (i64)(blockIdx.x / {}) * {};\n", tiles_m, kCols, tiles_m, kRows);
   b += "const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n";
+  b += prologue;
   b += "const i64 m = m0 + lane;  // this lane's column\n";
   b += fmt::format("float acc[{}];\n#pragma unroll\nfor (int i = 0; i < {}; ++i) acc[i] = 0.0f;\n", kRows, kRows);
   // rows past N and columns past M: masked (their products never stored); a K slice past K: empty
-  std::string body;
   const std::string kend = fmt::format("k0 + {}", KC);
   const bool kmask = K % kWarps != 0;
   b += fmt::format("const i64 k0 = (i64)warp * {};\n", KC);
@@ -522,14 +655,17 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch) {
     loop += fmt::format("  const float4 wv = *(const float4*)(w + m * {} + k);\n", K);
     loop += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) {{\n", kRows);
     if (N % kRows) loop += fmt::format("    if (n0 + i >= {}) break;  // mask: the last row tile\n", N);
-    loop += fmt::format("    const float4 xv = *(const float4*)(x + (n0 + i) * {} + k);  // the same for every lane\n", K);
+    if (fused)  // shared memory: four scalar reads (a static shared array's alignment is the float's)
+      loop += "    const float4 xv = make_float4(xs[i][k], xs[i][k + 1], xs[i][k + 2], xs[i][k + 3]);  // the same for every lane\n";
+    else
+      loop += fmt::format("    const float4 xv = *(const float4*)&{};  // the same for every lane\n", x_at("k"));
     loop += "    acc[i] += xv.x * wv.x;\n    acc[i] += xv.y * wv.y;\n    acc[i] += xv.z * wv.z;\n    acc[i] += xv.w * wv.w;\n  }\n}\n";
   } else {
     loop += fmt::format("for (i64 k = k0; k < {}; ++k) {{\n", kmask ? fmt::format("min((i64){}, {})", K, kend) : kend);
     loop += fmt::format("  const float wv = w[m * {} + k];\n", K);
     loop += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) {{\n", kRows);
     if (N % kRows) loop += fmt::format("    if (n0 + i >= {}) break;  // mask: the last row tile\n", N);
-    loop += fmt::format("    acc[i] += x[(n0 + i) * {} + k] * wv;\n  }}\n}}\n", K);
+    loop += fmt::format("    acc[i] += {} * wv;\n  }}\n}}\n", x_at("k"));
   }
   b += M % kCols ? indent_text(loop, "  ") + "}\n" : loop;
   b += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) part[warp][i][lane] = acc[i];\n__syncthreads();\n", kRows);
@@ -607,6 +743,11 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
         break;
       case KernelKind::KvWrite:
         code = generate_kv_write(g, k, launch);
+        out.launches.push_back(launch);
+        break;
+      case KernelKind::PrologueMatmul:
+        MINIGPT_CHECK(opt.generated_gemm, "generate_cuda: {} has a prologue, which only a generated GEMM takes (cuBLAS cannot)", k.name);
+        code = generate_gemm(g, k, launch);
         out.launches.push_back(launch);
         break;
       case KernelKind::Matmul:

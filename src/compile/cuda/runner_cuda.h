@@ -21,6 +21,7 @@
 #pragma once
 
 #include "compile/capture.h"
+#include "compile/graphs_by_shape.h"
 #include "compile/lower_cuda.h"
 #include "compile/runner.h"
 
@@ -140,15 +141,13 @@ class CudaCompiledModel {
   explicit CudaCompiledModel(const GrammarMiniGPT& model, CudaCompileOptions opt = {});
   void forward(const int32_t* ids, int64_t B, int64_t T, Tensor& logits, Tensor& probs);
   CudaCompiledGraph& graph_for(int64_t B, int64_t T);
-  int compiles() const { return compiles_; }
+  int compiles() const { return graphs_.compiles(); }
 
  private:
   const GrammarMiniGPT* model_;
   CudaCompileOptions opt_;
   WeightBinding weights_;
-  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<CudaCompiledGraph>> graphs_;
-  std::pair<int64_t, int64_t> last_{0, 0};
-  int compiles_ = 0;
+  GraphsByShape<CudaCompiledGraph> graphs_;
 };
 
 // The decode step on the GPU: one graph for every position; the KV caches live in their arena

@@ -17,6 +17,7 @@ Graph run_passes(const Graph& captured, const PassOptions& opt) {
   if (opt.fusion) {
     step(fuse_pointwise, "fuse_pointwise");
     step(fuse_reductions, "fuse_reductions");
+    if (opt.matmul_prologue) step(matmul_prologue, "matmul_prologue");
   } else {
     normalize_groups(g);  // one kernel per op
     verify(g, "normalize_groups");
