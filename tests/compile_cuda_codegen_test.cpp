@@ -125,6 +125,7 @@ TEST(CompileCudaCodegen, GeneratedGemmsTakeLayerNormsAndAttentionsAsPrologues) {
   CudaCodegenOptions cg;
   cg.generated_gemm = true;
   cg.matmul_prologue = false;
+  cg.attention_prologue = false;
   const CudaLowered plain = lower_cuda(g, PassOptions{}, cg);
   EXPECT_EQ(plain.code.launches.size(), fused.code.launches.size() + static_cast<size_t>(3 * c.n_layer + 1))
       << "2 layernorms and an attention per block, and ln_f, no longer launched alone";
@@ -139,7 +140,8 @@ TEST(CompileCudaCodegen, GeneratedGemmsTakeLayerNormsAndAttentionsAsPrologues) {
   const std::string& src = fused.code.source;
   EXPECT_TRUE(contains(src, "__shared__ float xs[8][" + std::to_string(c.d_model) + "];  // the tile's rows of x"));
   EXPECT_TRUE(contains(src, "xs[warp][c] = ")) << "the layernorm's row stored to shared memory";
-  EXPECT_TRUE(contains(src, "xs[p][h * ")) << "the attention's heads stored to shared memory";
+  EXPECT_TRUE(contains(src, "xs[p][h * 16 + lane] = o / l;")) << "the attention's heads stored to shared memory";
+  EXPECT_TRUE(contains(src, "__shfl_sync(0xffffffffu, pk[j], u)")) << "a warp per (row, head): p_s from lane s";
   EXPECT_TRUE(std::regex_search(src, std::regex(R"(if \(blockIdx\.x % [0-9]+ == 0\) out_ptr0\[r \* [0-9]+ \+ c\] = )")))
       << "the residual stream the first block's prologue makes is stored by one column tile";
   EXPECT_TRUE(contains(src, "make_float4(xs[i][k]")) << "the K loop reads x from shared memory";

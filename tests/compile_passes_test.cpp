@@ -148,6 +148,7 @@ TEST(CompilePasses, MatmulPrologueFoldsLayerNormsAndAttentionsIntoTheirGemms) {
   for (const Kernel& k : schedule(run_passes(capture_gpt(c, 1, 4))).kernels) EXPECT_NE(k.kind, KernelKind::PrologueMatmul) << k.name;
   PassOptions opt;
   opt.matmul_prologue = true;
+  opt.attention_prologue = true;
   const Graph g = run_passes(capture_gpt(c, 1, 4), opt);  // verified after every pass
   const Schedule s = schedule(g);
   int layernorms = 0, attentions = 0;
@@ -173,6 +174,15 @@ TEST(CompilePasses, MatmulPrologueFoldsLayerNormsAndAttentionsIntoTheirGemms) {
   // the decode step's attention reads the KV caches at a runtime position: left alone
   for (const Kernel& k : schedule(run_passes(capture_gpt_decode(c), opt)).kernels)
     if (k.name.find("attention") != std::string::npos) EXPECT_EQ(k.kind, KernelKind::Attention) << k.name;
+  // each kind on its own switch
+  opt.attention_prologue = false;
+  for (const Kernel& k : schedule(run_passes(capture_gpt(c, 1, 4), opt)).kernels)
+    if (k.name.find("attention") != std::string::npos) EXPECT_EQ(k.kind, KernelKind::Attention) << k.name;
+  opt.matmul_prologue = false;
+  opt.attention_prologue = true;
+  for (const Kernel& k : schedule(run_passes(capture_gpt(c, 1, 4), opt)).kernels)
+    EXPECT_EQ(k.name.find("layernorm") != std::string::npos, k.kind == KernelKind::Rowwise && k.name.find("layernorm") != std::string::npos)
+        << k.name;
 }
 
 TEST(CompilePasses, MatmulPrologueLeavesALayerNormReadTwiceAlone) {

@@ -506,42 +506,54 @@ std::string generate_cublas(const Graph& g, const Kernel& k, std::vector<CudaLau
   return code;
 }
 
-// An attention as a GEMM's prologue (the output projection's x): thread p < rows x NH of the
-// block computes query row n0 + p / NH, head p % NH, as generate_attention's thread does (two
-// passes over the keys it may see, the scores recomputed; the same arithmetic in the same
-// order), reading q, k and v straight from the batch's qkv rows (a few KB, through L1), and
-// stores the head's dh outputs into xs[p / NH][h dh ...]. Rows past N get zeros.
+// An attention as a GEMM's prologue (the output projection's x): warp w takes the (row, head)
+// pairs w, w + 8, ... of the tile (row n0 + pair / NH, head pair % NH) one after the other, with
+// the arithmetic of generate_attention's thread in the same order (so the same values), spread
+// over the warp's lanes: pass 1, lane = key (s = lane + 32 j): its score q.k (a sum over d in
+// order, then the scale), the max across the lanes (mg_warp_max; a max has no order); then
+// p = exp(score - max) per key; pass 2, lane = dimension d < dh: over the keys in order, p_s
+// broadcast from its lane (__shfl_sync), l += p_s and o += p_s v[s][d]; out = o / l into
+// xs[row][h dh + d]. q, k and v are read straight from the batch's qkv rows (a few KB, through
+// L1). Rows past N get zeros.
 std::string attention_prologue(const Graph& g, const Node& a, int rows, std::vector<std::string>& sig, std::vector<std::string>& params,
                                std::vector<int>& args) {
   const auto& qs = g.tensor(a.inputs[0]).shape;  // (B, T, 3C)
   const int64_t B = qs[0], T = qs[1], C = qs[2] / 3, NH = a.heads, dh = C / NH, N = B * T;
+  const int64_t J = (T + 31) / 32;  // key chunks of a warp's lanes
+  MINIGPT_CHECK(dh <= 32, "codegen_cuda: an attention prologue's heads of {} floats exceed a warp", dh);
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   sig.push_back("const float* __restrict__ in_ptr0");
   params.push_back(fmt::format("in_ptr0 = {} (q | k | v per row)", describe(g, a.inputs[0])));
   args.push_back(a.inputs[0]);
-  std::string b = fmt::format("// prologue: the attention of the tile's rows into xs; thread p < {}: row n0 + p / {}, head p % {}\n",
-                              rows * NH, NH, NH);
+  std::string b = fmt::format("// prologue: the attention of the tile's {} rows x {} heads into xs, a warp per (row, head) pair\n", rows, NH);
   b += fmt::format("__shared__ float xs[{}][{}];  // the tile's rows of x: the heads merged\n", rows, C);
-  b += fmt::format("if (threadIdx.x < {}) {{\n", rows * NH);
+  b += fmt::format("for (int pair = warp; pair < {}; pair += 8) {{\n", rows * NH);
   std::string t;
-  t += fmt::format("const int p = threadIdx.x / {};\nconst i64 h = threadIdx.x % {}, r = n0 + p;  // the query row, the head\n", NH, NH);
+  t += fmt::format("const int p = pair / {};\nconst i64 h = pair % {}, r = n0 + p;  // the query row, the head\n", NH, NH);
   std::string q;
-  q += fmt::format("const i64 bb = r / {}, t = r % {};\n", T, T);
+  q += fmt::format("const i64 bb = r / {}, t = r % {};  // batch, query position: keys 0 .. t\n", T, T);
   q += fmt::format("const float* kv = in_ptr0 + bb * {};  // the batch's qkv rows\n", T * 3 * C);
-  q += fmt::format("float q[{}], o[{}];\n#pragma unroll\nfor (int d = 0; d < {}; ++d) {{\n", dh, dh, dh);
-  q += fmt::format("  q[d] = in_ptr0[r * {} + h * {} + d];\n  o[d] = 0.0f;\n}}\n", 3 * C, dh);
-  const std::string score = fmt::format(
-      "  float sc = 0.0f;\n#pragma unroll\n  for (int d = 0; d < {}; ++d) sc += q[d] * kv[s * {} + {} + h * {} + d];\n  sc = sc * {};  // scale 1/sqrt({})\n",
-      dh, 3 * C, C, dh, flit(scale), dh);
-  q += "float m = -MG_INF;  // pass 1: the max score\nfor (i64 s = 0; s <= t; ++s) {  // causal: keys up to the query's position\n";
-  q += score + "  m = mg_max(m, sc);\n}\n";
-  q += "float l = 0.0f;  // pass 2: exp(score - max), its sum, and the weighted sum of values\nfor (i64 s = 0; s <= t; ++s) {\n";
-  q += score + "  const float pr = mg_exp(sc - m);\n  l += pr;\n";
-  q += fmt::format("#pragma unroll\n  for (int d = 0; d < {}; ++d) o[d] += pr * kv[s * {} + {} + h * {} + d];\n}}\n", dh, 3 * C, 2 * C, dh);
-  q += fmt::format("#pragma unroll\nfor (int d = 0; d < {}; ++d) xs[p][h * {} + d] = o[d] / l;\n", dh, dh);
+  q += fmt::format("float q[{}];  // the same for every lane\n#pragma unroll\nfor (int d = 0; d < {}; ++d) q[d] = in_ptr0[r * {} + h * {} + d];\n",
+                   dh, dh, 3 * C, dh);
+  q += fmt::format("float pk[{}];  // pass 1, lane = key s = lane + 32 j: scores, then exp(score - max)\n", J);
+  q += "float m = -MG_INF;\n";
+  q += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n", J);
+  q += "  const i64 s = lane + 32 * j;\n  float sc = -MG_INF;\n  if (s <= t) {  // causal: keys up to the query's position\n";
+  q += fmt::format("    sc = 0.0f;\n#pragma unroll\n    for (int d = 0; d < {}; ++d) sc += q[d] * kv[s * {} + {} + h * {} + d];\n", dh, 3 * C, C, dh);
+  q += fmt::format("    sc = sc * {};  // scale 1/sqrt({})\n    m = mg_max(m, sc);\n  }}\n  pk[j] = sc;\n}}\n", flit(scale), dh);
+  q += "m = mg_warp_max(m);  // every lane: the max score\n";
+  q += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) pk[j] = lane + 32 * j <= t ? mg_exp(pk[j] - m) : 0.0f;\n", J);
+  q += "// pass 2, lane = dimension d: over the keys in order, p_s from lane s % 32\n";
+  q += fmt::format("const int d = lane < {} ? lane : 0;  // lanes past dh compute column 0 again, never stored\n", dh);
+  q += "float l = 0.0f, o = 0.0f;\n";
+  q += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n", J);
+  q += "  for (int u = 0; u < 32 && 32 * j + u <= t; ++u) {\n";
+  q += "    const float ps = __shfl_sync(0xffffffffu, pk[j], u);\n    l += ps;\n";
+  q += fmt::format("    o += ps * kv[(32 * j + u) * {} + {} + h * {} + d];\n  }}\n}}\n", 3 * C, 2 * C, dh);
+  q += fmt::format("if (lane < {}) xs[p][h * {} + lane] = o / l;\n", dh, dh);
   if (N % rows) {
     t += fmt::format("if (r < {}) {{\n", N) + indent_text(q, "  ");
-    t += fmt::format("}} else {{  // past the last row: zeros, never stored\n  for (int d = 0; d < {}; ++d) xs[p][h * {} + d] = 0.0f;\n}}\n", dh, dh);
+    t += fmt::format("}} else if (lane < {}) {{  // past the last row: zeros, never stored\n  xs[p][h * {} + lane] = 0.0f;\n}}\n", dh, dh);
   } else {
     t += q;
   }
@@ -560,7 +572,7 @@ std::string attention_prologue(const Graph& g, const Node& a, int rows, std::vec
 // row, and stores the matmul's x row into shared memory (xs); the K loop then reads x from
 // there. Every column tile of a row tile recomputes those rows (K columns each: cheaper than a
 // launch); only the first column tile stores the prologue's other outputs.
-std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch) {
+std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, bool stage_x) {
   const bool fused = k.kind == KernelKind::PrologueMatmul;
   const Node& n = g.nodes[static_cast<size_t>(k.nodes.back())];
   const int64_t N = g.tensor(n.inputs[0]).rows(), K = g.tensor(n.inputs[0]).cols(), M = g.tensor(n.inputs[1]).shape[0];
@@ -576,8 +588,6 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch) {
   const bool attention = fused && g.nodes[static_cast<size_t>(k.nodes[0])].op == Op::Attention;
   if (attention) {
     const Node& a = g.nodes[static_cast<size_t>(k.nodes[0])];
-    MINIGPT_CHECK(kRows * a.heads <= kThreads, "codegen_cuda: {}: {} heads of {} rows exceed the block's {} threads", k.name, a.heads,
-                  kRows, kThreads);
     prologue = attention_prologue(g, a, kRows, sig, params, launch.args);
   } else if (fused) {
     // the prologue as a row-wise kernel of its own nodes: reads from outside, its stored outputs
@@ -615,7 +625,17 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch) {
   } else {
     sig.push_back("const float* __restrict__ x");
     launch.args.push_back(n.inputs[0]);
+    if (stage_x && K <= kPrologueMaxCols) {
+      prologue += fmt::format("// x's {} rows of the tile staged in shared memory: coalesced loads by the whole block\n", kRows);
+      prologue += fmt::format("__shared__ float xs[{}][{}];\n", kRows, K);
+      prologue += fmt::format("for (int e = threadIdx.x; e < {}; e += {}) {{\n", kRows * K, kThreads);
+      prologue += fmt::format("  const int i = e / {}, c = e % {};\n", K, K);
+      prologue += N % kRows ? fmt::format("  xs[i][c] = n0 + i < {} ? x[(n0 + i) * {} + c] : 0.0f;  // zeros past the last row\n", N, K)
+                            : fmt::format("  xs[i][c] = x[(n0 + i) * {} + c];\n", K);
+      prologue += "}\n__syncthreads();\n";
+    }
   }
+  const bool x_smem = !prologue.empty();
   for (const char* p : {"const float* __restrict__ w", "const float* __restrict__ bias", "const float* __restrict__ res",
                         "float* __restrict__ y"})
     sig.push_back(p);
@@ -628,14 +648,15 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch) {
                                                 launch.grid, tiles_m, tiles_n, kThreads, K, KC));
   code += "//   generated fixed-shape GEMM (max-autotune), epilogue fused: 8 rows x 32 columns per block, lane = column,\n"
           "//   warp = K slice; partial sums combined in shared memory in warp order\n";
-  if (attention) code += "//   attention fused before: each block computes its 8 rows of x (a thread per row and head) into shared memory first\n";
+  if (attention) code += "//   attention fused before: each block computes its 8 rows of x (a warp per row and head) into shared memory first\n";
   else if (fused) code += "//   prologue fused: each block computes its 8 rows of x (a warp per row) into shared memory first\n";
+  else if (x_smem) code += "//   x's rows staged in shared memory first (coalesced), the K loop reads them there\n";
   std::string sigs;
   for (size_t i = 0; i < sig.size(); ++i) sigs += fmt::format("{}    {}", i ? ",\n" : "", sig[i]);
   code += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(\n{}) {{\n", kThreads, k.name, sigs);
   // x's row i at column k: from global memory, or the prologue's rows in shared memory
   auto x_at = [&](const std::string& kk) {
-    return fused ? fmt::format("xs[i][{}]", kk) : fmt::format("x[(n0 + i) * {} + {}]", K, kk);
+    return x_smem ? fmt::format("xs[i][{}]", kk) : fmt::format("x[(n0 + i) * {} + {}]", K, kk);
   };
   std::string b;
   b += fmt::format("__shared__ float part[{}][{}][{}];  // [warp][row][column], padded\n", kWarps, kRows, kCols + 1);
@@ -655,7 +676,7 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch) {
     loop += fmt::format("  const float4 wv = *(const float4*)(w + m * {} + k);\n", K);
     loop += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) {{\n", kRows);
     if (N % kRows) loop += fmt::format("    if (n0 + i >= {}) break;  // mask: the last row tile\n", N);
-    if (fused)  // shared memory: four scalar reads (a static shared array's alignment is the float's)
+    if (x_smem)  // shared memory: four scalar reads (a static shared array's alignment is the float's)
       loop += "    const float4 xv = make_float4(xs[i][k], xs[i][k + 1], xs[i][k + 2], xs[i][k + 3]);  // the same for every lane\n";
     else
       loop += fmt::format("    const float4 xv = *(const float4*)&{};  // the same for every lane\n", x_at("k"));
@@ -747,12 +768,12 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
         break;
       case KernelKind::PrologueMatmul:
         MINIGPT_CHECK(opt.generated_gemm, "generate_cuda: {} has a prologue, which only a generated GEMM takes (cuBLAS cannot)", k.name);
-        code = generate_gemm(g, k, launch);
+        code = generate_gemm(g, k, launch, opt.stage_x);
         out.launches.push_back(launch);
         break;
       case KernelKind::Matmul:
         if (opt.generated_gemm) {
-          code = generate_gemm(g, k, launch);
+          code = generate_gemm(g, k, launch, opt.stage_x);
           out.launches.push_back(launch);
         } else {
           code = generate_cublas(g, k, out.launches);

@@ -47,6 +47,13 @@ struct CudaCodegenOptions {
   // prologue of the GEMM that reads it (PassOptions::matmul_prologue, turned on by lower_cuda):
   // 9 fewer launches in the 4-block model. Off: the layernorm is a row-wise kernel of its own.
   bool matmul_prologue = true;
+  // With generated_gemm: each prefill attention becomes the prologue of its output projection's
+  // GEMM (PassOptions::attention_prologue): 4 fewer launches; a warp per (row, head).
+  bool attention_prologue = true;
+  // With generated_gemm: a GEMM without a prologue first copies its tile's rows of x into shared
+  // memory (coalesced, the whole block), and its K loop reads them there, as the prologue GEMMs
+  // do; off: every lane reads x from global memory in the K loop (a broadcast per warp).
+  bool stage_x = true;
   // Programmatic dependent launch (Hopper, sm_90+; with generated_gemm only, so that every
   // kernel of the graph is generated): each kernel starts with griddepcontrol.wait (the previous
   // kernel's writes are visible after it) then griddepcontrol.launch_dependents, and the runner

@@ -38,7 +38,7 @@ const std::string kProbes = std::string(MINIGPT_SOURCE_DIR) + "/tests/probes/gra
 
 CudaCompileOptions cuda_options(bool generated_gemm = false, bool pdl = false, bool megakernel = false, bool prologue = true) {
   CudaCompileOptions o;
-  o.codegen.matmul_prologue = prologue;
+  o.codegen.matmul_prologue = o.codegen.attention_prologue = prologue;
   o.cache_dir = std::filesystem::path(MINIGPT_BINARY_DIR) / "compile_cuda_test_cache";
   o.quiet = true;
   o.codegen.generated_gemm = generated_gemm || megakernel;

@@ -117,7 +117,9 @@ int pick_cluster_size(CUfunction f, CudaLaunch l) {
 // "cublas", "generated-gemm", "generated-gemm pdl", "megakernel": the variant's name in stats
 // and in its cache key.
 std::string variant_name(const CudaCodegenOptions& cg) {
-  const std::string unfused = cg.generated_gemm && !cg.matmul_prologue ? " unfused-ln" : "";
+  const std::string unfused = std::string(cg.generated_gemm && !cg.matmul_prologue ? " unfused-ln" : "") +
+                              (cg.generated_gemm && !cg.attention_prologue ? " unfused-attn" : "") +
+                              (cg.generated_gemm && !cg.stage_x ? " x-global" : "");
   if (cg.megakernel) return (cg.megakernel_threads > 0 ? fmt::format("megakernel {}", cg.megakernel_threads) : "megakernel") + unfused;
   return std::string(cg.generated_gemm ? "generated-gemm" : "cublas") + (cg.pdl ? " pdl" : "") + unfused;
 }
@@ -256,13 +258,13 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     // cuBLAS + generated epilogues, generated GEMMs with fused epilogues, and those launched with
     // PDL (Hopper and later): each built and its graph timed; the fastest kept. A candidate that
     // fails to build or launch is skipped with a line saying why.
-    // "unfused-ln": the layernorms as kernels of their own (no GEMM prologue), as before
-    // matmul_prologue: measured beside the fused form.
+    // "unfused-ln", "unfused-attn": the layernorms, the attentions as kernels of their own (no
+    // GEMM prologue), as before matmul_prologue: measured beside the fused forms.
     struct Candidate {
       bool gen, pdl, mega;
       int mega_threads;
       const char* name;
-      bool prologue = true;
+      bool ln_prologue = true, attn_prologue = true, stage_x = true;
     };
     std::vector<Candidate> candidates{{false, false, false, 0, "cublas"}, {true, false, false, 0, "generated-gemm"}};
     int major = 0, dev = 0;
@@ -270,7 +272,9 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     MG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     if (major >= 9) {
       candidates.push_back({true, true, false, 0, "generated-gemm pdl"});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl unfused-ln", false});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl unfused-attn", true, false});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl x-global", true, true, false});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl unfused-ln unfused-attn x-global", false, false, false});
       candidates.push_back({true, false, true, 0, "megakernel"});
       candidates.push_back({true, false, true, 1024, "megakernel 1024"});
     }
@@ -282,7 +286,9 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
       cg.pdl = c.pdl;
       cg.megakernel = c.mega;
       cg.megakernel_threads = c.mega_threads;
-      cg.matmul_prologue = c.prologue;
+      cg.matmul_prologue = c.ln_prologue;
+      cg.attention_prologue = c.attn_prologue;
+      cg.stage_x = c.stage_x;
       try {
         build(opt, cg, c.name);
         const double us = time_graph(50, 20).batched_us;
@@ -303,7 +309,9 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     cg.pdl = pick->pdl;
     cg.megakernel = pick->mega;
     cg.megakernel_threads = pick->mega_threads;
-    cg.matmul_prologue = pick->prologue;
+    cg.matmul_prologue = pick->ln_prologue;
+    cg.attention_prologue = pick->attn_prologue;
+    cg.stage_x = pick->stage_x;
     build(opt, cg, pick->name);
     stats_.why = "max-autotune: the fastest measured";
   } else {

@@ -10,7 +10,8 @@
 //
 // only where x has that one reader and is not a graph output, K <= kPrologueMaxCols, P is
 // row-wise over x's rows and columns (R, K) or an attention over its own qkv (no KV cache, no
-// offset, at most kPrologueMaxHeads heads), the matmul reads nothing else that P
+// offset; heads of at most kPrologueMaxHeadDim, at most kPrologueMaxKeys keys), the matmul reads
+// nothing else that P
 // writes (a tile's other CTAs may still be writing it), and the merge keeps the kernels acyclic.
 // Outputs of P read elsewhere (the residual stream after an embedding) stay materialised: the
 // fused kernel stores them. The merged group is P's nodes then the matmul (schedule.h's
@@ -30,7 +31,7 @@ bool rowwise_only(const Graph& g, int group) {
 
 }  // namespace
 
-Graph matmul_prologue(const Graph& src) {
+Graph matmul_prologue(const Graph& src, bool rowwise, bool attention) {
   Graph g = src;
   normalize_groups(g);  // every node in some group
   for (size_t i = 0; i < g.nodes.size(); ++i) {  // restarts after every merge (nodes move)
@@ -44,10 +45,13 @@ Graph matmul_prologue(const Graph& src) {
     if (pg == mm.group || xt.cols() > kPrologueMaxCols) continue;
     if (pn.op == Op::Attention) {
       // a prefill's attention (keys from its own qkv rows), alone in its group
-      if (data_inputs(pn) != 1 || pn.runtime_offset || pn.offset != 0 || pn.heads > kPrologueMaxHeads) continue;
+      const auto& qkv = g.tensor(pn.inputs[0]).shape;  // (B, T, 3C)
+      if (!attention || data_inputs(pn) != 1 || pn.runtime_offset || pn.offset != 0 || qkv[2] / 3 / pn.heads > kPrologueMaxHeadDim ||
+          qkv[1] > kPrologueMaxKeys)
+        continue;
     } else {
       const RowSpace rs = row_space(g, pg);
-      if (!rowwise_only(g, pg) || rs.rows != xt.rows() || rs.cols != xt.cols()) continue;
+      if (!rowwise || !rowwise_only(g, pg) || rs.rows != xt.rows() || rs.cols != xt.cols()) continue;
     }
     bool reads_p = false;  // another input of the matmul written by P
     for (size_t a = 1; a < mm.inputs.size(); ++a) {

@@ -31,7 +31,8 @@ Graph decompose(const Graph& g);
 Graph matmul_epilogue(const Graph& g);
 Graph fuse_pointwise(const Graph& g);
 Graph fuse_reductions(const Graph& g);
-Graph matmul_prologue(const Graph& g);
+// rowwise: fold row-wise groups (layernorms); attention: fold prefill attentions.
+Graph matmul_prologue(const Graph& g, bool rowwise = true, bool attention = true);
 Graph remove_dead(const Graph& g);
 Graph plan_buffers(const Graph& g);
 
@@ -39,15 +40,17 @@ struct PassOptions {
   bool attention = true;  // fuse_attention
   bool epilogue = true;   // matmul_epilogue
   bool fusion = true;     // fuse_pointwise and fuse_reductions (off: one kernel per op)
-  // matmul_prologue (after fuse_reductions; needs fusion): off by default, since only a back end
+  // matmul_prologue (after fuse_reductions; needs fusion; row-wise prologues): off by default, since only a back end
   // whose GEMM takes a row-wise prologue (the CUDA back end's generated GEMM) may turn it on
   bool matmul_prologue = false;
+  // the same for a prefill's attention before its output projection
+  bool attention_prologue = false;
 };
 
 // The widest rows matmul_prologue folds into a GEMM (a tile's rows live in shared memory).
 inline constexpr int64_t kPrologueMaxCols = 1024;
-// The most heads an attention prologue has (a GEMM tile's threads: rows x heads of them).
-inline constexpr int kPrologueMaxHeads = 32;
+// An attention prologue's limits: a head within a warp's lanes, its keys in a few registers.
+inline constexpr int64_t kPrologueMaxHeadDim = 32, kPrologueMaxKeys = 256;
 
 // The pipeline above, the verifier after every pass.
 Graph run_passes(const Graph& g, const PassOptions& opt = {});
