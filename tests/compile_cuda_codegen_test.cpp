@@ -121,12 +121,18 @@ TEST(CompileCudaCodegen, GptKernelsAreNamedAfterWhatTheyFuse) {
 TEST(CompileCudaCodegen, GeneratedGemmsTakeLayerNormsAndAttentionsAsPrologues) {
   const ModelConfig c = compile_tiny_config();
   const Graph g = capture_gpt(c, 2, 16);
-  const CudaLowered fused = lower_default(g, true);
   CudaCodegenOptions cg;
   cg.generated_gemm = true;
+  cg.attention_prologue = true;  // off by default (measured slower), max-autotune's "attn-prologue"
+  const CudaLowered fused = lower_cuda(g, PassOptions{}, cg);
   cg.matmul_prologue = false;
   cg.attention_prologue = false;
   const CudaLowered plain = lower_cuda(g, PassOptions{}, cg);
+  // the default: the layernorms' prologues only
+  const CudaLowered def = lower_default(g, true);
+  EXPECT_EQ(plain.code.launches.size(), def.code.launches.size() + static_cast<size_t>(2 * c.n_layer + 1));
+  for (const Kernel& k : def.schedule.kernels)
+    EXPECT_EQ(k.kind == KernelKind::PrologueMatmul, contains(k.name, "layernorm")) << k.name;
   EXPECT_EQ(plain.code.launches.size(), fused.code.launches.size() + static_cast<size_t>(3 * c.n_layer + 1))
       << "2 layernorms and an attention per block, and ln_f, no longer launched alone";
   int prologues = 0;

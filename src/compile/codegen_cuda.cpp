@@ -569,9 +569,11 @@ std::string attention_prologue(const Graph& g, const Node& a, int rows, std::vec
 // them in warp order (deterministic), then the epilogue and a coalesced store.
 // With a prologue (KernelKind::PrologueMatmul, passes.h's matmul_prologue): first warp w
 // computes row n0 + w of the row-wise group (a layernorm) as a row-wise kernel would, a warp per
-// row, and stores the matmul's x row into shared memory (xs); the K loop then reads x from
-// there. Every column tile of a row tile recomputes those rows (K columns each: cheaper than a
-// launch); only the first column tile stores the prologue's other outputs.
+// row, and stores the matmul's x row into shared memory (xs), or the block computes an
+// attention's rows there (attention_prologue); the K loop then reads x from there. Every column
+// tile of a row tile recomputes those rows (K columns each: cheaper than a launch); only the
+// first column tile stores the prologue's other outputs. Without a prologue (stage_x) the block
+// copies its rows of x into xs first, coalesced.
 std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, bool stage_x) {
   const bool fused = k.kind == KernelKind::PrologueMatmul;
   const Node& n = g.nodes[static_cast<size_t>(k.nodes.back())];

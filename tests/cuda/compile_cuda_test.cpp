@@ -36,9 +36,11 @@ namespace {
 const std::string kModel = std::string(MINIGPT_SOURCE_DIR) + "/models/grammar-minigpt.safetensors";
 const std::string kProbes = std::string(MINIGPT_SOURCE_DIR) + "/tests/probes/grammar_probes.tsv";
 
-CudaCompileOptions cuda_options(bool generated_gemm = false, bool pdl = false, bool megakernel = false, bool prologue = true) {
+// prologue: 0 none, 1 the layernorms' (the default), 2 the layernorms' and the attentions'
+CudaCompileOptions cuda_options(bool generated_gemm = false, bool pdl = false, bool megakernel = false, int prologue = 1) {
   CudaCompileOptions o;
-  o.codegen.matmul_prologue = o.codegen.attention_prologue = prologue;
+  o.codegen.matmul_prologue = prologue >= 1;
+  o.codegen.attention_prologue = prologue >= 2;
   o.cache_dir = std::filesystem::path(MINIGPT_BINARY_DIR) / "compile_cuda_test_cache";
   o.quiet = true;
   o.codegen.generated_gemm = generated_gemm || megakernel;
@@ -66,7 +68,7 @@ int64_t argmax(const float* v, int64_t n) { return std::max_element(v, v + n) - 
 
 // GPU compiled vs CPU eager (and vs CPU compiled) on random ids; returns the logits difference.
 float expect_model_matches(const GrammarMiniGPT& model, int64_t B, int64_t T, uint64_t seed, bool generated_gemm, bool pdl = false,
-                           bool megakernel = false, bool prologue = true) {
+                           bool megakernel = false, int prologue = 1) {
   std::mt19937_64 rng(seed);
   std::vector<int32_t> ids(static_cast<size_t>(B * T));
   for (int32_t& v : ids) v = static_cast<int32_t>(rng() % static_cast<uint64_t>(model.config().vocab_size));
@@ -89,7 +91,8 @@ float expect_model_matches(const GrammarMiniGPT& model, int64_t B, int64_t T, ui
   for (int64_t r = 0; r < B * T; ++r) EXPECT_EQ(argmax(el.data() + r * V, V), argmax(gl.data() + r * V, V)) << "row " << r;
   std::printf("cuda compiled (%s%s%s) vs CPU eager (B=%lld, T=%lld): logits %.3g, probs %.3g; vs CPU compiled %.3g\n",
               megakernel ? "megakernel" : generated_gemm ? "generated GEMMs" : "cuBLAS", pdl ? ", PDL" : "",
-              generated_gemm && !prologue ? ", layernorms unfused" : "", static_cast<long long>(B), static_cast<long long>(T), dl, dp, dc);
+              !generated_gemm || prologue == 1 ? "" : prologue == 0 ? ", layernorms unfused" : ", attention prologue",
+              static_cast<long long>(B), static_cast<long long>(T), dl, dp, dc);
   return dl;
 }
 
@@ -181,10 +184,12 @@ TEST(CompileCuda, RandomWeightsAndOddShapesMatchEager) {
     expect_model_matches(model, 2, 16, 11, gen);
     expect_model_matches(model, 3, 5, 12, gen);
   }
-  // generated GEMMs with each layernorm a kernel of its own (no GEMM prologue), as max-autotune's
-  // "unfused-ln" candidate builds them
-  expect_model_matches(model, 2, 16, 11, true, false, false, false);
-  expect_model_matches(model, 3, 5, 12, true, false, false, false);
+  // generated GEMMs with each layernorm a kernel of its own (no GEMM prologue), and with each
+  // attention fused into its projection's GEMM too: max-autotune's "unfused-ln", "attn-prologue"
+  for (int prologue : {0, 2}) {
+    expect_model_matches(model, 2, 16, 11, true, false, false, prologue);
+    expect_model_matches(model, 3, 5, 12, true, false, false, prologue);
+  }
 }
 
 // The decode step against the CPU's eager decoder, fed 64 random tokens. Held to design.md's

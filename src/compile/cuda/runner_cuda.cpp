@@ -117,8 +117,9 @@ int pick_cluster_size(CUfunction f, CudaLaunch l) {
 // "cublas", "generated-gemm", "generated-gemm pdl", "megakernel": the variant's name in stats
 // and in its cache key.
 std::string variant_name(const CudaCodegenOptions& cg) {
+  // what differs from the generated GEMMs' defaults
   const std::string unfused = std::string(cg.generated_gemm && !cg.matmul_prologue ? " unfused-ln" : "") +
-                              (cg.generated_gemm && !cg.attention_prologue ? " unfused-attn" : "") +
+                              (cg.generated_gemm && cg.attention_prologue ? " attn-prologue" : "") +
                               (cg.generated_gemm && !cg.stage_x ? " x-global" : "");
   if (cg.megakernel) return (cg.megakernel_threads > 0 ? fmt::format("megakernel {}", cg.megakernel_threads) : "megakernel") + unfused;
   return std::string(cg.generated_gemm ? "generated-gemm" : "cublas") + (cg.pdl ? " pdl" : "") + unfused;
@@ -258,13 +259,15 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     // cuBLAS + generated epilogues, generated GEMMs with fused epilogues, and those launched with
     // PDL (Hopper and later): each built and its graph timed; the fastest kept. A candidate that
     // fails to build or launch is skipped with a line saying why.
-    // "unfused-ln", "unfused-attn": the layernorms, the attentions as kernels of their own (no
-    // GEMM prologue), as before matmul_prologue: measured beside the fused forms.
+    // Beside the defaults (codegen_cuda.h): "unfused-ln" the layernorms as kernels of their own,
+    // "attn-prologue" each attention fused into its projection's GEMM, "x-global" the K loop
+    // reading x from global memory; "unfused-ln x-global" is the generated GEMMs as they were
+    // before the prologues (2026-12-01).
     struct Candidate {
       bool gen, pdl, mega;
       int mega_threads;
       const char* name;
-      bool ln_prologue = true, attn_prologue = true, stage_x = true;
+      bool ln_prologue = true, attn_prologue = false, stage_x = true;
     };
     std::vector<Candidate> candidates{{false, false, false, 0, "cublas"}, {true, false, false, 0, "generated-gemm"}};
     int major = 0, dev = 0;
@@ -272,9 +275,9 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     MG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     if (major >= 9) {
       candidates.push_back({true, true, false, 0, "generated-gemm pdl"});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl unfused-attn", true, false});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl x-global", true, true, false});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl unfused-ln unfused-attn x-global", false, false, false});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl attn-prologue", true, true});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl x-global", true, false, false});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl unfused-ln x-global", false, false, false});
       candidates.push_back({true, false, true, 0, "megakernel"});
       candidates.push_back({true, false, true, 1024, "megakernel 1024"});
     }
