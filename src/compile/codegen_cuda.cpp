@@ -560,6 +560,60 @@ std::string attention_prologue(const Graph& g, const Node& a, int rows, std::vec
   return b + indent_text(t, "  ") + "}\n__syncthreads();\n";
 }
 
+// A row-wise group (a layernorm) as a GEMM's prologue: warp w computes row n0 + w of the tile
+// as the row-wise kernel of the group's own nodes would (RowwiseCuda, a warp per row), storing
+// the matmul's x row into xs[w] and, in the first of the `tiles_m` column tiles only, the
+// group's other outputs (read by later kernels). Rows past N get zeros.
+std::string rowwise_prologue(const Graph& g, const Kernel& k, int rows, int64_t tiles_m, std::vector<std::string>& sig,
+                             std::vector<std::string>& params, std::vector<int>& args) {
+  const Node& mm = g.nodes[static_cast<size_t>(k.nodes.back())];
+  const int x = mm.inputs[0];
+  const int64_t N = g.tensor(x).rows(), K = g.tensor(x).cols();
+  Kernel pk;  // the prologue as a kernel of its own: its nodes, what they read, what they store
+  pk.name = k.name;
+  pk.group = k.group;
+  pk.nodes.assign(k.nodes.begin(), k.nodes.end() - 1);
+  pk.rows = k.rows;
+  pk.cols = k.cols;
+  for (int t : k.reads)
+    for (int node : pk.nodes)
+      if (std::count(g.nodes[static_cast<size_t>(node)].inputs.begin(), g.nodes[static_cast<size_t>(node)].inputs.end(), t)) {
+        pk.reads.push_back(t);
+        break;
+      }
+  for (int t : k.writes)
+    if (t != mm.output) pk.writes.push_back(t);
+  pk.writes.push_back(x);
+  RowwiseCuda pro(g, pk);
+  MINIGPT_CHECK(pro.threads_per_row() == 32, "codegen_cuda: {}: a prologue row of {} columns needs more than a warp", k.name, K);
+  pro.as_prologue(x, "xs[warp]", fmt::format("blockIdx.x % {} == 0", tiles_m));
+  pro.parameters(sig, params, args);
+  std::string b = fmt::format("// prologue: warp w computes row n0 + w of {} into xs[w]\n", g.tensor(x).name);
+  b += fmt::format("__shared__ float xs[{}][{}];  // the tile's rows of x\n", rows, K);
+  b += "{\n";
+  std::string row = "const i64 r = n0 + warp;  // the row\n";
+  const std::string body = pro.body();
+  if (N % rows) {
+    row += fmt::format("if (r < {}) {{\n", N) + indent_text(body, "  ");
+    row += fmt::format("}} else {{  // past the last row: zeros, never stored\n  for (int c = lane; c < {}; c += 32) xs[warp][c] = 0.0f;\n}}\n", K);
+  } else {
+    row += body;
+  }
+  return b + indent_text(row, "  ") + "}\n__syncthreads();\n";
+}
+
+// A GEMM's x (N, K) without a prologue: the tile's rows copied into xs by the whole block
+// (consecutive threads, consecutive floats: coalesced), zeros past N.
+std::string staged_x(int64_t N, int64_t K, int rows, int threads) {
+  std::string b = fmt::format("// x's {} rows of the tile staged in shared memory: coalesced loads by the whole block\n", rows);
+  b += fmt::format("__shared__ float xs[{}][{}];\n", rows, K);
+  b += fmt::format("for (int e = threadIdx.x; e < {}; e += {}) {{\n", rows * K, threads);
+  b += fmt::format("  const int i = e / {}, c = e % {};\n", K, K);
+  b += N % rows ? fmt::format("  xs[i][c] = n0 + i < {} ? x[(n0 + i) * {} + c] : 0.0f;  // zeros past the last row\n", N, K)
+                : fmt::format("  xs[i][c] = x[(n0 + i) * {} + c];\n", K);
+  return b + "}\n__syncthreads();\n";
+}
+
 // A generated fixed-shape GEMM, epilogue fused, shaped for the small products of this model
 // (launch- and latency-bound: few rows, K <= a few hundred): a block of 8 warps computes a tile
 // of 8 rows x 32 columns of y; lane l owns column m0 + l, warp w the K slice [w KC, (w+1) KC)
@@ -589,53 +643,13 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
   std::string prologue;
   const bool attention = fused && g.nodes[static_cast<size_t>(k.nodes[0])].op == Op::Attention;
   if (attention) {
-    const Node& a = g.nodes[static_cast<size_t>(k.nodes[0])];
-    prologue = attention_prologue(g, a, kRows, sig, params, launch.args);
+    prologue = attention_prologue(g, g.nodes[static_cast<size_t>(k.nodes[0])], kRows, sig, params, launch.args);
   } else if (fused) {
-    // the prologue as a row-wise kernel of its own nodes: reads from outside, its stored outputs
-    Kernel pk;
-    pk.name = k.name;
-    pk.group = k.group;
-    pk.nodes.assign(k.nodes.begin(), k.nodes.end() - 1);
-    pk.rows = k.rows;
-    pk.cols = k.cols;
-    for (int t : k.reads)
-      for (int node : pk.nodes)
-        if (std::count(g.nodes[static_cast<size_t>(node)].inputs.begin(), g.nodes[static_cast<size_t>(node)].inputs.end(), t)) {
-          pk.reads.push_back(t);
-          break;
-        }
-    for (int t : k.writes)
-      if (t != n.output) pk.writes.push_back(t);
-    pk.writes.push_back(n.inputs[0]);
-    RowwiseCuda pro(g, pk);
-    MINIGPT_CHECK(pro.threads_per_row() == 32, "codegen_cuda: {}: a prologue row of {} columns needs more than a warp", k.name, K);
-    pro.as_prologue(n.inputs[0], "xs[warp]", fmt::format("blockIdx.x % {} == 0", tiles_m));
-    pro.parameters(sig, params, launch.args);
-    prologue += fmt::format("// prologue: warp w computes row n0 + w of {} into xs[w]\n", g.tensor(n.inputs[0]).name);
-    prologue += fmt::format("__shared__ float xs[{}][{}];  // the tile's rows of x\n", kRows, K);
-    prologue += "{\n";
-    std::string row = "const i64 r = n0 + warp;  // the row\n";
-    const std::string body = pro.body();
-    if (N % kRows) {
-      row += fmt::format("if (r < {}) {{\n", N) + indent_text(body, "  ");
-      row += fmt::format("}} else {{  // past the last row: zeros, never stored\n  for (int c = lane; c < {}; c += 32) xs[warp][c] = 0.0f;\n}}\n", K);
-    } else {
-      row += body;
-    }
-    prologue += indent_text(row, "  ") + "}\n__syncthreads();\n";
+    prologue = rowwise_prologue(g, k, kRows, tiles_m, sig, params, launch.args);
   } else {
     sig.push_back("const float* __restrict__ x");
     launch.args.push_back(n.inputs[0]);
-    if (stage_x && K <= kPrologueMaxCols) {
-      prologue += fmt::format("// x's {} rows of the tile staged in shared memory: coalesced loads by the whole block\n", kRows);
-      prologue += fmt::format("__shared__ float xs[{}][{}];\n", kRows, K);
-      prologue += fmt::format("for (int e = threadIdx.x; e < {}; e += {}) {{\n", kRows * K, kThreads);
-      prologue += fmt::format("  const int i = e / {}, c = e % {};\n", K, K);
-      prologue += N % kRows ? fmt::format("  xs[i][c] = n0 + i < {} ? x[(n0 + i) * {} + c] : 0.0f;  // zeros past the last row\n", N, K)
-                            : fmt::format("  xs[i][c] = x[(n0 + i) * {} + c];\n", K);
-      prologue += "}\n__syncthreads();\n";
-    }
+    if (stage_x && K <= kPrologueMaxCols) prologue = staged_x(N, K, kRows, kThreads);
   }
   const bool x_smem = !prologue.empty();
   for (const char* p : {"const float* __restrict__ w", "const float* __restrict__ bias", "const float* __restrict__ res",
