@@ -116,6 +116,45 @@ TEST(CompileCudaCodegen, GptKernelsAreNamedAfterWhatTheyFuse) {
   EXPECT_TRUE(contains(l.code.source, "No (T, S) matrix exists"));
 }
 
+// With generated GEMMs each layernorm and each prefill attention is the prologue of the GEMM
+// that reads it (passes.h's matmul_prologue): x computed into shared memory, never stored.
+TEST(CompileCudaCodegen, GeneratedGemmsTakeLayerNormsAndAttentionsAsPrologues) {
+  const ModelConfig c = compile_tiny_config();
+  const Graph g = capture_gpt(c, 2, 16);
+  CudaCodegenOptions cg;
+  cg.generated_gemm = true;
+  cg.attention_prologue = true;  // off by default (measured slower), max-autotune's "attn-prologue"
+  const CudaLowered fused = lower_cuda(g, PassOptions{}, cg);
+  cg.matmul_prologue = false;
+  cg.attention_prologue = false;
+  const CudaLowered plain = lower_cuda(g, PassOptions{}, cg);
+  // the default: the layernorms' prologues only
+  const CudaLowered def = lower_default(g, true);
+  EXPECT_EQ(plain.code.launches.size(), def.code.launches.size() + static_cast<size_t>(2 * c.n_layer + 1));
+  for (const Kernel& k : def.schedule.kernels)
+    EXPECT_EQ(k.kind == KernelKind::PrologueMatmul, contains(k.name, "layernorm")) << k.name;
+  EXPECT_EQ(plain.code.launches.size(), fused.code.launches.size() + static_cast<size_t>(3 * c.n_layer + 1))
+      << "2 layernorms and an attention per block, and ln_f, no longer launched alone";
+  int prologues = 0;
+  for (const Kernel& k : fused.schedule.kernels) {
+    prologues += k.kind == KernelKind::PrologueMatmul;
+    EXPECT_FALSE(k.kind == KernelKind::Rowwise && contains(k.name, "layernorm")) << k.name;
+    EXPECT_NE(k.kind, KernelKind::Attention) << k.name;
+  }
+  EXPECT_EQ(prologues, 3 * c.n_layer + 1);
+  for (const Kernel& k : plain.schedule.kernels) EXPECT_NE(k.kind, KernelKind::PrologueMatmul) << k.name;
+  const std::string& src = fused.code.source;
+  EXPECT_TRUE(contains(src, "__shared__ float xs[8][" + std::to_string(c.d_model) + "];  // the tile's rows of x"));
+  EXPECT_TRUE(contains(src, "xs[warp][c] = ")) << "the layernorm's row stored to shared memory";
+  EXPECT_TRUE(contains(src, "xs[p][h * 16 + lane] = o / l;")) << "the attention's heads stored to shared memory";
+  EXPECT_TRUE(contains(src, "__shfl_sync(0xffffffffu, pk[j], u)")) << "a warp per (row, head): p_s from lane s";
+  EXPECT_TRUE(std::regex_search(src, std::regex(R"(if \(blockIdx\.x % [0-9]+ == 0\) out_ptr0\[r \* [0-9]+ \+ c\] = )")))
+      << "the residual stream the first block's prologue makes is stored by one column tile";
+  EXPECT_TRUE(contains(src, "make_float4(xs[i][k]")) << "the K loop reads x from shared memory";
+  // cuBLAS cannot take a prologue: its variant keeps the kernels apart
+  for (const Kernel& k : lower_default(g, false).schedule.kernels) EXPECT_NE(k.kind, KernelKind::PrologueMatmul) << k.name;
+}
+
 CudaLowered lower_mega(const Graph& g) {
   CudaCodegenOptions cg;
   cg.generated_gemm = true;
@@ -152,7 +191,12 @@ TEST(CompileCudaCodegen, MegakernelRunsEveryKernelAsAStageOfOneLaunch) {
   for (size_t p = d.code.source.find("  mg_cluster_sync();"); p != std::string::npos; p = d.code.source.find("  mg_cluster_sync();", p + 1))
     ++dsyncs;
   EXPECT_EQ(dsyncs, d.schedule.kernels.size() - 1 - static_cast<size_t>(compile_tiny_config().n_layer));
-  EXPECT_TRUE(contains(d.code.source, "// no barrier: stage 3 touches nothing"));
+  size_t v_write = 0;  // the first layer's value cache write: no barrier after its key's
+  while (v_write < d.schedule.kernels.size() && d.schedule.kernels[v_write].kind != KernelKind::KvWrite) ++v_write;
+  ++v_write;
+  ASSERT_LT(v_write, d.schedule.kernels.size());
+  EXPECT_EQ(d.schedule.kernels[v_write].kind, KernelKind::KvWrite);
+  EXPECT_TRUE(contains(d.code.source, "// no barrier: stage " + std::to_string(v_write) + " touches nothing"));
   // the rewrite: no block index, no restricted (non-coherent) pointer, no static shared array
   // left in the device functions; the megakernel's parameters are named after the buffers
   const std::string fns = code_only(src.substr(src.find("// ---- megakernel helpers"), src.find("extern \"C\" __global__") -

@@ -142,6 +142,62 @@ TEST(CompilePasses, LayerNormIsOneKernelWithTheResidualAddFoldedIn) {
   EXPECT_EQ(layernorm, 2 * 2) << print_schedule(d);
 }
 
+TEST(CompilePasses, MatmulPrologueFoldsLayerNormsAndAttentionsIntoTheirGemms) {
+  const ModelConfig c = tiny_config();
+  // off by default: the C++ back end's pipeline is unchanged
+  for (const Kernel& k : schedule(run_passes(capture_gpt(c, 1, 4))).kernels) EXPECT_NE(k.kind, KernelKind::PrologueMatmul) << k.name;
+  PassOptions opt;
+  opt.matmul_prologue = true;
+  opt.attention_prologue = true;
+  const Graph g = run_passes(capture_gpt(c, 1, 4), opt);  // verified after every pass
+  const Schedule s = schedule(g);
+  int layernorms = 0, attentions = 0;
+  for (const Kernel& k : s.kernels) {
+    const bool ln = k.name.find("layernorm") != std::string::npos, attn = k.name.find("attention") != std::string::npos;
+    EXPECT_EQ(ln || attn, k.kind == KernelKind::PrologueMatmul) << "none left alone: " << print_schedule(s);
+    if (k.kind != KernelKind::PrologueMatmul) continue;
+    layernorms += ln;
+    attentions += attn;
+    const Node& mm = g.nodes[static_cast<size_t>(k.nodes.back())];
+    ASSERT_EQ(mm.op, Op::Matmul) << k.name;
+    EXPECT_FALSE(g.tensor(mm.inputs[0]).materialized) << "x lives in the GEMM's shared memory";
+    EXPECT_EQ(k.rows, g.tensor(mm.inputs[0]).rows());
+    EXPECT_EQ(k.cols, c.d_model);
+    EXPECT_TRUE(k.name.ends_with("_matmul_" + std::to_string(k.group))) << k.name;
+  }
+  EXPECT_EQ(layernorms, 2 * c.n_layer + 1) << "ln1 and ln2 of every block, and ln_f: " << print_schedule(s);
+  EXPECT_EQ(attentions, c.n_layer) << "each attention with its output projection: " << print_schedule(s);
+  // the first block's: the embedding's sum is the residual stream, read again by the attention's
+  // projection, so the fused kernel still stores it
+  EXPECT_EQ(s.kernels[0].kind, KernelKind::PrologueMatmul) << print_schedule(s);
+  EXPECT_EQ(s.kernels[0].writes.size(), 2u) << "the residual stream and the qkv";
+  // the decode step's attention reads the KV caches at a runtime position: left alone
+  for (const Kernel& k : schedule(run_passes(capture_gpt_decode(c), opt)).kernels)
+    if (k.name.find("attention") != std::string::npos) EXPECT_EQ(k.kind, KernelKind::Attention) << k.name;
+  // each kind on its own switch
+  opt.attention_prologue = false;
+  for (const Kernel& k : schedule(run_passes(capture_gpt(c, 1, 4), opt)).kernels)
+    if (k.name.find("attention") != std::string::npos) EXPECT_EQ(k.kind, KernelKind::Attention) << k.name;
+  opt.matmul_prologue = false;
+  opt.attention_prologue = true;
+  for (const Kernel& k : schedule(run_passes(capture_gpt(c, 1, 4), opt)).kernels)
+    EXPECT_EQ(k.name.find("layernorm") != std::string::npos, k.kind == KernelKind::Rowwise && k.name.find("layernorm") != std::string::npos)
+        << k.name;
+}
+
+TEST(CompilePasses, MatmulPrologueLeavesALayerNormReadTwiceAlone) {
+  GraphBuilder b("ln_two_readers");
+  const int x = b.input("x", {4, 16});
+  const int w = b.weight("ln.weight", {16}), bias = b.weight("ln.bias", {16});
+  const int W = b.weight("fc.weight", {8, 16});
+  const int ln = b.layernorm(x, w, bias, 1e-5f, "ln.out", "test");
+  b.output(b.matmul(ln, W, "y", "test"), "y");
+  b.output(b.unary(Op::Exp, ln, "e", "test"), "e");  // a second reader of the layernorm
+  PassOptions opt;
+  opt.matmul_prologue = true;
+  for (const Kernel& k : schedule(run_passes(b.finish(), opt)).kernels) EXPECT_NE(k.kind, KernelKind::PrologueMatmul) << k.name;
+}
+
 TEST(CompilePasses, RemoveDeadDropsUnusedNodes) {
   GraphBuilder b("dead");
   const int x = b.input("x", {2, 8});

@@ -912,6 +912,8 @@ GeneratedCode generate_cpp(const Schedule& s, const CodegenOptions& opt) {
       }
       case KernelKind::Attention: code = generate_attention(s, k, opt, call_args); break;
       case KernelKind::KvWrite: code = generate_kv_write(s, k, call_args); break;
+      case KernelKind::PrologueMatmul:  // PassOptions::matmul_prologue is the CUDA back end's
+        MINIGPT_FAIL("codegen_cpp: {} fuses a row-wise prologue into a GEMM, which the C++ back end does not generate", k.name);
       case KernelKind::Matmul: {
         const auto gm = node_gemm.find(k.nodes[0]);
         if (gm != node_gemm.end()) {

@@ -112,6 +112,21 @@ class RowwiseCuda {
 
   std::string generate(CudaLaunch& launch);
 
+  // As a GEMM's prologue (generate_prologue_gemm): the row's tensor `x` (the matmul's input) is
+  // stored to the shared-memory row `smem_row` (`smem_row[c]`), and the stores of the other
+  // outputs (read by later kernels) happen only where `store_guard` holds (one column tile).
+  void as_prologue(int x, std::string smem_row, std::string store_guard) {
+    smem_x_ = x;
+    smem_row_ = std::move(smem_row);
+    store_guard_ = std::move(store_guard);
+  }
+  // The statements of one row: `lane` (its place in the row) and `r` (the row) defined before.
+  std::string body();
+  // The kernel's pointer parameters (reads, then writes other than a prologue's x), their
+  // comment lines, and the tensors bound to them (the launch's args).
+  void parameters(std::vector<std::string>& sig, std::vector<std::string>& params, std::vector<int>& args) const;
+  int threads_per_row() const { return tpr_; }
+
  private:
   bool is_row(int node) const {
     const Node& n = g_.nodes[static_cast<size_t>(node)];
@@ -222,21 +237,28 @@ class RowwiseCuda {
   std::map<int, std::string> ptr_, out_;
   std::set<int> in_group_;
   std::set<int> computed_;  // element nodes whose values are in registers
+  int smem_x_ = -1;          // as_prologue: the tensor stored to shared memory
+  std::string smem_row_, store_guard_;
 };
+
+void RowwiseCuda::parameters(std::vector<std::string>& sig, std::vector<std::string>& params, std::vector<int>& args) const {
+  for (int t : k_.reads) {
+    const TensorInfo& ti = g_.tensor(t);
+    sig.push_back(fmt::format("const {}* __restrict__ {}", ti.dtype == DType::I32 ? "int" : "float", ptr_.at(t)));
+    params.push_back(fmt::format("{} = {}", ptr_.at(t), describe(g_, t)));
+    args.push_back(t);
+  }
+  for (int t : k_.writes) {
+    if (t == smem_x_) continue;
+    sig.push_back(fmt::format("float* __restrict__ {}", out_.at(t)));
+    params.push_back(fmt::format("{} = {}", out_.at(t), describe(g_, t)));
+    args.push_back(t);
+  }
+}
 
 std::string RowwiseCuda::generate(CudaLaunch& launch) {
   std::vector<std::string> params, sig;
-  for (int t : k_.reads) {
-    const TensorInfo& ti = g_.tensor(t);
-    sig.push_back(fmt::format("const {}* __restrict__ {}", ti.dtype == DType::I32 ? "int" : "float", ptr_[t]));
-    params.push_back(fmt::format("{} = {}", ptr_[t], describe(g_, t)));
-    launch.args.push_back(t);
-  }
-  for (int t : k_.writes) {
-    sig.push_back(fmt::format("float* __restrict__ {}", out_[t]));
-    params.push_back(fmt::format("{} = {}", out_[t], describe(g_, t)));
-    launch.args.push_back(t);
-  }
+  parameters(sig, params, launch.args);
   const int block = tpr_ * rpb_;
   launch.function = k_.name;
   launch.block = block;
@@ -253,6 +275,12 @@ std::string RowwiseCuda::generate(CudaLaunch& launch) {
   b += fmt::format("const int lane = threadIdx.x % {};  // this thread's place in its row\n", tpr_);
   b += fmt::format("const i64 r = (i64)blockIdx.x * {} + threadIdx.x / {};  // the row\n", rpb_, tpr_);
   if (R_ % rpb_ != 0) b += fmt::format("if (r >= {}) return;  // the last block's spare rows (whole warps)\n", R_);
+  code += indent_text(b + body(), "  ") + "}\n";
+  return code;
+}
+
+std::string RowwiseCuda::body() {
+  std::string b;
   if (persistent_) {
     // every full-width input in registers, read once
     for (int t : k_.reads) {
@@ -300,21 +328,23 @@ std::string RowwiseCuda::generate(CudaLaunch& launch) {
       b += fmt::format("const float row{} = {};  // {}\n", t, expr(node, true), g_.tensor(t).name);
     }
     if (needs_reciprocal(t)) b += fmt::format("const float rcp{} = 1.0f / row{};  // divisions by it become products\n", t, t);
-    if (out_.count(t)) b += fmt::format("if (lane == 0) {}[r] = row{};\n", out_[t], t);
+    if (out_.count(t)) b += fmt::format("if ({}lane == 0) {}[r] = row{};\n", store_guard_.empty() ? "" : store_guard_ + " && ", out_[t], t);
   }
   if (!stores.empty()) {
     std::string names, tail;
     for (int node : stores) {
       const int t = g_.nodes[static_cast<size_t>(node)].output;
       names += (names.empty() ? "" : ", ") + g_.tensor(t).name;
-      tail += fmt::format("{}[r * {} + c] = {};\n", out_[t], C_, persistent_ ? fmt::format("v{}[j]", t) : fmt::format("tmp{}", t));
+      const std::string v = persistent_ ? fmt::format("v{}[j]", t) : fmt::format("tmp{}", t);
+      if (t == smem_x_) tail += fmt::format("{}[c] = {};  // the GEMM's x, in shared memory\n", smem_row_, v);
+      else if (!store_guard_.empty()) tail += fmt::format("if ({}) {}[r * {} + c] = {};\n", store_guard_, out_[t], C_, v);
+      else tail += fmt::format("{}[r * {} + c] = {};\n", out_[t], C_, v);
     }
     b += fmt::format("// outputs: {}\n", names);
     // stored values already in registers are stored from there; the rest computed here
     b += column_loop(closure(stores), tail);
   }
-  code += indent_text(b, "  ") + "}\n";
-  return code;
+  return b;
 }
 
 // ---- attention --------------------------------------------------------------------------
@@ -476,6 +506,114 @@ std::string generate_cublas(const Graph& g, const Kernel& k, std::vector<CudaLau
   return code;
 }
 
+// An attention as a GEMM's prologue (the output projection's x): warp w takes the (row, head)
+// pairs w, w + 8, ... of the tile (row n0 + pair / NH, head pair % NH) one after the other, with
+// the arithmetic of generate_attention's thread in the same order (so the same values), spread
+// over the warp's lanes: pass 1, lane = key (s = lane + 32 j): its score q.k (a sum over d in
+// order, then the scale), the max across the lanes (mg_warp_max; a max has no order); then
+// p = exp(score - max) per key; pass 2, lane = dimension d < dh: over the keys in order, p_s
+// broadcast from its lane (__shfl_sync), l += p_s and o += p_s v[s][d]; out = o / l into
+// xs[row][h dh + d]. q, k and v are read straight from the batch's qkv rows (a few KB, through
+// L1). Rows past N get zeros.
+std::string attention_prologue(const Graph& g, const Node& a, int rows, std::vector<std::string>& sig, std::vector<std::string>& params,
+                               std::vector<int>& args) {
+  const auto& qs = g.tensor(a.inputs[0]).shape;  // (B, T, 3C)
+  const int64_t B = qs[0], T = qs[1], C = qs[2] / 3, NH = a.heads, dh = C / NH, N = B * T;
+  const int64_t J = (T + 31) / 32;  // key chunks of a warp's lanes
+  MINIGPT_CHECK(dh <= 32, "codegen_cuda: an attention prologue's heads of {} floats exceed a warp", dh);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  sig.push_back("const float* __restrict__ in_ptr0");
+  params.push_back(fmt::format("in_ptr0 = {} (q | k | v per row)", describe(g, a.inputs[0])));
+  args.push_back(a.inputs[0]);
+  std::string b = fmt::format("// prologue: the attention of the tile's {} rows x {} heads into xs, a warp per (row, head) pair\n", rows, NH);
+  b += fmt::format("__shared__ float xs[{}][{}];  // the tile's rows of x: the heads merged\n", rows, C);
+  b += fmt::format("for (int pair = warp; pair < {}; pair += 8) {{\n", rows * NH);
+  std::string t;
+  t += fmt::format("const int p = pair / {};\nconst i64 h = pair % {}, r = n0 + p;  // the query row, the head\n", NH, NH);
+  std::string q;
+  q += fmt::format("const i64 bb = r / {}, t = r % {};  // batch, query position: keys 0 .. t\n", T, T);
+  q += fmt::format("const float* kv = in_ptr0 + bb * {};  // the batch's qkv rows\n", T * 3 * C);
+  q += fmt::format("float q[{}];  // the same for every lane\n#pragma unroll\nfor (int d = 0; d < {}; ++d) q[d] = in_ptr0[r * {} + h * {} + d];\n",
+                   dh, dh, 3 * C, dh);
+  q += fmt::format("float pk[{}];  // pass 1, lane = key s = lane + 32 j: scores, then exp(score - max)\n", J);
+  q += "float m = -MG_INF;\n";
+  q += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n", J);
+  q += "  const i64 s = lane + 32 * j;\n  float sc = -MG_INF;\n  if (s <= t) {  // causal: keys up to the query's position\n";
+  q += fmt::format("    sc = 0.0f;\n#pragma unroll\n    for (int d = 0; d < {}; ++d) sc += q[d] * kv[s * {} + {} + h * {} + d];\n", dh, 3 * C, C, dh);
+  q += fmt::format("    sc = sc * {};  // scale 1/sqrt({})\n    m = mg_max(m, sc);\n  }}\n  pk[j] = sc;\n}}\n", flit(scale), dh);
+  q += "m = mg_warp_max(m);  // every lane: the max score\n";
+  q += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) pk[j] = lane + 32 * j <= t ? mg_exp(pk[j] - m) : 0.0f;\n", J);
+  q += "// pass 2, lane = dimension d: over the keys in order, p_s from lane s % 32\n";
+  q += fmt::format("const int d = lane < {} ? lane : 0;  // lanes past dh compute column 0 again, never stored\n", dh);
+  q += "float l = 0.0f, o = 0.0f;\n";
+  q += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n", J);
+  q += "  for (int u = 0; u < 32 && 32 * j + u <= t; ++u) {\n";
+  q += "    const float ps = __shfl_sync(0xffffffffu, pk[j], u);\n    l += ps;\n";
+  q += fmt::format("    o += ps * kv[(32 * j + u) * {} + {} + h * {} + d];\n  }}\n}}\n", 3 * C, 2 * C, dh);
+  q += fmt::format("if (lane < {}) xs[p][h * {} + lane] = o / l;\n", dh, dh);
+  if (N % rows) {
+    t += fmt::format("if (r < {}) {{\n", N) + indent_text(q, "  ");
+    t += fmt::format("}} else if (lane < {}) {{  // past the last row: zeros, never stored\n  xs[p][h * {} + lane] = 0.0f;\n}}\n", dh, dh);
+  } else {
+    t += q;
+  }
+  return b + indent_text(t, "  ") + "}\n__syncthreads();\n";
+}
+
+// A row-wise group (a layernorm) as a GEMM's prologue: warp w computes row n0 + w of the tile
+// as the row-wise kernel of the group's own nodes would (RowwiseCuda, a warp per row), storing
+// the matmul's x row into xs[w] and, in the first of the `tiles_m` column tiles only, the
+// group's other outputs (read by later kernels). Rows past N get zeros.
+std::string rowwise_prologue(const Graph& g, const Kernel& k, int rows, int64_t tiles_m, std::vector<std::string>& sig,
+                             std::vector<std::string>& params, std::vector<int>& args) {
+  const Node& mm = g.nodes[static_cast<size_t>(k.nodes.back())];
+  const int x = mm.inputs[0];
+  const int64_t N = g.tensor(x).rows(), K = g.tensor(x).cols();
+  Kernel pk;  // the prologue as a kernel of its own: its nodes, what they read, what they store
+  pk.name = k.name;
+  pk.group = k.group;
+  pk.nodes.assign(k.nodes.begin(), k.nodes.end() - 1);
+  pk.rows = k.rows;
+  pk.cols = k.cols;
+  for (int t : k.reads)
+    for (int node : pk.nodes)
+      if (std::count(g.nodes[static_cast<size_t>(node)].inputs.begin(), g.nodes[static_cast<size_t>(node)].inputs.end(), t)) {
+        pk.reads.push_back(t);
+        break;
+      }
+  for (int t : k.writes)
+    if (t != mm.output) pk.writes.push_back(t);
+  pk.writes.push_back(x);
+  RowwiseCuda pro(g, pk);
+  MINIGPT_CHECK(pro.threads_per_row() == 32, "codegen_cuda: {}: a prologue row of {} columns needs more than a warp", k.name, K);
+  pro.as_prologue(x, "xs[warp]", fmt::format("blockIdx.x % {} == 0", tiles_m));
+  pro.parameters(sig, params, args);
+  std::string b = fmt::format("// prologue: warp w computes row n0 + w of {} into xs[w]\n", g.tensor(x).name);
+  b += fmt::format("__shared__ float xs[{}][{}];  // the tile's rows of x\n", rows, K);
+  b += "{\n";
+  std::string row = "const i64 r = n0 + warp;  // the row\n";
+  const std::string body = pro.body();
+  if (N % rows) {
+    row += fmt::format("if (r < {}) {{\n", N) + indent_text(body, "  ");
+    row += fmt::format("}} else {{  // past the last row: zeros, never stored\n  for (int c = lane; c < {}; c += 32) xs[warp][c] = 0.0f;\n}}\n", K);
+  } else {
+    row += body;
+  }
+  return b + indent_text(row, "  ") + "}\n__syncthreads();\n";
+}
+
+// A GEMM's x (N, K) without a prologue: the tile's rows copied into xs by the whole block
+// (consecutive threads, consecutive floats: coalesced), zeros past N.
+std::string staged_x(int64_t N, int64_t K, int rows, int threads) {
+  std::string b = fmt::format("// x's {} rows of the tile staged in shared memory: coalesced loads by the whole block\n", rows);
+  b += fmt::format("__shared__ float xs[{}][{}];\n", rows, K);
+  b += fmt::format("for (int e = threadIdx.x; e < {}; e += {}) {{\n", rows * K, threads);
+  b += fmt::format("  const int i = e / {}, c = e % {};\n", K, K);
+  b += N % rows ? fmt::format("  xs[i][c] = n0 + i < {} ? x[(n0 + i) * {} + c] : 0.0f;  // zeros past the last row\n", N, K)
+                : fmt::format("  xs[i][c] = x[(n0 + i) * {} + c];\n", K);
+  return b + "}\n__syncthreads();\n";
+}
+
 // A generated fixed-shape GEMM, epilogue fused, shaped for the small products of this model
 // (launch- and latency-bound: few rows, K <= a few hundred): a block of 8 warps computes a tile
 // of 8 rows x 32 columns of y; lane l owns column m0 + l, warp w the K slice [w KC, (w+1) KC)
@@ -483,8 +621,16 @@ std::string generate_cublas(const Graph& g, const Kernel& k, std::vector<CudaLau
 // along k (float4 when the slice allows), x's 8 rows are the same address for every lane (a
 // broadcast). The 8 warps' partial sums meet in shared memory and every (row, column) adds
 // them in warp order (deterministic), then the epilogue and a coalesced store.
-std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch) {
-  const Node& n = g.nodes[static_cast<size_t>(k.nodes[0])];
+// With a prologue (KernelKind::PrologueMatmul, passes.h's matmul_prologue): first warp w
+// computes row n0 + w of the row-wise group (a layernorm) as a row-wise kernel would, a warp per
+// row, and stores the matmul's x row into shared memory (xs), or the block computes an
+// attention's rows there (attention_prologue); the K loop then reads x from there. Every column
+// tile of a row tile recomputes those rows (K columns each: cheaper than a launch); only the
+// first column tile stores the prologue's other outputs. Without a prologue (stage_x) the block
+// copies its rows of x into xs first, coalesced.
+std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, bool stage_x) {
+  const bool fused = k.kind == KernelKind::PrologueMatmul;
+  const Node& n = g.nodes[static_cast<size_t>(k.nodes.back())];
   const int64_t N = g.tensor(n.inputs[0]).rows(), K = g.tensor(n.inputs[0]).cols(), M = g.tensor(n.inputs[1]).shape[0];
   constexpr int kCols = 32, kRows = 8, kWarps = 8, kThreads = 32 * kWarps;
   const int64_t KC = (K + kWarps - 1) / kWarps;  // the K slice of a warp
@@ -493,25 +639,49 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch) {
   launch.function = k.name;
   launch.grid = static_cast<int>(tiles_m * tiles_n);
   launch.block = kThreads;
-  launch.args = {n.inputs[0], n.inputs[1], n.has_bias ? n.inputs[2] : -1, n.has_residual ? n.inputs.back() : -1, n.output};
-  std::string code = kernel_comment(g, k, matmul_params(g, n),
+  std::vector<std::string> sig, params;
+  std::string prologue;
+  const bool attention = fused && g.nodes[static_cast<size_t>(k.nodes[0])].op == Op::Attention;
+  if (attention) {
+    prologue = attention_prologue(g, g.nodes[static_cast<size_t>(k.nodes[0])], kRows, sig, params, launch.args);
+  } else if (fused) {
+    prologue = rowwise_prologue(g, k, kRows, tiles_m, sig, params, launch.args);
+  } else {
+    sig.push_back("const float* __restrict__ x");
+    launch.args.push_back(n.inputs[0]);
+    if (stage_x && K <= kPrologueMaxCols) prologue = staged_x(N, K, kRows, kThreads);
+  }
+  const bool x_smem = !prologue.empty();
+  for (const char* p : {"const float* __restrict__ w", "const float* __restrict__ bias", "const float* __restrict__ res",
+                        "float* __restrict__ y"})
+    sig.push_back(p);
+  launch.args.insert(launch.args.end(), {n.inputs[1], n.has_bias ? n.inputs[2] : -1, n.has_residual ? n.inputs.back() : -1, n.output});
+  std::vector<std::string> all_params = params;
+  for (const std::string& p : matmul_params(g, n)) all_params.push_back(fused && p.starts_with("x = ") ? p + " (the prologue's, in shared memory)" : p);
+  std::string code = kernel_comment(g, k, all_params,
                                     fmt::format("grid {} ({} column tiles of 32 x {} row tiles of 8), block {} (8 warps splitting K = {} "
                                                 "into slices of {})",
                                                 launch.grid, tiles_m, tiles_n, kThreads, K, KC));
   code += "//   generated fixed-shape GEMM (max-autotune), epilogue fused: 8 rows x 32 columns per block, lane = column,\n"
           "//   warp = K slice; partial sums combined in shared memory in warp order\n";
-  code += fmt::format(
-      "extern \"C\" __global__ void __launch_bounds__({}) {}(\n    const float* __restrict__ x, const float* __restrict__ w,\n"
-      "    const float* __restrict__ bias, const float* __restrict__ res, float* __restrict__ y) {{\n",
-      kThreads, k.name);
+  if (attention) code += "//   attention fused before: each block computes its 8 rows of x (a warp per row and head) into shared memory first\n";
+  else if (fused) code += "//   prologue fused: each block computes its 8 rows of x (a warp per row) into shared memory first\n";
+  else if (x_smem) code += "//   x's rows staged in shared memory first (coalesced), the K loop reads them there\n";
+  std::string sigs;
+  for (size_t i = 0; i < sig.size(); ++i) sigs += fmt::format("{}    {}", i ? ",\n" : "", sig[i]);
+  code += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(\n{}) {{\n", kThreads, k.name, sigs);
+  // x's row i at column k: from global memory, or the prologue's rows in shared memory
+  auto x_at = [&](const std::string& kk) {
+    return x_smem ? fmt::format("xs[i][{}]", kk) : fmt::format("x[(n0 + i) * {} + {}]", K, kk);
+  };
   std::string b;
   b += fmt::format("__shared__ float part[{}][{}][{}];  // [warp][row][column], padded\n", kWarps, kRows, kCols + 1);
   b += fmt::format("const i64 m0 = (i64)(blockIdx.x % {}) * {}, n0 = (i64)(blockIdx.x / {}) * {};\n", tiles_m, kCols, tiles_m, kRows);
   b += "const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n";
+  b += prologue;
   b += "const i64 m = m0 + lane;  // this lane's column\n";
   b += fmt::format("float acc[{}];\n#pragma unroll\nfor (int i = 0; i < {}; ++i) acc[i] = 0.0f;\n", kRows, kRows);
   // rows past N and columns past M: masked (their products never stored); a K slice past K: empty
-  std::string body;
   const std::string kend = fmt::format("k0 + {}", KC);
   const bool kmask = K % kWarps != 0;
   b += fmt::format("const i64 k0 = (i64)warp * {};\n", KC);
@@ -522,14 +692,17 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch) {
     loop += fmt::format("  const float4 wv = *(const float4*)(w + m * {} + k);\n", K);
     loop += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) {{\n", kRows);
     if (N % kRows) loop += fmt::format("    if (n0 + i >= {}) break;  // mask: the last row tile\n", N);
-    loop += fmt::format("    const float4 xv = *(const float4*)(x + (n0 + i) * {} + k);  // the same for every lane\n", K);
+    if (x_smem)  // shared memory: four scalar reads (a static shared array's alignment is the float's)
+      loop += "    const float4 xv = make_float4(xs[i][k], xs[i][k + 1], xs[i][k + 2], xs[i][k + 3]);  // the same for every lane\n";
+    else
+      loop += fmt::format("    const float4 xv = *(const float4*)&{};  // the same for every lane\n", x_at("k"));
     loop += "    acc[i] += xv.x * wv.x;\n    acc[i] += xv.y * wv.y;\n    acc[i] += xv.z * wv.z;\n    acc[i] += xv.w * wv.w;\n  }\n}\n";
   } else {
     loop += fmt::format("for (i64 k = k0; k < {}; ++k) {{\n", kmask ? fmt::format("min((i64){}, {})", K, kend) : kend);
     loop += fmt::format("  const float wv = w[m * {} + k];\n", K);
     loop += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) {{\n", kRows);
     if (N % kRows) loop += fmt::format("    if (n0 + i >= {}) break;  // mask: the last row tile\n", N);
-    loop += fmt::format("    acc[i] += x[(n0 + i) * {} + k] * wv;\n  }}\n}}\n", K);
+    loop += fmt::format("    acc[i] += {} * wv;\n  }}\n}}\n", x_at("k"));
   }
   b += M % kCols ? indent_text(loop, "  ") + "}\n" : loop;
   b += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) part[warp][i][lane] = acc[i];\n__syncthreads();\n", kRows);
@@ -609,9 +782,14 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
         code = generate_kv_write(g, k, launch);
         out.launches.push_back(launch);
         break;
+      case KernelKind::PrologueMatmul:
+        MINIGPT_CHECK(opt.generated_gemm, "generate_cuda: {} has a prologue, which only a generated GEMM takes (cuBLAS cannot)", k.name);
+        code = generate_gemm(g, k, launch, opt.stage_x);
+        out.launches.push_back(launch);
+        break;
       case KernelKind::Matmul:
         if (opt.generated_gemm) {
-          code = generate_gemm(g, k, launch);
+          code = generate_gemm(g, k, launch, opt.stage_x);
           out.launches.push_back(launch);
         } else {
           code = generate_cublas(g, k, out.launches);

@@ -14,7 +14,8 @@
 // Matmuls: cuBLAS SGEMM (FP32, no TF32) then a generated epilogue kernel (bias [+ GELU |
 // + residual]), as Inductor calls an external mm; with generated_gemm a fixed-shape
 // shared-memory tiled GEMM with the epilogue fused (runner_cuda.h says which variant each mode
-// runs). A kernel whose code is an earlier one's (the same op of another block) is emitted once
+// runs), which may take a prologue (passes.h's matmul_prologue): a layernorm, or an attention,
+// computing the GEMM tile's rows of x in shared memory, so that x is never stored. A kernel whose code is an earlier one's (the same op of another block) is emitted once
 // and launched under that name. With megakernel, every kernel becomes a stage of one launch
 // (codegen_cuda_mega.h).
 //
@@ -35,7 +36,7 @@
 
 namespace minigpt::compile {
 
-inline constexpr int kCodegenCudaVersion = 1;  // bump on any change to the generated text's meaning
+inline constexpr int kCodegenCudaVersion = 2;  // bump on any change to the generated text's meaning
 // Column steps per thread up to which a row is kept in registers between its loops.
 inline constexpr int kPersistentSteps = 32;
 
@@ -43,6 +44,24 @@ struct CudaCodegenOptions {
   // Matmuls: false = cuBLAS SGEMM + a generated epilogue kernel; true = generated fixed-shape
   // GEMMs with the epilogue fused (cuda_gemm_N).
   bool generated_gemm = false;
+  // With generated_gemm: each layernorm (with what fuse_reductions put before it) becomes the
+  // prologue of the GEMM that reads it (PassOptions::matmul_prologue, turned on by lower_cuda):
+  // 9 fewer launches in the 4-block model. Off: the layernorm is a row-wise kernel of its own.
+  // H200, (2, 16), PDL: a layernorm kernel took 1.26 us, the GEMM 1.78-1.80, the fused one
+  // 1.86-1.94.
+  bool matmul_prologue = true;
+  // With generated_gemm: each prefill attention becomes the prologue of its output projection's
+  // GEMM (PassOptions::attention_prologue): 4 fewer launches, a warp per (row, head). Off by
+  // default: measured slower on the H200 (the fused kernel 8.5 us against 4.1 + 1.8 us for the
+  // attention and the GEMM apart; whole forward 68.7 against 56.2 us): 8 blocks whose warps take
+  // 4 (row, head) pairs one after the other, each reading k and v from L2 in a loop of dependent
+  // steps. max-autotune still times it ("attn-prologue").
+  bool attention_prologue = false;
+  // With generated_gemm: a GEMM without a prologue first copies its tile's rows of x into shared
+  // memory (coalesced, the whole block), and its K loop reads them there, as the prologue GEMMs
+  // do; off: every lane reads x from global memory in the K loop (a broadcast per warp). H200:
+  // fc2 (K = 256) 3.87 -> 3.22 us.
+  bool stage_x = true;
   // Programmatic dependent launch (Hopper, sm_90+; with generated_gemm only, so that every
   // kernel of the graph is generated): each kernel starts with griddepcontrol.wait (the previous
   // kernel's writes are visible after it) then griddepcontrol.launch_dependents, and the runner

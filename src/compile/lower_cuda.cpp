@@ -9,7 +9,11 @@ namespace minigpt::compile {
 CudaLowered lower_cuda(const Graph& captured, const PassOptions& passes, const CudaCodegenOptions& codegen) {
   CudaLowered l;
   const Timer t0;
-  const Graph planned = run_passes(captured, passes);
+  // a GEMM takes a row-wise prologue when it is generated (a cuBLAS call cannot)
+  PassOptions popt = passes;
+  popt.matmul_prologue = passes.matmul_prologue || (codegen.generated_gemm && codegen.matmul_prologue);
+  popt.attention_prologue = passes.attention_prologue || (codegen.generated_gemm && codegen.attention_prologue);
+  const Graph planned = run_passes(captured, popt);
   // (the CPU schedule's GEMM choice only names its matmul kernels; cuda_schedule renames them)
   const GemmBackend gemm = codegen.generated_gemm ? GemmBackend::kGenerated : GemmBackend::kEngine;
   l.schedule = cuda_schedule(schedule(planned, gemm), codegen.generated_gemm);

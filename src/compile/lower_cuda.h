@@ -21,6 +21,9 @@ struct CudaLowered {
   double passes_s = 0, codegen_s = 0;
 };
 
+// passes.matmul_prologue and attention_prologue are turned on where the codegen options allow
+// them (generated GEMMs with CudaCodegenOptions::matmul_prologue / attention_prologue, the
+// default for them).
 CudaLowered lower_cuda(const Graph& captured, const PassOptions& passes, const CudaCodegenOptions& codegen);
 
 void write_cuda_debug_files(const std::filesystem::path& dir, const Graph& captured, const CudaLowered& l);

@@ -243,25 +243,21 @@ CompiledModel::CompiledModel(const GrammarMiniGPT& model, CompileOptions opt)
     : model_(&model), opt_(std::move(opt)), weights_(bind_weights(model.weights())) {}
 
 CompiledGraph& CompiledModel::graph_for(int64_t B, int64_t T) {
-  auto it = graphs_.find({B, T});
-  if (it != graphs_.end()) return *it->second;
-  if (!opt_.quiet && compiles_ > 0)
-    fmt::print(stderr, "minigpt compile: shape guard failed: gpt compiled for (B={}, T={}), called with (B={}, T={}); compiling anew\n",
-               last_.first, last_.second, B, T);
-  const Graph g = capture_gpt(model_->config(), B, T);
-  auto cg = std::make_unique<CompiledGraph>(g, weights_, opt_);
-  ++compiles_;
-  if (!opt_.quiet)
-    fmt::print(stderr, "minigpt compile: {} ready in {:.3f} s ({}; {} kernels)\n", g.name, cg->stats().total_s,
-               cg->stats().cache_hit ? "cache hit" : "compiled", cg->schedule().kernels.size());
-  return *graphs_.emplace(std::make_pair(B, T), std::move(cg)).first->second;
+  return graphs_.get(B, T, "gpt", opt_.quiet, [&] {
+    const Graph g = capture_gpt(model_->config(), B, T);
+    auto cg = std::make_unique<CompiledGraph>(g, weights_, opt_);
+    if (!opt_.quiet)
+      fmt::print(stderr, "minigpt compile: {} ready in {:.3f} s ({}; {} kernels)\n", g.name, cg->stats().total_s,
+                 cg->stats().cache_hit ? "cache hit" : "compiled", cg->schedule().kernels.size());
+    return cg;
+  });
 }
 
 void CompiledModel::forward(const int32_t* ids, int64_t B, int64_t T, Tensor& logits, Tensor& probs, ThreadPool& pool) {
   prepare_forward(model_->config(), ids, B, T, logits, probs);
   if (B == 0) return;  // empty batch: no kernel runs
   CompiledGraph& g = graph_for(B, T);
-  last_ = {B, T};
+  graphs_.called(B, T);
   const void* in[] = {ids};
   float* out[] = {logits.data(), probs.data()};
   g.run(in, out, pool);

@@ -18,6 +18,7 @@
 
 #include "compile/capture.h"
 #include "compile/codegen_cpp.h"
+#include "compile/graphs_by_shape.h"
 #include "compile/passes/passes.h"
 #include "compile/schedule.h"
 #include "core/tensor.h"
@@ -106,16 +107,14 @@ class CompiledModel {
   void forward(const int32_t* ids, int64_t B, int64_t T, Tensor& logits, Tensor& probs, ThreadPool& pool);
   // The compiled graph for (B, T), compiling it if needed (the guard's miss path).
   CompiledGraph& graph_for(int64_t B, int64_t T);
-  int compiles() const { return compiles_; }
+  int compiles() const { return graphs_.compiles(); }
   const GrammarMiniGPT& model() const { return *model_; }
 
  private:
   const GrammarMiniGPT* model_;
   CompileOptions opt_;
   WeightBinding weights_;
-  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<CompiledGraph>> graphs_;
-  std::pair<int64_t, int64_t> last_{0, 0};
-  int compiles_ = 0;
+  GraphsByShape<CompiledGraph> graphs_;
 };
 
 // The decode step, one graph for every position (compiled on first use), with its own KV cache.

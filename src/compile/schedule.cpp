@@ -47,16 +47,19 @@ std::string kernel_stem(const Graph& g, const Kernel& k, GemmBackend gemm, const
     }
     case KernelKind::Attention: return "cpp_fused_attention";
     case KernelKind::KvWrite: return "cpp_kv_write";
-    case KernelKind::Rowwise: break;
+    case KernelKind::Rowwise:
+    case KernelKind::PrologueMatmul: break;
   }
+  // a GEMM with a prologue: the prologue's ops, then "matmul" (cpp_fused_layernorm_matmul)
+  const bool prologue = k.kind == KernelKind::PrologueMatmul;
   std::set<std::string> names;
-  for (int i : k.nodes) {
-    const Node& n = g.nodes[static_cast<size_t>(i)];
+  for (size_t i = 0; i < k.nodes.size() - (prologue ? 1 : 0); ++i) {
+    const Node& n = g.nodes[static_cast<size_t>(k.nodes[i])];
     names.insert(n.origin.empty() ? std::string(op_name(n.op)) : n.origin);
   }
   std::string s = "cpp_fused";
   for (const std::string& n : names) s += "_" + n;
-  return s;
+  return prologue ? s + "_matmul" : s;
 }
 
 }  // namespace
@@ -84,13 +87,19 @@ Schedule schedule(const Graph& fused, GemmBackend gemm, const std::vector<GemmPi
     k.group = gi;
     MINIGPT_CHECK(!k.nodes.empty(), "schedule: group {} is empty", gi);
     const Node& first = g.nodes[static_cast<size_t>(k.nodes[0])];
+    const Node& last = g.nodes[static_cast<size_t>(k.nodes.back())];
     if (first.op == Op::Matmul) k.kind = KernelKind::Matmul;
+    else if (last.op == Op::Matmul) k.kind = KernelKind::PrologueMatmul;
     else if (first.op == Op::Attention) k.kind = KernelKind::Attention;
     else if (first.op == Op::KvWrite) k.kind = KernelKind::KvWrite;
     else k.kind = KernelKind::Rowwise;
     for (int i : k.nodes) {
       const Node& n = g.nodes[static_cast<size_t>(i)];
-      if (k.kind == KernelKind::Rowwise) {
+      if (k.kind == KernelKind::PrologueMatmul) {
+        const bool attention = n.op == Op::Attention && k.nodes.size() == 2;  // an attention alone before the GEMM
+        MINIGPT_CHECK(kRowwise.contains(n.op) || attention || i == k.nodes.back(),
+                      "schedule: a GEMM's prologue holds row-wise ops or one attention, not {} ({})", op_name(n.op), n.source);
+      } else if (k.kind == KernelKind::Rowwise) {
         MINIGPT_CHECK(kRowwise.contains(n.op), "schedule: {} ({}) has no C++ lowering; it must be fused or decomposed first",
                       op_name(n.op), n.source);
       } else {
@@ -129,6 +138,9 @@ Schedule schedule(const Graph& fused, GemmBackend gemm, const std::vector<GemmPi
       const RowSpace rs = row_space(g, gi);
       k.rows = rs.rows;
       k.cols = rs.cols;
+    } else if (k.kind == KernelKind::PrologueMatmul) {  // the prologue's rows: the GEMM's x
+      k.rows = g.tensor(last.inputs[0]).rows();
+      k.cols = g.tensor(last.inputs[0]).cols();
     }
     k.name = fmt::format("{}_{}", kernel_stem(g, k, gemm, picks), gi);
   }

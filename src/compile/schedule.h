@@ -16,7 +16,9 @@
 
 namespace minigpt::compile {
 
-enum class KernelKind : uint8_t { Rowwise, Matmul, Attention, KvWrite };
+// PrologueMatmul: a row-wise group or an attention, then the matmul reading its result
+// (passes.h's matmul_prologue, CUDA only): nodes = the prologue's nodes, then the matmul last.
+enum class KernelKind : uint8_t { Rowwise, Matmul, Attention, KvWrite, PrologueMatmul };
 
 struct Kernel {
   std::string name;
@@ -26,7 +28,7 @@ struct Kernel {
   std::vector<int> reads;    // materialised tensors read from outside the kernel, first use order
   std::vector<int> writes;   // materialised tensors written
   std::vector<int> removed;  // tensors eager would store that this kernel keeps in registers
-  int64_t rows = 0, cols = 0;  // Rowwise: the iteration space
+  int64_t rows = 0, cols = 0;  // Rowwise, PrologueMatmul's prologue: the iteration space
   int64_t bytes_read = 0, bytes_written = 0, flops = 0;
   std::vector<std::string> sources;  // the distinct eager ops it stands for
 };

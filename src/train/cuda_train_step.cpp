@@ -80,13 +80,29 @@ struct CudaTrainStep::Impl {
   CudaArena arena;
   cudaStream_t stream = nullptr;
   cudaEvent_t ev_start = nullptr, ev_stop = nullptr;
-  // The backward's weight gradients (dW, db) run on side_stream, beside the chain of data
-  // gradients on stream: forked after their dy is written, joined before dy's buffer is
-  // written again and at every stage's end. Same kernels, same bits; only the overlap differs.
-  // MINIGPT_TRAIN_OVERLAP=0 in the environment keeps everything on one stream (to measure).
+  // Work off the chain of data gradients runs on side streams beside it: the backward's weight
+  // gradients (dW, db), the LayerNorms' parameter gradients (their sums of the partials the
+  // data kernel leaves), the loss's mean and the results' copy. Each is forked from stream
+  // after its inputs are written (the side streams taken in turn). A weight gradient's launch
+  // gives a Ticket (an event after it) that stream awaits just before it writes that
+  // gradient's input again (backward() says which); join_all() waits for everything, at the end
+  // of the backward, and at each stage's end when a stage hook is set. Every side launch has
+  // its own scratch (grad_scratch, ln_partials), so side streams never share one. Same
+  // kernels, same bits; only the overlap differs. MINIGPT_TRAIN_OVERLAP=0 in the environment
+  // keeps everything on one stream (to measure); MINIGPT_TRAIN_SIDE_STREAMS=n (1..kMaxSide,
+  // default 2) sets how many side streams.
+  static constexpr int kMaxSide = 4, kTickets = 64;
   bool overlap = true;
-  cudaStream_t side_stream = nullptr;
-  cudaEvent_t ev_fork = nullptr, ev_join = nullptr, ev_side = nullptr;
+  int n_side = 2;
+  cudaStream_t side[kMaxSide] = {};
+  cudaEvent_t ev_fork = nullptr, ev_join[kMaxSide] = {};
+  bool side_busy[kMaxSide] = {};  // work enqueued since the last join
+  int next_side = 0;
+  cudaEvent_t tickets[kTickets] = {};  // recorded in turn: fewer side launches per step than these
+  int next_ticket = 0;
+  struct Ticket {
+    cudaEvent_t done = nullptr;  // null: nothing to wait for (the launch was on stream)
+  };
   std::unique_ptr<cuda::Cublas> blas;
   CudaWeights w, g, m, v;  // each one flat run of slots: flat_* below
   float *flat_p = nullptr, *flat_g = nullptr, *flat_m = nullptr, *flat_v = nullptr;
@@ -94,7 +110,7 @@ struct CudaTrainStep::Impl {
   unsigned char* dev_batch = nullptr;
   unsigned char* host_batch = nullptr;  // pinned
   StepResults* host_results = nullptr;  // pinned
-  StepResults* results = nullptr;       // device: the graph's last copy reads it
+  StepResults* results = nullptr;       // device: the graph copies it to host_results beside AdamW
   float* x0 = nullptr;                  // (N, d) embedding output
   std::vector<LayerActs> layers;
   float *lnf = nullptr, *logits = nullptr;  // (N, d), (N, V); logits become dlogits in place
@@ -103,13 +119,17 @@ struct CudaTrainStep::Impl {
   cuda::GradNorm* norm = nullptr;
   double* partials = nullptr;
   float *dresid = nullptr, *dln = nullptr, *dqkv = nullptr, *dfc = nullptr;  // backward scratch
-  cuda::LayerNormGradScratch ln_scratch;  // layernorm_backward's per-block partials
+  float* dresid_b = nullptr;  // the residual stream's gradient alternates between dresid and dresid_b
+  std::vector<double*> ln_partials;       // one per LayerNorm backward of a step, in backward order
+  size_t next_ln = 0;
   cuda::AdamWChunk* chunks = nullptr;
   int64_t n_chunks = 0;
-  cuda::LinearGradScratch grad_scratch;  // linear_backward's split-row weight gradients
+  std::vector<cuda::LinearGradScratch> grad_scratch;  // one per Linear, in backward order
+  size_t next_grad = 0;
   GradHook hook;
   StageHook stage_hook;
   bool hooks_on = false;  // only while the step's graph is captured (not in the eager or phase paths)
+  bool copy_results = false;  // likewise: optimizer() copies the results to host_results
   StepWait wait;  // null: cudaStreamSynchronize
   cudaGraphExec_t exec = nullptr;
   size_t graph_nodes = 0;
@@ -130,14 +150,21 @@ struct CudaTrainStep::Impl {
   void backward();  // every gradient
   void optimizer();         // enqueues the hook, the norm and AdamW
   void stage_done(int stage) {  // the backward's groups of gradients (data parallel's buckets)
-    join_all();                 // the group's weight gradients are on stream too
-    if (hooks_on && stage_hook) stage_hook(stage, stream);
+    if (!(hooks_on && stage_hook)) return;
+    join_all();  // the group's side work is on stream too
+    stage_hook(stage, stream);
   }
-  // Weight gradients of y = x W^T + b from dy, on the side stream (after stream's work so far).
-  // Returns nothing to wait on: join_weights() waits for every one enqueued so far.
-  void weight_grads(const float* x, const float* dy, float* dW, float* db, int64_t in, int64_t out);
-  void join_weights();  // stream waits for the side stream's work enqueued so far
-  void join_all() { join_weights(); }
+  // The next side stream, made to wait for stream's work so far (stream itself without overlap).
+  cudaStream_t fork();
+  // Weight gradients of y = x W^T + b from dy, on a side stream (after stream's work so far):
+  // await() the ticket before x or dy is written again.
+  Ticket weight_grads(const float* x, const float* dy, float* dW, float* db, int64_t in, int64_t out);
+  void await(Ticket t);
+  // dx = add + LN'(dy) on stream (add null: LN'(dy)); dweight, dbias on a side stream, from
+  // partials of their own (nothing there to wait for but the optimizer's join).
+  void layernorm_grads(const float* dy, const float* x, const float* weight, float* dx, const float* add,
+                       float* dweight, float* dbias);
+  void join_all();  // stream waits for every side stream's work enqueued so far
   void capture();
 };
 
@@ -156,38 +183,39 @@ std::vector<std::pair<std::string, int64_t>> activation_slots(const ModelConfig&
       s.emplace_back(p + name, n);
   }
   for (const auto& [name, n] : std::vector<std::pair<const char*, int64_t>>{
-           {"lnf", N * d}, {"logits", N * V}, {"dresid", N * d}, {"dln", N * d},
+           {"lnf", N * d}, {"logits", N * V}, {"dresid", N * d}, {"dresid_b", N * d}, {"dln", N * d},
            {"dqkv", N * 3 * d}, {"dfc", N * F}})
     s.emplace_back(name, n);
   return s;
 }
 
-// The largest weight-gradient scratch any of the model's Linears needs (linear.h).
-cuda::LinearGradScratchSize grad_scratch_size(const ModelConfig& c, int64_t N) {
+// (in, out) of every Linear in the backward's order (the head, then per block from the last:
+// fc2, fc1, proj, qkv): each gets its own weight-gradient scratch (linear.h).
+std::vector<std::pair<int64_t, int64_t>> backward_linears(const ModelConfig& c) {
   const int64_t d = c.d_model, F = c.d_ff(), V = c.vocab_size;
-  cuda::LinearGradScratchSize m;
-  for (const auto& [in, out] : {std::pair{d, 3 * d}, {d, d}, {d, F}, {F, d}, {d, V}}) {
-    const cuda::LinearGradScratchSize s = cuda::linear_backward_scratch(N, in, out);
-    m.partial = std::max(m.partial, s.partial);
-    m.partial_db = std::max(m.partial_db, s.partial_db);
-    m.counters = std::max(m.counters, s.counters);
-  }
-  return m;
+  std::vector<std::pair<int64_t, int64_t>> out = {{d, V}};
+  for (int l = 0; l < c.n_layer; ++l)
+    for (const auto& io : {std::pair{F, d}, {d, F}, {d, d}, {d, 3 * d}}) out.push_back(io);
+  return out;
 }
+int64_t backward_layernorms(const ModelConfig& c) { return 2 * c.n_layer + 1; }
 
 size_t required_bytes(const ModelConfig& c, int64_t N, size_t batch_bytes, int64_t n_chunks) {
-  const cuda::LinearGradScratchSize g = grad_scratch_size(c, N);
   size_t bytes = 4 * CudaWeights::arena_bytes(c) + CudaArena::aligned(kCublasWorkspace) +
                  CudaArena::aligned(batch_bytes) +
                  CudaArena::aligned(static_cast<size_t>(N) * sizeof(double)) +
                  CudaArena::aligned(sizeof(StepResults)) +
-                 CudaArena::aligned(cuda::kNormBlocks * sizeof(double)) +
+                 CudaArena::aligned(cuda::kNormScratch * sizeof(double)) +
                  CudaArena::aligned(static_cast<size_t>(n_chunks) * sizeof(cuda::AdamWChunk)) +
-                 CudaArena::aligned(static_cast<size_t>(g.partial) * sizeof(float)) +
-                 CudaArena::aligned(static_cast<size_t>(g.partial_db) * sizeof(double)) +
-                 CudaArena::aligned(static_cast<size_t>(g.counters) * sizeof(int)) +
-                 CudaArena::aligned(static_cast<size_t>(cuda::layernorm_backward_scratch(N, c.d_model)) * sizeof(double)) +
-                 CudaArena::aligned(sizeof(int));
+                 backward_layernorms(c) *
+                     CudaArena::aligned(static_cast<size_t>(cuda::layernorm_backward_scratch(N, c.d_model)) *
+                                        sizeof(double));
+  for (const auto& [in, out] : backward_linears(c)) {
+    const cuda::LinearGradScratchSize g = cuda::linear_backward_scratch(N, in, out);
+    bytes += CudaArena::aligned(static_cast<size_t>(g.partial) * sizeof(float)) +
+             CudaArena::aligned(static_cast<size_t>(g.partial_db) * sizeof(double)) +
+             CudaArena::aligned(static_cast<size_t>(g.counters) * sizeof(int));
+  }
   for (const auto& [name, n] : activation_slots(c, N))
     bytes += CudaArena::aligned(static_cast<size_t>(n) * sizeof(float));
   return bytes;
@@ -260,9 +288,13 @@ CudaTrainStep::Impl::Impl(const ModelConfig& config, const AdamWConfig& a, float
   check(cudaEventCreate(&ev_start), "cudaEventCreate");
   check(cudaEventCreate(&ev_stop), "cudaEventCreate");
   if (const char* e = std::getenv("MINIGPT_TRAIN_OVERLAP")) overlap = std::strcmp(e, "0") != 0;
-  check(cudaStreamCreateWithFlags(&side_stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  for (cudaEvent_t* e : {&ev_fork, &ev_join, &ev_side})
-    check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
+  if (const char* e = std::getenv("MINIGPT_TRAIN_SIDE_STREAMS")) n_side = std::clamp(std::atoi(e), 1, kMaxSide);
+  check(cudaEventCreateWithFlags(&ev_fork, cudaEventDisableTiming), "cudaEventCreate");
+  for (cudaEvent_t& e : tickets) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  for (int i = 0; i < n_side; ++i) {
+    check(cudaStreamCreateWithFlags(&side[i], cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaEventCreateWithFlags(&ev_join[i], cudaEventDisableTiming), "cudaEventCreate");
+  }
   // Parameters, gradients, moments: four flat runs of slots, each zeroed once (padding too).
   w = CudaWeights::allocate(c, arena);
   g = CudaWeights::allocate(c, arena, "grad.");
@@ -288,7 +320,8 @@ CudaTrainStep::Impl::Impl(const ModelConfig& config, const AdamWConfig& a, float
   results = arena.allocate_array<StepResults>(1, "step results");
   norm = &results->norm;
   loss = &results->loss;
-  partials = arena.allocate_array<double>(cuda::kNormBlocks, "grad_norm partials");
+  partials = arena.allocate_array<double>(cuda::kNormScratch, "grad_norm partials");
+  check(cudaMemsetAsync(partials, 0, cuda::kNormScratch * sizeof(double), stream), "cudaMemset");
   const std::vector<cuda::AdamWChunk> host_chunks = adamw_chunks(c, offsets);
   n_chunks = static_cast<int64_t>(host_chunks.size());
   chunks = arena.allocate_array<cuda::AdamWChunk>(n_chunks, "adamw chunks");
@@ -296,17 +329,19 @@ CudaTrainStep::Impl::Impl(const ModelConfig& config, const AdamWConfig& a, float
                         cudaMemcpyHostToDevice, stream),
         "copy of the AdamW chunks");
 
-  grad_scratch.size = grad_scratch_size(c, N);
-  grad_scratch.partial = arena.floats(grad_scratch.size.partial, "weight-gradient partials");
-  grad_scratch.partial_db = arena.allocate_array<double>(grad_scratch.size.partial_db, "bias-gradient partials");
-  grad_scratch.counters = arena.allocate_array<int>(grad_scratch.size.counters, "weight-gradient counters");
-  check(cudaMemsetAsync(grad_scratch.counters, 0, static_cast<size_t>(grad_scratch.size.counters) * sizeof(int), stream),
-        "cudaMemset");
+  for (const auto& [in, out] : backward_linears(c)) {
+    cuda::LinearGradScratch gs;
+    gs.size = cuda::linear_backward_scratch(N, in, out);
+    gs.partial = arena.floats(gs.size.partial, "weight-gradient partials");
+    gs.partial_db = arena.allocate_array<double>(gs.size.partial_db, "bias-gradient partials");
+    gs.counters = arena.allocate_array<int>(gs.size.counters, "weight-gradient counters");
+    check(cudaMemsetAsync(gs.counters, 0, static_cast<size_t>(gs.size.counters) * sizeof(int), stream), "cudaMemset");
+    grad_scratch.push_back(gs);
+  }
+  for (int64_t i = 0; i < backward_layernorms(c); ++i)
+    ln_partials.push_back(arena.allocate_array<double>(cuda::layernorm_backward_scratch(N, c.d_model),
+                                                       "layernorm-gradient partials"));
 
-  ln_scratch.partial_doubles = cuda::layernorm_backward_scratch(N, c.d_model);
-  ln_scratch.partial = arena.allocate_array<double>(ln_scratch.partial_doubles, "layernorm-gradient partials");
-  ln_scratch.counter = arena.allocate_array<int>(1, "layernorm-gradient counter");
-  check(cudaMemsetAsync(ln_scratch.counter, 0, sizeof(int), stream), "cudaMemset");
 
   std::vector<float*> acts;
   for (const auto& [name, n] : activation_slots(c, N)) acts.push_back(arena.floats(n, name));
@@ -317,7 +352,7 @@ CudaTrainStep::Impl::Impl(const ModelConfig& config, const AdamWConfig& a, float
     for (float** p : {&L.ln1, &L.qkv, &L.att, &L.mid, &L.ln2, &L.gelu, &L.gelu_grad, &L.out}) *p = acts[i++];
     layers.push_back(L);
   }
-  for (float** p : {&lnf, &logits, &dresid, &dln, &dqkv, &dfc}) *p = acts[i++];
+  for (float** p : {&lnf, &logits, &dresid, &dresid_b, &dln, &dqkv, &dfc}) *p = acts[i++];
   check(cudaStreamSynchronize(stream), "initialising the training arena");
 }
 
@@ -329,11 +364,15 @@ CudaTrainStep::Impl::~Impl() {
   if (host_results) cudaFreeHost(host_results);
   if (ev_start) cudaEventDestroy(ev_start);
   if (ev_stop) cudaEventDestroy(ev_stop);
-  for (cudaEvent_t e : {ev_fork, ev_join, ev_side})
+  if (ev_fork) cudaEventDestroy(ev_fork);
+  for (cudaEvent_t e : tickets)
     if (e) cudaEventDestroy(e);
-  if (side_stream) {
-    cudaStreamSynchronize(side_stream);
-    cudaStreamDestroy(side_stream);
+  for (int i = 0; i < kMaxSide; ++i) {
+    if (ev_join[i]) cudaEventDestroy(ev_join[i]);
+    if (side[i]) {
+      cudaStreamSynchronize(side[i]);
+      cudaStreamDestroy(side[i]);
+    }
   }
   if (stream) cudaStreamDestroy(stream);
 }
@@ -367,73 +406,118 @@ void CudaTrainStep::Impl::forward() {
   }
   layernorm_forward(in, w.ln_f_weight, w.ln_f_bias, lnf, nullptr, nullptr, N, d, eps, s);
   linear_forward(lnf, w.lm_head_weight, w.lm_head_bias, logits, N, d, V, {}, s);
-  // loss and d(loss)/d(logits), in place
-  cross_entropy_forward_backward(logits, targets(), logits, row_loss, loss, N, V, s);
+  // d(loss)/d(logits) in place; the loss's mean off the backward's path
+  cross_entropy_rows_grad(logits, targets(), logits, row_loss, N, V, s);
+  cross_entropy_mean_loss(row_loss, targets(), loss, N, fork());
 }
 
-void CudaTrainStep::Impl::weight_grads(const float* x, const float* dy, float* dW, float* db, int64_t in,
-                                       int64_t out) {
-  if (!overlap) {
-    cuda::linear_backward_weights(x, dy, dW, db, N, in, out, grad_scratch, stream);
-    return;
-  }
+cudaStream_t CudaTrainStep::Impl::fork() {
+  if (!overlap) return stream;
+  const int i = next_side;
+  next_side = (next_side + 1) % n_side;
   check(cudaEventRecord(ev_fork, stream), "cudaEventRecord (fork)");
-  check(cudaStreamWaitEvent(side_stream, ev_fork, 0), "cudaStreamWaitEvent (fork)");
-  cuda::linear_backward_weights(x, dy, dW, db, N, in, out, grad_scratch, side_stream);
+  check(cudaStreamWaitEvent(side[i], ev_fork, 0), "cudaStreamWaitEvent (fork)");
+  side_busy[i] = true;
+  return side[i];
 }
 
-void CudaTrainStep::Impl::join_weights() {
-  if (!overlap) return;
-  check(cudaEventRecord(ev_join, side_stream), "cudaEventRecord (join)");
-  check(cudaStreamWaitEvent(stream, ev_join, 0), "cudaStreamWaitEvent (join)");
+void CudaTrainStep::Impl::join_all() {
+  for (int i = 0; i < n_side; ++i) {
+    if (!side_busy[i]) continue;  // nothing captured there since the last join
+    check(cudaEventRecord(ev_join[i], side[i]), "cudaEventRecord (join)");
+    check(cudaStreamWaitEvent(stream, ev_join[i], 0), "cudaStreamWaitEvent (join)");
+    side_busy[i] = false;
+  }
+}
+
+CudaTrainStep::Impl::Ticket CudaTrainStep::Impl::weight_grads(const float* x, const float* dy, float* dW, float* db,
+                                                              int64_t in, int64_t out) {
+  MINIGPT_CHECK(next_grad < grad_scratch.size(), "CUDA training step: more weight gradients than scratches");
+  const cuda::LinearGradScratch& scratch = grad_scratch[next_grad++];
+  const cudaStream_t on = fork();
+  cuda::linear_backward_weights(x, dy, dW, db, N, in, out, scratch, on);
+  if (on == stream) return {};
+  const cudaEvent_t done = tickets[next_ticket];
+  next_ticket = (next_ticket + 1) % kTickets;
+  check(cudaEventRecord(done, on), "cudaEventRecord (ticket)");
+  return {done};
+}
+
+void CudaTrainStep::Impl::await(Ticket t) {
+  if (t.done) check(cudaStreamWaitEvent(stream, t.done, 0), "cudaStreamWaitEvent (ticket)");
+}
+
+void CudaTrainStep::Impl::layernorm_grads(const float* dy, const float* x, const float* weight, float* dx,
+                                          const float* add, float* dweight, float* dbias) {
+  const int64_t d = c.d_model;
+  MINIGPT_CHECK(next_ln < ln_partials.size(), "CUDA training step: more LayerNorms than partial buffers");
+  double* partial = ln_partials[next_ln++];
+  cuda::layernorm_backward_data(dy, x, weight, dx, add, partial, N, d, c.layernorm_eps, stream);
+  cuda::layernorm_backward_params(partial, dweight, dbias, N, d, fork());
 }
 
 // GrammarMiniGPT::backward's order of the data gradients; every gradient written once. The
-// weight gradients go to the side stream (weight_grads); dresid is read there by fc2's and
-// proj's, so the stream joins before layernorm_backward adds into dresid; dfc and dqkv are
-// written again only in the next block, after the stage's join.
+// weight gradients and the LayerNorms' parameter gradients go to the side streams; stream
+// waits for a weight gradient's ticket just before it overwrites that launch's input. The
+// residual stream's gradient alternates between two buffers (A = dresid, B = dresid_b: each
+// LayerNorm backward reads one and writes the other), so a weight gradient still reading A
+// holds up only the write of A after the next one. Per block (the previous block's tickets
+// from the one after it in the model, run before it here):
+//   fc2's dW reads A                 -> waited for before ln1's backward writes A
+//   fc2's dx writes dfc              <- after the previous block's fc1 dW (reads dfc)
+//   ln2's backward writes B          <- after the previous block's proj dW (reads B)
+//   attention's backward writes dqkv <- after the previous block's qkv dW (reads dqkv)
+// dln is read only on stream. backward() ends with join_all(): every gradient is final.
 void CudaTrainStep::Impl::backward() {
   using namespace cuda;
   const int64_t d = c.d_model, F = c.d_ff(), V = c.vocab_size, P = c.block_size, NH = c.n_head;
-  const float eps = c.layernorm_eps;
   cudaStream_t s = stream;
+  next_grad = next_ln = 0;
+  float *A = dresid, *Bgrad = dresid_b;
   const float* in = layers.back().out;  // the last block's output: ln_f's input
-  weight_grads(lnf, logits, g.lm_head_weight, g.lm_head_bias, d, V);
+  weight_grads(lnf, logits, g.lm_head_weight, g.lm_head_bias, d, V);  // logits are not written again
   linear_backward_data(*blas, w.lm_head_weight, logits, dln, N, d, V, s);
-  layernorm_backward(dln, in, w.ln_f_weight, dresid, false, g.ln_f_weight, g.ln_f_bias, ln_scratch, N, d, eps, s);
+  layernorm_grads(dln, in, w.ln_f_weight, A, nullptr, g.ln_f_weight, g.ln_f_bias);
   stage_done(GrammarMiniGPT::kHeadStage);
+  Ticket fc1_prev, proj_prev, qkv_prev;
   for (int l = c.n_layer - 1; l >= 0; --l) {
     const CudaBlockWeights& bw = w.blocks[static_cast<size_t>(l)];
     const CudaBlockWeights& bg = g.blocks[static_cast<size_t>(l)];
     const LayerActs& L = layers[static_cast<size_t>(l)];
     const float* block_in = l == 0 ? x0 : layers[static_cast<size_t>(l) - 1].out;
-    // out = mid + fc2(gelu(fc1(ln2(mid))))
-    weight_grads(L.gelu, dresid, bg.fc2_weight, bg.fc2_bias, F, d);
-    linear_backward_data(*blas, bw.fc2_weight, dresid, dfc, N, F, d, s);
+    // out = mid + fc2(gelu(fc1(ln2(mid)))): the gradient at out is in A
+    const Ticket fc2 = weight_grads(L.gelu, A, bg.fc2_weight, bg.fc2_bias, F, d);
+    await(fc1_prev);
+    linear_backward_data(*blas, bw.fc2_weight, A, dfc, N, F, d, s);
     gelu_backward_saved(L.gelu_grad, dfc, dfc, N * F, s);
-    join_weights();  // fc2's weight gradient has read dresid: layernorm_backward adds into it
-    weight_grads(L.ln2, dfc, bg.fc1_weight, bg.fc1_bias, d, F);
+    fc1_prev = weight_grads(L.ln2, dfc, bg.fc1_weight, bg.fc1_bias, d, F);
     linear_backward_data(*blas, bw.fc1_weight, dfc, dln, N, d, F, s);
-    layernorm_backward(dln, L.mid, bw.ln2_weight, dresid, true, bg.ln2_weight, bg.ln2_bias, ln_scratch, N, d, eps, s);
-    // mid = in + proj(attention(ln1(in)))
-    weight_grads(L.att, dresid, bg.proj_weight, bg.proj_bias, d, d);
-    linear_backward_data(*blas, bw.proj_weight, dresid, dln, N, d, d, s);
+    await(proj_prev);
+    layernorm_grads(dln, L.mid, bw.ln2_weight, Bgrad, A, bg.ln2_weight, bg.ln2_bias);
+    // mid = in + proj(attention(ln1(in))): the gradient at mid is in B
+    proj_prev = weight_grads(L.att, Bgrad, bg.proj_weight, bg.proj_bias, d, d);
+    linear_backward_data(*blas, bw.proj_weight, Bgrad, dln, N, d, d, s);
+    await(qkv_prev);
     attention_backward(dln, L.qkv, dqkv, B, T, d, NH, s);
-    join_weights();  // proj's weight gradient has read dresid
-    weight_grads(L.ln1, dqkv, bg.qkv_weight, bg.qkv_bias, d, 3 * d);
+    qkv_prev = weight_grads(L.ln1, dqkv, bg.qkv_weight, bg.qkv_bias, d, 3 * d);
     linear_backward_data(*blas, bw.qkv_weight, dqkv, dln, N, d, 3 * d, s);
-    layernorm_backward(dln, block_in, bw.ln1_weight, dresid, true, bg.ln1_weight, bg.ln1_bias, ln_scratch, N, d,
-                       eps, s);
+    await(fc2);
+    layernorm_grads(dln, block_in, bw.ln1_weight, A, Bgrad, bg.ln1_weight, bg.ln1_bias);  // the gradient at in: A
     stage_done(l);
   }
-  embedding_backward(dresid, ids(), g.wte, g.wpe, B, T, d, V, P, s);
+  embedding_backward(A, ids(), g.wte, g.wpe, B, T, d, V, P, s);
+  join_all();  // every gradient final before the hooks and the optimizer
   stage_done(GrammarMiniGPT::kEmbeddingStage);
 }
 
 void CudaTrainStep::Impl::optimizer() {
   if (hooks_on && hook) hook(flat_g, flat, stream);
   cuda::grad_norm(flat_g, flat, partials, clip, norm, stream);
+  if (copy_results)  // the loss and the norm to the host beside AdamW (which changes neither)
+    check(cudaMemcpyAsync(host_results, results, sizeof(StepResults), cudaMemcpyDeviceToHost, fork()),
+          "results copy");
   cuda::adamw(flat_p, flat_g, flat_m, flat_v, chunks, n_chunks, scalars(), norm, stream);
+  join_all();
 }
 
 void CudaTrainStep::Impl::capture() {
@@ -441,14 +525,13 @@ void CudaTrainStep::Impl::capture() {
   check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   try {
     check(cudaMemcpyAsync(dev_batch, host_batch, batch.bytes, cudaMemcpyHostToDevice, stream), "batch copy");
-    hooks_on = true;
+    hooks_on = copy_results = true;
     forward_backward();
     optimizer();
-    hooks_on = false;
-    check(cudaMemcpyAsync(host_results, results, sizeof(StepResults), cudaMemcpyDeviceToHost, stream),
-          "results copy");
+    hooks_on = copy_results = false;
   } catch (...) {
-    hooks_on = false;
+    hooks_on = copy_results = false;
+    std::fill(std::begin(side_busy), std::end(side_busy), false);
     cudaStreamEndCapture(stream, &graph);  // abandon the capture, then report the first error
     if (graph) cudaGraphDestroy(graph);
     cudaGetLastError();
@@ -578,7 +661,9 @@ std::vector<CudaTrainStep::PhaseTime> CudaTrainStep::profile_phases(int reps) {
     check(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
     try {
       (s.*run)();
+      s.join_all();  // the forward's loss mean is on a side stream
     } catch (...) {
+      std::fill(std::begin(s.side_busy), std::end(s.side_busy), false);
       cudaStreamEndCapture(s.stream, &graph);
       if (graph) cudaGraphDestroy(graph);
       cudaGetLastError();

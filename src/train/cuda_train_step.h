@@ -11,19 +11,26 @@
 // forward (kernels/cuda: embedding, layernorm, fused Linear with bias/GELU/residual epilogues,
 // attention) -> cross-entropy -> backward (the backward launchers beside each op's forward in kernels/cuda/*.h; matmul gradients through
 // cuBLAS, pedantic fp32; [stage hook] after each group) -> [grad hook] -> grad norm + clip + AdamW (kernels/cuda/optimizer.h)
-// -> loss and norm D2H into pinned memory. The lr, the bias corrections and the step count
+// with, beside AdamW, the loss and norm D2H into pinned memory. The lr, the bias corrections and the step count
 // change every step: the host writes them into the pinned batch before each replay, so the
 // replays are exact (the constants are computed on the host as adamw_update computes them).
 //
-// Two streams: the backward's weight gradients (linear_backward_weights, the split-row dW/db
-// kernel) run on a side stream forked from the step's stream after their dy is written, beside
-// the chain of data gradients (cuBLAS dx, layernorm/attention/GELU backward); joined before a
-// dy buffer is written again, at each stage's end and before the optimizer. Same kernels, same
-// bits. H200, B=64 T=16, one run: step 0.727 -> 0.561 ms (1.41M -> 1.83M tokens/s), backward
-// phase 487 -> 314 us. MINIGPT_TRAIN_OVERLAP=0 in the environment keeps one stream (to
-// measure against). Tried in the same run and removed, both slower: programmatic dependent
-// launch on the step's kernels (forward 204 -> 238 us) and dx through linear_forward's kernel
-// with GELU' fused instead of cuBLAS (backward 314 -> 404 us).
+// Side streams: the work off the chain of data gradients (cuBLAS dx, layernorm/attention/GELU
+// backward) runs beside it on MINIGPT_TRAIN_SIDE_STREAMS (default 2) side streams, taken in
+// turn: the weight gradients (linear_backward_weights, the split-row dW/db kernel), the
+// LayerNorms' parameter gradients (layernorm_backward_params over the partials the data
+// kernel leaves), the loss's mean and the results' copy. Each weight gradient's launch gives an
+// event the chain waits for only before it overwrites that launch's input; the residual
+// gradient alternates between two buffers so that such a wait comes a half block later; one
+// join at the backward's end (and at each stage's end with a stage hook). Same kernels, same
+// bits. MINIGPT_TRAIN_OVERLAP=0 in the environment keeps one stream (to measure against).
+// H200, B=64 T=16, one run (bench train --steps 300 --warmup 30, three rounds alternating):
+// step 0.556 -> 0.434 ms median (1.84M -> 2.36M tokens/s); phases forward 205 -> 192 us,
+// backward 312 -> 223 us, clip + AdamW 14.0 -> 9.5 us; one side stream 0.476 ms, three 0.437,
+// one stream 0.606. Tried and removed, slower: programmatic dependent launch on the step's
+// kernels (forward 204 -> 238 us), dx through linear_forward's kernel with GELU' fused instead
+// of cuBLAS (backward 314 -> 404 us), the forward's LayerNorms as the Linear's prologue
+// (forward 214 -> 238 us: every column block recomputes its rows' statistics).
 //
 // Data parallel (issue 16): set_stage_hook's function is called while the graph is captured,
 // each time the backward has enqueued the last kernel of a group of gradients (the head, each

@@ -36,8 +36,11 @@ namespace {
 const std::string kModel = std::string(MINIGPT_SOURCE_DIR) + "/models/grammar-minigpt.safetensors";
 const std::string kProbes = std::string(MINIGPT_SOURCE_DIR) + "/tests/probes/grammar_probes.tsv";
 
-CudaCompileOptions cuda_options(bool generated_gemm = false, bool pdl = false, bool megakernel = false) {
+// prologue: 0 none, 1 the layernorms' (the default), 2 the layernorms' and the attentions'
+CudaCompileOptions cuda_options(bool generated_gemm = false, bool pdl = false, bool megakernel = false, int prologue = 1) {
   CudaCompileOptions o;
+  o.codegen.matmul_prologue = prologue >= 1;
+  o.codegen.attention_prologue = prologue >= 2;
   o.cache_dir = std::filesystem::path(MINIGPT_BINARY_DIR) / "compile_cuda_test_cache";
   o.quiet = true;
   o.codegen.generated_gemm = generated_gemm || megakernel;
@@ -65,7 +68,7 @@ int64_t argmax(const float* v, int64_t n) { return std::max_element(v, v + n) - 
 
 // GPU compiled vs CPU eager (and vs CPU compiled) on random ids; returns the logits difference.
 float expect_model_matches(const GrammarMiniGPT& model, int64_t B, int64_t T, uint64_t seed, bool generated_gemm, bool pdl = false,
-                           bool megakernel = false) {
+                           bool megakernel = false, int prologue = 1) {
   std::mt19937_64 rng(seed);
   std::vector<int32_t> ids(static_cast<size_t>(B * T));
   for (int32_t& v : ids) v = static_cast<int32_t>(rng() % static_cast<uint64_t>(model.config().vocab_size));
@@ -74,7 +77,7 @@ float expect_model_matches(const GrammarMiniGPT& model, int64_t B, int64_t T, ui
   model.forward(ids.data(), B, T, el, ep, pool);
   CompiledModel cpu(model, cpu_options());
   cpu.forward(ids.data(), B, T, cl, cp, pool);
-  CudaCompiledModel gpu(model, cuda_options(generated_gemm, pdl, megakernel));
+  CudaCompiledModel gpu(model, cuda_options(generated_gemm, pdl, megakernel, prologue));
   gpu.forward(ids.data(), B, T, gl, gp);
   const float dl = max_abs_diff(el.data(), gl.data(), el.numel());
   const float dp = max_abs_diff(ep.data(), gp.data(), ep.numel());
@@ -86,8 +89,10 @@ float expect_model_matches(const GrammarMiniGPT& model, int64_t B, int64_t T, ui
   EXPECT_LT(dc, 1e-5f) << "logits vs CPU compiled";
   const int64_t V = model.config().vocab_size;
   for (int64_t r = 0; r < B * T; ++r) EXPECT_EQ(argmax(el.data() + r * V, V), argmax(gl.data() + r * V, V)) << "row " << r;
-  std::printf("cuda compiled (%s%s) vs CPU eager (B=%lld, T=%lld): logits %.3g, probs %.3g; vs CPU compiled %.3g\n",
-              megakernel ? "megakernel" : generated_gemm ? "generated GEMMs" : "cuBLAS", pdl ? ", PDL" : "", static_cast<long long>(B), static_cast<long long>(T), dl, dp, dc);
+  std::printf("cuda compiled (%s%s%s) vs CPU eager (B=%lld, T=%lld): logits %.3g, probs %.3g; vs CPU compiled %.3g\n",
+              megakernel ? "megakernel" : generated_gemm ? "generated GEMMs" : "cuBLAS", pdl ? ", PDL" : "",
+              !generated_gemm || prologue == 1 ? "" : prologue == 0 ? ", layernorms unfused" : ", attention prologue",
+              static_cast<long long>(B), static_cast<long long>(T), dl, dp, dc);
   return dl;
 }
 
@@ -178,6 +183,12 @@ TEST(CompileCuda, RandomWeightsAndOddShapesMatchEager) {
   for (bool gen : {false, true}) {
     expect_model_matches(model, 2, 16, 11, gen);
     expect_model_matches(model, 3, 5, 12, gen);
+  }
+  // generated GEMMs with each layernorm a kernel of its own (no GEMM prologue), and with each
+  // attention fused into its projection's GEMM too: max-autotune's "unfused-ln", "attn-prologue"
+  for (int prologue : {0, 2}) {
+    expect_model_matches(model, 2, 16, 11, true, false, false, prologue);
+    expect_model_matches(model, 3, 5, 12, true, false, false, prologue);
   }
 }
 

@@ -56,6 +56,28 @@ TEST(CudaBackward, LayerNormMatchesCpu) {
     cuda::layernorm_backward(gdy.get(), gx.get(), gw.get(), gdx.get(), false, gdw.get(), nullptr, scratch, N, C,
                              1e-5f, nullptr);
     EXPECT_EQ(gdw.host(), dw1);  // the same bits again
+    {  // the two halves (data, then params from its partials): the same bits as the one launch
+      const auto dx1 = gdx.host(), db1 = gdb.host();
+      DeviceArray<float> hdx(std::vector<float>(N * C, NAN)), hdw(std::vector<float>(C, NAN)),
+          hdb(std::vector<float>(C, NAN));
+      DeviceArray<double> own(cuda::layernorm_backward_scratch(N, C));
+      cuda::layernorm_backward_data(gdy.get(), gx.get(), gw.get(), hdx.get(), nullptr, own.get(), N, C, 1e-5f, nullptr);
+      cuda::layernorm_backward_params(own.get(), hdw.get(), hdb.get(), N, C, nullptr);
+      EXPECT_EQ(hdx.host(), dx1) << N << "x" << C;
+      EXPECT_EQ(hdw.host(), dw1) << N << "x" << C;
+      EXPECT_EQ(hdb.host(), db1) << N << "x" << C;
+      cuda::layernorm_backward_data(gdy.get(), gx.get(), gw.get(), hdx.get(), nullptr, nullptr, N, C, 1e-5f, nullptr);
+      EXPECT_EQ(hdx.host(), dx1);  // dx alone
+      // out of place, dx = add + LN'(dy) with add left as it was: the bits of the one launch's
+      // in-place accumulate (the add may be contracted into an FMA, so not those of add + dx1)
+      const auto addv = random_vec(N * C, 6);
+      DeviceArray<float> gadd(addv), inplace(addv);
+      cuda::layernorm_backward_data(gdy.get(), gx.get(), gw.get(), hdx.get(), gadd.get(), nullptr, N, C, 1e-5f, nullptr);
+      cuda::layernorm_backward(gdy.get(), gx.get(), gw.get(), inplace.get(), true, nullptr, nullptr, {}, N, C, 1e-5f,
+                               nullptr);
+      EXPECT_EQ(hdx.host(), inplace.host()) << N << "x" << C;
+      EXPECT_EQ(gadd.host(), addv);
+    }
     // accumulate: dx += LN'(dy)
     auto base = random_vec(N * C, 5);
     DeviceArray<float> acc(base);
@@ -199,7 +221,7 @@ TEST(CudaOptimizer, NormClipAndAdamWMatchCpu) {
                               1.0f - cfg.beta2, cfg.eps};
   std::vector<cuda::AdamWChunk> chunks{{0, 4096, 1}, {4096, 5000, 1}, {5000, 5100, 0}};
   DeviceArray<float> gp(p), gg(g), gm(m), gv(v);
-  DeviceArray<double> partials(cuda::kNormBlocks);
+  DeviceArray<double> partials(std::vector<double>(cuda::kNormScratch, 0.0));
   DeviceArray<cuda::GradNorm> gn(1);
   DeviceArray<cuda::AdamWScalars> gsc(std::vector<cuda::AdamWScalars>{sc});
   DeviceArray<cuda::AdamWChunk> gch(chunks);
@@ -219,8 +241,9 @@ TEST(CudaOptimizer, NormClipAndAdamWMatchCpu) {
   DeviceArray<float> gbad(bad), gp2(p);
   cuda::grad_norm(gbad.get(), n, partials.get(), max_norm, gn.get(), nullptr);
   cuda::adamw(gp2.get(), gbad.get(), gm.get(), gv.get(), gch.get(), 3, gsc.get(), gn.get(), nullptr);
-  EXPECT_FALSE(std::isfinite(gn.host()[0].norm));
+  EXPECT_FALSE(std::isfinite(gn.host()[0].norm));  // the second call finished too: the counter was left 0
   EXPECT_EQ(gp2.host(), p);
+  EXPECT_EQ(partials.host()[cuda::kNormBlocks], 0.0);  // and is again
 }
 
 TEST(CudaBackward, BadSizesAreErrors) {
@@ -233,6 +256,9 @@ TEST(CudaBackward, BadSizesAreErrors) {
   EXPECT_ERROR(cuda::layernorm_backward(nullptr, nullptr, nullptr, nullptr, false, &dummy, nullptr, {}, 4, 4, 1e-5f,
                                         nullptr),
                "scratch");
+  EXPECT_ERROR(cuda::layernorm_backward_params(nullptr, &dummy, nullptr, 4, 4, nullptr), "no partials");
+  EXPECT_ERROR(cuda::layernorm_backward_data(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 4, 0, 1e-5f, nullptr),
+               "bad sizes");
 }
 
 }  // namespace

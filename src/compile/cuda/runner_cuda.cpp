@@ -117,8 +117,12 @@ int pick_cluster_size(CUfunction f, CudaLaunch l) {
 // "cublas", "generated-gemm", "generated-gemm pdl", "megakernel": the variant's name in stats
 // and in its cache key.
 std::string variant_name(const CudaCodegenOptions& cg) {
-  if (cg.megakernel) return cg.megakernel_threads > 0 ? fmt::format("megakernel {}", cg.megakernel_threads) : "megakernel";
-  return std::string(cg.generated_gemm ? "generated-gemm" : "cublas") + (cg.pdl ? " pdl" : "");
+  // what differs from the generated GEMMs' defaults
+  const std::string unfused = std::string(cg.generated_gemm && !cg.matmul_prologue ? " unfused-ln" : "") +
+                              (cg.generated_gemm && cg.attention_prologue ? " attn-prologue" : "") +
+                              (cg.generated_gemm && !cg.stage_x ? " x-global" : "");
+  if (cg.megakernel) return (cg.megakernel_threads > 0 ? fmt::format("megakernel {}", cg.megakernel_threads) : "megakernel") + unfused;
+  return std::string(cg.generated_gemm ? "generated-gemm" : "cublas") + (cg.pdl ? " pdl" : "") + unfused;
 }
 
 constexpr size_t kAlign = 256;
@@ -255,10 +259,15 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     // cuBLAS + generated epilogues, generated GEMMs with fused epilogues, and those launched with
     // PDL (Hopper and later): each built and its graph timed; the fastest kept. A candidate that
     // fails to build or launch is skipped with a line saying why.
+    // Beside the defaults (codegen_cuda.h): "unfused-ln" the layernorms as kernels of their own,
+    // "attn-prologue" each attention fused into its projection's GEMM, "x-global" the K loop
+    // reading x from global memory; "unfused-ln x-global" is the generated GEMMs as they were
+    // before the prologues (2026-12-01).
     struct Candidate {
       bool gen, pdl, mega;
       int mega_threads;
       const char* name;
+      bool ln_prologue = true, attn_prologue = false, stage_x = true;
     };
     std::vector<Candidate> candidates{{false, false, false, 0, "cublas"}, {true, false, false, 0, "generated-gemm"}};
     int major = 0, dev = 0;
@@ -266,6 +275,9 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     MG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     if (major >= 9) {
       candidates.push_back({true, true, false, 0, "generated-gemm pdl"});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl attn-prologue", true, true});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl x-global", true, false, false});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl unfused-ln x-global", false, false, false});
       candidates.push_back({true, false, true, 0, "megakernel"});
       candidates.push_back({true, false, true, 1024, "megakernel 1024"});
     }
@@ -277,6 +289,9 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
       cg.pdl = c.pdl;
       cg.megakernel = c.mega;
       cg.megakernel_threads = c.mega_threads;
+      cg.matmul_prologue = c.ln_prologue;
+      cg.attention_prologue = c.attn_prologue;
+      cg.stage_x = c.stage_x;
       try {
         build(opt, cg, c.name);
         const double us = time_graph(50, 20).batched_us;
@@ -297,6 +312,9 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     cg.pdl = pick->pdl;
     cg.megakernel = pick->mega;
     cg.megakernel_threads = pick->mega_threads;
+    cg.matmul_prologue = pick->ln_prologue;
+    cg.attention_prologue = pick->attn_prologue;
+    cg.stage_x = pick->stage_x;
     build(opt, cg, pick->name);
     stats_.why = "max-autotune: the fastest measured";
   } else {
@@ -509,26 +527,21 @@ CudaCompiledModel::CudaCompiledModel(const GrammarMiniGPT& model, CudaCompileOpt
     : model_(&model), opt_(std::move(opt)), weights_(bind_weights(model.weights())) {}
 
 CudaCompiledGraph& CudaCompiledModel::graph_for(int64_t B, int64_t T) {
-  auto it = graphs_.find({B, T});
-  if (it != graphs_.end()) return *it->second;
-  if (!opt_.quiet && compiles_ > 0)
-    fmt::print(stderr,
-               "minigpt compile: shape guard failed: gpt (cuda) compiled for (B={}, T={}), called with (B={}, T={}); compiling anew\n",
-               last_.first, last_.second, B, T);
-  const Graph g = capture_gpt(model_->config(), B, T);
-  auto cg = std::make_unique<CudaCompiledGraph>(g, weights_, opt_);
-  ++compiles_;
-  if (!opt_.quiet)
-    fmt::print(stderr, "minigpt compile: {} (cuda, {}) ready in {:.3f} s ({}; {} kernels)\n", g.name, cg->stats().arch,
-               cg->stats().total_s, cg->stats().cache_hit ? "cache hit" : "compiled", cg->lowered().schedule.kernels.size());
-  return *graphs_.emplace(std::make_pair(B, T), std::move(cg)).first->second;
+  return graphs_.get(B, T, "gpt (cuda)", opt_.quiet, [&] {
+    const Graph g = capture_gpt(model_->config(), B, T);
+    auto cg = std::make_unique<CudaCompiledGraph>(g, weights_, opt_);
+    if (!opt_.quiet)
+      fmt::print(stderr, "minigpt compile: {} (cuda, {}) ready in {:.3f} s ({}; {} kernels)\n", g.name, cg->stats().arch,
+                 cg->stats().total_s, cg->stats().cache_hit ? "cache hit" : "compiled", cg->lowered().schedule.kernels.size());
+    return cg;
+  });
 }
 
 void CudaCompiledModel::forward(const int32_t* ids, int64_t B, int64_t T, Tensor& logits, Tensor& probs) {
   prepare_forward(model_->config(), ids, B, T, logits, probs);
   if (B == 0) return;  // empty batch: no kernel runs
   CudaCompiledGraph& g = graph_for(B, T);
-  last_ = {B, T};
+  graphs_.called(B, T);
   const void* in[] = {ids};
   float* out[] = {logits.data(), probs.data()};
   g.run(in, out);

@@ -8,7 +8,9 @@
 // Matmuls go through cuBLAS (FP32, CUBLAS_DEFAULT_MATH: no TF32) on the graph's stream with a
 // fixed workspace, or through generated GEMMs. Which variant: the caller's codegen options, or
 // in the default mode with variant_by_rule (the CLI) default_cuda_variant's rule; max-autotune
-// builds and times cuBLAS, generated GEMMs, generated GEMMs with PDL and the megakernel (one
+// builds and times cuBLAS, generated GEMMs, generated GEMMs with PDL (also with the attention
+// fused into its projection's GEMM, with x read from global memory, and as before the GEMM
+// prologues) and the megakernel (one
 // cluster launch; 256- and 1024-thread CTAs) and keeps the fastest. The megakernel's cluster:
 // the largest of 16, 8, 4, 2, 1 CTAs the GPU co-schedules (cuOccupancyMaxActiveClusters).
 // CudaCompiledModel adds the shape guard (a new (B, T) logs a line and compiles anew);
@@ -21,6 +23,7 @@
 #pragma once
 
 #include "compile/capture.h"
+#include "compile/graphs_by_shape.h"
 #include "compile/lower_cuda.h"
 #include "compile/runner.h"
 
@@ -62,6 +65,10 @@ struct CudaCompileStats {
 // kLaunchBoundRows rows; cuBLAS's SGEMM plus its epilogue kernel 11-14 us per Linear at 32 rows,
 // the generated GEMM with its epilogue fused 1.8-3.9 us) the generated GEMMs, with PDL on sm_90
 // and later; otherwise cuBLAS. `why` gets the rule's reason. max-autotune measures instead.
+// The generated GEMMs take the codegen defaults (codegen_cuda.h: the layernorms as GEMM
+// prologues, x staged in shared memory): 22 launches instead of 31, the whole forward 56.2 us
+// against 69.7 us for the form above (the same run, H200, 2026-12-01, max-autotune's
+// "generated-gemm pdl unfused-ln x-global").
 inline constexpr int64_t kLaunchBoundRows = 256;
 CudaCodegenOptions default_cuda_variant(const Graph& captured, std::string& why);
 
@@ -140,15 +147,13 @@ class CudaCompiledModel {
   explicit CudaCompiledModel(const GrammarMiniGPT& model, CudaCompileOptions opt = {});
   void forward(const int32_t* ids, int64_t B, int64_t T, Tensor& logits, Tensor& probs);
   CudaCompiledGraph& graph_for(int64_t B, int64_t T);
-  int compiles() const { return compiles_; }
+  int compiles() const { return graphs_.compiles(); }
 
  private:
   const GrammarMiniGPT* model_;
   CudaCompileOptions opt_;
   WeightBinding weights_;
-  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<CudaCompiledGraph>> graphs_;
-  std::pair<int64_t, int64_t> last_{0, 0};
-  int compiles_ = 0;
+  GraphsByShape<CudaCompiledGraph> graphs_;
 };
 
 // The decode step on the GPU: one graph for every position; the KV caches live in their arena

@@ -88,10 +88,17 @@ void normalize_groups(Graph& g) {
     const int out = g.nodes[i].output;
     TensorInfo& t = g.tensor(out);
     if (g.is_graph_output(out) || t.alias_of >= 0) continue;
-    bool outside = false;
-    for (int c : g.consumers(out)) outside |= g.nodes[static_cast<size_t>(c)].group != g.nodes[i].group;
-    // Only rowwise groups can keep a value in registers; other kernels store their result.
-    t.materialized = outside || !kRowwise.contains(g.nodes[i].op);
+    const std::vector<int> readers = g.consumers(out);
+    bool outside = false, gemm_x = !readers.empty();
+    for (int c : readers) {
+      const Node& cn = g.nodes[static_cast<size_t>(c)];
+      outside |= cn.group != g.nodes[i].group;
+      gemm_x &= cn.op == Op::Matmul && cn.inputs[0] == out;
+    }
+    // Only rowwise groups can keep a value in registers; other kernels store their result,
+    // except an attention whose reader in its group is a GEMM (matmul_prologue): the GEMM's x
+    // lives in its shared memory.
+    t.materialized = outside || !(kRowwise.contains(g.nodes[i].op) || (g.nodes[i].op == Op::Attention && gemm_x));
   }
 }
 

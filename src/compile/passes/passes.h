@@ -9,6 +9,9 @@
 //   fuse_pointwise    pointwise chains (and gathers) merged into one group per iteration space
 //   fuse_reductions   reductions merged with their pointwise prologue and epilogue (one kernel
 //                     per softmax, per layernorm with the residual add before it)
+//   matmul_prologue   (opt-in, CUDA) a layernorm's row-wise group, or an attention, merged into
+//                     the matmul that reads it: the GEMM computes its tile's rows of x in shared
+//                     memory first
 //   remove_dead       nodes whose result reaches no output dropped
 //   plan_buffers      every materialised intermediate gets an arena offset; tensors whose
 //                     lifetimes (in kernels) do not overlap share bytes
@@ -28,6 +31,8 @@ Graph decompose(const Graph& g);
 Graph matmul_epilogue(const Graph& g);
 Graph fuse_pointwise(const Graph& g);
 Graph fuse_reductions(const Graph& g);
+// rowwise: fold row-wise groups (layernorms); attention: fold prefill attentions.
+Graph matmul_prologue(const Graph& g, bool rowwise = true, bool attention = true);
 Graph remove_dead(const Graph& g);
 Graph plan_buffers(const Graph& g);
 
@@ -35,7 +40,17 @@ struct PassOptions {
   bool attention = true;  // fuse_attention
   bool epilogue = true;   // matmul_epilogue
   bool fusion = true;     // fuse_pointwise and fuse_reductions (off: one kernel per op)
+  // matmul_prologue (after fuse_reductions; needs fusion; row-wise prologues): off by default, since only a back end
+  // whose GEMM takes a row-wise prologue (the CUDA back end's generated GEMM) may turn it on
+  bool matmul_prologue = false;
+  // the same for a prefill's attention before its output projection
+  bool attention_prologue = false;
 };
+
+// The widest rows matmul_prologue folds into a GEMM (a tile's rows live in shared memory).
+inline constexpr int64_t kPrologueMaxCols = 1024;
+// An attention prologue's limits: a head within a warp's lanes, its keys in a few registers.
+inline constexpr int64_t kPrologueMaxHeadDim = 32, kPrologueMaxKeys = 256;
 
 // The pipeline above, the verifier after every pass.
 Graph run_passes(const Graph& g, const PassOptions& opt = {});

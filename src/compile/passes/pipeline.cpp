@@ -17,6 +17,11 @@ Graph run_passes(const Graph& captured, const PassOptions& opt) {
   if (opt.fusion) {
     step(fuse_pointwise, "fuse_pointwise");
     step(fuse_reductions, "fuse_reductions");
+    if (opt.matmul_prologue || opt.attention_prologue) {
+      const bool rowwise = opt.matmul_prologue, attention = opt.attention_prologue;
+      g = matmul_prologue(g, rowwise, attention);
+      verify(g, "matmul_prologue");
+    }
   } else {
     normalize_groups(g);  // one kernel per op
     verify(g, "normalize_groups");

@@ -76,21 +76,34 @@ __global__ void cross_entropy_mean(const double* __restrict__ row_loss,
   if (threadIdx.x == 0) *loss = cnt[0] > 0 ? static_cast<float>(part[0] * (1.0 / cnt[0])) : 0.0f;
 }
 
+void check_sizes(int64_t N, int64_t V) {
+  MINIGPT_CUDA_REQUIRE(N >= 0 && V >= 1 && N < (int64_t{1} << 31) && V < (int64_t{1} << 31),
+                       "cross_entropy: bad sizes N=", N, " V=", V);
+}
 }  // namespace
+
+void cross_entropy_rows_grad(const float* logits, const int32_t* targets, float* dlogits, double* row_loss,
+                             int64_t N, int64_t V, cudaStream_t stream) {
+  check_sizes(N, V);
+  if (N == 0) return;
+  cross_entropy_rows<<<static_cast<unsigned>((N + kWarps - 1) / kWarps), dim3(32, kWarps), 0, stream>>>(
+      logits, targets, dlogits, row_loss, static_cast<int>(N), static_cast<int>(V));
+  MINIGPT_CUDA_CHECK_LAUNCH();
+}
+
+void cross_entropy_mean_loss(const double* row_loss, const int32_t* targets, float* loss, int64_t N,
+                             cudaStream_t stream) {
+  check_sizes(N, 1);
+  cross_entropy_mean<<<1, 1024, 0, stream>>>(row_loss, targets, loss, static_cast<int>(N));
+  MINIGPT_CUDA_CHECK_LAUNCH();
+}
 
 void cross_entropy_forward_backward(const float* logits, const int32_t* targets, float* dlogits,
                                     double* row_loss, float* loss, int64_t N, int64_t V,
                                     cudaStream_t stream) {
-  MINIGPT_CUDA_REQUIRE(N >= 0 && V >= 1 && N < (int64_t{1} << 31) && V < (int64_t{1} << 31),
-                       "cross_entropy: bad sizes N=", N, " V=", V);
-  if (N > 0) {
-    cross_entropy_rows<<<static_cast<unsigned>((N + kWarps - 1) / kWarps), dim3(32, kWarps), 0,
-                         stream>>>(logits, targets, dlogits, row_loss, static_cast<int>(N),
-                                   static_cast<int>(V));
-    MINIGPT_CUDA_CHECK_LAUNCH();
-  }
-  cross_entropy_mean<<<1, 1024, 0, stream>>>(row_loss, targets, loss, static_cast<int>(N));
-  MINIGPT_CUDA_CHECK_LAUNCH();
+  check_sizes(N, V);
+  cross_entropy_rows_grad(logits, targets, dlogits, row_loss, N, V, stream);
+  cross_entropy_mean_loss(row_loss, targets, loss, N, stream);
 }
 
 }  // namespace minigpt::cuda

@@ -20,4 +20,12 @@ void cross_entropy_forward_backward(const float* logits, const int32_t* targets,
                                     double* row_loss, float* loss, int64_t N, int64_t V,
                                     cudaStream_t stream);
 
+// Its two launches apart, for a caller that needs dlogits before the loss (the training step
+// sums the loss on a side stream, off the backward's path): cross_entropy_rows_grad writes
+// dlogits and row_loss; cross_entropy_mean_loss then writes *loss from them. Same bits.
+void cross_entropy_rows_grad(const float* logits, const int32_t* targets, float* dlogits, double* row_loss,
+                             int64_t N, int64_t V, cudaStream_t stream);
+void cross_entropy_mean_loss(const double* row_loss, const int32_t* targets, float* loss, int64_t N,
+                             cudaStream_t stream);
+
 }  // namespace minigpt::cuda

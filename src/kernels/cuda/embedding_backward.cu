@@ -3,11 +3,12 @@
 // rows whose id is v (GrammarMiniGPT::backward's serial scatter-add); row t of dwpe sums the dx
 // rows at position t over the batch in order.
 //
-// One launch, a block per row of dwte, then one per row of dwpe. For row v of dwte the block
-// stages the ids in shared memory (1024 at a time); each warp scans them 32 at a time, a ballot
-// marks the positions holding v, and the warp adds those rows in order (lane = column), with
-// the loads of up to 8 matching rows in flight together (a frequent token has ~100 rows in a
-// batch of 1024: one L2 round trip per row would make its block the step's slowest).
+// One launch, a block per row of dwte, then one per row of dwpe. For row v of dwte the first
+// warp reads the ids (1024 at a time, all loads in flight) and, a ballot per 32, lists the
+// positions holding v in shared memory in increasing order; then each warp adds those rows in
+// order (lane = column) with the loads of up to 16 rows in flight together (a frequent token
+// has ~100 rows in a batch of 1024: one L2 round trip per row, or per 32-id window holding one,
+// would make its block the step's slowest).
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/cuda_check.h"
 
@@ -17,40 +18,42 @@ namespace {
 constexpr int kWarps = 2;
 
 constexpr int kIdsChunk = 1024;  // ids staged in shared memory at a time
-constexpr int kInFlight = 8;     // matching rows whose loads are issued together
+constexpr int kInFlight = 16;    // matching rows whose loads are issued together
 
 __device__ void wte_row(const float* __restrict__ dx, const int32_t* __restrict__ ids,
                         float* __restrict__ dwte, int N, int d, int v) {
-  __shared__ int32_t ids_s[kIdsChunk];
+  __shared__ int32_t rows_s[kIdsChunk];  // this chunk's positions holding v, in increasing order
+  __shared__ int hits_s;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int cbase = 0; cbase < d; cbase += kWarps * 32) {  // the same trip count for every warp
     const int c = cbase + warp * 32 + lane;
     float acc = 0.0f;
     for (int n0 = 0; n0 < N; n0 += kIdsChunk) {
       const int n = min(kIdsChunk, N - n0);
-      __syncthreads();  // every warp is done with the previous chunk
-      for (int i = threadIdx.x; i < n; i += blockDim.x) ids_s[i] = ids[n0 + i];
-      __syncthreads();
-      for (int i0 = 0; i0 < n; i0 += 32) {
-        unsigned hits = __ballot_sync(0xffffffffu, i0 + lane < n && ids_s[i0 + lane] == v);
-        while (hits) {  // the next (up to) kInFlight matching rows: loads first, then the adds in order
-          int r[kInFlight];
-          int k = 0;
+      __syncthreads();  // every warp is done with the previous chunk's list
+      if (warp == 0) {  // compact the matches: a ballot per 32 ids, the ids' loads all in flight
+        int id[kIdsChunk / 32];
 #pragma unroll
-          for (int j = 0; j < kInFlight; ++j) {
-            if (hits) {
-              r[j] = n0 + i0 + __ffs(hits) - 1;
-              hits &= hits - 1;
-              k = j + 1;
-            }
-          }
-          float x[kInFlight];
+        for (int j = 0; j < kIdsChunk / 32; ++j) id[j] = j * 32 + lane < n ? ids[n0 + j * 32 + lane] : -1;
+        int hits = 0;
 #pragma unroll
-          for (int j = 0; j < kInFlight; ++j) x[j] = j < k && c < d ? dx[static_cast<int64_t>(r[j]) * d + c] : 0.0f;
-#pragma unroll
-          for (int j = 0; j < kInFlight; ++j)
-            if (j < k) acc += x[j];
+        for (int j = 0; j < kIdsChunk / 32; ++j) {
+          const unsigned b = __ballot_sync(0xffffffffu, id[j] == v);
+          if (id[j] == v) rows_s[hits + __popc(b & ((1u << lane) - 1u))] = n0 + j * 32 + lane;
+          hits += __popc(b);
         }
+        if (lane == 0) hits_s = hits;
+      }
+      __syncthreads();
+      const int hits = hits_s;
+      for (int h0 = 0; h0 < hits; h0 += kInFlight) {  // loads first, then the adds in order
+        float x[kInFlight];
+#pragma unroll
+        for (int j = 0; j < kInFlight; ++j)
+          x[j] = h0 + j < hits && c < d ? dx[static_cast<int64_t>(rows_s[h0 + j]) * d + c] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < kInFlight; ++j)
+          if (h0 + j < hits) acc += x[j];
       }
     }
     if (c < d) dwte[static_cast<int64_t>(v) * d + c] = acc;

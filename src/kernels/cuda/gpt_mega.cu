@@ -4,8 +4,12 @@
 //   per layer: ln1/ln2 weights and biases (4C), this CTA's head's q, k, v rows of qkv.weight
 //   (3dh x C+4) and bias, its proj / fc1 / fc2 rows (as nn.Linear: output columns are weight
 //   rows, contiguous in global memory) and biases; the head: ln_f, its lm_head rows and bias;
+//   (everything up to here, floats [0, x), is the CTA's part of the weight image: gpt_mega_pack)
 //   activations: x, att, ln (N x C+4), h (N x F+4), fc2's slice partials, its logits (N x vc),
-//   the softmax pairs of every CTA, and one attention item's q, k, v, scores.
+//   the softmax pairs of every CTA, and one attention item's q, k, v, scores; an mbarrier per
+//   weight group; the token ids. Also here: gpt_mega_pack's kernel, and the stage timestamps
+//   (diagnostics) the figures in gpt_mega.h come from.
+#include "kernels/cuda/bulk_copy.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/gpt_mega.h"
@@ -13,6 +17,9 @@
 #include "kernels/cuda/softmax_cluster.cuh"
 
 #include <math_constants.h>
+
+#include <cstdio>
+#include <cstdlib>
 
 namespace minigpt::cuda {
 namespace {
@@ -35,7 +42,7 @@ struct MegaLayout {
   // per layer, relative to layer l's base = l * layer
   int ln1w, ln1b, ln2w, ln2b, qkv, qkvb, proj, projb, fc1, fc1b, fc2, fc2b, layer;
   // absolute (head: where the head's regions start)
-  int head, lnfw, lnfb, lm, lmb, x, att, ln, h, part, pp, lg, stats, q, kv, sc, total;
+  int head, lnfw, lnfb, lm, lmb, x, att, ln, h, part, pp, lg, stats, q, kv, sc, bars, ids, total;
 
   __host__ __device__ MegaLayout(const MegaDims& d, int r) {
     R = r;
@@ -72,90 +79,26 @@ struct MegaLayout {
     q = take(d.T * sd);
     kv = take(kv_layers * 2 * kv_rows * sd);
     sc = take(d.T * (kv_rows + 1));
+    bars = take(2 * (d.L + 1));  // an mbarrier (8 bytes) per weight group: the layers', the head's
+    ids = take(N);               // the token ids (int)
     total = o;
   }
 };
 
-// ---- cp.async (16- or 4-byte global -> shared copies that complete in groups) ----
+// ---- weights: an image of every CTA's shared memory, one bulk copy per group ----
+//
+// The weight part of a CTA's shared memory (the layers' regions, then the head's: floats
+// [0, S.x) of MegaLayout) is built once per plan in global memory by gpt_mega_pack, CTA r's at
+// image + r * S.x, padding included. Each launch then brings a group (a layer, or the head) in
+// with ONE bulk copy (the copy engine) completing on the group's mbarrier: five instructions of
+// one thread for the shipped model, all issued at the start, so the later layers' weights land
+// while layer 0 computes. Measured (H200, stage timestamps, shipped model, R = 16): the ~110 KB
+// of a CTA's slices issued as 16-byte cp.async from all 512 threads took ~29k cycles (15 us)
+// before layer 0 could start (~4 bytes per cycle; the issuing threads stall); as a bulk copy per
+// weight row (~80 per layer) ~60k cycles: the copy engine's per-copy cost, ~200 cycles each.
 
-__device__ __forceinline__ void cp_async16(float* dst, const float* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))),
-               "l"(__cvta_generic_to_global(src))
-               : "memory");
-}
-__device__ __forceinline__ void cp_async4(float* dst, const float* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))),
-               "l"(__cvta_generic_to_global(src))
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-// Waits until at most n of this thread's groups are pending (n > 7: at most 7, which is stricter).
-__device__ __forceinline__ void cp_async_wait_at_most(int n) {
-  switch (n) {
-    case 0: cp_async_wait<0>(); break;
-    case 1: cp_async_wait<1>(); break;
-    case 2: cp_async_wait<2>(); break;
-    case 3: cp_async_wait<3>(); break;
-    case 4: cp_async_wait<4>(); break;
-    case 5: cp_async_wait<5>(); break;
-    case 6: cp_async_wait<6>(); break;
-    default: cp_async_wait<7>(); break;
-  }
-}
-
-__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
-// rows x cols floats, global (row stride lds) -> shared (row stride ldd), by the whole CTA:
-// 16-byte copies where everything is 16-byte aligned, else 4-byte ones. Not inlined: its ~22
-// call sites inlined were 9k of the kernel's 22k instructions, straight-line code that every
-// launch fetches once before the first layer can start.
-__device__ __noinline__ void copy_rows_async(float* dst, int ldd, const float* src, int lds, int rows, int cols) {
-  if (rows <= 0 || cols <= 0) return;
-  const int tid = threadIdx.x;
-  if (cols % 4 == 0 && ldd % 4 == 0 && lds % 4 == 0 && aligned16(dst) && aligned16(src)) {
-    const int q = cols / 4;
-    for (int i = tid; i < rows * q; i += kThreads) {
-      const int r = i / q, c = (i % q) * 4;
-      cp_async16(dst + r * ldd + c, src + static_cast<int64_t>(r) * lds + c);
-    }
-  } else {
-    for (int i = tid; i < rows * cols; i += kThreads) {
-      const int r = i / cols, c = i % cols;
-      cp_async4(dst + r * ldd + c, src + static_cast<int64_t>(r) * lds + c);
-    }
-  }
-}
-
-// The same copy, inlined, where the column count is a compile-time constant (the specialised
-// kernel, gpt_mega_kernel<C, H, F>: shifts instead of run-time divisions, no call); COLS == 0
-// (the generic kernel, or a count that depends on the cluster size): the call above.
-template <int COLS>
-__device__ __forceinline__ void copy_rows(float* dst, int ldd, const float* src, int lds, int rows, int cols) {
-  if constexpr (COLS > 0 && COLS % 4 == 0) {
-    if (ldd % 4 == 0 && lds % 4 == 0 && aligned16(dst) && aligned16(src)) {
-      constexpr int q = COLS / 4;
-      for (int i = threadIdx.x; i < rows * q; i += kThreads) {
-        const int r = i / q, c = (i % q) * 4;
-        cp_async16(dst + r * ldd + c, src + static_cast<int64_t>(r) * lds + c);
-      }
-      return;
-    }
-  }
-  copy_rows_async(dst, ldd, src, lds, rows, cols);
-}
-// One row of n floats (a bias, a LayerNorm's weight): a loop without divisions.
-__device__ __forceinline__ void copy_vec(float* dst, const float* src, int n) {
-  if (n <= 0) return;
-  if (n % 4 == 0 && aligned16(dst) && aligned16(src)) {
-    for (int i = static_cast<int>(threadIdx.x) * 4; i < n; i += 4 * kThreads) cp_async16(dst + i, src + i);
-  } else {
-    for (int i = threadIdx.x; i < n; i += kThreads) cp_async4(dst + i, src + i);
-  }
-}
+// Waits (every thread) until group g has landed in this CTA's shared memory.
+__device__ __forceinline__ void wait_group(uint64_t* bars, int g) { detail::mbarrier_wait(&bars[g], 0); }
 
 // ---- distributed shared memory ----
 
@@ -180,6 +123,28 @@ __device__ __forceinline__ void push1(float* local, float v, int R) {
 __device__ __forceinline__ void cluster_sync_all() {
   cluster_arrive();
   cluster_wait();
+}
+
+// ---- diagnostics: stage timestamps (MINIGPT_MEGA_TRACE=1 in the environment selects the
+// kernel instance with kTrace; the shipped dims, up to 5 layers). CTA 0's thread 0 records clock64 at every
+// stage boundary; launch kTraceEvery / 2 of every kTraceEvery prints them as cycle deltas (e.g.
+// `MINIGPT_MEGA_TRACE=1 minigpt bench model --device cuda --no-peers | grep TRACE`). This is how
+// the figures in gpt_mega.h were taken; the default kernel compiles the stamps out. ----
+constexpr int kTraceSlots = 64;
+__host__ __device__ constexpr int trace_slot(int l, int k) { return 3 + 11 * l + k; }  // layer l, point k
+constexpr unsigned kTraceEvery = 400;
+__device__ long long g_mega_trace[kTraceSlots];
+__device__ unsigned g_mega_trace_launches;
+template <bool kTrace>
+__device__ __forceinline__ void stamp(int r, int slot) {
+  if constexpr (kTrace) {
+    if (r == 0 && threadIdx.x == 0 && slot < kTraceSlots) g_mega_trace[slot] = clock64();
+  }
+}
+__device__ __forceinline__ long long global_ns() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
 }
 
 // ---- arithmetic ----
@@ -252,10 +217,32 @@ __device__ __forceinline__ void layernorm_rows(const float* in, float* out, int 
     layernorm_rows_generic(in, out, r0, r1, C, ld, w, b, eps);
 }
 
+// CTA 0, thread 0: every kTraceEvery launches, the stamps as cycle deltas from entry, and the
+// kernel's own wall time (globaltimer).
+__device__ __noinline__ void trace_report(int r, long long t_entry_ns, const MegaDims& d, int R) {
+  if (r != 0 || threadIdx.x != 0) return;
+  const long long t_end = clock64(), ns = global_ns() - t_entry_ns;
+  if (atomicAdd(&g_mega_trace_launches, 1u) % kTraceEvery != kTraceEvery / 2) return;
+  const long long* t = g_mega_trace;
+  printf("TRACE N=%d cache=%d heads=%d R=%d wall=%lld ns cycles=%lld | start %lld %lld %lld\n", d.B * d.T,
+         static_cast<int>(d.cache), static_cast<int>(d.head_proj), R, ns, t_end - t[0], t[1] - t[0], t[2] - t[0],
+         t[3] - t[0]);
+  for (int l = 0; l < d.L; ++l) {
+    const long long* u = t + trace_slot(l, 0);
+    const long long prev = l == 0 ? t[2] : t[trace_slot(l - 1, 10)];
+    printf("TRACE  layer %d: wait %lld ln1 %lld qkv %lld attn %lld push %lld | bar+proj %lld ln2 %lld fc1 %lld "
+           "bar %lld fc2 %lld bar %lld\n",
+           l, u[0] - prev, u[1] - u[0], u[2] - u[1], u[3] - u[2], u[4] - u[3], u[5] - u[4], u[6] - u[5], u[7] - u[6],
+           u[8] - u[7], u[9] - u[8], u[10] - u[9]);
+  }
+  printf("TRACE  head: wait %lld lnf+lm %lld probs %lld\n", t[60] - t[trace_slot(d.L - 1, 10)], t[61] - t[60],
+         t_end - t[61]);
+}
+
 // The model's dims as compile-time constants (the specialised kernel) or 0 (read at run time).
 template <int C_, int H_, int F_>
 struct Fixed {
-  static constexpr int C = C_, H = H_, F = F_, dh = H_ > 0 ? C_ / H_ : 0;
+  static constexpr int C = C_, H = H_, F = F_;
 };
 
 struct Ctx {
@@ -267,48 +254,70 @@ struct Ctx {
   int pos0;  // position of each sequence's first new row
 };
 
-// This CTA's weight slices of layer l (or, l == L, of the head) into shared memory; one group.
-template <class K>
-__device__ __forceinline__ void issue_weights(const Ctx& c, int l) {
-  const MegaDims& d = c.d;
-  const MegaLayout& S = c.S;
-  const int C = d.C, F = d.F, r = c.r, dh = S.dh;
-  if (l == d.L) {
-    float* hd = c.sm;  // the head's offsets are absolute
-    copy_vec(hd + S.lnfw, c.p.ln_f_weight, C);
-    copy_vec(hd + S.lnfb, c.p.ln_f_bias, C);
+// rows x cols floats, global (row stride lds) -> global (row stride ldd), by the whole block:
+// plain loads and stores (the pack runs once per plan; its speed does not matter).
+struct PlainCopier {
+  __device__ void rows(float* dst, int ldd, const float* src, int64_t lds, int rows, int cols) const {
+    for (int i = threadIdx.x; i < rows * cols; i += blockDim.x)
+      dst[(i / cols) * ldd + i % cols] = src[(i / cols) * lds + i % cols];
+  }
+  __device__ void vec(float* dst, const float* src, int n) const { rows(dst, 0, src, 0, 1, n); }
+};
+
+// Copies CTA r's weight slices of group l (layer l, or l == L: the head) from the model's
+// tensors into its image `img` (the shared-memory layout, in global memory), by the whole block.
+// Which rows a CTA holds: its head's q, k, v rows (CTAs with attention items), proj's columns
+// (or its head's input columns, head_proj), fc1's and fc2's columns, its lm_head rows.
+__device__ void pack_group(const MegaParams& p, const MegaLayout& S, int r, int l, float* img) {
+  const MegaDims& d = p.dims;
+  const int C = d.C, F = d.F, dh = S.dh;
+  const PlainCopier cp;
+  if (l == d.L) {  // the head's offsets are absolute
+    cp.vec(img + S.lnfw, p.ln_f_weight, C);
+    cp.vec(img + S.lnfb, p.ln_f_bias, C);
     const int n0 = r * S.vc, vn = max(0, min(S.vc, d.V - n0));
-    copy_rows<K::C>(hd + S.lm, S.sC, c.p.lm_head_weight + static_cast<int64_t>(n0) * C, C, vn, C);
-    copy_vec(hd + S.lmb, c.p.lm_head_bias + n0, vn);
-    cp_async_commit();
+    cp.rows(img + S.lm, S.sC, p.lm_head_weight + static_cast<int64_t>(n0) * C, C, vn, C);
+    cp.vec(img + S.lmb, p.lm_head_bias + n0, vn);
     return;
   }
-  const MegaLayer& w = c.p.layers[l];
-  float* base = c.sm + l * S.layer;
-  copy_vec(base + S.ln1w, w.ln1_weight, C);
-  copy_vec(base + S.ln1b, w.ln1_bias, C);
-  copy_vec(base + S.ln2w, w.ln2_weight, C);
-  copy_vec(base + S.ln2b, w.ln2_bias, C);
+  const MegaLayer& w = p.layers[l];
+  float* base = img + l * S.layer;
+  cp.vec(base + S.ln1w, w.ln1_weight, C);
+  cp.vec(base + S.ln1b, w.ln1_bias, C);
+  cp.vec(base + S.ln2w, w.ln2_weight, C);
+  cp.vec(base + S.ln2b, w.ln2_bias, C);
   if (r < d.B * d.H) {  // the CTA has attention items, all of head r % H
     const int hh = r % d.H;
     for (int part = 0; part < 3; ++part) {
-      copy_rows<K::C>(base + S.qkv + part * dh * S.sC, S.sC,
-                      w.qkv_weight + static_cast<int64_t>(part * C + hh * dh) * C, C, dh, C);
-      copy_vec(base + S.qkvb + part * dh, w.qkv_bias + part * C + hh * dh, dh);
+      cp.rows(base + S.qkv + part * dh * S.sC, S.sC, w.qkv_weight + static_cast<int64_t>(part * C + hh * dh) * C, C,
+              dh, C);
+      cp.vec(base + S.qkvb + part * dh, w.qkv_bias + part * C + hh * dh, dh);
     }
   }
   if (d.head_proj) {
-    if (r < d.B * d.H) copy_rows<K::dh>(base + S.proj, S.sd, w.proj_weight + (r % d.H) * dh, C, C, dh);
-    copy_vec(base + S.projb, w.proj_bias, C);
+    if (r < d.B * d.H) cp.rows(base + S.proj, S.sd, w.proj_weight + (r % d.H) * dh, C, C, dh);
+    cp.vec(base + S.projb, w.proj_bias, C);
   } else {
-    copy_rows<K::C>(base + S.proj, S.sC, w.proj_weight + static_cast<int64_t>(r * S.pc) * C, C, S.pc, C);
-    copy_vec(base + S.projb, w.proj_bias + r * S.pc, S.pc);
+    cp.rows(base + S.proj, S.sC, w.proj_weight + static_cast<int64_t>(r * S.pc) * C, C, S.pc, C);
+    cp.vec(base + S.projb, w.proj_bias + r * S.pc, S.pc);
   }
-  copy_rows<K::C>(base + S.fc1, S.sC, w.fc1_weight + static_cast<int64_t>(r * S.fc) * C, C, S.fc, C);
-  copy_vec(base + S.fc1b, w.fc1_bias + r * S.fc, S.fc);
-  copy_rows<K::F>(base + S.fc2, S.sF, w.fc2_weight + static_cast<int64_t>(r * S.pc) * F, F, S.pc, F);
-  copy_vec(base + S.fc2b, w.fc2_bias + r * S.pc, S.pc);
-  cp_async_commit();
+  cp.rows(base + S.fc1, S.sC, w.fc1_weight + static_cast<int64_t>(r * S.fc) * C, C, S.fc, C);
+  cp.vec(base + S.fc1b, w.fc1_bias + r * S.fc, S.fc);
+  cp.rows(base + S.fc2, S.sF, w.fc2_weight + static_cast<int64_t>(r * S.pc) * F, F, S.pc, F);
+  cp.vec(base + S.fc2b, w.fc2_bias + r * S.pc, S.pc);
+}
+
+// Block r: CTA r's image (the buffer is zeroed first: the padding is defined).
+__global__ void gpt_mega_pack_kernel(const __grid_constant__ MegaParams p, int R, float* image) {
+  const MegaLayout S(p.dims, R);
+  const int r = static_cast<int>(blockIdx.x);
+  for (int l = 0; l <= p.dims.L; ++l) pack_group(p, S, r, l, image + static_cast<int64_t>(r) * S.x);
+}
+
+// Group g of this CTA's image: where it starts in shared memory (= in the image) and its floats.
+__device__ __forceinline__ int group_offset(const MegaLayout& S, int L, int g) { return g < L ? g * S.layer : S.head; }
+__device__ __forceinline__ int group_floats(const MegaLayout& S, int L, int g) {
+  return g < L ? S.layer : S.x - S.head;
 }
 
 // Stage A of layer l: every (sequence b, head hh) item of this CTA (items r, r + R, ...; all of
@@ -317,7 +326,7 @@ __device__ __forceinline__ void issue_weights(const Ctx& c, int l) {
 // output column, pushed to every CTA's pp[hh] instead. The attention proper runs a warp per query
 // row: its scores (a lane per key), their softmax and its att columns, with no CTA barrier
 // between them (the row's values are the warp's own; T = 16: all 16 warps busy).
-template <class K>
+template <class K, bool kTrace>
 __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
   const MegaDims& d = c.d;
   const MegaLayout& S = c.S;
@@ -334,9 +343,11 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
     const int b = item / d.H, hh = item % d.H, row0 = b * T;
     layernorm_rows<K::C>(x, ln, row0, row0 + T, C, S.sC, base + S.ln1w, base + S.ln1b, c.p.eps);
     __syncthreads();
-    // q, k, v of the new rows: (t, 4 columns of the head's 3dh) per thread; sum in k order + bias
+    stamp<kTrace>(c.r, trace_slot(l, 1));
+    // q, k, v of the new rows: (t, 4 columns of the head's 3dh) per thread, t fastest over the
+    // lanes (see gemm_stage); sum in k order + bias
     for (int u = tid; u < T * groups; u += kThreads) {
-      const int t = u / groups, j0 = (u % groups) * 4, part = j0 / dh, d0 = j0 % dh;
+      const int t = u % T, j0 = (u / T) * 4, part = j0 / dh, d0 = j0 % dh;
       float acc[4] = {0.f, 0.f, 0.f, 0.f};
       dot4(ln + (row0 + t) * S.sC, base + S.qkv + j0 * S.sC, S.sC, 0, C, acc);
       float4 v;
@@ -356,6 +367,7 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
       }
     }
     __syncthreads();
+    stamp<kTrace>(c.r, trace_slot(l, 2));
     if (l == 0 && item == c.r) cluster_wait();  // every CTA has started: its shared memory exists
     for (int t = warp; t < T; t += kWarps) {
       const int n = pos0 + t + 1;  // keys p <= pos0 + t (the rest is masked: never computed)
@@ -395,11 +407,12 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
           push4(att + (row0 + t) * S.sC + hh * dh + e, a, R);
       }
     }
+    stamp<kTrace>(c.r, trace_slot(l, 3));
     if (d.head_proj) {
       __syncthreads();
       float* pp = c.sm + S.pp;
       for (int u = tid; u < T * (C / 4); u += kThreads) {  // (t, 4 output columns), k in order
-        const int t = u / (C / 4), n0 = (u % (C / 4)) * 4;
+        const int t = u % T, n0 = (u / T) * 4;
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
         dot4(att + (row0 + t) * S.sC + hh * dh, base + S.proj + n0 * S.sd, S.sd, 0, dh, acc);
         push4(pp + (hh * S.N + row0 + t) * S.sC + n0, make_float4(acc[0], acc[1], acc[2], acc[3]), R);
@@ -412,6 +425,11 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
 
 // y (N x 4-column groups of this CTA's `cols` columns starting at n0) = a W^T + b with the sums
 // in k-slices of kSlice added in order; finish(m, n, v) gets (sum + bias) for 4 columns.
+// The row m runs fastest over a warp's lanes: at each k the lanes read up to 32 rows of a (row
+// stride C+4 or F+4: 8 consecutive rows in distinct banks) and ONE address of w (a broadcast).
+// With the columns fastest (the version before), the lanes read weight rows 4 apart, which fall
+// in 2 of the 8 bank groups: the q, k, v stage took ~25 shared-memory wavefronts per k-step of 4
+// where this takes 6 (stage timestamps: the forward's q, k, v stage was ~6.7k cycles).
 template <class Finish>
 __device__ __forceinline__ void gemm_stage(const Ctx& c, const float* a, int lda, int K, const float* w, int ldw, const float* bias,
                            int cols, Finish finish) {
@@ -419,7 +437,7 @@ __device__ __forceinline__ void gemm_stage(const Ctx& c, const float* a, int lda
   float* part = c.sm + c.S.part;
   if (ns == 1) {
     for (int u = tid; u < N * groups; u += kThreads) {
-      const int m = u / groups, j0 = (u % groups) * 4;
+      const int m = u % N, j0 = (u / N) * 4;
       float acc[4] = {0.f, 0.f, 0.f, 0.f};
       dot4(a + m * lda, w + j0 * ldw, ldw, 0, K, acc);
       finish(m, j0, make_float4(acc[0] + bias[j0], acc[1] + bias[j0 + 1], acc[2] + bias[j0 + 2], acc[3] + bias[j0 + 3]));
@@ -427,10 +445,11 @@ __device__ __forceinline__ void gemm_stage(const Ctx& c, const float* a, int lda
     return;
   }
   for (int u = tid; u < N * groups * ns; u += kThreads) {
-    const int s = u % ns, g = u / ns, m = g / groups, j0 = (g % groups) * 4;
+    // u = (slice s, 4 columns jg) x N + m; its partial at part[(g, s)] with g = m * groups + jg
+    const int m = u % N, s = (u / N) % ns, jg = u / N / ns, g = m * groups + jg, j0 = jg * 4;
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     dot4(a + m * lda, w + j0 * ldw, ldw, s * kSlice, min(K, (s + 1) * kSlice), acc);
-    *reinterpret_cast<float4*>(part + u * 4) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    *reinterpret_cast<float4*>(part + (g * ns + s) * 4) = make_float4(acc[0], acc[1], acc[2], acc[3]);
   }
   __syncthreads();
   for (int g = tid; g < N * groups; g += kThreads) {
@@ -462,7 +481,7 @@ __device__ __forceinline__ void residual_stage(const Ctx& c, const float* a, int
 // K: the model's C, H, F as compile-time constants (gpt_mega_kernel<Fixed<64, 4, 256>>, the
 // shipped architecture: the layout's offsets and every index fold to constants, no run-time
 // divisions by them) or Fixed<0, 0, 0>, the generic kernel reading them from p.dims.
-template <class K>
+template <class K, bool kTrace = false>
 __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_constant__ MegaParams p, int R) {
   extern __shared__ __align__(16) float sm[];
   MegaDims d = p.dims;
@@ -472,14 +491,30 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   const MegaLayout S(d, R);
   const int r = static_cast<int>(cluster_ctarank()), tid = threadIdx.x, C = d.C, N = S.N;
   Ctx c{p, d, S, sm, r, 0};
+  long long t_entry_ns = 0;
+  if constexpr (kTrace) t_entry_ns = global_ns();
+  stamp<kTrace>(r, 0);
 
-  // 1. layer 0's weight slices in flight (one group); the later layers' and the head's follow
-  //    the embedding's loads (3.), which would otherwise queue behind all of them
-  issue_weights<K>(c, 0);
-
-  // 2. the position; out of range: NaN outputs, and leave before any cluster barrier
+  // 1. the position first (decode: mapped host memory, a PCIe round trip that the copies below
+  //    overlap); then an mbarrier and a bulk copy per weight group
   const int pos0 = p.pos ? *p.pos : 0;
   c.pos0 = pos0;
+  int* ids = reinterpret_cast<int*>(sm + S.ids);  // read with the position: one round trip for both
+  for (int m = tid; m < N; m += kThreads) ids[m] = p.ids[m];
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sm + S.bars);
+  if (tid == 0) {  // every group's bulk copy in flight: layer 0's first, the head's last
+    const float* img = p.image + static_cast<int64_t>(r) * S.x;
+    for (int g = 0; g <= d.L; ++g) {
+      const int off = group_offset(S, d.L, g);
+      const unsigned bytes = static_cast<unsigned>(group_floats(S, d.L, g)) * sizeof(float);
+      detail::mbarrier_init(&bars[g]);
+      detail::mbarrier_arrive_expect_tx(&bars[g], bytes);
+      detail::bulk_load(sm + off, img + off, bytes, &bars[g]);
+    }
+  }
+  __syncthreads();  // the barriers are initialised before anyone waits on them; ids are in
+
+  // 2. out of range: NaN outputs, and leave before any cluster barrier (once the copies have landed)
   if (pos0 < 0 || pos0 + d.T > d.capacity || pos0 + d.T > d.P) {
     const int n0 = r * S.vc, vn = max(0, min(S.vc, d.V - n0));
     for (int i = tid; i < N * vn; i += kThreads) {
@@ -487,10 +522,11 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       p.logits[at] = CUDART_NAN_F;
       if (p.probs) p.probs[at] = CUDART_NAN_F;
     }
-    cp_async_wait<0>();
+    for (int g = 0; g <= d.L; ++g) wait_group(bars, g);
     return;
   }
   cluster_arrive();  // waited on before the first push (attention_stage of layer 0)
+  stamp<kTrace>(r, 1);
 
   // 3. the embedding of all N rows (a replica per CTA), and (decode) the earlier k, v rows of
   //    this CTA's head for every layer: loads first, then the stores (one round trip)
@@ -502,7 +538,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       const int i = i0 + (j * kThreads + tid) * 4;
       v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
       if (i < N * C) {
-        const int m = i / C, e = i % C, id = p.ids[m], ps = pos0 + m % d.T;
+        const int m = i / C, e = i % C, id = ids[m], ps = pos0 + m % d.T;
         if (id < 0 || id >= d.V) {
           v[j] = make_float4(CUDART_NAN_F, CUDART_NAN_F, CUDART_NAN_F, CUDART_NAN_F);
         } else {
@@ -543,13 +579,15 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       }
     }
   }
-  for (int l = 1; l <= d.L; ++l) issue_weights<K>(c, l);  // a group per layer, then the head's
+  stamp<kTrace>(r, 2);
 
   for (int l = 0; l < d.L; ++l) {
-    cp_async_wait_at_most(d.L - l);  // groups 0..l done (l + 1 of L + 1)
+    wait_group(bars, l);
     __syncthreads();
+    stamp<kTrace>(r, trace_slot(l, 0));
     const float* base = sm + l * S.layer;
-    attention_stage<K>(c, l);
+    attention_stage<K, kTrace>(c, l);
+    stamp<kTrace>(r, trace_slot(l, 4));
     cluster_sync_all();
     if (d.head_proj) {  // x += (the heads' partials, summed in head order) + b, every CTA all of it
       const float* pp = sm + S.pp;
@@ -564,22 +602,29 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       residual_stage(c, sm + S.att, S.sC, C, base + S.proj, S.sC, base + S.projb);
       cluster_sync_all();
     }
+    stamp<kTrace>(r, trace_slot(l, 5));
     float* ln = sm + S.ln;
     float* h = sm + S.h;
     layernorm_rows<K::C>(x, ln, 0, N, C, S.sC, base + S.ln2w, base + S.ln2b, p.eps);
     __syncthreads();
+    stamp<kTrace>(r, trace_slot(l, 6));
     const int f0 = r * S.fc;
     gemm_stage(c, ln, S.sC, C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
       push4(h + m * S.sF + f0 + j0, make_float4(gelu_erf(v.x), gelu_erf(v.y), gelu_erf(v.z), gelu_erf(v.w)), R);
     });
+    stamp<kTrace>(r, trace_slot(l, 7));
     cluster_sync_all();
+    stamp<kTrace>(r, trace_slot(l, 8));
     residual_stage(c, h, S.sF, d.F, base + S.fc2, S.sF, base + S.fc2b);
+    stamp<kTrace>(r, trace_slot(l, 9));
     cluster_sync_all();
+    stamp<kTrace>(r, trace_slot(l, 10));
   }
 
   // head: ln_f, this CTA's vocabulary columns
-  cp_async_wait<0>();
+  wait_group(bars, d.L);
   __syncthreads();
+  stamp<kTrace>(r, 60);
   const float* hd = sm;  // the head's offsets are absolute
   float* ln = sm + S.ln;
   float* lg = sm + S.lg;
@@ -587,7 +632,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   __syncthreads();
   const int n0 = r * S.vc, vn = max(0, min(S.vc, d.V - n0)), groups = ceil_div(vn, 4);
   for (int u = tid; u < N * groups; u += kThreads) {
-    const int m = u / groups, j0 = (u % groups) * 4;
+    const int m = u % N, j0 = (u / N) * 4;  // rows fastest, as gemm_stage
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     dot4(ln + m * S.sC, hd + S.lm + j0 * S.sC, S.sC, 0, C, acc);  // rows past vn: never stored
 #pragma unroll
@@ -599,7 +644,11 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       }
     }
   }
-  if (!p.probs) return;  // no cluster access after the last barrier: a CTA may leave
+  stamp<kTrace>(r, 61);
+  if (!p.probs) {
+    if constexpr (kTrace) trace_report(r, t_entry_ns, p.dims, R);
+    return;  // no cluster access after the last barrier: a CTA may leave
+  }
   __syncthreads();
   // softmax over the whole row: each CTA's (max, sum of exp) of its columns to every CTA, then
   // combined in rank order. A NaN logit makes its sum, so the row, NaN.
@@ -628,7 +677,12 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     for (int j = lane; j < vn; j += 32)
       p.probs[static_cast<int64_t>(m) * d.V + n0 + j] = expf(lg[m * S.vc + j] - M) * inv;
   }
+  if constexpr (kTrace) {
+    __syncthreads();
+    trace_report(r, t_entry_ns, p.dims, R);
+  }
 }
+
 
 bool split_applies(const MegaDims& d, int R) {
   if (R < 1 || R > 16 || d.L < 1 || d.L > kMegaMaxLayers || d.B < 1 || d.T < 1 || d.H < 1 || d.C < 4 ||
@@ -667,7 +721,9 @@ using MegaKernel = void (*)(MegaParams, int);
 // The kernel for d: specialised for the shipped architecture (C 64, H 4, F 256), else generic.
 // Both do the same arithmetic in the same order: the logits do not depend on which one runs.
 MegaKernel kernel_for(const MegaDims& d) {
-  if (d.C == 64 && d.H == 4 && d.F == 256) return gpt_mega_kernel<Fixed<64, 4, 256>>;
+  static const bool trace = std::getenv("MINIGPT_MEGA_TRACE") != nullptr;  // diagnostics, read once
+  if (d.C == 64 && d.H == 4 && d.F == 256)
+    return trace ? gpt_mega_kernel<Fixed<64, 4, 256>, true> : gpt_mega_kernel<Fixed<64, 4, 256>>;
   return gpt_mega_kernel<Fixed<0, 0, 0>>;
 }
 
@@ -695,6 +751,20 @@ size_t gpt_mega_smem(const MegaDims& d, int R) {
   return static_cast<size_t>(MegaLayout(d, R).total) * sizeof(float);
 }
 
+size_t gpt_mega_image_floats(const MegaDims& d, int R) {
+  if (!split_applies(d, R)) return 0;
+  return static_cast<size_t>(R) * static_cast<size_t>(MegaLayout(d, R).x);
+}
+
+void gpt_mega_pack(const MegaParams& p, int R, float* image, cudaStream_t stream) {
+  const size_t floats = gpt_mega_image_floats(p.dims, R);
+  MINIGPT_CUDA_REQUIRE(floats > 0 && image, "gpt_mega_pack: the shape does not split over a cluster of ", R,
+                       " or the image is null");
+  MINIGPT_CUDA_CHECK(cudaMemsetAsync(image, 0, floats * sizeof(float), stream));
+  gpt_mega_pack_kernel<<<R, kThreads, 0, stream>>>(p, R, image);
+  MINIGPT_CUDA_CHECK(cudaGetLastError());
+}
+
 int gpt_mega_cluster(const MegaDims& d, int requested) {
   MINIGPT_CUDA_REQUIRE(requested >= 0 && requested <= 16, "gpt_mega: cluster size ", requested, " is outside [0, 16]");
   for (int R : {16, 8, 4, 2, 1}) {
@@ -718,6 +788,8 @@ void gpt_mega(const MegaParams& p, int R, cudaStream_t stream) {
   const size_t smem = gpt_mega_smem(d, R);
   MINIGPT_CUDA_REQUIRE(smem > 0, "gpt_mega: the shape (B=", d.B, ", T=", d.T, ", C=", d.C, ", H=", d.H,
                        ") does not split over a cluster of ", R);
+  MINIGPT_CUDA_REQUIRE(p.image && (reinterpret_cast<uintptr_t>(p.image) & 15u) == 0,
+                       "gpt_mega: no weight image (gpt_mega_pack), or one not 16-byte aligned");
   MINIGPT_CUDA_REQUIRE(p.ids && p.wte && p.wpe && p.ln_f_weight && p.ln_f_bias && p.lm_head_weight && p.lm_head_bias &&
                            p.logits,
                        "gpt_mega: null pointer");

@@ -2,8 +2,9 @@
 // "megakernel" run by one thread-block cluster of R CTAs (Hopper; R up to 16 with the
 // non-portable cluster size). For the launch-bound sizes (a decode step, a forward of a few dozen
 // rows) the 9 whole-layer kernels of gpt_layer.h spend most of their time in launch gaps and in
-// serial L2 round trips; here the weights are copied once into the CTAs' shared memory at the
-// start (cp.async, one group per layer, so layer 0 starts while the rest still arrive) and the
+// serial L2 round trips; here each CTA's slices of the weights come into its shared memory at the
+// start, as ONE bulk copy per layer (the copy engine) from an image of that shared memory built
+// once per plan (gpt_mega_pack), so layer 0 starts while the later layers still arrive, and the
 // activations move between CTAs through distributed shared memory, with a cluster barrier
 // between stages:
 //
@@ -32,26 +33,47 @@
 // in its shared memory (the shipped model: N <= ~40 at R = 16); decode (a KV cache) at most one
 // (sequence, head) item per CTA (B*H <= R). Launchers check and never synchronise.
 //
-// Measured (H200, 2026-12-01, `minigpt bench model --device cuda --runs 1000 --warmup 100`, the
-// shipped model; weights L2-resident). First version (generic dims, copies out of line): the
-// forward at (B=2, T=16) 120.7 us per graph replay, the decode graph 64.5 us (step() 70.5 us:
-// 14.2k tokens/s), against 140 us for the whole-layer kernels and 296 us for torch.compile
-// reduce-overhead in the same run. Its ncu profile: 16 CTAs x 512 threads, 128 registers, 0.18
-// instructions issued per scheduler-cycle, 54% of the stall at CTA barriers (warps waiting for
-// siblings), ~11.6k instructions per warp against ~1k FMAs of work. A cluster of 8 (twice the
-// weight bytes per CTA) ran as fast as 16 and proj by heads (4 barriers fewer) saved only 3 us:
-// the time is the stages' own dependent latency and idle warps, not barriers or weight loads.
-// This version: specialised on the shipped dims (gpt_mega_kernel<Fixed<64, 4, 256>>: offsets
-// and indices fold to constants; other dims run the same code generically, tested at C 32,
-// H 2), weight copies inlined with compile-time column counts, layer 0's copies first, the
-// attention a warp per query row (T = 16 keeps all 16 warps busy, two CTA barriers fewer per
-// item), the LayerNorms a half-warp per row (the double sums over 16 lanes instead of 32). Same
-// run's figures: forward 100.1 us (98.0 back to back), decode graph 50.2 us, step() 55.0 us:
-// 18.2k tokens/s; logits 8.58e-6 from the CPU. ncu still shows 0.15 issued per scheduler-cycle
-// and ~14 of 27 stall cycles at CTA barriers. Still far from the goals (20 us, 50k tokens/s).
-// Open: register tiling of the GEMV stages, the stages with one to four busy warps (proj,
-// fc2's slice sums), the specialised kernel's 248-byte register spill (128 registers at 512
-// threads).
+// Measured (H200 at 1980 MHz, `minigpt bench model --device cuda --no-peers --runs 1000 --warmup
+// 100`, the shipped model, weights L2-resident; all figures per call, launch latency included).
+//   history    first version (generic dims, copies out of line): forward (2, 16) 120.7 us, decode
+//              graph 64.5 us. Specialised on the shipped dims (Fixed<64, 4, 256>): forward 100 us,
+//              decode graph 50.3 us, step() 54.7 us = 18.3k tokens/s.
+//   floor      an empty kernel of the same cluster and shared memory, replayed the same way:
+//              3.2 us per forward graph, 3.5 us per decode graph, 6.6 us per step() (the host's
+//              launch + wait: ~3 us over the graph).
+//   where      stage timestamps (MINIGPT_MEGA_TRACE=1, gpt_mega.cu) of that version: ~29k cycles
+//              (15 us, in the forward AND the decode) went to bringing the weights in before
+//              layer 0: 16-byte cp.async from every thread moved ~4 bytes per cycle per CTA, the
+//              issuing threads stalled (as a bulk copy per weight row it took ~60k cycles: the
+//              copy engine's cost per copy, ~200 cycles, not per byte). And the GEMMs' lanes took
+//              4-column groups fastest: weight rows 4 apart, 2 of 8 bank groups, ~25 shared-memory
+//              wavefronts per k-step where rows-fastest takes 6-8 (the forward's q, k, v stage
+//              6.7k cycles, fc2 6.6k, lm_head 12.7k).
+//   this       weights as a per-plan image, one bulk copy per layer (start 29k -> 5k cycles);
+//              rows fastest over the lanes (q, k, v 6.7k -> 1.7k cycles, fc2 6.6k -> 2.3k, lm_head
+//              12.7k -> 4.7k); the ids read with the position; no register spill (was 248 bytes).
+//              Same run, main vs this: forward (2, 16) 99.1 -> 63.0 us (back to back 97.6 ->
+//              61.4), decode graph 50.3 -> 34.9 us (R = 8 now the fastest; 16: 37.9), step()
+//              54.7 -> 39.8 us = 25.1k tokens/s; logits 8.58e-6 from the CPU, decode = forward
+//              row bitwise. torch.compile reduce-overhead: ~296 us. ncu (forward): 1.55M
+//              instructions (was 1.72M), 21.7 cycles per issued instruction (was 35.5), 10.8 of
+//              them at CTA barriers (was 20.5).
+//   now        forward R = 16, ~120k cycles: start 5k; per layer ~23.5k: ln1 1.1k, q k v 1.7k,
+//              attention 2.9k, push att 1.1k, barrier + proj + barrier 3.9k, ln2 1.3k, fc1 + GELU +
+//              push h 5-6.4k, barrier 1.2-2.5k, fc2 2.3k, barrier 1.6k; head: ln_f + lm_head 4.7k,
+//              probs (incl. the barrier) 13.8k. Decode R = 8, ~66-73k cycles: start 8-9k (the
+//              position and ids from mapped host memory: one PCIe round trip, ~5k cycles); per
+//              layer ~13.7k: ln1 1.05k, q k v 1.65k (12 threads, 64-FMA chains), attention 2-3.3k,
+//              push 1.1k, barrier + proj sum 1.2k, ln2 0.94k, fc1 2.0k, barrier 0.64k, fc2 2.0k,
+//              barrier 0.63k; head 3.2k.
+// Open (largest first): the forward's probs phase (13.8k cycles for ~2.5k FMAs' worth of
+// work: break it down); pushing h (N x F replicated to every CTA, ~8 bytes per cycle of remote
+// stores: a slice-major h moved by bulk copies shared::cta -> shared::cluster, or fc2 split by
+// k); decode's serial chains (one thread per 4 outputs over k = 64: split k over lanes, which
+// changes the sum order and needs the CPU tolerance re-checked; LayerNorm's double division and
+// square root ~1k cycles each, 9 per step); the decode state from mapped host memory (~2.5 us:
+// pass token and position as kernel parameters, cudaGraphExecKernelNodeSetParams per step); the
+// host's wait (step() - graph = ~5 us: spin on a mapped flag instead of cudaStreamSynchronize).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -91,6 +113,9 @@ struct MegaParams {
   const float *ln_f_weight = nullptr, *ln_f_bias = nullptr, *lm_head_weight = nullptr, *lm_head_bias = nullptr;
   float* logits = nullptr;  // (B*T, V): device or mapped host memory
   float* probs = nullptr;   // (B*T, V) or null
+  // The weights above as every CTA's shared memory holds them (gpt_mega_pack), for the dims and
+  // cluster size of the launch: each launch brings them in with a bulk copy per layer.
+  const float* image = nullptr;
 };
 
 // Dynamic shared memory per CTA (bytes) for dims at cluster size R (0 if the split does not apply).
@@ -98,8 +123,16 @@ size_t gpt_mega_smem(const MegaDims& d, int R);
 // The cluster size the megakernel runs dims with on the current device: `requested` (1..16) if
 // it fits and can be resident, else 0; requested == 0: the largest of 16, 8, 4, 2, 1 that does.
 int gpt_mega_cluster(const MegaDims& d, int requested = 0);
-// Enqueues the kernel with cluster size R (from gpt_mega_cluster). A position past capacity (or
-// past P), or an id outside [0, V), gives NaN outputs (the host checks first).
+// Floats of the weight image for dims at cluster size R (0 if the split does not apply): R
+// copies of the weight part of a CTA's shared memory, ~1.9 MB for the shipped model at R = 16.
+size_t gpt_mega_image_floats(const MegaDims& d, int R);
+// Enqueues the writing of p's weights (p.image unused) into `image` (gpt_mega_image_floats
+// floats, 16-byte aligned) as the CTAs of a launch with p.dims and R find them: once per plan,
+// before the launches that read it; the weights must not change while the image is in use.
+void gpt_mega_pack(const MegaParams& p, int R, float* image, cudaStream_t stream);
+// Enqueues the kernel with cluster size R (from gpt_mega_cluster), p.image packed for (p.dims,
+// R). A position past capacity (or past P), or an id outside [0, V), gives NaN outputs (the host
+// checks first).
 void gpt_mega(const MegaParams& p, int R, cudaStream_t stream);
 
 }  // namespace minigpt::cuda

@@ -38,4 +38,18 @@ void layernorm_backward(const float* dy, const float* x, const float* weight, fl
                         const LayerNormGradScratch& scratch, int64_t N, int64_t C, float eps,
                         cudaStream_t stream);
 
+// layernorm_backward's two halves, for a caller that runs the parameter gradients off its
+// critical path (the training step: on a side stream), together the same bits:
+// layernorm_backward_data writes dx (N, C) = add + LN'(dy) (add (N, C) may be dx itself, or
+// null for LN'(dy) alone: the residual stream's gradient may move between two buffers) and,
+// when partial is not null, each block's partial sums (layernorm_backward_scratch(N, C)
+// doubles; no counter, no last-block sum);
+// layernorm_backward_params then adds those partials (written by a data call of the same N,
+// C) into dweight and dbias (either may be null). A partial buffer must not be written again
+// before its params call has run.
+void layernorm_backward_data(const float* dy, const float* x, const float* weight, float* dx, const float* add,
+                             double* partial, int64_t N, int64_t C, float eps, cudaStream_t stream);
+void layernorm_backward_params(const double* partial, float* dweight, float* dbias, int64_t N, int64_t C,
+                               cudaStream_t stream);
+
 }  // namespace minigpt::cuda

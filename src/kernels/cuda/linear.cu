@@ -7,6 +7,8 @@
 // of column tx). K is walked in chunks of 32: the x chunk (layer-normed on the way in, with row
 // statistics computed once per block, one warp per row) and the W chunk (transposed, padded
 // against bank conflicts) go through shared memory; each output sums its K products in order.
+// The next chunk's loads (and, first, the epilogue's bias and residuals) are issued before the
+// current chunk is summed, so the block waits for L2 about once, not once per chunk.
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/layernorm.cuh"
@@ -57,20 +59,36 @@ __global__ void __launch_bounds__(kThreads) linear_forward_kernel(
     __syncthreads();
   }
 
-  float acc[kRowsPerThread] = {};
-  for (int64_t k0 = 0; k0 < K; k0 += kTile) {
+  // The epilogue's bias and residuals first (y may alias the residual: each element is read
+  // here, by the thread that later writes it), so their loads overlap the product's.
+  const int64_t n = n0 + tx;
+  const float bias = b && n < N ? b[n] : 0.0f;
+  float res[kRowsPerThread];
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int64_t m = m0 + ty + i * (kThreads / 32);
+    res[i] = f.residual && m < M && n < N ? f.residual[m * N + n] : 0.0f;
+  }
+
+  // Chunk loads into registers one chunk ahead: chunk k0 + kTile's global loads are in flight
+  // while chunk k0 is summed from shared memory (one L2 round trip per kernel, not per chunk).
+  float xv[kRowsPerThread], wv[kRowsPerThread], lw = 0.0f, lb = 0.0f;
+  auto load_chunk = [&](int64_t k0) {
     const int64_t k = k0 + tx;
-    // every load of the chunk before the first store to shared memory, so they overlap (a load
-    // after a store it cannot prove apart waits for it: one L2 round trip per element)
-    float xv[kRowsPerThread], wv[kRowsPerThread];
-    const float lw = ln && k < K ? f.ln_weight[k] : 0.0f, lb = ln && k < K ? f.ln_bias[k] : 0.0f;
+    lw = ln && k < K ? f.ln_weight[k] : 0.0f;
+    lb = ln && k < K ? f.ln_bias[k] : 0.0f;
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
       const int r = ty + i * (kThreads / 32);
-      const int64_t m = m0 + r, n = n0 + r;
+      const int64_t m = m0 + r, nr = n0 + r;
       xv[i] = m < M && k < K ? x[m * K + k] : 0.0f;
-      wv[i] = n < N && k < K ? W[n * K + k] : 0.0f;
+      wv[i] = nr < N && k < K ? W[nr * K + k] : 0.0f;
     }
+  };
+  load_chunk(0);
+  float acc[kRowsPerThread] = {};
+  for (int64_t k0 = 0; k0 < K; k0 += kTile) {
+    const int64_t k = k0 + tx;
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
       const int r = ty + i * (kThreads / 32);
@@ -80,23 +98,26 @@ __global__ void __launch_bounds__(kThreads) linear_forward_kernel(
       ws[tx][r] = wv[i];
     }
     __syncthreads();
-    const int kc = static_cast<int>(K - k0 < kTile ? K - k0 : kTile);
-    for (int kk = 0; kk < kc; ++kk) {
-      const float wv = ws[kk][tx];
-      for (int i = 0; i < kRowsPerThread; ++i) acc[i] = fmaf(xs[ty + i * (kThreads / 32)][kk], wv, acc[i]);
+    if (k0 + kTile < K) load_chunk(k0 + kTile);
+    if (K - k0 >= kTile) {  // a full chunk: unrolled
+#pragma unroll
+      for (int kk = 0; kk < kTile; ++kk) {
+        const float w = ws[kk][tx];
+#pragma unroll
+        for (int i = 0; i < kRowsPerThread; ++i) acc[i] = fmaf(xs[ty + i * (kThreads / 32)][kk], w, acc[i]);
+      }
+    } else {
+      const int kc = static_cast<int>(K - k0);
+      for (int kk = 0; kk < kc; ++kk) {
+        const float w = ws[kk][tx];
+#pragma unroll
+        for (int i = 0; i < kRowsPerThread; ++i) acc[i] = fmaf(xs[ty + i * (kThreads / 32)][kk], w, acc[i]);
+      }
     }
     __syncthreads();
   }
 
-  const int64_t n = n0 + tx;
   if (n >= N) return;
-  const float bias = b ? b[n] : 0.0f;
-  float res[kRowsPerThread];  // the residuals loaded before any store (y may alias them)
-#pragma unroll
-  for (int i = 0; i < kRowsPerThread; ++i) {
-    const int64_t m = m0 + ty + i * (kThreads / 32);
-    res[i] = f.residual && m < M ? f.residual[m * N + n] : 0.0f;
-  }
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
     const int64_t m = m0 + ty + i * (kThreads / 32);

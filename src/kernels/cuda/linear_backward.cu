@@ -82,12 +82,33 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   if (!last) return;
   __threadfence();
+  // the 2 x 2 outputs' sums over the S partials, each in order s = 0, 1, ...: the loads of all
+  // four issued together, kBatch splits at a time (one L2 round trip per batch, not per output)
+  constexpr int kBatch = 8;
+  const bool ok[2][2] = {{o < out && i < in, o < out && i + 1 < in}, {o + 1 < out && i < in, o + 1 < out && i + 1 < in}};
+  float sum[2][2] = {};
+  for (int k0 = 0; k0 < S; k0 += kBatch) {
+    float t[kBatch][2][2];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+#pragma unroll
+      for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int w = 0; w < 2; ++w)
+          t[j][u][w] = k0 + j < S && ok[u][w]
+                           ? __ldcg(partial + (k0 + j) * plane + static_cast<int64_t>(o + u) * in + i + w)
+                           : 0.0f;
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+#pragma unroll
+      for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int w = 0; w < 2; ++w)
+          if (k0 + j < S) sum[u][w] += t[j][u][w];
+  }
   for (int u = 0; u < 2; ++u)
-    for (int w = 0; w < 2; ++w) {
-      if (o + u >= out || i + w >= in) continue;
-      const int64_t idx = static_cast<int64_t>(o + u) * in + i + w;
-      dW[idx] = detail::ordered_sum_l2(partial + idx, plane, S);
-    }
+    for (int w = 0; w < 2; ++w)
+      if (ok[u][w]) dW[static_cast<int64_t>(o + u) * in + i + w] = sum[u][w];
   if (with_db && tid < kTile && o0 + tid < out) {
     db[o0 + tid] = static_cast<float>(detail::ordered_sum_l2(partial_db + o0 + tid, out, S));
   }

@@ -2,8 +2,9 @@
 // parameter (and one each for the gradients and the two AdamW moments, same layout):
 //
 //   grad_norm   the global L2 norm of the gradient buffer and the clip factor, by a
-//               deterministic two-stage reduction in double (fixed grid, fixed order), into a
-//               GradNorm on the device;
+//               deterministic two-stage reduction in double (fixed grid, fixed order; the
+//               last block to finish does the second stage: one launch), into a GradNorm
+//               on the device;
 //   adamw       one multi-tensor launch: clip (g * scale), then the AdamW update of
 //               train/adamw.h element by element with the CPU's operations in its order
 //               (no fused multiply-adds), so the same bits for the same inputs. Decay per
@@ -41,8 +42,10 @@ struct AdamWChunk {
 };
 constexpr int64_t kAdamWChunk = 4096;
 
-// Partials: kNormBlocks doubles of scratch.
+// Partials: kNormScratch doubles of scratch, all 0 before the first call (the last slot holds
+// the counter that picks the block which finishes the sum; every call leaves it 0).
 constexpr int kNormBlocks = 264;
+constexpr int kNormScratch = kNormBlocks + 1;
 void grad_norm(const float* grads, int64_t n, double* partials, float max_norm, GradNorm* out,
                cudaStream_t stream);
 

@@ -24,6 +24,7 @@
 // a per-chunk online (max, sum) and no write-back (-11%).
 #pragma once
 
+#include "kernels/cuda/bulk_copy.cuh"
 #include "kernels/cuda/softmax_cluster.cuh"
 #include "kernels/cuda/softmax_common.cuh"
 
@@ -32,43 +33,6 @@
 #include <cstdint>
 
 namespace minigpt::cuda::detail {
-
-__device__ __forceinline__ unsigned smem_address(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-// An mbarrier expecting one arrival; the fence makes its initialisation visible to the copy
-// engine (the async proxy) before the first copy names it.
-__device__ __forceinline__ void mbarrier_init(uint64_t* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_address(bar)) : "memory");
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-// The one arrival, announcing `bytes` that copies will complete (0: the phase completes now).
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes)
-               : "memory");
-}
-// Spins until phase `parity` of the barrier has completed.
-__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, unsigned parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n"
-      "}\n" ::"r"(smem_address(bar)),
-      "r"(parity)
-      : "memory");
-}
-// Global -> this block's shared memory, `bytes` (a multiple of 16, both ends 16-byte aligned),
-// completing on `bar`.
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-          smem_address(dst)),
-      "l"(src), "r"(bytes), "r"(smem_address(bar))
-      : "memory");
-}
 
 // The slice is requested as chunks of kBulkChunk float4 (32 KB), each completing on its own
 // mbarrier; a block's slice is at most 227 KB, so at most 8 chunks.

@@ -23,6 +23,8 @@
 #include <algorithm>
 #include <cstring>
 #include <list>
+#include <map>
+#include <memory>
 #include <utility>
 
 namespace minigpt {
@@ -163,6 +165,20 @@ void check_ids(const int32_t* ids, int64_t B, int64_t T, const ModelConfig& c) {
                   ids[i], i / T, i % T, c.vocab_size);
 }
 
+// The megakernel's weights laid out as each CTA's shared memory (kernels/cuda/gpt_mega.h), so a
+// launch brings them in with one bulk copy per layer and CTA: written once per (dims, cluster
+// size) plan, on the plan's stream, before its graph is captured; the weights never change after
+// the upload (CudaGPT holds a snapshot).
+struct MegaImage {
+  CudaArena arena;
+  float* data;
+  MegaImage(const cuda::MegaParams& p, int R, cudaStream_t st)
+      : arena(CudaArena::aligned(cuda::gpt_mega_image_floats(p.dims, R) * sizeof(float))),
+        data(arena.floats(static_cast<int64_t>(cuda::gpt_mega_image_floats(p.dims, R)), "megakernel weight image")) {
+    cuda::gpt_mega_pack(p, R, data, st);
+  }
+};
+
 // One forward shape: its arena (inputs, activations, outputs) and its graph.
 struct ForwardShape {
   int64_t B, T;
@@ -172,6 +188,7 @@ struct ForwardShape {
   float* probs;
   int mega = 0;  // the megakernel's cluster size; 0: the fallback path's kernels
   cuda::MegaDims mega_dims;
+  std::unique_ptr<MegaImage> mega_image;  // with mega
   std::unique_ptr<cuda::CapturedLaunches> graph;
 
   ForwardShape(int64_t b, int64_t t, const ModelConfig& c, bool cublas)
@@ -306,10 +323,11 @@ struct CudaGPT::Impl {
   }
 
   // The megakernel's arguments: ids (B, T) at positions *pos + t (pos null: 0), k/v caches per
-  // layer (empty: a forward), logits and probs (null: none) as in MegaParams.
+  // layer (empty: a forward), logits and probs (null: none), the weight image (null while
+  // packing it) as in MegaParams.
   cuda::MegaParams mega_params(const cuda::MegaDims& d, const int32_t* ids, const int32_t* pos,
                                const std::vector<float*>& k_cache, const std::vector<float*>& v_cache, float* logits,
-                               float* probs) const {
+                               float* probs, const MegaImage* image) const {
     MINIGPT_CHECK(config.n_layer <= cuda::kMegaMaxLayers, "the megakernel takes at most {} layers",
                   cuda::kMegaMaxLayers);
     cuda::MegaParams p;
@@ -332,6 +350,7 @@ struct CudaGPT::Impl {
     p.lm_head_bias = weights.lm_head_bias;
     p.logits = logits;
     p.probs = probs;
+    p.image = image ? image->data : nullptr;
     return p;
   }
 
@@ -397,6 +416,9 @@ struct CudaGPT::Impl {
       const MegaPlan plan = mega_plan(B, T, false, options.mega_cluster);
       f.mega = plan.cluster;
       f.mega_dims = plan.dims;
+      if (f.mega)
+        f.mega_image = std::make_unique<MegaImage>(
+            mega_params(f.mega_dims, f.ids, nullptr, {}, {}, f.s.logits, f.probs, nullptr), f.mega, stream.s);
       f.graph = std::make_unique<cuda::CapturedLaunches>(
           [&](cudaStream_t st) { enqueue_forward(f, st); }, 1, stream.s);
     } catch (...) {
@@ -409,8 +431,8 @@ struct CudaGPT::Impl {
   void enqueue_forward(ForwardShape& f, cudaStream_t st) {
     const int64_t N = f.B * f.T, V = config.vocab_size;
     if (f.mega)
-      return cuda::gpt_mega(mega_params(f.mega_dims, f.ids, nullptr, {}, {}, f.s.logits, f.probs),
-                            f.mega, st);
+      return cuda::gpt_mega(
+          mega_params(f.mega_dims, f.ids, nullptr, {}, {}, f.s.logits, f.probs, f.mega_image.get()), f.mega, st);
     if (fused()) {  // k and v of every position into qkv's (N, 3d) slot, used as two (B, T, d) caches
       const std::vector<float*> k = {static_cast<size_t>(config.n_layer), f.s.qkv};
       const std::vector<float*> v = {static_cast<size_t>(config.n_layer), f.s.qkv + N * config.d_model};
@@ -495,6 +517,7 @@ struct CudaDecoder::Impl {
   PinnedBuffer host_state, host_logits;
   int mega;              // the megakernel's cluster size; 0: the fallback path's kernels
   cuda::MegaDims dims;   // the megakernel's (with mega)
+  std::map<int, std::unique_ptr<MegaImage>> images;  // the megakernel's weight image per cluster size
   bool pending = false;  // a replay() may still be running (and reading host_state)
   std::unique_ptr<cuda::CapturedLaunches> graph;
 
@@ -522,6 +545,8 @@ struct CudaDecoder::Impl {
   }
 
   std::unique_ptr<cuda::CapturedLaunches> capture_step() {
+    if (mega && !images.count(mega))  // packed before the capture, on this stream
+      images[mega] = std::make_unique<MegaImage>(step_params(nullptr), mega, stream.s);
     return std::make_unique<cuda::CapturedLaunches>([&](cudaStream_t st) { enqueue_step(st); }, 1, stream.s);
   }
 
@@ -554,6 +579,14 @@ struct CudaDecoder::Impl {
       }
     }
     mega = best;
+    std::erase_if(images, [&](const auto& kv) { return kv.first != best; });  // their graphs are gone
+  }
+
+  // The megakernel's arguments for the step: the state from and the logits to mapped host memory.
+  cuda::MegaParams step_params(const MegaImage* image) const {
+    const auto* hs = static_cast<const int32_t*>(host_state.device);
+    return model->mega_params(dims, hs, hs + 1, k_cache, v_cache, static_cast<float*>(host_logits.device), nullptr,
+                              image);
   }
 
   // host state -> device, one step, device logits -> host: all inside the graph. The megakernel
@@ -561,12 +594,7 @@ struct CudaDecoder::Impl {
   // node, no copy nodes (each costs a copy-engine round trip).
   void enqueue_step(cudaStream_t st) {
     const ModelConfig& c = model->config;
-    if (mega) {
-      const auto* hs = static_cast<const int32_t*>(host_state.device);
-      return cuda::gpt_mega(model->mega_params(dims, hs, hs + 1, k_cache, v_cache,
-                                               static_cast<float*>(host_logits.device), nullptr),
-                            mega, st);
-    }
+    if (mega) return cuda::gpt_mega(step_params(images.at(mega).get()), mega, st);
     MINIGPT_CUDA_CHECK(cudaMemcpyAsync(state, host_state.ptr, 2 * sizeof(int32_t),
                                        cudaMemcpyHostToDevice, st));
     if (model->fused()) {
