@@ -25,8 +25,12 @@
 // Numerics: sums over k in float in k order (fc2: four k-slices of 64 added in order, as the
 // whole-layer kernels), LayerNorm statistics in double (layernorm.cuh), exact-erf GELU: logits
 // within ~1e-5 of the CPU engine; the work split (R) changes who computes a value, never how, so
-// logits are the same bitwise for every cluster size, and a decode step does a forward row's
-// arithmetic (tests/cuda/model_cuda_test.cpp checks the first and prints the second).
+// logits are the same bitwise for every cluster size. The decode step (MegaDims::split_k) splits
+// each sum over k across 8 or 32 lanes (partials added by a shuffle butterfly: one row has too
+// few outputs to keep the CTA busy, and a 64-long chain of dependent FMAs per thread was most of
+// a layer's time): within 1e-6 of the forward's row, not bitwise; without split_k
+// (MINIGPT_MEGA_SPLITK=0 in cuda_gpt.cpp) a decode step is the forward's row bitwise
+// (tests/cuda/model_cuda_test.cpp checks both).
 //
 // Limits (gpt_mega_cluster says whether a shape runs): C, F, d_head multiples of 4; R a multiple
 // of H with C and F multiples of 4R; every CTA's weight slices and the activations of all N rows
@@ -101,18 +105,33 @@ struct MegaDims {
   // (the whole-layer kernels' order): one cluster barrier and one stage less per layer, for
   // H x N x C floats pushed by each... item. Else proj by columns (stage B above).
   bool head_proj = false;
+  // Sums over k split across lanes (the decode step; cuda_gpt.cpp sets it there): each output's
+  // k = 64 (or 256) terms as W = 8 (or 32) lanes' partial sums of 8 terms, added by a shuffle
+  // butterfly, instead of one thread's 64-long chain of dependent FMAs. Another summation order
+  // than the forward's (k in order), so a decode step is no longer its forward row bitwise
+  // (within ~1e-6; tests/cuda/model_cuda_test.cpp prints and bounds it).
+  bool split_k = false;
 };
 
 struct MegaParams {
   MegaDims dims;
   float eps = 1e-5f;
-  const int32_t* ids = nullptr;  // (B, T): device or mapped host memory
-  const int32_t* pos = nullptr;  // scalar, device or mapped host: rows are positions *pos + t; null: 0
+  const int32_t* ids = nullptr;  // (B, T): device or mapped host memory; null: `id` (B*T == 1)
+  const int32_t* pos = nullptr;  // scalar, device or mapped host: rows are positions *pos + t; null: `position`
+  // The decode state by value, for a launch whose arguments change per step (a graph's kernel node
+  // updated by gpt_mega_set_node_params): read from the kernel's parameter space, no memory round
+  // trip (from mapped host memory the position and token cost ~5k cycles, one PCIe round trip).
+  int id = 0;
+  int position = 0;
   const float *wte = nullptr, *wpe = nullptr;
   MegaLayer layers[kMegaMaxLayers] = {};
   const float *ln_f_weight = nullptr, *ln_f_bias = nullptr, *lm_head_weight = nullptr, *lm_head_bias = nullptr;
   float* logits = nullptr;  // (B*T, V): device or mapped host memory
   float* probs = nullptr;   // (B*T, V) or null
+  // Mapped host memory, R flags, or null: CTA r sets done[r] = 1 once its logits (and probs) are
+  // visible to the host, so the host can spin on the flags instead of waiting for the stream
+  // (cudaStreamSynchronize's wake-up costs microseconds). The host clears them before a launch.
+  unsigned* done = nullptr;
   // The weights above as every CTA's shared memory holds them (gpt_mega_pack), for the dims and
   // cluster size of the launch: each launch brings them in with a bulk copy per layer.
   const float* image = nullptr;
@@ -134,5 +153,10 @@ void gpt_mega_pack(const MegaParams& p, int R, float* image, cudaStream_t stream
 // R). A position past capacity (or past P), or an id outside [0, V), gives NaN outputs (the host
 // checks first).
 void gpt_mega(const MegaParams& p, int R, cudaStream_t stream);
+// Replaces the arguments of `node`, a kernel node of `exec` captured from gpt_mega(p0, R), with
+// (p, R) for the following launches of exec (cudaGraphExecKernelNodeSetParams: launches already
+// enqueued keep theirs). p must have p0's dims, image and cluster size: only values such as id,
+// position or the output pointers may change. Checks nothing on the device; does not wait.
+void gpt_mega_set_node_params(cudaGraphExec_t exec, cudaGraphNode_t node, const MegaParams& p, int R);
 
 }  // namespace minigpt::cuda
