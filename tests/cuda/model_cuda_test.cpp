@@ -2,8 +2,9 @@
 // Decoder): logits within 1e-5 on each path (the megakernel at every cluster size, whole-layer
 // kernels, a kernel per op, cuBLAS;
 // measured ~5e-6 on the H200: the sums over k run in another order than the CPU's; the
-// megakernel: the shipped model 8.6e-6 forward, 6.7e-6 decode, its decode step equal to the
-// forward's row bitwise), the same top-1 token for "Yesterday I"
+// megakernel: the shipped model 8.6e-6 forward, 4.8e-6 decode; its decode step within 1e-6
+// of the forward's row (measured 1.8e-7 to 3e-7: k split over lanes), bitwise equal with
+// MINIGPT_MEGA_SPLITK=0), the same top-1 token for "Yesterday I"
 // and for every grammar probe of tests/probes/grammar_probes.tsv with the shipped model,
 // decode == full forward at every position, graph replays reproducible, bad input a clear
 // Error. Tests skip without a GPU; the "no GPU / no CUDA" error runs everywhere.
@@ -198,7 +199,7 @@ TEST(CudaModel, MegakernelEveryClusterSizeMatchesTheCpu) {
           ASSERT_LE(max_abs_diff(g.data(), cpu.data(), g.size()), kLogitTol) << "decode position " << t;
           vs_forward = std::max(vs_forward, max_abs_diff(g.data(), full.data() + t * c.vocab_size, g.size()));
         }
-        EXPECT_LE(vs_forward, kLogitTol);
+        EXPECT_LE(vs_forward, 1e-6);  // k split over lanes in the decode step (measured <= 3e-7)
         std::printf("megakernel %s cluster %d: decode vs the forward (1, %d) on %s%s: max |diff| %.3g\n",
                     heads ? "proj by heads" : "proj by columns", R, c.block_size,
                     path_name(gpu.path_for(1, c.block_size)), gpu.mega_head_proj_for(1, c.block_size) ? " by heads" : "",

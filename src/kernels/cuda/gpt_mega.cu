@@ -190,17 +190,7 @@ __host__ __device__ constexpr int split_width(int K) { return K % 128 == 0 ? 32 
 template <int W>
 __device__ __forceinline__ void dot4_split(const float* a, const float* w, int ldw, int K, int sub, float (&acc)[4]) {
 #pragma unroll 2
-  for (int k = 4 * sub; k < K; k += 4 * W) {
-    const float4 av = *reinterpret_cast<const float4*>(a + k);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float4 wv = *reinterpret_cast<const float4*>(w + j * ldw + k);
-      acc[j] = fmaf(av.x, wv.x, acc[j]);
-      acc[j] = fmaf(av.y, wv.y, acc[j]);
-      acc[j] = fmaf(av.z, wv.z, acc[j]);
-      acc[j] = fmaf(av.w, wv.w, acc[j]);
-    }
-  }
+  for (int k = 4 * sub; k < K; k += 4 * W) dot4(a, w, ldw, k, k + 4, acc);  // this lane's 4 k of the chunk
 #pragma unroll
   for (int off = W / 2; off > 0; off >>= 1)
 #pragma unroll
@@ -398,7 +388,7 @@ __device__ __forceinline__ int group_floats(const MegaLayout& S, int L, int g) {
 // output column, pushed to every CTA's pp[hh] instead. The attention proper runs a warp per query
 // row: its scores (a lane per key), their softmax and its att columns, with no CTA barrier
 // between them (the row's values are the warp's own; T = 16: all 16 warps busy).
-template <class K, bool kTrace>
+template <class K, bool kSplit, bool kTrace>
 __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
   const MegaDims& d = c.d;
   const MegaLayout& S = c.S;
@@ -431,7 +421,7 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
         }
       }
     };
-    if (!(d.split_k && gemm_split_any(ln + row0 * S.sC, S.sC, T, C, base + S.qkv, S.sC, base + S.qkvb, 3 * dh, store_qkv))) {
+    if (!(kSplit && gemm_split_any(ln + row0 * S.sC, S.sC, T, C, base + S.qkv, S.sC, base + S.qkvb, 3 * dh, store_qkv))) {
       for (int u = tid; u < T * groups; u += kThreads) {
         const int t = u % T, j0 = (u / T) * 4;
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -470,7 +460,7 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
         else
           push4(att + (row0 + t) * S.sC + hh * dh + e, a, R);
       };
-      if (d.split_k && 32 % (dh / 4) == 0) {
+      if (kSplit && 32 % (dh / 4) == 0) {
         // split_k: the keys over the lanes too: lane = (key subset ks, column group eg) with G
         // = dh/4 groups; lane ks adds keys ks, ks + 32/G, ... in order, and a butterfly over ks
         // adds the partials (a decode step's one row: 32 lanes busy, not dh/4)
@@ -530,12 +520,12 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
 // With the columns fastest (the version before), the lanes read weight rows 4 apart, which fall
 // in 2 of the 8 bank groups: the q, k, v stage took ~25 shared-memory wavefronts per k-step of 4
 // where this takes 6 (stage timestamps: the forward's q, k, v stage was ~6.7k cycles).
-template <class Finish>
+template <bool kSplit, class Finish>
 __device__ __forceinline__ void gemm_stage(const Ctx& c, const float* a, int lda, int K, const float* w, int ldw, const float* bias,
                            int cols, Finish finish) {
   const int N = c.S.N, groups = cols / 4, ns = ceil_div(K, kSlice), tid = threadIdx.x;
   float* part = c.sm + c.S.part;
-  if (c.d.split_k && gemm_split_any(a, lda, N, K, w, ldw, bias, cols, finish)) return;
+  if (kSplit && gemm_split_any(a, lda, N, K, w, ldw, bias, cols, finish)) return;
   if (ns == 1) {
     for (int u = tid; u < N * groups; u += kThreads) {
       const int m = u % N, j0 = (u / N) * 4;
@@ -570,10 +560,11 @@ __device__ __forceinline__ void gemm_stage(const Ctx& c, const float* a, int lda
 __device__ __forceinline__ float4 add4(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
 
 // The residual x (N x C+4) += y for this CTA's columns, pushed to every CTA.
+template <bool kSplit>
 __device__ __forceinline__ void residual_stage(const Ctx& c, const float* a, int lda, int K, const float* w, int ldw, const float* bias) {
   float* x = c.sm + c.S.x;
   const int n0 = c.r * c.S.pc, R = c.S.R, sC = c.S.sC;
-  gemm_stage(c, a, lda, K, w, ldw, bias, c.S.pc, [&](int m, int j0, float4 v) {
+  gemm_stage<kSplit>(c, a, lda, K, w, ldw, bias, c.S.pc, [&](int m, int j0, float4 v) {
     float* slot = x + m * sC + n0 + j0;
     push4(slot, add4(v, *reinterpret_cast<const float4*>(slot)), R);  // (sum + b) + x, as the CPU
   });
@@ -581,8 +572,12 @@ __device__ __forceinline__ void residual_stage(const Ctx& c, const float* a, int
 
 // K: the model's C, H, F as compile-time constants (gpt_mega_kernel<Fixed<64, 4, 256>>, the
 // shipped architecture: the layout's offsets and every index fold to constants, no run-time
-// divisions by them) or Fixed<0, 0, 0>, the generic kernel reading them from p.dims.
-template <class K, bool kTrace = false>
+// divisions by them) or Fixed<0, 0, 0>, the generic kernel reading them from p.dims. kSplit: the
+// k-split sums (p.dims.split_k, the decode step) in their own instance: as a run-time branch in
+// the one kernel they made the forward's code spill (ptxas: 32 bytes, at the 128 registers of
+// 512 threads per CTA; none before or as a separate instance), and the forward measured ~1.3 us
+// slower (H200, 63.0 -> 64.4 us).
+template <class K, bool kSplit, bool kTrace = false>
 __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_constant__ MegaParams p, int R) {
   extern __shared__ __align__(16) float sm[];
   MegaDims d = p.dims;
@@ -688,7 +683,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     __syncthreads();
     stamp<kTrace>(r, trace_slot(l, 0));
     const float* base = sm + l * S.layer;
-    attention_stage<K, kTrace>(c, l);
+    attention_stage<K, kSplit, kTrace>(c, l);
     stamp<kTrace>(r, trace_slot(l, 4));
     cluster_sync_all();
     if (d.head_proj) {  // x += (the heads' partials, summed in head order) + b, every CTA all of it
@@ -701,7 +696,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       }
       __syncthreads();
     } else {
-      residual_stage(c, sm + S.att, S.sC, C, base + S.proj, S.sC, base + S.projb);
+      residual_stage<kSplit>(c, sm + S.att, S.sC, C, base + S.proj, S.sC, base + S.projb);
       cluster_sync_all();
     }
     stamp<kTrace>(r, trace_slot(l, 5));
@@ -711,13 +706,13 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     __syncthreads();
     stamp<kTrace>(r, trace_slot(l, 6));
     const int f0 = r * S.fc;
-    gemm_stage(c, ln, S.sC, C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
+    gemm_stage<kSplit>(c, ln, S.sC, C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
       push4(h + m * S.sF + f0 + j0, make_float4(gelu_erf(v.x), gelu_erf(v.y), gelu_erf(v.z), gelu_erf(v.w)), R);
     });
     stamp<kTrace>(r, trace_slot(l, 7));
     cluster_sync_all();
     stamp<kTrace>(r, trace_slot(l, 8));
-    residual_stage(c, h, S.sF, d.F, base + S.fc2, S.sF, base + S.fc2b);
+    residual_stage<kSplit>(c, h, S.sF, d.F, base + S.fc2, S.sF, base + S.fc2b);
     stamp<kTrace>(r, trace_slot(l, 9));
     cluster_sync_all();
     stamp<kTrace>(r, trace_slot(l, 10));
@@ -742,7 +737,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     for (int j = 0; j < 4; ++j)
       if (j0 + j < vn) lg[m * S.vc + j0 + j] = vv[j];
   };
-  if (!(d.split_k && gemm_split_any(ln, S.sC, N, C, hd + S.lm, S.sC, hd + S.lmb, groups * 4, store_logits))) {
+  if (!(kSplit && gemm_split_any(ln, S.sC, N, C, hd + S.lm, S.sC, hd + S.lmb, groups * 4, store_logits))) {
     for (int u = tid; u < N * groups; u += kThreads) {
       const int m = u % N, j0 = (u / N) * 4;  // rows fastest, as gemm_stage
       float acc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -842,8 +837,9 @@ using MegaKernel = void (*)(MegaParams, int);
 MegaKernel kernel_for(const MegaDims& d) {
   static const bool trace = std::getenv("MINIGPT_MEGA_TRACE") != nullptr;  // diagnostics, read once
   if (d.C == 64 && d.H == 4 && d.F == 256)
-    return trace ? gpt_mega_kernel<Fixed<64, 4, 256>, true> : gpt_mega_kernel<Fixed<64, 4, 256>>;
-  return gpt_mega_kernel<Fixed<0, 0, 0>>;
+    return d.split_k ? (trace ? gpt_mega_kernel<Fixed<64, 4, 256>, true, true> : gpt_mega_kernel<Fixed<64, 4, 256>, true>)
+                     : (trace ? gpt_mega_kernel<Fixed<64, 4, 256>, false, true> : gpt_mega_kernel<Fixed<64, 4, 256>, false>);
+  return d.split_k ? gpt_mega_kernel<Fixed<0, 0, 0>, true> : gpt_mega_kernel<Fixed<0, 0, 0>, false>;
 }
 
 // Raises the kernel's limits to what (R, smem) need; false if the device cannot. The shared

@@ -62,7 +62,7 @@
 //              row bitwise. torch.compile reduce-overhead: ~296 us. ncu (forward): 1.55M
 //              instructions (was 1.72M), 21.7 cycles per issued instruction (was 35.5), 10.8 of
 //              them at CTA barriers (was 20.5).
-//   now        forward R = 16, ~120k cycles: start 5k; per layer ~23.5k: ln1 1.1k, q k v 1.7k,
+//   before     forward R = 16, ~120k cycles: start 5k; per layer ~23.5k: ln1 1.1k, q k v 1.7k,
 //              attention 2.9k, push att 1.1k, barrier + proj + barrier 3.9k, ln2 1.3k, fc1 + GELU +
 //              push h 5-6.4k, barrier 1.2-2.5k, fc2 2.3k, barrier 1.6k; head: ln_f + lm_head 4.7k,
 //              probs (incl. the barrier) 13.8k. Decode R = 8, ~66-73k cycles: start 8-9k (the
@@ -70,14 +70,33 @@
 //              layer ~13.7k: ln1 1.05k, q k v 1.65k (12 threads, 64-FMA chains), attention 2-3.3k,
 //              push 1.1k, barrier + proj sum 1.2k, ln2 0.94k, fc1 2.0k, barrier 0.64k, fc2 2.0k,
 //              barrier 0.63k; head 3.2k.
-// Open (largest first): the forward's probs phase (13.8k cycles for ~2.5k FMAs' worth of
-// work: break it down); pushing h (N x F replicated to every CTA, ~8 bytes per cycle of remote
-// stores: a slice-major h moved by bulk copies shared::cta -> shared::cluster, or fc2 split by
-// k); decode's serial chains (one thread per 4 outputs over k = 64: split k over lanes, which
-// changes the sum order and needs the CPU tolerance re-checked; LayerNorm's double division and
-// square root ~1k cycles each, 9 per step); the decode state from mapped host memory (~2.5 us:
-// pass token and position as kernel parameters, cudaGraphExecKernelNodeSetParams per step); the
-// host's wait (step() - graph = ~5 us: spin on a mapped flag instead of cudaStreamSynchronize).
+//   now        (same run, `bench model` twice each, base = the version above, R = 8 by heads):
+//              decode step() 39.5 / 39.6 -> 33.7 / 35.0 us, its graph alone 34.5 / 34.6 -> 30.0 /
+//              29.9 us (the run's defaults: k split, arguments, done flag); the defaults now (k
+//              split, arguments, sync; one run, --runs 300): step() 34.3 us = 29.2k tokens/s,
+//              graph 28.2 us. The gain is from the k-split sums (MegaDims::split_k; with MINIGPT_MEGA_SPLITK=0 the same build
+//              ran step() 42.2, graph 36.1); the token and position as kernel arguments: graph 32.0
+//              -> 30.0 us, step() about even (34.8 -> 33.7 / 35.0: the node update's host cost);
+//              a done flag per CTA that step() spins on: step() no faster (34.3 with sync), graph
+//              1.8 us slower (its system-scope fence, ~3.8k cycles), so off by default
+//              (cuda_gpt.cpp's switches). The forward measured 64.4 us against 63.0 with the
+//              k-split as a run-time branch (register spills); it is now an instance of its own
+//              (kSplit), not yet measured on the GPU. Decode stages now (R = 8, trace): ~56-61k
+//              cycles: start 5-7.7k; per layer ~11k: ln1 1.05-1.18k, q k v 0.77k (was 1.65k),
+//              attention 2-2.9k, push 1.1k, barrier + proj sum 1.0k, ln2 0.93k, fc1 + GELU + push
+//              1.5k (was 2.0k), barrier 0.57k, fc2 1.13k (was 2.0k), barrier 0.56k; head: ln_f +
+//              lm_head 2.0k, logits stores + done flag 3.8k (the flag's fence; without it a few
+//              hundred). Forward probs phase, broken down: stats + push 4.6k, barrier 1.1k, the
+//              combine and the stores 7.5k (logits now stored there, coalesced, not before the
+//              barrier).
+// Open (largest first): the forward's probs phase (13.4k cycles for ~2.5k FMAs' worth of work:
+// the combine runs R = 16 dependent expf per row, and each warp does two rows in turn; try a
+// lane per CTA's pair and a shuffle reduction, __expf where the tolerance allows); pushing h
+// (N x F replicated to every CTA, ~8 bytes per cycle of remote stores: a slice-major h moved by
+// bulk copies shared::cta -> shared::cluster, or fc2 split by k); decode's LayerNorms (~1k
+// cycles each, 9 per step: one half-warp, double shuffles, division and square root) and its
+// attention (2-2.9k: one warp, scores a lane per key); the decode start (5-7.7k: the earlier
+// k, v of every layer loaded before layer 0; load a layer's rows behind the previous layer).
 #pragma once
 
 #include <cuda_runtime_api.h>

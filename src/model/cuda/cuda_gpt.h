@@ -10,11 +10,10 @@
 //          activations exchanged through distributed shared memory). Used for every shape whose
 //          rows fit (the shipped model: B*T up to ~40, and the decode step); other shapes run
 //          Fused (path_for() says which). The decode step gets its token and position as the
-//          kernel's arguments (its graph node updated per step), writes its logits to mapped
-//          host memory and then a flag per CTA there, on which step() spins: no copies in its
-//          graph, no stream synchronisation (switches in cuda_gpt.cpp). The default
+//          kernel's arguments (its graph node updated per step) and writes its logits to mapped
+//          host memory: no copies in its graph (switches in cuda_gpt.cpp). The default
 //          because it measured fastest (H200: forward (2, 16) 63 us against Fused's 140, a
-//          decode step 40 us against 148; figures and what limits them in gpt_mega.h).
+//          decode step 34 us against 148; figures and what limits them in gpt_mega.h).
 //   Fused  kernels/cuda/gpt_layer.h: per layer (embedding + ln1 + qkv + attention) and
 //          (proj + residual + ln2 + fc1 + GELU + fc2 + residual), then (ln_f + lm_head + softmax):
 //          9 kernels for the shipped model. Falls back to PerOp where its shared memory does not
