@@ -2,6 +2,8 @@
 
 #include "kernels/cuda/cuda_check.h"
 
+#include <vector>
+
 namespace minigpt::cuda {
 
 CapturedLaunches::CapturedLaunches(const std::function<void(cudaStream_t)>& launch, int count,
@@ -18,12 +20,28 @@ CapturedLaunches::CapturedLaunches(const std::function<void(cudaStream_t)>& laun
   }
   MINIGPT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   const cudaError_t instantiated = cudaGraphInstantiate(&exec_, graph, 0);
-  cudaGraphDestroy(graph);  // the executable graph keeps what it needs
-  MINIGPT_CUDA_CHECK(instantiated);
+  if (instantiated != cudaSuccess) {
+    cudaGraphDestroy(graph);
+    MINIGPT_CUDA_CHECK(instantiated);
+  }
+  graph_ = graph;
+  size_t n = 0;
+  MINIGPT_CUDA_CHECK(cudaGraphGetNodes(graph_, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n > 0) MINIGPT_CUDA_CHECK(cudaGraphGetNodes(graph_, nodes.data(), &n));
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type{};
+    MINIGPT_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    if (type == cudaGraphNodeTypeKernel) {
+      kernel_node_ = node;
+      break;
+    }
+  }
 }
 
 CapturedLaunches::~CapturedLaunches() {
   if (exec_) cudaGraphExecDestroy(exec_);
+  if (graph_) cudaGraphDestroy(graph_);
 }
 
 void CapturedLaunches::replay(cudaStream_t stream) const {

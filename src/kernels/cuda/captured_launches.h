@@ -22,7 +22,15 @@ class CapturedLaunches {
   void replay(cudaStream_t stream) const;  // enqueues all `count` launches
   int count() const { return count_; }
 
+  // For launches whose arguments change between replays (a decode step's token and position):
+  // the executable graph and its kernel node (for a graph of one kernel; null if it has none),
+  // for an update such as gpt_mega_set_node_params.
+  cudaGraphExec_t exec() const { return exec_; }
+  cudaGraphNode_t kernel_node() const { return kernel_node_; }
+
  private:
+  cudaGraph_t graph_ = nullptr;  // kept: its nodes name what an update of exec_ changes
+  cudaGraphNode_t kernel_node_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
   int count_;
 };

@@ -147,6 +147,19 @@ __device__ __forceinline__ long long global_ns() {
   return t;
 }
 
+// ---- the host's completion flag (MegaParams::done) ----
+// Every thread's output stores (logits, probs: global or mapped host memory) made visible at
+// system scope, then one flag per CTA. The host reads the outputs only after it has seen all R.
+__device__ __forceinline__ void signal_done(unsigned* done, int r) {
+  if (!done) return;
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    *reinterpret_cast<volatile unsigned*>(done + r) = 1u;
+  }
+}
+
 // ---- arithmetic ----
 
 // acc[j] += sum over k in [k0, k1) of a[k] * w[j * ldw + k], in k order (4 output columns at
@@ -163,6 +176,51 @@ __device__ __forceinline__ void dot4(const float* a, const float* w, int ldw, in
       acc[j] = fmaf(av.z, wv.z, acc[j]);
       acc[j] = fmaf(av.w, wv.w, acc[j]);
     }
+  }
+}
+
+// The k-split form (MegaDims::split_k) of a stage's sums: W lanes per output group of 4
+// columns; lane s adds k in [4s + 4W i, 4s + 4W i + 4) for i = 0, 1, ... in order (a group's W
+// lanes read 16 W contiguous bytes of a weight row: no bank conflict), then the W partials are
+// added by a butterfly (xor W/2, ..., 1: every lane ends with the same sum, as a + b == b + a).
+// W = 8 for k = 64: 8 FMAs per column and 3 shuffles where one thread ran 64 dependent FMAs.
+// 0: K does not split (a multiple of 32 needed), use the in-order form.
+__host__ __device__ constexpr int split_width(int K) { return K % 128 == 0 ? 32 : (K % 32 == 0 ? 8 : 0); }
+
+template <int W>
+__device__ __forceinline__ void dot4_split(const float* a, const float* w, int ldw, int K, int sub, float (&acc)[4]) {
+#pragma unroll 2
+  for (int k = 4 * sub; k < K; k += 4 * W) dot4(a, w, ldw, k, k + 4, acc);  // this lane's 4 k of the chunk
+#pragma unroll
+  for (int off = W / 2; off > 0; off >>= 1)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], off);
+}
+
+// y (rows x cols/4 groups of 4 columns) = a W^T + b in the k-split form: finish(m, j0, v) with
+// v = sum + bias for columns j0..j0+3 of row m, called by the group's lane 0. The loop is uniform
+// over each warp (the shuffles need all 32 lanes); a lane past the last unit recomputes it.
+template <int W, class Finish>
+__device__ __forceinline__ void gemm_split(const float* a, int lda, int rows, int K, const float* w, int ldw,
+                                           const float* bias, int cols, Finish finish) {
+  const int units = rows * (cols / 4), lane = threadIdx.x & 31, sub = lane % W;
+  for (int u0 = static_cast<int>(threadIdx.x >> 5) * (32 / W); u0 < units; u0 += kThreads / W) {
+    const int u = u0 + lane / W, uc = u < units ? u : units - 1;
+    const int m = uc % rows, j0 = (uc / rows) * 4;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    dot4_split<W>(a + m * lda, w + j0 * ldw, ldw, K, sub, acc);
+    if (u < units && sub == 0)
+      finish(m, j0, make_float4(acc[0] + bias[j0], acc[1] + bias[j0 + 1], acc[2] + bias[j0 + 2], acc[3] + bias[j0 + 3]));
+  }
+}
+// gemm_split at K's width; false (nothing done) if K does not split.
+template <class Finish>
+__device__ __forceinline__ bool gemm_split_any(const float* a, int lda, int rows, int K, const float* w, int ldw,
+                                               const float* bias, int cols, Finish finish) {
+  switch (split_width(K)) {
+    case 32: gemm_split<32>(a, lda, rows, K, w, ldw, bias, cols, finish); return true;
+    case 8: gemm_split<8>(a, lda, rows, K, w, ldw, bias, cols, finish); return true;
+    default: return false;
   }
 }
 
@@ -235,8 +293,12 @@ __device__ __noinline__ void trace_report(int r, long long t_entry_ns, const Meg
            l, u[0] - prev, u[1] - u[0], u[2] - u[1], u[3] - u[2], u[4] - u[3], u[5] - u[4], u[6] - u[5], u[7] - u[6],
            u[8] - u[7], u[9] - u[8], u[10] - u[9]);
   }
-  printf("TRACE  head: wait %lld lnf+lm %lld probs %lld\n", t[60] - t[trace_slot(d.L - 1, 10)], t[61] - t[60],
-         t_end - t[61]);
+  if (d.cache)  // no probs: the tail is the logits' stores (mapped host memory) and the done flag
+    printf("TRACE  head: wait %lld lnf+lm %lld logits+done %lld\n", t[60] - t[trace_slot(d.L - 1, 10)],
+           t[61] - t[60], t_end - t[61]);
+  else
+    printf("TRACE  head: wait %lld lnf+lm %lld | probs: stats+push %lld barrier %lld write %lld\n",
+           t[60] - t[trace_slot(d.L - 1, 10)], t[61] - t[60], t[62] - t[61], t[63] - t[62], t_end - t[63]);
 }
 
 // The model's dims as compile-time constants (the specialised kernel) or 0 (read at run time).
@@ -326,7 +388,7 @@ __device__ __forceinline__ int group_floats(const MegaLayout& S, int L, int g) {
 // output column, pushed to every CTA's pp[hh] instead. The attention proper runs a warp per query
 // row: its scores (a lane per key), their softmax and its att columns, with no CTA barrier
 // between them (the row's values are the warp's own; T = 16: all 16 warps busy).
-template <class K, bool kTrace>
+template <class K, bool kSplit, bool kTrace>
 __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
   const MegaDims& d = c.d;
   const MegaLayout& S = c.S;
@@ -345,16 +407,9 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
     __syncthreads();
     stamp<kTrace>(c.r, trace_slot(l, 1));
     // q, k, v of the new rows: (t, 4 columns of the head's 3dh) per thread, t fastest over the
-    // lanes (see gemm_stage); sum in k order + bias
-    for (int u = tid; u < T * groups; u += kThreads) {
-      const int t = u % T, j0 = (u / T) * 4, part = j0 / dh, d0 = j0 % dh;
-      float acc[4] = {0.f, 0.f, 0.f, 0.f};
-      dot4(ln + (row0 + t) * S.sC, base + S.qkv + j0 * S.sC, S.sC, 0, C, acc);
-      float4 v;
-      v.x = acc[0] + base[S.qkvb + j0];
-      v.y = acc[1] + base[S.qkvb + j0 + 1];
-      v.z = acc[2] + base[S.qkvb + j0 + 2];
-      v.w = acc[3] + base[S.qkvb + j0 + 3];
+    // lanes (see gemm_stage); sum in k order (or split over lanes, split_k) + bias
+    auto store_qkv = [&](int t, int j0, float4 v) {
+      const int part = j0 / dh, d0 = j0 % dh;
       if (part == 0) {
         *reinterpret_cast<float4*>(qs + t * S.sd + d0) = v;
       } else {
@@ -364,6 +419,15 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
           float* cache = part == 1 ? w.k_cache : w.v_cache;
           *reinterpret_cast<float4*>(cache + (static_cast<int64_t>(b) * d.capacity + pos0 + t) * C + hh * dh + d0) = v;
         }
+      }
+    };
+    if (!(kSplit && gemm_split_any(ln + row0 * S.sC, S.sC, T, C, base + S.qkv, S.sC, base + S.qkvb, 3 * dh, store_qkv))) {
+      for (int u = tid; u < T * groups; u += kThreads) {
+        const int t = u % T, j0 = (u / T) * 4;
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        dot4(ln + (row0 + t) * S.sC, base + S.qkv + j0 * S.sC, S.sC, 0, C, acc);
+        store_qkv(t, j0, make_float4(acc[0] + base[S.qkvb + j0], acc[1] + base[S.qkvb + j0 + 1],
+                                     acc[2] + base[S.qkvb + j0 + 2], acc[3] + base[S.qkvb + j0 + 3]));
       }
     }
     __syncthreads();
@@ -390,6 +454,35 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
       warp_softmax_inplace(row, n);
       __syncwarp();
       // att (t, 4 of the head's columns) = probabilities times v, in key order; to every CTA
+      auto store_att = [&](int e, float4 a) {
+        if (d.head_proj)
+          *reinterpret_cast<float4*>(att + (row0 + t) * S.sC + hh * dh + e) = a;
+        else
+          push4(att + (row0 + t) * S.sC + hh * dh + e, a, R);
+      };
+      if (kSplit && 32 % (dh / 4) == 0) {
+        // split_k: the keys over the lanes too: lane = (key subset ks, column group eg) with G
+        // = dh/4 groups; lane ks adds keys ks, ks + 32/G, ... in order, and a butterfly over ks
+        // adds the partials (a decode step's one row: 32 lanes busy, not dh/4)
+        const int G = dh / 4, eg = lane % G, ksub = lane / G;
+        float4 a = {0.f, 0.f, 0.f, 0.f};
+        for (int p = ksub; p < n; p += 32 / G) {
+          const float pr = row[p];
+          const float4 vv = *reinterpret_cast<const float4*>(vs + p * S.sd + eg * 4);
+          a.x = fmaf(pr, vv.x, a.x);
+          a.y = fmaf(pr, vv.y, a.y);
+          a.z = fmaf(pr, vv.z, a.z);
+          a.w = fmaf(pr, vv.w, a.w);
+        }
+        for (int off = 16; off >= G; off >>= 1) {
+          a.x += __shfl_xor_sync(0xffffffffu, a.x, off);
+          a.y += __shfl_xor_sync(0xffffffffu, a.y, off);
+          a.z += __shfl_xor_sync(0xffffffffu, a.z, off);
+          a.w += __shfl_xor_sync(0xffffffffu, a.w, off);
+        }
+        if (ksub == 0) store_att(eg * 4, a);
+        continue;
+      }
       for (int e = lane * 4; e < dh; e += 128) {
         float4 a = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 4
@@ -401,10 +494,7 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
           a.z = fmaf(pr, vv.z, a.z);
           a.w = fmaf(pr, vv.w, a.w);
         }
-        if (d.head_proj)
-          *reinterpret_cast<float4*>(att + (row0 + t) * S.sC + hh * dh + e) = a;
-        else
-          push4(att + (row0 + t) * S.sC + hh * dh + e, a, R);
+        store_att(e, a);
       }
     }
     stamp<kTrace>(c.r, trace_slot(l, 3));
@@ -430,11 +520,12 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
 // With the columns fastest (the version before), the lanes read weight rows 4 apart, which fall
 // in 2 of the 8 bank groups: the q, k, v stage took ~25 shared-memory wavefronts per k-step of 4
 // where this takes 6 (stage timestamps: the forward's q, k, v stage was ~6.7k cycles).
-template <class Finish>
+template <bool kSplit, class Finish>
 __device__ __forceinline__ void gemm_stage(const Ctx& c, const float* a, int lda, int K, const float* w, int ldw, const float* bias,
                            int cols, Finish finish) {
   const int N = c.S.N, groups = cols / 4, ns = ceil_div(K, kSlice), tid = threadIdx.x;
   float* part = c.sm + c.S.part;
+  if (kSplit && gemm_split_any(a, lda, N, K, w, ldw, bias, cols, finish)) return;
   if (ns == 1) {
     for (int u = tid; u < N * groups; u += kThreads) {
       const int m = u % N, j0 = (u / N) * 4;
@@ -469,10 +560,11 @@ __device__ __forceinline__ void gemm_stage(const Ctx& c, const float* a, int lda
 __device__ __forceinline__ float4 add4(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
 
 // The residual x (N x C+4) += y for this CTA's columns, pushed to every CTA.
+template <bool kSplit>
 __device__ __forceinline__ void residual_stage(const Ctx& c, const float* a, int lda, int K, const float* w, int ldw, const float* bias) {
   float* x = c.sm + c.S.x;
   const int n0 = c.r * c.S.pc, R = c.S.R, sC = c.S.sC;
-  gemm_stage(c, a, lda, K, w, ldw, bias, c.S.pc, [&](int m, int j0, float4 v) {
+  gemm_stage<kSplit>(c, a, lda, K, w, ldw, bias, c.S.pc, [&](int m, int j0, float4 v) {
     float* slot = x + m * sC + n0 + j0;
     push4(slot, add4(v, *reinterpret_cast<const float4*>(slot)), R);  // (sum + b) + x, as the CPU
   });
@@ -480,8 +572,12 @@ __device__ __forceinline__ void residual_stage(const Ctx& c, const float* a, int
 
 // K: the model's C, H, F as compile-time constants (gpt_mega_kernel<Fixed<64, 4, 256>>, the
 // shipped architecture: the layout's offsets and every index fold to constants, no run-time
-// divisions by them) or Fixed<0, 0, 0>, the generic kernel reading them from p.dims.
-template <class K, bool kTrace = false>
+// divisions by them) or Fixed<0, 0, 0>, the generic kernel reading them from p.dims. kSplit: the
+// k-split sums (p.dims.split_k, the decode step) in their own instance: as a run-time branch in
+// the one kernel they made the forward's code spill (ptxas: 32 bytes, at the 128 registers of
+// 512 threads per CTA; none before or as a separate instance), and the forward measured ~1.3 us
+// slower (H200, 63.0 -> 64.4 us).
+template <class K, bool kSplit, bool kTrace = false>
 __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_constant__ MegaParams p, int R) {
   extern __shared__ __align__(16) float sm[];
   MegaDims d = p.dims;
@@ -497,10 +593,10 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
 
   // 1. the position first (decode: mapped host memory, a PCIe round trip that the copies below
   //    overlap); then an mbarrier and a bulk copy per weight group
-  const int pos0 = p.pos ? *p.pos : 0;
+  const int pos0 = p.pos ? *p.pos : p.position;  // by value (parameter space): no round trip
   c.pos0 = pos0;
   int* ids = reinterpret_cast<int*>(sm + S.ids);  // read with the position: one round trip for both
-  for (int m = tid; m < N; m += kThreads) ids[m] = p.ids[m];
+  for (int m = tid; m < N; m += kThreads) ids[m] = p.ids ? p.ids[m] : p.id;
   uint64_t* bars = reinterpret_cast<uint64_t*>(sm + S.bars);
   if (tid == 0) {  // every group's bulk copy in flight: layer 0's first, the head's last
     const float* img = p.image + static_cast<int64_t>(r) * S.x;
@@ -522,6 +618,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       p.logits[at] = CUDART_NAN_F;
       if (p.probs) p.probs[at] = CUDART_NAN_F;
     }
+    signal_done(p.done, r);
     for (int g = 0; g <= d.L; ++g) wait_group(bars, g);
     return;
   }
@@ -586,7 +683,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     __syncthreads();
     stamp<kTrace>(r, trace_slot(l, 0));
     const float* base = sm + l * S.layer;
-    attention_stage<K, kTrace>(c, l);
+    attention_stage<K, kSplit, kTrace>(c, l);
     stamp<kTrace>(r, trace_slot(l, 4));
     cluster_sync_all();
     if (d.head_proj) {  // x += (the heads' partials, summed in head order) + b, every CTA all of it
@@ -599,7 +696,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       }
       __syncthreads();
     } else {
-      residual_stage(c, sm + S.att, S.sC, C, base + S.proj, S.sC, base + S.projb);
+      residual_stage<kSplit>(c, sm + S.att, S.sC, C, base + S.proj, S.sC, base + S.projb);
       cluster_sync_all();
     }
     stamp<kTrace>(r, trace_slot(l, 5));
@@ -609,13 +706,13 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     __syncthreads();
     stamp<kTrace>(r, trace_slot(l, 6));
     const int f0 = r * S.fc;
-    gemm_stage(c, ln, S.sC, C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
+    gemm_stage<kSplit>(c, ln, S.sC, C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
       push4(h + m * S.sF + f0 + j0, make_float4(gelu_erf(v.x), gelu_erf(v.y), gelu_erf(v.z), gelu_erf(v.w)), R);
     });
     stamp<kTrace>(r, trace_slot(l, 7));
     cluster_sync_all();
     stamp<kTrace>(r, trace_slot(l, 8));
-    residual_stage(c, h, S.sF, d.F, base + S.fc2, S.sF, base + S.fc2b);
+    residual_stage<kSplit>(c, h, S.sF, d.F, base + S.fc2, S.sF, base + S.fc2b);
     stamp<kTrace>(r, trace_slot(l, 9));
     cluster_sync_all();
     stamp<kTrace>(r, trace_slot(l, 10));
@@ -631,25 +728,35 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   layernorm_rows<K::C>(x, ln, 0, N, C, S.sC, hd + S.lnfw, hd + S.lnfb, p.eps);
   __syncthreads();
   const int n0 = r * S.vc, vn = max(0, min(S.vc, d.V - n0)), groups = ceil_div(vn, 4);
-  for (int u = tid; u < N * groups; u += kThreads) {
-    const int m = u % N, j0 = (u / N) * 4;  // rows fastest, as gemm_stage
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    dot4(ln + m * S.sC, hd + S.lm + j0 * S.sC, S.sC, 0, C, acc);  // rows past vn: never stored
+  // logits into shared memory only: the global (or mapped host) stores come after the softmax's
+  // cluster barrier, coalesced (a row's columns over the lanes; here the lanes run over rows, a
+  // line each), and out of that barrier's release (which waits for the stores before it)
+  auto store_logits = [&](int m, int j0, float4 v) {  // columns past vn (padding): never stored
+    const float vv[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if (j0 + j < vn) {
-        const float v = acc[j] + hd[S.lmb + j0 + j];
-        lg[m * S.vc + j0 + j] = v;
-        p.logits[static_cast<int64_t>(m) * d.V + n0 + j0 + j] = v;
-      }
+    for (int j = 0; j < 4; ++j)
+      if (j0 + j < vn) lg[m * S.vc + j0 + j] = vv[j];
+  };
+  if (!(kSplit && gemm_split_any(ln, S.sC, N, C, hd + S.lm, S.sC, hd + S.lmb, groups * 4, store_logits))) {
+    for (int u = tid; u < N * groups; u += kThreads) {
+      const int m = u % N, j0 = (u / N) * 4;  // rows fastest, as gemm_stage
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      dot4(ln + m * S.sC, hd + S.lm + j0 * S.sC, S.sC, 0, C, acc);
+      store_logits(m, j0, make_float4(acc[0] + hd[S.lmb + j0], acc[1] + hd[S.lmb + j0 + 1], acc[2] + hd[S.lmb + j0 + 2],
+                                      acc[3] + hd[S.lmb + j0 + 3]));
     }
   }
+  __syncthreads();
   stamp<kTrace>(r, 61);
   if (!p.probs) {
+    for (int i = tid; i < N * vn; i += kThreads) {  // (row, column), columns fastest
+      const int m = i / vn, j = i % vn;
+      p.logits[static_cast<int64_t>(m) * d.V + n0 + j] = lg[m * S.vc + j];
+    }
+    signal_done(p.done, r);
     if constexpr (kTrace) trace_report(r, t_entry_ns, p.dims, R);
     return;  // no cluster access after the last barrier: a CTA may leave
   }
-  __syncthreads();
   // softmax over the whole row: each CTA's (max, sum of exp) of its columns to every CTA, then
   // combined in rank order. A NaN logit makes its sum, so the row, NaN.
   float* stats = sm + S.stats;
@@ -664,7 +771,9 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     if (lane == 0) push1(stats + (r * N + m) * 2, mx, R);
     if (lane == 1) push1(stats + (r * N + m) * 2 + 1, sum, R);
   }
+  stamp<kTrace>(r, 62);
   cluster_sync_all();
+  stamp<kTrace>(r, 63);
   for (int m = tid >> 5; m < N; m += kWarps) {
     float M = -CUDART_INF_F;
     for (int q = 0; q < R; ++q) M = fmaxf(M, stats[(q * N + m) * 2]);
@@ -674,9 +783,14 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       total += mq == -CUDART_INF_F ? 0.0f * sq : sq * expf(mq - M);  // a CTA without columns: 0
     }
     const float inv = 1.0f / total;
-    for (int j = lane; j < vn; j += 32)
-      p.probs[static_cast<int64_t>(m) * d.V + n0 + j] = expf(lg[m * S.vc + j] - M) * inv;
+    for (int j = lane; j < vn; j += 32) {
+      const int64_t at = static_cast<int64_t>(m) * d.V + n0 + j;
+      const float v = lg[m * S.vc + j];
+      p.logits[at] = v;
+      p.probs[at] = expf(v - M) * inv;
+    }
   }
+  signal_done(p.done, r);
   if constexpr (kTrace) {
     __syncthreads();
     trace_report(r, t_entry_ns, p.dims, R);
@@ -723,8 +837,9 @@ using MegaKernel = void (*)(MegaParams, int);
 MegaKernel kernel_for(const MegaDims& d) {
   static const bool trace = std::getenv("MINIGPT_MEGA_TRACE") != nullptr;  // diagnostics, read once
   if (d.C == 64 && d.H == 4 && d.F == 256)
-    return trace ? gpt_mega_kernel<Fixed<64, 4, 256>, true> : gpt_mega_kernel<Fixed<64, 4, 256>>;
-  return gpt_mega_kernel<Fixed<0, 0, 0>>;
+    return d.split_k ? (trace ? gpt_mega_kernel<Fixed<64, 4, 256>, true, true> : gpt_mega_kernel<Fixed<64, 4, 256>, true>)
+                     : (trace ? gpt_mega_kernel<Fixed<64, 4, 256>, false, true> : gpt_mega_kernel<Fixed<64, 4, 256>, false>);
+  return d.split_k ? gpt_mega_kernel<Fixed<0, 0, 0>, true> : gpt_mega_kernel<Fixed<0, 0, 0>, false>;
 }
 
 // Raises the kernel's limits to what (R, smem) need; false if the device cannot. The shared
@@ -790,7 +905,7 @@ void gpt_mega(const MegaParams& p, int R, cudaStream_t stream) {
                        ") does not split over a cluster of ", R);
   MINIGPT_CUDA_REQUIRE(p.image && (reinterpret_cast<uintptr_t>(p.image) & 15u) == 0,
                        "gpt_mega: no weight image (gpt_mega_pack), or one not 16-byte aligned");
-  MINIGPT_CUDA_REQUIRE(p.ids && p.wte && p.wpe && p.ln_f_weight && p.ln_f_bias && p.lm_head_weight && p.lm_head_bias &&
+  MINIGPT_CUDA_REQUIRE((p.ids || d.B * d.T == 1) && p.wte && p.wpe && p.ln_f_weight && p.ln_f_bias && p.lm_head_weight && p.lm_head_bias &&
                            p.logits,
                        "gpt_mega: null pointer");
   for (int l = 0; l < d.L; ++l) {
@@ -805,6 +920,21 @@ void gpt_mega(const MegaParams& p, int R, cudaStream_t stream) {
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg = launch_config(R, smem, stream, attr);
   MINIGPT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_for(d), p, R));
+}
+
+void gpt_mega_set_node_params(cudaGraphExec_t exec, cudaGraphNode_t node, const MegaParams& p, int R) {
+  // the launch gpt_mega enqueued, with new arguments (its cluster shape is the node's attribute,
+  // which the update keeps)
+  MegaParams args = p;
+  int r = R;
+  void* params[] = {&args, &r};
+  cudaKernelNodeParams kp{};
+  kp.func = reinterpret_cast<void*>(kernel_for(p.dims));
+  kp.gridDim = dim3(static_cast<unsigned>(R));
+  kp.blockDim = dim3(kThreads);
+  kp.sharedMemBytes = static_cast<unsigned>(gpt_mega_smem(p.dims, R));
+  kp.kernelParams = params;
+  MINIGPT_CUDA_CHECK(cudaGraphExecKernelNodeSetParams(exec, node, &kp));
 }
 
 }  // namespace minigpt::cuda

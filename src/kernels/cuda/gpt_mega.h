@@ -25,8 +25,12 @@
 // Numerics: sums over k in float in k order (fc2: four k-slices of 64 added in order, as the
 // whole-layer kernels), LayerNorm statistics in double (layernorm.cuh), exact-erf GELU: logits
 // within ~1e-5 of the CPU engine; the work split (R) changes who computes a value, never how, so
-// logits are the same bitwise for every cluster size, and a decode step does a forward row's
-// arithmetic (tests/cuda/model_cuda_test.cpp checks the first and prints the second).
+// logits are the same bitwise for every cluster size. The decode step (MegaDims::split_k) splits
+// each sum over k across 8 or 32 lanes (partials added by a shuffle butterfly: one row has too
+// few outputs to keep the CTA busy, and a 64-long chain of dependent FMAs per thread was most of
+// a layer's time): within 1e-6 of the forward's row, not bitwise; without split_k
+// (MINIGPT_MEGA_SPLITK=0 in cuda_gpt.cpp) a decode step is the forward's row bitwise
+// (tests/cuda/model_cuda_test.cpp checks both).
 //
 // Limits (gpt_mega_cluster says whether a shape runs): C, F, d_head multiples of 4; R a multiple
 // of H with C and F multiples of 4R; every CTA's weight slices and the activations of all N rows
@@ -58,7 +62,7 @@
 //              row bitwise. torch.compile reduce-overhead: ~296 us. ncu (forward): 1.55M
 //              instructions (was 1.72M), 21.7 cycles per issued instruction (was 35.5), 10.8 of
 //              them at CTA barriers (was 20.5).
-//   now        forward R = 16, ~120k cycles: start 5k; per layer ~23.5k: ln1 1.1k, q k v 1.7k,
+//   before     forward R = 16, ~120k cycles: start 5k; per layer ~23.5k: ln1 1.1k, q k v 1.7k,
 //              attention 2.9k, push att 1.1k, barrier + proj + barrier 3.9k, ln2 1.3k, fc1 + GELU +
 //              push h 5-6.4k, barrier 1.2-2.5k, fc2 2.3k, barrier 1.6k; head: ln_f + lm_head 4.7k,
 //              probs (incl. the barrier) 13.8k. Decode R = 8, ~66-73k cycles: start 8-9k (the
@@ -66,14 +70,33 @@
 //              layer ~13.7k: ln1 1.05k, q k v 1.65k (12 threads, 64-FMA chains), attention 2-3.3k,
 //              push 1.1k, barrier + proj sum 1.2k, ln2 0.94k, fc1 2.0k, barrier 0.64k, fc2 2.0k,
 //              barrier 0.63k; head 3.2k.
-// Open (largest first): the forward's probs phase (13.8k cycles for ~2.5k FMAs' worth of
-// work: break it down); pushing h (N x F replicated to every CTA, ~8 bytes per cycle of remote
-// stores: a slice-major h moved by bulk copies shared::cta -> shared::cluster, or fc2 split by
-// k); decode's serial chains (one thread per 4 outputs over k = 64: split k over lanes, which
-// changes the sum order and needs the CPU tolerance re-checked; LayerNorm's double division and
-// square root ~1k cycles each, 9 per step); the decode state from mapped host memory (~2.5 us:
-// pass token and position as kernel parameters, cudaGraphExecKernelNodeSetParams per step); the
-// host's wait (step() - graph = ~5 us: spin on a mapped flag instead of cudaStreamSynchronize).
+//   now        (same run, `bench model` twice each, base = the version above, R = 8 by heads):
+//              decode step() 39.5 / 39.6 -> 33.7 / 35.0 us, its graph alone 34.5 / 34.6 -> 30.0 /
+//              29.9 us (the run's defaults: k split, arguments, done flag); the defaults now (k
+//              split, arguments, sync; one run, --runs 300): step() 34.3 us = 29.2k tokens/s,
+//              graph 28.2 us. The gain is from the k-split sums (MegaDims::split_k; with MINIGPT_MEGA_SPLITK=0 the same build
+//              ran step() 42.2, graph 36.1); the token and position as kernel arguments: graph 32.0
+//              -> 30.0 us, step() about even (34.8 -> 33.7 / 35.0: the node update's host cost);
+//              a done flag per CTA that step() spins on: step() no faster (34.3 with sync), graph
+//              1.8 us slower (its system-scope fence, ~3.8k cycles), so off by default
+//              (cuda_gpt.cpp's switches). The forward measured 64.4 us against 63.0 with the
+//              k-split as a run-time branch (register spills); it is now an instance of its own
+//              (kSplit), not yet measured on the GPU. Decode stages now (R = 8, trace): ~56-61k
+//              cycles: start 5-7.7k; per layer ~11k: ln1 1.05-1.18k, q k v 0.77k (was 1.65k),
+//              attention 2-2.9k, push 1.1k, barrier + proj sum 1.0k, ln2 0.93k, fc1 + GELU + push
+//              1.5k (was 2.0k), barrier 0.57k, fc2 1.13k (was 2.0k), barrier 0.56k; head: ln_f +
+//              lm_head 2.0k, logits stores + done flag 3.8k (the flag's fence; without it a few
+//              hundred). Forward probs phase, broken down: stats + push 4.6k, barrier 1.1k, the
+//              combine and the stores 7.5k (logits now stored there, coalesced, not before the
+//              barrier).
+// Open (largest first): the forward's probs phase (13.4k cycles for ~2.5k FMAs' worth of work:
+// the combine runs R = 16 dependent expf per row, and each warp does two rows in turn; try a
+// lane per CTA's pair and a shuffle reduction, __expf where the tolerance allows); pushing h
+// (N x F replicated to every CTA, ~8 bytes per cycle of remote stores: a slice-major h moved by
+// bulk copies shared::cta -> shared::cluster, or fc2 split by k); decode's LayerNorms (~1k
+// cycles each, 9 per step: one half-warp, double shuffles, division and square root) and its
+// attention (2-2.9k: one warp, scores a lane per key); the decode start (5-7.7k: the earlier
+// k, v of every layer loaded before layer 0; load a layer's rows behind the previous layer).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -101,18 +124,33 @@ struct MegaDims {
   // (the whole-layer kernels' order): one cluster barrier and one stage less per layer, for
   // H x N x C floats pushed by each... item. Else proj by columns (stage B above).
   bool head_proj = false;
+  // Sums over k split across lanes (the decode step; cuda_gpt.cpp sets it there): each output's
+  // k = 64 (or 256) terms as W = 8 (or 32) lanes' partial sums of 8 terms, added by a shuffle
+  // butterfly, instead of one thread's 64-long chain of dependent FMAs. Another summation order
+  // than the forward's (k in order), so a decode step is no longer its forward row bitwise
+  // (within ~1e-6; tests/cuda/model_cuda_test.cpp prints and bounds it).
+  bool split_k = false;
 };
 
 struct MegaParams {
   MegaDims dims;
   float eps = 1e-5f;
-  const int32_t* ids = nullptr;  // (B, T): device or mapped host memory
-  const int32_t* pos = nullptr;  // scalar, device or mapped host: rows are positions *pos + t; null: 0
+  const int32_t* ids = nullptr;  // (B, T): device or mapped host memory; null: `id` (B*T == 1)
+  const int32_t* pos = nullptr;  // scalar, device or mapped host: rows are positions *pos + t; null: `position`
+  // The decode state by value, for a launch whose arguments change per step (a graph's kernel node
+  // updated by gpt_mega_set_node_params): read from the kernel's parameter space, no memory round
+  // trip (from mapped host memory the position and token cost ~5k cycles, one PCIe round trip).
+  int id = 0;
+  int position = 0;
   const float *wte = nullptr, *wpe = nullptr;
   MegaLayer layers[kMegaMaxLayers] = {};
   const float *ln_f_weight = nullptr, *ln_f_bias = nullptr, *lm_head_weight = nullptr, *lm_head_bias = nullptr;
   float* logits = nullptr;  // (B*T, V): device or mapped host memory
   float* probs = nullptr;   // (B*T, V) or null
+  // Mapped host memory, R flags, or null: CTA r sets done[r] = 1 once its logits (and probs) are
+  // visible to the host, so the host can spin on the flags instead of waiting for the stream
+  // (cudaStreamSynchronize's wake-up costs microseconds). The host clears them before a launch.
+  unsigned* done = nullptr;
   // The weights above as every CTA's shared memory holds them (gpt_mega_pack), for the dims and
   // cluster size of the launch: each launch brings them in with a bulk copy per layer.
   const float* image = nullptr;
@@ -134,5 +172,10 @@ void gpt_mega_pack(const MegaParams& p, int R, float* image, cudaStream_t stream
 // R). A position past capacity (or past P), or an id outside [0, V), gives NaN outputs (the host
 // checks first).
 void gpt_mega(const MegaParams& p, int R, cudaStream_t stream);
+// Replaces the arguments of `node`, a kernel node of `exec` captured from gpt_mega(p0, R), with
+// (p, R) for the following launches of exec (cudaGraphExecKernelNodeSetParams: launches already
+// enqueued keep theirs). p must have p0's dims, image and cluster size: only values such as id,
+// position or the output pointers may change. Checks nothing on the device; does not wait.
+void gpt_mega_set_node_params(cudaGraphExec_t exec, cudaGraphNode_t node, const MegaParams& p, int R);
 
 }  // namespace minigpt::cuda

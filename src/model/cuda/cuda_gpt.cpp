@@ -21,6 +21,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <list>
 #include <map>
@@ -65,6 +67,12 @@ struct PinnedBuffer {
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
 };
+
+// True when environment variable `name` is set to `value` (the megakernel's switches, below).
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v && std::strcmp(v, value) == 0;
+}
 
 void check_config(const ModelConfig& c) {
   const int dh = c.head_dim();
@@ -293,6 +301,7 @@ struct CudaGPT::Impl {
     d.P = config.block_size;
     d.capacity = cache ? config.block_size : d.T;
     d.cache = cache;
+    d.split_k = cache && !env_is("MINIGPT_MEGA_SPLITK", "0");  // the decode step (gpt_mega.h); =0: k in order
     return d;
   }
 
@@ -505,6 +514,43 @@ void CudaGPT::forward(const int32_t* ids, int64_t B, int64_t T, Tensor& logits, 
 
 // ---- decoder ----
 
+// How the megakernel's decode step gets its state and how step() waits for it, each selectable
+// (environment, read per decoder) so that a variant that measures slower can be turned off
+// (and MINIGPT_MEGA_SPLITK=0: the decode step's sums in k order, as the forward; see mega_dims):
+//   MINIGPT_MEGA_STATE=params (default): token and position as the kernel's arguments, written
+//     into the graph's kernel node per step (gpt_mega_set_node_params); =mapped: read by the
+//     kernel from mapped host memory (one PCIe round trip at the kernel's start). Measured (H200,
+//     same run): graph alone 30.0 us against 32.0 mapped; step() 33.7 / 35.0 against 34.8 (the
+//     node update's host cost takes back most of the gain).
+//   MINIGPT_MEGA_WAIT=flag: step() spins on per-CTA flags the kernel writes to mapped host
+//     memory after its logits; unset or =sync (default): cudaStreamSynchronize. Measured (H200,
+//     same run, k split, state as arguments): step() 33.7 / 35.0 us with the flags against 34.3
+//     with sync: no faster, as the kernel's system-scope fence before the flag costs about what
+//     the wait saves (graph alone 30.0 against 28.2 us). Kept as an option, tested.
+
+// Spins until the kernel has set all `n` flags (mapped host memory; see MegaParams::done). A
+// failed kernel, or one that ends without setting them, or more than 10 s: Error naming it.
+void wait_for_flags(const volatile unsigned* flags, int n, cudaStream_t stream) {
+  auto all_set = [&] {
+    for (int i = 0; i < n; ++i)
+      if (flags[i] == 0) return false;
+    return true;
+  };
+  for (int spin = 0; spin < (1 << 16); ++spin)  // the usual case: tens of microseconds
+    if (all_set()) return;
+  const auto start = std::chrono::steady_clock::now();
+  while (!all_set()) {
+    const cudaError_t state = cudaStreamQuery(stream);
+    if (state != cudaErrorNotReady) {
+      MINIGPT_CUDA_CHECK(state);  // the kernel failed
+      if (all_set()) return;
+      MINIGPT_FAIL("the CUDA decode step finished without signalling its logits (megakernel done flags)");
+    }
+    MINIGPT_CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10),
+                  "the CUDA decode step did not finish within 10 s");
+  }
+}
+
 struct CudaDecoder::Impl {
   const CudaGPT::Impl* model;
   int64_t capacity;
@@ -515,7 +561,12 @@ struct CudaDecoder::Impl {
   Scratch s;
   std::vector<float*> k_cache, v_cache;  // per layer (capacity, d)
   PinnedBuffer host_state, host_logits;
+  PinnedBuffer host_done;  // the megakernel's done flags (MegaParams::done), one per CTA
   int mega;              // the megakernel's cluster size; 0: the fallback path's kernels
+  bool state_in_params;  // MINIGPT_MEGA_STATE (above): the token and position as kernel arguments
+  bool wait_on_flags;    // MINIGPT_MEGA_WAIT: step() spins on host_done
+  int32_t id = 0;        // the step's token and position, as the graph's kernel node has them
+  int32_t node_pos = 0;
   cuda::MegaDims dims;   // the megakernel's (with mega)
   std::map<int, std::unique_ptr<MegaImage>> images;  // the megakernel's weight image per cluster size
   bool pending = false;  // a replay() may still be running (and reading host_state)
@@ -528,7 +579,10 @@ struct CudaDecoder::Impl {
                   CudaArena::aligned(static_cast<size_t>(capacity * m.config.d_model) * sizeof(float))),
         host_state(2 * sizeof(int32_t)),
         host_logits(static_cast<size_t>(m.config.vocab_size) * sizeof(float)),
-        mega(0) {
+        host_done(16 * sizeof(unsigned)),
+        mega(0),
+        state_in_params(!env_is("MINIGPT_MEGA_STATE", "mapped")),
+        wait_on_flags(env_is("MINIGPT_MEGA_WAIT", "flag")) {
     const CudaGPT::Impl::MegaPlan plan = m.mega_plan(1, 1, true, m.options.mega_cluster);
     mega = plan.cluster;
     dims = plan.dims;
@@ -540,6 +594,7 @@ struct CudaDecoder::Impl {
       v_cache.push_back(arena.floats(capacity * c.d_model, "v cache"));
     }
     std::memset(host_state.ptr, 0, 2 * sizeof(int32_t));
+    std::memset(host_done.ptr, 0, 16 * sizeof(unsigned));
     graph = capture_step();
     if (mega && m.options.mega_cluster == 0) pick_fastest_cluster();
   }
@@ -582,11 +637,35 @@ struct CudaDecoder::Impl {
     std::erase_if(images, [&](const auto& kv) { return kv.first != best; });  // their graphs are gone
   }
 
-  // The megakernel's arguments for the step: the state from and the logits to mapped host memory.
+  // The megakernel's arguments for the step: the logits to mapped host memory, the state by value
+  // (state_in_params) or from mapped host memory, the done flags (wait_on_flags).
   cuda::MegaParams step_params(const MegaImage* image) const {
     const auto* hs = static_cast<const int32_t*>(host_state.device);
-    return model->mega_params(dims, hs, hs + 1, k_cache, v_cache, static_cast<float*>(host_logits.device), nullptr,
-                              image);
+    cuda::MegaParams p = model->mega_params(dims, state_in_params ? nullptr : hs, state_in_params ? nullptr : hs + 1,
+                                            k_cache, v_cache, static_cast<float*>(host_logits.device), nullptr, image);
+    p.id = id;
+    p.position = node_pos;
+    p.done = wait_on_flags ? static_cast<unsigned*>(host_done.device) : nullptr;
+    return p;
+  }
+
+  // Runs one step of token new_id at position `at` and waits for its logits in host_logits.
+  void run_step(int32_t new_id, int32_t at) {
+    if (mega && wait_on_flags) std::memset(host_done.ptr, 0, static_cast<size_t>(mega) * sizeof(unsigned));
+    if (mega && state_in_params) {
+      id = new_id;
+      node_pos = at;
+      cuda::gpt_mega_set_node_params(graph->exec(), graph->kernel_node(), step_params(images.at(mega).get()), mega);
+    } else {
+      int32_t* hs = static_cast<int32_t*>(host_state.ptr);
+      hs[0] = new_id;
+      hs[1] = at;
+    }
+    graph->replay(stream.s);
+    if (mega && wait_on_flags)
+      wait_for_flags(static_cast<const volatile unsigned*>(host_done.ptr), mega, stream.s);
+    else
+      MINIGPT_CUDA_CHECK(cudaStreamSynchronize(stream.s));
   }
 
   // host state -> device, one step, device logits -> host: all inside the graph. The megakernel
@@ -646,13 +725,10 @@ std::span<const float> CudaDecoder::step(int32_t id) {
   MINIGPT_CHECK(d.pos < d.capacity,
                 "the context is full: the model's block_size is {} tokens and {} were fed",
                 d.capacity, d.pos);
-  if (d.pending) MINIGPT_CUDA_CHECK(cudaStreamSynchronize(d.stream.s));  // a replay() may still read host_state
+  // a replay() may still read host_state or set the done flags
+  if (d.pending) MINIGPT_CUDA_CHECK(cudaStreamSynchronize(d.stream.s));
   d.pending = false;
-  int32_t* hs = static_cast<int32_t*>(d.host_state.ptr);
-  hs[0] = id;
-  hs[1] = static_cast<int32_t>(d.pos);
-  d.graph->replay(d.stream.s);
-  MINIGPT_CUDA_CHECK(cudaStreamSynchronize(d.stream.s));
+  d.run_step(id, static_cast<int32_t>(d.pos));
   ++d.pos;
   return {static_cast<const float*>(d.host_logits.ptr), static_cast<size_t>(V)};
 }

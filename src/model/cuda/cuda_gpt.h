@@ -9,10 +9,11 @@
 //          kernel run by a thread-block cluster (weights copied once into its shared memory,
 //          activations exchanged through distributed shared memory). Used for every shape whose
 //          rows fit (the shipped model: B*T up to ~40, and the decode step); other shapes run
-//          Fused (path_for() says which). The decode step reads its token and position from,
-//          and writes its logits to, mapped host memory: no copies in its graph. The default
+//          Fused (path_for() says which). The decode step gets its token and position as the
+//          kernel's arguments (its graph node updated per step) and writes its logits to mapped
+//          host memory: no copies in its graph (switches in cuda_gpt.cpp). The default
 //          because it measured fastest (H200: forward (2, 16) 63 us against Fused's 140, a
-//          decode step 40 us against 148; figures and what limits them in gpt_mega.h).
+//          decode step 34 us against 148; figures and what limits them in gpt_mega.h).
 //   Fused  kernels/cuda/gpt_layer.h: per layer (embedding + ln1 + qkv + attention) and
 //          (proj + residual + ln2 + fc1 + GELU + fc2 + residual), then (ln_f + lm_head + softmax):
 //          9 kernels for the shipped model. Falls back to PerOp where its shared memory does not
@@ -124,7 +125,7 @@ class CudaDecoder {
   // As Decoder::prefill: every id checked and the prompt checked to fit before anything is fed.
   std::span<const float> prefill(std::span<const int32_t> ids);
 
-  // For benchmarks: the step's graph, on stream(), with the token and position last written by
+  // For benchmarks: the step's graph, on stream(), with the token and position of the last
   // step() (no host work, no wait; the logits are not returned).
   void replay();
   CudaGPTOptions::Path path() const;  // Mega where the megakernel takes the decode step
