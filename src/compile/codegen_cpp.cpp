@@ -217,20 +217,9 @@ static inline mg_vf mg_fma_v(mg_vf a, mg_vf b, mg_vf c) {
 static inline mg_vf mg_exp_nonpos_v(mg_vf x) {
 #if MG_W == 16 && defined(__AVX512F__)
   const mg_vf lo = mg_splat(-86.9886f);
-  const mg_vf xc = x < lo ? lo : x;
-  const mg_vf n = mg_fma_v(xc, mg_splat(1.44269504f), mg_splat(12582912.0f)) - 12582912.0f;
-  mg_vf r = mg_fma_v(-n, mg_splat(0.693145751953125f), xc);
-  r = mg_fma_v(-n, mg_splat(1.428606765330187e-06f), r);
-  mg_vf u = mg_fma_v(mg_splat(0.001381461275741458f), r, mg_splat(0.008368710055947304f));
-  u = mg_fma_v(u, r, mg_splat(0.04166838899254799f));
-  u = mg_fma_v(u, r, mg_splat(0.1666652113199234f));
-  u = mg_fma_v(u, r, mg_splat(0.4999999403953552f));
-  u = mg_fma_v(u, r, mg_splat(1.0f));
-  u = mg_fma_v(u, r, mg_splat(1.0f));
-  const mg_vf y = (mg_vf)_mm512_scalef_ps((__m512)u, (__m512)n);
-  return x < lo ? mg_splat(0.0f) : y;
 #else
   const mg_vf lo = mg_splat(-87.33654f);
+#endif
   const mg_vf xc = x < lo ? lo : x;
   const mg_vf n = mg_fma_v(xc, mg_splat(1.44269504f), mg_splat(12582912.0f)) - 12582912.0f;
   mg_vf r = mg_fma_v(-n, mg_splat(0.693145751953125f), xc);
@@ -241,10 +230,13 @@ static inline mg_vf mg_exp_nonpos_v(mg_vf x) {
   u = mg_fma_v(u, r, mg_splat(0.4999999403953552f));
   u = mg_fma_v(u, r, mg_splat(1.0f));
   u = mg_fma_v(u, r, mg_splat(1.0f));
+#if MG_W == 16 && defined(__AVX512F__)
+  const mg_vf y = (mg_vf)_mm512_scalef_ps((__m512)u, (__m512)n);
+#else
   const mg_vi bits = (__builtin_convertvector(n, mg_vi) + 126) << 23;  // 2^(n-1)
   const mg_vf y = u * (mg_vf)bits * 2.0f;
-  return x < lo ? mg_splat(0.0f) : y;
 #endif
+  return x < lo ? mg_splat(0.0f) : y;
 }
 static inline mg_vf mg_exp_v(mg_vf x) {
   const mg_vf hi = mg_splat(88.72283f);
