@@ -1,3 +1,8 @@
+# Fits the tables of src/compile/gelu_avx512.h: Phi(-a) = erfc(a / sqrt 2) / 2 on [0, A] in NI
+# intervals, a degree-D polynomial in t = (a - centre) / width, t in [-1/2, 1/2], on each, by
+# least squares in relative error on Chebyshev nodes (double), rounded to float; prints the
+# coefficient tables (t^0 first) and, on stderr, each interval's max relative error in float
+# Horner. Usage: python3 gelu_fit.py NI D A  (the shipped tables: 16 5 6). Needs numpy.
 import numpy as np, math, sys
 NI=int(sys.argv[1]); D=int(sys.argv[2]); A=float(sys.argv[3])
 w=A/NI
