@@ -5,7 +5,7 @@
 #include "compile/codegen_gemm.h"
 
 #include "core/error.h"
-#include "minigpt/vec_math_avx512_source.h"
+#include "minigpt/gelu_avx512_source.h"
 
 #include <fmt/format.h>
 
@@ -253,9 +253,9 @@ std::string gemm_prelude(GemmIsa isa) {
   switch (isa) {
     case GemmIsa::kAvx512:
       o += "#include <immintrin.h>\n";
-      o += "// vec_math_avx512.h, as compiled into the engine (GELU of the fused epilogue).\n";
+      o += "// gelu_avx512.h (the fused epilogue's GELU: a table of polynomials, not eager's gelu_ps).\n";
       {
-        std::string math = kVecMathAvx512Source;
+        std::string math = kGeluAvx512Source;
         const size_t once = math.find("#pragma once\n");  // a header's guard, not for a main file
         if (once != std::string::npos) math.erase(once, 13);
         o += math;
@@ -265,10 +265,10 @@ std::string gemm_prelude(GemmIsa isa) {
            "  for (int64_t r = 0; r < rows; ++r) {\n"
            "    float* p = y + r * ld;\n"
            "    int64_t c = 0;\n"
-           "    for (; c + 16 <= cols; c += 16) _mm512_storeu_ps(p + c, minigpt::cpu::avx512::gelu_ps(_mm512_loadu_ps(p + c)));\n"
+           "    for (; c + 16 <= cols; c += 16) _mm512_storeu_ps(p + c, mg_gelu_table_ps(_mm512_loadu_ps(p + c)));\n"
            "    if (c < cols) {\n"
            "      const __mmask16 m = (__mmask16)((1u << (cols - c)) - 1u);\n"
-           "      _mm512_mask_storeu_ps(p + c, m, minigpt::cpu::avx512::gelu_ps(_mm512_maskz_loadu_ps(m, p + c)));\n"
+           "      _mm512_mask_storeu_ps(p + c, m, mg_gelu_table_ps(_mm512_maskz_loadu_ps(m, p + c)));\n"
            "    }\n"
            "  }\n"
            "}\n";
