@@ -216,9 +216,9 @@ TEST(CudaModel, MegakernelEveryClusterSizeMatchesTheCpu) {
   expect_forward_matches(model, gpu, 5, 24, 13);
 }
 
-// The decode step's variants (cuda_gpt.cpp): MINIGPT_MEGA_STATE = params | mapped and
-// MINIGPT_MEGA_WAIT = flag | sync do the same arithmetic: bitwise the same logits over a whole
-// context, twice (after reset() positions repeat: stale flags or state would show), with a
+// The decode step's variants (cuda_gpt.cpp): MINIGPT_MEGA_STATE = params | mapped do the same
+// arithmetic: bitwise the same logits over a whole context, twice (after reset() positions
+// repeat: stale state would show), with a
 // replay() between steps changing nothing. MINIGPT_MEGA_SPLITK=0 (sums in k order) gives the
 // forward's row bitwise; the default k-split within 1e-6 of it. All within 1e-5 of the CPU.
 TEST(CudaModel, MegakernelDecodeVariantsAgree) {
@@ -241,31 +241,28 @@ TEST(CudaModel, MegakernelDecodeVariantsAgree) {
   for (const char* split : {"1", "0"}) {
     std::vector<float> first;
     for (const char* state : {"params", "mapped"}) {
-      for (const char* wait : {"flag", "sync"}) {
-        SCOPED_TRACE(std::string("split_k ") + split + ", state " + state + ", wait " + wait);
-        setenv("MINIGPT_MEGA_SPLITK", split, 1);
-        setenv("MINIGPT_MEGA_STATE", state, 1);
-        setenv("MINIGPT_MEGA_WAIT", wait, 1);
-        CudaDecoder dec(gpu);
-        for (const char* name : {"MINIGPT_MEGA_SPLITK", "MINIGPT_MEGA_STATE", "MINIGPT_MEGA_WAIT"}) unsetenv(name);
-        ASSERT_EQ(dec.path(), CudaGPTOptions::Path::Mega);
-        for (int round = 0; round < 2; ++round) {
-          dec.reset();
-          std::vector<float> got;
-          for (size_t t = 0; t < ctx.size(); ++t) {
-            const auto g = dec.step(ctx[t]);
-            got.insert(got.end(), g.begin(), g.end());
-            if (t == 3) dec.replay();  // repeats position 3's step (the same cache row, the same values)
-          }
-          EXPECT_LE(max_abs_diff(got.data(), cpu.data(), got.size()), kLogitTol);
-          const double vs_forward = max_abs_diff(got.data(), rows.data(), got.size());
-          if (split[0] == '0') EXPECT_EQ(got, rows) << "k in order: not the forward's rows bitwise";
-          else EXPECT_LE(vs_forward, 1e-6) << "k split: too far from the forward's rows";
-          if (round == 0 && first.empty())
-            std::printf("decode split_k %s vs the forward's rows: max |diff| %.3g\n", split, vs_forward);
-          if (first.empty()) first = got;
-          else EXPECT_EQ(got, first) << "round " << round;
+      SCOPED_TRACE(std::string("split_k ") + split + ", state " + state);
+      setenv("MINIGPT_MEGA_SPLITK", split, 1);
+      setenv("MINIGPT_MEGA_STATE", state, 1);
+      CudaDecoder dec(gpu);
+      for (const char* name : {"MINIGPT_MEGA_SPLITK", "MINIGPT_MEGA_STATE"}) unsetenv(name);
+      ASSERT_EQ(dec.path(), CudaGPTOptions::Path::Mega);
+      for (int round = 0; round < 2; ++round) {
+        dec.reset();
+        std::vector<float> got;
+        for (size_t t = 0; t < ctx.size(); ++t) {
+          const auto g = dec.step(ctx[t]);
+          got.insert(got.end(), g.begin(), g.end());
+          if (t == 3) dec.replay();  // repeats position 3's step (the same cache row, the same values)
         }
+        EXPECT_LE(max_abs_diff(got.data(), cpu.data(), got.size()), kLogitTol);
+        const double vs_forward = max_abs_diff(got.data(), rows.data(), got.size());
+        if (split[0] == '0') EXPECT_EQ(got, rows) << "k in order: not the forward's rows bitwise";
+        else EXPECT_LE(vs_forward, 1e-6) << "k split: too far from the forward's rows";
+        if (round == 0 && first.empty())
+          std::printf("decode split_k %s vs the forward's rows: max |diff| %.3g\n", split, vs_forward);
+        if (first.empty()) first = got;
+        else EXPECT_EQ(got, first) << "round " << round;
       }
     }
   }

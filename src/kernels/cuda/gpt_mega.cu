@@ -147,19 +147,6 @@ __device__ __forceinline__ long long global_ns() {
   return t;
 }
 
-// ---- the host's completion flag (MegaParams::done) ----
-// Every thread's output stores (logits, probs: global or mapped host memory) made visible at
-// system scope, then one flag per CTA. The host reads the outputs only after it has seen all R.
-__device__ __forceinline__ void signal_done(unsigned* done, int r) {
-  if (!done) return;
-  __threadfence_system();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence_system();
-    *reinterpret_cast<volatile unsigned*>(done + r) = 1u;
-  }
-}
-
 // ---- arithmetic ----
 
 // acc[j] += sum over k in [k0, k1) of a[k] * w[j * ldw + k], in k order (4 output columns at
@@ -293,8 +280,8 @@ __device__ __noinline__ void trace_report(int r, long long t_entry_ns, const Meg
            l, u[0] - prev, u[1] - u[0], u[2] - u[1], u[3] - u[2], u[4] - u[3], u[5] - u[4], u[6] - u[5], u[7] - u[6],
            u[8] - u[7], u[9] - u[8], u[10] - u[9]);
   }
-  if (d.cache)  // no probs: the tail is the logits' stores (mapped host memory) and the done flag
-    printf("TRACE  head: wait %lld lnf+lm %lld logits+done %lld\n", t[60] - t[trace_slot(d.L - 1, 10)],
+  if (d.cache)  // no probs: the tail is the logits' stores (mapped host memory)
+    printf("TRACE  head: wait %lld lnf+lm %lld logits %lld\n", t[60] - t[trace_slot(d.L - 1, 10)],
            t[61] - t[60], t_end - t[61]);
   else
     printf("TRACE  head: wait %lld lnf+lm %lld | probs: stats+push %lld barrier %lld write %lld\n",
@@ -618,7 +605,6 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       p.logits[at] = CUDART_NAN_F;
       if (p.probs) p.probs[at] = CUDART_NAN_F;
     }
-    signal_done(p.done, r);
     for (int g = 0; g <= d.L; ++g) wait_group(bars, g);
     return;
   }
@@ -753,7 +739,6 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       const int m = i / vn, j = i % vn;
       p.logits[static_cast<int64_t>(m) * d.V + n0 + j] = lg[m * S.vc + j];
     }
-    signal_done(p.done, r);
     if constexpr (kTrace) trace_report(r, t_entry_ns, p.dims, R);
     return;  // no cluster access after the last barrier: a CTA may leave
   }
@@ -790,7 +775,6 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       p.probs[at] = expf(v - M) * inv;
     }
   }
-  signal_done(p.done, r);
   if constexpr (kTrace) {
     __syncthreads();
     trace_report(r, t_entry_ns, p.dims, R);

@@ -77,9 +77,8 @@
 //              graph 28.2 us. The gain is from the k-split sums (MegaDims::split_k; with MINIGPT_MEGA_SPLITK=0 the same build
 //              ran step() 42.2, graph 36.1); the token and position as kernel arguments: graph 32.0
 //              -> 30.0 us, step() about even (34.8 -> 33.7 / 35.0: the node update's host cost);
-//              a done flag per CTA that step() spins on: step() no faster (34.3 with sync), graph
-//              1.8 us slower (its system-scope fence, ~3.8k cycles), so off by default
-//              (cuda_gpt.cpp's switches). The forward measured 64.4 us against 63.0 with the
+//              a done flag per CTA that step() spun on: step() no faster (34.3 with sync), graph
+//              1.8 us slower (its system-scope fence, ~3.8k cycles), so removed. The forward measured 64.4 us against 63.0 with the
 //              k-split as a run-time branch (register spills); it is now an instance of its own
 //              (kSplit), not yet measured on the GPU. Decode stages now (R = 8, trace): ~56-61k
 //              cycles: start 5-7.7k; per layer ~11k: ln1 1.05-1.18k, q k v 0.77k (was 1.65k),
@@ -147,10 +146,6 @@ struct MegaParams {
   const float *ln_f_weight = nullptr, *ln_f_bias = nullptr, *lm_head_weight = nullptr, *lm_head_bias = nullptr;
   float* logits = nullptr;  // (B*T, V): device or mapped host memory
   float* probs = nullptr;   // (B*T, V) or null
-  // Mapped host memory, R flags, or null: CTA r sets done[r] = 1 once its logits (and probs) are
-  // visible to the host, so the host can spin on the flags instead of waiting for the stream
-  // (cudaStreamSynchronize's wake-up costs microseconds). The host clears them before a launch.
-  unsigned* done = nullptr;
   // The weights above as every CTA's shared memory holds them (gpt_mega_pack), for the dims and
   // cluster size of the launch: each launch brings them in with a bulk copy per layer.
   const float* image = nullptr;

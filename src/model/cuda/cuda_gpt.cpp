@@ -21,7 +21,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <list>
@@ -514,42 +513,16 @@ void CudaGPT::forward(const int32_t* ids, int64_t B, int64_t T, Tensor& logits, 
 
 // ---- decoder ----
 
-// How the megakernel's decode step gets its state and how step() waits for it, each selectable
-// (environment, read per decoder) so that a variant that measures slower can be turned off
-// (and MINIGPT_MEGA_SPLITK=0: the decode step's sums in k order, as the forward; see mega_dims):
+// How the megakernel's decode step gets its state, selectable (environment, read per decoder)
+// so that the variant can be measured against the other (and MINIGPT_MEGA_SPLITK=0: the decode step's sums in k order, as the forward; see mega_dims):
 //   MINIGPT_MEGA_STATE=params (default): token and position as the kernel's arguments, written
 //     into the graph's kernel node per step (gpt_mega_set_node_params); =mapped: read by the
 //     kernel from mapped host memory (one PCIe round trip at the kernel's start). Measured (H200,
 //     same run): graph alone 30.0 us against 32.0 mapped; step() 33.7 / 35.0 against 34.8 (the
 //     node update's host cost takes back most of the gain).
-//   MINIGPT_MEGA_WAIT=flag: step() spins on per-CTA flags the kernel writes to mapped host
-//     memory after its logits; unset or =sync (default): cudaStreamSynchronize. Measured (H200,
-//     same run, k split, state as arguments): step() 33.7 / 35.0 us with the flags against 34.3
-//     with sync: no faster, as the kernel's system-scope fence before the flag costs about what
-//     the wait saves (graph alone 30.0 against 28.2 us). Kept as an option, tested.
-
-// Spins until the kernel has set all `n` flags (mapped host memory; see MegaParams::done). A
-// failed kernel, or one that ends without setting them, or more than 10 s: Error naming it.
-void wait_for_flags(const volatile unsigned* flags, int n, cudaStream_t stream) {
-  auto all_set = [&] {
-    for (int i = 0; i < n; ++i)
-      if (flags[i] == 0) return false;
-    return true;
-  };
-  for (int spin = 0; spin < (1 << 16); ++spin)  // the usual case: tens of microseconds
-    if (all_set()) return;
-  const auto start = std::chrono::steady_clock::now();
-  while (!all_set()) {
-    const cudaError_t state = cudaStreamQuery(stream);
-    if (state != cudaErrorNotReady) {
-      MINIGPT_CUDA_CHECK(state);  // the kernel failed
-      if (all_set()) return;
-      MINIGPT_FAIL("the CUDA decode step finished without signalling its logits (megakernel done flags)");
-    }
-    MINIGPT_CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10),
-                  "the CUDA decode step did not finish within 10 s");
-  }
-}
+//   step() waits with cudaStreamSynchronize. (Per-CTA done flags in mapped host memory that
+//     step() spun on measured no faster: the kernel's system-scope fence before the flag cost
+//     about what the wait saved; gpt_mega.h has the figures.)
 
 struct CudaDecoder::Impl {
   const CudaGPT::Impl* model;
@@ -561,10 +534,8 @@ struct CudaDecoder::Impl {
   Scratch s;
   std::vector<float*> k_cache, v_cache;  // per layer (capacity, d)
   PinnedBuffer host_state, host_logits;
-  PinnedBuffer host_done;  // the megakernel's done flags (MegaParams::done), one per CTA
   int mega;              // the megakernel's cluster size; 0: the fallback path's kernels
   bool state_in_params;  // MINIGPT_MEGA_STATE (above): the token and position as kernel arguments
-  bool wait_on_flags;    // MINIGPT_MEGA_WAIT: step() spins on host_done
   int32_t id = 0;        // the step's token and position, as the graph's kernel node has them
   int32_t node_pos = 0;
   cuda::MegaDims dims;   // the megakernel's (with mega)
@@ -579,10 +550,8 @@ struct CudaDecoder::Impl {
                   CudaArena::aligned(static_cast<size_t>(capacity * m.config.d_model) * sizeof(float))),
         host_state(2 * sizeof(int32_t)),
         host_logits(static_cast<size_t>(m.config.vocab_size) * sizeof(float)),
-        host_done(16 * sizeof(unsigned)),
         mega(0),
-        state_in_params(!env_is("MINIGPT_MEGA_STATE", "mapped")),
-        wait_on_flags(env_is("MINIGPT_MEGA_WAIT", "flag")) {
+        state_in_params(!env_is("MINIGPT_MEGA_STATE", "mapped")) {
     const CudaGPT::Impl::MegaPlan plan = m.mega_plan(1, 1, true, m.options.mega_cluster);
     mega = plan.cluster;
     dims = plan.dims;
@@ -594,7 +563,6 @@ struct CudaDecoder::Impl {
       v_cache.push_back(arena.floats(capacity * c.d_model, "v cache"));
     }
     std::memset(host_state.ptr, 0, 2 * sizeof(int32_t));
-    std::memset(host_done.ptr, 0, 16 * sizeof(unsigned));
     graph = capture_step();
     if (mega && m.options.mega_cluster == 0) pick_fastest_cluster();
   }
@@ -638,20 +606,18 @@ struct CudaDecoder::Impl {
   }
 
   // The megakernel's arguments for the step: the logits to mapped host memory, the state by value
-  // (state_in_params) or from mapped host memory, the done flags (wait_on_flags).
+  // (state_in_params) or from mapped host memory.
   cuda::MegaParams step_params(const MegaImage* image) const {
     const auto* hs = static_cast<const int32_t*>(host_state.device);
     cuda::MegaParams p = model->mega_params(dims, state_in_params ? nullptr : hs, state_in_params ? nullptr : hs + 1,
                                             k_cache, v_cache, static_cast<float*>(host_logits.device), nullptr, image);
     p.id = id;
     p.position = node_pos;
-    p.done = wait_on_flags ? static_cast<unsigned*>(host_done.device) : nullptr;
     return p;
   }
 
   // Runs one step of token new_id at position `at` and waits for its logits in host_logits.
   void run_step(int32_t new_id, int32_t at) {
-    if (mega && wait_on_flags) std::memset(host_done.ptr, 0, static_cast<size_t>(mega) * sizeof(unsigned));
     if (mega && state_in_params) {
       id = new_id;
       node_pos = at;
@@ -662,10 +628,7 @@ struct CudaDecoder::Impl {
       hs[1] = at;
     }
     graph->replay(stream.s);
-    if (mega && wait_on_flags)
-      wait_for_flags(static_cast<const volatile unsigned*>(host_done.ptr), mega, stream.s);
-    else
-      MINIGPT_CUDA_CHECK(cudaStreamSynchronize(stream.s));
+    MINIGPT_CUDA_CHECK(cudaStreamSynchronize(stream.s));
   }
 
   // host state -> device, one step, device logits -> host: all inside the graph. The megakernel
@@ -725,7 +688,7 @@ std::span<const float> CudaDecoder::step(int32_t id) {
   MINIGPT_CHECK(d.pos < d.capacity,
                 "the context is full: the model's block_size is {} tokens and {} were fed",
                 d.capacity, d.pos);
-  // a replay() may still read host_state or set the done flags
+  // a replay() may still read host_state
   if (d.pending) MINIGPT_CUDA_CHECK(cudaStreamSynchronize(d.stream.s));
   d.pending = false;
   d.run_step(id, static_cast<int32_t>(d.pos));
