@@ -22,19 +22,20 @@ template <class G>
 class GraphsByShape {
  public:
   // The graph for (B, T): the one compiled before, or build() (a std::unique_ptr<G>), which the
-  // guard's miss announces on stderr (unless quiet) as the model `label`'s.
+  // guard's miss announces on stderr (unless quiet) as the model `label`'s, naming the shape of
+  // the call before.
   template <class Build>
   G& get(int64_t B, int64_t T, std::string_view label, bool quiet, Build&& build) {
-    if (const auto it = graphs_.find({B, T}); it != graphs_.end()) return *it->second;
+    const std::pair<int64_t, int64_t> before = last_;
+    last_ = {B, T};
+    if (const auto it = graphs_.find(last_); it != graphs_.end()) return *it->second;
     if (!quiet && compiles_ > 0)
       fmt::print(stderr, "minigpt compile: shape guard failed: {} compiled for (B={}, T={}), called with (B={}, T={}); compiling anew\n",
-                 label, last_.first, last_.second, B, T);
+                 label, before.first, before.second, B, T);
     std::unique_ptr<G> g = build();
     ++compiles_;
-    return *graphs_.emplace(std::make_pair(B, T), std::move(g)).first->second;
+    return *graphs_.emplace(last_, std::move(g)).first->second;
   }
-  // The shape of the latest call (the guard's message names it).
-  void called(int64_t B, int64_t T) { last_ = {B, T}; }
   int compiles() const { return compiles_; }
 
  private:

@@ -257,7 +257,6 @@ void CompiledModel::forward(const int32_t* ids, int64_t B, int64_t T, Tensor& lo
   prepare_forward(model_->config(), ids, B, T, logits, probs);
   if (B == 0) return;  // empty batch: no kernel runs
   CompiledGraph& g = graph_for(B, T);
-  graphs_.called(B, T);
   const void* in[] = {ids};
   float* out[] = {logits.data(), probs.data()};
   g.run(in, out, pool);
