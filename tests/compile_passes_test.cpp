@@ -172,12 +172,18 @@ TEST(CompilePasses, MatmulPrologueFoldsLayerNormsAndAttentionsIntoTheirGemms) {
   EXPECT_EQ(s.kernels[0].kind, KernelKind::PrologueMatmul) << print_schedule(s);
   EXPECT_EQ(s.kernels[0].writes.size(), 2u) << "the residual stream and the qkv";
   // the decode step's attention reads the KV caches at a runtime position: left alone
-  for (const Kernel& k : schedule(run_passes(capture_gpt_decode(c), opt)).kernels)
-    if (k.name.find("attention") != std::string::npos) EXPECT_EQ(k.kind, KernelKind::Attention) << k.name;
+  for (const Kernel& k : schedule(run_passes(capture_gpt_decode(c), opt)).kernels) {
+    if (k.name.find("attention") != std::string::npos) {
+      EXPECT_EQ(k.kind, KernelKind::Attention) << k.name;
+    }
+  }
   // each kind on its own switch
   opt.attention_prologue = false;
-  for (const Kernel& k : schedule(run_passes(capture_gpt(c, 1, 4), opt)).kernels)
-    if (k.name.find("attention") != std::string::npos) EXPECT_EQ(k.kind, KernelKind::Attention) << k.name;
+  for (const Kernel& k : schedule(run_passes(capture_gpt(c, 1, 4), opt)).kernels) {
+    if (k.name.find("attention") != std::string::npos) {
+      EXPECT_EQ(k.kind, KernelKind::Attention) << k.name;
+    }
+  }
   opt.matmul_prologue = false;
   opt.attention_prologue = true;
   for (const Kernel& k : schedule(run_passes(capture_gpt(c, 1, 4), opt)).kernels)

@@ -17,11 +17,11 @@
 // chain in increasing k (with ksplit = S > 1: S chains, chain s over k = s, s + S, ...,
 // added as ((c_0 + c_1) + c_2) ...), then s + b[n], then + residual(m, n) or GELU(s). With
 // ksplit = 1 this is cpu::gemm_avx512's order exactly (its forward on N >= 4 rows), so the
-// AVX-512 result equals linear_forward_packed's bit for bit; GELU is vec_math_avx512.h's
-// gelu_ps (embedded), as eager's fused epilogue, applied by one shared function over each tile
-// right after its store (mg_gelu_rows: the same float in, so the same result as on the register,
-// and one copy of the GELU code instead of one per accumulator). The AVX2 and scalar variants
-// use the same order; their GELU is the scalar erf form of gelu.cpp's fallback.
+// AVX-512 result equals linear_forward_packed's bit for bit before the GELU. The AVX-512 GELU is
+// gelu_avx512.h's mg_gelu_table_ps (embedded; 6 ulp from the exact GELU where eager's gelu_ps
+// is 7.9, the same function but not the same bits), applied by one shared function over each tile right after its
+// store (mg_gelu_rows: one copy of the GELU code instead of one per accumulator). The AVX2 and
+// scalar variants use the same order; their GELU is the scalar erf form of gelu.cpp's fallback.
 //
 // What it does not do: choose among variants (autotune.h), compile (jit.h), or run threads
 // itself (the caller splits [0, tasks), or generate_gemm_parallel's wrapper does).
@@ -101,7 +101,7 @@ struct GeneratedGemm {
 };
 
 // The includes and helpers every generated GEMM of this ISA needs, once per translation unit
-// (AVX-512: <immintrin.h> and vec_math_avx512.h's text, embedded at configure time).
+// (AVX-512: <immintrin.h> and gelu_avx512.h's text, embedded at configure time).
 std::string gemm_prelude(GemmIsa isa);
 
 // The entry point generated is
