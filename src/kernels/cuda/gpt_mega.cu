@@ -116,9 +116,10 @@ __device__ __forceinline__ void push4(float* local, float4 v, int R) {
                  "f"(v.y), "f"(v.z), "f"(v.w)
                  : "memory");
 }
-__device__ __forceinline__ void push1(float* local, float v, int R) {
-  for (int q = 0; q < R; ++q)
-    asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(shared_addr_in(local, q)), "f"(v) : "memory");
+// v into the slot `local` names in CTA `rank` only (8-byte aligned).
+__device__ __forceinline__ void store_remote2(float* local, float2 v, unsigned rank) {
+  asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};\n" ::"r"(shared_addr_in(local, rank)), "f"(v.x), "f"(v.y)
+               : "memory");
 }
 __device__ __forceinline__ void cluster_sync_all() {
   cluster_arrive();
@@ -742,33 +743,42 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     if constexpr (kTrace) trace_report(r, t_entry_ns, p.dims, R);
     return;  // no cluster access after the last barrier: a CTA may leave
   }
-  // softmax over the whole row: each CTA's (max, sum of exp) of its columns to every CTA, then
-  // combined in rank order. A NaN logit makes its sum, so the row, NaN.
+  // softmax over the whole row, a half-warp per row (rows r0 + 2 warp + half, the 32 rows of a
+  // (2, 16) forward in one pass of the CTA's 32 half-warps; the loop is uniform over a warp for
+  // the shuffles: a half without a row works on row 0 and discards it). Stats: each lane's max
+  // and sum of exp over columns sub, sub + 16, ... in order, combined by a 16-lane butterfly
+  // (every lane ends with the same value: a + b == b + a); lane q pushes the pair to CTA q (one
+  // remote store per lane, all at once). After the barrier lane q reads CTA q's pair: M by a
+  // max butterfly (exact), the total of s_q exp(m_q - M) by a sum butterfly: a fixed order for
+  // a given R (the pairs of CTAs past R are (-inf, 0): a term of +0). A NaN logit makes its
+  // sum, so the row, NaN (fmaxf skips it, the exp does not).
   float* stats = sm + S.stats;
-  const int lane = tid & 31;
-  for (int m = tid >> 5; m < N; m += kWarps) {
+  const int sub = tid & 15;
+  for (int pair = 2 * (tid >> 5); pair < N; pair += 2 * kWarps) {
+    const int m = pair + ((tid >> 4) & 1), mr = m < N ? m : 0;
+    const float* row = lg + mr * S.vc;
     float mx = -CUDART_INF_F;
-    for (int j = lane; j < vn; j += 32) mx = fmaxf(mx, lg[m * S.vc + j]);
-    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    for (int j = sub; j < vn; j += 16) mx = fmaxf(mx, row[j]);
+    for (int off = 8; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
     float sum = 0.0f;
-    for (int j = lane; j < vn; j += 32) sum += expf(lg[m * S.vc + j] - mx);
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    if (lane == 0) push1(stats + (r * N + m) * 2, mx, R);
-    if (lane == 1) push1(stats + (r * N + m) * 2 + 1, sum, R);
+    for (int j = sub; j < vn; j += 16) sum += expf(row[j] - mx);
+    for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (m < N && sub < R) store_remote2(stats + (r * N + m) * 2, make_float2(mx, sum), sub);
   }
   stamp<kTrace>(r, 62);
   cluster_sync_all();
   stamp<kTrace>(r, 63);
-  for (int m = tid >> 5; m < N; m += kWarps) {
-    float M = -CUDART_INF_F;
-    for (int q = 0; q < R; ++q) M = fmaxf(M, stats[(q * N + m) * 2]);
-    float total = 0.0f;
-    for (int q = 0; q < R; ++q) {
-      const float mq = stats[(q * N + m) * 2], sq = stats[(q * N + m) * 2 + 1];
-      total += mq == -CUDART_INF_F ? 0.0f * sq : sq * expf(mq - M);  // a CTA without columns: 0
-    }
+  for (int pair = 2 * (tid >> 5); pair < N; pair += 2 * kWarps) {
+    const int m = pair + ((tid >> 4) & 1), mr = m < N ? m : 0;
+    const float2 st = sub < R ? *reinterpret_cast<const float2*>(stats + (sub * N + mr) * 2)
+                              : make_float2(-CUDART_INF_F, 0.0f);
+    float M = st.x;
+    for (int off = 8; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+    float total = st.x == -CUDART_INF_F ? 0.0f * st.y : st.y * expf(st.x - M);  // a CTA without columns: 0
+    for (int off = 8; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
+    if (m >= N) continue;
     const float inv = 1.0f / total;
-    for (int j = lane; j < vn; j += 32) {
+    for (int j = sub; j < vn; j += 16) {
       const int64_t at = static_cast<int64_t>(m) * d.V + n0 + j;
       const float v = lg[m * S.vc + j];
       p.logits[at] = v;
