@@ -116,12 +116,6 @@ __device__ __forceinline__ void push4(float* local, float4 v, int R) {
                  "f"(v.y), "f"(v.z), "f"(v.w)
                  : "memory");
 }
-// v into the slot `local` names in CTA `rank` only (16-byte aligned).
-__device__ __forceinline__ void store_remote4(float* local, float4 v, unsigned rank) {
-  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(shared_addr_in(local, rank)), "f"(v.x),
-               "f"(v.y), "f"(v.z), "f"(v.w)
-               : "memory");
-}
 // v into the slot `local` names in CTA `rank` only (8-byte aligned).
 __device__ __forceinline__ void store_remote2(float* local, float2 v, unsigned rank) {
   asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};\n" ::"r"(shared_addr_in(local, rank)), "f"(v.x), "f"(v.y)
@@ -553,42 +547,15 @@ __device__ __forceinline__ void gemm_stage(const Ctx& c, const float* a, int lda
 
 __device__ __forceinline__ float4 add4(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
 
-// The block rows x cols (cols a multiple of 4) at `local` (row stride ld), just written by this
-// CTA (a __syncthreads before), into the same slots of every other CTA: the R - 1 copies' float4
-// stores spread over all the CTA's threads, a destination's block contiguous over the lanes.
-// The forward's pushes of h and x: a stage's outputs are few threads' work (fc1: N x F/R
-// outputs, 4 per thread, 128 threads at R = 16; fc2: 32 threads), and each of those threads
-// storing its float4 to all R CTAs in turn (push4) left the remote stores to a quarter of the
-// warps or fewer.
-__device__ __forceinline__ void broadcast_block(float* local, int ld, int rows, int cols, int r, int R) {
-  const int g = cols / 4, per = rows * g, n = per * (R - 1);
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    const int q = i / per, e = i - q * per, m = e / g, c0 = (e - m * g) * 4;
-    float* slot = local + m * ld + c0;
-    store_remote4(slot, *reinterpret_cast<const float4*>(slot), static_cast<unsigned>(q < r ? q : q + 1));
-  }
-}
-
-// The residual x (N x C+4) += y for this CTA's columns, pushed to every CTA: the forward
-// (kSplit false) writes its columns here and then broadcasts them with all threads
-// (broadcast_block); the decode step (one row: 4 float4 per CTA) pushes each from the thread
-// that computed it.
+// The residual x (N x C+4) += y for this CTA's columns, pushed to every CTA.
 template <bool kSplit>
 __device__ __forceinline__ void residual_stage(const Ctx& c, const float* a, int lda, int K, const float* w, int ldw, const float* bias) {
   float* x = c.sm + c.S.x;
   const int n0 = c.r * c.S.pc, R = c.S.R, sC = c.S.sC;
   gemm_stage<kSplit>(c, a, lda, K, w, ldw, bias, c.S.pc, [&](int m, int j0, float4 v) {
     float* slot = x + m * sC + n0 + j0;
-    const float4 y = add4(v, *reinterpret_cast<const float4*>(slot));  // (sum + b) + x, as the CPU
-    if constexpr (kSplit)
-      push4(slot, y, R);
-    else
-      *reinterpret_cast<float4*>(slot) = y;
+    push4(slot, add4(v, *reinterpret_cast<const float4*>(slot)), R);  // (sum + b) + x, as the CPU
   });
-  if constexpr (!kSplit) {
-    __syncthreads();
-    broadcast_block(x + n0, sC, c.S.N, c.S.pc, c.r, R);
-  }
 }
 
 // K: the model's C, H, F as compile-time constants (gpt_mega_kernel<Fixed<64, 4, 256>>, the
@@ -727,16 +694,8 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     stamp<kTrace>(r, trace_slot(l, 6));
     const int f0 = r * S.fc;
     gemm_stage<kSplit>(c, ln, S.sC, C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
-      const float4 g = make_float4(gelu_erf(v.x), gelu_erf(v.y), gelu_erf(v.z), gelu_erf(v.w));
-      if constexpr (kSplit)
-        push4(h + m * S.sF + f0 + j0, g, R);
-      else
-        *reinterpret_cast<float4*>(h + m * S.sF + f0 + j0) = g;  // pushed below by all threads
+      push4(h + m * S.sF + f0 + j0, make_float4(gelu_erf(v.x), gelu_erf(v.y), gelu_erf(v.z), gelu_erf(v.w)), R);
     });
-    if constexpr (!kSplit) {
-      __syncthreads();
-      broadcast_block(h + f0, S.sF, N, S.fc, r, R);
-    }
     stamp<kTrace>(r, trace_slot(l, 7));
     cluster_sync_all();
     stamp<kTrace>(r, trace_slot(l, 8));
