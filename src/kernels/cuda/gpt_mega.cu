@@ -31,6 +31,9 @@ using detail::cluster_wait;
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 constexpr int kSlice = 64;  // long sums (k > 64) run as k-slices of 64, added in slice order
+// fc2 by k (MegaLayout::fc2k, the forward): k-slices of 16, each CTA's h columns a whole number
+// of them, whatever R, so the logits stay the same bitwise at every cluster size
+constexpr int kFc2Slice = 16;
 
 __host__ __device__ constexpr int round4(int n) { return (n + 3) / 4 * 4; }
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -38,11 +41,20 @@ __host__ __device__ constexpr int max3(int a, int b, int c) { return a > b ? (a 
 
 // Offsets (floats) of every shared-memory region; the same on host and device.
 struct MegaLayout {
-  int R, N, dh, sC, sF, sd, pc, fc, vc, ns, kv_rows, kv_layers;
+  int R, N, dh, sC, sF, sd, pc, fc, vc, ns, ns2, kv_rows, kv_layers;
+  // fc2 by k (every launch without split_k whose fc is a multiple of kFc2Slice): each CTA
+  // multiplies only its own fc columns of h (fc1's outputs: never pushed) by the matching
+  // columns of fc2.weight, and pushes each 16-k slice's partial of every output to the CTA that
+  // owns the output's column (pc columns each); the owner adds the F/16 partials in slice order,
+  // the bias and x, and pushes x as before. Pushed per CTA and layer (shipped model, (2, 16),
+  // R = 16): N x C floats of partials instead of N x F of h (8 KB, not 32 KB: the remote stores'
+  // bandwidth, ~8 bytes per cycle, was most of the stage). Else fc2 by columns: h (N x F) pushed
+  // to every CTA, each computes its pc columns over all of k (kSlice slices).
+  bool fc2k;
   // per layer, relative to layer l's base = l * layer
   int ln1w, ln1b, ln2w, ln2b, qkv, qkvb, proj, projb, fc1, fc1b, fc2, fc2b, layer;
   // absolute (head: where the head's regions start)
-  int head, lnfw, lnfb, lm, lmb, x, att, ln, h, part, pp, lg, stats, q, kv, sc, bars, ids, total;
+  int head, lnfw, lnfb, lm, lmb, x, att, ln, h, part, p2, pp, lg, stats, q, kv, sc, bars, ids, total;
 
   __host__ __device__ MegaLayout(const MegaDims& d, int r) {
     R = r;
@@ -54,7 +66,9 @@ struct MegaLayout {
     pc = d.C / R;                        // proj and fc2 columns per CTA
     fc = d.F / R;                        // fc1 columns per CTA
     vc = round4(ceil_div(d.V, R));       // lm_head columns per CTA (the last ones may have fewer)
-    ns = ceil_div(d.F, kSlice);          // fc2's k-slices
+    ns = ceil_div(d.F, kSlice);          // fc2's k-slices (by columns)
+    fc2k = !d.split_k && fc % kFc2Slice == 0;
+    ns2 = d.F / kFc2Slice;               // fc2's k-slices (by k)
     kv_rows = d.cache ? d.capacity : d.T;  // keys an item sees
     kv_layers = d.cache ? d.L : 1;         // decode: every layer's earlier k, v loaded at the start
     int o = 0;
@@ -66,13 +80,16 @@ struct MegaLayout {
     proj = d.head_proj ? take(d.C * sd) : take(pc * sC);
     projb = d.head_proj ? take(d.C) : take(pc);
     fc1 = take(fc * sC); fc1b = take(fc);
-    fc2 = take(pc * sF); fc2b = take(pc);
+    // fc2 by k: all C rows of fc2.weight, this CTA's fc columns of each (rows padded to fc + 4);
+    // by columns: its pc rows, all of k
+    fc2 = fc2k ? take(d.C * (fc + 4)) : take(pc * sF); fc2b = take(pc);
     layer = o;
     o = d.L * layer;
     head = o;
     lnfw = take(d.C); lnfb = take(d.C); lm = take(vc * sC); lmb = take(vc);
     x = take(N * sC); att = take(N * sC); ln = take(N * sC); h = take(N * sF);
     part = take(N * max3(pc * ns, fc * ceil_div(d.C, kSlice), pc * ceil_div(d.C, kSlice)));
+    p2 = take(fc2k ? ns2 * N * pc : 0);  // fc2 by k: the partials of this CTA's columns (slice, N, pc)
     pp = take(d.head_proj ? d.H * N * sC : 0);  // proj by heads: each head's partial (H, N, C+4)
     lg = take(N * vc);
     stats = take(2 * R * N);
@@ -119,6 +136,12 @@ __device__ __forceinline__ void push4(float* local, float4 v, int R) {
 // v into the slot `local` names in CTA `rank` only (8-byte aligned).
 __device__ __forceinline__ void store_remote2(float* local, float2 v, unsigned rank) {
   asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};\n" ::"r"(shared_addr_in(local, rank)), "f"(v.x), "f"(v.y)
+               : "memory");
+}
+// v into the slot `local` names in CTA `rank` only (16-byte aligned).
+__device__ __forceinline__ void store_remote4(float* local, float4 v, unsigned rank) {
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(shared_addr_in(local, rank)), "f"(v.x),
+               "f"(v.y), "f"(v.z), "f"(v.w)
                : "memory");
 }
 __device__ __forceinline__ void cluster_sync_all() {
@@ -353,7 +376,10 @@ __device__ void pack_group(const MegaParams& p, const MegaLayout& S, int r, int 
   }
   cp.rows(base + S.fc1, S.sC, w.fc1_weight + static_cast<int64_t>(r * S.fc) * C, C, S.fc, C);
   cp.vec(base + S.fc1b, w.fc1_bias + r * S.fc, S.fc);
-  cp.rows(base + S.fc2, S.sF, w.fc2_weight + static_cast<int64_t>(r * S.pc) * F, F, S.pc, F);
+  if (S.fc2k)
+    cp.rows(base + S.fc2, S.fc + 4, w.fc2_weight + r * S.fc, F, C, S.fc);
+  else
+    cp.rows(base + S.fc2, S.sF, w.fc2_weight + static_cast<int64_t>(r * S.pc) * F, F, S.pc, F);
   cp.vec(base + S.fc2b, w.fc2_bias + r * S.pc, S.pc);
 }
 
@@ -558,6 +584,42 @@ __device__ __forceinline__ void residual_stage(const Ctx& c, const float* a, int
   });
 }
 
+// fc2 by k (MegaLayout::fc2k), first half: for each 16-k slice of this CTA's columns of h
+// (f0 = r fc, written here by fc1) and each output (row m, 4 columns n0..n0+3), the slice's sum
+// in k order from 0, pushed to the CTA owning those columns (n0 / pc) at p2[(slice, m, n0 % pc)].
+// Rows run fastest over the lanes (one fc2.weight address per warp: a broadcast), as gemm_stage.
+__device__ __forceinline__ void fc2_partials(const Ctx& c, const float* h, const float* w) {
+  const MegaLayout& S = c.S;
+  const int N = S.N, g = c.d.C / 4, sl = S.fc / kFc2Slice, f0 = c.r * S.fc, ldw = S.fc + 4;
+  float* p2 = c.sm + S.p2;
+  for (int s = 0; s < sl; ++s) {
+    float* dst = p2 + (f0 / kFc2Slice + s) * N * S.pc;
+    for (int u = threadIdx.x; u < N * g; u += kThreads) {
+      const int m = u % N, n0 = (u / N) * 4;
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      dot4(h + m * S.sF + f0, w + n0 * ldw, ldw, s * kFc2Slice, (s + 1) * kFc2Slice, acc);
+      store_remote4(dst + m * S.pc + n0 % S.pc, make_float4(acc[0], acc[1], acc[2], acc[3]),
+                    static_cast<unsigned>(n0 / S.pc));
+    }
+  }
+}
+// Second half, after a cluster barrier: this CTA's pc columns of x += (the F/16 partials added in
+// slice order) + b, pushed to every CTA: (sum + b) + x, as residual_stage.
+__device__ __forceinline__ void fc2_finish(const Ctx& c, const float* bias) {
+  const MegaLayout& S = c.S;
+  const int N = S.N, pc = S.pc, n0 = c.r * pc;
+  const float* p2 = c.sm + S.p2;
+  float* x = c.sm + S.x;
+  for (int u = threadIdx.x; u < N * (pc / 4); u += kThreads) {
+    const int m = u % N, j0 = (u / N) * 4;
+    float4 v = {0.f, 0.f, 0.f, 0.f};
+    for (int s = 0; s < S.ns2; ++s) v = add4(v, *reinterpret_cast<const float4*>(p2 + (s * N + m) * pc + j0));
+    float* slot = x + m * S.sC + n0 + j0;
+    const float4 y = make_float4(v.x + bias[j0], v.y + bias[j0 + 1], v.z + bias[j0 + 2], v.w + bias[j0 + 3]);
+    push4(slot, add4(y, *reinterpret_cast<const float4*>(slot)), S.R);
+  }
+}
+
 // K: the model's C, H, F as compile-time constants (gpt_mega_kernel<Fixed<64, 4, 256>>, the
 // shipped architecture: the layout's offsets and every index fold to constants, no run-time
 // divisions by them) or Fixed<0, 0, 0>, the generic kernel reading them from p.dims. kSplit: the
@@ -693,13 +755,29 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     __syncthreads();
     stamp<kTrace>(r, trace_slot(l, 6));
     const int f0 = r * S.fc;
+    // fc2 by k: h stays here (see MegaLayout). Known at compile time for the shipped F (F / R a
+    // multiple of 16 for every R <= 16): one fc2 path in the code, no register spill (with both
+    // as a run-time branch ptxas spilled 32 bytes)
+    constexpr bool kFc2kAlways = K::F > 0 && K::F % (16 * kFc2Slice) == 0;
+    const bool fc2k = !kSplit && (kFc2kAlways || S.fc2k);
     gemm_stage<kSplit>(c, ln, S.sC, C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
-      push4(h + m * S.sF + f0 + j0, make_float4(gelu_erf(v.x), gelu_erf(v.y), gelu_erf(v.z), gelu_erf(v.w)), R);
+      const float4 g = make_float4(gelu_erf(v.x), gelu_erf(v.y), gelu_erf(v.z), gelu_erf(v.w));
+      if (fc2k)
+        *reinterpret_cast<float4*>(h + m * S.sF + f0 + j0) = g;
+      else
+        push4(h + m * S.sF + f0 + j0, g, R);
     });
+    if (fc2k) {
+      __syncthreads();
+      fc2_partials(c, h, base + S.fc2);
+    }
     stamp<kTrace>(r, trace_slot(l, 7));
     cluster_sync_all();
     stamp<kTrace>(r, trace_slot(l, 8));
-    residual_stage<kSplit>(c, h, S.sF, d.F, base + S.fc2, S.sF, base + S.fc2b);
+    if (fc2k)
+      fc2_finish(c, base + S.fc2b);
+    else
+      residual_stage<kSplit>(c, h, S.sF, d.F, base + S.fc2, S.sF, base + S.fc2b);
     stamp<kTrace>(r, trace_slot(l, 9));
     cluster_sync_all();
     stamp<kTrace>(r, trace_slot(l, 10));
