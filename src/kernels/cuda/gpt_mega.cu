@@ -3,9 +3,11 @@
 // that 16-byte reads of 8 consecutive rows hit distinct banks):
 //   per layer: ln1/ln2 weights and biases (4C), this CTA's head's q, k, v rows of qkv.weight
 //   (3dh x C+4) and bias, its proj / fc1 / fc2 rows (as nn.Linear: output columns are weight
-//   rows, contiguous in global memory) and biases; the head: ln_f, its lm_head rows and bias;
+//   rows, contiguous in global memory; fc2 by k: all C rows, its F/R columns of each) and
+//   biases; the head: ln_f, its lm_head rows and bias;
 //   (everything up to here, floats [0, x), is the CTA's part of the weight image: gpt_mega_pack)
-//   activations: x, att, ln (N x C+4), h (N x F+4), fc2's slice partials, its logits (N x vc),
+//   activations: x, att, ln (N x C+4), h (N x F+4), the GEMMs' slice partials, fc2 by k's
+//   partials of this CTA's columns from every CTA (p2), its logits (N x vc),
 //   the softmax pairs of every CTA, and one attention item's q, k, v, scores; an mbarrier per
 //   weight group; the token ids. Also here: gpt_mega_pack's kernel, and the stage timestamps
 //   (diagnostics) the figures in gpt_mega.h come from.
@@ -771,7 +773,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       __syncthreads();
       fc2_partials(c, h, base + S.fc2);
     }
-    stamp<kTrace>(r, trace_slot(l, 7));
+    stamp<kTrace>(r, trace_slot(l, 7));  // the trace's "fc1": with fc2 by k, fc1 + the partials
     cluster_sync_all();
     stamp<kTrace>(r, trace_slot(l, 8));
     if (fc2k)

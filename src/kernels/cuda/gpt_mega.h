@@ -15,17 +15,23 @@
 //              B  proj, CTA r's C/R columns: x += att proj^T + b, pushed to every CTA  | barrier
 //                 (head_proj: A pushes each head's partial of proj instead, and every CTA adds
 //                 them up locally: no barrier)
-//              C  ln2 (all rows, locally) + fc1 + GELU, r's F/R columns, pushed          | barrier
-//              D  fc2, r's C/R columns (k in slices of 64 summed in order): x += ..., pushed
-//                                                                                      | barrier
-//   head       ln_f (locally) + lm_head, r's vocabulary columns -> logits; with probs: each
-//              CTA's per-row (max, sum of exp) pushed to every CTA | barrier, combined in rank
-//              order, probs written.
+//              C  ln2 (all rows, locally) + fc1 + GELU, r's F/R columns of h, kept locally;
+//                 fc2 by k: r's h columns times fc2.weight's, a partial of every output per
+//                 16-k slice, each pushed to the CTA owning the output's column         | barrier
+//              D  r's C/R columns: x += (the F/16 partials in slice order) + b, pushed    | barrier
+//                 (the decode step, split_k: h pushed to every CTA in C, and D computes r's
+//                 columns over all of k, k in slices of 64 summed in order)
+//   head       ln_f (locally) + lm_head, r's vocabulary columns -> logits; with probs: a
+//              half-warp per row, each CTA's per-row (max, sum of exp), lane q pushing it to CTA
+//              q | barrier, lane q reading CTA q's pair, combined by butterflies, probs written.
 //
-// Numerics: sums over k in float in k order (fc2: four k-slices of 64 added in order, as the
-// whole-layer kernels), LayerNorm statistics in double (layernorm.cuh), exact-erf GELU: logits
-// within ~1e-5 of the CPU engine; the work split (R) changes who computes a value, never how, so
-// logits are the same bitwise for every cluster size. The decode step (MegaDims::split_k) splits
+// Numerics: sums over k in float in k order (fc2: by k, sixteen k-slices of 16 added in slice
+// order; the whole-layer kernels add four slices of 64), LayerNorm statistics in double
+// (layernorm.cuh), exact-erf GELU: logits within ~1e-5 of the CPU engine; the work split (R)
+// changes who computes a value, never how (fc2's slices are 16 wide at every R), so logits are
+// the same bitwise for every cluster size. The probs' row total is a 16-lane butterfly of the
+// CTAs' terms, itself of the lanes' sums (a fixed order for each R; not bitwise across R, as
+// the CTAs' column ranges change with R). The decode step (MegaDims::split_k) splits
 // each sum over k across 8 or 32 lanes (partials added by a shuffle butterfly: one row has too
 // few outputs to keep the CTA busy, and a 64-long chain of dependent FMAs per thread was most of
 // a layer's time): within 1e-6 of the forward's row, not bitwise; without split_k
@@ -88,11 +94,33 @@
 //              hundred). Forward probs phase, broken down: stats + push 4.6k, barrier 1.1k, the
 //              combine and the stores 7.5k (logits now stored there, coalesced, not before the
 //              barrier).
-// Open (largest first): the forward's probs phase (13.4k cycles for ~2.5k FMAs' worth of work:
-// the combine runs R = 16 dependent expf per row, and each warp does two rows in turn; try a
-// lane per CTA's pair and a shuffle reduction, __expf where the tolerance allows); pushing h
-// (N x F replicated to every CTA, ~8 bytes per cycle of remote stores: a slice-major h moved by
-// bulk copies shared::cta -> shared::cluster, or fc2 split by k); decode's LayerNorms (~1k
+//   forward    (one run, `minigpt bench model --device cuda --no-peers --runs 300`, 3 rounds
+//              alternating base / probs only / both; R = 16) forward graph 62.3 / 62.9 / 62.6 ->
+//              58.3 / 58.0 / 58.0 -> 50.5 / 49.7 / 49.8 us; 100 replays back to back, per
+//              replay, 60.6 -> 56.3 -> 47.9 us; host API 100 -> 95 us; decode unchanged (graph
+//              28.0 -> 28.3 us). Trace: ~118k -> ~93k cycles (wall 59.7 -> 47.1 us). The probs
+//              phase, a half-warp per row (pairs pushed and read a lane per CTA, butterflies):
+//              stats + push 4.8k -> 1.1k, barrier 1.2k -> 1.5k, combine + stores 7.1k -> 2.2k.
+//              fc2 by k: fc1 + GELU + push h 5.5-5.9k -> fc1 + fc2 partials + push 3.2k, the
+//              barrier after it 1.8-2.1k -> 1.3-1.5k, fc2 2.3k -> 1.0k (the owners' sums + the
+//              x push). Shipped model vs the CPU: 6.7e-6 (was 8.6e-6). Tried and reverted:
+//              writing h and x locally and pushing them with all 512 threads (not each output's
+//              thread to all R CTAs): 1-1.5k cycles per layer SLOWER (the remote stores'
+//              bandwidth is the limit, not the threads issuing them).
+//              Stages now (R = 16, ~93k cycles): start 5.3k; per layer ~21k: ln1 1.1k, q k v
+//              1.7-1.9k, attention 2.7-2.9k, push 1.1k, barrier + proj + barrier 3.9k, ln2 1.3k,
+//              fc1 + fc2 partials 3.2k, barrier 1.3-1.5k, fc2 sums + x push 1.0k, barrier 1.5k;
+//              head: ln_f + lm_head 4.1k, probs 4.8k (stats + push 1.1k, barrier 1.5k, rest 2.2k).
+//              fc2 by k costs shared memory: its partials (F/16 x N x C/R floats) and fc2's
+//              rows padded to F/R + 4: the shipped model at N = 32 needs 197 KB at R = 16 (was
+//              185), the small test model by heads no longer fits at R = 4 (258 KB).
+// Open (largest first): the barriers (~1.3-1.6k cycles each, 4 per layer + 1: ~25k of the
+// ~93k), and the LayerNorms (9 per forward, 1.1-1.3k each: double statistics, one half-warp
+// per row); the attention stage (T = 16: 8 items on 8 of the 16 CTAs); ln_f + lm_head 4.1k
+// (lm_head: 320 of 512 threads, ~1.3k of shared-memory wavefronts at least); the start 5.3k
+// (ids from global memory before the weight copies are issued; wte/wpe rows after them); the
+// att and x pushes (8 KB each per CTA and stage); p2 could share att's region at R = 16 (att is
+// dead by then: 8 KB less); decode's LayerNorms (~1k
 // cycles each, 9 per step: one half-warp, double shuffles, division and square root) and its
 // attention (2-2.9k: one warp, scores a lane per key); the decode start (5-7.7k: the earlier
 // k, v of every layer loaded before layer 0; load a layer's rows behind the previous layer).
