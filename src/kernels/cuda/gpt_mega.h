@@ -97,8 +97,10 @@
 //   forward    (one run, `minigpt bench model --device cuda --no-peers --runs 300`, 3 rounds
 //              alternating base / probs only / both; R = 16) forward graph 62.3 / 62.9 / 62.6 ->
 //              58.3 / 58.0 / 58.0 -> 50.5 / 49.7 / 49.8 us; 100 replays back to back, per
-//              replay, 60.6 -> 56.3 -> 47.9 us; host API 100 -> 95 us; decode unchanged (graph
-//              28.0 -> 28.3 us). Trace: ~118k -> ~93k cycles (wall 59.7 -> 47.1 us). The probs
+//              replay, 60.6 -> 56.3 -> 47.9 us; host API 100 -> 94 us. The decode step's code
+//              is unchanged, yet its graph measured 0.3-0.6 us slower in the same run (8 heads
+//              27.9-28.4 -> 28.3-28.8 us, 8 columns 29.1-29.3 -> 29.7-29.9; probs only: in
+//              between): not explained (the layout's new fields? code placement?). Trace: ~118k -> ~93k cycles (wall 59.7 -> 47.1 us). The probs
 //              phase, a half-warp per row (pairs pushed and read a lane per CTA, butterflies):
 //              stats + push 4.8k -> 1.1k, barrier 1.2k -> 1.5k, combine + stores 7.1k -> 2.2k.
 //              fc2 by k: fc1 + GELU + push h 5.5-5.9k -> fc1 + fc2 partials + push 3.2k, the
