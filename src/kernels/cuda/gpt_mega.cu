@@ -782,6 +782,326 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
 }
 
 
+// ---- the device-resident decode loop (gpt_mega_generate, gpt_mega.h) ----
+//
+// One launch of the decode step's cluster feeds the last prompt token and then every token it
+// chooses itself: the weights come into shared memory once for all the tokens, the new k, v rows
+// stay in shared memory (and go to the cache for later step() calls), and each token is chosen by
+// every CTA redundantly (the same arithmetic on the same values: the same token), so the next
+// step starts without any host round trip. A step is gpt_mega_kernel's decode step (the same
+// stage functions, k split), then the choice:
+//   1. every CTA ranks its own vocabulary columns' logits (a thread per column, counting the
+//      columns that come first: larger, or equal with a lower id) and pushes its first kk (kk = 1
+//      greedy, else the top-k's k) to every CTA, sorted                          | barrier
+//   2. every CTA ranks each candidate in the union (binary search in the other CTAs' sorted
+//      lists) and writes the top kk in order: the order model/sampling.cpp's partial_sort gives
+//   3. one warp: greedy takes the first; sampling weighs them as Sampler::sample (double, exp of
+//      (l - lmax) / temperature, summed in order; the prefix sums by one lane, the same order),
+//      and takes the first whose prefix exceeds u * total, u the host's pre-drawn uniform.
+// Diagnostics: with MegaGenerate::trace, CTA 0's thread 0 adds each phase's cycles (clock64)
+// up over the launch: slot k < kGenTraceSlots - 1 (the mark(k) calls; the phases are named
+// where cuda_gpt.cpp prints them), the last slot the time of the previous mark.
+constexpr int kGenTraceSlots = 16;
+// Extra shared memory after MegaLayout's regions:
+struct GenLayout {
+  int cl, cid, cn, sl, sid, pre, tok, trace, total;
+  __host__ __device__ explicit GenLayout(const MegaLayout& S) {
+    int o = S.total;
+    auto take = [&o](int n) { const int at = o; o += round4(n); return at; };
+    cl = take(S.R * kMegaGenMaxTopK);   // every CTA's candidates' logits (R, kMax), sorted
+    cid = take(S.R * kMegaGenMaxTopK);  // their ids (int)
+    cn = take(2 * S.R);                 // per CTA: its candidates' count, a NaN flag (int)
+    sl = take(kMegaGenMaxTopK);         // the top kk of the union, in order: logits
+    sid = take(kMegaGenMaxTopK);        // ... ids
+    pre = take(2 * kMegaGenMaxTopK);    // ... the weights' prefix sums (double)
+    tok = take(4);                      // the chosen token, status, whether a uniform was used
+    trace = take(2 * kGenTraceSlots);   // diagnostics (MegaGenerate::trace): cycles per phase (long long)
+    total = o;
+  }
+};
+
+// (la, ia) comes before (lb, ib) in the sampler's order: larger logit, then lower id.
+__device__ __forceinline__ bool comes_first(float la, int ia, float lb, int ib) {
+  return la > lb || (la == lb && ia < ib);
+}
+
+// One decode layer of the step at c.pos0 (B = T = 1, k split): gpt_mega_kernel's layer body.
+template <class K, class Mark>
+__device__ __forceinline__ void decode_layer(const Ctx& c, int l, Mark mark) {
+  const MegaDims& d = c.d;
+  const MegaLayout& S = c.S;
+  const int tid = threadIdx.x, C = d.C, R = S.R;
+  float* x = c.sm + S.x;
+  const float* base = c.sm + l * S.layer;
+  attention_stage<K, true, false>(c, l);
+  mark(2);
+  cluster_sync_all();
+  if (d.head_proj) {  // x += (the heads' partials, summed in head order) + b
+    const float* pp = c.sm + S.pp;
+    for (int n = tid; n < C; n += kThreads) {
+      float v = 0.0f;
+      for (int hh = 0; hh < d.H; ++hh) v += pp[hh * S.sC + n];
+      x[n] = (v + base[S.projb + n]) + x[n];
+    }
+    __syncthreads();
+  } else {
+    residual_stage<true>(c, c.sm + S.att, S.sC, C, base + S.proj, S.sC, base + S.projb);
+    cluster_sync_all();
+  }
+  mark(3);
+  float* ln = c.sm + S.ln;
+  float* h = c.sm + S.h;
+  layernorm_rows<K::C>(x, ln, 0, 1, C, S.sC, base + S.ln2w, base + S.ln2b, c.p.eps);
+  __syncthreads();
+  mark(4);
+  const int f0 = c.r * S.fc;
+  gemm_stage<true>(c, ln, S.sC, C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
+    push4(h + m * S.sF + f0 + j0, make_float4(gelu_erf(v.x), gelu_erf(v.y), gelu_erf(v.z), gelu_erf(v.w)), R);
+  });
+  mark(5);
+  cluster_sync_all();
+  mark(6);
+  residual_stage<true>(c, h, S.sF, d.F, base + S.fc2, S.sF, base + S.fc2b);
+  cluster_sync_all();
+  mark(7);
+}
+
+// Steps 1 and 2 of the choice (above): the top kk of the whole row into sl, sid (every CTA).
+// True if a logit is NaN (every CTA sees the same flag).
+__device__ __forceinline__ bool gen_top(const Ctx& c, const GenLayout& G, const float* lg, int vn, int kk) {
+  const int tid = threadIdx.x, R = c.S.R, r = c.r, n0 = r * c.S.vc;
+  float *cl = c.sm + G.cl, *cid = c.sm + G.cid, *cn = c.sm + G.cn, *sl = c.sm + G.sl;
+  int* sid = reinterpret_cast<int*>(c.sm + G.sid);
+  bool nan = false;
+  for (int j = tid; j < vn; j += kThreads) {
+    const float v = lg[j];
+    nan = nan || isnan(v);
+    int rank = 0;
+    for (int i = 0; i < vn; ++i) rank += comes_first(lg[i], i, v, j);
+    if (rank < kk) {
+      push1(cl + r * kMegaGenMaxTopK + rank, v, R);
+      push1(cid + r * kMegaGenMaxTopK + rank, __int_as_float(n0 + j), R);
+    }
+  }
+  nan = __syncthreads_or(nan);
+  if (tid == 0) {
+    push1(cn + 2 * r, __int_as_float(min(kk, vn)), R);
+    push1(cn + 2 * r + 1, __int_as_float(nan ? 1 : 0), R);
+  }
+  cluster_sync_all();
+  bool any_nan = false;
+  for (int q = 0; q < R; ++q) any_nan = any_nan || __float_as_int(cn[2 * q + 1]) != 0;
+  for (int t = tid; t < R * kMegaGenMaxTopK; t += kThreads) {
+    const int q = t / kMegaGenMaxTopK, i = t % kMegaGenMaxTopK;
+    if (i >= __float_as_int(cn[2 * q])) continue;
+    const float v = cl[t];
+    const int id = __float_as_int(cid[t]);
+    int rank = i;
+    for (int q2 = 0; q2 < R; ++q2) {  // list q2's entries before (v, id): a prefix of it
+      if (q2 == q) continue;
+      const float* l2 = cl + q2 * kMegaGenMaxTopK;
+      const float* i2 = cid + q2 * kMegaGenMaxTopK;
+      int lo = 0, hi = __float_as_int(cn[2 * q2]);
+      while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (comes_first(l2[mid], __float_as_int(i2[mid]), v, id))
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+      rank += lo;
+    }
+    if (rank < kk) {
+      sl[rank] = v;
+      sid[rank] = id;
+    }
+  }
+  __syncthreads();
+  return any_nan;
+}
+
+// Step 3 (warp 0): the token from the top kk, as Sampler::sample; *status 2: every logit -inf.
+// *drew: the uniform u was used (the CPU draws only then).
+__device__ __forceinline__ int gen_draw(const Ctx& c, const GenLayout& G, int kk, float temperature, double u,
+                                        int* status, bool* drew) {
+  const int lane = threadIdx.x & 31;
+  const float* sl = c.sm + G.sl;
+  const int* sid = reinterpret_cast<const int*>(c.sm + G.sid);
+  double* pre = reinterpret_cast<double*>(c.sm + G.pre);
+  *drew = false;
+  if (temperature == 0.0f) return sid[0];
+  const double lmax = sl[0];
+  if (lmax == -CUDART_INF) {
+    *status = 2;
+    return sid[0];
+  }
+  if (lmax == CUDART_INF) return sid[0];  // an infinite logit takes all the mass
+  for (int i = lane; i < kk; i += 32) pre[i] = exp((static_cast<double>(sl[i]) - lmax) / static_cast<double>(temperature));
+  __syncwarp();
+  if (lane == 0) {
+    double acc = 0.0;
+    for (int i = 0; i < kk; ++i) {
+      acc += pre[i];
+      pre[i] = acc;
+    }
+  }
+  __syncwarp();
+  const double rr = u * pre[kk - 1];
+  int first = kk - 1;  // r on the rounding edge of the total: the last
+  for (int i0 = 0; i0 < kk; i0 += 32) {
+    const unsigned b = __ballot_sync(0xffffffffu, i0 + lane < kk && rr < pre[i0 + lane]);
+    if (b) {
+      first = i0 + __ffs(static_cast<int>(b)) - 1;
+      break;
+    }
+  }
+  *drew = true;
+  return sid[first];
+}
+
+template <class K>
+__global__ void __launch_bounds__(kThreads, 1)
+    gpt_mega_generate_kernel(const __grid_constant__ MegaParams p, const __grid_constant__ MegaGenerate g, int R) {
+  extern __shared__ __align__(16) float sm[];
+  MegaDims d = p.dims;
+  d.C = K::C > 0 ? K::C : d.C;
+  d.H = K::H > 0 ? K::H : d.H;
+  d.F = K::F > 0 ? K::F : d.F;
+  const MegaLayout S(d, R);
+  const GenLayout G(S);
+  const int r = static_cast<int>(cluster_ctarank()), tid = threadIdx.x, C = d.C;
+  Ctx c{p, d, S, sm, r, p.position};
+  auto* tr = reinterpret_cast<long long*>(sm + G.trace);
+  const bool tracing = g.trace && r == 0 && tid == 0;
+  if (tracing) {
+    for (int k = 0; k < kGenTraceSlots; ++k) tr[k] = 0;
+    tr[kGenTraceSlots - 1] = clock64();
+  }
+  auto mark = [&](int k) {
+    if (tracing) {
+      const long long now = clock64();
+      tr[k] += now - tr[kGenTraceSlots - 1];
+      tr[kGenTraceSlots - 1] = now;
+    }
+  };
+
+  // the weights: a bulk copy per group, as gpt_mega_kernel, once for every token
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sm + S.bars);
+  if (tid == 0) {
+    const float* img = p.image + static_cast<int64_t>(r) * S.x;
+    for (int gr = 0; gr <= d.L; ++gr) {
+      const int off = group_offset(S, d.L, gr);
+      const unsigned bytes = static_cast<unsigned>(group_floats(S, d.L, gr)) * sizeof(float);
+      detail::mbarrier_init(&bars[gr]);
+      detail::mbarrier_arrive_expect_tx(&bars[gr], bytes);
+      detail::bulk_load(sm + off, img + off, bytes, &bars[gr]);
+    }
+  }
+  __syncthreads();
+  cluster_arrive();  // waited on in layer 0's attention stage (every CTA's shared memory exists)
+
+  // the earlier positions' k, v of this CTA's head, every layer (B = 1: item r, head r)
+  int pos = p.position;
+  if (r < d.H) {
+    const int dh = S.dh, q = dh / 4, n = d.L * 2 * pos * q;  // float4s: (layer, k|v, position, quarter)
+    for (int i = tid; i < n; i += kThreads) {
+      const int e = (i % q) * 4, ps = (i / q) % pos, kv = (i / q / pos) % 2, l = i / q / pos / 2;
+      const float* cache = kv == 0 ? p.layers[l].k_cache : p.layers[l].v_cache;
+      const float4 v = *reinterpret_cast<const float4*>(cache + static_cast<int64_t>(ps) * C + r * dh + e);
+      *reinterpret_cast<float4*>(sm + S.kv + (l * 2 + kv) * S.kv_rows * S.sd + ps * S.sd + e) = v;
+    }
+  }
+
+  __syncthreads();
+  mark(0);
+  const int kk = g.temperature == 0.0f ? 1 : g.top_k;
+  const int n0 = r * S.vc, vn = max(0, min(S.vc, d.V - n0)), groups = ceil_div(vn, 4);
+  float* x = sm + S.x;
+  float* ln = sm + S.ln;
+  float* lg = sm + S.lg;
+  int* tok_slot = reinterpret_cast<int*>(sm + G.tok);
+  int tok = g.first_id, count = 0, draws = 0, fed = 0, stop = 0, status = 0;
+  for (bool first = true;; first = false) {
+    c.pos0 = pos;
+    // the uniform this token may use, loaded now (used at the end of the step)
+    const double u = (g.temperature != 0.0f && draws < g.n) ? g.uniforms[draws] : 0.0;
+    if (tid < C / 4) {  // x = wte[tok] + wpe[pos]
+      const float4 te = __ldg(reinterpret_cast<const float4*>(p.wte + static_cast<int64_t>(tok) * C) + tid);
+      const float4 pe = __ldg(reinterpret_cast<const float4*>(p.wpe + static_cast<int64_t>(pos) * C) + tid);
+      *reinterpret_cast<float4*>(x + 4 * tid) = add4(te, pe);
+    }
+    __syncthreads();
+    mark(1);
+    for (int l = 0; l < d.L; ++l) {
+      if (first) wait_group(bars, l);
+      __syncthreads();
+      decode_layer<K>(c, l, mark);
+    }
+    if (first) wait_group(bars, d.L);
+    __syncthreads();
+    const float* hd = sm;
+    layernorm_rows<K::C>(x, ln, 0, 1, C, S.sC, hd + S.lnfw, hd + S.lnfb, p.eps);
+    __syncthreads();
+    float* out = g.step_logits ? g.step_logits + static_cast<int64_t>(fed) * d.V + n0 : nullptr;
+    gemm_split_any(ln, S.sC, 1, C, hd + S.lm, S.sC, hd + S.lmb, groups * 4, [&](int, int j0, float4 v) {
+      const float vv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (j0 + j < vn) {
+          lg[j0 + j] = vv[j];
+          if (out) out[j0 + j] = vv[j];
+        }
+    });
+    __syncthreads();
+    mark(8);
+    ++fed;
+    if (count == g.n) break;  // the host loop feeds the n-th token too, then stops
+    const bool nan = gen_top(c, G, lg, vn, kk);
+    mark(9);
+    if (tid < 32) {
+      int st = nan ? 1 : 0;
+      bool drew = false;
+      const int id = gen_draw(c, G, kk, g.temperature, u, &st, &drew);
+      if (tid == 0) {
+        tok_slot[0] = id;
+        tok_slot[1] = st;
+        tok_slot[2] = drew;
+      }
+    }
+    __syncthreads();
+    mark(10);
+    const int id = tok_slot[0];
+    status = tok_slot[1];
+    draws += tok_slot[2];
+    if (status != 0) break;
+    if (id == g.eos) {
+      stop = 1;
+      break;
+    }
+    if (r == 0 && tid == 0) g.tokens[count] = id;
+    ++count;
+    if (pos + 1 == d.capacity) {
+      stop = 2;
+      break;
+    }
+    tok = id;
+    ++pos;
+    __syncthreads();  // tok_slot is rewritten by the next choice
+    cluster_arrive();  // paired with layer 0's wait, as the start's
+    mark(11);
+  }
+  if (tracing) {
+    for (int k = 0; k < kGenTraceSlots - 1; ++k) g.trace[k] = tr[k];
+    g.trace[kGenTraceSlots - 1] = fed;
+  }
+  if (r == 0 && tid == 0) {
+    g.result[0] = count;
+    g.result[1] = stop;
+    g.result[2] = status;
+    g.result[3] = pos + 1;  // positions fed: the decoder's position after the launch
+  }
+}
+
 bool split_applies(const MegaDims& d, int R) {
   if (R < 1 || R > 16 || d.L < 1 || d.L > kMegaMaxLayers || d.B < 1 || d.T < 1 || d.H < 1 || d.C < 4 ||
       d.F < 4 || d.V < 1)
@@ -919,6 +1239,65 @@ void gpt_mega_set_node_params(cudaGraphExec_t exec, cudaGraphNode_t node, const 
   kp.sharedMemBytes = static_cast<unsigned>(gpt_mega_smem(p.dims, R));
   kp.kernelParams = params;
   MINIGPT_CUDA_CHECK(cudaGraphExecKernelNodeSetParams(exec, node, &kp));
+}
+
+// ---- the device-resident decode loop: host side ----
+
+size_t gpt_mega_generate_smem(const MegaDims& d, int R) {
+  if (!(d.C == 64 && d.H == 4 && d.F == 256) || !d.cache || !d.split_k || d.B != 1 || d.T != 1 ||
+      !split_applies(d, R))
+    return 0;
+  return static_cast<size_t>(GenLayout(MegaLayout(d, R)).total) * sizeof(float);
+}
+
+namespace {
+using GenerateKernel = void (*)(MegaParams, MegaGenerate, int);
+GenerateKernel generate_kernel() { return gpt_mega_generate_kernel<Fixed<64, 4, 256>>; }
+
+bool prepare_generate(int R, size_t smem) {
+  const int optin = optin_smem();
+  if (smem == 0 || smem > static_cast<size_t>(optin)) return false;
+  if (cudaFuncSetAttribute(generate_kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, optin) != cudaSuccess ||
+      (R > 8 && cudaFuncSetAttribute(generate_kernel(), cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)) {
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+}  // namespace
+
+bool gpt_mega_generate_fits(const MegaDims& d, int R) {
+  const size_t smem = gpt_mega_generate_smem(d, R);
+  if (!prepare_generate(R, smem)) return false;
+  cudaLaunchAttribute attr[1];
+  const cudaLaunchConfig_t cfg = launch_config(R, smem, nullptr, attr);
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, generate_kernel(), &cfg) != cudaSuccess || clusters < 1) {
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+void gpt_mega_generate(const MegaParams& p, const MegaGenerate& g, int R, cudaStream_t stream) {
+  const MegaDims& d = p.dims;
+  const size_t smem = gpt_mega_generate_smem(d, R);
+  MINIGPT_CUDA_REQUIRE(smem > 0, "gpt_mega_generate: the decode loop takes the decode step of the shipped dims (C 64, H 4, "
+                       "F 256, k split), not this shape at cluster size ", R);
+  MINIGPT_CUDA_REQUIRE(p.image && (reinterpret_cast<uintptr_t>(p.image) & 15u) == 0, "gpt_mega_generate: no weight image");
+  const int kk = g.temperature == 0.0f ? 1 : g.top_k;
+  MINIGPT_CUDA_REQUIRE(kk >= 1 && kk <= kMegaGenMaxTopK && kk <= d.V, "gpt_mega_generate: top-k ", g.top_k,
+                       " outside [1, ", kMegaGenMaxTopK, "] or past the vocabulary");
+  MINIGPT_CUDA_REQUIRE(g.n >= 0 && g.tokens && g.result && (g.n == 0 || g.temperature == 0.0f || g.uniforms),
+                       "gpt_mega_generate: null output or uniforms");
+  MINIGPT_CUDA_REQUIRE(p.position >= 0 && p.position < d.capacity && p.position < d.P && g.first_id >= 0 &&
+                           g.first_id < d.V,
+                       "gpt_mega_generate: position ", p.position, " or token ", g.first_id, " out of range");
+  MINIGPT_CUDA_REQUIRE(prepare_generate(R, smem), "gpt_mega_generate: ", smem, " bytes of shared memory at cluster size ", R,
+                       " do not fit the device");
+  cudaLaunchAttribute attr[1];
+  const cudaLaunchConfig_t cfg = launch_config(R, smem, stream, attr);
+  MINIGPT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, generate_kernel(), p, g, R));
 }
 
 }  // namespace minigpt::cuda

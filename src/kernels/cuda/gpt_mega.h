@@ -173,4 +173,42 @@ void gpt_mega(const MegaParams& p, int R, cudaStream_t stream);
 // position or the output pointers may change. Checks nothing on the device; does not wait.
 void gpt_mega_set_node_params(cudaGraphExec_t exec, cudaGraphNode_t node, const MegaParams& p, int R);
 
+// ---- the device-resident decode loop: one launch generates up to n tokens ----
+//
+// The decode step's cluster (dims of a decode step: B = T = 1, cache, split_k; the shipped
+// architecture C 64, H 4, F 256) loaded ONCE, then a loop on the device: feed a token at the
+// next position, choose the next token from its logits exactly as model/sampling.cpp's
+// Sampler::sample does (greedy: the largest logit, the lower id on ties; else the top-k by
+// (logit descending, id ascending), weights exp((l - lmax) / temperature) in double summed in
+// that order, the first whose running sum exceeds u * total, u the host's pre-drawn uniform:
+// drawn only where the CPU draws one), and stop as `minigpt generate`'s host loop: at n tokens
+// (after feeding the n-th, as the loop does), at the eos token (not fed, not kept), or when
+// the context is full. No host round trip between tokens.
+constexpr int kMegaGenMaxTopK = 64;  // the device loop's largest top-k (the host loop takes the rest)
+struct MegaGenerate {
+  int first_id = 0;             // the token fed first, at MegaParams::position (the prompt's last)
+  int n = 0;                    // the most tokens to generate
+  int eos = -1;                 // the stop token (-1: none)
+  float temperature = 0.0f;     // 0: greedy
+  int top_k = 1;                // with temperature > 0: k in [1, kMegaGenMaxTopK], <= V
+  const double* uniforms = nullptr;  // (n) device memory: the sampler's uniform draws, in order
+  int32_t* tokens = nullptr;    // (n) out (device or mapped host memory): the generated ids
+  // out: {count, stop (0: n tokens, 1: eos, 2: context full), status (0 ok, 1: a NaN logit,
+  // 2: every logit -inf), the position after the launch (positions fed)}
+  int32_t* result = nullptr;
+  float* step_logits = nullptr;  // ((n + 1), V) or null: the logits of every fed token, in order
+  // Diagnostics, or null: 16 long longs (device or mapped host memory): the cycles of each phase
+  // of the loop summed over the launch (CTA 0; slots as gpt_mega.cu's mark(k) calls), the last
+  // one the number of tokens fed.
+  long long* trace = nullptr;
+};
+// Dynamic shared memory of the loop's kernel at cluster size R (0: it does not take d).
+size_t gpt_mega_generate_smem(const MegaDims& d, int R);
+// Whether the loop runs d at cluster size R on the current device (shared memory, residency).
+bool gpt_mega_generate_fits(const MegaDims& d, int R);
+// Enqueues the loop: p as for a decode step (its weight image for (p.dims, R); p.position the
+// first position, the k, v cache rows before it filled). Does not wait; the host checks the
+// token ids and positions first (Error here if out of range).
+void gpt_mega_generate(const MegaParams& p, const MegaGenerate& g, int R, cudaStream_t stream);
+
 }  // namespace minigpt::cuda

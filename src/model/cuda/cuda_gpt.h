@@ -32,11 +32,13 @@
 
 #include "core/tensor.h"
 #include "model/gpt.h"
+#include "model/sampling.h"
 
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 typedef struct CUstream_st* cudaStream_t;  // as cuda_runtime_api.h declares it
 
@@ -124,6 +126,28 @@ class CudaDecoder {
   std::span<const float> step(int32_t id);
   // As Decoder::prefill: every id checked and the prompt checked to fit before anything is fed.
   std::span<const float> prefill(std::span<const int32_t> ids);
+
+  // `minigpt generate`'s loop: prefill(prompt) (fed from position(), checked as prefill), then
+  // up to n tokens chosen as Sampler(seed).sample(logits, params) would, stopping at `eos` (not
+  // kept; -1: no stop token), after n tokens (the n-th fed, as the host loop does) or when the
+  // context is full. Where device_loop() says so, the prompt's last token and every chosen one
+  // run in ONE launch of the megakernel's decode loop (kernels/cuda/gpt_mega.h: the token
+  // chosen on the GPU, no host round trip per token; the sampler's uniforms drawn on the host
+  // first from the same std::mt19937_64 stream); else the host loop over step(). The same
+  // tokens either way (tests/cuda/model_cuda_test.cpp). step_logits (optional, for tests): the
+  // logits of every fed token from the prompt's last on, (fed, V) appended.
+  // MINIGPT_MEGA_GENERATE=0 in the environment (read per call) forces the host loop.
+  struct Generated {
+    enum class Stop { Count, Eos, ContextFull };
+    std::vector<int32_t> tokens;
+    Stop stop = Stop::Count;
+    bool on_device = false;  // the device loop ran
+  };
+  Generated generate(std::span<const int32_t> prompt, int n, const SamplingParams& params, uint64_t seed,
+                     int32_t eos, std::vector<float>* step_logits = nullptr);
+  // Whether generate() runs the device loop for params: the megakernel's decode step of the
+  // shipped architecture, and greedy or top-k in [1, 64] (top-k 0 or past 64: the host loop).
+  bool device_loop(const SamplingParams& params) const;
 
   // For benchmarks: the step's graph, on stream(), with the token and position of the last
   // step() (no host work, no wait; the logits are not returned).
