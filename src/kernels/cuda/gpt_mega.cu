@@ -18,6 +18,7 @@
 
 #include <math_constants.h>
 
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 
@@ -804,7 +805,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
 constexpr int kGenTraceSlots = 16;
 // Extra shared memory after MegaLayout's regions:
 struct GenLayout {
-  int cl, cid, cn, sl, sid, pre, tok, trace, total;
+  int cl, cid, cn, sl, sid, rk, tok, toks, trace, total;
   __host__ __device__ explicit GenLayout(const MegaLayout& S) {
     int o = S.total;
     auto take = [&o](int n) { const int at = o; o += round4(n); return at; };
@@ -813,8 +814,9 @@ struct GenLayout {
     cn = take(2 * S.R);                 // per CTA: its candidates' count, a NaN flag (int)
     sl = take(kMegaGenMaxTopK);         // the top kk of the union, in order: logits
     sid = take(kMegaGenMaxTopK);        // ... ids
-    pre = take(2 * kMegaGenMaxTopK);    // ... the weights' prefix sums (double)
+    rk = take(S.vc);                    // this CTA's columns' ranks among its columns (int)
     tok = take(4);                      // the chosen token, status, whether a uniform was used
+    toks = take(S.kv_rows);             // the generated tokens (int), written out at the end
     trace = take(2 * kGenTraceSlots);   // diagnostics (MegaGenerate::trace): cycles per phase (long long)
     total = o;
   }
@@ -825,65 +827,265 @@ __device__ __forceinline__ bool comes_first(float la, int ia, float lb, int ib) 
   return la > lb || (la == lb && ia < ib);
 }
 
-// One decode layer of the step at c.pos0 (B = T = 1, k split): gpt_mega_kernel's layer body.
+// LayerNorm of one row of KC floats (v: lane's x[lane + 32 e]) by one warp, into out: mean and
+// variance in double as layernorm_rows_t, but in ONE pass (the sum and the sum of squares, a
+// butterfly each, side by side), 1/C as a product (exact for C a power of two) and a double
+// rsqrt, so the chain is ~5 shuffle steps instead of 2 x 4 plus three double divisions and a
+// square root (the decode stage timestamps: ~1k cycles per LayerNorm, 9 per token). The
+// statistics differ from the two-pass ones in double's last bits: the floats within an ulp.
+template <int KC>
+__device__ __forceinline__ void warp_layernorm(const float (&v)[KC / 32], float* out, const float* w, const float* b,
+                                               float eps) {
+  static_assert(KC > 0 && KC % 32 == 0, "one warp, KC / 32 values per lane");
+  constexpr int E = KC / 32;
+  const int lane = threadIdx.x & 31;
+  double s = 0.0, q = 0.0;
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const double dv = v[e];
+    s += dv;
+    q = fma(dv, dv, q);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    s += __shfl_xor_sync(0xffffffffu, s, off);
+    q += __shfl_xor_sync(0xffffffffu, q, off);
+  }
+  const double m = s * (1.0 / KC);
+  const double var = fmax(q * (1.0 / KC) - m * m, 0.0);
+  const float mean = static_cast<float>(m);
+  const float rs = static_cast<float>(rsqrt(var + static_cast<double>(eps)));
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const int cc = lane + 32 * e;
+    out[cc] = (v[e] - mean) * rs * w[cc] + b[cc];
+  }
+}
+template <int KC>
+__device__ __forceinline__ void warp_layernorm_row(const float* x, float* out, const float* w, const float* b, float eps) {
+  float v[KC / 32];
+#pragma unroll
+  for (int e = 0; e < KC / 32; ++e) v[e] = x[(threadIdx.x & 31) + 32 * e];
+  warp_layernorm<KC>(v, out, w, b, eps);
+}
+
+// Stage A of the decode loop's layer l (B = T = 1, proj by heads; attention_stage's decode step
+// with fewer CTA barriers): CTA r < H holds head r: ln1 (one warp), the head's q, k, v (k split),
+// then ONE warp: the new row's scores, softmax and att (as attention_stage's split_k path) and
+// the head's part of proj, att proj.weight[:, head's columns]^T, kept in the warp (attention_stage
+// stores att, waits for the CTA and runs it on 16 threads), pushed to every CTA's pp[r].
+template <class K>
+__device__ __forceinline__ void decode_attention(const Ctx& c, int l) {
+  constexpr int DH = K::C / K::H, G = DH / 4;  // the head's columns; lanes per key
+  static_assert(K::C > 0 && DH % 4 == 0 && 32 % G == 0, "the shipped dims");
+  const MegaLayout& S = c.S;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, R = S.R, pos0 = c.pos0, hh = c.r;
+  const bool has_head = c.r < K::H;
+  const float* base = c.sm + l * S.layer;
+  float* qs = c.sm + S.q;
+  float* ks = c.sm + S.kv + l * 2 * S.kv_rows * S.sd;
+  float* vs = ks + S.kv_rows * S.sd;
+  if (has_head) {
+    float* ln = c.sm + S.ln;
+    if (warp == 0) warp_layernorm_row<K::C>(c.sm + S.x, ln, base + S.ln1w, base + S.ln1b, c.p.eps);
+    __syncthreads();
+    // k, v stay in shared memory: the launch writes every new row to the cache at its end (a
+    // global store here would be waited for by the next cluster barrier's release)
+    gemm_split_any(ln, S.sC, 1, K::C, base + S.qkv, S.sC, base + S.qkvb, 3 * DH, [&](int, int j0, float4 v) {
+      const int part = j0 / DH, d0 = j0 % DH;
+      *reinterpret_cast<float4*>((part == 0 ? qs : part == 1 ? ks + pos0 * S.sd : vs + pos0 * S.sd) + d0) = v;
+    });
+    __syncthreads();
+  }
+  if (l == 0) cluster_wait();  // paired with the arrive before the step: every CTA is running
+  if (!has_head || warp != 0) return;
+  const int n = pos0 + 1;
+  float* row = c.sm + S.sc;
+  const float scale = 1.0f / sqrtf(static_cast<float>(DH));
+  for (int p = lane; p < n; p += 32) {  // the score of key p, in e order
+    float sc = 0.0f;
+#pragma unroll
+    for (int e = 0; e < DH; e += 4) {
+      const float4 qv = *reinterpret_cast<const float4*>(qs + e);
+      const float4 kv = *reinterpret_cast<const float4*>(ks + p * S.sd + e);
+      sc = fmaf(qv.x, kv.x, sc);
+      sc = fmaf(qv.y, kv.y, sc);
+      sc = fmaf(qv.z, kv.z, sc);
+      sc = fmaf(qv.w, kv.w, sc);
+    }
+    row[p] = sc * scale;
+  }
+  __syncwarp();
+  warp_softmax_inplace(row, n);
+  __syncwarp();
+  // att: lane = (key subset ksub, column group eg); the partials added by a butterfly over ksub
+  const int eg = lane % G, ksub = lane / G;
+  float4 a = {0.f, 0.f, 0.f, 0.f};
+  for (int p = ksub; p < n; p += 32 / G) {
+    const float pr = row[p];
+    const float4 vv = *reinterpret_cast<const float4*>(vs + p * S.sd + eg * 4);
+    a.x = fmaf(pr, vv.x, a.x);
+    a.y = fmaf(pr, vv.y, a.y);
+    a.z = fmaf(pr, vv.z, a.z);
+    a.w = fmaf(pr, vv.w, a.w);
+  }
+#pragma unroll
+  for (int off = 16; off >= G; off >>= 1) {
+    a.x += __shfl_xor_sync(0xffffffffu, a.x, off);
+    a.y += __shfl_xor_sync(0xffffffffu, a.y, off);
+    a.z += __shfl_xor_sync(0xffffffffu, a.z, off);
+    a.w += __shfl_xor_sync(0xffffffffu, a.w, off);
+  }
+  // every lane: the head's DH att values (group g's from lane g), then output columns lane,
+  // lane + 32, ...: sum over k in order (dot4's order), to every CTA's pp[hh]
+  float at[DH];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    at[4 * g] = __shfl_sync(0xffffffffu, a.x, g);
+    at[4 * g + 1] = __shfl_sync(0xffffffffu, a.y, g);
+    at[4 * g + 2] = __shfl_sync(0xffffffffu, a.z, g);
+    at[4 * g + 3] = __shfl_sync(0xffffffffu, a.w, g);
+  }
+  float* pp = c.sm + S.pp + hh * S.sC;
+#pragma unroll
+  for (int n0 = 0; n0 < K::C; n0 += 32) {
+    const float* wr = base + S.proj + (n0 + lane) * S.sd;
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < DH; k += 4) {
+      const float4 wv = *reinterpret_cast<const float4*>(wr + k);
+      acc = fmaf(at[k], wv.x, acc);
+      acc = fmaf(at[k + 1], wv.y, acc);
+      acc = fmaf(at[k + 2], wv.z, acc);
+      acc = fmaf(at[k + 3], wv.w, acc);
+    }
+    push1(pp + n0 + lane, acc, R);
+  }
+}
+
+// One decode layer of the loop at c.pos0 (B = T = 1, k split, proj by heads): gpt_mega_kernel's
+// layer body with decode_attention, and x += proj + b and ln2 in one warp (registers).
 template <class K, class Mark>
 __device__ __forceinline__ void decode_layer(const Ctx& c, int l, Mark mark) {
-  const MegaDims& d = c.d;
   const MegaLayout& S = c.S;
-  const int tid = threadIdx.x, C = d.C, R = S.R;
+  const int tid = threadIdx.x, R = S.R;
   float* x = c.sm + S.x;
   const float* base = c.sm + l * S.layer;
-  attention_stage<K, true, false>(c, l);
+  decode_attention<K>(c, l);
   mark(2);
   cluster_sync_all();
-  if (d.head_proj) {  // x += (the heads' partials, summed in head order) + b
-    const float* pp = c.sm + S.pp;
-    for (int n = tid; n < C; n += kThreads) {
-      float v = 0.0f;
-      for (int hh = 0; hh < d.H; ++hh) v += pp[hh * S.sC + n];
-      x[n] = (v + base[S.projb + n]) + x[n];
-    }
-    __syncthreads();
-  } else {
-    residual_stage<true>(c, c.sm + S.att, S.sC, C, base + S.proj, S.sC, base + S.projb);
-    cluster_sync_all();
-  }
   mark(3);
   float* ln = c.sm + S.ln;
   float* h = c.sm + S.h;
-  layernorm_rows<K::C>(x, ln, 0, 1, C, S.sC, base + S.ln2w, base + S.ln2b, c.p.eps);
+  if (tid < 32) {  // x += (the heads' partials, summed in head order) + b; ln2
+    const float* pp = c.sm + S.pp;
+    float v[K::C / 32];
+#pragma unroll
+    for (int e = 0; e < K::C / 32; ++e) {
+      const int n = tid + 32 * e;
+      float sum = 0.0f;
+#pragma unroll
+      for (int hh = 0; hh < K::H; ++hh) sum += pp[hh * S.sC + n];
+      v[e] = (sum + base[S.projb + n]) + x[n];
+      x[n] = v[e];
+    }
+    warp_layernorm<K::C>(v, ln, base + S.ln2w, base + S.ln2b, c.p.eps);
+  }
   __syncthreads();
   mark(4);
   const int f0 = c.r * S.fc;
-  gemm_stage<true>(c, ln, S.sC, C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
+  gemm_stage<true>(c, ln, S.sC, K::C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
     push4(h + m * S.sF + f0 + j0, make_float4(gelu_erf(v.x), gelu_erf(v.y), gelu_erf(v.z), gelu_erf(v.w)), R);
   });
   mark(5);
   cluster_sync_all();
   mark(6);
-  residual_stage<true>(c, h, S.sF, d.F, base + S.fc2, S.sF, base + S.fc2b);
+  residual_stage<true>(c, h, S.sF, K::F, base + S.fc2, S.sF, base + S.fc2b);
   cluster_sync_all();
   mark(7);
 }
 
-// Steps 1 and 2 of the choice (above): the top kk of the whole row into sl, sid (every CTA).
-// True if a logit is NaN (every CTA sees the same flag).
-__device__ __forceinline__ bool gen_top(const Ctx& c, const GenLayout& G, const float* lg, int vn, int kk) {
-  const int tid = threadIdx.x, R = c.S.R, r = c.r, n0 = r * c.S.vc;
-  float *cl = c.sm + G.cl, *cid = c.sm + G.cid, *cn = c.sm + G.cn, *sl = c.sm + G.sl;
-  int* sid = reinterpret_cast<int*>(c.sm + G.sid);
-  bool nan = false;
-  for (int j = tid; j < vn; j += kThreads) {
-    const float v = lg[j];
-    nan = nan || isnan(v);
-    int rank = 0;
-    for (int i = 0; i < vn; ++i) rank += comes_first(lg[i], i, v, j);
-    if (rank < kk) {
-      push1(cl + r * kMegaGenMaxTopK + rank, v, R);
-      push1(cid + r * kMegaGenMaxTopK + rank, __int_as_float(n0 + j), R);
+// The better of (v, id) and lane ^ off's, for off = 16 .. 1: every lane ends with the warp's first
+// in the sampler's order. An empty lane holds (-inf, INT_MAX).
+__device__ __forceinline__ void warp_first(float& v, int& id) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float v2 = __shfl_xor_sync(0xffffffffu, v, off);
+    const int i2 = __shfl_xor_sync(0xffffffffu, id, off);
+    if (comes_first(v2, i2, v, id)) {
+      v = v2;
+      id = i2;
     }
   }
-  nan = __syncthreads_or(nan);
+}
+
+// Steps 1 and 2 of the choice (above): the top kk of the whole row into sl, sid; true if a
+// logit is NaN. kk == 1 (greedy): each CTA's first by one warp (a butterfly), the R firsts
+// combined by one warp: sl, sid and the flag are then warp 0's only (the draw's warp). kk > 1:
+// every CTA's local ranks counted by the whole CTA (a column's rank as the sum of its counts
+// over slices of the other columns), the union ranked by binary searches; every thread.
+__device__ __forceinline__ bool gen_top(const Ctx& c, const GenLayout& G, const float* lg, int vn, int kk) {
+  const int tid = threadIdx.x, lane = tid & 31, R = c.S.R, r = c.r, n0 = r * c.S.vc;
+  float *cl = c.sm + G.cl, *cid = c.sm + G.cid, *cn = c.sm + G.cn, *sl = c.sm + G.sl;
+  int* sid = reinterpret_cast<int*>(c.sm + G.sid);
+  if (kk == 1) {
+    if (tid < 32) {
+      float v = -CUDART_INF_F;
+      int id = INT_MAX;
+      bool nan = false;
+      for (int j = lane; j < vn; j += 32) {
+        const float lj = lg[j];
+        nan = nan || isnan(lj);
+        if (comes_first(lj, n0 + j, v, id)) {
+          v = lj;
+          id = n0 + j;
+        }
+      }
+      warp_first(v, id);
+      nan = __any_sync(0xffffffffu, nan);
+      if (lane == 0) {
+        push1(cl + r * kMegaGenMaxTopK, v, R);
+        push1(cid + r * kMegaGenMaxTopK, __int_as_float(id), R);
+        push1(cn + 2 * r + 1, __int_as_float(nan ? 1 : 0), R);
+      }
+    }
+    cluster_sync_all();
+    if (tid >= 32) return false;
+    float v = -CUDART_INF_F;
+    int id = INT_MAX;
+    bool nan = false;
+    if (lane < R) {
+      v = cl[lane * kMegaGenMaxTopK];
+      id = __float_as_int(cid[lane * kMegaGenMaxTopK]);
+      nan = __float_as_int(cn[2 * lane + 1]) != 0;
+    }
+    warp_first(v, id);
+    if (lane == 0) {
+      sl[0] = v;
+      sid[0] = id;
+    }
+    nan = __any_sync(0xffffffffu, nan);
+    __syncwarp();
+    return nan;
+  }
+  int* rk = reinterpret_cast<int*>(c.sm + G.rk);
+  for (int j = tid; j < vn; j += kThreads) rk[j] = 0;
+  const bool nan = __syncthreads_or(tid < vn && isnan(lg[tid]));
+  const int parts = max(1, kThreads / max(vn, 1)), len = ceil_div(vn, parts);
+  for (int t = tid; t < vn * parts; t += kThreads) {  // column j against slice `part` of the columns
+    const int j = t % vn, part = t / vn, i1 = min(vn, (part + 1) * len);
+    const float v = lg[j];
+    int count = 0;
+    for (int i = part * len; i < i1; ++i) count += comes_first(lg[i], i, v, j);
+    if (count) atomicAdd(&rk[j], count);
+  }
+  __syncthreads();
+  for (int j = tid; j < vn; j += kThreads) {
+    if (rk[j] < kk) {
+      push1(cl + r * kMegaGenMaxTopK + rk[j], lg[j], R);
+      push1(cid + r * kMegaGenMaxTopK + rk[j], __int_as_float(n0 + j), R);
+    }
+  }
   if (tid == 0) {
     push1(cn + 2 * r, __int_as_float(min(kk, vn)), R);
     push1(cn + 2 * r + 1, __int_as_float(nan ? 1 : 0), R);
@@ -920,6 +1122,7 @@ __device__ __forceinline__ bool gen_top(const Ctx& c, const GenLayout& G, const 
   return any_nan;
 }
 
+static_assert(kMegaGenMaxTopK <= 64, "gen_draw: two candidates per lane");
 // Step 3 (warp 0): the token from the top kk, as Sampler::sample; *status 2: every logit -inf.
 // *drew: the uniform u was used (the CPU draws only then).
 __device__ __forceinline__ int gen_draw(const Ctx& c, const GenLayout& G, int kk, float temperature, double u,
@@ -927,7 +1130,6 @@ __device__ __forceinline__ int gen_draw(const Ctx& c, const GenLayout& G, int kk
   const int lane = threadIdx.x & 31;
   const float* sl = c.sm + G.sl;
   const int* sid = reinterpret_cast<const int*>(c.sm + G.sid);
-  double* pre = reinterpret_cast<double*>(c.sm + G.pre);
   *drew = false;
   if (temperature == 0.0f) return sid[0];
   const double lmax = sl[0];
@@ -936,24 +1138,25 @@ __device__ __forceinline__ int gen_draw(const Ctx& c, const GenLayout& G, int kk
     return sid[0];
   }
   if (lmax == CUDART_INF) return sid[0];  // an infinite logit takes all the mass
-  for (int i = lane; i < kk; i += 32) pre[i] = exp((static_cast<double>(sl[i]) - lmax) / static_cast<double>(temperature));
-  __syncwarp();
-  if (lane == 0) {
-    double acc = 0.0;
-    for (int i = 0; i < kk; ++i) {
-      acc += pre[i];
-      pre[i] = acc;
-    }
+  // the weights (lane i: candidates i, i + 32), then their running sum in candidate order, as
+  // the CPU's loop (every lane adds the same terms in the same order; each keeps its prefixes)
+  const double t = static_cast<double>(temperature);
+  const double w0 = lane < kk ? exp((static_cast<double>(sl[lane]) - lmax) / t) : 0.0;
+  const double w1 = lane + 32 < kk ? exp((static_cast<double>(sl[lane + 32]) - lmax) / t) : 0.0;
+  double acc = 0.0, p0 = 0.0, p1 = 0.0;
+  for (int i = 0; i < kk; ++i) {
+    acc += __shfl_sync(0xffffffffu, i < 32 ? w0 : w1, i & 31);
+    if (i == lane) p0 = acc;
+    if (i == lane + 32) p1 = acc;
   }
-  __syncwarp();
-  const double rr = u * pre[kk - 1];
-  int first = kk - 1;  // r on the rounding edge of the total: the last
-  for (int i0 = 0; i0 < kk; i0 += 32) {
-    const unsigned b = __ballot_sync(0xffffffffu, i0 + lane < kk && rr < pre[i0 + lane]);
-    if (b) {
-      first = i0 + __ffs(static_cast<int>(b)) - 1;
-      break;
-    }
+  const double rr = u * acc;  // acc: the total
+  int first = kk - 1;         // r on the rounding edge of the total: the last
+  unsigned bits = __ballot_sync(0xffffffffu, lane < kk && rr < p0);
+  if (bits) {
+    first = __ffs(static_cast<int>(bits)) - 1;
+  } else {
+    bits = __ballot_sync(0xffffffffu, lane + 32 < kk && rr < p1);
+    if (bits) first = 32 + __ffs(static_cast<int>(bits)) - 1;
   }
   *drew = true;
   return sid[first];
@@ -1033,14 +1236,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
     mark(1);
     for (int l = 0; l < d.L; ++l) {
-      if (first) wait_group(bars, l);
-      __syncthreads();
+      if (first) {  // later: the weights are in, and the last cluster barrier ordered x
+        wait_group(bars, l);
+        __syncthreads();
+      }
       decode_layer<K>(c, l, mark);
     }
-    if (first) wait_group(bars, d.L);
-    __syncthreads();
+    if (first) {
+      wait_group(bars, d.L);
+      __syncthreads();
+    }
     const float* hd = sm;
-    layernorm_rows<K::C>(x, ln, 0, 1, C, S.sC, hd + S.lnfw, hd + S.lnfb, p.eps);
+    if (tid < 32) warp_layernorm_row<K::C>(x, ln, hd + S.lnfw, hd + S.lnfb, p.eps);
     __syncthreads();
     float* out = g.step_logits ? g.step_logits + static_cast<int64_t>(fed) * d.V + n0 : nullptr;
     gemm_split_any(ln, S.sC, 1, C, hd + S.lm, S.sC, hd + S.lmb, groups * 4, [&](int, int j0, float4 v) {
@@ -1078,7 +1285,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       stop = 1;
       break;
     }
-    if (r == 0 && tid == 0) g.tokens[count] = id;
+    if (tid == 0) reinterpret_cast<int*>(sm + G.toks)[count] = id;
     ++count;
     if (pos + 1 == d.capacity) {
       stop = 2;
@@ -1090,6 +1297,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     cluster_arrive();  // paired with layer 0's wait, as the start's
     mark(11);
   }
+  // the new k, v rows (positions p.position .. pos) into the cache, for later steps; the tokens
+  __syncthreads();
+  if (r < d.H) {
+    const int dh = S.dh, q = dh / 4, rows = pos + 1 - p.position, n = d.L * 2 * rows * q;
+    for (int i = tid; i < n; i += kThreads) {
+      const int e = (i % q) * 4, ps = p.position + (i / q) % rows, kv = (i / q / rows) % 2, l = i / q / rows / 2;
+      float* cache = kv == 0 ? p.layers[l].k_cache : p.layers[l].v_cache;
+      *reinterpret_cast<float4*>(cache + static_cast<int64_t>(ps) * C + r * dh + e) =
+          *reinterpret_cast<const float4*>(sm + S.kv + (l * 2 + kv) * S.kv_rows * S.sd + ps * S.sd + e);
+    }
+  }
+  if (r == 0)
+    for (int i = tid; i < count; i += kThreads) g.tokens[i] = reinterpret_cast<const int*>(sm + G.toks)[i];
   if (tracing) {
     for (int k = 0; k < kGenTraceSlots - 1; ++k) g.trace[k] = tr[k];
     g.trace[kGenTraceSlots - 1] = fed;
@@ -1244,7 +1464,7 @@ void gpt_mega_set_node_params(cudaGraphExec_t exec, cudaGraphNode_t node, const 
 // ---- the device-resident decode loop: host side ----
 
 size_t gpt_mega_generate_smem(const MegaDims& d, int R) {
-  if (!(d.C == 64 && d.H == 4 && d.F == 256) || !d.cache || !d.split_k || d.B != 1 || d.T != 1 ||
+  if (!(d.C == 64 && d.H == 4 && d.F == 256) || !d.cache || !d.split_k || !d.head_proj || d.B != 1 || d.T != 1 ||
       !split_applies(d, R))
     return 0;
   return static_cast<size_t>(GenLayout(MegaLayout(d, R)).total) * sizeof(float);
