@@ -787,21 +787,23 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
 //
 // One launch of the decode step's cluster feeds the last prompt token and then every token it
 // chooses itself: the weights come into shared memory once for all the tokens, the new k, v rows
-// stay in shared memory (and go to the cache for later step() calls), and each token is chosen by
-// every CTA redundantly (the same arithmetic on the same values: the same token), so the next
-// step starts without any host round trip. A step is gpt_mega_kernel's decode step (the same
-// stage functions, k split), then the choice:
-//   1. every CTA ranks its own vocabulary columns' logits (a thread per column, counting the
-//      columns that come first: larger, or equal with a lower id) and pushes its first kk (kk = 1
-//      greedy, else the top-k's k) to every CTA, sorted                          | barrier
-//   2. every CTA ranks each candidate in the union (binary search in the other CTAs' sorted
-//      lists) and writes the top kk in order: the order model/sampling.cpp's partial_sort gives
-//   3. one warp: greedy takes the first; sampling weighs them as Sampler::sample (double, exp of
-//      (l - lmax) / temperature, summed in order; the prefix sums by one lane, the same order),
-//      and takes the first whose prefix exceeds u * total, u the host's pre-drawn uniform.
+// stay in shared memory (written to the cache once, at the end, for later step() calls), and each
+// token is chosen by every CTA redundantly or combined from every CTA's pushed candidates (the
+// same values in every CTA: the same token), so the next step starts without a host round trip.
+// A step is gpt_mega_kernel's decode step (k split, proj by heads) with decode-only shortcuts
+// (decode_attention, decode_layer: fewer CTA barriers, one-warp LayerNorms), then the choice:
+//   1. greedy: each CTA's first logit (larger, or equal with a lower id) by one warp's
+//      butterfly, pushed to every CTA | barrier | the R firsts combined by one warp. Top-k: each
+//      CTA ranks its own columns (counts over slices of them, the whole CTA) and pushes its
+//      first k, sorted | barrier | every candidate ranked in the union (binary searches in the
+//      other CTAs' lists): the top k in the order model/sampling.cpp's partial_sort gives
+//   2. one warp: greedy takes the first; sampling weighs them as Sampler::sample (double, exp of
+//      (l - lmax) / temperature, summed in order by every lane, each keeping its prefixes), and
+//      takes the first whose running sum exceeds u * total, u the host's pre-drawn uniform.
 // Diagnostics: with MegaGenerate::trace, CTA 0's thread 0 adds each phase's cycles (clock64)
 // up over the launch: slot k < kGenTraceSlots - 1 (the mark(k) calls; the phases are named
-// where cuda_gpt.cpp prints them), the last slot the time of the previous mark.
+// where cuda_gpt.cpp prints them; 12-14 split the attention stage's 2), the last slot the time
+// of the previous mark.
 constexpr int kGenTraceSlots = 16;
 // Extra shared memory after MegaLayout's regions:
 struct GenLayout {
@@ -874,8 +876,8 @@ __device__ __forceinline__ void warp_layernorm_row(const float* x, float* out, c
 // then ONE warp: the new row's scores, softmax and att (as attention_stage's split_k path) and
 // the head's part of proj, att proj.weight[:, head's columns]^T, kept in the warp (attention_stage
 // stores att, waits for the CTA and runs it on 16 threads), pushed to every CTA's pp[r].
-template <class K>
-__device__ __forceinline__ void decode_attention(const Ctx& c, int l) {
+template <class K, class Mark>
+__device__ __forceinline__ void decode_attention(const Ctx& c, int l, bool first, Mark mark) {
   constexpr int DH = K::C / K::H, G = DH / 4;  // the head's columns; lanes per key
   static_assert(K::C > 0 && DH % 4 == 0 && 32 % G == 0, "the shipped dims");
   const MegaLayout& S = c.S;
@@ -889,6 +891,7 @@ __device__ __forceinline__ void decode_attention(const Ctx& c, int l) {
     float* ln = c.sm + S.ln;
     if (warp == 0) warp_layernorm_row<K::C>(c.sm + S.x, ln, base + S.ln1w, base + S.ln1b, c.p.eps);
     __syncthreads();
+    mark(12);
     // k, v stay in shared memory: the launch writes every new row to the cache at its end (a
     // global store here would be waited for by the next cluster barrier's release)
     gemm_split_any(ln, S.sC, 1, K::C, base + S.qkv, S.sC, base + S.qkvb, 3 * DH, [&](int, int j0, float4 v) {
@@ -897,12 +900,15 @@ __device__ __forceinline__ void decode_attention(const Ctx& c, int l) {
     });
     __syncthreads();
   }
-  if (l == 0) cluster_wait();  // paired with the arrive before the step: every CTA is running
+  // the first token: paired with the start's arrive (every CTA is running before the first push);
+  // later tokens need none (a push here is 3 cluster barriers after any read of its slot)
+  if (l == 0 && first) cluster_wait();
+  mark(13);
   if (!has_head || warp != 0) return;
   const int n = pos0 + 1;
   float* row = c.sm + S.sc;
   const float scale = 1.0f / sqrtf(static_cast<float>(DH));
-  for (int p = lane; p < n; p += 32) {  // the score of key p, in e order
+  auto score = [&](int p) {  // the score of key p, in e order
     float sc = 0.0f;
 #pragma unroll
     for (int e = 0; e < DH; e += 4) {
@@ -913,11 +919,30 @@ __device__ __forceinline__ void decode_attention(const Ctx& c, int l) {
       sc = fmaf(qv.z, kv.z, sc);
       sc = fmaf(qv.w, kv.w, sc);
     }
-    row[p] = sc * scale;
+    return sc * scale;
+  };
+  if (n <= 64) {  // warp_softmax_inplace's arithmetic in the same order, the scores in registers
+    const bool h0 = lane < n, h1 = lane + 32 < n;
+    const float s0 = h0 ? score(lane) : -CUDART_INF_F, s1 = h1 ? score(lane + 32) : -CUDART_INF_F;
+    float m = fmaxf(s0, s1);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    const float e0 = h0 ? expf(s0 - m) : 0.0f, e1 = h1 ? expf(s1 - m) : 0.0f;
+    float sum = 0.0f;
+    if (h0) sum += e0;
+    if (h1) sum += e1;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    const float inv = 1.0f / sum;
+    if (h0) row[lane] = e0 * inv;
+    if (h1) row[lane + 32] = e1 * inv;
+  } else {
+    for (int p = lane; p < n; p += 32) row[p] = score(p);
+    __syncwarp();
+    warp_softmax_inplace(row, n);
   }
   __syncwarp();
-  warp_softmax_inplace(row, n);
-  __syncwarp();
+  mark(14);
   // att: lane = (key subset ksub, column group eg); the partials added by a butterfly over ksub
   const int eg = lane % G, ksub = lane / G;
   float4 a = {0.f, 0.f, 0.f, 0.f};
@@ -963,15 +988,33 @@ __device__ __forceinline__ void decode_attention(const Ctx& c, int l) {
   }
 }
 
+// gemm_split's sums for ONE row (the decode loop), finished per column: lane sub < 4 of each
+// group of W lanes gets column j0 + sub's sum + bias (gemm_split's lane 0 gets all four), so the
+// epilogue (GELU, the pushes to every CTA) runs on four lanes side by side. Same sums.
+template <int W, class Finish>
+__device__ __forceinline__ void row_split(const float* a, int K, const float* w, int ldw, const float* bias, int cols,
+                                          Finish finish) {
+  const int units = cols / 4, lane = threadIdx.x & 31, sub = lane % W;
+  for (int u0 = static_cast<int>(threadIdx.x >> 5) * (32 / W); u0 < units; u0 += kThreads / W) {
+    const int u = u0 + lane / W, j0 = (u < units ? u : units - 1) * 4;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    dot4_split<W>(a, w + j0 * ldw, ldw, K, sub, acc);
+    if (u < units && sub < 4) {
+      const float v = sub == 0 ? acc[0] : sub == 1 ? acc[1] : sub == 2 ? acc[2] : acc[3];
+      finish(j0 + sub, v + bias[j0 + sub]);
+    }
+  }
+}
+
 // One decode layer of the loop at c.pos0 (B = T = 1, k split, proj by heads): gpt_mega_kernel's
 // layer body with decode_attention, and x += proj + b and ln2 in one warp (registers).
 template <class K, class Mark>
-__device__ __forceinline__ void decode_layer(const Ctx& c, int l, Mark mark) {
+__device__ __forceinline__ void decode_layer(const Ctx& c, int l, bool first, Mark mark) {
   const MegaLayout& S = c.S;
   const int tid = threadIdx.x, R = S.R;
   float* x = c.sm + S.x;
   const float* base = c.sm + l * S.layer;
-  decode_attention<K>(c, l);
+  decode_attention<K>(c, l, first, mark);
   mark(2);
   cluster_sync_all();
   mark(3);
@@ -993,14 +1036,15 @@ __device__ __forceinline__ void decode_layer(const Ctx& c, int l, Mark mark) {
   }
   __syncthreads();
   mark(4);
-  const int f0 = c.r * S.fc;
-  gemm_stage<true>(c, ln, S.sC, K::C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
-    push4(h + m * S.sF + f0 + j0, make_float4(gelu_erf(v.x), gelu_erf(v.y), gelu_erf(v.z), gelu_erf(v.w)), R);
-  });
+  const int f0 = c.r * S.fc, n0 = c.r * S.pc;
+  static_assert(split_width(K::C) > 0 && split_width(K::F) > 0, "the shipped dims split");
+  row_split<split_width(K::C)>(ln, K::C, base + S.fc1, S.sC, base + S.fc1b, S.fc,
+                               [&](int j, float v) { push1(h + f0 + j, gelu_erf(v), R); });
   mark(5);
   cluster_sync_all();
   mark(6);
-  residual_stage<true>(c, h, S.sF, K::F, base + S.fc2, S.sF, base + S.fc2b);
+  row_split<split_width(K::F)>(h, K::F, base + S.fc2, S.sF, base + S.fc2b, S.pc,
+                               [&](int j, float v) { push1(x + n0 + j, v + x[n0 + j], R); });  // (sum + b) + x
   cluster_sync_all();
   mark(7);
 }
@@ -1076,6 +1120,7 @@ __device__ __forceinline__ bool gen_top(const Ctx& c, const GenLayout& G, const 
     const int j = t % vn, part = t / vn, i1 = min(vn, (part + 1) * len);
     const float v = lg[j];
     int count = 0;
+#pragma unroll 4
     for (int i = part * len; i < i1; ++i) count += comes_first(lg[i], i, v, j);
     if (count) atomicAdd(&rk[j], count);
   }
@@ -1099,18 +1144,18 @@ __device__ __forceinline__ bool gen_top(const Ctx& c, const GenLayout& G, const 
     const float v = cl[t];
     const int id = __float_as_int(cid[t]);
     int rank = i;
-    for (int q2 = 0; q2 < R; ++q2) {  // list q2's entries before (v, id): a prefix of it
-      if (q2 == q) continue;
+    // list q2's entries before (v, id) are a prefix of it: its length by a fixed-step binary
+    // search (the R searches unrolled side by side: 7 dependent loads, not 7 R)
+#pragma unroll
+    for (int q2 = 0; q2 < 16; ++q2) {
+      if (q2 >= R || q2 == q) continue;
       const float* l2 = cl + q2 * kMegaGenMaxTopK;
       const float* i2 = cid + q2 * kMegaGenMaxTopK;
-      int lo = 0, hi = __float_as_int(cn[2 * q2]);
-      while (lo < hi) {
-        const int mid = (lo + hi) / 2;
-        if (comes_first(l2[mid], __float_as_int(i2[mid]), v, id))
-          lo = mid + 1;
-        else
-          hi = mid;
-      }
+      const int cnt = __float_as_int(cn[2 * q2]);
+      int lo = 0;
+#pragma unroll
+      for (int step = kMegaGenMaxTopK; step > 0; step >>= 1)
+        if (lo + step <= cnt && comes_first(l2[lo + step - 1], __float_as_int(i2[lo + step - 1]), v, id)) lo += step;
       rank += lo;
     }
     if (rank < kk) {
@@ -1144,6 +1189,7 @@ __device__ __forceinline__ int gen_draw(const Ctx& c, const GenLayout& G, int kk
   const double w0 = lane < kk ? exp((static_cast<double>(sl[lane]) - lmax) / t) : 0.0;
   const double w1 = lane + 32 < kk ? exp((static_cast<double>(sl[lane + 32]) - lmax) / t) : 0.0;
   double acc = 0.0, p0 = 0.0, p1 = 0.0;
+#pragma unroll 8
   for (int i = 0; i < kk; ++i) {
     acc += __shfl_sync(0xffffffffu, i < 32 ? w0 : w1, i & 31);
     if (i == lane) p0 = acc;
@@ -1223,24 +1269,27 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* ln = sm + S.ln;
   float* lg = sm + S.lg;
   int* tok_slot = reinterpret_cast<int*>(sm + G.tok);
-  int tok = g.first_id, count = 0, draws = 0, fed = 0, stop = 0, status = 0;
+  int count = 0, draws = 0, fed = 0, stop = 0, status = 0;
+  auto embed = [&](int id, int ps) {  // x = wte[id] + wpe[ps], this thread's 4 columns (tid < C/4)
+    const float4 te = __ldg(reinterpret_cast<const float4*>(p.wte + static_cast<int64_t>(id) * C) + tid);
+    const float4 pe = __ldg(reinterpret_cast<const float4*>(p.wpe + static_cast<int64_t>(ps) * C) + tid);
+    *reinterpret_cast<float4*>(x + 4 * tid) = add4(te, pe);
+  };
   for (bool first = true;; first = false) {
     c.pos0 = pos;
     // the uniform this token may use, loaded now (used at the end of the step)
     const double u = (g.temperature != 0.0f && draws < g.n) ? g.uniforms[draws] : 0.0;
-    if (tid < C / 4) {  // x = wte[tok] + wpe[pos]
-      const float4 te = __ldg(reinterpret_cast<const float4*>(p.wte + static_cast<int64_t>(tok) * C) + tid);
-      const float4 pe = __ldg(reinterpret_cast<const float4*>(p.wpe + static_cast<int64_t>(pos) * C) + tid);
-      *reinterpret_cast<float4*>(x + 4 * tid) = add4(te, pe);
+    if (first) {  // x = wte[tok] + wpe[pos]; later tokens: embedded by the choosing warp (below)
+      if (tid < C / 4) embed(g.first_id, pos);
+      __syncthreads();
     }
-    __syncthreads();
     mark(1);
     for (int l = 0; l < d.L; ++l) {
       if (first) {  // later: the weights are in, and the last cluster barrier ordered x
         wait_group(bars, l);
         __syncthreads();
       }
-      decode_layer<K>(c, l, mark);
+      decode_layer<K>(c, l, first, mark);
     }
     if (first) {
       wait_group(bars, d.L);
@@ -1269,6 +1318,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       int st = nan ? 1 : 0;
       bool drew = false;
       const int id = gen_draw(c, G, kk, g.temperature, u, &st, &drew);
+      // the next step's x now, while the others wait (if there is a next step)
+      if (tid < C / 4 && st == 0 && id != g.eos && pos + 1 < d.capacity) embed(id, pos + 1);
       if (tid == 0) {
         tok_slot[0] = id;
         tok_slot[1] = st;
@@ -1291,10 +1342,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       stop = 2;
       break;
     }
-    tok = id;
     ++pos;
     __syncthreads();  // tok_slot is rewritten by the next choice
-    cluster_arrive();  // paired with layer 0's wait, as the start's
     mark(11);
   }
   // the new k, v rows (positions p.position .. pos) into the cache, for later steps; the tokens

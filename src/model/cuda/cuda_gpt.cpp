@@ -820,11 +820,12 @@ CudaDecoder::Generated CudaDecoder::generate(std::span<const int32_t> prompt, in
     const auto* t = static_cast<const long long*>(d.gen_trace.ptr);
     const double fed = static_cast<double>(std::max(1LL, t[15]));
     std::fprintf(stderr,
-                 "TRACE generate: %lld tokens fed; start %lld cycles; per token: embedding %.0f | layers: attention "
-                 "(ln1 qkv attn push) %.0f, barrier + proj %.0f, ln2 %.0f, fc1 + push %.0f, barrier %.0f, fc2 + "
-                 "barrier %.0f | head %.0f, top-k + barrier %.0f, choice %.0f, tail %.0f\n",
-                 t[15], t[0], t[1] / fed, t[2] / fed, t[3] / fed, t[4] / fed, t[5] / fed, t[6] / fed, t[7] / fed,
-                 t[8] / fed, t[9] / fed, t[10] / fed, t[11] / fed);
+                 "TRACE generate: %lld tokens fed; start %lld cycles; per token: embedding %.0f | layers: ln1 %.0f, "
+                 "qkv %.0f, scores + softmax %.0f, att + proj + push %.0f, barrier %.0f, proj sum + ln2 %.0f, fc1 + "
+                 "push %.0f, barrier %.0f, fc2 + barrier %.0f | head %.0f, top-k + barrier %.0f, choice %.0f, tail "
+                 "%.0f\n",
+                 t[15], t[0], t[1] / fed, t[12] / fed, t[13] / fed, t[14] / fed, t[2] / fed, t[3] / fed, t[4] / fed,
+                 t[5] / fed, t[6] / fed, t[7] / fed, t[8] / fed, t[9] / fed, t[10] / fed, t[11] / fed);
   }
   const int count = host_out[0], stop = host_out[1], status = host_out[2], fed_to = host_out[3];
   if (step_logits) {
