@@ -817,7 +817,7 @@ struct GenLayout {
     sl = take(kMegaGenMaxTopK);         // the top kk of the union, in order: logits
     sid = take(kMegaGenMaxTopK);        // ... ids
     rk = take(S.vc);                    // this CTA's columns' ranks among its columns (int)
-    tok = take(4);                      // the chosen token, status, whether a uniform was used
+    tok = take(8);                      // the chosen token, status, whether a uniform was used (x 2)
     toks = take(S.kv_rows);             // the generated tokens (int), written out at the end
     trace = take(2 * kGenTraceSlots);   // diagnostics (MegaGenerate::trace): cycles per phase (long long)
     total = o;
@@ -1321,16 +1321,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       // the next step's x now, while the others wait (if there is a next step)
       if (tid < C / 4 && st == 0 && id != g.eos && pos + 1 < d.capacity) embed(id, pos + 1);
       if (tid == 0) {
-        tok_slot[0] = id;
-        tok_slot[1] = st;
-        tok_slot[2] = drew;
+        tok_slot[4 * (count & 1)] = id;
+        tok_slot[4 * (count & 1) + 1] = st;
+        tok_slot[4 * (count & 1) + 2] = drew;
       }
     }
     __syncthreads();
     mark(10);
-    const int id = tok_slot[0];
-    status = tok_slot[1];
-    draws += tok_slot[2];
+    const int id = tok_slot[4 * (count & 1)];  // two slots by token parity: no barrier before the next write
+    status = tok_slot[4 * (count & 1) + 1];
+    draws += tok_slot[4 * (count & 1) + 2];
     if (status != 0) break;
     if (id == g.eos) {
       stop = 1;
@@ -1343,7 +1343,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       break;
     }
     ++pos;
-    __syncthreads();  // tok_slot is rewritten by the next choice
     mark(11);
   }
   // the new k, v rows (positions p.position .. pos) into the cache, for later steps; the tokens
