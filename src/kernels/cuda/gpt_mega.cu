@@ -1007,7 +1007,8 @@ __device__ __forceinline__ void row_split(const float* a, int K, const float* w,
 }
 
 // One decode layer of the loop at c.pos0 (B = T = 1, k split, proj by heads): gpt_mega_kernel's
-// layer body with decode_attention, and x += proj + b and ln2 in one warp (registers).
+// layer body with decode_attention, x += proj + b and ln2 in one warp (registers), and fc1's and
+// fc2's epilogues on four lanes per group (row_split). The same sums as the step's.
 template <class K, class Mark>
 __device__ __forceinline__ void decode_layer(const Ctx& c, int l, bool first, Mark mark) {
   const MegaLayout& S = c.S;

@@ -88,6 +88,9 @@
 //              hundred). Forward probs phase, broken down: stats + push 4.6k, barrier 1.1k, the
 //              combine and the stores 7.5k (logits now stored there, coalesced, not before the
 //              barrier).
+//   loop       the device decode loop (gpt_mega_generate, below; same run as step() 36.6 us =
+//              27.3k tokens/s): 64 tokens per launch, greedy 18.6 us per token = 53.7k tokens/s,
+//              top-k 40 24.5 us = 40.8k tokens/s (figures and the open leads below).
 // Open (largest first): the forward's probs phase (13.4k cycles for ~2.5k FMAs' worth of work:
 // the combine runs R = 16 dependent expf per row, and each warp does two rows in turn; try a
 // lane per CTA's pair and a shuffle reduction, __expf where the tolerance allows); pushing h
@@ -174,6 +177,28 @@ void gpt_mega(const MegaParams& p, int R, cudaStream_t stream);
 void gpt_mega_set_node_params(cudaGraphExec_t exec, cudaGraphNode_t node, const MegaParams& p, int R);
 
 // ---- the device-resident decode loop: one launch generates up to n tokens ----
+//
+// Measured (H200, `minigpt bench model --device cuda --no-peers --runs 300`, twice; rows "kv
+// decode, 64 tokens per launch on the device": one launch from a 1-token prompt to a full
+// context, no stop token, wall clock per call over the tokens, launch and wait included):
+//   first version (the step's stages as they are, a CTA-wide rank for the choice): greedy 28.7 us
+//     per token = 34.9k tokens/s, top-k 40 32.2 us (step() 36.0, its graph alone 28.0 us);
+//     per token ~56k cycles: the attention stage 5.3k per layer, the choice's rank 8k.
+//   now: greedy 18.6 us = 53.7k tokens/s, top-k 40 24.5 us = 40.8k (step() 36.6 us = 27.3k in
+//     the same run). What did it: the greedy choice by warp butterflies (8k -> 2.6k cycles with
+//     its cluster barrier); one-warp, one-pass LayerNorms (~1k -> ~0.4k each); no global store
+//     inside the loop (the k, v rows and tokens written at the end: a store before a cluster
+//     barrier's release is waited for); scores and softmax in registers; the proj partial in the
+//     attention warp; fc1/fc2 epilogues on four lanes; the layer-0 cluster wait and a CTA
+//     barrier per token dropped; the next embedding issued by the choosing warp.
+//   where (MINIGPT_MEGA_TRACE=1, cycles per token, 4 layers summed): ~36.8k: ln1 2.9k, qkv 2.7k,
+//     scores + softmax 4.0k, att + proj + push 5.8k, barrier 1.7k, proj sum + ln2 2.8k, fc1 +
+//     push 3.9k, barrier 2.0k, fc2 + barrier 5.3k; head 1.4k, choice's top + barrier 2.6k, draw +
+//     embedding 0.6k; the start (weights, earlier k, v) 3k once per launch.
+//   open: the three cluster barriers per layer (~0.5k each) and the attention warp's serial
+//     chain (ln1 -> qkv -> scores -> softmax -> att -> proj, ~3.5k per layer on one warp of 4
+//     CTAs); the top-k path (its union ranking and the draw's running sum: ~6 us per token over
+//     greedy); top-k above 64 and top-k 0 (the whole vocabulary) run the host loop.
 //
 // The decode step's cluster (dims of a decode step: B = T = 1, cache, split_k; the shipped
 // architecture C 64, H 4, F 256) loaded ONCE, then a loop on the device: feed a token at the
