@@ -116,6 +116,9 @@
 //              fc2 by k costs shared memory: its partials (F/16 x N x C/R floats) and fc2's
 //              rows padded to F/R + 4: the shipped model at N = 32 needs 197 KB at R = 16 (was
 //              185), the small test model by heads no longer fits at R = 4 (258 KB).
+//   loop       the device decode loop (gpt_mega_generate, below; same run as step() 36.6 us =
+//              27.3k tokens/s): 64 tokens per launch, greedy 18.6 us per token = 53.7k tokens/s,
+//              top-k 40 24.5 us = 40.8k tokens/s (figures and the open leads below).
 // Open (largest first): the barriers (~1.3-1.6k cycles each, 4 per layer + 1: ~25k of the
 // ~93k), and the LayerNorms (9 per forward, 1.1-1.3k each: double statistics, one half-warp
 // per row); the attention stage (T = 16: 8 items on 8 of the 16 CTAs); ln_f + lm_head 4.1k
@@ -202,5 +205,65 @@ void gpt_mega(const MegaParams& p, int R, cudaStream_t stream);
 // enqueued keep theirs). p must have p0's dims, image and cluster size: only values such as id,
 // position or the output pointers may change. Checks nothing on the device; does not wait.
 void gpt_mega_set_node_params(cudaGraphExec_t exec, cudaGraphNode_t node, const MegaParams& p, int R);
+
+// ---- the device-resident decode loop: one launch generates up to n tokens ----
+//
+// Measured (H200, `minigpt bench model --device cuda --no-peers --runs 300`, twice; rows "kv
+// decode, 64 tokens per launch on the device": one launch from a 1-token prompt to a full
+// context, no stop token, wall clock per call over the tokens, launch and wait included):
+//   first version (the step's stages as they are, a CTA-wide rank for the choice): greedy 28.7 us
+//     per token = 34.9k tokens/s, top-k 40 32.2 us (step() 36.0, its graph alone 28.0 us);
+//     per token ~56k cycles: the attention stage 5.3k per layer, the choice's rank 8k.
+//   now: greedy 18.6 us = 53.7k tokens/s, top-k 40 24.5 us = 40.8k (step() 36.6 us = 27.3k in
+//     the same run). What did it: the greedy choice by warp butterflies (8k -> 2.6k cycles with
+//     its cluster barrier); one-warp, one-pass LayerNorms (~1k -> ~0.4k each); no global store
+//     inside the loop (the k, v rows and tokens written at the end: a store before a cluster
+//     barrier's release is waited for); scores and softmax in registers; the proj partial in the
+//     attention warp; fc1/fc2 epilogues on four lanes; the layer-0 cluster wait and a CTA
+//     barrier per token dropped; the next embedding issued by the choosing warp.
+//   where (MINIGPT_MEGA_TRACE=1, cycles per token, 4 layers summed): ~36.8k: ln1 2.9k, qkv 2.7k,
+//     scores + softmax 4.0k, att + proj + push 5.8k, barrier 1.7k, proj sum + ln2 2.8k, fc1 +
+//     push 3.9k, barrier 2.0k, fc2 + barrier 5.3k; head 1.4k, choice's top + barrier 2.6k, draw +
+//     embedding 0.6k; the start (weights, earlier k, v) 3k once per launch.
+//   open: the three cluster barriers per layer (~0.5k each) and the attention warp's serial
+//     chain (ln1 -> qkv -> scores -> softmax -> att -> proj, ~3.5k per layer on one warp of 4
+//     CTAs); the top-k path (its union ranking and the draw's running sum: ~6 us per token over
+//     greedy); top-k above 64 and top-k 0 (the whole vocabulary) run the host loop.
+//
+// The decode step's cluster (dims of a decode step: B = T = 1, cache, split_k; the shipped
+// architecture C 64, H 4, F 256) loaded ONCE, then a loop on the device: feed a token at the
+// next position, choose the next token from its logits exactly as model/sampling.cpp's
+// Sampler::sample does (greedy: the largest logit, the lower id on ties; else the top-k by
+// (logit descending, id ascending), weights exp((l - lmax) / temperature) in double summed in
+// that order, the first whose running sum exceeds u * total, u the host's pre-drawn uniform:
+// drawn only where the CPU draws one), and stop as `minigpt generate`'s host loop: at n tokens
+// (after feeding the n-th, as the loop does), at the eos token (not fed, not kept), or when
+// the context is full. No host round trip between tokens.
+constexpr int kMegaGenMaxTopK = 64;  // the device loop's largest top-k (the host loop takes the rest)
+struct MegaGenerate {
+  int first_id = 0;             // the token fed first, at MegaParams::position (the prompt's last)
+  int n = 0;                    // the most tokens to generate
+  int eos = -1;                 // the stop token (-1: none)
+  float temperature = 0.0f;     // 0: greedy
+  int top_k = 1;                // with temperature > 0: k in [1, kMegaGenMaxTopK], <= V
+  const double* uniforms = nullptr;  // (n) device memory: the sampler's uniform draws, in order
+  int32_t* tokens = nullptr;    // (n) out (device or mapped host memory): the generated ids
+  // out: {count, stop (0: n tokens, 1: eos, 2: context full), status (0 ok, 1: a NaN logit,
+  // 2: every logit -inf), the position after the launch (positions fed)}
+  int32_t* result = nullptr;
+  float* step_logits = nullptr;  // ((n + 1), V) or null: the logits of every fed token, in order
+  // Diagnostics, or null: 16 long longs (device or mapped host memory): the cycles of each phase
+  // of the loop summed over the launch (CTA 0; slots as gpt_mega.cu's mark(k) calls), the last
+  // one the number of tokens fed.
+  long long* trace = nullptr;
+};
+// Dynamic shared memory of the loop's kernel at cluster size R (0: it does not take d).
+size_t gpt_mega_generate_smem(const MegaDims& d, int R);
+// Whether the loop runs d at cluster size R on the current device (shared memory, residency).
+bool gpt_mega_generate_fits(const MegaDims& d, int R);
+// Enqueues the loop: p as for a decode step (its weight image for (p.dims, R); p.position the
+// first position, the k, v cache rows before it filled). Does not wait; the host checks the
+// token ids and positions first (Error here if out of range).
+void gpt_mega_generate(const MegaParams& p, const MegaGenerate& g, int R, cudaStream_t stream);
 
 }  // namespace minigpt::cuda
