@@ -265,6 +265,33 @@ TEST(CompileCudaNvrtc, EveryGeneratedSourceCompilesForSm90a) {
   }
 }
 
+// The attention kernel's layouts (a block per (sequence, head, query tile), a warp per query):
+// heads of 12 floats (no float4 staging), of 40 (more than a warp: two dimensions per lane),
+// more than 32 keys (two key chunks per lane), a last query tile part empty; with the attention
+// standalone and as its projection's prologue (heads of 40 stay apart: kPrologueMaxHeadDim), and
+// the decode step. Each compiles with NVRTC.
+TEST(CompileCudaNvrtc, AttentionLayoutsCompileForSm90a) {
+  std::vector<Graph> graphs;
+  for (const auto& [heads, d] : {std::pair{2, 24}, std::pair{1, 40}}) {
+    ModelConfig c = compile_tiny_config();
+    c.n_head = heads;
+    c.d_model = d;
+    c.block_size = 40;
+    graphs.push_back(capture_gpt(c, 2, 37));
+    graphs.push_back(capture_gpt_decode(c));
+  }
+  for (const Graph& g : graphs) {
+    for (bool attention_prologue : {false, true}) {
+      CudaCodegenOptions cg;
+      cg.generated_gemm = true;
+      cg.attention_prologue = attention_prologue;
+      const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
+      EXPECT_TRUE(contains(l.code.source, "a warp per query") || attention_prologue) << g.name;
+      ASSERT_NO_THROW(nvrtc_compile_ptx(l.code.source, "compute_90a", g.name)) << g.name << (attention_prologue ? " attention prologue" : "");
+    }
+  }
+}
+
 TEST(CompileCudaNvrtc, MegakernelSourcesCompileForSm90a) {
   const ModelConfig c = compile_tiny_config();
   ModelConfig shipped;

@@ -349,6 +349,20 @@ std::string RowwiseCuda::body() {
 
 // ---- attention --------------------------------------------------------------------------
 
+// Queries per block of the attention kernel: a warp per query, so 4 warps. At (B=2, T=16, 4
+// heads) 32 blocks; each stages only the keys its queries may see.
+constexpr int64_t kAttnQueries = 4;
+
+// A block per (sequence, head, tile of kAttnQueries queries), a warp per query. The block first
+// copies the keys and values its queries may see into shared memory, the whole block at once
+// (consecutive threads, consecutive float4s of a head's row: coalesced); each warp loads its q
+// meanwhile (the same address for every lane: a broadcast). Then, per warp: pass 1, lane = key
+// (s = lane + 32 j), its score q.k (a sum over d in order, then the scale), the max across the
+// lanes (mg_warp_max: a max has no order); p = exp(score - max) per key; pass 2, lane = dimension
+// d (d = lane + 32 i): over the keys in order, p_s broadcast from its lane (__shfl_sync),
+// l += p_s and o += p_s v[s][d]; out = o / l. This is the arithmetic of eager's and of the old
+// thread-per-query kernel in the same order (so the same values); only the layout changed: the
+// longest dependent chain is a score's dh FMAs and the t + 1 steps of pass 2, not 2 x (t + 1) x dh.
 std::string generate_attention(const Graph& g, const Kernel& k, CudaLaunch& launch) {
   const Node& n = g.nodes[static_cast<size_t>(k.nodes[0])];
   const auto& qs = g.tensor(n.inputs[0]).shape;  // (B, T, 3C)
@@ -357,12 +371,15 @@ std::string generate_attention(const Graph& g, const Kernel& k, CudaLaunch& laun
   // keys the last query sees at most: T + offset, or (runtime offset) the caches' rows
   const int64_t S = n.runtime_offset ? g.tensor(n.inputs[1]).shape[0] : T + n.offset;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  const int64_t smem = 2 * S * dh * 4;
+  const int64_t smem = S * (2 * dh + 1) * 4;  // keys padded by a column, values
   MINIGPT_CHECK(smem <= 48 * 1024, "codegen_cuda: {}: {} keys of {} floats do not fit in 48 KiB of shared memory", k.name, S, dh);
-  const int block = static_cast<int>(std::max<int64_t>(32, (T + 31) / 32 * 32));
-  MINIGPT_CHECK(block <= 1024, "codegen_cuda: {}: {} queries exceed a block", k.name, T);
+  const int64_t W = std::min(kAttnQueries, T), tiles = (T + W - 1) / W;
+  const int block = static_cast<int>(32 * W);
+  const int64_t J = (S + 31) / 32, D = (dh + 31) / 32;  // key chunks of a warp's lanes; dimensions per lane
+  const bool vec4 = dh % 4 == 0 && C % 4 == 0;  // a head's row as float4s (arena slots are 64-byte aligned)
+  const int64_t L = vec4 ? dh / 4 : dh;         // loads per key row
   launch.function = k.name;
-  launch.grid = static_cast<int>(B * NH);
+  launch.grid = static_cast<int>(B * NH * tiles);
   launch.block = block;
   launch.args = {n.inputs[0], decode ? n.inputs[1] : -1, decode ? n.inputs[2] : -1, n.runtime_offset ? n.inputs.back() : -1, n.output};
   std::vector<std::string> params{fmt::format("in_ptr0 = {} (q | k | v per row)", describe(g, n.inputs[0]))};
@@ -372,50 +389,67 @@ std::string generate_attention(const Graph& g, const Kernel& k, CudaLaunch& laun
   }
   if (n.runtime_offset) params.push_back(fmt::format("in_ptr3 = {} (the position, read at run time)", describe(g, n.inputs.back())));
   params.push_back(fmt::format("out_ptr0 = {} (heads merged)", describe(g, n.output)));
-  std::string code = kernel_comment(g, k, params,
-                                    fmt::format("grid {} (batch x head), block {} (a thread per query), {} B of shared memory",
-                                                launch.grid, block, smem));
-  code += "//   the head's keys and values staged in shared memory; per query, over every key it may see (the\n"
-          "//   causal mask is the loops' bound): pass 1 the max score, pass 2 p = exp(score - max), their sum\n"
-          "//   l and sum p v; out = sum p v / l (as eager's softmax: no running rescale, the scores are\n"
-          "//   recomputed from shared memory). No (T, S) matrix exists.\n";
+  std::string code = kernel_comment(
+      g, k, params,
+      fmt::format("grid {} (batch x head x {} query tiles), block {} (a warp per query, {} queries), {} B of shared memory", launch.grid,
+                  tiles, block, W, smem));
+  code += "//   the keys and values the block's queries may see staged in shared memory by the whole block; per\n"
+          "//   query a warp: pass 1 lane = key (the causal mask: keys up to the query's position), the max score\n"
+          "//   across the lanes, p = exp(score - max); pass 2 lane = dimension, over the keys in order: l += p,\n"
+          "//   o += p v; out = o / l (as eager's softmax: no running rescale). No (T, S) matrix exists.\n";
   const std::string off = n.runtime_offset ? "(i64)in_ptr3[0]" : fmt::format("{}", n.offset);
   code += fmt::format(
       "extern \"C\" __global__ void __launch_bounds__({}) {}(\n    const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1,\n"
       "    const float* __restrict__ in_ptr2, const int* __restrict__ in_ptr3, float* __restrict__ out_ptr0) {{\n",
       block, k.name);
   std::string b;
-  b += fmt::format("__shared__ float ks[{}], vs[{}];  // keys, values of this head: ({}, {}) each\n", S * dh, S * dh, S, dh);
-  b += fmt::format("const i64 bb = blockIdx.x / {}, h = blockIdx.x % {};\n", NH, NH);
+  b += fmt::format("__shared__ float ks[{}][{}], vs[{}][{}];  // keys (a column of padding: lane s reads row s, no bank conflict), values\n",
+                   S, dh + 1, S, dh);
+  b += "const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n";
+  b += fmt::format("const i64 bh = blockIdx.x / {}, t0 = (i64)(blockIdx.x % {}) * {};  // (batch, head), the tile's first query\n", tiles,
+                   tiles, W);
+  b += fmt::format("const i64 bb = bh / {}, h = bh % {};\n", NH, NH);
   b += fmt::format("const i64 off = {};  // the first query's position{}\n", off, n.runtime_offset ? " (read at run time)" : "");
-  b += fmt::format("const i64 S = {} + off;  // keys the last query sees\n", T);
-  b += fmt::format("for (i64 i = threadIdx.x; i < S * {}; i += {}) {{\n", dh, block);
-  b += fmt::format("  const i64 s = i / {}, d = i % {};\n", dh, dh);
-  if (decode) {
-    b += fmt::format("  ks[i] = in_ptr1[s * {} + h * {} + d];\n", C, dh);
-    b += fmt::format("  vs[i] = in_ptr2[s * {} + h * {} + d];\n", C, dh);
+  b += fmt::format("const i64 S = min((i64){}, t0 + {}) + off;  // keys the tile's last query sees\n", T, W);
+  b += "const i64 t = t0 + warp;  // this warp's query\n";
+  b += fmt::format("float q[{}];  // the same for every lane\n", dh);
+  b += fmt::format("if (t < {}) {{\n#pragma unroll\n  for (int d = 0; d < {}; ++d) q[d] = in_ptr0[(bb * {} + t) * {} + h * {} + d];\n}}\n", T, dh, T,
+                   3 * C, dh);
+  // the staging loop: key row s, its L loads
+  const std::string krow = decode ? fmt::format("in_ptr1 + s * {} + h * {}", C, dh) : fmt::format("in_ptr0 + (bb * {} + s) * {} + {} + h * {}", T, 3 * C, C, dh);
+  const std::string vrow = decode ? fmt::format("in_ptr2 + s * {} + h * {}", C, dh) : fmt::format("in_ptr0 + (bb * {} + s) * {} + {} + h * {}", T, 3 * C, 2 * C, dh);
+  b += fmt::format("for (i64 e = threadIdx.x; e < S * {}; e += {}) {{\n", L, block);
+  b += fmt::format("  const i64 s = e / {}, d = e % {}{};\n", L, L, vec4 ? " * 4" : "");
+  if (vec4) {
+    b += fmt::format("  const float4 kv = *(const float4*)({} + d), vv = *(const float4*)({} + d);\n", krow, vrow);
+    b += "  ks[s][d] = kv.x; ks[s][d + 1] = kv.y; ks[s][d + 2] = kv.z; ks[s][d + 3] = kv.w;\n";
+    b += "  vs[s][d] = vv.x; vs[s][d + 1] = vv.y; vs[s][d + 2] = vv.z; vs[s][d + 3] = vv.w;\n";
   } else {
-    b += fmt::format("  ks[i] = in_ptr0[(bb * {} + s) * {} + {} + h * {} + d];\n", T, 3 * C, C, dh);
-    b += fmt::format("  vs[i] = in_ptr0[(bb * {} + s) * {} + {} + h * {} + d];\n", T, 3 * C, 2 * C, dh);
+    b += fmt::format("  ks[s][d] = ({})[d];\n  vs[s][d] = ({})[d];\n", krow, vrow);
   }
   b += "}\n__syncthreads();\n";
-  b += "const i64 t = threadIdx.x;  // the query\n";
-  if (block > T) b += fmt::format("if (t >= {}) return;\n", T);
-  b += fmt::format("float q[{}], o[{}];\n", dh, dh);
-  b += fmt::format("#pragma unroll\nfor (int d = 0; d < {}; ++d) {{\n", dh);
-  b += fmt::format("  q[d] = in_ptr0[(bb * {} + t) * {} + h * {} + d];\n  o[d] = 0.0f;\n}}\n", T, 3 * C, dh);
-  // the score of key s, the same expression (and so the same value) in both passes
-  const std::string score = fmt::format(
-      "  float sc = 0.0f;\n#pragma unroll\n  for (int d = 0; d < {}; ++d) sc += q[d] * ks[s * {} + d];\n  sc = sc * {};  // scale 1/sqrt({})\n",
-      dh, dh, flit(scale), dh);
-  b += "float m = -MG_INF;  // pass 1: the max score\n";
-  b += "for (i64 s = 0; s <= t + off; ++s) {  // causal: keys up to the query's position\n";
-  b += score + "  m = mg_max(m, sc);\n}\n";
-  b += "float l = 0.0f;  // pass 2: exp(score - max), its sum, and the weighted sum of values\n";
-  b += "for (i64 s = 0; s <= t + off; ++s) {\n";
-  b += score + "  const float p = mg_exp(sc - m);\n  l += p;\n";
-  b += fmt::format("#pragma unroll\n  for (int d = 0; d < {}; ++d) o[d] += p * vs[s * {} + d];\n}}\n", dh, dh);
-  b += fmt::format("#pragma unroll\nfor (int d = 0; d < {}; ++d) out_ptr0[(bb * {} + t) * {} + h * {} + d] = o[d] / l;\n", dh, T, C, dh);
+  b += fmt::format("if (t >= {}) return;  // a warp past the last query\n", T);
+  b += "const i64 last = t + off;  // causal: keys 0 .. last\n";
+  b += fmt::format("float pk[{}];  // pass 1, lane = key s = lane + 32 j: scores, then exp(score - max)\n", J);
+  b += "float m = -MG_INF;\n";
+  b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n", J);
+  b += "  const i64 s = lane + 32 * j;\n  float sc = -MG_INF;\n  if (s <= last) {\n";
+  b += fmt::format("    sc = 0.0f;\n#pragma unroll\n    for (int d = 0; d < {}; ++d) sc += q[d] * ks[s][d];\n", dh);
+  b += fmt::format("    sc = sc * {};  // scale 1/sqrt({})\n    m = mg_max(m, sc);\n  }}\n  pk[j] = sc;\n}}\n", flit(scale), dh);
+  b += "m = mg_warp_max(m);  // every lane: the max score\n";
+  b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) pk[j] = lane + 32 * j <= last ? mg_exp(pk[j] - m) : 0.0f;\n", J);
+  b += "// pass 2, lane = dimension d = lane + 32 i: over the keys in order, p_s from lane s % 32\n";
+  b += fmt::format("float l = 0.0f, o[{}];\n", D);
+  b += fmt::format("int dd[{}];  // lanes past dh read column 0 again, never stored\n", D);
+  b += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) {{\n  o[i] = 0.0f;\n  dd[i] = lane + 32 * i < {} ? lane + 32 * i : 0;\n}}\n", D, dh);
+  b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n", J);
+  b += fmt::format("#pragma unroll\n  for (int u = 0; u < {}; ++u) {{\n", std::min<int64_t>(32, S));
+  b += "    const i64 s = 32 * j + u;\n";
+  b += "    const float ps = __shfl_sync(0xffffffffu, pk[j], u);\n";
+  b += "    if (s <= last) {  // the same for every lane\n      l += ps;\n";
+  b += fmt::format("#pragma unroll\n      for (int i = 0; i < {}; ++i) o[i] += ps * vs[s][dd[i]];\n    }}\n  }}\n}}\n", D);
+  b += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i)\n", D);
+  b += fmt::format("  if (lane + 32 * i < {}) out_ptr0[(bb * {} + t) * {} + h * {} + lane + 32 * i] = o[i] / l;\n", dh, T, C, dh);
   code += indent_text(b, "  ") + "}\n";
   return code;
 }
@@ -507,14 +541,15 @@ std::string generate_cublas(const Graph& g, const Kernel& k, std::vector<CudaLau
 }
 
 // An attention as a GEMM's prologue (the output projection's x): warp w takes the (row, head)
-// pairs w, w + 8, ... of the tile (row n0 + pair / NH, head pair % NH) one after the other, with
-// the arithmetic of generate_attention's thread in the same order (so the same values), spread
-// over the warp's lanes: pass 1, lane = key (s = lane + 32 j): its score q.k (a sum over d in
-// order, then the scale), the max across the lanes (mg_warp_max; a max has no order); then
+// pairs w, w + 8, ... of the tile (row n0 + pair / NH, head pair % NH), the loop unrolled so that
+// the pairs' loads overlap, with generate_attention's warp arithmetic in the same order (so the
+// same values): pass 1, lane = key (s = lane + 32 j): its score q.k (a sum over d in order, then
+// the scale), the max across the lanes (mg_warp_max; a max has no order); then
 // p = exp(score - max) per key; pass 2, lane = dimension d < dh: over the keys in order, p_s
 // broadcast from its lane (__shfl_sync), l += p_s and o += p_s v[s][d]; out = o / l into
 // xs[row][h dh + d]. q, k and v are read straight from the batch's qkv rows (a few KB, through
-// L1). Rows past N get zeros.
+// L1); pass 2's loop has a fixed trip count (T keys) and loads v[s] for every s < T before the
+// causal test, so the loads need not wait on the sums. Rows past N get zeros.
 std::string attention_prologue(const Graph& g, const Node& a, int rows, std::vector<std::string>& sig, std::vector<std::string>& params,
                                std::vector<int>& args) {
   const auto& qs = g.tensor(a.inputs[0]).shape;  // (B, T, 3C)
@@ -527,7 +562,7 @@ std::string attention_prologue(const Graph& g, const Node& a, int rows, std::vec
   args.push_back(a.inputs[0]);
   std::string b = fmt::format("// prologue: the attention of the tile's {} rows x {} heads into xs, a warp per (row, head) pair\n", rows, NH);
   b += fmt::format("__shared__ float xs[{}][{}];  // the tile's rows of x: the heads merged\n", rows, C);
-  b += fmt::format("for (int pair = warp; pair < {}; pair += 8) {{\n", rows * NH);
+  b += fmt::format("#pragma unroll\nfor (int pair = warp; pair < {}; pair += 8) {{\n", rows * NH);
   std::string t;
   t += fmt::format("const int p = pair / {};\nconst i64 h = pair % {}, r = n0 + p;  // the query row, the head\n", NH, NH);
   std::string q;
@@ -547,9 +582,10 @@ std::string attention_prologue(const Graph& g, const Node& a, int rows, std::vec
   q += fmt::format("const int d = lane < {} ? lane : 0;  // lanes past dh compute column 0 again, never stored\n", dh);
   q += "float l = 0.0f, o = 0.0f;\n";
   q += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n", J);
-  q += "  for (int u = 0; u < 32 && 32 * j + u <= t; ++u) {\n";
-  q += "    const float ps = __shfl_sync(0xffffffffu, pk[j], u);\n    l += ps;\n";
-  q += fmt::format("    o += ps * kv[(32 * j + u) * {} + {} + h * {} + d];\n  }}\n}}\n", 3 * C, 2 * C, dh);
+  q += fmt::format("#pragma unroll\n  for (int u = 0; u < {}; ++u) {{\n", std::min<int64_t>(32, T));
+  q += fmt::format("    const i64 s = min(32 * j + u, {});  // a row of the batch (the causal test below)\n", T - 1);
+  q += fmt::format("    const float ps = __shfl_sync(0xffffffffu, pk[j], u), vv = kv[s * {} + {} + h * {} + d];\n", 3 * C, 2 * C, dh);
+  q += "    if (32 * j + u <= t) {  // the same for every lane\n      l += ps;\n      o += ps * vv;\n    }\n  }\n}\n";
   q += fmt::format("if (lane < {}) xs[p][h * {} + lane] = o / l;\n", dh, dh);
   if (N % rows) {
     t += fmt::format("if (r < {}) {{\n", N) + indent_text(q, "  ");

@@ -192,6 +192,21 @@ TEST(CompileCuda, RandomWeightsAndOddShapesMatchEager) {
   }
 }
 
+// The attention kernel's other layouts (a warp per query): heads of 12 floats (scalar staging),
+// of 40 (two dimensions per lane), 37 queries (two key chunks per lane, a part-empty last query
+// tile); standalone and as its projection's GEMM prologue (heads of 12; heads of 40 stay apart).
+TEST(CompileCuda, AttentionLayoutsMatchEager) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& [heads, d] : {std::pair{2, 24}, std::pair{1, 40}}) {
+    ModelConfig c = compile_tiny_config();
+    c.n_head = heads;
+    c.d_model = d;
+    c.block_size = 40;
+    const GrammarMiniGPT model(c, random_weights(c, 4));
+    for (int prologue : {1, 2}) expect_model_matches(model, 2, 37, 13, true, false, false, prologue);
+  }
+}
+
 // The decode step against the CPU's eager decoder, fed 64 random tokens. Held to design.md's
 // CUDA-against-CPU rule (1e-3 on logits at most; 1e-4 here) and the same top-1 at every step, not
 // to the forward's 1e-5: over 64 positions of random tokens the shipped model's fp32 logits are
