@@ -321,6 +321,39 @@ TEST(CompileCudaNvrtc, PdlVariantWaitsInEveryKernelAndCompiles) {
   EXPECT_ERROR(lower_cuda(capture_tinyhead(2), PassOptions{}, cg), "PDL needs generated GEMMs");
 }
 
+// weights_early: each generated GEMM loads its lane's W slice and its bias before PDL's wait
+// (weights only above it), the residual right after; off, W is read in the K loop. Both compile.
+TEST(CompileCudaNvrtc, GemmsLoadTheirWeightsBeforePdlsWait) {
+  CudaCodegenOptions cg;
+  cg.generated_gemm = true;
+  cg.pdl = true;
+  const Graph g = capture_gpt(compile_tiny_config(), 2, 16);
+  const CudaLowered early = lower_cuda(g, PassOptions{}, cg);
+  int gemms = 0;
+  for (const CudaKernelText& k : early.code.kernels) {
+    // a GEMM emitted here (an identical one is emitted once, its later copies only a comment)
+    if (!contains(k.text, "__global__") || !(contains(k.name, "gemm") || contains(k.name, "matmul"))) continue;
+    ++gemms;
+    ASSERT_TRUE(contains(k.text, "float4 wr[")) << k.name;
+    const size_t w = k.text.find("wr[u] = "), b = k.text.find("const float bias_m = "), wait = k.text.find("griddepcontrol.wait;");
+    ASSERT_NE(wait, std::string::npos) << k.name;
+    EXPECT_LT(w, wait) << k.name << ": W loaded before the wait";
+    EXPECT_LT(b, wait) << k.name << ": the bias loaded before the wait";
+    const size_t res = k.text.find("const float res_nm = "), xs = k.text.find("xs[");
+    if (res != std::string::npos) {
+      EXPECT_LT(wait, res) << k.name << ": the residual (an earlier kernel's) after it";
+    }
+    EXPECT_LT(wait, xs) << k.name << ": x (an earlier kernel's) after it";
+  }
+  EXPECT_GE(gemms, 5) << "the distinct GEMMs: the first qkv (embedding prologue), qkv, proj, fc1, fc2, the LM head";
+  EXPECT_NO_THROW(nvrtc_compile_ptx(early.code.source, "compute_90a", "weights early"));
+  cg.weights_early = false;
+  const CudaLowered late = lower_cuda(g, PassOptions{}, cg);
+  EXPECT_FALSE(contains(late.code.source, "float4 wr["));
+  EXPECT_FALSE(contains(late.code.source, "PDL's wait, when launched with it, goes here")) << "every marker replaced";
+  EXPECT_NO_THROW(nvrtc_compile_ptx(late.code.source, "compute_90a", "weights late"));
+}
+
 TEST(CompileCudaNvrtc, WithoutAGpuTheRunnerSaysSo) {
   if (cuda_gpu_visible()) GTEST_SKIP() << "a GPU is visible: tests/cuda/compile_cuda_test.cpp runs the graphs";
   const TinyHead head = TinyHead::init(42);

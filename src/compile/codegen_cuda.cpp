@@ -43,6 +43,11 @@ namespace {
 
 std::string flit(float v) { return float_literal(v, "MG_INF"); }
 
+// A line a kernel may put where PDL's griddepcontrol.wait is to go (everything above it reads
+// only weights, which no kernel of the graph writes); with_pdl_prologue replaces it, and without
+// PDL it stays a comment.
+constexpr const char* kPdlWaitPoint = "// (the reads above are of weights only: PDL's wait, when launched with it, goes here)\n";
+
 const char* kPrelude = R"(// ---- device helpers ---------------------------------------------------------------------
 typedef long long i64;
 #define MG_INF __int_as_float(0x7f800000)
@@ -491,12 +496,15 @@ std::vector<std::string> matmul_params(const Graph& g, const Node& n) {
   return p;
 }
 
-// The epilogue statements on `v` at (row n, column m): bias, then GELU or the residual.
-std::string epilogue_code(const Node& n, const std::string& index, const std::string& col) {
+// The epilogue statements on `v` at (row n, column m): bias, then GELU or the residual. `bias_at`:
+// the bias's value when it was loaded earlier (a register), else bias[col] is read here; `res_at`
+// the same for the residual.
+std::string epilogue_code(const Node& n, const std::string& index, const std::string& col, const std::string& bias_at = "",
+                          const std::string& res_at = "") {
   std::string s;
-  if (n.has_bias) s += fmt::format("v = v + bias[{}];\n", col);
+  if (n.has_bias) s += fmt::format("v = v + {};\n", bias_at.empty() ? fmt::format("bias[{}]", col) : bias_at);
   if (n.gelu) s += "v = mg_gelu(v);\n";
-  if (n.has_residual) s += fmt::format("v = v + res[{}];\n", index);
+  if (n.has_residual) s += fmt::format("v = v + {};\n", res_at.empty() ? fmt::format("res[{}]", index) : res_at);
   return s;
 }
 
@@ -664,7 +672,13 @@ std::string staged_x(int64_t N, int64_t K, int rows, int threads) {
 // tile of a row tile recomputes those rows (K columns each: cheaper than a launch); only the
 // first column tile stores the prologue's other outputs. Without a prologue (stage_x) the block
 // copies its rows of x into xs first, coalesced.
-std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, bool stage_x) {
+// weights_early (W and the bias graph weights, W's slice of the lane at most 32 floats as float4s):
+// the lane's slice of W and its bias are loaded into registers at the kernel's top, before
+// anything that reads what an earlier kernel writes, and under PDL before its wait (kPdlWaitPoint:
+// the graph never writes a weight), so their L2 latency overlaps the previous kernel (PDL) or the
+// staging of x; the epilogue's residual is loaded right after the wait, before the prologue. The
+// sums are the same, in the same order.
+std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, bool stage_x, bool weights_early) {
   const bool fused = k.kind == KernelKind::PrologueMatmul;
   const Node& n = g.nodes[static_cast<size_t>(k.nodes.back())];
   const int64_t N = g.tensor(n.inputs[0]).rows(), K = g.tensor(n.inputs[0]).cols(), M = g.tensor(n.inputs[1]).shape[0];
@@ -672,6 +686,8 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
   const int64_t KC = (K + kWarps - 1) / kWarps;  // the K slice of a warp
   const bool vec4 = K % 4 == 0 && KC % 4 == 0;
   const int64_t tiles_m = (M + kCols - 1) / kCols, tiles_n = (N + kRows - 1) / kRows;
+  const bool w_early = weights_early && vec4 && KC <= 32 && g.tensor(n.inputs[1]).kind == TensorKind::Weight;
+  const bool bias_early = weights_early && n.has_bias && g.tensor(n.inputs[2]).kind == TensorKind::Weight;
   launch.function = k.name;
   launch.grid = static_cast<int>(tiles_m * tiles_n);
   launch.block = kThreads;
@@ -714,16 +730,46 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
   b += fmt::format("__shared__ float part[{}][{}][{}];  // [warp][row][column], padded\n", kWarps, kRows, kCols + 1);
   b += fmt::format("const i64 m0 = (i64)(blockIdx.x % {}) * {}, n0 = (i64)(blockIdx.x / {}) * {};\n", tiles_m, kCols, tiles_m, kRows);
   b += "const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n";
-  b += prologue;
   b += "const i64 m = m0 + lane;  // this lane's column\n";
+  b += fmt::format("const i64 k0 = (i64)warp * {};\n", KC);
+  if (w_early) {
+    b += fmt::format("float4 wr[{}];  // the lane's W slice, loaded first (a weight: no earlier kernel writes it)\n", KC / 4);
+    b += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u)\n", KC / 4);
+    std::string mask;
+    if (M % kCols) mask = fmt::format("m < {}", M);
+    if (K % kWarps) mask += (mask.empty() ? "" : " && ") + fmt::format("k0 + 4 * u < {}", K);
+    const std::string load = fmt::format("*(const float4*)(w + m * {} + k0 + 4 * u)", K);
+    b += mask.empty() ? fmt::format("  wr[u] = {};\n", load) : fmt::format("  wr[u] = {} ? {} : make_float4(0.0f, 0.0f, 0.0f, 0.0f);\n", mask, load);
+  }
+  if (bias_early) b += M % kCols ? fmt::format("const float bias_m = m < {} ? bias[m] : 0.0f;  // loaded first (a weight)\n", M)
+                                 : "const float bias_m = bias[m];  // loaded first (a weight)\n";
+  if (w_early || bias_early) b += kPdlWaitPoint;
+  if (weights_early && n.has_residual) {  // the thread's residual for the epilogue (row n0 + warp), loaded before the K loop
+    std::string mask;
+    if (N % kRows) mask = fmt::format("n0 + warp < {}", N);
+    if (M % kCols) mask += (mask.empty() ? "" : " && ") + fmt::format("m < {}", M);
+    const std::string load = fmt::format("res[(n0 + warp) * {} + m]", M);
+    b += mask.empty() ? fmt::format("const float res_nm = {};  // loaded early\n", load)
+                      : fmt::format("const float res_nm = {} ? {} : 0.0f;  // loaded early\n", mask, load);
+  }
+  b += prologue;
   b += fmt::format("float acc[{}];\n#pragma unroll\nfor (int i = 0; i < {}; ++i) acc[i] = 0.0f;\n", kRows, kRows);
   // rows past N and columns past M: masked (their products never stored); a K slice past K: empty
   const std::string kend = fmt::format("k0 + {}", KC);
   const bool kmask = K % kWarps != 0;
-  b += fmt::format("const i64 k0 = (i64)warp * {};\n", KC);
   if (M % kCols) b += fmt::format("if (m < {}) {{  // mask: the last column tile\n", M);
   std::string loop;
-  if (vec4) {
+  if (w_early) {  // the same loop over the slice, W from the registers
+    loop += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u) {{\n", KC / 4);
+    loop += "  const i64 k = k0 + 4 * u;\n";
+    if (kmask) loop += fmt::format("  if (k >= {}) break;  // the last warp's slice ends at K\n", K);
+    loop += "  const float4 wv = wr[u];\n";
+    loop += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) {{\n", kRows);
+    if (N % kRows) loop += fmt::format("    if (n0 + i >= {}) break;  // mask: the last row tile\n", N);
+    loop += x_smem ? "    const float4 xv = make_float4(xs[i][k], xs[i][k + 1], xs[i][k + 2], xs[i][k + 3]);  // the same for every lane\n"
+                   : fmt::format("    const float4 xv = *(const float4*)&{};  // the same for every lane\n", x_at("k"));
+    loop += "    acc[i] += xv.x * wv.x;\n    acc[i] += xv.y * wv.y;\n    acc[i] += xv.z * wv.z;\n    acc[i] += xv.w * wv.w;\n  }\n}\n";
+  } else if (vec4) {
     loop += fmt::format("#pragma unroll\nfor (i64 k = k0; k < {}; k += 4) {{\n", kmask ? fmt::format("min((i64){}, {})", K, kend) : kend);
     loop += fmt::format("  const float4 wv = *(const float4*)(w + m * {} + k);\n", K);
     loop += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) {{\n", kRows);
@@ -749,7 +795,7 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
   if (M % kCols) mask += (mask.empty() ? "" : " && ") + fmt::format("m < {}", M);
   std::string store = "float v = part[0][warp][lane];\n";
   store += fmt::format("#pragma unroll\nfor (int s = 1; s < {}; ++s) v += part[s][warp][lane];\n", kWarps);
-  store += epilogue_code(n, fmt::format("nn * {} + m", M), "m") + fmt::format("y[nn * {} + m] = v;\n", M);
+  store += epilogue_code(n, fmt::format("nn * {} + m", M), "m", bias_early ? "bias_m" : "", weights_early && n.has_residual ? "res_nm" : "") + fmt::format("y[nn * {} + m] = v;\n", M);
   if (!mask.empty()) b += fmt::format("if ({}) {{  // mask: the edge tiles\n", mask) + indent_text(store, "  ") + "}\n";
   else b += store;
   code += indent_text(b, "  ") + "}\n";
@@ -762,15 +808,24 @@ std::string rename_kernel(const std::string& name, const Kernel& k, bool generat
   return name;
 }
 
-// After the opening brace of every __global__ function in code: PDL's wait and trigger.
+// After the opening brace of every __global__ function in code: PDL's trigger, and its wait
+// there too, or where the kernel marked the point (kPdlWaitPoint: what comes before reads
+// weights only).
 std::string with_pdl_prologue(std::string code) {
-  const std::string prologue =
-      "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");  // PDL: the previous kernel has finished, its writes visible\n"
-      "  asm volatile(\"griddepcontrol.launch_dependents;\");  // PDL: the next kernel may launch now\n";
+  const std::string wait =
+      "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");  // PDL: the previous kernel has finished, its writes visible\n";
+  const std::string trigger = "  asm volatile(\"griddepcontrol.launch_dependents;\");  // PDL: the next kernel may launch now\n";
   for (size_t at = code.find("__global__"); at != std::string::npos; at = code.find("__global__", at + 1)) {
     const size_t brace = code.find("{\n", at);
     if (brace == std::string::npos) break;
-    code.insert(brace + 2, prologue);
+    const size_t next = code.find("__global__", brace);
+    const size_t point = code.find(kPdlWaitPoint, brace);
+    if (point != std::string::npos && point < next) {
+      code.replace(point, std::string(kPdlWaitPoint).size(), wait);
+      code.insert(brace + 2, trigger);
+    } else {
+      code.insert(brace + 2, "  " + wait + trigger);
+    }
   }
   return code;
 }
@@ -820,12 +875,12 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
         break;
       case KernelKind::PrologueMatmul:
         MINIGPT_CHECK(opt.generated_gemm, "generate_cuda: {} has a prologue, which only a generated GEMM takes (cuBLAS cannot)", k.name);
-        code = generate_gemm(g, k, launch, opt.stage_x);
+        code = generate_gemm(g, k, launch, opt.stage_x, opt.weights_early);
         out.launches.push_back(launch);
         break;
       case KernelKind::Matmul:
         if (opt.generated_gemm) {
-          code = generate_gemm(g, k, launch, opt.stage_x);
+          code = generate_gemm(g, k, launch, opt.stage_x, opt.weights_early);
           out.launches.push_back(launch);
         } else {
           code = generate_cublas(g, k, out.launches);

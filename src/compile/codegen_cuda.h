@@ -62,6 +62,11 @@ struct CudaCodegenOptions {
   // do; off: every lane reads x from global memory in the K loop (a broadcast per warp). H200:
   // fc2 (K = 256) 3.87 -> 3.22 us.
   bool stage_x = true;
+  // With generated_gemm: each GEMM loads its lane's slice of W (at most 32 floats, as float4s) and
+  // its bias into registers at its top, before anything an earlier kernel writes, and with PDL
+  // before griddepcontrol.wait (the graph never writes a weight): their L2 latency overlaps the
+  // previous kernel. Same sums in the same order. Off ("weights-late"): W read in the K loop.
+  bool weights_early = true;
   // Programmatic dependent launch (Hopper, sm_90+; with generated_gemm only, so that every
   // kernel of the graph is generated): each kernel starts with griddepcontrol.wait (the previous
   // kernel's writes are visible after it) then griddepcontrol.launch_dependents, and the runner
