@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -123,13 +124,15 @@ TEST(CompileCudaCodegen, GeneratedGemmsTakeLayerNormsAndAttentionsAsPrologues) {
   const Graph g = capture_gpt(c, 2, 16);
   CudaCodegenOptions cg;
   cg.generated_gemm = true;
+  cg.fuse_mlp = false;           // each MLP one kernel: GeneratedGemmsFuseEachMlpIntoOneKernel
   cg.attention_prologue = true;  // off by default (measured slower), max-autotune's "attn-prologue"
   const CudaLowered fused = lower_cuda(g, PassOptions{}, cg);
   cg.matmul_prologue = false;
   cg.attention_prologue = false;
   const CudaLowered plain = lower_cuda(g, PassOptions{}, cg);
-  // the default: the layernorms' prologues only
-  const CudaLowered def = lower_default(g, true);
+  // the default's prologues: the layernorms' only
+  cg.matmul_prologue = true;
+  const CudaLowered def = lower_cuda(g, PassOptions{}, cg);
   EXPECT_EQ(plain.code.launches.size(), def.code.launches.size() + static_cast<size_t>(2 * c.n_layer + 1));
   for (const Kernel& k : def.schedule.kernels)
     EXPECT_EQ(k.kind == KernelKind::PrologueMatmul, contains(k.name, "layernorm")) << k.name;
@@ -153,6 +156,37 @@ TEST(CompileCudaCodegen, GeneratedGemmsTakeLayerNormsAndAttentionsAsPrologues) {
   EXPECT_TRUE(contains(src, "make_float4(xs[i][k]")) << "the K loop reads x from shared memory";
   // cuBLAS cannot take a prologue: its variant keeps the kernels apart
   for (const Kernel& k : lower_default(g, false).schedule.kernels) EXPECT_NE(k.kind, KernelKind::PrologueMatmul) << k.name;
+}
+
+// fuse_mlp (the default with generated GEMMs): each MLP one kernel, fc1 (with its layernorm
+// prologue) computing the tile's rows of h into shared memory, fc2 reading them there; h never
+// stored. Off: fc1 and fc2 two GEMM kernels. cuBLAS keeps them apart.
+TEST(CompileCudaCodegen, GeneratedGemmsFuseEachMlpIntoOneKernel) {
+  const ModelConfig c = compile_tiny_config();
+  for (const Graph& g : {capture_gpt(c, 2, 16), capture_gpt(c, 3, 5), capture_gpt_decode(c)}) {
+    const CudaLowered fused = lower_default(g, true);
+    CudaCodegenOptions cg;
+    cg.generated_gemm = true;
+    cg.fuse_mlp = false;
+    const CudaLowered apart = lower_cuda(g, PassOptions{}, cg);
+    EXPECT_EQ(apart.code.launches.size(), fused.code.launches.size() + static_cast<size_t>(c.n_layer)) << g.name;
+    int mlps = 0;
+    for (const Kernel& k : fused.schedule.kernels) {
+      if (!contains(k.name, "mlp")) continue;
+      ++mlps;
+      EXPECT_EQ(k.name.rfind("cuda_fused_layernorm_mlp_", 0), 0u) << k.name << ": the layernorm is fc1's prologue";
+      EXPECT_EQ(k.kind, KernelKind::PrologueMatmul) << k.name;
+      const Node& fc2 = fused.schedule.graph.nodes[static_cast<size_t>(k.nodes.back())];
+      const int h = fc2.inputs[0];
+      EXPECT_TRUE(std::count(k.removed.begin(), k.removed.end(), h)) << k.name << ": h kept on chip";
+      EXPECT_EQ(k.cols, c.d_model) << "the prologue's rows: fc1's x";
+    }
+    EXPECT_EQ(mlps, c.n_layer) << g.name;
+    EXPECT_TRUE(contains(fused.code.source, "__shared__ float hs[8][" + std::to_string(4 * c.d_model) + "];")) << g.name;
+    EXPECT_TRUE(contains(fused.code.source, "make_float4(hs[i][k]")) << "fc2's K loop reads h from shared memory";
+    for (const Kernel& k : apart.schedule.kernels) EXPECT_FALSE(contains(k.name, "mlp")) << k.name;
+    for (const Kernel& k : lower_default(g, false).schedule.kernels) EXPECT_FALSE(contains(k.name, "mlp")) << k.name;
+  }
 }
 
 CudaLowered lower_mega(const Graph& g) {
@@ -332,7 +366,7 @@ TEST(CompileCudaNvrtc, GemmsLoadTheirWeightsBeforePdlsWait) {
   int gemms = 0;
   for (const CudaKernelText& k : early.code.kernels) {
     // a GEMM emitted here (an identical one is emitted once, its later copies only a comment)
-    if (!contains(k.text, "__global__") || !(contains(k.name, "gemm") || contains(k.name, "matmul"))) continue;
+    if (!contains(k.text, "__global__") || !(contains(k.name, "gemm") || contains(k.name, "matmul") || contains(k.name, "mlp"))) continue;
     ++gemms;
     ASSERT_TRUE(contains(k.text, "float4 wr[")) << k.name;
     const size_t w = k.text.find("wr[u] = "), b = k.text.find("const float bias_m = "), wait = k.text.find("griddepcontrol.wait;");
@@ -345,7 +379,7 @@ TEST(CompileCudaNvrtc, GemmsLoadTheirWeightsBeforePdlsWait) {
     }
     EXPECT_LT(wait, xs) << k.name << ": x (an earlier kernel's) after it";
   }
-  EXPECT_GE(gemms, 5) << "the distinct GEMMs: the first qkv (embedding prologue), qkv, proj, fc1, fc2, the LM head";
+  EXPECT_GE(gemms, 5) << "the distinct GEMMs: the first qkv (embedding prologue), qkv, proj, the MLP, the LM head";
   EXPECT_NO_THROW(nvrtc_compile_ptx(early.code.source, "compute_90a", "weights early"));
   cg.weights_early = false;
   const CudaLowered late = lower_cuda(g, PassOptions{}, cg);

@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <regex>
 #include <set>
 
 namespace minigpt::compile {
@@ -65,6 +66,8 @@ __device__ __forceinline__ float mg_exp(float x) { return expf(x); }
 // x log2(e) adds a relative error of about |x| 6e-8: for a softmax's x - max <= 0 an absolute
 // error below 1e-7 on every probability. exp2(-inf) = 0, NaN stays NaN.
 __device__ __forceinline__ float mg_exp2e(float x) { return exp2f(x * 1.44269504f); }
+// component i (a constant after unrolling) of a float4
+__device__ __forceinline__ float mg_f4(const float4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
 // Warp butterflies: after log2(32) steps every lane holds the reduction of the 32 values.
 __device__ __forceinline__ float mg_warp_max(float v) {
@@ -658,6 +661,65 @@ std::string staged_x(int64_t N, int64_t K, int rows, int threads) {
   return b + "}\n__syncthreads();\n";
 }
 
+// An MLP's fc1 inside its fc2's GEMM (passes.h's fuse_mlp): h = epilogue(x W1^T + b1) for the
+// tile's 8 rows (x in xs, the prologue's or staged) into the shared array hs[8][H], a thread per
+// column c of h (c = threadIdx.x + 256 r). Its sums are those of the GEMM kernel fc1 would be on
+// its own (generate_gemm): K split into the 8 slices of KC1, each summed in order from 0, the
+// slices added in order, then the epilogue: the same values. `early` (weights_early, one column
+// per thread, W1's row at most 64 floats as float4s): the thread's row of W1 and its bias, loaded
+// before PDL's wait; `stage` the computation after the prologue.
+struct MlpFc1 {
+  std::string early, stage;
+};
+MlpFc1 mlp_fc1(const Graph& g, const Node& a, int rows, int threads, bool weights_early, std::vector<std::string>& sig,
+               std::vector<std::string>& params, std::vector<int>& args) {
+  const int64_t K1 = g.tensor(a.inputs[0]).cols(), H = g.tensor(a.output).cols();
+  const int64_t KC1 = (K1 + 7) / 8;  // generate_gemm's slice (8 warps)
+  const bool w_early = weights_early && H <= threads && K1 % 4 == 0 && K1 <= 64 && g.tensor(a.inputs[1]).kind == TensorKind::Weight;
+  const bool b_early = weights_early && H <= threads && a.has_bias && g.tensor(a.inputs[2]).kind == TensorKind::Weight;
+  sig.push_back("const float* __restrict__ w1");
+  sig.push_back("const float* __restrict__ b1");
+  args.push_back(a.inputs[1]);
+  args.push_back(a.has_bias ? a.inputs[2] : -1);
+  params.push_back(fmt::format("W1 = {}", describe(g, a.inputs[1])));
+  if (a.has_bias) params.push_back(fmt::format("b1 = {}", describe(g, a.inputs[2])));
+  params.push_back(fmt::format("h = {} = {} (fc1, kept in shared memory)", describe(g, a.output), epilogue_text(a)));
+  MlpFc1 out;
+  const std::string live = H < threads ? fmt::format("threadIdx.x < {}", H) : "";
+  if (w_early) {
+    out.early += fmt::format("float4 w1r[{}];  // fc1: row threadIdx.x of W1, loaded first (a weight)\n", K1 / 4);
+    out.early += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u)\n", K1 / 4);
+    const std::string load = fmt::format("*(const float4*)(w1 + (i64)threadIdx.x * {} + 4 * u)", K1);
+    out.early += live.empty() ? fmt::format("  w1r[u] = {};\n", load)
+                              : fmt::format("  w1r[u] = {} ? {} : make_float4(0.0f, 0.0f, 0.0f, 0.0f);\n", live, load);
+  }
+  if (b_early)
+    out.early += live.empty() ? std::string("const float b1_c = b1[threadIdx.x];  // fc1's bias of the thread's column, loaded first\n")
+                              : fmt::format("const float b1_c = {} ? b1[threadIdx.x] : 0.0f;  // fc1's bias of the thread's column, loaded first\n", live);
+  std::string b = fmt::format("// fc1: h = {} of the tile's {} rows into hs, a thread per column of h\n", epilogue_text(a), rows);
+  b += fmt::format("__shared__ float hs[{}][{}];\n", rows, H);
+  b += fmt::format("for (int c = threadIdx.x; c < {}; c += {}) {{\n", H, threads);
+  std::string c;
+  c += fmt::format("float v[{}], p[{}];\n", rows, rows);
+  c += fmt::format("#pragma unroll\nfor (int s = 0; s < 8; ++s) {{  // the K slices [s {}, (s + 1) {}) in order\n", KC1, KC1);
+  c += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) p[i] = 0.0f;\n", rows);
+  c += fmt::format("#pragma unroll\n  for (int kk = 0; kk < {}; ++kk) {{\n", KC1);
+  c += fmt::format("    const int k = s * {} + kk;\n", KC1);
+  if (KC1 * 8 != K1) c += fmt::format("    if (k >= {}) break;  // the last slices end at K\n", K1);
+  c += w_early ? std::string("    const float wv = mg_f4(w1r[k / 4], k % 4);\n") : fmt::format("    const float wv = w1[(i64)c * {} + k];\n", K1);
+  c += fmt::format("#pragma unroll\n    for (int i = 0; i < {}; ++i) p[i] += xs[i][k] * wv;\n  }}\n", rows);
+  c += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) v[i] = s == 0 ? p[i] : v[i] + p[i];\n}}\n", rows);
+  c += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) {{\n", rows);
+  c += "  float vi = v[i];\n";
+  std::string epi = epilogue_code(a, "", "c", b_early ? "b1_c" : "");
+  epi = std::regex_replace(epi, std::regex(R"(\bv\b)"), "vi");
+  epi = std::regex_replace(epi, std::regex(R"(\bbias\[)"), "b1[");
+  c += indent_text(epi, "  ") + "  hs[i][c] = vi;\n}\n";
+  b += indent_text(c, "  ") + "}\n__syncthreads();\n";
+  out.stage = b;
+  return out;
+}
+
 // A generated fixed-shape GEMM, epilogue fused, shaped for the small products of this model
 // (launch- and latency-bound: few rows, K <= a few hundred): a block of 8 warps computes a tile
 // of 8 rows x 32 columns of y; lane l owns column m0 + l, warp w the K slice [w KC, (w+1) KC)
@@ -694,7 +756,25 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
   std::vector<std::string> sig, params;
   std::string prologue;
   const bool attention = fused && g.nodes[static_cast<size_t>(k.nodes[0])].op == Op::Attention;
-  if (attention) {
+  // an MLP (fuse_mlp): fc1 (with its own row-wise prologue, or its x staged) computes h into hs
+  const bool mlp = fused && k.nodes.size() >= 2 && g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])].op == Op::Matmul;
+  MlpFc1 fc1;
+  if (mlp) {
+    const Node& a = g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])];
+    if (k.nodes.size() > 2) {  // fc1's prologue: the kernel without fc2 is a prologue GEMM of its own
+      Kernel k1 = k;
+      k1.nodes.pop_back();
+      k1.writes.erase(std::remove(k1.writes.begin(), k1.writes.end(), n.output), k1.writes.end());
+      prologue = rowwise_prologue(g, k1, kRows, tiles_m, sig, params, launch.args);
+    } else {
+      sig.push_back("const float* __restrict__ x");
+      launch.args.push_back(a.inputs[0]);
+      params.push_back(fmt::format("x = {}", describe(g, a.inputs[0])));
+      prologue = staged_x(g.tensor(a.inputs[0]).rows(), g.tensor(a.inputs[0]).cols(), kRows, kThreads);
+    }
+    fc1 = mlp_fc1(g, a, kRows, kThreads, weights_early, sig, params, launch.args);
+    prologue += fc1.stage;
+  } else if (attention) {
     prologue = attention_prologue(g, g.nodes[static_cast<size_t>(k.nodes[0])], kRows, sig, params, launch.args);
   } else if (fused) {
     prologue = rowwise_prologue(g, k, kRows, tiles_m, sig, params, launch.args);
@@ -716,15 +796,18 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
                                                 launch.grid, tiles_m, tiles_n, kThreads, K, KC));
   code += "//   generated fixed-shape GEMM (max-autotune), epilogue fused: 8 rows x 32 columns per block, lane = column,\n"
           "//   warp = K slice; partial sums combined in shared memory in warp order\n";
-  if (attention) code += "//   attention fused before: each block computes its 8 rows of x (a warp per row and head) into shared memory first\n";
+  if (mlp) code += "//   MLP fused: each block computes its 8 rows of fc1's x (the prologue) and of h = fc1's result into shared\n"
+                   "//   memory first (hs, a thread per column of h), then fc2 reads h there; h is never stored\n";
+  else if (attention) code += "//   attention fused before: each block computes its 8 rows of x (a warp per row and head) into shared memory first\n";
   else if (fused) code += "//   prologue fused: each block computes its 8 rows of x (a warp per row) into shared memory first\n";
   else if (x_smem) code += "//   x's rows staged in shared memory first (coalesced), the K loop reads them there\n";
   std::string sigs;
   for (size_t i = 0; i < sig.size(); ++i) sigs += fmt::format("{}    {}", i ? ",\n" : "", sig[i]);
   code += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(\n{}) {{\n", kThreads, k.name, sigs);
   // x's row i at column k: from global memory, or the prologue's rows in shared memory
+  const std::string xs = mlp ? "hs" : "xs";  // the shared rows the K loop reads
   auto x_at = [&](const std::string& kk) {
-    return x_smem ? fmt::format("xs[i][{}]", kk) : fmt::format("x[(n0 + i) * {} + {}]", K, kk);
+    return x_smem ? fmt::format("{}[i][{}]", xs, kk) : fmt::format("x[(n0 + i) * {} + {}]", K, kk);
   };
   std::string b;
   b += fmt::format("__shared__ float part[{}][{}][{}];  // [warp][row][column], padded\n", kWarps, kRows, kCols + 1);
@@ -743,7 +826,8 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
   }
   if (bias_early) b += M % kCols ? fmt::format("const float bias_m = m < {} ? bias[m] : 0.0f;  // loaded first (a weight)\n", M)
                                  : "const float bias_m = bias[m];  // loaded first (a weight)\n";
-  if (w_early || bias_early) b += kPdlWaitPoint;
+  b += fc1.early;
+  if (w_early || bias_early || !fc1.early.empty()) b += kPdlWaitPoint;
   if (weights_early && n.has_residual) {  // the thread's residual for the epilogue (row n0 + warp), loaded before the K loop
     std::string mask;
     if (N % kRows) mask = fmt::format("n0 + warp < {}", N);
@@ -766,7 +850,7 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
     loop += "  const float4 wv = wr[u];\n";
     loop += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) {{\n", kRows);
     if (N % kRows) loop += fmt::format("    if (n0 + i >= {}) break;  // mask: the last row tile\n", N);
-    loop += x_smem ? "    const float4 xv = make_float4(xs[i][k], xs[i][k + 1], xs[i][k + 2], xs[i][k + 3]);  // the same for every lane\n"
+    loop += x_smem ? fmt::format("    const float4 xv = make_float4({0}[i][k], {0}[i][k + 1], {0}[i][k + 2], {0}[i][k + 3]);  // the same for every lane\n", xs)
                    : fmt::format("    const float4 xv = *(const float4*)&{};  // the same for every lane\n", x_at("k"));
     loop += "    acc[i] += xv.x * wv.x;\n    acc[i] += xv.y * wv.y;\n    acc[i] += xv.z * wv.z;\n    acc[i] += xv.w * wv.w;\n  }\n}\n";
   } else if (vec4) {
@@ -775,7 +859,7 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
     loop += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) {{\n", kRows);
     if (N % kRows) loop += fmt::format("    if (n0 + i >= {}) break;  // mask: the last row tile\n", N);
     if (x_smem)  // shared memory: four scalar reads (a static shared array's alignment is the float's)
-      loop += "    const float4 xv = make_float4(xs[i][k], xs[i][k + 1], xs[i][k + 2], xs[i][k + 3]);  // the same for every lane\n";
+      loop += fmt::format("    const float4 xv = make_float4({0}[i][k], {0}[i][k + 1], {0}[i][k + 2], {0}[i][k + 3]);  // the same for every lane\n", xs);
     else
       loop += fmt::format("    const float4 xv = *(const float4*)&{};  // the same for every lane\n", x_at("k"));
     loop += "    acc[i] += xv.x * wv.x;\n    acc[i] += xv.y * wv.y;\n    acc[i] += xv.z * wv.z;\n    acc[i] += xv.w * wv.w;\n  }\n}\n";

@@ -57,6 +57,12 @@ struct CudaCodegenOptions {
   // 4 (row, head) pairs one after the other, each reading k and v from L2 in a loop of dependent
   // steps. max-autotune still times it ("attn-prologue").
   bool attention_prologue = false;
+  // With generated_gemm: each MLP (fc1 with its layernorm prologue, GELU, then fc2) one kernel
+  // (PassOptions::fuse_mlp): fc2's GEMM computes its tile's 8 rows of h = fc1's result into
+  // shared memory first, a thread per column of h, with fc1's sums in the order of fc1's own
+  // GEMM kernel (the same values); h is never stored, 4 fewer launches in the 4-block model.
+  // Off ("mlp-apart"): fc1 and fc2 two GEMM kernels.
+  bool fuse_mlp = true;
   // With generated_gemm: a GEMM without a prologue first copies its tile's rows of x into shared
   // memory (coalesced, the whole block), and its K loop reads them there, as the prologue GEMMs
   // do; off: every lane reads x from global memory in the K loop (a broadcast per warp). H200:

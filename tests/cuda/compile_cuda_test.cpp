@@ -192,6 +192,49 @@ TEST(CompileCuda, RandomWeightsAndOddShapesMatchEager) {
   }
 }
 
+// The MLP as one kernel (fuse_mlp) and the weights loaded before PDL's wait (weights_early), the
+// defaults with generated GEMMs, compute every sum as the kernels apart did, in the same order:
+// the logits equal those of the form without them bitwise, on random ids at (2, 16) and on every
+// grammar probe (B = 126, T = 7; within 1e-5 of the CPU and the same top-1 on every row).
+TEST(CompileCuda, FusedMlpAndEarlyWeightsChangeNoBit) {
+  SKIP_WITHOUT_GPU();
+  ModelFile f = load_model(kModel);
+  const GrammarMiniGPT model(f.config, std::move(f.weights));
+  const Tokenizer tok(f.vocab);
+  const testcompile::ProbeBatch pb = testcompile::probe_batch(kProbes, tok);
+  const int64_t V = f.config.vocab_size;
+  std::mt19937_64 rng(21);
+  std::vector<int32_t> random_ids(32);
+  for (int32_t& v : random_ids) v = static_cast<int32_t>(rng() % static_cast<uint64_t>(V));
+  struct Batch {
+    const int32_t* ids;
+    int64_t B, T;
+    std::vector<int64_t> rows;  // whose top-1 must agree: every row, or each probe's last position
+  };
+  Batch random{random_ids.data(), 2, 16, {}}, probes{pb.ids.data(), pb.B, pb.T, {}};
+  for (int64_t r = 0; r < 32; ++r) random.rows.push_back(r);
+  for (int64_t b = 0; b < pb.B; ++b) probes.rows.push_back(b * pb.T + static_cast<int64_t>(pb.prompts[static_cast<size_t>(b)].size()) - 1);
+  for (const Batch& in : {random, probes}) {
+    CudaCompileOptions now = cuda_options(true, hopper_or_later()), before = now;
+    before.codegen.fuse_mlp = false;
+    before.codegen.weights_early = false;
+    Tensor l0, p0, l1, p1, el, ep;
+    CudaCompiledModel(model, now).forward(in.ids, in.B, in.T, l0, p0);
+    CudaCompiledModel(model, before).forward(in.ids, in.B, in.T, l1, p1);
+    EXPECT_EQ(max_abs_diff(l0.data(), l1.data(), l0.numel()), 0.0f) << "(" << in.B << ", " << in.T << ")";
+    ThreadPool pool(2);
+    model.forward(in.ids, in.B, in.T, el, ep, pool);
+    const float dl = max_abs_diff(el.data(), l0.data(), el.numel());
+    EXPECT_LT(dl, 1e-5f);
+    int same = 0;
+    for (int64_t r : in.rows) same += argmax(el.data() + r * V, V) == argmax(l0.data() + r * V, V);
+    EXPECT_EQ(same, static_cast<int>(in.rows.size()));
+    std::printf("fused MLP, weights early (B=%lld, T=%lld): vs apart/late max |diff| %.3g; vs CPU eager %.3g, same top-1 on %d of %lld\n",
+                static_cast<long long>(in.B), static_cast<long long>(in.T), max_abs_diff(l0.data(), l1.data(), l0.numel()), dl, same,
+                static_cast<long long>(in.rows.size()));
+  }
+}
+
 // The attention kernel's other layouts (a warp per query): heads of 12 floats (scalar staging),
 // of 40 (two dimensions per lane), 37 queries (two key chunks per lane, a part-empty last query
 // tile); standalone and as its projection's GEMM prologue (heads of 12; heads of 40 stay apart).
