@@ -357,6 +357,23 @@ std::string RowwiseCuda::body() {
 
 // ---- attention --------------------------------------------------------------------------
 
+// An attention's pass 1 for one query, a warp, lane = key s = lane + 32 j (j < J): its score
+// q.k (q[d] in registers, `key` the expression of k[s][d]; a sum over d in order, then the
+// scale) for the keys s <= `last` (causal), the max across the lanes (mg_warp_max: a max has no
+// order), then pk[j] = exp(score - max), 0 past `last`. The standalone kernel and the GEMM
+// prologue share it, so that both compute the same values.
+std::string attention_pass1(int64_t J, int64_t dh, float scale, const std::string& last, const std::string& key) {
+  std::string q = fmt::format("float pk[{}];  // pass 1, lane = key s = lane + 32 j: scores, then exp(score - max)\n", J);
+  q += "float m = -MG_INF;\n";
+  q += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n", J);
+  q += fmt::format("  const i64 s = lane + 32 * j;\n  float sc = -MG_INF;\n  if (s <= {}) {{  // causal: keys up to the query's position\n", last);
+  q += fmt::format("    sc = 0.0f;\n#pragma unroll\n    for (int d = 0; d < {}; ++d) sc += q[d] * {};\n", dh, key);
+  q += fmt::format("    sc = sc * {};  // scale 1/sqrt({})\n    m = mg_max(m, sc);\n  }}\n  pk[j] = sc;\n}}\n", flit(scale), dh);
+  q += "m = mg_warp_max(m);  // every lane: the max score\n";
+  q += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) pk[j] = lane + 32 * j <= {} ? mg_exp(pk[j] - m) : 0.0f;\n", J, last);
+  return q;
+}
+
 // Queries per block of the attention kernel: a warp per query, so 4 warps. At (B=2, T=16, 4
 // heads) 32 blocks; each stages only the keys its queries may see.
 constexpr int64_t kAttnQueries = 4;
@@ -438,14 +455,7 @@ std::string generate_attention(const Graph& g, const Kernel& k, CudaLaunch& laun
   b += "}\n__syncthreads();\n";
   b += fmt::format("if (t >= {}) return;  // a warp past the last query\n", T);
   b += "const i64 last = t + off;  // causal: keys 0 .. last\n";
-  b += fmt::format("float pk[{}];  // pass 1, lane = key s = lane + 32 j: scores, then exp(score - max)\n", J);
-  b += "float m = -MG_INF;\n";
-  b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n", J);
-  b += "  const i64 s = lane + 32 * j;\n  float sc = -MG_INF;\n  if (s <= last) {\n";
-  b += fmt::format("    sc = 0.0f;\n#pragma unroll\n    for (int d = 0; d < {}; ++d) sc += q[d] * ks[s][d];\n", dh);
-  b += fmt::format("    sc = sc * {};  // scale 1/sqrt({})\n    m = mg_max(m, sc);\n  }}\n  pk[j] = sc;\n}}\n", flit(scale), dh);
-  b += "m = mg_warp_max(m);  // every lane: the max score\n";
-  b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) pk[j] = lane + 32 * j <= last ? mg_exp(pk[j] - m) : 0.0f;\n", J);
+  b += attention_pass1(J, dh, scale, "last", "ks[s][d]");
   b += "// pass 2, lane = dimension d = lane + 32 i: over the keys in order, p_s from lane s % 32\n";
   b += fmt::format("float l = 0.0f, o[{}];\n", D);
   b += fmt::format("int dd[{}];  // lanes past dh read column 0 again, never stored\n", D);
@@ -581,14 +591,7 @@ std::string attention_prologue(const Graph& g, const Node& a, int rows, std::vec
   q += fmt::format("const float* kv = in_ptr0 + bb * {};  // the batch's qkv rows\n", T * 3 * C);
   q += fmt::format("float q[{}];  // the same for every lane\n#pragma unroll\nfor (int d = 0; d < {}; ++d) q[d] = in_ptr0[r * {} + h * {} + d];\n",
                    dh, dh, 3 * C, dh);
-  q += fmt::format("float pk[{}];  // pass 1, lane = key s = lane + 32 j: scores, then exp(score - max)\n", J);
-  q += "float m = -MG_INF;\n";
-  q += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n", J);
-  q += "  const i64 s = lane + 32 * j;\n  float sc = -MG_INF;\n  if (s <= t) {  // causal: keys up to the query's position\n";
-  q += fmt::format("    sc = 0.0f;\n#pragma unroll\n    for (int d = 0; d < {}; ++d) sc += q[d] * kv[s * {} + {} + h * {} + d];\n", dh, 3 * C, C, dh);
-  q += fmt::format("    sc = sc * {};  // scale 1/sqrt({})\n    m = mg_max(m, sc);\n  }}\n  pk[j] = sc;\n}}\n", flit(scale), dh);
-  q += "m = mg_warp_max(m);  // every lane: the max score\n";
-  q += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) pk[j] = lane + 32 * j <= t ? mg_exp(pk[j] - m) : 0.0f;\n", J);
+  q += attention_pass1(J, dh, scale, "t", fmt::format("kv[s * {} + {} + h * {} + d]", 3 * C, C, dh));
   q += "// pass 2, lane = dimension d: over the keys in order, p_s from lane s % 32\n";
   q += fmt::format("const int d = lane < {} ? lane : 0;  // lanes past dh compute column 0 again, never stored\n", dh);
   q += "float l = 0.0f, o = 0.0f;\n";
