@@ -124,7 +124,7 @@ TEST(CompileCudaCodegen, GeneratedGemmsTakeLayerNormsAndAttentionsAsPrologues) {
   const Graph g = capture_gpt(c, 2, 16);
   CudaCodegenOptions cg;
   cg.generated_gemm = true;
-  cg.fuse_mlp = false;           // each MLP one kernel: GeneratedGemmsFuseEachMlpIntoOneKernel
+  cg.fuse_mlp = false;           // the default; each MLP one kernel: GeneratedGemmsFuseEachMlpIntoOneKernel
   cg.attention_prologue = true;  // off by default (measured slower), max-autotune's "attn-prologue"
   const CudaLowered fused = lower_cuda(g, PassOptions{}, cg);
   cg.matmul_prologue = false;
@@ -158,17 +158,18 @@ TEST(CompileCudaCodegen, GeneratedGemmsTakeLayerNormsAndAttentionsAsPrologues) {
   for (const Kernel& k : lower_default(g, false).schedule.kernels) EXPECT_NE(k.kind, KernelKind::PrologueMatmul) << k.name;
 }
 
-// fuse_mlp (the default with generated GEMMs): each MLP one kernel, fc1 (with its layernorm
-// prologue) computing the tile's rows of h into shared memory, fc2 reading them there; h never
-// stored. Off: fc1 and fc2 two GEMM kernels. cuBLAS keeps them apart.
+// fuse_mlp (with generated GEMMs; off by default, measured slower, max-autotune's "fuse-mlp"):
+// each MLP one kernel, fc1 (with its layernorm prologue) computing the tile's rows of h into
+// shared memory, fc2 reading them there; h never stored. Off: fc1 and fc2 two GEMM kernels.
+// cuBLAS keeps them apart.
 TEST(CompileCudaCodegen, GeneratedGemmsFuseEachMlpIntoOneKernel) {
   const ModelConfig c = compile_tiny_config();
   for (const Graph& g : {capture_gpt(c, 2, 16), capture_gpt(c, 3, 5), capture_gpt_decode(c)}) {
-    const CudaLowered fused = lower_default(g, true);
     CudaCodegenOptions cg;
     cg.generated_gemm = true;
-    cg.fuse_mlp = false;
-    const CudaLowered apart = lower_cuda(g, PassOptions{}, cg);
+    cg.fuse_mlp = true;
+    const CudaLowered fused = lower_cuda(g, PassOptions{}, cg);
+    const CudaLowered apart = lower_default(g, true);
     EXPECT_EQ(apart.code.launches.size(), fused.code.launches.size() + static_cast<size_t>(c.n_layer)) << g.name;
     int mlps = 0;
     for (const Kernel& k : fused.schedule.kernels) {
@@ -319,6 +320,7 @@ TEST(CompileCudaNvrtc, AttentionLayoutsCompileForSm90a) {
       CudaCodegenOptions cg;
       cg.generated_gemm = true;
       cg.attention_prologue = attention_prologue;
+      cg.fuse_mlp = attention_prologue;  // and the MLP's fused kernel at these widths (fc1's K 24, 40)
       const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
       EXPECT_TRUE(contains(l.code.source, "a warp per query") || attention_prologue) << g.name;
       ASSERT_NO_THROW(nvrtc_compile_ptx(l.code.source, "compute_90a", g.name)) << g.name << (attention_prologue ? " attention prologue" : "");

@@ -192,10 +192,14 @@ TEST(CompileCuda, RandomWeightsAndOddShapesMatchEager) {
   }
 }
 
-// The MLP as one kernel (fuse_mlp) and the weights loaded before PDL's wait (weights_early), the
-// defaults with generated GEMMs, compute every sum as the kernels apart did, in the same order:
-// the logits equal those of the form without them bitwise, on random ids at (2, 16) and on every
-// grammar probe (B = 126, T = 7; within 1e-5 of the CPU and the same top-1 on every row).
+// The weights loaded before PDL's wait (weights_early, the default with generated GEMMs) and the
+// MLP as one kernel (fuse_mlp, max-autotune's "fuse-mlp") compute every sum as before, in the
+// same order: the logits equal those without them bitwise, on random ids at (2, 16) and on the
+// grammar probes (B = 126, T = 7). Against the CPU's eager logits: 1e-5 at (2, 16); the probe
+// batch, every one of its 882 positions, 1e-4 (design.md's CUDA-against-CPU rule; the generated
+// GEMMs, which sum K in 8 slices, measured 1.91e-5 there on the H200 in every form, cuBLAS
+// 6.9e-6: fp32 sums in another order, as the decode step's 4.5e-5) and the same top-1 at each
+// probe's last position.
 TEST(CompileCuda, FusedMlpAndEarlyWeightsChangeNoBit) {
   SKIP_WITHOUT_GPU();
   ModelFile f = load_model(kModel);
@@ -215,23 +219,26 @@ TEST(CompileCuda, FusedMlpAndEarlyWeightsChangeNoBit) {
   for (int64_t r = 0; r < 32; ++r) random.rows.push_back(r);
   for (int64_t b = 0; b < pb.B; ++b) probes.rows.push_back(b * pb.T + static_cast<int64_t>(pb.prompts[static_cast<size_t>(b)].size()) - 1);
   for (const Batch& in : {random, probes}) {
-    CudaCompileOptions now = cuda_options(true, hopper_or_later()), before = now;
-    before.codegen.fuse_mlp = false;
-    before.codegen.weights_early = false;
-    Tensor l0, p0, l1, p1, el, ep;
+    CudaCompileOptions now = cuda_options(true, hopper_or_later()), late = now, fused = now;
+    late.codegen.weights_early = false;
+    fused.codegen.fuse_mlp = true;
+    Tensor l0, p0, l1, p1, l2, p2, el, ep;
     CudaCompiledModel(model, now).forward(in.ids, in.B, in.T, l0, p0);
-    CudaCompiledModel(model, before).forward(in.ids, in.B, in.T, l1, p1);
-    EXPECT_EQ(max_abs_diff(l0.data(), l1.data(), l0.numel()), 0.0f) << "(" << in.B << ", " << in.T << ")";
+    CudaCompiledModel(model, late).forward(in.ids, in.B, in.T, l1, p1);
+    CudaCompiledModel(model, fused).forward(in.ids, in.B, in.T, l2, p2);
+    EXPECT_EQ(max_abs_diff(l0.data(), l1.data(), l0.numel()), 0.0f) << "weights late (" << in.B << ", " << in.T << ")";
+    EXPECT_EQ(max_abs_diff(l0.data(), l2.data(), l0.numel()), 0.0f) << "MLP fused (" << in.B << ", " << in.T << ")";
     ThreadPool pool(2);
     model.forward(in.ids, in.B, in.T, el, ep, pool);
     const float dl = max_abs_diff(el.data(), l0.data(), el.numel());
-    EXPECT_LT(dl, 1e-5f);
+    EXPECT_LT(dl, in.rows.size() == 32 ? 1e-5f : 1e-4f);
     int same = 0;
     for (int64_t r : in.rows) same += argmax(el.data() + r * V, V) == argmax(l0.data() + r * V, V);
     EXPECT_EQ(same, static_cast<int>(in.rows.size()));
-    std::printf("fused MLP, weights early (B=%lld, T=%lld): vs apart/late max |diff| %.3g; vs CPU eager %.3g, same top-1 on %d of %lld\n",
-                static_cast<long long>(in.B), static_cast<long long>(in.T), max_abs_diff(l0.data(), l1.data(), l0.numel()), dl, same,
-                static_cast<long long>(in.rows.size()));
+    std::printf("generated GEMMs (B=%lld, T=%lld): weights early vs late max |diff| %.3g, MLP fused vs apart %.3g; vs CPU eager %.3g, "
+                "same top-1 on %d of %lld\n",
+                static_cast<long long>(in.B), static_cast<long long>(in.T), max_abs_diff(l0.data(), l1.data(), l0.numel()),
+                max_abs_diff(l0.data(), l2.data(), l0.numel()), dl, same, static_cast<long long>(in.rows.size()));
   }
 }
 

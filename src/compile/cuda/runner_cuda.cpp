@@ -122,7 +122,7 @@ std::string variant_name(const CudaCodegenOptions& cg) {
                               (cg.generated_gemm && cg.attention_prologue ? " attn-prologue" : "") +
                               (cg.generated_gemm && !cg.stage_x ? " x-global" : "") +
                               (cg.generated_gemm && !cg.weights_early ? " weights-late" : "") +
-                              (cg.generated_gemm && !cg.fuse_mlp ? " mlp-apart" : "");
+                              (cg.generated_gemm && cg.fuse_mlp ? " fuse-mlp" : "");
   if (cg.megakernel) return (cg.megakernel_threads > 0 ? fmt::format("megakernel {}", cg.megakernel_threads) : "megakernel") + unfused;
   return std::string(cg.generated_gemm ? "generated-gemm" : "cublas") + (cg.pdl ? " pdl" : "") + unfused;
 }
@@ -263,15 +263,14 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     // fails to build or launch is skipped with a line saying why.
     // Beside the defaults (codegen_cuda.h): "unfused-ln" the layernorms as kernels of their own,
     // "attn-prologue" each attention fused into its projection's GEMM, "x-global" the K loop
-    // reading x from global memory, "weights-late" W read in the K loop (not before PDL's wait),
-    // "mlp-apart" fc1 and fc2 two kernels; "weights-late mlp-apart" is the generated GEMMs as they
-    // were before those two (2026-12-01 18:00), "unfused-ln x-global weights-late mlp-apart" as they
-    // were before the prologues.
+    // reading x from global memory, "weights-late" W read in the K loop (not before PDL's wait;
+    // the generated GEMMs as they were at 2026-12-01 18:00), "fuse-mlp" each MLP one kernel;
+    // "unfused-ln x-global weights-late" is the generated GEMMs as they were before the prologues.
     struct Candidate {
       bool gen, pdl, mega;
       int mega_threads;
       const char* name;
-      bool ln_prologue = true, attn_prologue = false, stage_x = true, weights_early = true, fuse_mlp = true;
+      bool ln_prologue = true, attn_prologue = false, stage_x = true, weights_early = true, fuse_mlp = false;
     };
     std::vector<Candidate> candidates{{false, false, false, 0, "cublas"}, {true, false, false, 0, "generated-gemm"}};
     int major = 0, dev = 0;
@@ -280,11 +279,10 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     if (major >= 9) {
       candidates.push_back({true, true, false, 0, "generated-gemm pdl"});
       candidates.push_back({true, true, false, 0, "generated-gemm pdl attn-prologue", true, true});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl mlp-apart", true, false, true, true, false});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl weights-late", true, false, true, false, true});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl weights-late mlp-apart", true, false, true, false, false});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl x-global", true, false, false, true, true});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl unfused-ln x-global weights-late mlp-apart", false, false, false, false, false});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl fuse-mlp", true, false, true, true, true});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl weights-late", true, false, true, false, false});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl x-global", true, false, false, true, false});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl unfused-ln x-global weights-late", false, false, false, false, false});
       candidates.push_back({true, false, true, 0, "megakernel"});
       candidates.push_back({true, false, true, 1024, "megakernel 1024"});
     }
