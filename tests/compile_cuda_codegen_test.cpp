@@ -390,6 +390,33 @@ TEST(CompileCudaNvrtc, GemmsLoadTheirWeightsBeforePdlsWait) {
   EXPECT_NO_THROW(nvrtc_compile_ptx(late.code.source, "compute_90a", "weights late"));
 }
 
+// smem_vec4: the K loop reads x's rows from shared memory as one float4 each (the arrays
+// 16-byte aligned); with the MLP fused and in the megakernel too (whose shared-array rewrite
+// drops the __align__: its slices start at multiples of 16). Each compiles with NVRTC.
+TEST(CompileCudaNvrtc, SharedRowsReadAsFloat4Compile) {
+  for (const Graph& g : {capture_gpt(compile_tiny_config(), 2, 16), capture_gpt(compile_tiny_config(), 3, 5),
+                         capture_gpt_decode(compile_tiny_config())}) {
+    for (bool mlp : {false, true}) {
+      for (bool mega : {false, true}) {
+        CudaCodegenOptions cg;
+        cg.generated_gemm = true;
+        cg.smem_vec4 = true;
+        cg.fuse_mlp = mlp;
+        cg.pdl = !mega;
+        cg.megakernel = mega;
+        const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
+        EXPECT_TRUE(contains(l.code.source, "const float4 xv = *(const float4*)&xs[i][k];")) << g.name;
+        EXPECT_FALSE(contains(l.code.source, "make_float4(xs[i][k]")) << g.name << ": every GEMM reading xs";
+        EXPECT_EQ(contains(l.code.source, "__align__(16) float xs["), !mega) << g.name;
+        if (mlp) {
+          EXPECT_TRUE(contains(l.code.source, "*(const float4*)&hs[i][k];")) << g.name;
+        }
+        ASSERT_NO_THROW(nvrtc_compile_ptx(l.code.source, "compute_90a", g.name)) << g.name << (mlp ? " mlp" : "") << (mega ? " mega" : "");
+      }
+    }
+  }
+}
+
 TEST(CompileCudaNvrtc, WithoutAGpuTheRunnerSaysSo) {
   if (cuda_gpu_visible()) GTEST_SKIP() << "a GPU is visible: tests/cuda/compile_cuda_test.cpp runs the graphs";
   const TinyHead head = TinyHead::init(42);

@@ -743,7 +743,9 @@ MlpFc1 mlp_fc1(const Graph& g, const Node& a, int rows, int threads, bool weight
 // the graph never writes a weight), so their L2 latency overlaps the previous kernel (PDL) or the
 // staging of x; the epilogue's residual is loaded right after the wait, before the prologue. The
 // sums are the same, in the same order.
-std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, bool stage_x, bool weights_early) {
+// smem_vec4 (x in shared memory, K % 4 == 0): the rows' arrays declared __align__(16) and read as
+// float4s in the K loop.
+std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, bool stage_x, bool weights_early, bool smem_vec4) {
   const bool fused = k.kind == KernelKind::PrologueMatmul;
   const Node& n = g.nodes[static_cast<size_t>(k.nodes.back())];
   const int64_t N = g.tensor(n.inputs[0]).rows(), K = g.tensor(n.inputs[0]).cols(), M = g.tensor(n.inputs[1]).shape[0];
@@ -787,6 +789,13 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
     if (stage_x && K <= kPrologueMaxCols) prologue = staged_x(N, K, kRows, kThreads);
   }
   const bool x_smem = !prologue.empty();
+  const bool xv4 = smem_vec4 && x_smem && vec4;  // (vec4: K % 4 == 0, every k below a multiple of 4)
+  if (xv4) {  // the arrays the K loop reads: 16-byte aligned, so that a row's float4 at k is too
+    for (const std::string a : {"xs", "hs"}) {
+      const std::string from = "__shared__ float " + a + "[", to = "__shared__ __align__(16) float " + a + "[";
+      for (size_t at = prologue.find(from); at != std::string::npos; at = prologue.find(from, at + to.size())) prologue.replace(at, from.size(), to);
+    }
+  }
   for (const char* p : {"const float* __restrict__ w", "const float* __restrict__ bias", "const float* __restrict__ res",
                         "float* __restrict__ y"})
     sig.push_back(p);
@@ -853,15 +862,18 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
     loop += "  const float4 wv = wr[u];\n";
     loop += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) {{\n", kRows);
     if (N % kRows) loop += fmt::format("    if (n0 + i >= {}) break;  // mask: the last row tile\n", N);
-    loop += x_smem ? fmt::format("    const float4 xv = make_float4({0}[i][k], {0}[i][k + 1], {0}[i][k + 2], {0}[i][k + 3]);  // the same for every lane\n", xs)
-                   : fmt::format("    const float4 xv = *(const float4*)&{};  // the same for every lane\n", x_at("k"));
+    loop += xv4      ? fmt::format("    const float4 xv = *(const float4*)&{}[i][k];  // one 16-byte shared read, the same for every lane\n", xs)
+            : x_smem ? fmt::format("    const float4 xv = make_float4({0}[i][k], {0}[i][k + 1], {0}[i][k + 2], {0}[i][k + 3]);  // the same for every lane\n", xs)
+                     : fmt::format("    const float4 xv = *(const float4*)&{};  // the same for every lane\n", x_at("k"));
     loop += "    acc[i] += xv.x * wv.x;\n    acc[i] += xv.y * wv.y;\n    acc[i] += xv.z * wv.z;\n    acc[i] += xv.w * wv.w;\n  }\n}\n";
   } else if (vec4) {
     loop += fmt::format("#pragma unroll\nfor (i64 k = k0; k < {}; k += 4) {{\n", kmask ? fmt::format("min((i64){}, {})", K, kend) : kend);
     loop += fmt::format("  const float4 wv = *(const float4*)(w + m * {} + k);\n", K);
     loop += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) {{\n", kRows);
     if (N % kRows) loop += fmt::format("    if (n0 + i >= {}) break;  // mask: the last row tile\n", N);
-    if (x_smem)  // shared memory: four scalar reads (a static shared array's alignment is the float's)
+    if (xv4)
+      loop += fmt::format("    const float4 xv = *(const float4*)&{}[i][k];  // one 16-byte shared read, the same for every lane\n", xs);
+    else if (x_smem)  // shared memory: four scalar reads (a static shared array's alignment is the float's)
       loop += fmt::format("    const float4 xv = make_float4({0}[i][k], {0}[i][k + 1], {0}[i][k + 2], {0}[i][k + 3]);  // the same for every lane\n", xs);
     else
       loop += fmt::format("    const float4 xv = *(const float4*)&{};  // the same for every lane\n", x_at("k"));
@@ -962,12 +974,12 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
         break;
       case KernelKind::PrologueMatmul:
         MINIGPT_CHECK(opt.generated_gemm, "generate_cuda: {} has a prologue, which only a generated GEMM takes (cuBLAS cannot)", k.name);
-        code = generate_gemm(g, k, launch, opt.stage_x, opt.weights_early);
+        code = generate_gemm(g, k, launch, opt.stage_x, opt.weights_early, opt.smem_vec4);
         out.launches.push_back(launch);
         break;
       case KernelKind::Matmul:
         if (opt.generated_gemm) {
-          code = generate_gemm(g, k, launch, opt.stage_x, opt.weights_early);
+          code = generate_gemm(g, k, launch, opt.stage_x, opt.weights_early, opt.smem_vec4);
           out.launches.push_back(launch);
         } else {
           code = generate_cublas(g, k, out.launches);

@@ -78,6 +78,11 @@ struct CudaCodegenOptions {
   // previous kernel. Same sums in the same order. Off ("weights-late"): W read in the K loop.
   // H200, (2, 16), PDL: the whole forward 44.5 -> 40.5 us.
   bool weights_early = true;
+  // With generated_gemm: the K loop reads x's rows from shared memory as float4s (the arrays
+  // declared __align__(16), rows of K % 4 == 0 floats) instead of four scalar reads: fc2's loop
+  // (K = 256) does 64 shared-memory reads per thread instead of 256. Same sums in the same order.
+  // Off by default: not yet measured (max-autotune's "smem-vec4" times it).
+  bool smem_vec4 = false;
   // Programmatic dependent launch (Hopper, sm_90+; with generated_gemm only, so that every
   // kernel of the graph is generated): each kernel starts with griddepcontrol.wait (the previous
   // kernel's writes are visible after it) then griddepcontrol.launch_dependents, and the runner

@@ -192,9 +192,9 @@ TEST(CompileCuda, RandomWeightsAndOddShapesMatchEager) {
   }
 }
 
-// The weights loaded before PDL's wait (weights_early, the default with generated GEMMs) and the
-// MLP as one kernel (fuse_mlp, max-autotune's "fuse-mlp") compute every sum as before, in the
-// same order: the logits equal those without them bitwise, on random ids at (2, 16) and on the
+// The weights loaded before PDL's wait (weights_early, the default with generated GEMMs), the
+// MLP as one kernel (fuse_mlp, max-autotune's "fuse-mlp") and x read from shared memory as
+// float4s (smem_vec4, "smem-vec4") compute every sum as before, in the same order: the logits equal those without them bitwise, on random ids at (2, 16) and on the
 // grammar probes (B = 126, T = 7). Against the CPU's eager logits: 1e-5 at (2, 16); the probe
 // batch, every one of its 882 positions, 1e-4 (design.md's CUDA-against-CPU rule; the generated
 // GEMMs, which sum K in 8 slices, measured 1.91e-5 there on the H200 in every form, cuBLAS
@@ -219,15 +219,19 @@ TEST(CompileCuda, FusedMlpAndEarlyWeightsChangeNoBit) {
   for (int64_t r = 0; r < 32; ++r) random.rows.push_back(r);
   for (int64_t b = 0; b < pb.B; ++b) probes.rows.push_back(b * pb.T + static_cast<int64_t>(pb.prompts[static_cast<size_t>(b)].size()) - 1);
   for (const Batch& in : {random, probes}) {
-    CudaCompileOptions now = cuda_options(true, hopper_or_later()), late = now, fused = now;
+    CudaCompileOptions now = cuda_options(true, hopper_or_later()), late = now, fused = now, vec = now;
     late.codegen.weights_early = false;
     fused.codegen.fuse_mlp = true;
-    Tensor l0, p0, l1, p1, l2, p2, el, ep;
+    vec.codegen.fuse_mlp = true;  // smem_vec4: the fused MLP's and every GEMM's x read as float4s
+    vec.codegen.smem_vec4 = true;
+    Tensor l0, p0, l1, p1, l2, p2, l3, p3, el, ep;
     CudaCompiledModel(model, now).forward(in.ids, in.B, in.T, l0, p0);
     CudaCompiledModel(model, late).forward(in.ids, in.B, in.T, l1, p1);
     CudaCompiledModel(model, fused).forward(in.ids, in.B, in.T, l2, p2);
+    CudaCompiledModel(model, vec).forward(in.ids, in.B, in.T, l3, p3);
     EXPECT_EQ(max_abs_diff(l0.data(), l1.data(), l0.numel()), 0.0f) << "weights late (" << in.B << ", " << in.T << ")";
     EXPECT_EQ(max_abs_diff(l0.data(), l2.data(), l0.numel()), 0.0f) << "MLP fused (" << in.B << ", " << in.T << ")";
+    EXPECT_EQ(max_abs_diff(l0.data(), l3.data(), l0.numel()), 0.0f) << "x as float4s (" << in.B << ", " << in.T << ")";
     ThreadPool pool(2);
     model.forward(in.ids, in.B, in.T, el, ep, pool);
     const float dl = max_abs_diff(el.data(), l0.data(), el.numel());

@@ -122,7 +122,8 @@ std::string variant_name(const CudaCodegenOptions& cg) {
                               (cg.generated_gemm && cg.attention_prologue ? " attn-prologue" : "") +
                               (cg.generated_gemm && !cg.stage_x ? " x-global" : "") +
                               (cg.generated_gemm && !cg.weights_early ? " weights-late" : "") +
-                              (cg.generated_gemm && cg.fuse_mlp ? " fuse-mlp" : "");
+                              (cg.generated_gemm && cg.fuse_mlp ? " fuse-mlp" : "") +
+                              (cg.generated_gemm && cg.smem_vec4 ? " smem-vec4" : "");
   if (cg.megakernel) return (cg.megakernel_threads > 0 ? fmt::format("megakernel {}", cg.megakernel_threads) : "megakernel") + unfused;
   return std::string(cg.generated_gemm ? "generated-gemm" : "cublas") + (cg.pdl ? " pdl" : "") + unfused;
 }
@@ -264,13 +265,14 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     // Beside the defaults (codegen_cuda.h): "unfused-ln" the layernorms as kernels of their own,
     // "attn-prologue" each attention fused into its projection's GEMM, "x-global" the K loop
     // reading x from global memory, "weights-late" W read in the K loop (not before PDL's wait;
-    // the generated GEMMs as they were at 2026-12-01 18:00), "fuse-mlp" each MLP one kernel;
+    // the generated GEMMs as they were at 2026-12-01 18:00), "fuse-mlp" each MLP one kernel,
+    // "smem-vec4" x read from shared memory as float4s;
     // "unfused-ln x-global weights-late" is the generated GEMMs as they were before the prologues.
     struct Candidate {
       bool gen, pdl, mega;
       int mega_threads;
       const char* name;
-      bool ln_prologue = true, attn_prologue = false, stage_x = true, weights_early = true, fuse_mlp = false;
+      bool ln_prologue = true, attn_prologue = false, stage_x = true, weights_early = true, fuse_mlp = false, smem_vec4 = false;
     };
     std::vector<Candidate> candidates{{false, false, false, 0, "cublas"}, {true, false, false, 0, "generated-gemm"}};
     int major = 0, dev = 0;
@@ -280,6 +282,8 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
       candidates.push_back({true, true, false, 0, "generated-gemm pdl"});
       candidates.push_back({true, true, false, 0, "generated-gemm pdl attn-prologue", true, true});
       candidates.push_back({true, true, false, 0, "generated-gemm pdl fuse-mlp", true, false, true, true, true});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl smem-vec4", true, false, true, true, false, true});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl fuse-mlp smem-vec4", true, false, true, true, true, true});
       candidates.push_back({true, true, false, 0, "generated-gemm pdl weights-late", true, false, true, false, false});
       candidates.push_back({true, true, false, 0, "generated-gemm pdl x-global", true, false, false, true, false});
       candidates.push_back({true, true, false, 0, "generated-gemm pdl unfused-ln x-global weights-late", false, false, false, false, false});
@@ -299,6 +303,7 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
       cg.stage_x = c.stage_x;
       cg.weights_early = c.weights_early;
       cg.fuse_mlp = c.fuse_mlp;
+      cg.smem_vec4 = c.smem_vec4;
       try {
         build(opt, cg, c.name);
         const double us = time_graph(50, 20).batched_us;
@@ -324,6 +329,7 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     cg.stage_x = pick->stage_x;
     cg.weights_early = pick->weights_early;
     cg.fuse_mlp = pick->fuse_mlp;
+    cg.smem_vec4 = pick->smem_vec4;
     build(opt, cg, pick->name);
     stats_.why = "max-autotune: the fastest measured";
   } else {
