@@ -242,6 +242,46 @@ __device__ __forceinline__ bool gemm_split_any(const float* a, int lda, int rows
   }
 }
 
+// A score before its scale: q . k over dh (a multiple of 4) in e order, one FMA chain (the
+// forward's attention_stage and the decode loop's decode_attention: the same values).
+__device__ __forceinline__ float dot_qk(const float* q, const float* k, int dh) {
+  float s = 0.0f;
+#pragma unroll
+  for (int e = 0; e < dh; e += 4) {
+    const float4 qv = *reinterpret_cast<const float4*>(q + e);
+    const float4 kv = *reinterpret_cast<const float4*>(k + e);
+    s = fmaf(qv.x, kv.x, s);
+    s = fmaf(qv.y, kv.y, s);
+    s = fmaf(qv.z, kv.z, s);
+    s = fmaf(qv.w, kv.w, s);
+  }
+  return s;
+}
+// One row's att, a warp split over keys: probabilities row[0..n) times v (rows ld apart), lane
+// = (key subset ksub, column group eg) of G = dh/4 groups of 4 columns; lane ksub adds keys
+// ksub, ksub + 32/G, ... in order and a butterfly over ksub adds the partials: every lane ends
+// with its group's 4 columns (32 lanes busy for one row, not dh/4).
+__device__ __forceinline__ float4 att_row_split(const float* row, int n, const float* vs, int ld, int G, int lane) {
+  const int eg = lane % G, ksub = lane / G;
+  float4 a = {0.f, 0.f, 0.f, 0.f};
+  for (int p = ksub; p < n; p += 32 / G) {
+    const float pr = row[p];
+    const float4 vv = *reinterpret_cast<const float4*>(vs + p * ld + eg * 4);
+    a.x = fmaf(pr, vv.x, a.x);
+    a.y = fmaf(pr, vv.y, a.y);
+    a.z = fmaf(pr, vv.z, a.z);
+    a.w = fmaf(pr, vv.w, a.w);
+  }
+#pragma unroll
+  for (int off = 16; off >= G; off >>= 1) {
+    a.x += __shfl_xor_sync(0xffffffffu, a.x, off);
+    a.y += __shfl_xor_sync(0xffffffffu, a.y, off);
+    a.z += __shfl_xor_sync(0xffffffffu, a.z, off);
+    a.w += __shfl_xor_sync(0xffffffffu, a.w, off);
+  }
+  return a;
+}
+
 // LayerNorm of rows [r0, r1) of `in` into `out` (stride ld), a half-warp per row (two rows per
 // warp at once: the 32 rows of a (2, 16) forward's ln2 in one pass of the CTA's 32 half-warps).
 // The statistics as layernorm.cuh's warp_row_stats computes them (double, two passes: mean, then
@@ -402,6 +442,17 @@ __device__ __forceinline__ int group_offset(const MegaLayout& S, int L, int g) {
 __device__ __forceinline__ int group_floats(const MegaLayout& S, int L, int g) {
   return g < L ? S.layer : S.x - S.head;
 }
+// One thread: every group's bulk copy from this CTA's image `img` put in flight, layer 0's
+// first and the head's last, each completing on its mbarrier bars[g] (wait_group).
+__device__ __forceinline__ void issue_weight_copies(float* sm, uint64_t* bars, const MegaLayout& S, int L, const float* img) {
+  for (int g = 0; g <= L; ++g) {
+    const int off = group_offset(S, L, g);
+    const unsigned bytes = static_cast<unsigned>(group_floats(S, L, g)) * sizeof(float);
+    detail::mbarrier_init(&bars[g]);
+    detail::mbarrier_arrive_expect_tx(&bars[g], bytes);
+    detail::bulk_load(sm + off, img + off, bytes, &bars[g]);
+  }
+}
 
 // Stage A of layer l: every (sequence b, head hh) item of this CTA (items r, r + R, ...; all of
 // head r % H): ln1 of b's rows, the head's q, k, v, causal attention; att pushed to every CTA,
@@ -458,19 +509,7 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
       const int n = pos0 + t + 1;  // keys p <= pos0 + t (the rest is masked: never computed)
       float* row = sc + t * ldsc;
       const float* qt = qs + t * S.sd;
-      for (int p = lane; p < n; p += 32) {  // the score of key p, in e order
-        float s = 0.0f;
-#pragma unroll
-        for (int e = 0; e < dh; e += 4) {
-          const float4 qv = *reinterpret_cast<const float4*>(qt + e);
-          const float4 kv = *reinterpret_cast<const float4*>(ks + p * S.sd + e);
-          s = fmaf(qv.x, kv.x, s);
-          s = fmaf(qv.y, kv.y, s);
-          s = fmaf(qv.z, kv.z, s);
-          s = fmaf(qv.w, kv.w, s);
-        }
-        row[p] = s * scale;
-      }
+      for (int p = lane; p < n; p += 32) row[p] = dot_qk(qt, ks + p * S.sd, dh) * scale;  // key p's score
       __syncwarp();
       warp_softmax_inplace(row, n);
       __syncwarp();
@@ -482,26 +521,11 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
           push4(att + (row0 + t) * S.sC + hh * dh + e, a, R);
       };
       if (kSplit && 32 % (dh / 4) == 0) {
-        // split_k: the keys over the lanes too: lane = (key subset ks, column group eg) with G
-        // = dh/4 groups; lane ks adds keys ks, ks + 32/G, ... in order, and a butterfly over ks
-        // adds the partials (a decode step's one row: 32 lanes busy, not dh/4)
-        const int G = dh / 4, eg = lane % G, ksub = lane / G;
-        float4 a = {0.f, 0.f, 0.f, 0.f};
-        for (int p = ksub; p < n; p += 32 / G) {
-          const float pr = row[p];
-          const float4 vv = *reinterpret_cast<const float4*>(vs + p * S.sd + eg * 4);
-          a.x = fmaf(pr, vv.x, a.x);
-          a.y = fmaf(pr, vv.y, a.y);
-          a.z = fmaf(pr, vv.z, a.z);
-          a.w = fmaf(pr, vv.w, a.w);
-        }
-        for (int off = 16; off >= G; off >>= 1) {
-          a.x += __shfl_xor_sync(0xffffffffu, a.x, off);
-          a.y += __shfl_xor_sync(0xffffffffu, a.y, off);
-          a.z += __shfl_xor_sync(0xffffffffu, a.z, off);
-          a.w += __shfl_xor_sync(0xffffffffu, a.w, off);
-        }
-        if (ksub == 0) store_att(eg * 4, a);
+        // split_k: the keys over the lanes too (att_row_split: a decode step's one row keeps 32
+        // lanes busy, not dh/4)
+        const int G = dh / 4;
+        const float4 a = att_row_split(row, n, vs, S.sd, G, lane);
+        if (lane / G == 0) store_att((lane % G) * 4, a);
         continue;
       }
       for (int e = lane * 4; e < dh; e += 128) {
@@ -634,13 +658,19 @@ __device__ __forceinline__ void fc2_finish(const Ctx& c, const float* bias) {
 // the one kernel they made the forward's code spill (ptxas: 32 bytes, at the 128 registers of
 // 512 threads per CTA; none before or as a separate instance), and the forward measured ~1.3 us
 // slower (H200, 63.0 -> 64.4 us).
-template <class K, bool kSplit, bool kTrace = false>
-__global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_constant__ MegaParams p, int R) {
-  extern __shared__ __align__(16) float sm[];
-  MegaDims d = p.dims;
+// dims with K's compile-time constants in place (they then fold into every offset and index).
+template <class K>
+__device__ __forceinline__ MegaDims fixed_dims(MegaDims d) {
   d.C = K::C > 0 ? K::C : d.C;
   d.H = K::H > 0 ? K::H : d.H;
   d.F = K::F > 0 ? K::F : d.F;
+  return d;
+}
+
+template <class K, bool kSplit, bool kTrace = false>
+__global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_constant__ MegaParams p, int R) {
+  extern __shared__ __align__(16) float sm[];
+  const MegaDims d = fixed_dims<K>(p.dims);
   const MegaLayout S(d, R);
   const int r = static_cast<int>(cluster_ctarank()), tid = threadIdx.x, C = d.C, N = S.N;
   Ctx c{p, d, S, sm, r, 0};
@@ -655,16 +685,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   int* ids = reinterpret_cast<int*>(sm + S.ids);  // read with the position: one round trip for both
   for (int m = tid; m < N; m += kThreads) ids[m] = p.ids ? p.ids[m] : p.id;
   uint64_t* bars = reinterpret_cast<uint64_t*>(sm + S.bars);
-  if (tid == 0) {  // every group's bulk copy in flight: layer 0's first, the head's last
-    const float* img = p.image + static_cast<int64_t>(r) * S.x;
-    for (int g = 0; g <= d.L; ++g) {
-      const int off = group_offset(S, d.L, g);
-      const unsigned bytes = static_cast<unsigned>(group_floats(S, d.L, g)) * sizeof(float);
-      detail::mbarrier_init(&bars[g]);
-      detail::mbarrier_arrive_expect_tx(&bars[g], bytes);
-      detail::bulk_load(sm + off, img + off, bytes, &bars[g]);
-    }
-  }
+  if (tid == 0) issue_weight_copies(sm, bars, S, d.L, p.image + static_cast<int64_t>(r) * S.x);
   __syncthreads();  // the barriers are initialised before anyone waits on them; ids are in
 
   // 2. out of range: NaN outputs, and leave before any cluster barrier (once the copies have landed)
@@ -1002,19 +1023,7 @@ __device__ __forceinline__ void decode_attention(const Ctx& c, int l, bool first
   const int n = pos0 + 1;
   float* row = c.sm + S.sc;
   const float scale = 1.0f / sqrtf(static_cast<float>(DH));
-  auto score = [&](int p) {  // the score of key p, in e order
-    float sc = 0.0f;
-#pragma unroll
-    for (int e = 0; e < DH; e += 4) {
-      const float4 qv = *reinterpret_cast<const float4*>(qs + e);
-      const float4 kv = *reinterpret_cast<const float4*>(ks + p * S.sd + e);
-      sc = fmaf(qv.x, kv.x, sc);
-      sc = fmaf(qv.y, kv.y, sc);
-      sc = fmaf(qv.z, kv.z, sc);
-      sc = fmaf(qv.w, kv.w, sc);
-    }
-    return sc * scale;
-  };
+  auto score = [&](int p) { return dot_qk(qs, ks + p * S.sd, DH) * scale; };  // key p's score
   if (n <= 64) {  // warp_softmax_inplace's arithmetic in the same order, the scores in registers
     const bool h0 = lane < n, h1 = lane + 32 < n;
     const float s0 = h0 ? score(lane) : -CUDART_INF_F, s1 = h1 ? score(lane + 32) : -CUDART_INF_F;
@@ -1037,24 +1046,8 @@ __device__ __forceinline__ void decode_attention(const Ctx& c, int l, bool first
   }
   __syncwarp();
   mark(14);
-  // att: lane = (key subset ksub, column group eg); the partials added by a butterfly over ksub
-  const int eg = lane % G, ksub = lane / G;
-  float4 a = {0.f, 0.f, 0.f, 0.f};
-  for (int p = ksub; p < n; p += 32 / G) {
-    const float pr = row[p];
-    const float4 vv = *reinterpret_cast<const float4*>(vs + p * S.sd + eg * 4);
-    a.x = fmaf(pr, vv.x, a.x);
-    a.y = fmaf(pr, vv.y, a.y);
-    a.z = fmaf(pr, vv.z, a.z);
-    a.w = fmaf(pr, vv.w, a.w);
-  }
-#pragma unroll
-  for (int off = 16; off >= G; off >>= 1) {
-    a.x += __shfl_xor_sync(0xffffffffu, a.x, off);
-    a.y += __shfl_xor_sync(0xffffffffu, a.y, off);
-    a.z += __shfl_xor_sync(0xffffffffu, a.z, off);
-    a.w += __shfl_xor_sync(0xffffffffu, a.w, off);
-  }
+  // att: a lane per (key subset, column group), partials added by a butterfly (att_row_split)
+  const float4 a = att_row_split(row, n, vs, S.sd, G, lane);
   // every lane: the head's DH att values (group g's from lane g), then output columns lane,
   // lane + 32, ...: sum over k in order (dot4's order), to every CTA's pp[hh]
   float at[DH];
@@ -1307,10 +1300,7 @@ template <class K>
 __global__ void __launch_bounds__(kThreads, 1)
     gpt_mega_generate_kernel(const __grid_constant__ MegaParams p, const __grid_constant__ MegaGenerate g, int R) {
   extern __shared__ __align__(16) float sm[];
-  MegaDims d = p.dims;
-  d.C = K::C > 0 ? K::C : d.C;
-  d.H = K::H > 0 ? K::H : d.H;
-  d.F = K::F > 0 ? K::F : d.F;
+  const MegaDims d = fixed_dims<K>(p.dims);
   const MegaLayout S(d, R);
   const GenLayout G(S);
   const int r = static_cast<int>(cluster_ctarank()), tid = threadIdx.x, C = d.C;
@@ -1331,16 +1321,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // the weights: a bulk copy per group, as gpt_mega_kernel, once for every token
   uint64_t* bars = reinterpret_cast<uint64_t*>(sm + S.bars);
-  if (tid == 0) {
-    const float* img = p.image + static_cast<int64_t>(r) * S.x;
-    for (int gr = 0; gr <= d.L; ++gr) {
-      const int off = group_offset(S, d.L, gr);
-      const unsigned bytes = static_cast<unsigned>(group_floats(S, d.L, gr)) * sizeof(float);
-      detail::mbarrier_init(&bars[gr]);
-      detail::mbarrier_arrive_expect_tx(&bars[gr], bytes);
-      detail::bulk_load(sm + off, img + off, bytes, &bars[gr]);
-    }
-  }
+  if (tid == 0) issue_weight_copies(sm, bars, S, d.L, p.image + static_cast<int64_t>(r) * S.x);
   __syncthreads();
   cluster_arrive();  // waited on in layer 0's attention stage (every CTA's shared memory exists)
 
