@@ -201,6 +201,16 @@ static inline float mg_hsum_tree(mg_vf v) {
   MG_TREE(v, MG_ADD, float);
   return v[0];
 }
+#if MG_W == 16
+// mg_hsum_tree of 16 vectors at once, lane k of the result = mg_hsum_tree(p[k]) bit for bit
+// (the same adds per level, MG_L8 .. MG_L1): a 16-row block's sums, one row a lane
+static inline mg_vf mg_hsum16(const mg_vf* p) {
+  const mg_vf t8[8] = {MG_L8(p[0], p[1]), MG_L8(p[2], p[3]), MG_L8(p[4], p[5]), MG_L8(p[6], p[7]),
+                       MG_L8(p[8], p[9]), MG_L8(p[10], p[11]), MG_L8(p[12], p[13]), MG_L8(p[14], p[15])};
+  const mg_vf t4[4] = {MG_L4(t8[0], t8[1]), MG_L4(t8[2], t8[3]), MG_L4(t8[4], t8[5]), MG_L4(t8[6], t8[7])};
+  return MG_L1(MG_L2(t4[0], t4[1]), MG_L2(t4[2], t4[3]));
+}
+#endif
 // the sum in lane order (as eager adds its probabilities, key by key)
 static inline float mg_hsum(mg_vf v) {
   float s = v[0];
@@ -322,7 +332,7 @@ class RowwiseGen {
   std::string operand(int t, Mode m) const {
     if (in_group_.count(t)) {
       const int p = g_.tensor(t).producer;
-      return is_row(p) ? fmt::format("row{}", t) : fmt::format("tmp{}", t);
+      return is_row(p) ? (row_vec_ ? "rowv" : "row") + std::to_string(t) : fmt::format("tmp{}", t);
     }
     const TensorInfo& ti = g_.tensor(t);
     const std::string& p = ptr_.at(t);
@@ -478,6 +488,31 @@ class RowwiseGen {
     return s + column_loop(per, indent, chained);
   }
 
+  // Row values (in_group_ tensors made by row nodes) that `nodes` read.
+  std::set<int> row_inputs(const std::vector<int>& nodes) const {
+    std::set<int> rows;
+    for (int node : nodes)
+      for (int in : g_.nodes[static_cast<size_t>(node)].inputs)
+        if (in_group_.count(in) && is_row(g_.tensor(in).producer)) rows.insert(in);
+    return rows;
+  }
+  // The element nodes a reduction's column loop computes.
+  std::vector<int> reduced_nodes(const Node& n) const {
+    std::vector<int> targets;
+    if (in_group_.count(n.inputs[0])) targets.push_back(g_.tensor(n.inputs[0]).producer);
+    return closure(targets);
+  }
+  // An accurate sum (acc_f64: a layernorm's) of values that no row value of this kernel centred
+  // is taken as C x0 + sum (x - x0), x0 the row's first summand: a constant row's sum is then
+  // exactly C x0 in float (its layernorm exactly 0), as the double sum made it. The deviations
+  // (x - mean) squared need no shift: a sum of non-negative floats is accurate to ~C ulp.
+  bool shifted(const Node& n) const { return n.acc_f64 && row_inputs(reduced_nodes(n)).empty(); }
+  // kept: (value node, output) pairs the column loop also stores (plan_stash)
+  std::string reduction(const Node& n, const std::string& indent, bool block, const std::vector<std::pair<int, int>>& kept = {}) const;
+  std::string store_loop(const std::vector<int>& stores, const std::map<int, int>& loaded, const std::string& indent) const;
+  bool rows_in_blocks(const std::map<int, std::vector<std::pair<int, int>>>& stash) const;
+  std::string row_block(const std::vector<int>& stores, const std::map<int, int>& loaded);
+
   const Graph& g_;
   const Schedule& s_;
   const Kernel& k_;
@@ -486,7 +521,165 @@ class RowwiseGen {
   const CodegenOptions& opt_;
   std::map<int, std::string> ptr_, out_;
   std::set<int> in_group_;
+  bool row_vec_ = false;  // row values are mg_vf over 16 rows (rowv{t}), in row_block's row statements
 };
+
+// One reduction's statements for row r (block: row r = rr + k of a 16-row block, into acc{t}[k]
+// and first{t}[k]). Max: lane-wise, then a tree. Float sum: lane-wise, the lanes added in order.
+// acc_f64 sum: float lanes (shifted, see shifted()), then a tree. Leaves row{t} (not in a block).
+std::string RowwiseGen::reduction(const Node& n, const std::string& in2, bool block, const std::vector<std::pair<int, int>>& kept) const {
+  const int t = n.output, src = n.inputs[0];
+  const bool mx = n.op == Op::ReduceMax, tree = n.acc_f64, shift = shifted(n);
+  const std::string acc = block ? fmt::format("acc{}[k]", t) : fmt::format("acc{}", t);
+  const std::string first = block ? fmt::format("first{}[k]", t) : fmt::format("first{}", t);
+  std::string code;
+  if (!block)
+    code += fmt::format("{}// {} of {} over the row: lane-wise, lanes combined {}\n", in2, mx ? "max" : "sum", g_.tensor(src).name,
+                        mx || tree ? "as a tree" : "in order");
+  const std::vector<int> nodes = reduced_nodes(n);
+  if (shift) {  // the summand at column 0
+    if (!block) code += fmt::format("{}float {};  // the row's first summand: the sum is {} x0 + sum (x - x0)\n", in2, first, C_);
+    code += fmt::format("{}{{\n{}  const int64_t c = 0;\n", in2, in2);
+    code += indent_text(body(nodes, Mode::Scalar), in2 + "  ");
+    code += fmt::format("{}  {} = {};\n{}}}\n", in2, first, operand(src, Mode::Scalar), in2);
+  }
+  code += fmt::format("{}{}{} = {};\n", in2, block ? "" : "mg_vf ", acc, mx ? "mg_splat(-INFINITY)" : "mg_splat(0.0f)");
+  auto step = [&](Mode m) {
+    std::string per = body(nodes, m);
+    std::string val = operand(src, m);
+    if (shift) val += " - " + first;
+    const std::string lane = m == Mode::Vector ? "" : "[l]";
+    per += mx ? fmt::format("{}{} = {}({}{}, {});\n", acc, lane, m == Mode::Vector ? "mg_max_v" : "mg_max", acc, lane, val)
+              : fmt::format("{}{} += {};\n", acc, lane, val);
+    for (const auto& [x, y] : kept) {
+      const int xt = g_.nodes[static_cast<size_t>(x)].output;
+      per += m == Mode::Vector ? fmt::format("mg_store(&{}[r * {} + c0], tmp{});  // kept for the store loop\n", out_.at(y), C_, xt)
+                               : fmt::format("{}[r * {} + c] = tmp{};  // kept for the store loop\n", out_.at(y), C_, xt);
+    }
+    return per;
+  };
+  const std::string chains = mx ? max_chains_loop(step, t, false, in2) : "";
+  code += chains.empty() ? column_loop(step, in2) : chains;
+  if (block) return code;
+  const std::string total = mx ? fmt::format("mg_hmax(acc{})", t) : tree ? fmt::format("mg_hsum_tree(acc{})", t) : fmt::format("mg_hsum(acc{})", t);
+  code += fmt::format("{}const float row{} = {};  // {}\n", in2, t,
+                      shift ? fmt::format("mg_fma({}, first{}, {})", flit(static_cast<float>(C_)), t, total) : total, g_.tensor(t).name);
+  return code;
+}
+
+// The column loop that stores the kernel's element-wise outputs for row r.
+std::string RowwiseGen::store_loop(const std::vector<int>& stores, const std::map<int, int>& loaded, const std::string& in2) const {
+  std::string names;
+  for (int node : stores) names += (names.empty() ? "" : ", ") + g_.tensor(g_.nodes[static_cast<size_t>(node)].output).name;
+  std::string code = fmt::format("{}// outputs: {}\n", in2, names);
+  const std::vector<int> nodes = closure(stores, loaded);
+  if (C_ == 1) {  // one value per row: no column loop
+    code += fmt::format("{}{{\n{}  const int64_t c = 0;\n", in2, in2);
+    code += indent_text(body(nodes, Mode::Scalar), in2 + "  ");
+    for (int node : stores) code += fmt::format("{}  {}[r] = tmp{};\n", in2, out_.at(g_.nodes[static_cast<size_t>(node)].output), g_.nodes[static_cast<size_t>(node)].output);
+    code += fmt::format("{}}}\n", in2);
+    return code;
+  }
+  return code + column_loop(
+                    [&](Mode m) {
+                      std::string per = body(nodes, m, loaded);
+                      for (int node : stores) {
+                        const int t = g_.nodes[static_cast<size_t>(node)].output;
+                        per += m == Mode::Vector ? fmt::format("mg_store(&{}[r * {} + c0], tmp{});\n", out_.at(t), C_, t)
+                                                 : fmt::format("{}[r * {} + c] = tmp{};\n", out_.at(t), C_, t);
+                      }
+                      return per;
+                    },
+                    in2);
+}
+
+// Rows in blocks of 16 (row_block) where every reduction is an accurate sum (a layernorm: the
+// per-row statistics are a chain of ~100 cycles, two lane trees and a division, of which the core
+// overlapped ~2 rows), the row statements are arithmetic on row values only, and the columns are
+// whole 16-lane vectors.
+bool RowwiseGen::rows_in_blocks(const std::map<int, std::vector<std::pair<int, int>>>& stash) const {
+  if (W_ != 16 || C_ % 16 != 0 || C_ < 16 || R_ < 16 || !stash.empty()) return false;
+  for (int node : k_.nodes) {
+    const Node& n = g_.nodes[static_cast<size_t>(node)];
+    if (!is_row(node)) continue;
+    if (kReduction.contains(n.op)) {
+      if (n.op != Op::ReduceSum || !n.acc_f64) return false;
+      continue;
+    }
+    if (n.op != Op::MulScalar && n.op != Op::AddScalar && n.op != Op::Rsqrt && n.op != Op::Add && n.op != Op::Sub && n.op != Op::Mul)
+      return false;
+    for (int in : n.inputs)
+      if (!in_group_.count(in) || !is_row(g_.tensor(in).producer)) return false;
+  }
+  return true;
+}
+
+// 16 rows [rr, rr + 16) at a time: each reduction's column loops for the 16 rows one after the
+// other (16 independent chains; row r = rr + k), its 16 lane trees at once (mg_hsum16: the same
+// adds as mg_hsum_tree, one row a lane), the row statements once for the 16 rows as vectors
+// (rowv{t}, lanes = rows), kept in rowb{t}[16] for the column loops that read them by scalar.
+std::string RowwiseGen::row_block(const std::vector<int>& stores, const std::map<int, int>& loaded) {
+  const std::string in2 = "    ", in3 = "      ";
+  std::string code = "  const int64_t rb = r0 + (r1 - r0) / 16 * 16;  // rows [r0, rb) in blocks of 16, the rest one by one\n";
+  code += "  for (int64_t rr = r0; rr < rb; rr += 16) {\n";
+  // the row values a k loop over `nodes` reads, as scalars of row r
+  auto row_scalars = [&](const std::vector<int>& nodes) {
+    std::string s;
+    for (int t : row_inputs(nodes)) s += fmt::format("{}const float row{} = rowb{}[k];\n", in3, t, t);
+    return s;
+  };
+  auto k_loop = [&](const std::string& what) {
+    return fmt::format("{}#pragma GCC unroll 16\n{}for (int64_t k = 0; k < 16; ++k) {{  // {}\n{}const int64_t r = rr + k;\n", in2, in2, what, in3);
+  };
+  std::set<int> read_back;  // row values the k loops read
+  for (int node : k_.nodes)
+    if (kReduction.contains(g_.nodes[static_cast<size_t>(node)].op)) {
+      const std::set<int> r = row_inputs(reduced_nodes(g_.nodes[static_cast<size_t>(node)]));
+      read_back.insert(r.begin(), r.end());
+    }
+  if (!stores.empty()) {
+    const std::set<int> r = row_inputs(closure(stores, loaded));
+    read_back.insert(r.begin(), r.end());
+  }
+  for (int node : k_.nodes) {
+    const Node& n = g_.nodes[static_cast<size_t>(node)];
+    const int t = n.output;
+    if (!is_row(node)) continue;
+    if (kReduction.contains(n.op)) {
+      const bool shift = shifted(n);
+      code += fmt::format("{}// sum of {} over each row: float lanes{}, the 16 rows' lane trees at once\n", in2, g_.tensor(n.inputs[0]).name,
+                          shift ? " of x - x0 (x0 the row's first summand: C x0 + sum (x - x0))" : "");
+      code += fmt::format("{}mg_vf acc{}[16];\n", in2, t);
+      if (shift) code += fmt::format("{}float first{}[16] __attribute__((aligned(64)));\n", in2, t);
+      code += k_loop("row by row: independent chains");
+      code += row_scalars(reduced_nodes(n));
+      code += reduction(n, in3, true);
+      code += fmt::format("{}}}\n", in2);
+      code += fmt::format("{}const mg_vf rowv{} = {};  // {}, lanes = rows\n", in2, t,
+                          shift ? fmt::format("mg_fma_v(mg_splat({}), mg_load(first{}), mg_hsum16(acc{}))", flit(static_cast<float>(C_)), t, t)
+                                : fmt::format("mg_hsum16(acc{})", t),
+                          g_.tensor(t).name);
+    } else {
+      row_vec_ = true;
+      code += fmt::format("{}const mg_vf rowv{} = {};  // {}, lanes = rows\n", in2, t, expr(node, Mode::Vector), g_.tensor(t).name);
+      row_vec_ = false;
+    }
+    if (out_.count(t)) code += fmt::format("{}mg_store(&{}[rr], rowv{});\n", in2, out_.at(t), t);
+    if (read_back.count(t)) {  // read back by scalar: without the barrier GCC broadcasts lanes by permutes
+      code += fmt::format("{}float rowb{}[16] __attribute__((aligned(64)));  // read back row by row\n{}mg_store(rowb{}, rowv{});\n", in2, t,
+                          in2, t, t);
+      code += fmt::format("{}__asm__ volatile(\"\" : : \"r\"(rowb{}) : \"memory\");\n", in2, t);
+    }
+  }
+  if (!stores.empty()) {
+    code += k_loop("the outputs, row by row");
+    code += row_scalars(closure(stores, loaded));
+    code += store_loop(stores, loaded, in3);
+    code += fmt::format("{}}}\n", in2);
+  }
+  code += "  }\n";
+  return code;
+}
 
 std::string RowwiseGen::generate(std::string& call_args) {
   std::vector<std::string> params, fields;
@@ -514,87 +707,28 @@ std::string RowwiseGen::generate(std::string& call_args) {
     code += fmt::format("  {} __restrict {} = a->{};\n", type, ptr_[t], ptr_[t]);
   }
   for (int t : k_.writes) code += fmt::format("  float* __restrict {} = a->{};\n", out_[t], out_[t]);
-  code += "  for (int64_t r = r0; r < r1; ++r) {\n";
-  const std::string in2 = "    ";
   std::vector<int> stores;  // every element-wise output of the kernel
   for (int t : k_.writes)
     if (!is_row(g_.tensor(t).producer)) stores.push_back(g_.tensor(t).producer);
   std::map<int, std::vector<std::pair<int, int>>> stash;
   std::map<int, int> loaded;
   plan_stash(stores, stash, loaded);
+  const bool blocks = rows_in_blocks(stash);
+  if (blocks) code += row_block(stores, loaded);
+  code += fmt::format("  for (int64_t r = {}; r < r1; ++r) {{\n", blocks ? "rb" : "r0");
+  const std::string in2 = "    ";
   for (int node : k_.nodes) {
     const Node& n = g_.nodes[static_cast<size_t>(node)];
     const int t = n.output;
     if (!is_row(node)) continue;
     if (kReduction.contains(n.op)) {
-      const bool dbl = n.acc_f64;
-      const bool mx = n.op == Op::ReduceMax;
-      const int src = n.inputs[0];
-      code += fmt::format("{}// {} of {} over the row{}: lane-wise, lanes combined in order\n", in2, mx ? "max" : "sum",
-                          g_.tensor(src).name, dbl ? ", in double" : "");
-      code += fmt::format("{}{} acc{} = {};\n", in2, dbl ? "mg_vd" : "mg_vf", t,
-                          mx ? (dbl ? "(mg_vd){} - INFINITY" : "mg_splat(-INFINITY)") : "{}");
-      std::vector<int> targets;
-      if (in_group_.count(src)) targets.push_back(g_.tensor(src).producer);
-      const std::vector<int> nodes = closure(targets);
-      auto step = [&](Mode m) {
-            std::string per = body(nodes, m);
-            std::string val = operand(src, m);
-            if (m == Mode::Vector) {
-              if (dbl) val = "mg_widen(" + val + ")";
-              per += mx ? fmt::format("acc{} = {}(acc{}, {});\n", t, dbl ? "mg_maxd_v" : "mg_max_v", t, val)
-                        : fmt::format("acc{} += {};\n", t, val);
-            } else {
-              if (dbl) val = "(double)" + val;
-              per += mx ? fmt::format("acc{}[l] = {}(acc{}[l], {});\n", t, dbl ? "mg_maxd" : "mg_max", t, val)
-                        : fmt::format("acc{}[l] += {};\n", t, val);
-            }
-            for (const auto& [x, y] : stash[node]) {
-              const int xt = g_.nodes[static_cast<size_t>(x)].output;
-              per += m == Mode::Vector ? fmt::format("mg_store(&{}[r * {} + c0], tmp{});  // kept for the store loop\n", out_[y], C_, xt)
-                                       : fmt::format("{}[r * {} + c] = tmp{};  // kept for the store loop\n", out_[y], C_, xt);
-            }
-            return per;
-          };
-      const std::string chains = mx ? max_chains_loop(step, t, dbl, in2) : "";
-      code += chains.empty() ? column_loop(step, in2) : chains;
-      if (mx || dbl) {  // a max in any order is exact; double lanes as a tree
-        code += fmt::format("{}const {} tot{} = {}(acc{});\n", in2, dbl ? "double" : "float", t,
-                            mx ? (dbl ? "mg_hmaxd" : "mg_hmax") : "mg_hsumd", t);
-      } else {  // float lanes added in order
-        code += fmt::format("{}const float tot{} = mg_hsum(acc{});\n", in2, t, t);
-      }
-      code += fmt::format("{}const float row{} = (float)tot{};  // {}\n", in2, t, t, g_.tensor(t).name);
+      code += reduction(n, in2, false, stash[node]);
     } else {
       code += fmt::format("{}const float row{} = {};  // {}\n", in2, t, expr(node, Mode::Row), g_.tensor(t).name);
     }
     if (out_.count(t)) code += fmt::format("{}{}[r] = row{};\n", in2, out_[t], t);
   }
-  // the store loop
-  if (!stores.empty()) {
-    std::string names;
-    for (int node : stores) names += (names.empty() ? "" : ", ") + g_.tensor(g_.nodes[static_cast<size_t>(node)].output).name;
-    code += fmt::format("{}// outputs: {}\n", in2, names);
-    const std::vector<int> nodes = closure(stores, loaded);
-    if (C_ == 1) {  // one value per row: no column loop
-      code += fmt::format("{}{{\n{}  const int64_t c = 0;\n", in2, in2);
-      code += indent_text(body(nodes, Mode::Scalar), in2 + "  ");
-      for (int node : stores) code += fmt::format("{}  {}[r] = tmp{};\n", in2, out_[g_.nodes[static_cast<size_t>(node)].output], g_.nodes[static_cast<size_t>(node)].output);
-      code += fmt::format("{}}}\n", in2);
-    } else {
-      code += column_loop(
-          [&](Mode m) {
-            std::string per = body(nodes, m, loaded);
-            for (int node : stores) {
-              const int t = g_.nodes[static_cast<size_t>(node)].output;
-              per += m == Mode::Vector ? fmt::format("mg_store(&{}[r * {} + c0], tmp{});\n", out_[t], C_, t)
-                                       : fmt::format("{}[r * {} + c] = tmp{};\n", out_[t], C_, t);
-            }
-            return per;
-          },
-          in2);
-    }
-  }
+  if (!stores.empty()) code += store_loop(stores, loaded, in2);
   code += "  }\n}\n";
   // launcher
   code += fmt::format("{} {}(const MgRuntime* rt, const {}_args* a) {{\n", kKernelDecl, k_.name, k_.name);
@@ -1046,7 +1180,7 @@ GeneratedCode generate_cpp(const Schedule& s, const CodegenOptions& opt) {
     // no function of its own: nothing to share.)
     std::string fn = k.name;
     if (const size_t body_at = code.find("struct " + k.name + "_args"); body_at != std::string::npos) {
-      const std::string shape_of_loops = loops_key(code.substr(body_at), k.name, "acc|tot|row|tmp");
+      const std::string shape_of_loops = loops_key(code.substr(body_at), k.name, "acc|tot|rowv|rowb|row|first|tmp");
       const auto seen = loops_emitted.find(shape_of_loops);
       if (seen != loops_emitted.end()) {
         fn = seen->second;
