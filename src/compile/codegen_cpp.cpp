@@ -202,13 +202,21 @@ static inline float mg_hsum_tree(mg_vf v) {
   return v[0];
 }
 #if MG_W == 16
-// mg_hsum_tree of 16 vectors at once, lane k of the result = mg_hsum_tree(p[k]) bit for bit
-// (the same adds per level, MG_L8 .. MG_L1): a 16-row block's sums, one row a lane
-static inline mg_vf mg_hsum16(const mg_vf* p) {
-  const mg_vf t8[8] = {MG_L8(p[0], p[1]), MG_L8(p[2], p[3]), MG_L8(p[4], p[5]), MG_L8(p[6], p[7]),
-                       MG_L8(p[8], p[9]), MG_L8(p[10], p[11]), MG_L8(p[12], p[13]), MG_L8(p[14], p[15])};
-  const mg_vf t4[4] = {MG_L4(t8[0], t8[1]), MG_L4(t8[2], t8[3]), MG_L4(t8[4], t8[5]), MG_L4(t8[6], t8[7])};
-  return MG_L1(MG_L2(t4[0], t4[1]), MG_L2(t4[2], t4[3]));
+// (float)mg_hsumd of 16 double vectors at once, lane k = (float)mg_hsumd(p[k]) bit for bit (the
+// same adds per level: lanes 0-7 + 8-15 of each, then pairs of rows as MG_L4 .. MG_L1 do)
+typedef double mg_vd8 __attribute__((vector_size(64)));
+typedef float mg_vf8 __attribute__((vector_size(32)));
+#define MG_D8(v) (__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15))
+#define MG_D4(x, y) (__builtin_shufflevector(x, y, 0, 1, 2, 3, 8, 9, 10, 11) + __builtin_shufflevector(x, y, 4, 5, 6, 7, 12, 13, 14, 15))
+#define MG_D2(x, y) (__builtin_shufflevector(x, y, 0, 1, 4, 5, 8, 9, 12, 13) + __builtin_shufflevector(x, y, 2, 3, 6, 7, 10, 11, 14, 15))
+#define MG_D1(x, y) (__builtin_shufflevector(x, y, 0, 2, 4, 6, 8, 10, 12, 14) + __builtin_shufflevector(x, y, 1, 3, 5, 7, 9, 11, 13, 15))
+static inline mg_vf mg_hsumd16(const mg_vd* p) {
+  mg_vd8 s[16], t[8], u[4];
+  for (int k = 0; k < 16; ++k) s[k] = MG_D8(p[k]);
+  for (int k = 0; k < 8; ++k) t[k] = MG_D4(s[2 * k], s[2 * k + 1]);
+  for (int k = 0; k < 4; ++k) u[k] = MG_D2(t[2 * k], t[2 * k + 1]);
+  const mg_vf8 lo = __builtin_convertvector(MG_D1(u[0], u[1]), mg_vf8), hi = __builtin_convertvector(MG_D1(u[2], u[3]), mg_vf8);
+  return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 }
 #endif
 // the sum in lane order (as eager adds its probabilities, key by key)
@@ -502,11 +510,17 @@ class RowwiseGen {
     if (in_group_.count(n.inputs[0])) targets.push_back(g_.tensor(n.inputs[0]).producer);
     return closure(targets);
   }
-  // An accurate sum (acc_f64: a layernorm's) of values that no row value of this kernel centred
-  // is taken as C x0 + sum (x - x0), x0 the row's first summand: a constant row's sum is then
-  // exactly C x0 in float (its layernorm exactly 0), as the double sum made it. The deviations
-  // (x - mean) squared need no shift: a sum of non-negative floats is accurate to ~C ulp.
-  bool shifted(const Node& n) const { return n.acc_f64 && row_inputs(reduced_nodes(n)).empty(); }
+  // An accurate sum (acc_f64: a layernorm's) is summed in double lanes, as eager's: exact for a
+  // constant row (its layernorm is then exactly 0) whatever the other columns hold. Tried and
+  // dropped for speed (the double lanes cost ~0.3 us of a 0.7-1.0 us layernorm at (32, 64)):
+  // float lanes shifted by the row's first element (an outlier first column cost the shipped
+  // model's probes 1.9e-5 against eager's logits under AVX2, over the 1e-5 bound); a float tree
+  // (exact for a constant row of 2^k vectors; 3.6e-6 from eager's layernorm at mean 100, and
+  // 1.2e-5 on the probes under the scalar ISA); float squared deviations with the double mean
+  // (passed, but the probes' logits moved from 6.1e-6 to 8.6e-6 from eager for no measurable
+  // speed).
+  // (A max is exact in float: acc_f64 changes nothing there.)
+  bool in_double(const Node& n) const { return n.acc_f64 && n.op == Op::ReduceSum; }
   // kept: (value node, output) pairs the column loop also stores (plan_stash)
   std::string reduction(const Node& n, const std::string& indent, bool block, const std::vector<std::pair<int, int>>& kept = {}) const;
   std::string store_loop(const std::vector<int>& stores, const std::map<int, int>& loaded, const std::string& indent) const;
@@ -524,30 +538,25 @@ class RowwiseGen {
   bool row_vec_ = false;  // row values are mg_vf over 16 rows (rowv{t}), in row_block's row statements
 };
 
-// One reduction's statements for row r (block: row r = rr + k of a 16-row block, into acc{t}[k]
-// and first{t}[k]). Max: lane-wise, then a tree. Float sum: lane-wise, the lanes added in order.
-// acc_f64 sum: float lanes (shifted, see shifted()), then a tree. Leaves row{t} (not in a block).
+// One reduction's statements for row r (block: row r = rr + k of a 16-row block, into
+// acc{t}[k]). Max: lane-wise, then a tree. Float sum: lane-wise, the lanes added in order.
+// acc_f64 sum: double lanes, then a tree. Leaves row{t} (not in a block; a block's trees are
+// row_block's, 16 rows at once).
 std::string RowwiseGen::reduction(const Node& n, const std::string& in2, bool block, const std::vector<std::pair<int, int>>& kept) const {
   const int t = n.output, src = n.inputs[0];
-  const bool mx = n.op == Op::ReduceMax, tree = n.acc_f64, shift = shifted(n);
+  const bool mx = n.op == Op::ReduceMax, dbl = in_double(n);
   const std::string acc = block ? fmt::format("acc{}[k]", t) : fmt::format("acc{}", t);
-  const std::string first = block ? fmt::format("first{}[k]", t) : fmt::format("first{}", t);
   std::string code;
   if (!block)
-    code += fmt::format("{}// {} of {} over the row: lane-wise, lanes combined {}\n", in2, mx ? "max" : "sum", g_.tensor(src).name,
-                        mx || tree ? "as a tree" : "in order");
+    code += fmt::format("{}// {} of {} over the row{}: lane-wise, lanes combined {}\n", in2, mx ? "max" : "sum", g_.tensor(src).name,
+                        dbl ? ", in double" : "", mx || dbl ? "as a tree" : "in order");
   const std::vector<int> nodes = reduced_nodes(n);
-  if (shift) {  // the summand at column 0
-    if (!block) code += fmt::format("{}float {};  // the row's first summand: the sum is {} x0 + sum (x - x0)\n", in2, first, C_);
-    code += fmt::format("{}{{\n{}  const int64_t c = 0;\n", in2, in2);
-    code += indent_text(body(nodes, Mode::Scalar), in2 + "  ");
-    code += fmt::format("{}  {} = {};\n{}}}\n", in2, first, operand(src, Mode::Scalar), in2);
-  }
-  code += fmt::format("{}{}{} = {};\n", in2, block ? "" : "mg_vf ", acc, mx ? "mg_splat(-INFINITY)" : "mg_splat(0.0f)");
+  code += fmt::format("{}{}{} = {};\n", in2, block ? "" : dbl ? "mg_vd " : "mg_vf ", acc,
+                      mx ? "mg_splat(-INFINITY)" : dbl ? "(mg_vd){}" : "mg_splat(0.0f)");
   auto step = [&](Mode m) {
     std::string per = body(nodes, m);
     std::string val = operand(src, m);
-    if (shift) val += " - " + first;
+    if (dbl) val = m == Mode::Vector ? "mg_widen(" + val + ")" : "(double)" + val;
     const std::string lane = m == Mode::Vector ? "" : "[l]";
     per += mx ? fmt::format("{}{} = {}({}{}, {});\n", acc, lane, m == Mode::Vector ? "mg_max_v" : "mg_max", acc, lane, val)
               : fmt::format("{}{} += {};\n", acc, lane, val);
@@ -561,9 +570,10 @@ std::string RowwiseGen::reduction(const Node& n, const std::string& in2, bool bl
   const std::string chains = mx ? max_chains_loop(step, t, false, in2) : "";
   code += chains.empty() ? column_loop(step, in2) : chains;
   if (block) return code;
-  const std::string total = mx ? fmt::format("mg_hmax(acc{})", t) : tree ? fmt::format("mg_hsum_tree(acc{})", t) : fmt::format("mg_hsum(acc{})", t);
-  code += fmt::format("{}const float row{} = {};  // {}\n", in2, t,
-                      shift ? fmt::format("mg_fma({}, first{}, {})", flit(static_cast<float>(C_)), t, total) : total, g_.tensor(t).name);
+  const std::string total = mx    ? fmt::format("mg_hmax(acc{})", t)
+                            : dbl ? fmt::format("(float)mg_hsumd(acc{})", t)
+                                  : fmt::format("mg_hsum(acc{})", t);
+  code += fmt::format("{}const float row{} = {};  // {}\n", in2, t, total, g_.tensor(t).name);
   return code;
 }
 
@@ -615,9 +625,10 @@ bool RowwiseGen::rows_in_blocks(const std::map<int, std::vector<std::pair<int, i
 }
 
 // 16 rows [rr, rr + 16) at a time: each reduction's column loops for the 16 rows one after the
-// other (16 independent chains; row r = rr + k), its 16 lane trees at once (mg_hsum16: the same
-// adds as mg_hsum_tree, one row a lane), the row statements once for the 16 rows as vectors
-// (rowv{t}, lanes = rows), kept in rowb{t}[16] for the column loops that read them by scalar.
+// other (16 independent chains; row r = rr + k), its 16 lane trees at once (mg_hsumd16: the same
+// adds as mg_hsumd, one row a lane), the row statements once for the 16 rows as vectors (rowv{t},
+// lanes = rows), kept in rowb{t}[16] for the column loops that read them by scalar. Every value
+// is the one the row-by-row loop computes, bit for bit.
 std::string RowwiseGen::row_block(const std::vector<int>& stores, const std::map<int, int>& loaded) {
   const std::string in2 = "    ", in3 = "      ";
   std::string code = "  const int64_t rb = r0 + (r1 - r0) / 16 * 16;  // rows [r0, rb) in blocks of 16, the rest one by one\n";
@@ -646,19 +657,13 @@ std::string RowwiseGen::row_block(const std::vector<int>& stores, const std::map
     const int t = n.output;
     if (!is_row(node)) continue;
     if (kReduction.contains(n.op)) {
-      const bool shift = shifted(n);
-      code += fmt::format("{}// sum of {} over each row: float lanes{}, the 16 rows' lane trees at once\n", in2, g_.tensor(n.inputs[0]).name,
-                          shift ? " of x - x0 (x0 the row's first summand: C x0 + sum (x - x0))" : "");
-      code += fmt::format("{}mg_vf acc{}[16];\n", in2, t);
-      if (shift) code += fmt::format("{}float first{}[16] __attribute__((aligned(64)));\n", in2, t);
+      code += fmt::format("{}// sum of {} over each row: double lanes, the 16 rows' lane trees at once\n", in2, g_.tensor(n.inputs[0]).name);
+      code += fmt::format("{}mg_vd acc{}[16];\n", in2, t);
       code += k_loop("row by row: independent chains");
       code += row_scalars(reduced_nodes(n));
       code += reduction(n, in3, true);
       code += fmt::format("{}}}\n", in2);
-      code += fmt::format("{}const mg_vf rowv{} = {};  // {}, lanes = rows\n", in2, t,
-                          shift ? fmt::format("mg_fma_v(mg_splat({}), mg_load(first{}), mg_hsum16(acc{}))", flit(static_cast<float>(C_)), t, t)
-                                : fmt::format("mg_hsum16(acc{})", t),
-                          g_.tensor(t).name);
+      code += fmt::format("{}const mg_vf rowv{} = mg_hsumd16(acc{});  // {}, lanes = rows\n", in2, t, t, g_.tensor(t).name);
     } else {
       row_vec_ = true;
       code += fmt::format("{}const mg_vf rowv{} = {};  // {}, lanes = rows\n", in2, t, expr(node, Mode::Vector), g_.tensor(t).name);
@@ -1180,7 +1185,7 @@ GeneratedCode generate_cpp(const Schedule& s, const CodegenOptions& opt) {
     // no function of its own: nothing to share.)
     std::string fn = k.name;
     if (const size_t body_at = code.find("struct " + k.name + "_args"); body_at != std::string::npos) {
-      const std::string shape_of_loops = loops_key(code.substr(body_at), k.name, "acc|tot|rowv|rowb|row|first|tmp");
+      const std::string shape_of_loops = loops_key(code.substr(body_at), k.name, "acc|tot|rowv|rowb|row|tmp");
       const auto seen = loops_emitted.find(shape_of_loops);
       if (seen != loops_emitted.end()) {
         fn = seen->second;
