@@ -814,8 +814,9 @@ std::string attention_vector_body(const std::string& name, int64_t B, int64_t T,
 
 // A whole sequence of T <= MG_W queries from position 0 (the forward at the model's T = 16):
 // every key is in one block, so the softmax needs no running max or rescaling, and the loops
-// are written for throughput (measured on the GPT at (2, 16), AVX-512, one core: 4.0 -> ~2 us a
-// layer). As eager's attend_pair_dh16, per (batch, head):
+// are written for throughput (the GPT at (2, 16), AVX-512, one core, --explain: 5.5 -> 2.6 us a
+// layer; experiments/25-compile/REPORT.md, branch cpu13e). As eager's attend_pair_dh16, per
+// (batch, head):
 //   Q^T (dh vectors, lanes = queries) by a register transpose (16 x 16: 4 rounds of 16 zips)
 //   or, for other shapes, lane by lane;
 //   S^T[j] = sum_d Q^T[d] k[j][d], all T keys side by side (d outer: T independent chains
