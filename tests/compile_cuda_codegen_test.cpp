@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -123,13 +124,15 @@ TEST(CompileCudaCodegen, GeneratedGemmsTakeLayerNormsAndAttentionsAsPrologues) {
   const Graph g = capture_gpt(c, 2, 16);
   CudaCodegenOptions cg;
   cg.generated_gemm = true;
+  cg.fuse_mlp = false;           // the default; each MLP one kernel: GeneratedGemmsFuseEachMlpIntoOneKernel
   cg.attention_prologue = true;  // off by default (measured slower), max-autotune's "attn-prologue"
   const CudaLowered fused = lower_cuda(g, PassOptions{}, cg);
   cg.matmul_prologue = false;
   cg.attention_prologue = false;
   const CudaLowered plain = lower_cuda(g, PassOptions{}, cg);
-  // the default: the layernorms' prologues only
-  const CudaLowered def = lower_default(g, true);
+  // the default's prologues: the layernorms' only
+  cg.matmul_prologue = true;
+  const CudaLowered def = lower_cuda(g, PassOptions{}, cg);
   EXPECT_EQ(plain.code.launches.size(), def.code.launches.size() + static_cast<size_t>(2 * c.n_layer + 1));
   for (const Kernel& k : def.schedule.kernels)
     EXPECT_EQ(k.kind == KernelKind::PrologueMatmul, contains(k.name, "layernorm")) << k.name;
@@ -153,6 +156,38 @@ TEST(CompileCudaCodegen, GeneratedGemmsTakeLayerNormsAndAttentionsAsPrologues) {
   EXPECT_TRUE(contains(src, "make_float4(xs[i][k]")) << "the K loop reads x from shared memory";
   // cuBLAS cannot take a prologue: its variant keeps the kernels apart
   for (const Kernel& k : lower_default(g, false).schedule.kernels) EXPECT_NE(k.kind, KernelKind::PrologueMatmul) << k.name;
+}
+
+// fuse_mlp (with generated GEMMs; off by default, measured slower, max-autotune's "fuse-mlp"):
+// each MLP one kernel, fc1 (with its layernorm prologue) computing the tile's rows of h into
+// shared memory, fc2 reading them there; h never stored. Off: fc1 and fc2 two GEMM kernels.
+// cuBLAS keeps them apart.
+TEST(CompileCudaCodegen, GeneratedGemmsFuseEachMlpIntoOneKernel) {
+  const ModelConfig c = compile_tiny_config();
+  for (const Graph& g : {capture_gpt(c, 2, 16), capture_gpt(c, 3, 5), capture_gpt_decode(c)}) {
+    CudaCodegenOptions cg;
+    cg.generated_gemm = true;
+    cg.fuse_mlp = true;
+    const CudaLowered fused = lower_cuda(g, PassOptions{}, cg);
+    const CudaLowered apart = lower_default(g, true);
+    EXPECT_EQ(apart.code.launches.size(), fused.code.launches.size() + static_cast<size_t>(c.n_layer)) << g.name;
+    int mlps = 0;
+    for (const Kernel& k : fused.schedule.kernels) {
+      if (!contains(k.name, "mlp")) continue;
+      ++mlps;
+      EXPECT_EQ(k.name.rfind("cuda_fused_layernorm_mlp_", 0), 0u) << k.name << ": the layernorm is fc1's prologue";
+      EXPECT_EQ(k.kind, KernelKind::PrologueMatmul) << k.name;
+      const Node& fc2 = fused.schedule.graph.nodes[static_cast<size_t>(k.nodes.back())];
+      const int h = fc2.inputs[0];
+      EXPECT_TRUE(std::count(k.removed.begin(), k.removed.end(), h)) << k.name << ": h kept on chip";
+      EXPECT_EQ(k.cols, c.d_model) << "the prologue's rows: fc1's x";
+    }
+    EXPECT_EQ(mlps, c.n_layer) << g.name;
+    EXPECT_TRUE(contains(fused.code.source, "__shared__ float hs[8][" + std::to_string(4 * c.d_model) + "];")) << g.name;
+    EXPECT_TRUE(contains(fused.code.source, "make_float4(hs[i][k]")) << "fc2's K loop reads h from shared memory";
+    for (const Kernel& k : apart.schedule.kernels) EXPECT_FALSE(contains(k.name, "mlp")) << k.name;
+    for (const Kernel& k : lower_default(g, false).schedule.kernels) EXPECT_FALSE(contains(k.name, "mlp")) << k.name;
+  }
 }
 
 CudaLowered lower_mega(const Graph& g) {
@@ -265,6 +300,34 @@ TEST(CompileCudaNvrtc, EveryGeneratedSourceCompilesForSm90a) {
   }
 }
 
+// The attention kernel's layouts (a block per (sequence, head, query tile), a warp per query):
+// heads of 12 floats (no float4 staging), of 40 (more than a warp: two dimensions per lane),
+// more than 32 keys (two key chunks per lane), a last query tile part empty; with the attention
+// standalone and as its projection's prologue (heads of 40 stay apart: kPrologueMaxHeadDim), and
+// the decode step. Each compiles with NVRTC.
+TEST(CompileCudaNvrtc, AttentionLayoutsCompileForSm90a) {
+  std::vector<Graph> graphs;
+  for (const auto& [heads, d] : {std::pair{2, 24}, std::pair{1, 40}}) {
+    ModelConfig c = compile_tiny_config();
+    c.n_head = heads;
+    c.d_model = d;
+    c.block_size = 40;
+    graphs.push_back(capture_gpt(c, 2, 37));
+    graphs.push_back(capture_gpt_decode(c));
+  }
+  for (const Graph& g : graphs) {
+    for (bool attention_prologue : {false, true}) {
+      CudaCodegenOptions cg;
+      cg.generated_gemm = true;
+      cg.attention_prologue = attention_prologue;
+      cg.fuse_mlp = attention_prologue;  // and the MLP's fused kernel at these widths (fc1's K 24, 40)
+      const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
+      EXPECT_TRUE(contains(l.code.source, "a warp per query") || attention_prologue) << g.name;
+      ASSERT_NO_THROW(nvrtc_compile_ptx(l.code.source, "compute_90a", g.name)) << g.name << (attention_prologue ? " attention prologue" : "");
+    }
+  }
+}
+
 TEST(CompileCudaNvrtc, MegakernelSourcesCompileForSm90a) {
   const ModelConfig c = compile_tiny_config();
   ModelConfig shipped;
@@ -292,6 +355,66 @@ TEST(CompileCudaNvrtc, PdlVariantWaitsInEveryKernelAndCompiles) {
   EXPECT_NO_THROW(nvrtc_compile_ptx(l.code.source, "compute_90a", "pdl"));
   cg.generated_gemm = false;  // cuBLAS's kernels do not wait: refused
   EXPECT_ERROR(lower_cuda(capture_tinyhead(2), PassOptions{}, cg), "PDL needs generated GEMMs");
+}
+
+// weights_early: each generated GEMM loads its lane's W slice and its bias before PDL's wait
+// (weights only above it), the residual right after; off, W is read in the K loop. Both compile.
+TEST(CompileCudaNvrtc, GemmsLoadTheirWeightsBeforePdlsWait) {
+  CudaCodegenOptions cg;
+  cg.generated_gemm = true;
+  cg.pdl = true;
+  const Graph g = capture_gpt(compile_tiny_config(), 2, 16);
+  const CudaLowered early = lower_cuda(g, PassOptions{}, cg);
+  int gemms = 0;
+  for (const CudaKernelText& k : early.code.kernels) {
+    // a GEMM emitted here (an identical one is emitted once, its later copies only a comment)
+    if (!contains(k.text, "__global__") || !(contains(k.name, "gemm") || contains(k.name, "matmul") || contains(k.name, "mlp"))) continue;
+    ++gemms;
+    ASSERT_TRUE(contains(k.text, "float4 wr[")) << k.name;
+    const size_t w = k.text.find("wr[u] = "), b = k.text.find("const float bias_m = "), wait = k.text.find("griddepcontrol.wait;");
+    ASSERT_NE(wait, std::string::npos) << k.name;
+    EXPECT_LT(w, wait) << k.name << ": W loaded before the wait";
+    EXPECT_LT(b, wait) << k.name << ": the bias loaded before the wait";
+    const size_t res = k.text.find("const float res_nm = "), xs = k.text.find("xs[");
+    if (res != std::string::npos) {
+      EXPECT_LT(wait, res) << k.name << ": the residual (an earlier kernel's) after it";
+    }
+    EXPECT_LT(wait, xs) << k.name << ": x (an earlier kernel's) after it";
+  }
+  EXPECT_GE(gemms, 5) << "the distinct GEMMs: the first qkv (embedding prologue), qkv, proj, the MLP, the LM head";
+  EXPECT_NO_THROW(nvrtc_compile_ptx(early.code.source, "compute_90a", "weights early"));
+  cg.weights_early = false;
+  const CudaLowered late = lower_cuda(g, PassOptions{}, cg);
+  EXPECT_FALSE(contains(late.code.source, "float4 wr["));
+  EXPECT_FALSE(contains(late.code.source, "PDL's wait, when launched with it, goes here")) << "every marker replaced";
+  EXPECT_NO_THROW(nvrtc_compile_ptx(late.code.source, "compute_90a", "weights late"));
+}
+
+// smem_vec4: the K loop reads x's rows from shared memory as one float4 each (the arrays
+// 16-byte aligned); with the MLP fused and in the megakernel too (whose shared-array rewrite
+// drops the __align__: its slices start at multiples of 16). Each compiles with NVRTC.
+TEST(CompileCudaNvrtc, SharedRowsReadAsFloat4Compile) {
+  for (const Graph& g : {capture_gpt(compile_tiny_config(), 2, 16), capture_gpt(compile_tiny_config(), 3, 5),
+                         capture_gpt_decode(compile_tiny_config())}) {
+    for (bool mlp : {false, true}) {
+      for (bool mega : {false, true}) {
+        CudaCodegenOptions cg;
+        cg.generated_gemm = true;
+        cg.smem_vec4 = true;
+        cg.fuse_mlp = mlp;
+        cg.pdl = !mega;
+        cg.megakernel = mega;
+        const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
+        EXPECT_TRUE(contains(l.code.source, "const float4 xv = *(const float4*)&xs[i][k];")) << g.name;
+        EXPECT_FALSE(contains(l.code.source, "make_float4(xs[i][k]")) << g.name << ": every GEMM reading xs";
+        EXPECT_EQ(contains(l.code.source, "__align__(16) float xs["), !mega) << g.name;
+        if (mlp) {
+          EXPECT_TRUE(contains(l.code.source, "*(const float4*)&hs[i][k];")) << g.name;
+        }
+        ASSERT_NO_THROW(nvrtc_compile_ptx(l.code.source, "compute_90a", g.name)) << g.name << (mlp ? " mlp" : "") << (mega ? " mega" : "");
+      }
+    }
+  }
 }
 
 TEST(CompileCudaNvrtc, WithoutAGpuTheRunnerSaysSo) {

@@ -217,7 +217,11 @@ std::string generate(PyModel& p, std::string_view prompt, int n, float temperatu
     if (p.gpu) {
       if (!p.gpu_decoder) p.gpu_decoder = std::make_unique<CudaDecoder>(*p.gpu);
       p.gpu_decoder->reset();
-      generated = sample(*p.gpu_decoder, ids, params, seed, n);
+      MINIGPT_CHECK(static_cast<int64_t>(ids.size()) < p.gpu_decoder->capacity(),
+                    "the prompt has {} tokens with <bos>; the model's context holds {}, leaving no room to generate",
+                    ids.size(), p.gpu_decoder->capacity());
+      // the tokens chosen on the GPU where the decode loop takes the settings (the same tokens)
+      generated = p.gpu_decoder->generate(ids, n, params, seed, Tokenizer::kEos).tokens;
     } else {
       Decoder decoder(p.model);
       generated = sample(decoder, ids, params, seed, n, *pool);

@@ -15,6 +15,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/event_pair.h"
 #include "model/cuda/cuda_gpt.h"
+#include "model/sampling.h"
 
 #include <cuda_runtime_api.h>
 
@@ -166,6 +167,31 @@ CudaModelTimes bench_model_cuda(const GrammarMiniGPT& model, const std::vector<i
     r.rows.push_back({"kv decode graph alone (events), " + d.label, 1, 1, d.graph_us, runs, true});
   };
   decode_rows(decode_times(model, {}, ctx, runs, warmup), true);
+  {  // the device decode loop (CudaDecoder::generate): one launch for a whole context, the token
+     // chosen on the GPU; wall clock per call (launch, the loop, the wait) over the tokens it made
+    CudaGPT g(model);
+    CudaDecoder dec(g);
+    const int n = static_cast<int>(dec.capacity());  // from ctx[0] at position 0 to a full context
+    const std::vector<int32_t> prompt = {ctx[0]};
+    for (const SamplingParams params : {SamplingParams{0.0f, 0}, SamplingParams{0.8f, 40}}) {
+      if (!dec.device_loop(params)) continue;
+      auto run = [&] {
+        dec.reset();
+        return dec.generate(prompt, n, params, 42, -1).tokens.size();  // no stop token: a whole context
+      };
+      for (int i = 0; i < std::max(2, warmup / 10); ++i) run();
+      std::vector<double> per_token;
+      size_t tokens = 0;
+      for (int i = 0; i < runs; ++i) {
+        Timer timer;
+        tokens = run();
+        per_token.push_back(timer.elapsed_us() / static_cast<double>(tokens));
+      }
+      r.rows.push_back({fmt::format("kv decode, {} tokens per launch on the device, {}, mega {}", tokens,
+                                    params.temperature == 0.0f ? "greedy" : "top-k 40", dec.mega_cluster()),
+                        1, ctx_len, median(per_token), runs, true});
+    }
+  }
   for (auto proj : {CudaGPTOptions::MegaProj::Heads, CudaGPTOptions::MegaProj::Columns}) {
     for (int R : {16, 8, 4}) {  // every cluster size and proj the decode step fits
       const CudaGPTOptions o{.path = Path::Mega, .mega_cluster = R, .mega_proj = proj};

@@ -4,6 +4,8 @@
 // The prompt is preceded by <bos> (as training sentences are). Generation stops after N new
 // tokens, at <eos>, or when the context (block_size) is full, which is reported on stderr.
 // --temp 0 is greedy decoding. The same seed, prompt and model give the same text.
+// --device cuda: CudaDecoder::generate, which chooses the tokens on the GPU where it can (the
+// megakernel's decode loop: one launch for all the tokens) and gives the CPU loop's tokens.
 #include "cli/commands.h"
 #include "cli/device.h"
 #include "compile/runner.h"
@@ -49,9 +51,32 @@ void run_generate(const GenerateOptions& opt, const GlobalOptions& global) {
   std::vector<int32_t> prompt = {Tokenizer::kBos};
   prompt.insert(prompt.end(), enc.ids.begin(), enc.ids.end());
 
+  std::vector<int32_t> generated;
+  std::string stop = fmt::format("-n {}", opt.n);
+  auto report = [&] {
+    const std::string text = tokenizer.decode(enc.ids);
+    const std::string continuation = tokenizer.decode(generated);
+    fmt::print("{}{}{}\n", text, text.empty() || continuation.empty() ? "" : " ", continuation);
+    fmt::print(stderr, "[{} tokens generated, stopped at {}; seed {}, temp {}, top-k {}]\n",
+               generated.size(), stop, opt.seed, opt.temperature, opt.top_k);
+  };
+  if (is_cuda(opt.device)) {  // the loop below, on the GPU (CudaDecoder::generate)
+    CudaGPT gpu(model);
+    CudaDecoder decoder(gpu);
+    MINIGPT_CHECK(static_cast<int64_t>(prompt.size()) < decoder.capacity(),
+                  "the prompt has {} tokens with <bos>; the model's context holds {}, leaving no room to generate",
+                  prompt.size(), decoder.capacity());
+    const CudaDecoder::Generated g = decoder.generate(prompt, opt.n, params, opt.seed, Tokenizer::kEos);
+    generated = g.tokens;
+    if (g.stop == CudaDecoder::Generated::Stop::Eos) stop = "<eos>";
+    if (g.stop == CudaDecoder::Generated::Stop::ContextFull)
+      stop = fmt::format("context full ({} tokens)", decoder.capacity());
+    return report();
+  }
+
   ThreadPool pool(global.resolved_threads());
-  // eager Decoder (CPU or CUDA), or the compiled decode step (one graph for every position,
-  // JIT-cached on disk)
+  // eager Decoder (CPU), or the compiled decode step (one graph for every position, JIT-cached
+  // on disk)
   DeviceDecoder decoder(model, opt.device);
   std::unique_ptr<compile::CompiledDecoder> compiled;
   if (opt.compile) compiled = std::make_unique<compile::CompiledDecoder>(model);
@@ -67,8 +92,6 @@ void run_generate(const GenerateOptions& opt, const GlobalOptions& global) {
     logits = decoder.prefill(prompt, pool);
   }
   Sampler sampler(opt.seed);
-  std::vector<int32_t> generated;
-  std::string stop = fmt::format("-n {}", opt.n);
   for (int i = 0; i < opt.n; ++i) {
     const int32_t id = sampler.sample(logits, params);
     if (id == Tokenizer::kEos) {
@@ -82,11 +105,7 @@ void run_generate(const GenerateOptions& opt, const GlobalOptions& global) {
     }
     logits = step(id);
   }
-  const std::string text = tokenizer.decode(enc.ids);
-  const std::string continuation = tokenizer.decode(generated);
-  fmt::print("{}{}{}\n", text, text.empty() || continuation.empty() ? "" : " ", continuation);
-  fmt::print(stderr, "[{} tokens generated, stopped at {}; seed {}, temp {}, top-k {}]\n",
-             generated.size(), stop, opt.seed, opt.temperature, opt.top_k);
+  report();
 }
 
 }  // namespace

@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <regex>
 #include <set>
 
 namespace minigpt::compile {
@@ -42,6 +43,11 @@ namespace minigpt::compile {
 namespace {
 
 std::string flit(float v) { return float_literal(v, "MG_INF"); }
+
+// A line a kernel may put where PDL's griddepcontrol.wait is to go (everything above it reads
+// only weights, which no kernel of the graph writes); with_pdl_prologue replaces it, and without
+// PDL it stays a comment.
+constexpr const char* kPdlWaitPoint = "// (the reads above are of weights only: PDL's wait, when launched with it, goes here)\n";
 
 const char* kPrelude = R"(// ---- device helpers ---------------------------------------------------------------------
 typedef long long i64;
@@ -60,6 +66,8 @@ __device__ __forceinline__ float mg_exp(float x) { return expf(x); }
 // x log2(e) adds a relative error of about |x| 6e-8: for a softmax's x - max <= 0 an absolute
 // error below 1e-7 on every probability. exp2(-inf) = 0, NaN stays NaN.
 __device__ __forceinline__ float mg_exp2e(float x) { return exp2f(x * 1.44269504f); }
+// component i (a constant after unrolling) of a float4
+__device__ __forceinline__ float mg_f4(const float4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
 // Warp butterflies: after log2(32) steps every lane holds the reduction of the 32 values.
 __device__ __forceinline__ float mg_warp_max(float v) {
@@ -349,6 +357,37 @@ std::string RowwiseCuda::body() {
 
 // ---- attention --------------------------------------------------------------------------
 
+// An attention's pass 1 for one query, a warp, lane = key s = lane + 32 j (j < J): its score
+// q.k (q[d] in registers, `key` the expression of k[s][d]; a sum over d in order, then the
+// scale) for the keys s <= `last` (causal), the max across the lanes (mg_warp_max: a max has no
+// order), then pk[j] = exp(score - max), 0 past `last`. The standalone kernel and the GEMM
+// prologue share it, so that both compute the same values.
+std::string attention_pass1(int64_t J, int64_t dh, float scale, const std::string& last, const std::string& key) {
+  std::string q = fmt::format("float pk[{}];  // pass 1, lane = key s = lane + 32 j: scores, then exp(score - max)\n", J);
+  q += "float m = -MG_INF;\n";
+  q += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n", J);
+  q += fmt::format("  const i64 s = lane + 32 * j;\n  float sc = -MG_INF;\n  if (s <= {}) {{  // causal: keys up to the query's position\n", last);
+  q += fmt::format("    sc = 0.0f;\n#pragma unroll\n    for (int d = 0; d < {}; ++d) sc += q[d] * {};\n", dh, key);
+  q += fmt::format("    sc = sc * {};  // scale 1/sqrt({})\n    m = mg_max(m, sc);\n  }}\n  pk[j] = sc;\n}}\n", flit(scale), dh);
+  q += "m = mg_warp_max(m);  // every lane: the max score\n";
+  q += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) pk[j] = lane + 32 * j <= {} ? mg_exp(pk[j] - m) : 0.0f;\n", J, last);
+  return q;
+}
+
+// Queries per block of the attention kernel: a warp per query, so 4 warps. At (B=2, T=16, 4
+// heads) 32 blocks; each stages only the keys its queries may see.
+constexpr int64_t kAttnQueries = 4;
+
+// A block per (sequence, head, tile of kAttnQueries queries), a warp per query. The block first
+// copies the keys and values its queries may see into shared memory, the whole block at once
+// (consecutive threads, consecutive float4s of a head's row: coalesced); each warp loads its q
+// meanwhile (the same address for every lane: a broadcast). Then, per warp: pass 1, lane = key
+// (s = lane + 32 j), its score q.k (a sum over d in order, then the scale), the max across the
+// lanes (mg_warp_max: a max has no order); p = exp(score - max) per key; pass 2, lane = dimension
+// d (d = lane + 32 i): over the keys in order, p_s broadcast from its lane (__shfl_sync),
+// l += p_s and o += p_s v[s][d]; out = o / l. This is the arithmetic of eager's and of the old
+// thread-per-query kernel in the same order (so the same values); only the layout changed: the
+// longest dependent chain is a score's dh FMAs and the t + 1 steps of pass 2, not 2 x (t + 1) x dh.
 std::string generate_attention(const Graph& g, const Kernel& k, CudaLaunch& launch) {
   const Node& n = g.nodes[static_cast<size_t>(k.nodes[0])];
   const auto& qs = g.tensor(n.inputs[0]).shape;  // (B, T, 3C)
@@ -357,12 +396,15 @@ std::string generate_attention(const Graph& g, const Kernel& k, CudaLaunch& laun
   // keys the last query sees at most: T + offset, or (runtime offset) the caches' rows
   const int64_t S = n.runtime_offset ? g.tensor(n.inputs[1]).shape[0] : T + n.offset;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  const int64_t smem = 2 * S * dh * 4;
+  const int64_t smem = S * (2 * dh + 1) * 4;  // keys padded by a column, values
   MINIGPT_CHECK(smem <= 48 * 1024, "codegen_cuda: {}: {} keys of {} floats do not fit in 48 KiB of shared memory", k.name, S, dh);
-  const int block = static_cast<int>(std::max<int64_t>(32, (T + 31) / 32 * 32));
-  MINIGPT_CHECK(block <= 1024, "codegen_cuda: {}: {} queries exceed a block", k.name, T);
+  const int64_t W = std::min(kAttnQueries, T), tiles = (T + W - 1) / W;
+  const int block = static_cast<int>(32 * W);
+  const int64_t J = (S + 31) / 32, D = (dh + 31) / 32;  // key chunks of a warp's lanes; dimensions per lane
+  const bool vec4 = dh % 4 == 0 && C % 4 == 0;  // a head's row as float4s (arena slots are 64-byte aligned)
+  const int64_t L = vec4 ? dh / 4 : dh;         // loads per key row
   launch.function = k.name;
-  launch.grid = static_cast<int>(B * NH);
+  launch.grid = static_cast<int>(B * NH * tiles);
   launch.block = block;
   launch.args = {n.inputs[0], decode ? n.inputs[1] : -1, decode ? n.inputs[2] : -1, n.runtime_offset ? n.inputs.back() : -1, n.output};
   std::vector<std::string> params{fmt::format("in_ptr0 = {} (q | k | v per row)", describe(g, n.inputs[0]))};
@@ -372,50 +414,60 @@ std::string generate_attention(const Graph& g, const Kernel& k, CudaLaunch& laun
   }
   if (n.runtime_offset) params.push_back(fmt::format("in_ptr3 = {} (the position, read at run time)", describe(g, n.inputs.back())));
   params.push_back(fmt::format("out_ptr0 = {} (heads merged)", describe(g, n.output)));
-  std::string code = kernel_comment(g, k, params,
-                                    fmt::format("grid {} (batch x head), block {} (a thread per query), {} B of shared memory",
-                                                launch.grid, block, smem));
-  code += "//   the head's keys and values staged in shared memory; per query, over every key it may see (the\n"
-          "//   causal mask is the loops' bound): pass 1 the max score, pass 2 p = exp(score - max), their sum\n"
-          "//   l and sum p v; out = sum p v / l (as eager's softmax: no running rescale, the scores are\n"
-          "//   recomputed from shared memory). No (T, S) matrix exists.\n";
+  std::string code = kernel_comment(
+      g, k, params,
+      fmt::format("grid {} (batch x head x {} query tiles), block {} (a warp per query, {} queries), {} B of shared memory", launch.grid,
+                  tiles, block, W, smem));
+  code += "//   the keys and values the block's queries may see staged in shared memory by the whole block; per\n"
+          "//   query a warp: pass 1 lane = key (the causal mask: keys up to the query's position), the max score\n"
+          "//   across the lanes, p = exp(score - max); pass 2 lane = dimension, over the keys in order: l += p,\n"
+          "//   o += p v; out = o / l (as eager's softmax: no running rescale). No (T, S) matrix exists.\n";
   const std::string off = n.runtime_offset ? "(i64)in_ptr3[0]" : fmt::format("{}", n.offset);
   code += fmt::format(
       "extern \"C\" __global__ void __launch_bounds__({}) {}(\n    const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1,\n"
       "    const float* __restrict__ in_ptr2, const int* __restrict__ in_ptr3, float* __restrict__ out_ptr0) {{\n",
       block, k.name);
   std::string b;
-  b += fmt::format("__shared__ float ks[{}], vs[{}];  // keys, values of this head: ({}, {}) each\n", S * dh, S * dh, S, dh);
-  b += fmt::format("const i64 bb = blockIdx.x / {}, h = blockIdx.x % {};\n", NH, NH);
+  b += fmt::format("__shared__ float ks[{}][{}], vs[{}][{}];  // keys (a column of padding: lane s reads row s, no bank conflict), values\n",
+                   S, dh + 1, S, dh);
+  b += "const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n";
+  b += fmt::format("const i64 bh = blockIdx.x / {}, t0 = (i64)(blockIdx.x % {}) * {};  // (batch, head), the tile's first query\n", tiles,
+                   tiles, W);
+  b += fmt::format("const i64 bb = bh / {}, h = bh % {};\n", NH, NH);
   b += fmt::format("const i64 off = {};  // the first query's position{}\n", off, n.runtime_offset ? " (read at run time)" : "");
-  b += fmt::format("const i64 S = {} + off;  // keys the last query sees\n", T);
-  b += fmt::format("for (i64 i = threadIdx.x; i < S * {}; i += {}) {{\n", dh, block);
-  b += fmt::format("  const i64 s = i / {}, d = i % {};\n", dh, dh);
-  if (decode) {
-    b += fmt::format("  ks[i] = in_ptr1[s * {} + h * {} + d];\n", C, dh);
-    b += fmt::format("  vs[i] = in_ptr2[s * {} + h * {} + d];\n", C, dh);
+  b += fmt::format("const i64 S = min((i64){}, t0 + {}) + off;  // keys the tile's last query sees\n", T, W);
+  b += "const i64 t = t0 + warp;  // this warp's query\n";
+  b += fmt::format("float q[{}];  // the same for every lane\n", dh);
+  b += fmt::format("if (t < {}) {{\n#pragma unroll\n  for (int d = 0; d < {}; ++d) q[d] = in_ptr0[(bb * {} + t) * {} + h * {} + d];\n}}\n", T, dh, T,
+                   3 * C, dh);
+  // the staging loop: key row s, its L loads
+  const std::string krow = decode ? fmt::format("in_ptr1 + s * {} + h * {}", C, dh) : fmt::format("in_ptr0 + (bb * {} + s) * {} + {} + h * {}", T, 3 * C, C, dh);
+  const std::string vrow = decode ? fmt::format("in_ptr2 + s * {} + h * {}", C, dh) : fmt::format("in_ptr0 + (bb * {} + s) * {} + {} + h * {}", T, 3 * C, 2 * C, dh);
+  b += fmt::format("for (i64 e = threadIdx.x; e < S * {}; e += {}) {{\n", L, block);
+  b += fmt::format("  const i64 s = e / {}, d = e % {}{};\n", L, L, vec4 ? " * 4" : "");
+  if (vec4) {
+    b += fmt::format("  const float4 kv = *(const float4*)({} + d), vv = *(const float4*)({} + d);\n", krow, vrow);
+    b += "  ks[s][d] = kv.x; ks[s][d + 1] = kv.y; ks[s][d + 2] = kv.z; ks[s][d + 3] = kv.w;\n";
+    b += "  vs[s][d] = vv.x; vs[s][d + 1] = vv.y; vs[s][d + 2] = vv.z; vs[s][d + 3] = vv.w;\n";
   } else {
-    b += fmt::format("  ks[i] = in_ptr0[(bb * {} + s) * {} + {} + h * {} + d];\n", T, 3 * C, C, dh);
-    b += fmt::format("  vs[i] = in_ptr0[(bb * {} + s) * {} + {} + h * {} + d];\n", T, 3 * C, 2 * C, dh);
+    b += fmt::format("  ks[s][d] = ({})[d];\n  vs[s][d] = ({})[d];\n", krow, vrow);
   }
   b += "}\n__syncthreads();\n";
-  b += "const i64 t = threadIdx.x;  // the query\n";
-  if (block > T) b += fmt::format("if (t >= {}) return;\n", T);
-  b += fmt::format("float q[{}], o[{}];\n", dh, dh);
-  b += fmt::format("#pragma unroll\nfor (int d = 0; d < {}; ++d) {{\n", dh);
-  b += fmt::format("  q[d] = in_ptr0[(bb * {} + t) * {} + h * {} + d];\n  o[d] = 0.0f;\n}}\n", T, 3 * C, dh);
-  // the score of key s, the same expression (and so the same value) in both passes
-  const std::string score = fmt::format(
-      "  float sc = 0.0f;\n#pragma unroll\n  for (int d = 0; d < {}; ++d) sc += q[d] * ks[s * {} + d];\n  sc = sc * {};  // scale 1/sqrt({})\n",
-      dh, dh, flit(scale), dh);
-  b += "float m = -MG_INF;  // pass 1: the max score\n";
-  b += "for (i64 s = 0; s <= t + off; ++s) {  // causal: keys up to the query's position\n";
-  b += score + "  m = mg_max(m, sc);\n}\n";
-  b += "float l = 0.0f;  // pass 2: exp(score - max), its sum, and the weighted sum of values\n";
-  b += "for (i64 s = 0; s <= t + off; ++s) {\n";
-  b += score + "  const float p = mg_exp(sc - m);\n  l += p;\n";
-  b += fmt::format("#pragma unroll\n  for (int d = 0; d < {}; ++d) o[d] += p * vs[s * {} + d];\n}}\n", dh, dh);
-  b += fmt::format("#pragma unroll\nfor (int d = 0; d < {}; ++d) out_ptr0[(bb * {} + t) * {} + h * {} + d] = o[d] / l;\n", dh, T, C, dh);
+  b += fmt::format("if (t >= {}) return;  // a warp past the last query\n", T);
+  b += "const i64 last = t + off;  // causal: keys 0 .. last\n";
+  b += attention_pass1(J, dh, scale, "last", "ks[s][d]");
+  b += "// pass 2, lane = dimension d = lane + 32 i: over the keys in order, p_s from lane s % 32\n";
+  b += fmt::format("float l = 0.0f, o[{}];\n", D);
+  b += fmt::format("int dd[{}];  // lanes past dh read column 0 again, never stored\n", D);
+  b += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) {{\n  o[i] = 0.0f;\n  dd[i] = lane + 32 * i < {} ? lane + 32 * i : 0;\n}}\n", D, dh);
+  b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n", J);
+  b += fmt::format("#pragma unroll\n  for (int u = 0; u < {}; ++u) {{\n", std::min<int64_t>(32, S));
+  b += "    const i64 s = 32 * j + u;\n";
+  b += "    const float ps = __shfl_sync(0xffffffffu, pk[j], u);\n";
+  b += "    if (s <= last) {  // the same for every lane\n      l += ps;\n";
+  b += fmt::format("#pragma unroll\n      for (int i = 0; i < {}; ++i) o[i] += ps * vs[s][dd[i]];\n    }}\n  }}\n}}\n", D);
+  b += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i)\n", D);
+  b += fmt::format("  if (lane + 32 * i < {}) out_ptr0[(bb * {} + t) * {} + h * {} + lane + 32 * i] = o[i] / l;\n", dh, T, C, dh);
   code += indent_text(b, "  ") + "}\n";
   return code;
 }
@@ -457,12 +509,15 @@ std::vector<std::string> matmul_params(const Graph& g, const Node& n) {
   return p;
 }
 
-// The epilogue statements on `v` at (row n, column m): bias, then GELU or the residual.
-std::string epilogue_code(const Node& n, const std::string& index, const std::string& col) {
+// The epilogue statements on `v` at (row n, column m): bias, then GELU or the residual. `bias_at`:
+// the bias's value when it was loaded earlier (a register), else bias[col] is read here; `res_at`
+// the same for the residual.
+std::string epilogue_code(const Node& n, const std::string& index, const std::string& col, const std::string& bias_at = "",
+                          const std::string& res_at = "") {
   std::string s;
-  if (n.has_bias) s += fmt::format("v = v + bias[{}];\n", col);
+  if (n.has_bias) s += fmt::format("v = v + {};\n", bias_at.empty() ? fmt::format("bias[{}]", col) : bias_at);
   if (n.gelu) s += "v = mg_gelu(v);\n";
-  if (n.has_residual) s += fmt::format("v = v + res[{}];\n", index);
+  if (n.has_residual) s += fmt::format("v = v + {};\n", res_at.empty() ? fmt::format("res[{}]", index) : res_at);
   return s;
 }
 
@@ -507,14 +562,15 @@ std::string generate_cublas(const Graph& g, const Kernel& k, std::vector<CudaLau
 }
 
 // An attention as a GEMM's prologue (the output projection's x): warp w takes the (row, head)
-// pairs w, w + 8, ... of the tile (row n0 + pair / NH, head pair % NH) one after the other, with
-// the arithmetic of generate_attention's thread in the same order (so the same values), spread
-// over the warp's lanes: pass 1, lane = key (s = lane + 32 j): its score q.k (a sum over d in
-// order, then the scale), the max across the lanes (mg_warp_max; a max has no order); then
+// pairs w, w + 8, ... of the tile (row n0 + pair / NH, head pair % NH), the loop unrolled so that
+// the pairs' loads overlap, with generate_attention's warp arithmetic in the same order (so the
+// same values): pass 1, lane = key (s = lane + 32 j): its score q.k (a sum over d in order, then
+// the scale), the max across the lanes (mg_warp_max; a max has no order); then
 // p = exp(score - max) per key; pass 2, lane = dimension d < dh: over the keys in order, p_s
 // broadcast from its lane (__shfl_sync), l += p_s and o += p_s v[s][d]; out = o / l into
 // xs[row][h dh + d]. q, k and v are read straight from the batch's qkv rows (a few KB, through
-// L1). Rows past N get zeros.
+// L1); pass 2's loop has a fixed trip count (T keys) and loads v[s] for every s < T before the
+// causal test, so the loads need not wait on the sums. Rows past N get zeros.
 std::string attention_prologue(const Graph& g, const Node& a, int rows, std::vector<std::string>& sig, std::vector<std::string>& params,
                                std::vector<int>& args) {
   const auto& qs = g.tensor(a.inputs[0]).shape;  // (B, T, 3C)
@@ -527,7 +583,7 @@ std::string attention_prologue(const Graph& g, const Node& a, int rows, std::vec
   args.push_back(a.inputs[0]);
   std::string b = fmt::format("// prologue: the attention of the tile's {} rows x {} heads into xs, a warp per (row, head) pair\n", rows, NH);
   b += fmt::format("__shared__ float xs[{}][{}];  // the tile's rows of x: the heads merged\n", rows, C);
-  b += fmt::format("for (int pair = warp; pair < {}; pair += 8) {{\n", rows * NH);
+  b += fmt::format("#pragma unroll\nfor (int pair = warp; pair < {}; pair += 8) {{\n", rows * NH);
   std::string t;
   t += fmt::format("const int p = pair / {};\nconst i64 h = pair % {}, r = n0 + p;  // the query row, the head\n", NH, NH);
   std::string q;
@@ -535,21 +591,15 @@ std::string attention_prologue(const Graph& g, const Node& a, int rows, std::vec
   q += fmt::format("const float* kv = in_ptr0 + bb * {};  // the batch's qkv rows\n", T * 3 * C);
   q += fmt::format("float q[{}];  // the same for every lane\n#pragma unroll\nfor (int d = 0; d < {}; ++d) q[d] = in_ptr0[r * {} + h * {} + d];\n",
                    dh, dh, 3 * C, dh);
-  q += fmt::format("float pk[{}];  // pass 1, lane = key s = lane + 32 j: scores, then exp(score - max)\n", J);
-  q += "float m = -MG_INF;\n";
-  q += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n", J);
-  q += "  const i64 s = lane + 32 * j;\n  float sc = -MG_INF;\n  if (s <= t) {  // causal: keys up to the query's position\n";
-  q += fmt::format("    sc = 0.0f;\n#pragma unroll\n    for (int d = 0; d < {}; ++d) sc += q[d] * kv[s * {} + {} + h * {} + d];\n", dh, 3 * C, C, dh);
-  q += fmt::format("    sc = sc * {};  // scale 1/sqrt({})\n    m = mg_max(m, sc);\n  }}\n  pk[j] = sc;\n}}\n", flit(scale), dh);
-  q += "m = mg_warp_max(m);  // every lane: the max score\n";
-  q += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) pk[j] = lane + 32 * j <= t ? mg_exp(pk[j] - m) : 0.0f;\n", J);
+  q += attention_pass1(J, dh, scale, "t", fmt::format("kv[s * {} + {} + h * {} + d]", 3 * C, C, dh));
   q += "// pass 2, lane = dimension d: over the keys in order, p_s from lane s % 32\n";
   q += fmt::format("const int d = lane < {} ? lane : 0;  // lanes past dh compute column 0 again, never stored\n", dh);
   q += "float l = 0.0f, o = 0.0f;\n";
   q += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n", J);
-  q += "  for (int u = 0; u < 32 && 32 * j + u <= t; ++u) {\n";
-  q += "    const float ps = __shfl_sync(0xffffffffu, pk[j], u);\n    l += ps;\n";
-  q += fmt::format("    o += ps * kv[(32 * j + u) * {} + {} + h * {} + d];\n  }}\n}}\n", 3 * C, 2 * C, dh);
+  q += fmt::format("#pragma unroll\n  for (int u = 0; u < {}; ++u) {{\n", std::min<int64_t>(32, T));
+  q += fmt::format("    const i64 s = min(32 * j + u, {});  // a row of the batch (the causal test below)\n", T - 1);
+  q += fmt::format("    const float ps = __shfl_sync(0xffffffffu, pk[j], u), vv = kv[s * {} + {} + h * {} + d];\n", 3 * C, 2 * C, dh);
+  q += "    if (32 * j + u <= t) {  // the same for every lane\n      l += ps;\n      o += ps * vv;\n    }\n  }\n}\n";
   q += fmt::format("if (lane < {}) xs[p][h * {} + lane] = o / l;\n", dh, dh);
   if (N % rows) {
     t += fmt::format("if (r < {}) {{\n", N) + indent_text(q, "  ");
@@ -614,6 +664,65 @@ std::string staged_x(int64_t N, int64_t K, int rows, int threads) {
   return b + "}\n__syncthreads();\n";
 }
 
+// An MLP's fc1 inside its fc2's GEMM (passes.h's fuse_mlp): h = epilogue(x W1^T + b1) for the
+// tile's 8 rows (x in xs, the prologue's or staged) into the shared array hs[8][H], a thread per
+// column c of h (c = threadIdx.x + 256 r). Its sums are those of the GEMM kernel fc1 would be on
+// its own (generate_gemm): K split into the 8 slices of KC1, each summed in order from 0, the
+// slices added in order, then the epilogue: the same values. `early` (weights_early, one column
+// per thread, W1's row at most 64 floats as float4s): the thread's row of W1 and its bias, loaded
+// before PDL's wait; `stage` the computation after the prologue.
+struct MlpFc1 {
+  std::string early, stage;
+};
+MlpFc1 mlp_fc1(const Graph& g, const Node& a, int rows, int threads, bool weights_early, std::vector<std::string>& sig,
+               std::vector<std::string>& params, std::vector<int>& args) {
+  const int64_t K1 = g.tensor(a.inputs[0]).cols(), H = g.tensor(a.output).cols();
+  const int64_t KC1 = (K1 + 7) / 8;  // generate_gemm's slice (8 warps)
+  const bool w_early = weights_early && H <= threads && K1 % 4 == 0 && K1 <= 64 && g.tensor(a.inputs[1]).kind == TensorKind::Weight;
+  const bool b_early = weights_early && H <= threads && a.has_bias && g.tensor(a.inputs[2]).kind == TensorKind::Weight;
+  sig.push_back("const float* __restrict__ w1");
+  sig.push_back("const float* __restrict__ b1");
+  args.push_back(a.inputs[1]);
+  args.push_back(a.has_bias ? a.inputs[2] : -1);
+  params.push_back(fmt::format("W1 = {}", describe(g, a.inputs[1])));
+  if (a.has_bias) params.push_back(fmt::format("b1 = {}", describe(g, a.inputs[2])));
+  params.push_back(fmt::format("h = {} = {} (fc1, kept in shared memory)", describe(g, a.output), epilogue_text(a)));
+  MlpFc1 out;
+  const std::string live = H < threads ? fmt::format("threadIdx.x < {}", H) : "";
+  if (w_early) {
+    out.early += fmt::format("float4 w1r[{}];  // fc1: row threadIdx.x of W1, loaded first (a weight)\n", K1 / 4);
+    out.early += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u)\n", K1 / 4);
+    const std::string load = fmt::format("*(const float4*)(w1 + (i64)threadIdx.x * {} + 4 * u)", K1);
+    out.early += live.empty() ? fmt::format("  w1r[u] = {};\n", load)
+                              : fmt::format("  w1r[u] = {} ? {} : make_float4(0.0f, 0.0f, 0.0f, 0.0f);\n", live, load);
+  }
+  if (b_early)
+    out.early += live.empty() ? std::string("const float b1_c = b1[threadIdx.x];  // fc1's bias of the thread's column, loaded first\n")
+                              : fmt::format("const float b1_c = {} ? b1[threadIdx.x] : 0.0f;  // fc1's bias of the thread's column, loaded first\n", live);
+  std::string b = fmt::format("// fc1: h = {} of the tile's {} rows into hs, a thread per column of h\n", epilogue_text(a), rows);
+  b += fmt::format("__shared__ float hs[{}][{}];\n", rows, H);
+  b += fmt::format("for (int c = threadIdx.x; c < {}; c += {}) {{\n", H, threads);
+  std::string c;
+  c += fmt::format("float v[{}], p[{}];\n", rows, rows);
+  c += fmt::format("#pragma unroll\nfor (int s = 0; s < 8; ++s) {{  // the K slices [s {}, (s + 1) {}) in order\n", KC1, KC1);
+  c += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) p[i] = 0.0f;\n", rows);
+  c += fmt::format("#pragma unroll\n  for (int kk = 0; kk < {}; ++kk) {{\n", KC1);
+  c += fmt::format("    const int k = s * {} + kk;\n", KC1);
+  if (KC1 * 8 != K1) c += fmt::format("    if (k >= {}) break;  // the last slices end at K\n", K1);
+  c += w_early ? std::string("    const float wv = mg_f4(w1r[k / 4], k % 4);\n") : fmt::format("    const float wv = w1[(i64)c * {} + k];\n", K1);
+  c += fmt::format("#pragma unroll\n    for (int i = 0; i < {}; ++i) p[i] += xs[i][k] * wv;\n  }}\n", rows);
+  c += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) v[i] = s == 0 ? p[i] : v[i] + p[i];\n}}\n", rows);
+  c += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) {{\n", rows);
+  c += "  float vi = v[i];\n";
+  std::string epi = epilogue_code(a, "", "c", b_early ? "b1_c" : "");
+  epi = std::regex_replace(epi, std::regex(R"(\bv\b)"), "vi");
+  epi = std::regex_replace(epi, std::regex(R"(\bbias\[)"), "b1[");
+  c += indent_text(epi, "  ") + "  hs[i][c] = vi;\n}\n";
+  b += indent_text(c, "  ") + "}\n__syncthreads();\n";
+  out.stage = b;
+  return out;
+}
+
 // A generated fixed-shape GEMM, epilogue fused, shaped for the small products of this model
 // (launch- and latency-bound: few rows, K <= a few hundred): a block of 8 warps computes a tile
 // of 8 rows x 32 columns of y; lane l owns column m0 + l, warp w the K slice [w KC, (w+1) KC)
@@ -628,7 +737,15 @@ std::string staged_x(int64_t N, int64_t K, int rows, int threads) {
 // tile of a row tile recomputes those rows (K columns each: cheaper than a launch); only the
 // first column tile stores the prologue's other outputs. Without a prologue (stage_x) the block
 // copies its rows of x into xs first, coalesced.
-std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, bool stage_x) {
+// weights_early (W and the bias graph weights, W's slice of the lane at most 32 floats as float4s):
+// the lane's slice of W and its bias are loaded into registers at the kernel's top, before
+// anything that reads what an earlier kernel writes, and under PDL before its wait (kPdlWaitPoint:
+// the graph never writes a weight), so their L2 latency overlaps the previous kernel (PDL) or the
+// staging of x; the epilogue's residual is loaded right after the wait, before the prologue. The
+// sums are the same, in the same order.
+// smem_vec4 (x in shared memory, K % 4 == 0): the rows' arrays declared __align__(16) and read as
+// float4s in the K loop.
+std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, bool stage_x, bool weights_early, bool smem_vec4) {
   const bool fused = k.kind == KernelKind::PrologueMatmul;
   const Node& n = g.nodes[static_cast<size_t>(k.nodes.back())];
   const int64_t N = g.tensor(n.inputs[0]).rows(), K = g.tensor(n.inputs[0]).cols(), M = g.tensor(n.inputs[1]).shape[0];
@@ -636,13 +753,33 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
   const int64_t KC = (K + kWarps - 1) / kWarps;  // the K slice of a warp
   const bool vec4 = K % 4 == 0 && KC % 4 == 0;
   const int64_t tiles_m = (M + kCols - 1) / kCols, tiles_n = (N + kRows - 1) / kRows;
+  const bool w_early = weights_early && vec4 && KC <= 32 && g.tensor(n.inputs[1]).kind == TensorKind::Weight;
+  const bool bias_early = weights_early && n.has_bias && g.tensor(n.inputs[2]).kind == TensorKind::Weight;
   launch.function = k.name;
   launch.grid = static_cast<int>(tiles_m * tiles_n);
   launch.block = kThreads;
   std::vector<std::string> sig, params;
   std::string prologue;
   const bool attention = fused && g.nodes[static_cast<size_t>(k.nodes[0])].op == Op::Attention;
-  if (attention) {
+  // an MLP (fuse_mlp): fc1 (with its own row-wise prologue, or its x staged) computes h into hs
+  const bool mlp = fused && k.nodes.size() >= 2 && g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])].op == Op::Matmul;
+  MlpFc1 fc1;
+  if (mlp) {
+    const Node& a = g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])];
+    if (k.nodes.size() > 2) {  // fc1's prologue: the kernel without fc2 is a prologue GEMM of its own
+      Kernel k1 = k;
+      k1.nodes.pop_back();
+      k1.writes.erase(std::remove(k1.writes.begin(), k1.writes.end(), n.output), k1.writes.end());
+      prologue = rowwise_prologue(g, k1, kRows, tiles_m, sig, params, launch.args);
+    } else {
+      sig.push_back("const float* __restrict__ x");
+      launch.args.push_back(a.inputs[0]);
+      params.push_back(fmt::format("x = {}", describe(g, a.inputs[0])));
+      prologue = staged_x(g.tensor(a.inputs[0]).rows(), g.tensor(a.inputs[0]).cols(), kRows, kThreads);
+    }
+    fc1 = mlp_fc1(g, a, kRows, kThreads, weights_early, sig, params, launch.args);
+    prologue += fc1.stage;
+  } else if (attention) {
     prologue = attention_prologue(g, g.nodes[static_cast<size_t>(k.nodes[0])], kRows, sig, params, launch.args);
   } else if (fused) {
     prologue = rowwise_prologue(g, k, kRows, tiles_m, sig, params, launch.args);
@@ -652,6 +789,13 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
     if (stage_x && K <= kPrologueMaxCols) prologue = staged_x(N, K, kRows, kThreads);
   }
   const bool x_smem = !prologue.empty();
+  const bool xv4 = smem_vec4 && x_smem && vec4;  // (vec4: K % 4 == 0, every k below a multiple of 4)
+  if (xv4) {  // the arrays the K loop reads: 16-byte aligned, so that a row's float4 at k is too
+    for (const std::string a : {"xs", "hs"}) {
+      const std::string from = "__shared__ float " + a + "[", to = "__shared__ __align__(16) float " + a + "[";
+      for (size_t at = prologue.find(from); at != std::string::npos; at = prologue.find(from, at + to.size())) prologue.replace(at, from.size(), to);
+    }
+  }
   for (const char* p : {"const float* __restrict__ w", "const float* __restrict__ bias", "const float* __restrict__ res",
                         "float* __restrict__ y"})
     sig.push_back(p);
@@ -664,36 +808,73 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
                                                 launch.grid, tiles_m, tiles_n, kThreads, K, KC));
   code += "//   generated fixed-shape GEMM (max-autotune), epilogue fused: 8 rows x 32 columns per block, lane = column,\n"
           "//   warp = K slice; partial sums combined in shared memory in warp order\n";
-  if (attention) code += "//   attention fused before: each block computes its 8 rows of x (a warp per row and head) into shared memory first\n";
+  if (mlp) code += "//   MLP fused: each block computes its 8 rows of fc1's x (the prologue) and of h = fc1's result into shared\n"
+                   "//   memory first (hs, a thread per column of h), then fc2 reads h there; h is never stored\n";
+  else if (attention) code += "//   attention fused before: each block computes its 8 rows of x (a warp per row and head) into shared memory first\n";
   else if (fused) code += "//   prologue fused: each block computes its 8 rows of x (a warp per row) into shared memory first\n";
   else if (x_smem) code += "//   x's rows staged in shared memory first (coalesced), the K loop reads them there\n";
   std::string sigs;
   for (size_t i = 0; i < sig.size(); ++i) sigs += fmt::format("{}    {}", i ? ",\n" : "", sig[i]);
   code += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(\n{}) {{\n", kThreads, k.name, sigs);
   // x's row i at column k: from global memory, or the prologue's rows in shared memory
+  const std::string xs = mlp ? "hs" : "xs";  // the shared rows the K loop reads
   auto x_at = [&](const std::string& kk) {
-    return x_smem ? fmt::format("xs[i][{}]", kk) : fmt::format("x[(n0 + i) * {} + {}]", K, kk);
+    return x_smem ? fmt::format("{}[i][{}]", xs, kk) : fmt::format("x[(n0 + i) * {} + {}]", K, kk);
   };
   std::string b;
   b += fmt::format("__shared__ float part[{}][{}][{}];  // [warp][row][column], padded\n", kWarps, kRows, kCols + 1);
   b += fmt::format("const i64 m0 = (i64)(blockIdx.x % {}) * {}, n0 = (i64)(blockIdx.x / {}) * {};\n", tiles_m, kCols, tiles_m, kRows);
   b += "const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n";
-  b += prologue;
   b += "const i64 m = m0 + lane;  // this lane's column\n";
+  b += fmt::format("const i64 k0 = (i64)warp * {};\n", KC);
+  if (w_early) {
+    b += fmt::format("float4 wr[{}];  // the lane's W slice, loaded first (a weight: no earlier kernel writes it)\n", KC / 4);
+    b += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u)\n", KC / 4);
+    std::string mask;
+    if (M % kCols) mask = fmt::format("m < {}", M);
+    if (K % kWarps) mask += (mask.empty() ? "" : " && ") + fmt::format("k0 + 4 * u < {}", K);
+    const std::string load = fmt::format("*(const float4*)(w + m * {} + k0 + 4 * u)", K);
+    b += mask.empty() ? fmt::format("  wr[u] = {};\n", load) : fmt::format("  wr[u] = {} ? {} : make_float4(0.0f, 0.0f, 0.0f, 0.0f);\n", mask, load);
+  }
+  if (bias_early) b += M % kCols ? fmt::format("const float bias_m = m < {} ? bias[m] : 0.0f;  // loaded first (a weight)\n", M)
+                                 : "const float bias_m = bias[m];  // loaded first (a weight)\n";
+  b += fc1.early;
+  if (w_early || bias_early || !fc1.early.empty()) b += kPdlWaitPoint;
+  if (weights_early && n.has_residual) {  // the thread's residual for the epilogue (row n0 + warp), loaded before the K loop
+    std::string mask;
+    if (N % kRows) mask = fmt::format("n0 + warp < {}", N);
+    if (M % kCols) mask += (mask.empty() ? "" : " && ") + fmt::format("m < {}", M);
+    const std::string load = fmt::format("res[(n0 + warp) * {} + m]", M);
+    b += mask.empty() ? fmt::format("const float res_nm = {};  // loaded early\n", load)
+                      : fmt::format("const float res_nm = {} ? {} : 0.0f;  // loaded early\n", mask, load);
+  }
+  b += prologue;
   b += fmt::format("float acc[{}];\n#pragma unroll\nfor (int i = 0; i < {}; ++i) acc[i] = 0.0f;\n", kRows, kRows);
   // rows past N and columns past M: masked (their products never stored); a K slice past K: empty
   const std::string kend = fmt::format("k0 + {}", KC);
   const bool kmask = K % kWarps != 0;
-  b += fmt::format("const i64 k0 = (i64)warp * {};\n", KC);
   if (M % kCols) b += fmt::format("if (m < {}) {{  // mask: the last column tile\n", M);
   std::string loop;
-  if (vec4) {
+  if (w_early) {  // the same loop over the slice, W from the registers
+    loop += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u) {{\n", KC / 4);
+    loop += "  const i64 k = k0 + 4 * u;\n";
+    if (kmask) loop += fmt::format("  if (k >= {}) break;  // the last warp's slice ends at K\n", K);
+    loop += "  const float4 wv = wr[u];\n";
+    loop += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) {{\n", kRows);
+    if (N % kRows) loop += fmt::format("    if (n0 + i >= {}) break;  // mask: the last row tile\n", N);
+    loop += xv4      ? fmt::format("    const float4 xv = *(const float4*)&{}[i][k];  // one 16-byte shared read, the same for every lane\n", xs)
+            : x_smem ? fmt::format("    const float4 xv = make_float4({0}[i][k], {0}[i][k + 1], {0}[i][k + 2], {0}[i][k + 3]);  // the same for every lane\n", xs)
+                     : fmt::format("    const float4 xv = *(const float4*)&{};  // the same for every lane\n", x_at("k"));
+    loop += "    acc[i] += xv.x * wv.x;\n    acc[i] += xv.y * wv.y;\n    acc[i] += xv.z * wv.z;\n    acc[i] += xv.w * wv.w;\n  }\n}\n";
+  } else if (vec4) {
     loop += fmt::format("#pragma unroll\nfor (i64 k = k0; k < {}; k += 4) {{\n", kmask ? fmt::format("min((i64){}, {})", K, kend) : kend);
     loop += fmt::format("  const float4 wv = *(const float4*)(w + m * {} + k);\n", K);
     loop += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) {{\n", kRows);
     if (N % kRows) loop += fmt::format("    if (n0 + i >= {}) break;  // mask: the last row tile\n", N);
-    if (x_smem)  // shared memory: four scalar reads (a static shared array's alignment is the float's)
-      loop += "    const float4 xv = make_float4(xs[i][k], xs[i][k + 1], xs[i][k + 2], xs[i][k + 3]);  // the same for every lane\n";
+    if (xv4)
+      loop += fmt::format("    const float4 xv = *(const float4*)&{}[i][k];  // one 16-byte shared read, the same for every lane\n", xs);
+    else if (x_smem)  // shared memory: four scalar reads (a static shared array's alignment is the float's)
+      loop += fmt::format("    const float4 xv = make_float4({0}[i][k], {0}[i][k + 1], {0}[i][k + 2], {0}[i][k + 3]);  // the same for every lane\n", xs);
     else
       loop += fmt::format("    const float4 xv = *(const float4*)&{};  // the same for every lane\n", x_at("k"));
     loop += "    acc[i] += xv.x * wv.x;\n    acc[i] += xv.y * wv.y;\n    acc[i] += xv.z * wv.z;\n    acc[i] += xv.w * wv.w;\n  }\n}\n";
@@ -713,7 +894,7 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
   if (M % kCols) mask += (mask.empty() ? "" : " && ") + fmt::format("m < {}", M);
   std::string store = "float v = part[0][warp][lane];\n";
   store += fmt::format("#pragma unroll\nfor (int s = 1; s < {}; ++s) v += part[s][warp][lane];\n", kWarps);
-  store += epilogue_code(n, fmt::format("nn * {} + m", M), "m") + fmt::format("y[nn * {} + m] = v;\n", M);
+  store += epilogue_code(n, fmt::format("nn * {} + m", M), "m", bias_early ? "bias_m" : "", weights_early && n.has_residual ? "res_nm" : "") + fmt::format("y[nn * {} + m] = v;\n", M);
   if (!mask.empty()) b += fmt::format("if ({}) {{  // mask: the edge tiles\n", mask) + indent_text(store, "  ") + "}\n";
   else b += store;
   code += indent_text(b, "  ") + "}\n";
@@ -726,15 +907,24 @@ std::string rename_kernel(const std::string& name, const Kernel& k, bool generat
   return name;
 }
 
-// After the opening brace of every __global__ function in code: PDL's wait and trigger.
+// After the opening brace of every __global__ function in code: PDL's trigger, and its wait
+// there too, or where the kernel marked the point (kPdlWaitPoint: what comes before reads
+// weights only).
 std::string with_pdl_prologue(std::string code) {
-  const std::string prologue =
-      "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");  // PDL: the previous kernel has finished, its writes visible\n"
-      "  asm volatile(\"griddepcontrol.launch_dependents;\");  // PDL: the next kernel may launch now\n";
+  const std::string wait =
+      "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");  // PDL: the previous kernel has finished, its writes visible\n";
+  const std::string trigger = "  asm volatile(\"griddepcontrol.launch_dependents;\");  // PDL: the next kernel may launch now\n";
   for (size_t at = code.find("__global__"); at != std::string::npos; at = code.find("__global__", at + 1)) {
     const size_t brace = code.find("{\n", at);
     if (brace == std::string::npos) break;
-    code.insert(brace + 2, prologue);
+    const size_t next = code.find("__global__", brace);
+    const size_t point = code.find(kPdlWaitPoint, brace);
+    if (point != std::string::npos && point < next) {
+      code.replace(point, std::string(kPdlWaitPoint).size(), wait);
+      code.insert(brace + 2, trigger);
+    } else {
+      code.insert(brace + 2, "  " + wait + trigger);
+    }
   }
   return code;
 }
@@ -784,12 +974,12 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
         break;
       case KernelKind::PrologueMatmul:
         MINIGPT_CHECK(opt.generated_gemm, "generate_cuda: {} has a prologue, which only a generated GEMM takes (cuBLAS cannot)", k.name);
-        code = generate_gemm(g, k, launch, opt.stage_x);
+        code = generate_gemm(g, k, launch, opt.stage_x, opt.weights_early, opt.smem_vec4);
         out.launches.push_back(launch);
         break;
       case KernelKind::Matmul:
         if (opt.generated_gemm) {
-          code = generate_gemm(g, k, launch, opt.stage_x);
+          code = generate_gemm(g, k, launch, opt.stage_x, opt.weights_early, opt.smem_vec4);
           out.launches.push_back(launch);
         } else {
           code = generate_cublas(g, k, out.launches);

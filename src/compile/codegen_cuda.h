@@ -55,13 +55,34 @@ struct CudaCodegenOptions {
   // default: measured slower on the H200 (the fused kernel 8.5 us against 4.1 + 1.8 us for the
   // attention and the GEMM apart; whole forward 68.7 against 56.2 us): 8 blocks whose warps take
   // 4 (row, head) pairs one after the other, each reading k and v from L2 in a loop of dependent
-  // steps. max-autotune still times it ("attn-prologue").
+  // steps. Still slower with the attention kernel's warp-per-query form (1.33 us a kernel): 65.5
+  // against 45.5 us (2026-12-01 19:15). max-autotune still times it ("attn-prologue").
   bool attention_prologue = false;
+  // With generated_gemm: each MLP (fc1 with its layernorm prologue, GELU, then fc2) one kernel
+  // (PassOptions::fuse_mlp): fc2's GEMM computes its tile's 8 rows of h = fc1's result into
+  // shared memory first, a thread per column of h, with fc1's sums in the order of fc1's own
+  // GEMM kernel (the same values); h is never stored, 4 fewer launches in the 4-block model.
+  // Off by default: measured slower on the H200 (2026-12-01, (2, 16), PDL): the fused kernel
+  // 6.26 us against 1.70 + 3.10 us apart, the whole forward 45.5 against 40.5 us; its 8 blocks
+  // each compute fc1 for 8 rows x all 256 columns (512 FMAs and 512 scalar shared-memory reads
+  // per thread). max-autotune still times it ("fuse-mlp").
+  bool fuse_mlp = false;
   // With generated_gemm: a GEMM without a prologue first copies its tile's rows of x into shared
   // memory (coalesced, the whole block), and its K loop reads them there, as the prologue GEMMs
   // do; off: every lane reads x from global memory in the K loop (a broadcast per warp). H200:
   // fc2 (K = 256) 3.87 -> 3.22 us.
   bool stage_x = true;
+  // With generated_gemm: each GEMM loads its lane's slice of W (at most 32 floats, as float4s) and
+  // its bias into registers at its top, before anything an earlier kernel writes, and with PDL
+  // before griddepcontrol.wait (the graph never writes a weight): their L2 latency overlaps the
+  // previous kernel. Same sums in the same order. Off ("weights-late"): W read in the K loop.
+  // H200, (2, 16), PDL: the whole forward 44.5 -> 40.5 us.
+  bool weights_early = true;
+  // With generated_gemm: the K loop reads x's rows from shared memory as float4s (the arrays
+  // declared __align__(16), rows of K % 4 == 0 floats) instead of four scalar reads: fc2's loop
+  // (K = 256) does 64 shared-memory reads per thread instead of 256. Same sums in the same order.
+  // Off by default: not yet measured (max-autotune's "smem-vec4" times it).
+  bool smem_vec4 = false;
   // Programmatic dependent launch (Hopper, sm_90+; with generated_gemm only, so that every
   // kernel of the graph is generated): each kernel starts with griddepcontrol.wait (the previous
   // kernel's writes are visible after it) then griddepcontrol.launch_dependents, and the runner

@@ -48,7 +48,8 @@ int64_t type_bytes(const std::string& type) {
 
 // `__shared__ T a[d1][d2], b[d3];  // comment` -> pointers into mg_smem at the next offsets.
 std::string rewrite_shared(const std::string& line, int64_t& offset) {
-  static const std::regex decl_re(R"(^(\s*)__shared__ (\w+) ([^;]*);(.*)$)");
+  // (an __align__(16) is dropped: every slice of mg_smem starts at a multiple of kSmemAlign)
+  static const std::regex decl_re(R"(^(\s*)__shared__ (?:__align__\(\d+\) )?(\w+) ([^;]*);(.*)$)");
   static const std::regex var_re(R"((\w+)((?:\[\d+\])+))");
   std::smatch m;
   MINIGPT_CHECK(std::regex_match(line, m, decl_re), "codegen_cuda_mega: cannot rewrite shared declaration '{}'", line);

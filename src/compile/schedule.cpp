@@ -50,16 +50,18 @@ std::string kernel_stem(const Graph& g, const Kernel& k, GemmBackend gemm, const
     case KernelKind::Rowwise:
     case KernelKind::PrologueMatmul: break;
   }
-  // a GEMM with a prologue: the prologue's ops, then "matmul" (cpp_fused_layernorm_matmul)
+  // a GEMM with a prologue: the prologue's ops, then "matmul" (cpp_fused_layernorm_matmul); an
+  // MLP's two GEMMs (fuse_mlp): the first's prologue ops, then "mlp" (cpp_fused_layernorm_mlp)
   const bool prologue = k.kind == KernelKind::PrologueMatmul;
+  const bool mlp = prologue && k.nodes.size() >= 2 && g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])].op == Op::Matmul;
   std::set<std::string> names;
-  for (size_t i = 0; i < k.nodes.size() - (prologue ? 1 : 0); ++i) {
+  for (size_t i = 0; i < k.nodes.size() - (prologue ? 1 : 0) - (mlp ? 1 : 0); ++i) {
     const Node& n = g.nodes[static_cast<size_t>(k.nodes[i])];
     names.insert(n.origin.empty() ? std::string(op_name(n.op)) : n.origin);
   }
   std::string s = "cpp_fused";
   for (const std::string& n : names) s += "_" + n;
-  return prologue ? s + "_matmul" : s;
+  return mlp ? s + "_mlp" : prologue ? s + "_matmul" : s;
 }
 
 }  // namespace
@@ -88,7 +90,11 @@ Schedule schedule(const Graph& fused, GemmBackend gemm, const std::vector<GemmPi
     MINIGPT_CHECK(!k.nodes.empty(), "schedule: group {} is empty", gi);
     const Node& first = g.nodes[static_cast<size_t>(k.nodes[0])];
     const Node& last = g.nodes[static_cast<size_t>(k.nodes.back())];
-    if (first.op == Op::Matmul) k.kind = KernelKind::Matmul;
+    // an MLP's two matmuls (fuse_mlp), with or without fc1's prologue: a PrologueMatmul whose
+    // prologue ends in the first matmul
+    const bool mlp = k.nodes.size() >= 2 && last.op == Op::Matmul && g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])].op == Op::Matmul;
+    if (mlp) k.kind = KernelKind::PrologueMatmul;
+    else if (first.op == Op::Matmul) k.kind = KernelKind::Matmul;
     else if (last.op == Op::Matmul) k.kind = KernelKind::PrologueMatmul;
     else if (first.op == Op::Attention) k.kind = KernelKind::Attention;
     else if (first.op == Op::KvWrite) k.kind = KernelKind::KvWrite;
@@ -97,8 +103,10 @@ Schedule schedule(const Graph& fused, GemmBackend gemm, const std::vector<GemmPi
       const Node& n = g.nodes[static_cast<size_t>(i)];
       if (k.kind == KernelKind::PrologueMatmul) {
         const bool attention = n.op == Op::Attention && k.nodes.size() == 2;  // an attention alone before the GEMM
-        MINIGPT_CHECK(kRowwise.contains(n.op) || attention || i == k.nodes.back(),
-                      "schedule: a GEMM's prologue holds row-wise ops or one attention, not {} ({})", op_name(n.op), n.source);
+        const bool fc1 = mlp && i == k.nodes[k.nodes.size() - 2];              // an MLP's first matmul
+        MINIGPT_CHECK(kRowwise.contains(n.op) || attention || fc1 || i == k.nodes.back(),
+                      "schedule: a GEMM's prologue holds row-wise ops, one attention or an MLP's first matmul, not {} ({})",
+                      op_name(n.op), n.source);
       } else if (k.kind == KernelKind::Rowwise) {
         MINIGPT_CHECK(kRowwise.contains(n.op), "schedule: {} ({}) has no C++ lowering; it must be fused or decomposed first",
                       op_name(n.op), n.source);
@@ -138,9 +146,10 @@ Schedule schedule(const Graph& fused, GemmBackend gemm, const std::vector<GemmPi
       const RowSpace rs = row_space(g, gi);
       k.rows = rs.rows;
       k.cols = rs.cols;
-    } else if (k.kind == KernelKind::PrologueMatmul) {  // the prologue's rows: the GEMM's x
-      k.rows = g.tensor(last.inputs[0]).rows();
-      k.cols = g.tensor(last.inputs[0]).cols();
+    } else if (k.kind == KernelKind::PrologueMatmul) {  // the prologue's rows: the (first) GEMM's x
+      const Node& mm = g.nodes[static_cast<size_t>(k.nodes[mlp ? k.nodes.size() - 2 : k.nodes.size() - 1])];
+      k.rows = g.tensor(mm.inputs[0]).rows();
+      k.cols = g.tensor(mm.inputs[0]).cols();
     }
     k.name = fmt::format("{}_{}", kernel_stem(g, k, gemm, picks), gi);
   }

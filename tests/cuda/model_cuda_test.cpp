@@ -2,7 +2,7 @@
 // Decoder): logits within 1e-5 on each path (the megakernel at every cluster size, whole-layer
 // kernels, a kernel per op, cuBLAS;
 // measured ~5e-6 on the H200: the sums over k run in another order than the CPU's; the
-// megakernel: the shipped model 8.6e-6 forward, 4.8e-6 decode; its decode step within 1e-6
+// megakernel: the shipped model 6.7e-6 forward (fc2 by k), 4.8e-6 decode; its decode step within 1e-6
 // of the forward's row (measured 1.8e-7 to 3e-7: k split over lanes), bitwise equal with
 // MINIGPT_MEGA_SPLITK=0), the same top-1 token for "Yesterday I"
 // and for every grammar probe of tests/probes/grammar_probes.tsv with the shipped model,
@@ -17,6 +17,7 @@
 #include "model/decoder.h"
 #include "model/gpt.h"
 #include "model/model_file.h"
+#include "model/sampling.h"
 
 #include <gtest/gtest.h>
 
@@ -348,6 +349,151 @@ TEST(CudaModel, ShippedModelSameTop1AsTheCpuOnEveryProbe) {
   EXPECT_LE(dworst, kLogitTol);
   std::printf("shipped model decode (%s, cluster %d): %lld positions, same top-1, max |logit diff| = %.3g\n",
               path_name(dec.path()), dec.mega_cluster(), static_cast<long long>(model.config().block_size), dworst);
+}
+
+// ---- CudaDecoder::generate: the device decode loop (gpt_mega_generate) against the CPU ----
+
+// `minigpt generate`'s loop on the CPU engine over `dec` (from its position): the tokens, every
+// fed token's logits from the prompt's last on, and why it stopped.
+struct CpuGenerated {
+  std::vector<int32_t> tokens;
+  std::vector<float> logits;
+  CudaDecoder::Generated::Stop stop = CudaDecoder::Generated::Stop::Count;
+};
+CpuGenerated cpu_generate(Decoder& dec, std::span<const int32_t> prompt, int n, const SamplingParams& params,
+                          uint64_t seed, int32_t eos) {
+  ThreadPool pool(1);
+  CpuGenerated r;
+  std::span<const float> logits = dec.prefill(prompt, pool);
+  r.logits.assign(logits.begin(), logits.end());
+  Sampler sampler(seed);
+  for (int i = 0; i < n; ++i) {
+    const int32_t id = sampler.sample(logits, params);
+    if (id == eos) {
+      r.stop = CudaDecoder::Generated::Stop::Eos;
+      break;
+    }
+    r.tokens.push_back(id);
+    if (dec.position() == dec.capacity()) {
+      r.stop = CudaDecoder::Generated::Stop::ContextFull;
+      break;
+    }
+    logits = dec.step(id, pool);
+    r.logits.insert(r.logits.end(), logits.begin(), logits.end());
+  }
+  return r;
+}
+
+// Sets an environment variable for a scope (MINIGPT_MEGA_GENERATE=0: the host loop).
+struct ScopedEnv {
+  const char* name;
+  ScopedEnv(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
+  ~ScopedEnv() { unsetenv(name); }
+};
+
+// generate() on the GPU (the device loop where it takes the settings, else the host loop) gives
+// the CPU loop's tokens, stop and position for greedy and sampled settings (temperature, top-k
+// 1..64, and top-k 0: the host loop), its logits within the decode bound of the CPU's, the same
+// logits as the GPU's host loop over step() (the same kernels' arithmetic), and leaves a cache
+// that step() continues from.
+void expect_generate_matches(const GrammarMiniGPT& model, const std::vector<std::vector<int32_t>>& prompts, int n,
+                             int32_t eos, const char* what) {
+  SCOPED_TRACE(what);
+  CudaGPT gpu(model);
+  CudaDecoder dec(gpu);
+  ThreadPool pool(1);
+  const SamplingParams settings[] = {{0.0f, 0}, {0.8f, 40}, {1.0f, 5}, {1.3f, 64}, {1.0f, 1}, {0.8f, 0}};
+  int on_device = 0, runs = 0;
+  double worst_cpu = 0.0, worst_host = 0.0;
+  for (const auto& prompt : prompts) {
+    for (const SamplingParams& params : settings) {
+      for (uint64_t seed : {1u, 7u}) {
+        SCOPED_TRACE(::testing::Message() << "prompt of " << prompt.size() << ", temperature " << params.temperature
+                                          << ", top-k " << params.top_k << ", seed " << seed);
+        Decoder cpu_dec(model);
+        const CpuGenerated cpu = cpu_generate(cpu_dec, prompt, n, params, seed, eos);
+        dec.reset();
+        std::vector<float> logits;
+        const CudaDecoder::Generated g = dec.generate(prompt, n, params, seed, eos, &logits);
+        ++runs;
+        on_device += g.on_device;
+        EXPECT_EQ(g.on_device, dec.device_loop(params));
+        ASSERT_EQ(g.tokens, cpu.tokens);
+        EXPECT_EQ(g.stop, cpu.stop);
+        EXPECT_EQ(dec.position(), cpu_dec.position());
+        ASSERT_EQ(logits.size(), cpu.logits.size());
+        worst_cpu = std::max(worst_cpu, max_abs_diff(logits.data(), cpu.logits.data(), logits.size()));
+        {  // the GPU's host loop over step()
+          const ScopedEnv host_loop("MINIGPT_MEGA_GENERATE", "0");
+          dec.reset();
+          std::vector<float> host_logits;
+          const CudaDecoder::Generated h = dec.generate(prompt, n, params, seed, eos, &host_logits);
+          EXPECT_FALSE(h.on_device);
+          ASSERT_EQ(h.tokens, g.tokens);
+          ASSERT_EQ(host_logits.size(), logits.size());
+          worst_host = std::max(worst_host, max_abs_diff(logits.data(), host_logits.data(), logits.size()));
+        }
+        if (g.on_device && dec.position() < dec.capacity()) {  // step() continues from the loop's cache
+          dec.reset();
+          dec.generate(prompt, n, params, seed, eos);
+          const auto next = dec.step(0);
+          const auto cpu_next = cpu_dec.step(0, pool);
+          EXPECT_LE(max_abs_diff(next.data(), cpu_next.data(), next.size()), kLogitTol);
+        }
+      }
+    }
+  }
+  EXPECT_LE(worst_cpu, kLogitTol);
+  EXPECT_LE(worst_host, 1e-6);
+  std::printf("generate (%s, cluster %d): %d of %d runs on the device loop, same tokens as the CPU; max |logit diff| "
+              "%.3g from the CPU, %.3g from the host loop over step()\n",
+              what, dec.mega_cluster(), on_device, runs, worst_cpu, worst_host);
+  if (dec.path() == CudaGPTOptions::Path::Mega) {
+    EXPECT_GT(on_device, 0) << "the device loop never ran";
+  }
+}
+
+TEST(CudaModel, GenerateOnTheDeviceMatchesTheCpuLoop) {
+  REQUIRE_GPU();
+  const ModelConfig c = small_config();  // vocabulary 50: the last CTAs of 8 hold no columns
+  GrammarMiniGPT model(c, ModelWeights::init_random(c, 21));
+  // no stop token: every run to n tokens or to a full context (n 1000)
+  expect_generate_matches(model, {{3}, {5, 9, 11, 2}}, 10, -1, "random small model, n 10");
+  expect_generate_matches(model, {{3}, random_ids(20, c.vocab_size, 4)}, 1000, -1, "random small model, to a full context");
+  expect_generate_matches(model, {{3, 4}}, 0, -1, "random small model, n 0");
+  if (!std::filesystem::exists(kShipped)) GTEST_SKIP() << "shipped model missing: " << kShipped;
+  ModelFile file = load_model(kShipped);
+  const Tokenizer tok(file.vocab);
+  GrammarMiniGPT shipped(file.config, std::move(file.weights));
+  std::vector<std::vector<int32_t>> prompts = {{Tokenizer::kBos}};
+  for (const char* text : {"Yesterday I", "the little dog"}) {
+    std::vector<int32_t> ids = {Tokenizer::kBos};
+    for (int32_t id : tok.encode(text).ids) ids.push_back(id);
+    prompts.push_back(ids);
+  }
+  expect_generate_matches(shipped, prompts, 40, Tokenizer::kEos, "shipped model, stop at <eos>");
+}
+
+TEST(CudaModel, GenerateBadInputIsAClearError) {
+  REQUIRE_GPU();
+  const ModelConfig c = small_config();
+  GrammarMiniGPT model(c, ModelWeights::init_random(c, 22));
+  CudaGPT gpu(model);
+  CudaDecoder dec(gpu);
+  const SamplingParams greedy{0.0f, 0};
+  const std::vector<int32_t> too_long(static_cast<size_t>(c.block_size) + 1, 3);
+  EXPECT_ERROR(dec.generate(too_long, 4, greedy, 1, -1), "does not fit");
+  EXPECT_ERROR(dec.generate(std::vector<int32_t>{1, c.vocab_size}, 4, greedy, 1, -1), "outside the vocabulary");
+  EXPECT_ERROR(dec.generate(std::vector<int32_t>{}, 4, greedy, 1, -1), "at least one prompt token");
+  EXPECT_ERROR(dec.generate(std::vector<int32_t>{1}, -1, greedy, 1, -1), "must be >= 0");
+  EXPECT_ERROR(dec.generate(std::vector<int32_t>{1}, 4, SamplingParams{-1.0f, 0}, 1, -1), "temperature");
+  EXPECT_EQ(dec.position(), 0) << "nothing fed on error";
+  // a full context: the prompt fills it, one token is chosen, and the stop says why
+  const std::vector<int32_t> full(static_cast<size_t>(c.block_size), 3);
+  const CudaDecoder::Generated g = dec.generate(full, 4, greedy, 1, -1);
+  EXPECT_EQ(g.tokens.size(), 1u);
+  EXPECT_EQ(g.stop, CudaDecoder::Generated::Stop::ContextFull);
+  EXPECT_ERROR(dec.generate(std::vector<int32_t>{1}, 4, greedy, 1, -1), "does not fit");
 }
 
 }  // namespace

@@ -120,7 +120,10 @@ std::string variant_name(const CudaCodegenOptions& cg) {
   // what differs from the generated GEMMs' defaults
   const std::string unfused = std::string(cg.generated_gemm && !cg.matmul_prologue ? " unfused-ln" : "") +
                               (cg.generated_gemm && cg.attention_prologue ? " attn-prologue" : "") +
-                              (cg.generated_gemm && !cg.stage_x ? " x-global" : "");
+                              (cg.generated_gemm && !cg.stage_x ? " x-global" : "") +
+                              (cg.generated_gemm && !cg.weights_early ? " weights-late" : "") +
+                              (cg.generated_gemm && cg.fuse_mlp ? " fuse-mlp" : "") +
+                              (cg.generated_gemm && cg.smem_vec4 ? " smem-vec4" : "");
   if (cg.megakernel) return (cg.megakernel_threads > 0 ? fmt::format("megakernel {}", cg.megakernel_threads) : "megakernel") + unfused;
   return std::string(cg.generated_gemm ? "generated-gemm" : "cublas") + (cg.pdl ? " pdl" : "") + unfused;
 }
@@ -261,13 +264,15 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     // fails to build or launch is skipped with a line saying why.
     // Beside the defaults (codegen_cuda.h): "unfused-ln" the layernorms as kernels of their own,
     // "attn-prologue" each attention fused into its projection's GEMM, "x-global" the K loop
-    // reading x from global memory; "unfused-ln x-global" is the generated GEMMs as they were
-    // before the prologues (2026-12-01).
+    // reading x from global memory, "weights-late" W read in the K loop (not before PDL's wait;
+    // the generated GEMMs as they were at 2026-12-01 18:00), "fuse-mlp" each MLP one kernel,
+    // "smem-vec4" x read from shared memory as float4s;
+    // "unfused-ln x-global weights-late" is the generated GEMMs as they were before the prologues.
     struct Candidate {
       bool gen, pdl, mega;
       int mega_threads;
       const char* name;
-      bool ln_prologue = true, attn_prologue = false, stage_x = true;
+      bool ln_prologue = true, attn_prologue = false, stage_x = true, weights_early = true, fuse_mlp = false, smem_vec4 = false;
     };
     std::vector<Candidate> candidates{{false, false, false, 0, "cublas"}, {true, false, false, 0, "generated-gemm"}};
     int major = 0, dev = 0;
@@ -276,8 +281,12 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     if (major >= 9) {
       candidates.push_back({true, true, false, 0, "generated-gemm pdl"});
       candidates.push_back({true, true, false, 0, "generated-gemm pdl attn-prologue", true, true});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl x-global", true, false, false});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl unfused-ln x-global", false, false, false});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl fuse-mlp", true, false, true, true, true});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl smem-vec4", true, false, true, true, false, true});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl fuse-mlp smem-vec4", true, false, true, true, true, true});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl weights-late", true, false, true, false, false});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl x-global", true, false, false, true, false});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl unfused-ln x-global weights-late", false, false, false, false, false});
       candidates.push_back({true, false, true, 0, "megakernel"});
       candidates.push_back({true, false, true, 1024, "megakernel 1024"});
     }
@@ -292,6 +301,9 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
       cg.matmul_prologue = c.ln_prologue;
       cg.attention_prologue = c.attn_prologue;
       cg.stage_x = c.stage_x;
+      cg.weights_early = c.weights_early;
+      cg.fuse_mlp = c.fuse_mlp;
+      cg.smem_vec4 = c.smem_vec4;
       try {
         build(opt, cg, c.name);
         const double us = time_graph(50, 20).batched_us;
@@ -315,6 +327,9 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     cg.matmul_prologue = pick->ln_prologue;
     cg.attention_prologue = pick->attn_prologue;
     cg.stage_x = pick->stage_x;
+    cg.weights_early = pick->weights_early;
+    cg.fuse_mlp = pick->fuse_mlp;
+    cg.smem_vec4 = pick->smem_vec4;
     build(opt, cg, pick->name);
     stats_.why = "max-autotune: the fastest measured";
   } else {

@@ -66,9 +66,11 @@ struct CudaCompileStats {
 // the generated GEMM with its epilogue fused 1.8-3.9 us) the generated GEMMs, with PDL on sm_90
 // and later; otherwise cuBLAS. `why` gets the rule's reason. max-autotune measures instead.
 // The generated GEMMs take the codegen defaults (codegen_cuda.h: the layernorms as GEMM
-// prologues, x staged in shared memory): 22 launches instead of 31, the whole forward 56.2 us
-// against 69.7 us for the form above (the same run, H200, 2026-12-01, max-autotune's
-// "generated-gemm pdl unfused-ln x-global").
+// prologues, x staged in shared memory, weights loaded before PDL's wait, the MLP's two GEMMs
+// apart): 22 launches instead of 31, the whole forward 56.2 us against 69.7 us for the form
+// above (the same run, H200, 2026-12-01, max-autotune's "generated-gemm pdl unfused-ln
+// x-global"); with the attention a warp per query and the weights early, 40.5 us (19:15 UTC run,
+// experiments/25-compile/REPORT.md section 7d).
 inline constexpr int64_t kLaunchBoundRows = 256;
 CudaCodegenOptions default_cuda_variant(const Graph& captured, std::string& why);
 

@@ -96,9 +96,10 @@ void normalize_groups(Graph& g) {
       gemm_x &= cn.op == Op::Matmul && cn.inputs[0] == out;
     }
     // Only rowwise groups can keep a value in registers; other kernels store their result,
-    // except an attention whose reader in its group is a GEMM (matmul_prologue): the GEMM's x
-    // lives in its shared memory.
-    t.materialized = outside || !(kRowwise.contains(g.nodes[i].op) || (g.nodes[i].op == Op::Attention && gemm_x));
+    // except an attention (matmul_prologue) or an MLP's first matmul (fuse_mlp) whose reader in
+    // its group is a GEMM: the GEMM's x lives in its shared memory.
+    const Op op = g.nodes[i].op;
+    t.materialized = outside || !(kRowwise.contains(op) || ((op == Op::Attention || op == Op::Matmul) && gemm_x));
   }
 }
 

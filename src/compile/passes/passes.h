@@ -12,6 +12,8 @@
 //   matmul_prologue   (opt-in, CUDA) a layernorm's row-wise group, or an attention, merged into
 //                     the matmul that reads it: the GEMM computes its tile's rows of x in shared
 //                     memory first
+//   fuse_mlp          (opt-in, CUDA) an MLP's fc1 (with its layernorm prologue) and fc2 as one
+//                     group: the GEMM computes its tile's rows of h in shared memory first
 //   remove_dead       nodes whose result reaches no output dropped
 //   plan_buffers      every materialised intermediate gets an arena offset; tensors whose
 //                     lifetimes (in kernels) do not overlap share bytes
@@ -33,6 +35,7 @@ Graph fuse_pointwise(const Graph& g);
 Graph fuse_reductions(const Graph& g);
 // rowwise: fold row-wise groups (layernorms); attention: fold prefill attentions.
 Graph matmul_prologue(const Graph& g, bool rowwise = true, bool attention = true);
+Graph fuse_mlp(const Graph& g);
 Graph remove_dead(const Graph& g);
 Graph plan_buffers(const Graph& g);
 
@@ -45,12 +48,16 @@ struct PassOptions {
   bool matmul_prologue = false;
   // the same for a prefill's attention before its output projection
   bool attention_prologue = false;
+  // fuse_mlp (after matmul_prologue; needs fusion): off by default, for the same reason
+  bool fuse_mlp = false;
 };
 
 // The widest rows matmul_prologue folds into a GEMM (a tile's rows live in shared memory).
 inline constexpr int64_t kPrologueMaxCols = 1024;
 // An attention prologue's limits: a head within a warp's lanes, its keys in a few registers.
 inline constexpr int64_t kPrologueMaxHeadDim = 32, kPrologueMaxKeys = 256;
+// fuse_mlp's limits: h's tile (8 rows of H) and fc1's x tile (8 rows of its K) in shared memory.
+inline constexpr int64_t kMlpMaxHidden = 1024, kMlpMaxIn = 256;
 
 // The pipeline above, the verifier after every pass.
 Graph run_passes(const Graph& g, const PassOptions& opt = {});

@@ -22,6 +22,7 @@ Graph run_passes(const Graph& captured, const PassOptions& opt) {
       g = matmul_prologue(g, rowwise, attention);
       verify(g, "matmul_prologue");
     }
+    if (opt.fuse_mlp) step(fuse_mlp, "fuse_mlp");
   } else {
     normalize_groups(g);  // one kernel per op
     verify(g, "normalize_groups");

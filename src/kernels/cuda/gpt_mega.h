@@ -15,17 +15,23 @@
 //              B  proj, CTA r's C/R columns: x += att proj^T + b, pushed to every CTA  | barrier
 //                 (head_proj: A pushes each head's partial of proj instead, and every CTA adds
 //                 them up locally: no barrier)
-//              C  ln2 (all rows, locally) + fc1 + GELU, r's F/R columns, pushed          | barrier
-//              D  fc2, r's C/R columns (k in slices of 64 summed in order): x += ..., pushed
-//                                                                                      | barrier
-//   head       ln_f (locally) + lm_head, r's vocabulary columns -> logits; with probs: each
-//              CTA's per-row (max, sum of exp) pushed to every CTA | barrier, combined in rank
-//              order, probs written.
+//              C  ln2 (all rows, locally) + fc1 + GELU, r's F/R columns of h, kept locally;
+//                 fc2 by k: r's h columns times fc2.weight's, a partial of every output per
+//                 16-k slice, each pushed to the CTA owning the output's column         | barrier
+//              D  r's C/R columns: x += (the F/16 partials in slice order) + b, pushed    | barrier
+//                 (the decode step, split_k: h pushed to every CTA in C, and D computes r's
+//                 columns over all of k, k in slices of 64 summed in order)
+//   head       ln_f (locally) + lm_head, r's vocabulary columns -> logits; with probs: a
+//              half-warp per row, each CTA's per-row (max, sum of exp), lane q pushing it to CTA
+//              q | barrier, lane q reading CTA q's pair, combined by butterflies, probs written.
 //
-// Numerics: sums over k in float in k order (fc2: four k-slices of 64 added in order, as the
-// whole-layer kernels), LayerNorm statistics in double (layernorm.cuh), exact-erf GELU: logits
-// within ~1e-5 of the CPU engine; the work split (R) changes who computes a value, never how, so
-// logits are the same bitwise for every cluster size. The decode step (MegaDims::split_k) splits
+// Numerics: sums over k in float in k order (fc2: by k, sixteen k-slices of 16 added in slice
+// order; the whole-layer kernels add four slices of 64), LayerNorm statistics in double
+// (layernorm.cuh), exact-erf GELU: logits within ~1e-5 of the CPU engine; the work split (R)
+// changes who computes a value, never how (fc2's slices are 16 wide at every R), so logits are
+// the same bitwise for every cluster size. The probs' row total is a 16-lane butterfly of the
+// CTAs' terms, itself of the lanes' sums (a fixed order for each R; not bitwise across R, as
+// the CTAs' column ranges change with R). The decode step (MegaDims::split_k) splits
 // each sum over k across 8 or 32 lanes (partials added by a shuffle butterfly: one row has too
 // few outputs to keep the CTA busy, and a 64-long chain of dependent FMAs per thread was most of
 // a layer's time): within 1e-6 of the forward's row, not bitwise; without split_k
@@ -88,11 +94,38 @@
 //              hundred). Forward probs phase, broken down: stats + push 4.6k, barrier 1.1k, the
 //              combine and the stores 7.5k (logits now stored there, coalesced, not before the
 //              barrier).
-// Open (largest first): the forward's probs phase (13.4k cycles for ~2.5k FMAs' worth of work:
-// the combine runs R = 16 dependent expf per row, and each warp does two rows in turn; try a
-// lane per CTA's pair and a shuffle reduction, __expf where the tolerance allows); pushing h
-// (N x F replicated to every CTA, ~8 bytes per cycle of remote stores: a slice-major h moved by
-// bulk copies shared::cta -> shared::cluster, or fc2 split by k); decode's LayerNorms (~1k
+//   forward    (one run, `minigpt bench model --device cuda --no-peers --runs 300`, 3 rounds
+//              alternating base / probs only / both; R = 16) forward graph 62.3 / 62.9 / 62.6 ->
+//              58.3 / 58.0 / 58.0 -> 50.5 / 49.7 / 49.8 us; 100 replays back to back, per
+//              replay, 60.6 -> 56.3 -> 47.9 us; host API 100 -> 94 us. The decode step's code
+//              is unchanged, yet its graph measured 0.3-0.6 us slower in the same run (8 heads
+//              27.9-28.4 -> 28.3-28.8 us, 8 columns 29.1-29.3 -> 29.7-29.9; probs only: in
+//              between): not explained (the layout's new fields? code placement?). Trace: ~118k -> ~93k cycles (wall 59.7 -> 47.1 us). The probs
+//              phase, a half-warp per row (pairs pushed and read a lane per CTA, butterflies):
+//              stats + push 4.8k -> 1.1k, barrier 1.2k -> 1.5k, combine + stores 7.1k -> 2.2k.
+//              fc2 by k: fc1 + GELU + push h 5.5-5.9k -> fc1 + fc2 partials + push 3.2k, the
+//              barrier after it 1.8-2.1k -> 1.3-1.5k, fc2 2.3k -> 1.0k (the owners' sums + the
+//              x push). Shipped model vs the CPU: 6.7e-6 (was 8.6e-6). Tried and reverted:
+//              writing h and x locally and pushing them with all 512 threads (not each output's
+//              thread to all R CTAs): 1-1.5k cycles per layer SLOWER (the remote stores'
+//              bandwidth is the limit, not the threads issuing them).
+//              Stages now (R = 16, ~93k cycles): start 5.3k; per layer ~21k: ln1 1.1k, q k v
+//              1.7-1.9k, attention 2.7-2.9k, push 1.1k, barrier + proj + barrier 3.9k, ln2 1.3k,
+//              fc1 + fc2 partials 3.2k, barrier 1.3-1.5k, fc2 sums + x push 1.0k, barrier 1.5k;
+//              head: ln_f + lm_head 4.1k, probs 4.8k (stats + push 1.1k, barrier 1.5k, rest 2.2k).
+//              fc2 by k costs shared memory: its partials (F/16 x N x C/R floats) and fc2's
+//              rows padded to F/R + 4: the shipped model at N = 32 needs 197 KB at R = 16 (was
+//              185), the small test model by heads no longer fits at R = 4 (258 KB).
+//   loop       the device decode loop (gpt_mega_generate, below; same run as step() 36.6 us =
+//              27.3k tokens/s): 64 tokens per launch, greedy 18.6 us per token = 53.7k tokens/s,
+//              top-k 40 24.5 us = 40.8k tokens/s (figures and the open leads below).
+// Open (largest first): the barriers (~1.3-1.6k cycles each, 4 per layer + 1: ~25k of the
+// ~93k), and the LayerNorms (9 per forward, 1.1-1.3k each: double statistics, one half-warp
+// per row); the attention stage (T = 16: 8 items on 8 of the 16 CTAs); ln_f + lm_head 4.1k
+// (lm_head: 320 of 512 threads, ~1.3k of shared-memory wavefronts at least); the start 5.3k
+// (ids from global memory before the weight copies are issued; wte/wpe rows after them); the
+// att and x pushes (8 KB each per CTA and stage); p2 could share att's region at R = 16 (att is
+// dead by then: 8 KB less); decode's LayerNorms (~1k
 // cycles each, 9 per step: one half-warp, double shuffles, division and square root) and its
 // attention (2-2.9k: one warp, scores a lane per key); the decode start (5-7.7k: the earlier
 // k, v of every layer loaded before layer 0; load a layer's rows behind the previous layer).
@@ -172,5 +205,65 @@ void gpt_mega(const MegaParams& p, int R, cudaStream_t stream);
 // enqueued keep theirs). p must have p0's dims, image and cluster size: only values such as id,
 // position or the output pointers may change. Checks nothing on the device; does not wait.
 void gpt_mega_set_node_params(cudaGraphExec_t exec, cudaGraphNode_t node, const MegaParams& p, int R);
+
+// ---- the device-resident decode loop: one launch generates up to n tokens ----
+//
+// Measured (H200, `minigpt bench model --device cuda --no-peers --runs 300`, twice; rows "kv
+// decode, 64 tokens per launch on the device": one launch from a 1-token prompt to a full
+// context, no stop token, wall clock per call over the tokens, launch and wait included):
+//   first version (the step's stages as they are, a CTA-wide rank for the choice): greedy 28.7 us
+//     per token = 34.9k tokens/s, top-k 40 32.2 us (step() 36.0, its graph alone 28.0 us);
+//     per token ~56k cycles: the attention stage 5.3k per layer, the choice's rank 8k.
+//   now: greedy 18.6 us = 53.7k tokens/s, top-k 40 24.5 us = 40.8k (step() 36.6 us = 27.3k in
+//     the same run). What did it: the greedy choice by warp butterflies (8k -> 2.6k cycles with
+//     its cluster barrier); one-warp, one-pass LayerNorms (~1k -> ~0.4k each); no global store
+//     inside the loop (the k, v rows and tokens written at the end: a store before a cluster
+//     barrier's release is waited for); scores and softmax in registers; the proj partial in the
+//     attention warp; fc1/fc2 epilogues on four lanes; the layer-0 cluster wait and a CTA
+//     barrier per token dropped; the next embedding issued by the choosing warp.
+//   where (MINIGPT_MEGA_TRACE=1, cycles per token, 4 layers summed): ~36.8k: ln1 2.9k, qkv 2.7k,
+//     scores + softmax 4.0k, att + proj + push 5.8k, barrier 1.7k, proj sum + ln2 2.8k, fc1 +
+//     push 3.9k, barrier 2.0k, fc2 + barrier 5.3k; head 1.4k, choice's top + barrier 2.6k, draw +
+//     embedding 0.6k; the start (weights, earlier k, v) 3k once per launch.
+//   open: the three cluster barriers per layer (~0.5k each) and the attention warp's serial
+//     chain (ln1 -> qkv -> scores -> softmax -> att -> proj, ~3.5k per layer on one warp of 4
+//     CTAs); the top-k path (its union ranking and the draw's running sum: ~6 us per token over
+//     greedy); top-k above 64 and top-k 0 (the whole vocabulary) run the host loop.
+//
+// The decode step's cluster (dims of a decode step: B = T = 1, cache, split_k; the shipped
+// architecture C 64, H 4, F 256) loaded ONCE, then a loop on the device: feed a token at the
+// next position, choose the next token from its logits exactly as model/sampling.cpp's
+// Sampler::sample does (greedy: the largest logit, the lower id on ties; else the top-k by
+// (logit descending, id ascending), weights exp((l - lmax) / temperature) in double summed in
+// that order, the first whose running sum exceeds u * total, u the host's pre-drawn uniform:
+// drawn only where the CPU draws one), and stop as `minigpt generate`'s host loop: at n tokens
+// (after feeding the n-th, as the loop does), at the eos token (not fed, not kept), or when
+// the context is full. No host round trip between tokens.
+constexpr int kMegaGenMaxTopK = 64;  // the device loop's largest top-k (the host loop takes the rest)
+struct MegaGenerate {
+  int first_id = 0;             // the token fed first, at MegaParams::position (the prompt's last)
+  int n = 0;                    // the most tokens to generate
+  int eos = -1;                 // the stop token (-1: none)
+  float temperature = 0.0f;     // 0: greedy
+  int top_k = 1;                // with temperature > 0: k in [1, kMegaGenMaxTopK], <= V
+  const double* uniforms = nullptr;  // (n) device memory: the sampler's uniform draws, in order
+  int32_t* tokens = nullptr;    // (n) out (device or mapped host memory): the generated ids
+  // out: {count, stop (0: n tokens, 1: eos, 2: context full), status (0 ok, 1: a NaN logit,
+  // 2: every logit -inf), the position after the launch (positions fed)}
+  int32_t* result = nullptr;
+  float* step_logits = nullptr;  // ((n + 1), V) or null: the logits of every fed token, in order
+  // Diagnostics, or null: 16 long longs (device or mapped host memory): the cycles of each phase
+  // of the loop summed over the launch (CTA 0; slots as gpt_mega.cu's mark(k) calls), the last
+  // one the number of tokens fed.
+  long long* trace = nullptr;
+};
+// Dynamic shared memory of the loop's kernel at cluster size R (0: it does not take d).
+size_t gpt_mega_generate_smem(const MegaDims& d, int R);
+// Whether the loop runs d at cluster size R on the current device (shared memory, residency).
+bool gpt_mega_generate_fits(const MegaDims& d, int R);
+// Enqueues the loop: p as for a decode step (its weight image for (p.dims, R); p.position the
+// first position, the k, v cache rows before it filled). Does not wait; the host checks the
+// token ids and positions first (Error here if out of range).
+void gpt_mega_generate(const MegaParams& p, const MegaGenerate& g, int R, cudaStream_t stream);
 
 }  // namespace minigpt::cuda

@@ -21,11 +21,13 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <list>
 #include <map>
 #include <memory>
+#include <random>
 #include <utility>
 
 namespace minigpt {
@@ -534,6 +536,7 @@ struct CudaDecoder::Impl {
   Scratch s;
   std::vector<float*> k_cache, v_cache;  // per layer (capacity, d)
   PinnedBuffer host_state, host_logits;
+  PinnedBuffer host_uniforms, gen_out;  // generate(): the sampler's uniforms; the loop's outputs (below)
   int mega;              // the megakernel's cluster size; 0: the fallback path's kernels
   bool state_in_params;  // MINIGPT_MEGA_STATE (above): the token and position as kernel arguments
   int32_t id = 0;        // the step's token and position, as the graph's kernel node has them
@@ -542,14 +545,26 @@ struct CudaDecoder::Impl {
   std::map<int, std::unique_ptr<MegaImage>> images;  // the megakernel's weight image per cluster size
   bool pending = false;  // a replay() may still be running (and reading host_state)
   std::unique_ptr<cuda::CapturedLaunches> graph;
+  // the device decode loop (generate()): whether it takes the step's plan; the sampler's
+  // uniforms (capacity doubles: host_uniforms, copied here), its outputs in gen_out (4 results,
+  // then capacity tokens; mapped)
+  bool gen_fits = false;
+  double* gen_uniforms;
+  // MINIGPT_MEGA_TRACE=1: the loop's phase cycles (MegaGenerate::trace), printed every 100th call
+  PinnedBuffer gen_trace{16 * sizeof(long long)};
+  bool gen_tracing = std::getenv("MINIGPT_MEGA_TRACE") != nullptr;
+  unsigned gen_calls = 0;
 
   explicit Impl(const CudaGPT::Impl& m)
       : model(&m), capacity(m.config.block_size),
         arena(CudaArena::aligned(2 * sizeof(int32_t)) + scratch_bytes(1, m.config) +
               2 * static_cast<size_t>(m.config.n_layer) *
-                  CudaArena::aligned(static_cast<size_t>(capacity * m.config.d_model) * sizeof(float))),
+                  CudaArena::aligned(static_cast<size_t>(capacity * m.config.d_model) * sizeof(float)) +
+              CudaArena::aligned(static_cast<size_t>(capacity) * sizeof(double))),
         host_state(2 * sizeof(int32_t)),
         host_logits(static_cast<size_t>(m.config.vocab_size) * sizeof(float)),
+        host_uniforms(static_cast<size_t>(capacity) * sizeof(double)),
+        gen_out(static_cast<size_t>(capacity + 4) * sizeof(int32_t)),
         mega(0),
         state_in_params(!env_is("MINIGPT_MEGA_STATE", "mapped")) {
     const CudaGPT::Impl::MegaPlan plan = m.mega_plan(1, 1, true, m.options.mega_cluster);
@@ -562,9 +577,11 @@ struct CudaDecoder::Impl {
       k_cache.push_back(arena.floats(capacity * c.d_model, "k cache"));
       v_cache.push_back(arena.floats(capacity * c.d_model, "v cache"));
     }
+    gen_uniforms = arena.allocate_array<double>(capacity, "sampler uniforms");
     std::memset(host_state.ptr, 0, 2 * sizeof(int32_t));
     graph = capture_step();
     if (mega && m.options.mega_cluster == 0) pick_fastest_cluster();
+    gen_fits = mega && cuda::gpt_mega_generate_fits(dims, mega);
   }
 
   std::unique_ptr<cuda::CapturedLaunches> capture_step() {
@@ -710,6 +727,121 @@ std::span<const float> CudaDecoder::prefill(std::span<const int32_t> ids) {
   std::span<const float> logits;
   for (int32_t id : ids) logits = step(id);
   return logits;
+}
+
+namespace {
+// k of the top-k the sampler keeps (model/sampling.cpp): 0 or >= V keeps all V.
+int64_t effective_top_k(const SamplingParams& params, int64_t V) {
+  return (params.top_k == 0 || params.top_k >= V) ? V : params.top_k;
+}
+}  // namespace
+
+bool CudaDecoder::device_loop(const SamplingParams& params) const {
+  const int64_t V = impl_->model->config.vocab_size;
+  return impl_->gen_fits && !env_is("MINIGPT_MEGA_GENERATE", "0") &&
+         (params.temperature == 0.0f || effective_top_k(params, V) <= cuda::kMegaGenMaxTopK);
+}
+
+CudaDecoder::Generated CudaDecoder::generate(std::span<const int32_t> prompt, int n, const SamplingParams& params,
+                                             uint64_t seed, int32_t eos, std::vector<float>* step_logits) {
+  Impl& d = *impl_;
+  const int64_t V = d.model->config.vocab_size;
+  params.validate();
+  MINIGPT_CHECK(n >= 0, "the number of tokens to generate must be >= 0, got {}", n);
+  MINIGPT_CHECK(!prompt.empty(), "generate needs at least one prompt token");
+  Generated out;
+  if (!device_loop(params)) {  // the host loop (cmd_generate.cpp's), over step()
+    std::span<const float> logits = prefill(prompt);
+    if (step_logits) step_logits->insert(step_logits->end(), logits.begin(), logits.end());
+    Sampler sampler(seed);
+    for (int i = 0; i < n; ++i) {
+      const int32_t id = sampler.sample(logits, params);
+      if (id == eos) {
+        out.stop = Generated::Stop::Eos;
+        break;
+      }
+      out.tokens.push_back(id);
+      if (d.pos == d.capacity) {
+        out.stop = Generated::Stop::ContextFull;
+        break;
+      }
+      logits = step(id);
+      if (step_logits) step_logits->insert(step_logits->end(), logits.begin(), logits.end());
+    }
+    return out;
+  }
+  // the device loop: the prompt but its last token through step() (prefill's checks first),
+  // then one launch
+  MINIGPT_CHECK(d.pos + static_cast<int64_t>(prompt.size()) <= d.capacity,
+                "the prompt of {} tokens does not fit: {} of the model's {} context positions are left", prompt.size(),
+                d.capacity - d.pos, d.capacity);
+  for (size_t i = 0; i < prompt.size(); ++i)
+    MINIGPT_CHECK(prompt[i] >= 0 && prompt[i] < V,
+                  "token id {} at prompt position {} is outside the vocabulary [0, {})", prompt[i], i, V);
+  if (prompt.size() > 1) prefill(prompt.first(prompt.size() - 1));
+  if (d.pending) MINIGPT_CUDA_CHECK(cudaStreamSynchronize(d.stream.s));
+  d.pending = false;
+  // at most the positions left after the prompt's last: more would stop at a full context anyway
+  const int left = static_cast<int>(d.capacity - d.pos);
+  const int n_dev = std::min(n, left);
+  cuda::MegaGenerate g;
+  g.first_id = prompt.back();
+  g.n = n_dev;
+  g.eos = eos;
+  g.temperature = params.temperature;
+  g.top_k = static_cast<int>(std::min<int64_t>(effective_top_k(params, V), cuda::kMegaGenMaxTopK));
+  if (params.temperature != 0.0f && n_dev > 0) {
+    // Sampler::uniform's stream (model/sampling.cpp): 53 bits of std::mt19937_64(seed) per draw;
+    // the device uses them in order, one per token where the CPU draws one
+    std::mt19937_64 rng(seed);
+    double* u = static_cast<double*>(d.host_uniforms.ptr);
+    for (int i = 0; i < n_dev; ++i) u[i] = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+    MINIGPT_CUDA_CHECK(cudaMemcpyAsync(d.gen_uniforms, u, static_cast<size_t>(n_dev) * sizeof(double),
+                                       cudaMemcpyHostToDevice, d.stream.s));
+  }
+  g.uniforms = d.gen_uniforms;
+  auto* host_out = static_cast<int32_t*>(d.gen_out.ptr);
+  auto* dev_out = static_cast<int32_t*>(d.gen_out.device);
+  g.tokens = dev_out + 4;
+  g.result = dev_out;
+  std::unique_ptr<CudaArena> logits_arena;
+  if (step_logits) {
+    logits_arena = std::make_unique<CudaArena>(CudaArena::aligned(static_cast<size_t>((n_dev + 1) * V) * sizeof(float)));
+    g.step_logits = logits_arena->floats((n_dev + 1) * V, "generate step logits");
+  }
+  std::memset(host_out, 0, 4 * sizeof(int32_t));
+  cuda::MegaParams p = d.step_params(d.images.at(d.mega).get());
+  p.position = static_cast<int>(d.pos);
+  p.id = g.first_id;
+  if (d.gen_tracing) g.trace = static_cast<long long*>(d.gen_trace.device);
+  cuda::gpt_mega_generate(p, g, d.mega, d.stream.s);
+  MINIGPT_CUDA_CHECK(cudaStreamSynchronize(d.stream.s));
+  if (d.gen_tracing && d.gen_calls++ % 100 == 50) {
+    const auto* t = static_cast<const long long*>(d.gen_trace.ptr);
+    const double fed = static_cast<double>(std::max(1LL, t[15]));
+    std::fprintf(stderr,
+                 "TRACE generate: %lld tokens fed; start %lld cycles; per token: embedding %.0f | layers: ln1 %.0f, "
+                 "qkv %.0f, scores + softmax %.0f, att + proj + push %.0f, barrier %.0f, proj sum + ln2 %.0f, fc1 + "
+                 "push %.0f, barrier %.0f, fc2 + barrier %.0f | head %.0f, top-k + barrier %.0f, choice %.0f, tail "
+                 "%.0f\n",
+                 t[15], t[0], t[1] / fed, t[12] / fed, t[13] / fed, t[14] / fed, t[2] / fed, t[3] / fed, t[4] / fed,
+                 t[5] / fed, t[6] / fed, t[7] / fed, t[8] / fed, t[9] / fed, t[10] / fed, t[11] / fed);
+  }
+  const int count = host_out[0], stop = host_out[1], status = host_out[2], fed_to = host_out[3];
+  if (step_logits) {
+    const size_t fed = static_cast<size_t>(fed_to - d.pos);
+    const size_t at = step_logits->size();
+    step_logits->resize(at + fed * static_cast<size_t>(V));
+    MINIGPT_CUDA_CHECK(cudaMemcpy(step_logits->data() + at, g.step_logits, fed * static_cast<size_t>(V) * sizeof(float),
+                                  cudaMemcpyDeviceToHost));
+  }
+  d.pos = fed_to;  // the cache holds every fed row
+  MINIGPT_CHECK(status != 1, "a logit is NaN at generated token {}", count);
+  MINIGPT_CHECK(status != 2, "cannot sample: every logit is -inf");
+  out.tokens.assign(host_out + 4, host_out + 4 + count);
+  out.stop = stop == 1 ? Generated::Stop::Eos : stop == 2 ? Generated::Stop::ContextFull : Generated::Stop::Count;
+  out.on_device = true;
+  return out;
 }
 
 }  // namespace minigpt

@@ -11,7 +11,9 @@
 //          rows fit (the shipped model: B*T up to ~40, and the decode step); other shapes run
 //          Fused (path_for() says which). The decode step gets its token and position as the
 //          kernel's arguments (its graph node updated per step) and writes its logits to mapped
-//          host memory: no copies in its graph (switches in cuda_gpt.cpp). The default
+//          host memory: no copies in its graph (switches in cuda_gpt.cpp). CudaDecoder::generate
+//          runs the megakernel's decode LOOP instead: one launch for all the tokens, each chosen
+//          on the GPU (H200: 53.7k tokens/s greedy against step()'s 27k). The default
 //          because it measured fastest (H200: forward (2, 16) 63 us against Fused's 140, a
 //          decode step 34 us against 148; figures and what limits them in gpt_mega.h).
 //   Fused  kernels/cuda/gpt_layer.h: per layer (embedding + ln1 + qkv + attention) and
@@ -26,17 +28,19 @@
 // Numerics: logits within ~1e-5 of the CPU engine (sums over k in another order).
 //
 // Built in every configuration: without CUDA (or without a visible GPU) constructing a CudaGPT
-// throws Error saying so. What it does not do: training (train/), sampling (model/sampling.h),
+// throws Error saying so. What it does not do: training (train/), sampling outside generate(),
 // several GPUs. Not thread-safe: one caller at a time per object.
 #pragma once
 
 #include "core/tensor.h"
 #include "model/gpt.h"
+#include "model/sampling.h"
 
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 typedef struct CUstream_st* cudaStream_t;  // as cuda_runtime_api.h declares it
 
@@ -124,6 +128,28 @@ class CudaDecoder {
   std::span<const float> step(int32_t id);
   // As Decoder::prefill: every id checked and the prompt checked to fit before anything is fed.
   std::span<const float> prefill(std::span<const int32_t> ids);
+
+  // `minigpt generate`'s loop: prefill(prompt) (fed from position(), checked as prefill), then
+  // up to n tokens chosen as Sampler(seed).sample(logits, params) would, stopping at `eos` (not
+  // kept; -1: no stop token), after n tokens (the n-th fed, as the host loop does) or when the
+  // context is full. Where device_loop() says so, the prompt's last token and every chosen one
+  // run in ONE launch of the megakernel's decode loop (kernels/cuda/gpt_mega.h: the token
+  // chosen on the GPU, no host round trip per token; the sampler's uniforms drawn on the host
+  // first from the same std::mt19937_64 stream); else the host loop over step(). The same
+  // tokens either way (tests/cuda/model_cuda_test.cpp). step_logits (optional, for tests): the
+  // logits of every fed token from the prompt's last on, (fed, V) appended.
+  // MINIGPT_MEGA_GENERATE=0 in the environment (read per call) forces the host loop.
+  struct Generated {
+    enum class Stop { Count, Eos, ContextFull };
+    std::vector<int32_t> tokens;
+    Stop stop = Stop::Count;
+    bool on_device = false;  // the device loop ran
+  };
+  Generated generate(std::span<const int32_t> prompt, int n, const SamplingParams& params, uint64_t seed,
+                     int32_t eos, std::vector<float>* step_logits = nullptr);
+  // Whether generate() runs the device loop for params: the megakernel's decode step of the
+  // shipped architecture, and greedy or top-k in [1, 64] (top-k 0 or past 64: the host loop).
+  bool device_loop(const SamplingParams& params) const;
 
   // For benchmarks: the step's graph, on stream(), with the token and position of the last
   // step() (no host work, no wait; the logits are not returned).

@@ -39,6 +39,11 @@ int64_t CudaDecoder::position() const { no_cuda(); }
 int64_t CudaDecoder::capacity() const { no_cuda(); }
 std::span<const float> CudaDecoder::step(int32_t) { no_cuda(); }
 std::span<const float> CudaDecoder::prefill(std::span<const int32_t>) { no_cuda(); }
+CudaDecoder::Generated CudaDecoder::generate(std::span<const int32_t>, int, const SamplingParams&, uint64_t, int32_t,
+                                             std::vector<float>*) {
+  no_cuda();
+}
+bool CudaDecoder::device_loop(const SamplingParams&) const { no_cuda(); }
 void CudaDecoder::replay() { no_cuda(); }
 CudaGPTOptions::Path CudaDecoder::path() const { no_cuda(); }
 int CudaDecoder::mega_cluster() const { no_cuda(); }

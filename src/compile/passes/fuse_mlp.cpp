@@ -1,0 +1,62 @@
+// fuse_mlp: a transformer MLP's two matmuls as one group (passes.h), opt-in per back end
+// (PassOptions::fuse_mlp): the CUDA back end's generated GEMM computes fc1's tile of h (with
+// fc1's own row-wise prologue, the layernorm, when matmul_prologue put one there) into shared
+// memory and fc2's K loop reads it there, so h is never stored and one launch goes. The C++ back
+// end has no such kernel and never sets the option.
+//
+//   group A = [row-wise prologue nodes...,] matmul A (bias, GELU; no residual) -> h (R, H)
+//   group B = matmul B (h, W2 ...)                                             => one group
+//
+// only where h has that one reader (B's x) and is not a graph output, H <= kMlpMaxHidden (a
+// tile's rows of h live in shared memory), A's x at most kMlpMaxIn wide, A is the last node of
+// its group and every other node of it is row-wise, B is alone in its group, B reads nothing
+// else that group A writes, and the merge keeps the kernels acyclic. The merged group is A's
+// nodes then B (schedule.h: a PrologueMatmul whose prologue ends in a matmul).
+#include "compile/passes/passes.h"
+
+namespace minigpt::compile {
+
+namespace {
+
+// The nodes of group `gi`, in order.
+std::vector<int> members(const Graph& g, int gi) {
+  std::vector<int> out;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (g.nodes[i].group == gi) out.push_back(static_cast<int>(i));
+  return out;
+}
+
+}  // namespace
+
+Graph fuse_mlp(const Graph& src) {
+  Graph g = src;
+  normalize_groups(g);  // every node in some group
+  for (size_t i = 0; i < g.nodes.size(); ++i) {  // restarts after every merge (nodes move)
+    const Node& b = g.nodes[i];
+    if (b.op != Op::Matmul) continue;
+    const int h = b.inputs[0];
+    const TensorInfo& ht = g.tensor(h);
+    if (ht.producer < 0 || g.is_graph_output(h) || g.consumers(h).size() != 1 || ht.cols() > kMlpMaxHidden) continue;
+    const Node& a = g.nodes[static_cast<size_t>(ht.producer)];
+    if (a.op != Op::Matmul || a.has_residual || a.group == b.group || g.tensor(a.inputs[0]).cols() > kMlpMaxIn) continue;
+    const std::vector<int> ga = members(g, a.group), gb = members(g, b.group);
+    if (gb.size() != 1 || ga.back() != ht.producer) continue;
+    bool rowwise = true;  // A's prologue: row-wise nodes only
+    for (size_t m = 0; m + 1 < ga.size(); ++m) rowwise &= kRowwise.contains(g.nodes[static_cast<size_t>(ga[m])].op);
+    if (!rowwise) continue;
+    bool reads_a = false;  // another input of B written by group A
+    for (size_t k = 1; k < b.inputs.size(); ++k) {
+      const int p = g.tensor(b.inputs[k]).producer;
+      reads_a |= p >= 0 && g.nodes[static_cast<size_t>(p)].group == a.group;
+    }
+    if (reads_a || !can_merge(g, a.group, b.group)) continue;
+    const int from = b.group, to = a.group;
+    for (Node& n : g.nodes)
+      if (n.group == from) n.group = to;
+    normalize_groups(g);  // B follows A's nodes; h is no longer materialised
+    i = static_cast<size_t>(-1);
+  }
+  return g;
+}
+
+}  // namespace minigpt::compile

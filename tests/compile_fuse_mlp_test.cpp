@@ -1,0 +1,93 @@
+// fuse_mlp (compile/passes/fuse_mlp.cpp) on the CPU: the grouping (each MLP's fc1, with its
+// layernorm prologue, and fc2 as one group; h no longer materialised), the verifier after it
+// (run_passes verifies after every pass), the schedule's kernel for it, where it must refuse,
+// and that the C++ back end's pipeline is unchanged when the option is off.
+#include "compile/capture.h"
+#include "compile/passes/passes.h"
+#include "compile/schedule.h"
+
+#include "compile_test_config.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+using namespace minigpt;
+using namespace minigpt::compile;
+
+namespace {
+
+PassOptions mlp_options(bool with_prologue) {
+  PassOptions opt;
+  opt.matmul_prologue = with_prologue;
+  opt.fuse_mlp = true;
+  return opt;
+}
+
+int mlp_kernels(const Schedule& s) {
+  int n = 0;
+  for (const Kernel& k : s.kernels) n += k.name.find("_mlp_") != std::string::npos;
+  return n;
+}
+
+}  // namespace
+
+TEST(CompileFuseMlp, EachMlpBecomesOneGroupAndHIsNotStored) {
+  const ModelConfig c = compile_tiny_config();
+  for (bool prologue : {true, false}) {
+    SCOPED_TRACE(prologue ? "with the layernorm prologue" : "fc1 without a prologue");
+    const Graph g = run_passes(capture_gpt(c, 2, 5), mlp_options(prologue));  // verified after every pass
+    const Schedule s = schedule(g);
+    EXPECT_EQ(mlp_kernels(s), c.n_layer) << print_schedule(s);
+    for (const Kernel& k : s.kernels) {
+      if (k.name.find("_mlp_") == std::string::npos) continue;
+      EXPECT_EQ(k.kind, KernelKind::PrologueMatmul) << k.name;
+      ASSERT_GE(k.nodes.size(), 2u);
+      const Node& fc1 = g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])];
+      const Node& fc2 = g.nodes[static_cast<size_t>(k.nodes.back())];
+      ASSERT_EQ(fc1.op, Op::Matmul) << k.name;
+      ASSERT_EQ(fc2.op, Op::Matmul) << k.name;
+      EXPECT_TRUE(fc1.gelu) << "fc1 keeps its GELU epilogue";
+      EXPECT_TRUE(fc2.has_residual) << "fc2 keeps its residual epilogue";
+      EXPECT_EQ(fc2.inputs[0], fc1.output) << "fc2 reads fc1's h";
+      EXPECT_FALSE(g.tensor(fc1.output).materialized) << "h lives in the GEMM's shared memory";
+      EXPECT_EQ(k.rows, g.tensor(fc1.inputs[0]).rows());
+      EXPECT_EQ(k.cols, c.d_model) << "the prologue's rows: fc1's x";
+      EXPECT_EQ(k.name.find("cpp_fused_layernorm_mlp_") == 0, prologue) << k.name;
+      if (prologue) {
+        EXPECT_FALSE(g.tensor(fc1.inputs[0]).materialized) << "the layernorm's rows too";
+      } else {
+        EXPECT_EQ(k.nodes.size(), 2u) << k.name;
+      }
+    }
+  }
+  // the decode step's MLPs too (one row)
+  EXPECT_EQ(mlp_kernels(schedule(run_passes(capture_gpt_decode(c), mlp_options(true)))), c.n_layer);
+}
+
+TEST(CompileFuseMlp, OffByDefaultSoTheCppBackEndIsUnchanged) {
+  const ModelConfig c = compile_tiny_config();
+  EXPECT_EQ(mlp_kernels(schedule(run_passes(capture_gpt(c, 2, 5)))), 0);
+  PassOptions opt;
+  opt.matmul_prologue = true;
+  EXPECT_EQ(mlp_kernels(schedule(run_passes(capture_gpt(c, 2, 5), opt))), 0);
+}
+
+// Where it must not merge: h read by a second node, h a graph output, and a first matmul with a
+// residual epilogue (not an MLP's fc1).
+TEST(CompileFuseMlp, RefusesWhenHHasAnotherReaderOrIsAnOutput) {
+  auto two_matmuls = [](bool second_reader, bool h_output) {
+    GraphBuilder b("mlp_like");
+    const int x = b.input("x", {4, 16});
+    const int w1 = b.weight("fc1.weight", {32, 16}), w2 = b.weight("fc2.weight", {16, 32});
+    const int h = b.matmul(x, w1, "h", "test");
+    if (h_output) b.output(h, "h");
+    b.output(b.matmul(h, w2, "y", "test"), "y");
+    if (second_reader) b.output(b.unary(Op::Exp, h, "e", "test"), "e");
+    return b.finish();
+  };
+  PassOptions opt = mlp_options(true);
+  EXPECT_EQ(mlp_kernels(schedule(run_passes(two_matmuls(false, false), opt))), 1) << "the plain pair merges";
+  EXPECT_EQ(mlp_kernels(schedule(run_passes(two_matmuls(true, false), opt))), 0) << "h read twice";
+  EXPECT_EQ(mlp_kernels(schedule(run_passes(two_matmuls(false, true), opt))), 0) << "h a graph output";
+}
