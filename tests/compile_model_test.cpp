@@ -8,6 +8,7 @@
 #include "core/isa.h"
 #include "data/probes.h"
 #include "data/tokenizer.h"
+#include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/softmax.h"
 #include "model/decoder.h"
 #include "model/gpt.h"
@@ -133,6 +134,51 @@ TEST(CompileModel, SoftmaxEdgeRowsFollowTheProjectNumerics) {
     EXPECT_TRUE(std::isnan(out.at({1, c})));
     EXPECT_TRUE(std::isnan(out.at({2, c})));
   }
+}
+
+TEST(CompileModel, LayerNormInRowBlocksMatchesEagerAndZeroesAConstantRow) {
+  // 37 rows of 64 with 16 lanes: rows [0, 32) in two 16-row blocks (statistics along the lanes),
+  // rows [32, 37) one by one. A constant row (in a block and in the rest) gives exactly the bias;
+  // every row within 1e-6 of eager's; a row gives the same bits in a block as alone (the block's
+  // trees are the per-row trees' adds).
+  const int64_t R = 37, C = 64;
+  GraphBuilder bld("layernorm_blocks");
+  const int x = bld.input("x", {R, C});
+  const int w = bld.weight("w", {C}), bb = bld.weight("b", {C});
+  bld.output(bld.layernorm(x, w, bb, 1e-5f, "y", "ln (cpu::layernorm_forward)"), "y");
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  Tensor in = Tensor::empty({R, C}), gain = Tensor::empty({C}), bias = Tensor::empty({C});
+  for (int64_t i = 0; i < in.numel(); ++i) in.data()[i] = 3.0f * nd(rng) + 100.0f;  // a large mean: float sums would lose ~3e-6 here
+  for (int64_t c = 0; c < C; ++c) {
+    gain.data()[c] = 1.0f + 0.1f * nd(rng);
+    bias.data()[c] = 0.1f * nd(rng);
+    in.at({5, c}) = 1.7f;   // constant rows: one in a block,
+    in.at({34, c}) = -3.1f;  // one in the rest
+  }
+  WeightBinding wb;
+  wb.values = {{"w", gain.data()}, {"b", bias.data()}};
+  CompileOptions o = test_options();
+  o.codegen.vec_width = 16;
+  CompiledGraph cg(bld.finish(), wb, o);
+  EXPECT_NE(cg.code().source.find("mg_hsumd16(acc"), std::string::npos) << "the 16-row blocks";
+  ThreadPool pool(1);
+  Tensor out = Tensor::empty({R, C}), eager = Tensor::empty({R, C}), mean = Tensor::empty({R}), rstd = Tensor::empty({R});
+  const void* ins[] = {in.data()};
+  float* outs[] = {out.data()};
+  cg.run(ins, outs, pool);
+  cpu::layernorm_forward(in.data(), gain.data(), bias.data(), eager.data(), mean.data(), rstd.data(), R, C, 1e-5f, pool);
+  const float diff = max_abs_diff(eager.data(), out.data(), out.numel());
+  EXPECT_LT(diff, 1e-6f);
+  std::printf("layernorm in row blocks vs eager: max abs diff %.3g\n", diff);
+  for (int64_t c = 0; c < C; ++c) {
+    EXPECT_EQ(out.at({5, c}), bias.data()[c]);
+    EXPECT_EQ(out.at({34, c}), bias.data()[c]);
+  }
+  // row 3 (in the first block) copied to row 35 (in the rest): the same bits
+  for (int64_t c = 0; c < C; ++c) in.at({35, c}) = in.at({3, c});
+  cg.run(ins, outs, pool);
+  for (int64_t c = 0; c < C; ++c) EXPECT_EQ(out.at({35, c}), out.at({3, c})) << c;
 }
 
 TEST(CompileModel, ExpOfAnyInputMatchesStdExp) {

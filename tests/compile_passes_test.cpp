@@ -234,6 +234,31 @@ TEST(CompilePasses, PlanBuffersReusesBytesAndKeepsLiveTensorsApart) {
   EXPECT_LT(g.arena_bytes, total / 2) << "no reuse: " << g.arena_bytes << " of " << total;
 }
 
+TEST(CompilePasses, CodegenPicksTheAttentionBodyByShape) {
+  // A forward whose T queries fit one vector (T <= lanes) takes the one-block body (a plain
+  // softmax over all keys at once); a longer one the online softmax over blocks of keys. The
+  // results of each are checked against eager in compile_model_test (T = 16 and 7 with 16
+  // lanes, 19 with 32 lanes: the block body; 21 and 19 with 16 and 8 lanes: the blocks).
+  ModelConfig c = tiny_config();  // dh = 16
+  c.block_size = 24;
+  auto source = [&](int64_t T, int lanes) {
+    CompileOptions o;
+    o.codegen.vec_width = lanes;
+    return lower(capture_gpt(c, 2, T), o).code.source;
+  };
+  const std::string one_block = "all keys at once", blocks = "online softmax";
+  const std::string t16 = source(16, 16), t7 = source(7, 16), t21 = source(21, 16), t16w8 = source(16, 8), t16w32 = source(16, 32);
+  EXPECT_NE(t16.find(one_block), std::string::npos);
+  EXPECT_NE(t16.find("mg_transpose16(qt);"), std::string::npos);  // dh = lanes = 16: the register transpose
+  EXPECT_EQ(t16.find(blocks), std::string::npos);
+  EXPECT_NE(t7.find(one_block), std::string::npos);
+  EXPECT_NE(t16w32.find(one_block), std::string::npos);
+  EXPECT_EQ(t16w32.find("mg_transpose16(qt);"), std::string::npos);  // 32 lanes: q gathered lane by lane
+  EXPECT_NE(t21.find(blocks), std::string::npos);
+  EXPECT_EQ(t21.find(one_block), std::string::npos);
+  EXPECT_NE(t16w8.find(blocks), std::string::npos);
+}
+
 TEST(CompilePasses, CodegenGeneratesLoopsNotEagerCalls) {
   // The engine's GEMM forced (what this test reads for); by default (kAuto) the matmuls are
   // generated GEMMs on AVX-512 (their prelude embeds vec_math_avx512.h, namespace cpu::avx512).

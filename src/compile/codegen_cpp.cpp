@@ -166,6 +166,22 @@ static inline mg_vi mg_iota(void) { mg_vi v; for (int l = 0; l < MG_W; ++l) v[l]
 #define MG_MAXF mg_max
 #define MG_MAXD mg_maxd
 #endif
+#if MG_W == 16
+// rows r[0..15] -> columns (r[d][l] becomes r[l][d]): 4 rounds, each zipping rows i and i + 8
+// into rows 2i, 2i + 1 (one two-source permute each: 64 in all)
+#define MG_ZIPLO(x, y) __builtin_shufflevector(x, y, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23)
+#define MG_ZIPHI(x, y) __builtin_shufflevector(x, y, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31)
+static inline void mg_transpose16(mg_vf* r) {
+  for (int round = 0; round < 4; ++round) {
+    mg_vf t[16];
+    for (int i = 0; i < 8; ++i) {
+      t[2 * i] = MG_ZIPLO(r[i], r[i + 8]);
+      t[2 * i + 1] = MG_ZIPHI(r[i], r[i + 8]);
+    }
+    for (int i = 0; i < 16; ++i) r[i] = t[i];
+  }
+}
+#endif
 static inline float mg_hmax(mg_vf v) {
   MG_TREE(v, MG_MAXF, float);
   return v[0];
@@ -185,6 +201,24 @@ static inline float mg_hsum_tree(mg_vf v) {
   MG_TREE(v, MG_ADD, float);
   return v[0];
 }
+#if MG_W == 16
+// (float)mg_hsumd of 16 double vectors at once, lane k = (float)mg_hsumd(p[k]) bit for bit (the
+// same adds per level: lanes 0-7 + 8-15 of each, then pairs of rows as MG_L4 .. MG_L1 do)
+typedef double mg_vd8 __attribute__((vector_size(64)));
+typedef float mg_vf8 __attribute__((vector_size(32)));
+#define MG_D8(v) (__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15))
+#define MG_D4(x, y) (__builtin_shufflevector(x, y, 0, 1, 2, 3, 8, 9, 10, 11) + __builtin_shufflevector(x, y, 4, 5, 6, 7, 12, 13, 14, 15))
+#define MG_D2(x, y) (__builtin_shufflevector(x, y, 0, 1, 4, 5, 8, 9, 12, 13) + __builtin_shufflevector(x, y, 2, 3, 6, 7, 10, 11, 14, 15))
+#define MG_D1(x, y) (__builtin_shufflevector(x, y, 0, 2, 4, 6, 8, 10, 12, 14) + __builtin_shufflevector(x, y, 1, 3, 5, 7, 9, 11, 13, 15))
+static inline mg_vf mg_hsumd16(const mg_vd* p) {
+  mg_vd8 s[16], t[8], u[4];
+  for (int k = 0; k < 16; ++k) s[k] = MG_D8(p[k]);
+  for (int k = 0; k < 8; ++k) t[k] = MG_D4(s[2 * k], s[2 * k + 1]);
+  for (int k = 0; k < 4; ++k) u[k] = MG_D2(t[2 * k], t[2 * k + 1]);
+  const mg_vf8 lo = __builtin_convertvector(MG_D1(u[0], u[1]), mg_vf8), hi = __builtin_convertvector(MG_D1(u[2], u[3]), mg_vf8);
+  return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+#endif
 // the sum in lane order (as eager adds its probabilities, key by key)
 static inline float mg_hsum(mg_vf v) {
   float s = v[0];
@@ -306,7 +340,7 @@ class RowwiseGen {
   std::string operand(int t, Mode m) const {
     if (in_group_.count(t)) {
       const int p = g_.tensor(t).producer;
-      return is_row(p) ? fmt::format("row{}", t) : fmt::format("tmp{}", t);
+      return is_row(p) ? (row_vec_ ? "rowv" : "row") + std::to_string(t) : fmt::format("tmp{}", t);
     }
     const TensorInfo& ti = g_.tensor(t);
     const std::string& p = ptr_.at(t);
@@ -462,6 +496,37 @@ class RowwiseGen {
     return s + column_loop(per, indent, chained);
   }
 
+  // Row values (in_group_ tensors made by row nodes) that `nodes` read.
+  std::set<int> row_inputs(const std::vector<int>& nodes) const {
+    std::set<int> rows;
+    for (int node : nodes)
+      for (int in : g_.nodes[static_cast<size_t>(node)].inputs)
+        if (in_group_.count(in) && is_row(g_.tensor(in).producer)) rows.insert(in);
+    return rows;
+  }
+  // The element nodes a reduction's column loop computes.
+  std::vector<int> reduced_nodes(const Node& n) const {
+    std::vector<int> targets;
+    if (in_group_.count(n.inputs[0])) targets.push_back(g_.tensor(n.inputs[0]).producer);
+    return closure(targets);
+  }
+  // An accurate sum (acc_f64: a layernorm's) is summed in double lanes, as eager's: exact for a
+  // constant row (its layernorm is then exactly 0) whatever the other columns hold. Tried and
+  // dropped for speed (the double lanes cost ~0.3 us of a 0.7-1.0 us layernorm at (32, 64)):
+  // float lanes shifted by the row's first element (an outlier first column cost the shipped
+  // model's probes 1.9e-5 against eager's logits under AVX2, over the 1e-5 bound); a float tree
+  // (exact for a constant row of 2^k vectors; 3.6e-6 from eager's layernorm at mean 100, and
+  // 1.2e-5 on the probes under the scalar ISA); float squared deviations with the double mean
+  // (passed, but the probes' logits moved from 6.1e-6 to 8.6e-6 from eager for no measurable
+  // speed).
+  // (A max is exact in float: acc_f64 changes nothing there.)
+  bool in_double(const Node& n) const { return n.acc_f64 && n.op == Op::ReduceSum; }
+  // kept: (value node, output) pairs the column loop also stores (plan_stash)
+  std::string reduction(const Node& n, const std::string& indent, bool block, const std::vector<std::pair<int, int>>& kept = {}) const;
+  std::string store_loop(const std::vector<int>& stores, const std::map<int, int>& loaded, const std::string& indent) const;
+  bool rows_in_blocks(const std::map<int, std::vector<std::pair<int, int>>>& stash) const;
+  std::string row_block(const std::vector<int>& stores, const std::map<int, int>& loaded);
+
   const Graph& g_;
   const Schedule& s_;
   const Kernel& k_;
@@ -470,7 +535,156 @@ class RowwiseGen {
   const CodegenOptions& opt_;
   std::map<int, std::string> ptr_, out_;
   std::set<int> in_group_;
+  bool row_vec_ = false;  // row values are mg_vf over 16 rows (rowv{t}), in row_block's row statements
 };
+
+// One reduction's statements for row r (block: row r = rr + k of a 16-row block, into
+// acc{t}[k]). Max: lane-wise, then a tree. Float sum: lane-wise, the lanes added in order.
+// acc_f64 sum: double lanes, then a tree. Leaves row{t} (not in a block; a block's trees are
+// row_block's, 16 rows at once).
+std::string RowwiseGen::reduction(const Node& n, const std::string& in2, bool block, const std::vector<std::pair<int, int>>& kept) const {
+  const int t = n.output, src = n.inputs[0];
+  const bool mx = n.op == Op::ReduceMax, dbl = in_double(n);
+  const std::string acc = block ? fmt::format("acc{}[k]", t) : fmt::format("acc{}", t);
+  std::string code;
+  if (!block)
+    code += fmt::format("{}// {} of {} over the row{}: lane-wise, lanes combined {}\n", in2, mx ? "max" : "sum", g_.tensor(src).name,
+                        dbl ? ", in double" : "", mx || dbl ? "as a tree" : "in order");
+  const std::vector<int> nodes = reduced_nodes(n);
+  code += fmt::format("{}{}{} = {};\n", in2, block ? "" : dbl ? "mg_vd " : "mg_vf ", acc,
+                      mx ? "mg_splat(-INFINITY)" : dbl ? "(mg_vd){}" : "mg_splat(0.0f)");
+  auto step = [&](Mode m) {
+    std::string per = body(nodes, m);
+    std::string val = operand(src, m);
+    if (dbl) val = m == Mode::Vector ? "mg_widen(" + val + ")" : "(double)" + val;
+    const std::string lane = m == Mode::Vector ? "" : "[l]";
+    per += mx ? fmt::format("{}{} = {}({}{}, {});\n", acc, lane, m == Mode::Vector ? "mg_max_v" : "mg_max", acc, lane, val)
+              : fmt::format("{}{} += {};\n", acc, lane, val);
+    for (const auto& [x, y] : kept) {
+      const int xt = g_.nodes[static_cast<size_t>(x)].output;
+      per += m == Mode::Vector ? fmt::format("mg_store(&{}[r * {} + c0], tmp{});  // kept for the store loop\n", out_.at(y), C_, xt)
+                               : fmt::format("{}[r * {} + c] = tmp{};  // kept for the store loop\n", out_.at(y), C_, xt);
+    }
+    return per;
+  };
+  const std::string chains = mx ? max_chains_loop(step, t, false, in2) : "";
+  code += chains.empty() ? column_loop(step, in2) : chains;
+  if (block) return code;
+  const std::string total = mx    ? fmt::format("mg_hmax(acc{})", t)
+                            : dbl ? fmt::format("(float)mg_hsumd(acc{})", t)
+                                  : fmt::format("mg_hsum(acc{})", t);
+  code += fmt::format("{}const float row{} = {};  // {}\n", in2, t, total, g_.tensor(t).name);
+  return code;
+}
+
+// The column loop that stores the kernel's element-wise outputs for row r.
+std::string RowwiseGen::store_loop(const std::vector<int>& stores, const std::map<int, int>& loaded, const std::string& in2) const {
+  std::string names;
+  for (int node : stores) names += (names.empty() ? "" : ", ") + g_.tensor(g_.nodes[static_cast<size_t>(node)].output).name;
+  std::string code = fmt::format("{}// outputs: {}\n", in2, names);
+  const std::vector<int> nodes = closure(stores, loaded);
+  if (C_ == 1) {  // one value per row: no column loop
+    code += fmt::format("{}{{\n{}  const int64_t c = 0;\n", in2, in2);
+    code += indent_text(body(nodes, Mode::Scalar), in2 + "  ");
+    for (int node : stores) code += fmt::format("{}  {}[r] = tmp{};\n", in2, out_.at(g_.nodes[static_cast<size_t>(node)].output), g_.nodes[static_cast<size_t>(node)].output);
+    code += fmt::format("{}}}\n", in2);
+    return code;
+  }
+  return code + column_loop(
+                    [&](Mode m) {
+                      std::string per = body(nodes, m, loaded);
+                      for (int node : stores) {
+                        const int t = g_.nodes[static_cast<size_t>(node)].output;
+                        per += m == Mode::Vector ? fmt::format("mg_store(&{}[r * {} + c0], tmp{});\n", out_.at(t), C_, t)
+                                                 : fmt::format("{}[r * {} + c] = tmp{};\n", out_.at(t), C_, t);
+                      }
+                      return per;
+                    },
+                    in2);
+}
+
+// Rows in blocks of 16 (row_block) where every reduction is an accurate sum (a layernorm: the
+// per-row statistics are a chain of ~100 cycles, two lane trees and a division, of which the core
+// overlapped ~2 rows), the row statements are arithmetic on row values only, and the columns are
+// whole 16-lane vectors.
+bool RowwiseGen::rows_in_blocks(const std::map<int, std::vector<std::pair<int, int>>>& stash) const {
+  if (W_ != 16 || C_ % 16 != 0 || C_ < 16 || R_ < 16 || !stash.empty()) return false;
+  for (int node : k_.nodes) {
+    const Node& n = g_.nodes[static_cast<size_t>(node)];
+    if (!is_row(node)) continue;
+    if (kReduction.contains(n.op)) {
+      if (n.op != Op::ReduceSum || !n.acc_f64) return false;
+      continue;
+    }
+    if (n.op != Op::MulScalar && n.op != Op::AddScalar && n.op != Op::Rsqrt && n.op != Op::Add && n.op != Op::Sub && n.op != Op::Mul)
+      return false;
+    for (int in : n.inputs)
+      if (!in_group_.count(in) || !is_row(g_.tensor(in).producer)) return false;
+  }
+  return true;
+}
+
+// 16 rows [rr, rr + 16) at a time: each reduction's column loops for the 16 rows one after the
+// other (16 independent chains; row r = rr + k), its 16 lane trees at once (mg_hsumd16: the same
+// adds as mg_hsumd, one row a lane), the row statements once for the 16 rows as vectors (rowv{t},
+// lanes = rows), kept in rowb{t}[16] for the column loops that read them by scalar. Every value
+// is the one the row-by-row loop computes, bit for bit.
+std::string RowwiseGen::row_block(const std::vector<int>& stores, const std::map<int, int>& loaded) {
+  const std::string in2 = "    ", in3 = "      ";
+  std::string code = "  const int64_t rb = r0 + (r1 - r0) / 16 * 16;  // rows [r0, rb) in blocks of 16, the rest one by one\n";
+  code += "  for (int64_t rr = r0; rr < rb; rr += 16) {\n";
+  // the row values a k loop over `nodes` reads, as scalars of row r
+  auto row_scalars = [&](const std::vector<int>& nodes) {
+    std::string s;
+    for (int t : row_inputs(nodes)) s += fmt::format("{}const float row{} = rowb{}[k];\n", in3, t, t);
+    return s;
+  };
+  auto k_loop = [&](const std::string& what) {
+    return fmt::format("{}#pragma GCC unroll 16\n{}for (int64_t k = 0; k < 16; ++k) {{  // {}\n{}const int64_t r = rr + k;\n", in2, in2, what, in3);
+  };
+  std::set<int> read_back;  // row values the k loops read
+  for (int node : k_.nodes)
+    if (kReduction.contains(g_.nodes[static_cast<size_t>(node)].op)) {
+      const std::set<int> r = row_inputs(reduced_nodes(g_.nodes[static_cast<size_t>(node)]));
+      read_back.insert(r.begin(), r.end());
+    }
+  if (!stores.empty()) {
+    const std::set<int> r = row_inputs(closure(stores, loaded));
+    read_back.insert(r.begin(), r.end());
+  }
+  for (int node : k_.nodes) {
+    const Node& n = g_.nodes[static_cast<size_t>(node)];
+    const int t = n.output;
+    if (!is_row(node)) continue;
+    if (kReduction.contains(n.op)) {
+      code += fmt::format("{}// sum of {} over each row: double lanes, the 16 rows' lane trees at once\n", in2, g_.tensor(n.inputs[0]).name);
+      code += fmt::format("{}mg_vd acc{}[16];\n", in2, t);
+      code += k_loop("row by row: independent chains");
+      code += row_scalars(reduced_nodes(n));
+      code += reduction(n, in3, true);
+      code += fmt::format("{}}}\n", in2);
+      code += fmt::format("{}const mg_vf rowv{} = mg_hsumd16(acc{});  // {}, lanes = rows\n", in2, t, t, g_.tensor(t).name);
+    } else {
+      row_vec_ = true;
+      code += fmt::format("{}const mg_vf rowv{} = {};  // {}, lanes = rows\n", in2, t, expr(node, Mode::Vector), g_.tensor(t).name);
+      row_vec_ = false;
+    }
+    if (out_.count(t)) code += fmt::format("{}mg_store(&{}[rr], rowv{});\n", in2, out_.at(t), t);
+    if (read_back.count(t)) {  // read back by scalar: without the barrier GCC broadcasts lanes by permutes
+      code += fmt::format("{}float rowb{}[16] __attribute__((aligned(64)));  // read back row by row\n{}mg_store(rowb{}, rowv{});\n", in2, t,
+                          in2, t, t);
+      code += fmt::format("{}__asm__ volatile(\"\" : : \"r\"(rowb{}) : \"memory\");\n", in2, t);
+    }
+  }
+  if (!stores.empty()) {
+    code += k_loop("the outputs, row by row");
+    code += row_scalars(closure(stores, loaded));
+    code += store_loop(stores, loaded, in3);
+    code += fmt::format("{}}}\n", in2);
+  }
+  code += "  }\n";
+  return code;
+}
 
 std::string RowwiseGen::generate(std::string& call_args) {
   std::vector<std::string> params, fields;
@@ -498,87 +712,28 @@ std::string RowwiseGen::generate(std::string& call_args) {
     code += fmt::format("  {} __restrict {} = a->{};\n", type, ptr_[t], ptr_[t]);
   }
   for (int t : k_.writes) code += fmt::format("  float* __restrict {} = a->{};\n", out_[t], out_[t]);
-  code += "  for (int64_t r = r0; r < r1; ++r) {\n";
-  const std::string in2 = "    ";
   std::vector<int> stores;  // every element-wise output of the kernel
   for (int t : k_.writes)
     if (!is_row(g_.tensor(t).producer)) stores.push_back(g_.tensor(t).producer);
   std::map<int, std::vector<std::pair<int, int>>> stash;
   std::map<int, int> loaded;
   plan_stash(stores, stash, loaded);
+  const bool blocks = rows_in_blocks(stash);
+  if (blocks) code += row_block(stores, loaded);
+  code += fmt::format("  for (int64_t r = {}; r < r1; ++r) {{\n", blocks ? "rb" : "r0");
+  const std::string in2 = "    ";
   for (int node : k_.nodes) {
     const Node& n = g_.nodes[static_cast<size_t>(node)];
     const int t = n.output;
     if (!is_row(node)) continue;
     if (kReduction.contains(n.op)) {
-      const bool dbl = n.acc_f64;
-      const bool mx = n.op == Op::ReduceMax;
-      const int src = n.inputs[0];
-      code += fmt::format("{}// {} of {} over the row{}: lane-wise, lanes combined in order\n", in2, mx ? "max" : "sum",
-                          g_.tensor(src).name, dbl ? ", in double" : "");
-      code += fmt::format("{}{} acc{} = {};\n", in2, dbl ? "mg_vd" : "mg_vf", t,
-                          mx ? (dbl ? "(mg_vd){} - INFINITY" : "mg_splat(-INFINITY)") : "{}");
-      std::vector<int> targets;
-      if (in_group_.count(src)) targets.push_back(g_.tensor(src).producer);
-      const std::vector<int> nodes = closure(targets);
-      auto step = [&](Mode m) {
-            std::string per = body(nodes, m);
-            std::string val = operand(src, m);
-            if (m == Mode::Vector) {
-              if (dbl) val = "mg_widen(" + val + ")";
-              per += mx ? fmt::format("acc{} = {}(acc{}, {});\n", t, dbl ? "mg_maxd_v" : "mg_max_v", t, val)
-                        : fmt::format("acc{} += {};\n", t, val);
-            } else {
-              if (dbl) val = "(double)" + val;
-              per += mx ? fmt::format("acc{}[l] = {}(acc{}[l], {});\n", t, dbl ? "mg_maxd" : "mg_max", t, val)
-                        : fmt::format("acc{}[l] += {};\n", t, val);
-            }
-            for (const auto& [x, y] : stash[node]) {
-              const int xt = g_.nodes[static_cast<size_t>(x)].output;
-              per += m == Mode::Vector ? fmt::format("mg_store(&{}[r * {} + c0], tmp{});  // kept for the store loop\n", out_[y], C_, xt)
-                                       : fmt::format("{}[r * {} + c] = tmp{};  // kept for the store loop\n", out_[y], C_, xt);
-            }
-            return per;
-          };
-      const std::string chains = mx ? max_chains_loop(step, t, dbl, in2) : "";
-      code += chains.empty() ? column_loop(step, in2) : chains;
-      if (mx || dbl) {  // a max in any order is exact; double lanes as a tree
-        code += fmt::format("{}const {} tot{} = {}(acc{});\n", in2, dbl ? "double" : "float", t,
-                            mx ? (dbl ? "mg_hmaxd" : "mg_hmax") : "mg_hsumd", t);
-      } else {  // float lanes added in order
-        code += fmt::format("{}const float tot{} = mg_hsum(acc{});\n", in2, t, t);
-      }
-      code += fmt::format("{}const float row{} = (float)tot{};  // {}\n", in2, t, t, g_.tensor(t).name);
+      code += reduction(n, in2, false, stash[node]);
     } else {
       code += fmt::format("{}const float row{} = {};  // {}\n", in2, t, expr(node, Mode::Row), g_.tensor(t).name);
     }
     if (out_.count(t)) code += fmt::format("{}{}[r] = row{};\n", in2, out_[t], t);
   }
-  // the store loop
-  if (!stores.empty()) {
-    std::string names;
-    for (int node : stores) names += (names.empty() ? "" : ", ") + g_.tensor(g_.nodes[static_cast<size_t>(node)].output).name;
-    code += fmt::format("{}// outputs: {}\n", in2, names);
-    const std::vector<int> nodes = closure(stores, loaded);
-    if (C_ == 1) {  // one value per row: no column loop
-      code += fmt::format("{}{{\n{}  const int64_t c = 0;\n", in2, in2);
-      code += indent_text(body(nodes, Mode::Scalar), in2 + "  ");
-      for (int node : stores) code += fmt::format("{}  {}[r] = tmp{};\n", in2, out_[g_.nodes[static_cast<size_t>(node)].output], g_.nodes[static_cast<size_t>(node)].output);
-      code += fmt::format("{}}}\n", in2);
-    } else {
-      code += column_loop(
-          [&](Mode m) {
-            std::string per = body(nodes, m, loaded);
-            for (int node : stores) {
-              const int t = g_.nodes[static_cast<size_t>(node)].output;
-              per += m == Mode::Vector ? fmt::format("mg_store(&{}[r * {} + c0], tmp{});\n", out_[t], C_, t)
-                                       : fmt::format("{}[r * {} + c] = tmp{};\n", out_[t], C_, t);
-            }
-            return per;
-          },
-          in2);
-    }
-  }
+  if (!stores.empty()) code += store_loop(stores, loaded, in2);
   code += "  }\n}\n";
   // launcher
   code += fmt::format("{} {}(const MgRuntime* rt, const {}_args* a) {{\n", kKernelDecl, k_.name, k_.name);
@@ -654,6 +809,81 @@ std::string attention_vector_body(const std::string& name, int64_t B, int64_t T,
   code += fmt::format("        float* o = a->out_ptr0 + (b * {} + q0 + l2) * {} + h * {};\n", T, C, dh);
   code += fmt::format("        for (int64_t d = 0; d < {}; ++d) o[d] = ot[d][l2] / l[l2];\n", dh);
   code += "      }\n    }\n  }\n}\n";
+  return code;
+}
+
+// A whole sequence of T <= MG_W queries from position 0 (the forward at the model's T = 16):
+// every key is in one block, so the softmax needs no running max or rescaling, and the loops
+// are written for throughput (the GPT at (2, 16), AVX-512, one core, --explain: 5.5 -> 2.6 us a
+// layer; experiments/25-compile/REPORT.md, branch cpu13e). As eager's attend_pair_dh16, per
+// (batch, head):
+//   Q^T (dh vectors, lanes = queries) by a register transpose (16 x 16: 4 rounds of 16 zips)
+//   or, for other shapes, lane by lane;
+//   S^T[j] = sum_d Q^T[d] k[j][d], all T keys side by side (d outer: T independent chains
+//   instead of one chain of dh FMAs per key), each sum over d in order, times the scale;
+//   the causal mask per lane, the max over keys as a tree (max is exact in any order);
+//   P^T[j] = exp(S^T[j] - max), summed in key order, times 1 / sum (one vector division,
+//   as eager: not the old out / sum per element, so within ~1 ulp of it);
+//   out[q] = sum_{j <= q} P[q][j] v[j] (a vector over d per query, P read back from a local
+//   (T, MG_W) tile by scalar, keys in order; no transpose back, masked keys skipped).
+std::string attention_block_body(const std::string& name, int64_t T, int64_t C, int64_t NH, int64_t dh, float scale, int W) {
+  const int64_t C3 = 3 * C;
+  std::string code = fmt::format("static void {}_pairs(void* ctx, int64_t p0, int64_t p1) {{\n", name);
+  code += fmt::format("  const {}_args* a = (const {}_args*)ctx;\n", name, name);
+  code += "  const mg_vi lane = mg_iota();\n";
+  code += "  for (int64_t p = p0; p < p1; ++p) {\n";
+  code += fmt::format("    const int64_t b = p / {}, h = p % {};\n", NH, NH);
+  code += fmt::format("    const float* base = a->in_ptr0 + b * {} + h * {};  // row j: q at +0, k at +{}, v at +{}\n", T * C3, dh, C,
+                      2 * C);
+  code += fmt::format("    mg_vf qt[{}];  // qt[d][l] = q[l][d] (0 for lanes l >= {})\n", dh, T);
+  if (W == 16 && dh == 16) {
+    code += fmt::format("    for (int l = 0; l < 16; ++l) qt[l] = l < {} ? mg_load(base + l * {}) : mg_splat(0.0f);  // q rows\n", T, C3);
+    code += "    mg_transpose16(qt);\n";
+  } else {
+    code += fmt::format("    for (int64_t d = 0; d < {}; ++d)\n", dh);
+    code += "      for (int l = 0; l < MG_W; ++l)\n";
+    code += fmt::format("        qt[d][l] = l < {} ? base[l * {} + d] : 0.0f;\n", T, C3);
+  }
+  code += fmt::format("    mg_vf sv[{}];  // sv[j][l]: score of key j for query l, then its probability\n", T);
+  code += fmt::format("    for (int64_t j = 0; j < {}; ++j) sv[j] = mg_splat(0.0f);\n", T);
+  code += fmt::format("    for (int64_t d = 0; d < {}; ++d)\n#pragma GCC unroll {}\n", dh, T);
+  code += fmt::format("      for (int64_t j = 0; j < {}; ++j) sv[j] += qt[d] * base[j * {} + {} + d];\n", T, C3, C);
+  code += fmt::format("    mg_vf mx[{}];  // the running maxima\n#pragma GCC unroll {}\n", T, T);
+  code += fmt::format("    for (int64_t j = 0; j < {}; ++j) {{\n", T);
+  code += fmt::format("      sv[j] = (lane >= (int32_t)j) ? sv[j] * {} : mg_splat(-INFINITY);  // scale 1/sqrt({}), causal mask\n",
+                      flit(scale), dh);
+  code += "      mx[j] = sv[j];\n    }\n";
+  // the max over keys as a tree, spelled out (GCC left the loop form's rows in memory)
+  code += "    // the max over keys, a tree (max is exact: any order gives the same value)\n";
+  for (int64_t w = 1; w < T; w *= 2)
+    for (int64_t j = 0; j + w < T; j += 2 * w) code += fmt::format("    mx[{}] = mg_max_v(mx[{}], mx[{}]);\n", j, j, j + w);
+  code += "    mg_vf l = {};\n";
+  code += fmt::format("#pragma GCC unroll {}\n    for (int64_t j = 0; j < {}; ++j) {{\n", T, T);
+  code += "      sv[j] = mg_exp_nonpos_v(sv[j] - mx[0]);  // masked: exp(-inf) = 0\n";
+  code += "      l += sv[j];\n    }\n";
+  code += "    const mg_vf inv = 1.0f / l;\n";
+  code += fmt::format("    float pt[{}][MG_W] __attribute__((aligned(64)));  // pt[j][q] = P[q][j]\n", T);
+  code += fmt::format("#pragma GCC unroll {}\n    for (int64_t j = 0; j < {}; ++j) mg_store(pt[j], sv[j] * inv);\n", T, T);
+  // pt is read back by scalar from memory: without the barrier GCC keeps the tile in registers
+  // and broadcasts each lane with a permute, on the port the FMAs need
+  code += "    __asm__ volatile(\"\" : : \"r\"(pt) : \"memory\");  // pt is read back from memory\n";
+  // keys outer, queries inner: T independent accumulators (each still adds its keys in order),
+  // not one chain of up to T dependent FMAs per query
+  const bool vec = dh % W == 0;
+  const int64_t nv = vec ? dh / W : dh;
+  const std::string el = vec ? "mg_vf" : "float";
+  code += fmt::format("    {} o[{}][{}];  // o[q]: out[q]\n", el, T, nv);
+  code += fmt::format("#pragma GCC unroll {}\n    for (int64_t q = 0; q < {}; ++q)\n", T, T);
+  code += fmt::format("      for (int64_t i = 0; i < {}; ++i) o[q][i] = {};\n", nv, vec ? "mg_splat(0.0f)" : "0.0f");
+  code += fmt::format("#pragma GCC unroll {}\n    for (int64_t j = 0; j < {}; ++j) {{\n", T, T);
+  code += fmt::format("      const float* v = base + j * {} + {};\n", C3, 2 * C);
+  code += fmt::format("#pragma GCC unroll {}\n      for (int64_t q = j; q < {}; ++q)  // queries that see key j\n", T, T);
+  code += fmt::format("        for (int64_t i = 0; i < {}; ++i) o[q][i] += pt[j][q] * {};\n", nv, vec ? "mg_load(v + i * MG_W)" : "v[i]");
+  code += "    }\n";
+  code += fmt::format("#pragma GCC unroll {}\n    for (int64_t q = 0; q < {}; ++q) {{\n", T, T);
+  code += fmt::format("      float* out = a->out_ptr0 + (b * {} + q) * {} + h * {};\n", T, C, dh);
+  code += fmt::format("      for (int64_t i = 0; i < {}; ++i) {};\n", nv, vec ? "mg_store(out + i * MG_W, o[q][i])" : "out[i] = o[q][i]");
+  code += "    }\n  }\n}\n";
   return code;
 }
 
@@ -759,18 +989,27 @@ std::string generate_attention(const Schedule& s, const Kernel& k, const Codegen
   params.push_back(fmt::format("out_ptr0 = {} (heads merged)", describe(g, n.output)));
   call_args += ", " + tensor_var(g, n.output);
   std::string code = kernel_comment(s, k, params);
-  code += fmt::format(
-      "//   per (batch, head), {} queries at a time along the vector lanes, keys in blocks of {}:\n"
-      "//   scores, causal mask, online softmax (running max and sum per query, earlier blocks\n"
-      "//   rescaled by exp(m_old - m_new)), out^T += p v; out = out^T / sum. No (T, S) score or\n"
-      "//   probability matrix exists.\n",
-      opt.vec_width, opt.vec_width);
-  code += fmt::format("struct {}_args {{ const float* in_ptr0; const float* in_ptr1; const float* in_ptr2; const int32_t* in_ptr3; float* out_ptr0; }};\n", k.name);
+  const std::string args =
+      fmt::format("struct {}_args {{ const float* in_ptr0; const float* in_ptr1; const float* in_ptr2; const int32_t* in_ptr3; float* out_ptr0; }};\n", k.name);
   if (T == 1 && dh == opt.vec_width) {
-    code += "//   one query per (batch, head): keys along a row of scores instead\n";
+    code += "//   one query per (batch, head): keys along a row of scores\n" + args;
     code += attention_one_query_body(k.name, T, C, NH, dh, offset, S, scale, decode);
+  } else if (!decode && !n.runtime_offset && n.offset == 0 && T <= opt.vec_width) {
+    code += fmt::format(
+        "//   per (batch, head), all {} queries along the vector lanes and all keys at once: scores\n"
+        "//   S^T (key by key, lanes = queries), causal mask, softmax over keys (a plain one: one\n"
+        "//   block of keys), P^T kept as a local ({}, {}) tile, out[q] = sum_j P[q][j] v[j]. No\n"
+        "//   (T, S) tensor leaves the kernel.\n",
+        T, T, opt.vec_width);
+    code += args + attention_block_body(k.name, T, C, NH, dh, scale, opt.vec_width);
   } else {
-    code += attention_vector_body(k.name, B, T, C, NH, dh, offset, scale, decode, opt.vec_width);
+    code += fmt::format(
+        "//   per (batch, head), {} queries at a time along the vector lanes, keys in blocks of {}:\n"
+        "//   scores, causal mask, online softmax (running max and sum per query, earlier blocks\n"
+        "//   rescaled by exp(m_old - m_new)), out^T += p v; out = out^T / sum. No (T, S) score or\n"
+        "//   probability matrix exists.\n",
+        opt.vec_width, opt.vec_width);
+    code += args + attention_vector_body(k.name, B, T, C, NH, dh, offset, scale, decode, opt.vec_width);
   }
   code += fmt::format("{} {}(const MgRuntime* rt, const {}_args* a) {{\n", kKernelDecl, k.name, k.name);
   const int64_t work = B * NH * T * S * dh;
@@ -947,7 +1186,7 @@ GeneratedCode generate_cpp(const Schedule& s, const CodegenOptions& opt) {
     // no function of its own: nothing to share.)
     std::string fn = k.name;
     if (const size_t body_at = code.find("struct " + k.name + "_args"); body_at != std::string::npos) {
-      const std::string shape_of_loops = loops_key(code.substr(body_at), k.name, "acc|tot|row|tmp");
+      const std::string shape_of_loops = loops_key(code.substr(body_at), k.name, "acc|tot|rowv|rowb|row|tmp");
       const auto seen = loops_emitted.find(shape_of_loops);
       if (seen != loops_emitted.end()) {
         fn = seen->second;
