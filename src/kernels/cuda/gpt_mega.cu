@@ -651,13 +651,6 @@ __device__ __forceinline__ void fc2_finish(const Ctx& c, const float* bias) {
   }
 }
 
-// K: the model's C, H, F as compile-time constants (gpt_mega_kernel<Fixed<64, 4, 256>>, the
-// shipped architecture: the layout's offsets and every index fold to constants, no run-time
-// divisions by them) or Fixed<0, 0, 0>, the generic kernel reading them from p.dims. kSplit: the
-// k-split sums (p.dims.split_k, the decode step) in their own instance: as a run-time branch in
-// the one kernel they made the forward's code spill (ptxas: 32 bytes, at the 128 registers of
-// 512 threads per CTA; none before or as a separate instance), and the forward measured ~1.3 us
-// slower (H200, 63.0 -> 64.4 us).
 // dims with K's compile-time constants in place (they then fold into every offset and index).
 template <class K>
 __device__ __forceinline__ MegaDims fixed_dims(MegaDims d) {
@@ -667,6 +660,13 @@ __device__ __forceinline__ MegaDims fixed_dims(MegaDims d) {
   return d;
 }
 
+// K: the model's C, H, F as compile-time constants (gpt_mega_kernel<Fixed<64, 4, 256>>, the
+// shipped architecture: the layout's offsets and every index fold to constants, no run-time
+// divisions by them) or Fixed<0, 0, 0>, the generic kernel reading them from p.dims. kSplit: the
+// k-split sums (p.dims.split_k, the decode step) in their own instance: as a run-time branch in
+// the one kernel they made the forward's code spill (ptxas: 32 bytes, at the 128 registers of
+// 512 threads per CTA; none before or as a separate instance), and the forward measured ~1.3 us
+// slower (H200, 63.0 -> 64.4 us).
 template <class K, bool kSplit, bool kTrace = false>
 __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_constant__ MegaParams p, int R) {
   extern __shared__ __align__(16) float sm[];
