@@ -253,7 +253,7 @@ struct MegaGenerate {
   int32_t* result = nullptr;
   float* step_logits = nullptr;  // ((n + 1), V) or null: the logits of every fed token, in order
   // Diagnostics, or null: 16 long longs (device or mapped host memory): the cycles of each phase
-  // of the loop summed over the launch (CTA 0; slots as gpt_mega.cu's mark(k) calls), the last
+  // of the loop summed over the launch (CTA 0; slots as gpt_mega_generate.cu's mark(k) calls), the last
   // one the number of tokens fed.
   long long* trace = nullptr;
 };

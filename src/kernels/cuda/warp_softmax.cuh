@@ -1,4 +1,4 @@
-// Device helper of the whole-layer kernels' attention (gpt_layer.cu, gpt_mega.cu): the softmax of
+// Device helper of the whole-layer kernels' attention (gpt_layer.cu, gpt_mega_parts.cuh): the softmax of
 // one row of scores in shared memory, in place, by one warp: lanes take p = lane, lane + 32, ...;
 // the max, then the sum of exp(s - max) (xor-shuffle reductions), then each value times 1/sum.
 // The whole warp must call it. Device code only.

@@ -1,0 +1,394 @@
+// The building blocks gpt_mega.h's two kernels share: gpt_mega.cu's forward / decode step
+// (gpt_mega_kernel) and gpt_mega_generate.cu's device decode loop. Internal: included by those two
+// files only; an unnamed namespace, so each gets its own copy (inline device code, the layout).
+// One cluster of R CTAs, 512 threads each.
+// Shared memory of every CTA (floats, every region 16-byte aligned; rows padded by 4 floats so
+// that 16-byte reads of 8 consecutive rows hit distinct banks):
+//   per layer: ln1/ln2 weights and biases (4C), this CTA's head's q, k, v rows of qkv.weight
+//   (3dh x C+4) and bias, its proj / fc1 / fc2 rows (as nn.Linear: output columns are weight
+//   rows, contiguous in global memory; fc2 by k: all C rows, its F/R columns of each) and
+//   biases; the head: ln_f, its lm_head rows and bias;
+//   (everything up to here, floats [0, x), is the CTA's part of the weight image: gpt_mega_pack)
+//   activations: x, att, ln (N x C+4), h (N x F+4), the GEMMs' slice partials, fc2 by k's
+//   partials of this CTA's columns from every CTA (p2), its logits (N x vc),
+//   the softmax pairs of every CTA, and one attention item's q, k, v, scores; an mbarrier per
+//   weight group; the token ids.
+#pragma once
+
+#include "kernels/cuda/bulk_copy.cuh"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gelu.cuh"
+#include "kernels/cuda/gpt_mega.h"
+#include "kernels/cuda/warp_softmax.cuh"
+#include "kernels/cuda/softmax_cluster.cuh"
+
+#include <math_constants.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+
+namespace minigpt::cuda {
+namespace {
+
+using detail::cluster_arrive;
+using detail::cluster_ctarank;
+using detail::cluster_wait;
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr int kSlice = 64;  // long sums (k > 64) run as k-slices of 64, added in slice order
+// fc2 by k (MegaLayout::fc2k, the forward): k-slices of 16, each CTA's h columns a whole number
+// of them, whatever R, so the logits stay the same bitwise at every cluster size
+constexpr int kFc2Slice = 16;
+
+__host__ __device__ constexpr int round4(int n) { return (n + 3) / 4 * 4; }
+__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+__host__ __device__ constexpr int max3(int a, int b, int c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
+// Offsets (floats) of every shared-memory region; the same on host and device.
+struct MegaLayout {
+  int R, N, dh, sC, sF, sd, pc, fc, vc, ns, ns2, kv_rows, kv_layers;
+  // fc2 by k (every launch without split_k whose fc is a multiple of kFc2Slice): each CTA
+  // multiplies only its own fc columns of h (fc1's outputs: never pushed) by the matching
+  // columns of fc2.weight, and pushes each 16-k slice's partial of every output to the CTA that
+  // owns the output's column (pc columns each); the owner adds the F/16 partials in slice order,
+  // the bias and x, and pushes x as before. Pushed per CTA and layer (shipped model, (2, 16),
+  // R = 16): N x C floats of partials instead of N x F of h (8 KB, not 32 KB: the remote stores'
+  // bandwidth, ~8 bytes per cycle, was most of the stage). Else fc2 by columns: h (N x F) pushed
+  // to every CTA, each computes its pc columns over all of k (kSlice slices).
+  bool fc2k;
+  // per layer, relative to layer l's base = l * layer
+  int ln1w, ln1b, ln2w, ln2b, qkv, qkvb, proj, projb, fc1, fc1b, fc2, fc2b, layer;
+  // absolute (head: where the head's regions start)
+  int head, lnfw, lnfb, lm, lmb, x, att, ln, h, part, p2, pp, lg, stats, q, kv, sc, bars, ids, total;
+
+  __host__ __device__ MegaLayout(const MegaDims& d, int r) {
+    R = r;
+    N = d.B * d.T;
+    dh = d.C / d.H;
+    sC = d.C + 4;
+    sF = d.F + 4;
+    sd = dh + 4;
+    pc = d.C / R;                        // proj and fc2 columns per CTA
+    fc = d.F / R;                        // fc1 columns per CTA
+    vc = round4(ceil_div(d.V, R));       // lm_head columns per CTA (the last ones may have fewer)
+    ns = ceil_div(d.F, kSlice);          // fc2's k-slices (by columns)
+    fc2k = !d.split_k && fc % kFc2Slice == 0;
+    ns2 = d.F / kFc2Slice;               // fc2's k-slices (by k)
+    kv_rows = d.cache ? d.capacity : d.T;  // keys an item sees
+    kv_layers = d.cache ? d.L : 1;         // decode: every layer's earlier k, v loaded at the start
+    int o = 0;
+    auto take = [&o](int n) { const int at = o; o += round4(n); return at; };
+    ln1w = take(d.C); ln1b = take(d.C); ln2w = take(d.C); ln2b = take(d.C);
+    qkv = take(3 * dh * sC); qkvb = take(3 * dh);
+    // proj by columns: this CTA's pc rows of proj.weight; by heads: the C x dh block of its
+    // head's input columns (rows padded to dh + 4) and the whole bias
+    proj = d.head_proj ? take(d.C * sd) : take(pc * sC);
+    projb = d.head_proj ? take(d.C) : take(pc);
+    fc1 = take(fc * sC); fc1b = take(fc);
+    // fc2 by k: all C rows of fc2.weight, this CTA's fc columns of each (rows padded to fc + 4);
+    // by columns: its pc rows, all of k
+    fc2 = fc2k ? take(d.C * (fc + 4)) : take(pc * sF); fc2b = take(pc);
+    layer = o;
+    o = d.L * layer;
+    head = o;
+    lnfw = take(d.C); lnfb = take(d.C); lm = take(vc * sC); lmb = take(vc);
+    x = take(N * sC); att = take(N * sC); ln = take(N * sC); h = take(N * sF);
+    part = take(N * max3(pc * ns, fc * ceil_div(d.C, kSlice), pc * ceil_div(d.C, kSlice)));
+    p2 = take(fc2k ? ns2 * N * pc : 0);  // fc2 by k: the partials of this CTA's columns (slice, N, pc)
+    pp = take(d.head_proj ? d.H * N * sC : 0);  // proj by heads: each head's partial (H, N, C+4)
+    lg = take(N * vc);
+    stats = take(2 * R * N);
+    q = take(d.T * sd);
+    kv = take(kv_layers * 2 * kv_rows * sd);
+    sc = take(d.T * (kv_rows + 1));
+    bars = take(2 * (d.L + 1));  // an mbarrier (8 bytes) per weight group: the layers', the head's
+    ids = take(N);               // the token ids (int)
+    total = o;
+  }
+};
+
+// ---- weights: an image of every CTA's shared memory, one bulk copy per group ----
+//
+// The weight part of a CTA's shared memory (the layers' regions, then the head's: floats
+// [0, S.x) of MegaLayout) is built once per plan in global memory by gpt_mega_pack, CTA r's at
+// image + r * S.x, padding included. Each launch then brings a group (a layer, or the head) in
+// with ONE bulk copy (the copy engine) completing on the group's mbarrier: five instructions of
+// one thread for the shipped model, all issued at the start, so the later layers' weights land
+// while layer 0 computes. Measured (H200, stage timestamps, shipped model, R = 16): the ~110 KB
+// of a CTA's slices issued as 16-byte cp.async from all 512 threads took ~29k cycles (15 us)
+// before layer 0 could start (~4 bytes per cycle; the issuing threads stall); as a bulk copy per
+// weight row (~80 per layer) ~60k cycles: the copy engine's per-copy cost, ~200 cycles each.
+
+// Waits (every thread) until group g has landed in this CTA's shared memory.
+__device__ __forceinline__ void wait_group(uint64_t* bars, int g) { detail::mbarrier_wait(&bars[g], 0); }
+
+// ---- distributed shared memory ----
+
+__device__ __forceinline__ unsigned shared_addr_in(const float* local, unsigned rank) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+               : "=r"(remote)
+               : "r"(static_cast<unsigned>(__cvta_generic_to_shared(local))), "r"(rank));
+  return remote;
+}
+// v into the slot `local` names in every CTA of the cluster (this one included).
+__device__ __forceinline__ void push4(float* local, float4 v, int R) {
+  for (int q = 0; q < R; ++q)
+    asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(shared_addr_in(local, q)), "f"(v.x),
+                 "f"(v.y), "f"(v.z), "f"(v.w)
+                 : "memory");
+}
+__device__ __forceinline__ void push1(float* local, float v, int R) {
+  for (int q = 0; q < R; ++q)
+    asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(shared_addr_in(local, q)), "f"(v) : "memory");
+}
+// v into the slot `local` names in CTA `rank` only (8-byte aligned).
+__device__ __forceinline__ void store_remote2(float* local, float2 v, unsigned rank) {
+  asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};\n" ::"r"(shared_addr_in(local, rank)), "f"(v.x), "f"(v.y)
+               : "memory");
+}
+// v into the slot `local` names in CTA `rank` only (16-byte aligned).
+__device__ __forceinline__ void store_remote4(float* local, float4 v, unsigned rank) {
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(shared_addr_in(local, rank)), "f"(v.x),
+               "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ void cluster_sync_all() {
+  cluster_arrive();
+  cluster_wait();
+}
+
+// ---- arithmetic ----
+
+// acc[j] += sum over k in [k0, k1) of a[k] * w[j * ldw + k], in k order (4 output columns at
+// once: one 16-byte read of a serves four weight rows). k0, k1 multiples of 4.
+__device__ __forceinline__ void dot4(const float* a, const float* w, int ldw, int k0, int k1, float (&acc)[4]) {
+#pragma unroll 4
+  for (int k = k0; k < k1; k += 4) {
+    const float4 av = *reinterpret_cast<const float4*>(a + k);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float4 wv = *reinterpret_cast<const float4*>(w + j * ldw + k);
+      acc[j] = fmaf(av.x, wv.x, acc[j]);
+      acc[j] = fmaf(av.y, wv.y, acc[j]);
+      acc[j] = fmaf(av.z, wv.z, acc[j]);
+      acc[j] = fmaf(av.w, wv.w, acc[j]);
+    }
+  }
+}
+
+// The k-split form (MegaDims::split_k) of a stage's sums: W lanes per output group of 4
+// columns; lane s adds k in [4s + 4W i, 4s + 4W i + 4) for i = 0, 1, ... in order (a group's W
+// lanes read 16 W contiguous bytes of a weight row: no bank conflict), then the W partials are
+// added by a butterfly (xor W/2, ..., 1: every lane ends with the same sum, as a + b == b + a).
+// W = 8 for k = 64: 8 FMAs per column and 3 shuffles where one thread ran 64 dependent FMAs.
+// 0: K does not split (a multiple of 32 needed), use the in-order form.
+__host__ __device__ constexpr int split_width(int K) { return K % 128 == 0 ? 32 : (K % 32 == 0 ? 8 : 0); }
+
+template <int W>
+__device__ __forceinline__ void dot4_split(const float* a, const float* w, int ldw, int K, int sub, float (&acc)[4]) {
+#pragma unroll 2
+  for (int k = 4 * sub; k < K; k += 4 * W) dot4(a, w, ldw, k, k + 4, acc);  // this lane's 4 k of the chunk
+#pragma unroll
+  for (int off = W / 2; off > 0; off >>= 1)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], off);
+}
+
+// y (rows x cols/4 groups of 4 columns) = a W^T + b in the k-split form: finish(m, j0, v) with
+// v = sum + bias for columns j0..j0+3 of row m, called by the group's lane 0. The loop is uniform
+// over each warp (the shuffles need all 32 lanes); a lane past the last unit recomputes it.
+template <int W, class Finish>
+__device__ __forceinline__ void gemm_split(const float* a, int lda, int rows, int K, const float* w, int ldw,
+                                           const float* bias, int cols, Finish finish) {
+  const int units = rows * (cols / 4), lane = threadIdx.x & 31, sub = lane % W;
+  for (int u0 = static_cast<int>(threadIdx.x >> 5) * (32 / W); u0 < units; u0 += kThreads / W) {
+    const int u = u0 + lane / W, uc = u < units ? u : units - 1;
+    const int m = uc % rows, j0 = (uc / rows) * 4;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    dot4_split<W>(a + m * lda, w + j0 * ldw, ldw, K, sub, acc);
+    if (u < units && sub == 0)
+      finish(m, j0, make_float4(acc[0] + bias[j0], acc[1] + bias[j0 + 1], acc[2] + bias[j0 + 2], acc[3] + bias[j0 + 3]));
+  }
+}
+// gemm_split at K's width; false (nothing done) if K does not split.
+template <class Finish>
+__device__ __forceinline__ bool gemm_split_any(const float* a, int lda, int rows, int K, const float* w, int ldw,
+                                               const float* bias, int cols, Finish finish) {
+  switch (split_width(K)) {
+    case 32: gemm_split<32>(a, lda, rows, K, w, ldw, bias, cols, finish); return true;
+    case 8: gemm_split<8>(a, lda, rows, K, w, ldw, bias, cols, finish); return true;
+    default: return false;
+  }
+}
+
+// A score before its scale: q . k over dh (a multiple of 4) in e order, one FMA chain (the
+// forward's attention_stage and the decode loop's decode_attention: the same values).
+__device__ __forceinline__ float dot_qk(const float* q, const float* k, int dh) {
+  float s = 0.0f;
+#pragma unroll
+  for (int e = 0; e < dh; e += 4) {
+    const float4 qv = *reinterpret_cast<const float4*>(q + e);
+    const float4 kv = *reinterpret_cast<const float4*>(k + e);
+    s = fmaf(qv.x, kv.x, s);
+    s = fmaf(qv.y, kv.y, s);
+    s = fmaf(qv.z, kv.z, s);
+    s = fmaf(qv.w, kv.w, s);
+  }
+  return s;
+}
+// One row's att, a warp split over keys: probabilities row[0..n) times v (rows ld apart), lane
+// = (key subset ksub, column group eg) of G = dh/4 groups of 4 columns; lane ksub adds keys
+// ksub, ksub + 32/G, ... in order and a butterfly over ksub adds the partials: every lane ends
+// with its group's 4 columns (32 lanes busy for one row, not dh/4).
+__device__ __forceinline__ float4 att_row_split(const float* row, int n, const float* vs, int ld, int G, int lane) {
+  const int eg = lane % G, ksub = lane / G;
+  float4 a = {0.f, 0.f, 0.f, 0.f};
+  for (int p = ksub; p < n; p += 32 / G) {
+    const float pr = row[p];
+    const float4 vv = *reinterpret_cast<const float4*>(vs + p * ld + eg * 4);
+    a.x = fmaf(pr, vv.x, a.x);
+    a.y = fmaf(pr, vv.y, a.y);
+    a.z = fmaf(pr, vv.z, a.z);
+    a.w = fmaf(pr, vv.w, a.w);
+  }
+#pragma unroll
+  for (int off = 16; off >= G; off >>= 1) {
+    a.x += __shfl_xor_sync(0xffffffffu, a.x, off);
+    a.y += __shfl_xor_sync(0xffffffffu, a.y, off);
+    a.z += __shfl_xor_sync(0xffffffffu, a.z, off);
+    a.w += __shfl_xor_sync(0xffffffffu, a.w, off);
+  }
+  return a;
+}
+
+// LayerNorm of rows [r0, r1) of `in` into `out` (stride ld), a half-warp per row (two rows per
+// warp at once: the 32 rows of a (2, 16) forward's ln2 in one pass of the CTA's 32 half-warps).
+// The statistics as layernorm.cuh's warp_row_stats computes them (double, two passes: mean, then
+// the mean of squared deviations; rounded to float as the CPU), over 16 lanes instead of 32.
+// KC > 0: C == KC, inlined (the loops over a row unrolled); KC == 0: one not-inlined copy for the
+// generic kernel's three call sites.
+__device__ __forceinline__ double half_warp_sum(double v) {
+  for (int off = 8; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+template <int KC>
+__device__ __forceinline__ void layernorm_rows_t(const float* in, float* out, int r0, int r1, int C_, int ld,
+                                                 const float* w, const float* b, float eps) {
+  const int C = KC > 0 ? KC : C_;
+  const int sub = threadIdx.x & 15;
+  // the loop is uniform over a warp (every lane shuffles); a half without a row reads row r0
+  for (int pair = r0 + 2 * static_cast<int>(threadIdx.x >> 5); pair < r1; pair += 2 * kWarps) {
+    const int r = pair + static_cast<int>((threadIdx.x >> 4) & 1);
+    const float* xr = in + (r < r1 ? r : r0) * ld;
+    double s = 0.0;
+#pragma unroll
+    for (int c = sub; c < C; c += 16) s += xr[c];
+    const double m = half_warp_sum(s) / static_cast<double>(C);
+    double q = 0.0;
+#pragma unroll
+    for (int c = sub; c < C; c += 16) {
+      const double dv = static_cast<double>(xr[c]) - m;
+      q += dv * dv;
+    }
+    const double var = half_warp_sum(q) / static_cast<double>(C);
+    const float mean = static_cast<float>(m);
+    const float rs = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));
+    if (r < r1) {
+#pragma unroll
+      for (int c = sub; c < C; c += 16) out[r * ld + c] = (xr[c] - mean) * rs * w[c] + b[c];
+    }
+  }
+}
+__device__ __noinline__ void layernorm_rows_generic(const float* in, float* out, int r0, int r1, int C, int ld,
+                                                    const float* w, const float* b, float eps) {
+  layernorm_rows_t<0>(in, out, r0, r1, C, ld, w, b, eps);
+}
+template <int KC>
+__device__ __forceinline__ void layernorm_rows(const float* in, float* out, int r0, int r1, int C, int ld, const float* w,
+                                               const float* b, float eps) {
+  if constexpr (KC > 0)
+    layernorm_rows_t<KC>(in, out, r0, r1, C, ld, w, b, eps);
+  else
+    layernorm_rows_generic(in, out, r0, r1, C, ld, w, b, eps);
+}
+
+// The model's dims as compile-time constants (the specialised kernel) or 0 (read at run time).
+template <int C_, int H_, int F_>
+struct Fixed {
+  static constexpr int C = C_, H = H_, F = F_;
+};
+
+struct Ctx {
+  const MegaParams& p;
+  MegaDims d;  // by value: the specialised kernel's constants fold, nothing on the stack
+  MegaLayout S;
+  float* sm;
+  int r;     // this CTA's rank
+  int pos0;  // position of each sequence's first new row
+};
+
+// Group g of this CTA's image: where it starts in shared memory (= in the image) and its floats.
+__device__ __forceinline__ int group_offset(const MegaLayout& S, int L, int g) { return g < L ? g * S.layer : S.head; }
+__device__ __forceinline__ int group_floats(const MegaLayout& S, int L, int g) {
+  return g < L ? S.layer : S.x - S.head;
+}
+// One thread: every group's bulk copy from this CTA's image `img` put in flight, layer 0's
+// first and the head's last, each completing on its mbarrier bars[g] (wait_group).
+__device__ __forceinline__ void issue_weight_copies(float* sm, uint64_t* bars, const MegaLayout& S, int L, const float* img) {
+  for (int g = 0; g <= L; ++g) {
+    const int off = group_offset(S, L, g);
+    const unsigned bytes = static_cast<unsigned>(group_floats(S, L, g)) * sizeof(float);
+    detail::mbarrier_init(&bars[g]);
+    detail::mbarrier_arrive_expect_tx(&bars[g], bytes);
+    detail::bulk_load(sm + off, img + off, bytes, &bars[g]);
+  }
+}
+
+__device__ __forceinline__ float4 add4(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
+
+// dims with K's compile-time constants in place (they then fold into every offset and index).
+template <class K>
+__device__ __forceinline__ MegaDims fixed_dims(MegaDims d) {
+  d.C = K::C > 0 ? K::C : d.C;
+  d.H = K::H > 0 ? K::H : d.H;
+  d.F = K::F > 0 ? K::F : d.F;
+  return d;
+}
+
+bool split_applies(const MegaDims& d, int R) {
+  if (R < 1 || R > 16 || d.L < 1 || d.L > kMegaMaxLayers || d.B < 1 || d.T < 1 || d.H < 1 || d.C < 4 ||
+      d.F < 4 || d.V < 1)
+    return false;
+  if (d.C % d.H != 0 || (d.C / d.H) % 4 != 0 || R % d.H != 0 || d.C % (4 * R) != 0 || d.F % (4 * R) != 0) return false;
+  if (d.cache && (d.B * d.H > R || d.capacity < d.T)) return false;
+  if (!d.cache && d.capacity != d.T) return false;
+  return static_cast<int64_t>(d.B) * d.T <= 4096;
+}
+
+int optin_smem() {
+  int dev = 0, bytes = 48 * 1024;
+  MINIGPT_CUDA_CHECK(cudaGetDevice(&dev));
+  MINIGPT_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return bytes;
+}
+
+cudaLaunchConfig_t launch_config(int R, size_t smem, cudaStream_t stream, cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(R));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(R);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+}  // namespace
+}  // namespace minigpt::cuda
