@@ -166,6 +166,12 @@ TEST(CompileGemm, TableGeluMatchesExactGelu) {
   if (active_isa() != Isa::Avx512) GTEST_SKIP() << "MINIGPT_ISA or the CPU rules out AVX-512";
   std::vector<float> x;
   for (int i = -12 * 4096; i <= 12 * 4096; ++i) x.push_back(static_cast<float>(i) / 4096.0f);
+  // every float around where g is set to -0 (a >= 5.99) and around a = 6 (n = 16 would wrap)
+  for (float v : {5.99f, 6.0f})
+    for (float a = v - 1e-5f; a <= v + 1e-5f; a = std::nextafter(a, INFINITY)) {
+      x.push_back(a);
+      x.push_back(-a);
+    }
   x.push_back(3.0e38f);
   x.push_back(-3.0e38f);
   x.push_back(1e-30f);

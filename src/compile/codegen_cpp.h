@@ -25,7 +25,7 @@
 
 namespace minigpt::compile {
 
-inline constexpr int kCodegenCppVersion = 3;  // bump on any change to the generated text's meaning
+inline constexpr int kCodegenCppVersion = 4;  // bump on any change to the generated text's meaning
 
 // The generated row loops' vector width for an ISA (MINIGPT_ISA, core/isa.h): one register of
 // floats: AVX-512 16, AVX2 8, and for scalar SSE2's 4 (the x86-64 baseline, what -mno-avx
