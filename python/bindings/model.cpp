@@ -186,9 +186,7 @@ std::vector<std::pair<std::string, float>> predict(PyModel& p, std::string_view 
 template <class Dec, class... Pool>
 std::vector<int32_t> sample(Dec& decoder, std::span<const int32_t> prompt, const SamplingParams& params,
                             uint64_t seed, int n, Pool&... pool) {
-  MINIGPT_CHECK(static_cast<int64_t>(prompt.size()) < decoder.capacity(),
-                "the prompt has {} tokens with <bos>; the model's context holds {}, leaving no room to generate",
-                prompt.size(), decoder.capacity());
+  check_room_to_generate(static_cast<int64_t>(prompt.size()), decoder.capacity());
   std::span<const float> logits = decoder.prefill(prompt, pool...);
   Sampler sampler(seed);
   std::vector<int32_t> generated;
@@ -217,9 +215,7 @@ std::string generate(PyModel& p, std::string_view prompt, int n, float temperatu
     if (p.gpu) {
       if (!p.gpu_decoder) p.gpu_decoder = std::make_unique<CudaDecoder>(*p.gpu);
       p.gpu_decoder->reset();
-      MINIGPT_CHECK(static_cast<int64_t>(ids.size()) < p.gpu_decoder->capacity(),
-                    "the prompt has {} tokens with <bos>; the model's context holds {}, leaving no room to generate",
-                    ids.size(), p.gpu_decoder->capacity());
+      check_room_to_generate(static_cast<int64_t>(ids.size()), p.gpu_decoder->capacity());
       // the tokens chosen on the GPU where the decode loop takes the settings (the same tokens)
       generated = p.gpu_decoder->generate(ids, n, params, seed, Tokenizer::kEos).tokens;
     } else {

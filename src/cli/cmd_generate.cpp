@@ -63,9 +63,7 @@ void run_generate(const GenerateOptions& opt, const GlobalOptions& global) {
   if (is_cuda(opt.device)) {  // the loop below, on the GPU (CudaDecoder::generate)
     CudaGPT gpu(model);
     CudaDecoder decoder(gpu);
-    MINIGPT_CHECK(static_cast<int64_t>(prompt.size()) < decoder.capacity(),
-                  "the prompt has {} tokens with <bos>; the model's context holds {}, leaving no room to generate",
-                  prompt.size(), decoder.capacity());
+    check_room_to_generate(static_cast<int64_t>(prompt.size()), decoder.capacity());
     const CudaDecoder::Generated g = decoder.generate(prompt, opt.n, params, opt.seed, Tokenizer::kEos);
     generated = g.tokens;
     if (g.stop == CudaDecoder::Generated::Stop::Eos) stop = "<eos>";
@@ -82,9 +80,7 @@ void run_generate(const GenerateOptions& opt, const GlobalOptions& global) {
   if (opt.compile) compiled = std::make_unique<compile::CompiledDecoder>(model);
   auto step = [&](int32_t id) { return compiled ? compiled->step(id, pool) : decoder.step(id, pool); };
   auto position = [&] { return compiled ? compiled->position() : decoder.position(); };
-  MINIGPT_CHECK(static_cast<int64_t>(prompt.size()) < decoder.capacity(),
-                "the prompt has {} tokens with <bos>; the model's context holds {}, leaving no room to generate",
-                prompt.size(), decoder.capacity());
+  check_room_to_generate(static_cast<int64_t>(prompt.size()), decoder.capacity());
   std::span<const float> logits;
   if (compiled) {
     for (int32_t id : prompt) logits = step(id);

@@ -93,4 +93,10 @@ std::span<const float> Decoder::prefill(std::span<const int32_t> ids, ThreadPool
   return logits;
 }
 
+void check_room_to_generate(int64_t prompt_tokens, int64_t capacity) {
+  MINIGPT_CHECK(prompt_tokens < capacity,
+                "the prompt has {} tokens with <bos>; the model's context holds {}, leaving no room to generate",
+                prompt_tokens, capacity);
+}
+
 }  // namespace minigpt

@@ -47,4 +47,9 @@ class Decoder {
   Tensor x_, ln_, qkv_, att_out_, gelu_, logits_;
 };
 
+// Error unless a prompt of prompt_tokens (<bos> included) leaves room in a context of capacity
+// positions for at least one generated token: the check `minigpt generate` and Python's
+// Model.generate make before feeding anything, on every device.
+void check_room_to_generate(int64_t prompt_tokens, int64_t capacity);
+
 }  // namespace minigpt
