@@ -187,17 +187,9 @@ template <class Dec, class... Pool>
 std::vector<int32_t> sample(Dec& decoder, std::span<const int32_t> prompt, const SamplingParams& params,
                             uint64_t seed, int n, Pool&... pool) {
   check_room_to_generate(static_cast<int64_t>(prompt.size()), decoder.capacity());
-  std::span<const float> logits = decoder.prefill(prompt, pool...);
-  Sampler sampler(seed);
-  std::vector<int32_t> generated;
-  for (int i = 0; i < n; ++i) {
-    const int32_t id = sampler.sample(logits, params);
-    if (id == Tokenizer::kEos) break;
-    generated.push_back(id);
-    if (decoder.position() == decoder.capacity()) break;
-    logits = decoder.step(id, pool...);
-  }
-  return generated;
+  const auto step = [&](int32_t id) { return decoder.step(id, pool...); };
+  const auto full = [&] { return decoder.position() == decoder.capacity(); };
+  return sample_loop(decoder.prefill(prompt, pool...), step, full, params, seed, n, Tokenizer::kEos).tokens;
 }
 
 // The text `minigpt generate -p prompt -n n --temp temperature --top-k top_k -s seed [--device

@@ -51,25 +51,21 @@ void run_generate(const GenerateOptions& opt, const GlobalOptions& global) {
   std::vector<int32_t> prompt = {Tokenizer::kBos};
   prompt.insert(prompt.end(), enc.ids.begin(), enc.ids.end());
 
-  std::vector<int32_t> generated;
-  std::string stop = fmt::format("-n {}", opt.n);
-  auto report = [&] {
+  auto report = [&](const Generation& g, int64_t capacity) {
     const std::string text = tokenizer.decode(enc.ids);
-    const std::string continuation = tokenizer.decode(generated);
+    const std::string continuation = tokenizer.decode(g.tokens);
+    const std::string stop = g.stop == Generation::Stop::Eos           ? std::string("<eos>")
+                             : g.stop == Generation::Stop::ContextFull ? fmt::format("context full ({} tokens)", capacity)
+                                                                       : fmt::format("-n {}", opt.n);
     fmt::print("{}{}{}\n", text, text.empty() || continuation.empty() ? "" : " ", continuation);
-    fmt::print(stderr, "[{} tokens generated, stopped at {}; seed {}, temp {}, top-k {}]\n",
-               generated.size(), stop, opt.seed, opt.temperature, opt.top_k);
+    fmt::print(stderr, "[{} tokens generated, stopped at {}; seed {}, temp {}, top-k {}]\n", g.tokens.size(), stop,
+               opt.seed, opt.temperature, opt.top_k);
   };
   if (is_cuda(opt.device)) {  // the loop below, on the GPU (CudaDecoder::generate)
     CudaGPT gpu(model);
     CudaDecoder decoder(gpu);
     check_room_to_generate(static_cast<int64_t>(prompt.size()), decoder.capacity());
-    const CudaDecoder::Generated g = decoder.generate(prompt, opt.n, params, opt.seed, Tokenizer::kEos);
-    generated = g.tokens;
-    if (g.stop == CudaDecoder::Generated::Stop::Eos) stop = "<eos>";
-    if (g.stop == CudaDecoder::Generated::Stop::ContextFull)
-      stop = fmt::format("context full ({} tokens)", decoder.capacity());
-    return report();
+    return report(decoder.generate(prompt, opt.n, params, opt.seed, Tokenizer::kEos), decoder.capacity());
   }
 
   ThreadPool pool(global.resolved_threads());
@@ -87,21 +83,8 @@ void run_generate(const GenerateOptions& opt, const GlobalOptions& global) {
   } else {
     logits = decoder.prefill(prompt, pool);
   }
-  Sampler sampler(opt.seed);
-  for (int i = 0; i < opt.n; ++i) {
-    const int32_t id = sampler.sample(logits, params);
-    if (id == Tokenizer::kEos) {
-      stop = "<eos>";
-      break;
-    }
-    generated.push_back(id);
-    if (position() == decoder.capacity()) {
-      stop = fmt::format("context full ({} tokens)", decoder.capacity());
-      break;
-    }
-    logits = step(id);
-  }
-  report();
+  const auto full = [&] { return position() == decoder.capacity(); };
+  report(sample_loop(logits, step, full, params, opt.seed, opt.n, Tokenizer::kEos), decoder.capacity());
 }
 
 }  // namespace

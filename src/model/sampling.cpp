@@ -29,7 +29,7 @@ int32_t Sampler::sample(std::span<const float> logits, const SamplingParams& par
   // Candidates sorted by logit, descending, lower id first on ties.
   std::vector<int32_t> order(static_cast<size_t>(V));
   std::iota(order.begin(), order.end(), 0);
-  const int64_t k = (params.top_k == 0 || params.top_k >= V) ? V : params.top_k;
+  const int64_t k = params.candidates(V);
   auto by_logit = [&](int32_t a, int32_t b) {
     const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
     return la > lb || (la == lb && a < b);

@@ -27,7 +27,6 @@
 #include <list>
 #include <map>
 #include <memory>
-#include <random>
 #include <utility>
 
 namespace minigpt {
@@ -713,33 +712,33 @@ std::span<const float> CudaDecoder::step(int32_t id) {
   return {static_cast<const float*>(d.host_logits.ptr), static_cast<size_t>(V)};
 }
 
+namespace {
+// Error unless ids fit the context after position pos and every id is in the vocabulary:
+// checked before anything is fed (prefill, and generate's device loop).
+void check_prompt(std::span<const int32_t> ids, int64_t pos, int64_t capacity, int64_t V) {
+  MINIGPT_CHECK(pos + static_cast<int64_t>(ids.size()) <= capacity,
+                "the prompt of {} tokens does not fit: {} of the model's {} context positions are left", ids.size(),
+                capacity - pos, capacity);
+  for (size_t i = 0; i < ids.size(); ++i)
+    MINIGPT_CHECK(ids[i] >= 0 && ids[i] < V, "token id {} at prompt position {} is outside the vocabulary [0, {})",
+                  ids[i], i, V);
+}
+}  // namespace
+
 std::span<const float> CudaDecoder::prefill(std::span<const int32_t> ids) {
   Impl& d = *impl_;
   const int64_t V = d.model->config.vocab_size;
   MINIGPT_CHECK(!ids.empty(), "prefill needs at least one token");
-  MINIGPT_CHECK(d.pos + static_cast<int64_t>(ids.size()) <= d.capacity,
-                "the prompt of {} tokens does not fit: {} of the model's {} context positions "
-                "are left",
-                ids.size(), d.capacity - d.pos, d.capacity);
-  for (size_t i = 0; i < ids.size(); ++i)
-    MINIGPT_CHECK(ids[i] >= 0 && ids[i] < V,
-                  "token id {} at prompt position {} is outside the vocabulary [0, {})", ids[i], i, V);
+  check_prompt(ids, d.pos, d.capacity, V);
   std::span<const float> logits;
   for (int32_t id : ids) logits = step(id);
   return logits;
 }
 
-namespace {
-// k of the top-k the sampler keeps (model/sampling.cpp): 0 or >= V keeps all V.
-int64_t effective_top_k(const SamplingParams& params, int64_t V) {
-  return (params.top_k == 0 || params.top_k >= V) ? V : params.top_k;
-}
-}  // namespace
-
 bool CudaDecoder::device_loop(const SamplingParams& params) const {
   const int64_t V = impl_->model->config.vocab_size;
   return impl_->gen_fits && !env_is("MINIGPT_MEGA_GENERATE", "0") &&
-         (params.temperature == 0.0f || effective_top_k(params, V) <= cuda::kMegaGenMaxTopK);
+         (params.temperature == 0.0f || params.candidates(V) <= cuda::kMegaGenMaxTopK);
 }
 
 CudaDecoder::Generated CudaDecoder::generate(std::span<const int32_t> prompt, int n, const SamplingParams& params,
@@ -751,33 +750,18 @@ CudaDecoder::Generated CudaDecoder::generate(std::span<const int32_t> prompt, in
   MINIGPT_CHECK(!prompt.empty(), "generate needs at least one prompt token");
   Generated out;
   if (!device_loop(params)) {  // the host loop (cmd_generate.cpp's), over step()
-    std::span<const float> logits = prefill(prompt);
-    if (step_logits) step_logits->insert(step_logits->end(), logits.begin(), logits.end());
-    Sampler sampler(seed);
-    for (int i = 0; i < n; ++i) {
-      const int32_t id = sampler.sample(logits, params);
-      if (id == eos) {
-        out.stop = Generated::Stop::Eos;
-        break;
-      }
-      out.tokens.push_back(id);
-      if (d.pos == d.capacity) {
-        out.stop = Generated::Stop::ContextFull;
-        break;
-      }
-      logits = step(id);
+    const auto record = [&](std::span<const float> logits) {
       if (step_logits) step_logits->insert(step_logits->end(), logits.begin(), logits.end());
-    }
+      return logits;
+    };
+    const auto full = [&] { return d.pos == d.capacity; };
+    static_cast<Generation&>(out) =
+        sample_loop(record(prefill(prompt)), [&](int32_t id) { return record(step(id)); }, full, params, seed, n, eos);
     return out;
   }
   // the device loop: the prompt but its last token through step() (prefill's checks first),
   // then one launch
-  MINIGPT_CHECK(d.pos + static_cast<int64_t>(prompt.size()) <= d.capacity,
-                "the prompt of {} tokens does not fit: {} of the model's {} context positions are left", prompt.size(),
-                d.capacity - d.pos, d.capacity);
-  for (size_t i = 0; i < prompt.size(); ++i)
-    MINIGPT_CHECK(prompt[i] >= 0 && prompt[i] < V,
-                  "token id {} at prompt position {} is outside the vocabulary [0, {})", prompt[i], i, V);
+  check_prompt(prompt, d.pos, d.capacity, V);
   if (prompt.size() > 1) prefill(prompt.first(prompt.size() - 1));
   if (d.pending) MINIGPT_CUDA_CHECK(cudaStreamSynchronize(d.stream.s));
   d.pending = false;
@@ -789,13 +773,13 @@ CudaDecoder::Generated CudaDecoder::generate(std::span<const int32_t> prompt, in
   g.n = n_dev;
   g.eos = eos;
   g.temperature = params.temperature;
-  g.top_k = static_cast<int>(std::min<int64_t>(effective_top_k(params, V), cuda::kMegaGenMaxTopK));
+  g.top_k = static_cast<int>(std::min<int64_t>(params.candidates(V), cuda::kMegaGenMaxTopK));
   if (params.temperature != 0.0f && n_dev > 0) {
-    // Sampler::uniform's stream (model/sampling.cpp): 53 bits of std::mt19937_64(seed) per draw;
-    // the device uses them in order, one per token where the CPU draws one
-    std::mt19937_64 rng(seed);
+    // the draws Sampler(seed) would make (Sampler::uniform); the device uses them in order, one
+    // per token where the CPU draws one
+    Sampler sampler(seed);
     double* u = static_cast<double*>(d.host_uniforms.ptr);
-    for (int i = 0; i < n_dev; ++i) u[i] = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+    for (int i = 0; i < n_dev; ++i) u[i] = sampler.uniform();
     MINIGPT_CUDA_CHECK(cudaMemcpyAsync(d.gen_uniforms, u, static_cast<size_t>(n_dev) * sizeof(double),
                                        cudaMemcpyHostToDevice, d.stream.s));
   }

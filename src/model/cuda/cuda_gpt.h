@@ -139,10 +139,7 @@ class CudaDecoder {
   // tokens either way (tests/cuda/model_cuda_test.cpp). step_logits (optional, for tests): the
   // logits of every fed token from the prompt's last on, (fed, V) appended.
   // MINIGPT_MEGA_GENERATE=0 in the environment (read per call) forces the host loop.
-  struct Generated {
-    enum class Stop { Count, Eos, ContextFull };
-    std::vector<int32_t> tokens;
-    Stop stop = Stop::Count;
+  struct Generated : Generation {
     bool on_device = false;  // the device loop ran
   };
   Generated generate(std::span<const int32_t> prompt, int n, const SamplingParams& params, uint64_t seed,
