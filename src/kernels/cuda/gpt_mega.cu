@@ -127,8 +127,8 @@ __global__ void gpt_mega_pack_kernel(const __grid_constant__ MegaParams p, int R
 // output column, pushed to every CTA's pp[hh] instead. The attention proper runs a warp per query
 // row: its scores (a lane per key), their softmax and its att columns, with no CTA barrier
 // between them (the row's values are the warp's own; T = 16: all 16 warps busy).
-template <class K, bool kSplit, bool kTrace>
-__device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
+template <class K, bool kSplit, bool kTrace, bool kP2P, bool kTwoPass>
+__device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<kP2P>& net) {
   const MegaDims& d = c.d;
   const MegaLayout& S = c.S;
   const int T = d.T, C = d.C, dh = S.dh, tid = threadIdx.x, R = S.R, pos0 = c.pos0;
@@ -142,7 +142,7 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
   const float scale = 1.0f / sqrtf(static_cast<float>(dh));
   for (int item = c.r; item < d.B * d.H; item += R) {
     const int b = item / d.H, hh = item % d.H, row0 = b * T;
-    layernorm_rows<K::C>(x, ln, row0, row0 + T, C, S.sC, base + S.ln1w, base + S.ln1b, c.p.eps);
+    layernorm_rows<K::C, kTwoPass>(x, ln, row0, row0 + T, C, S.sC, base + S.ln1w, base + S.ln1b, c.p.eps);
     __syncthreads();
     stamp<kTrace>(c.r, trace_slot(l, 1));
     // q, k, v of the new rows: (t, 4 columns of the head's 3dh) per thread, t fastest over the
@@ -185,7 +185,7 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l) {
         if (d.head_proj)
           *reinterpret_cast<float4*>(att + (row0 + t) * S.sC + hh * dh + e) = a;
         else
-          push4(att + (row0 + t) * S.sC + hh * dh + e, a, R);
+          net.all4(att + (row0 + t) * S.sC + hh * dh + e, a, kBarAtt);
       };
       if (kSplit && 32 % (dh / 4) == 0) {
         // split_k: the keys over the lanes too (att_row_split: a decode step's one row keeps 32
@@ -270,14 +270,16 @@ __device__ __forceinline__ void gemm_stage(const Ctx& c, const float* a, int lda
 }
 
 
-// The residual x (N x C+4) += y for this CTA's columns, pushed to every CTA.
-template <bool kSplit>
-__device__ __forceinline__ void residual_stage(const Ctx& c, const float* a, int lda, int K, const float* w, int ldw, const float* bias) {
-  float* x = c.sm + c.S.x;
-  const int n0 = c.r * c.S.pc, R = c.S.R, sC = c.S.sC;
+// The residual xout (N x C+4) = xin + y for this CTA's columns, pushed to every CTA (xout may
+// be xin: in place).
+template <bool kSplit, bool kP2P>
+__device__ __forceinline__ void residual_stage(const Ctx& c, const float* a, int lda, int K, const float* w, int ldw,
+                                               const float* bias, const float* xin, float* xout, const Net<kP2P>& net,
+                                               int bar) {
+  const int n0 = c.r * c.S.pc, sC = c.S.sC;
   gemm_stage<kSplit>(c, a, lda, K, w, ldw, bias, c.S.pc, [&](int m, int j0, float4 v) {
-    float* slot = x + m * sC + n0 + j0;
-    push4(slot, add4(v, *reinterpret_cast<const float4*>(slot)), R);  // (sum + b) + x, as the CPU
+    const int at = m * sC + n0 + j0;
+    net.all4(xout + at, add4(v, *reinterpret_cast<const float4*>(xin + at)), bar);  // (sum + b) + x, as the CPU
   });
 }
 
@@ -285,7 +287,8 @@ __device__ __forceinline__ void residual_stage(const Ctx& c, const float* a, int
 // (f0 = r fc, written here by fc1) and each output (row m, 4 columns n0..n0+3), the slice's sum
 // in k order from 0, pushed to the CTA owning those columns (n0 / pc) at p2[(slice, m, n0 % pc)].
 // Rows run fastest over the lanes (one fc2.weight address per warp: a broadcast), as gemm_stage.
-__device__ __forceinline__ void fc2_partials(const Ctx& c, const float* h, const float* w) {
+template <bool kP2P>
+__device__ __forceinline__ void fc2_partials(const Ctx& c, const float* h, const float* w, const Net<kP2P>& net) {
   const MegaLayout& S = c.S;
   const int N = S.N, g = c.d.C / 4, sl = S.fc / kFc2Slice, f0 = c.r * S.fc, ldw = S.fc + 4;
   float* p2 = c.sm + S.p2;
@@ -295,25 +298,26 @@ __device__ __forceinline__ void fc2_partials(const Ctx& c, const float* h, const
       const int m = u % N, n0 = (u / N) * 4;
       float acc[4] = {0.f, 0.f, 0.f, 0.f};
       dot4(h + m * S.sF + f0, w + n0 * ldw, ldw, s * kFc2Slice, (s + 1) * kFc2Slice, acc);
-      store_remote4(dst + m * S.pc + n0 % S.pc, make_float4(acc[0], acc[1], acc[2], acc[3]),
-                    static_cast<unsigned>(n0 / S.pc));
+      net.one4(dst + m * S.pc + n0 % S.pc, make_float4(acc[0], acc[1], acc[2], acc[3]), static_cast<unsigned>(n0 / S.pc),
+               kBarP2);
     }
   }
 }
-// Second half, after a cluster barrier: this CTA's pc columns of x += (the F/16 partials added in
-// slice order) + b, pushed to every CTA: (sum + b) + x, as residual_stage.
-__device__ __forceinline__ void fc2_finish(const Ctx& c, const float* bias) {
+// Second half, after a cluster barrier: this CTA's pc columns of xout = xin + (the F/16 partials
+// added in slice order) + b, pushed to every CTA: (sum + b) + x, as residual_stage.
+template <bool kP2P>
+__device__ __forceinline__ void fc2_finish(const Ctx& c, const float* bias, const float* xin, float* xout,
+                                           const Net<kP2P>& net) {
   const MegaLayout& S = c.S;
   const int N = S.N, pc = S.pc, n0 = c.r * pc;
   const float* p2 = c.sm + S.p2;
-  float* x = c.sm + S.x;
   for (int u = threadIdx.x; u < N * (pc / 4); u += kThreads) {
     const int m = u % N, j0 = (u / N) * 4;
     float4 v = {0.f, 0.f, 0.f, 0.f};
     for (int s = 0; s < S.ns2; ++s) v = add4(v, *reinterpret_cast<const float4*>(p2 + (s * N + m) * pc + j0));
-    float* slot = x + m * S.sC + n0 + j0;
+    const int at = m * S.sC + n0 + j0;
     const float4 y = make_float4(v.x + bias[j0], v.y + bias[j0 + 1], v.z + bias[j0 + 2], v.w + bias[j0 + 3]);
-    push4(slot, add4(y, *reinterpret_cast<const float4*>(slot)), S.R);
+    net.all4(xout + at, add4(y, *reinterpret_cast<const float4*>(xin + at)), kBarX);
   }
 }
 
@@ -324,7 +328,7 @@ __device__ __forceinline__ void fc2_finish(const Ctx& c, const float* bias) {
 // the one kernel they made the forward's code spill (ptxas: 32 bytes, at the 128 registers of
 // 512 threads per CTA; none before or as a separate instance), and the forward measured ~1.3 us
 // slower (H200, 63.0 -> 64.4 us).
-template <class K, bool kSplit, bool kTrace = false>
+template <class K, bool kSplit, bool kTrace = false, bool kP2P = false, bool kTwoPass = false>
 __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_constant__ MegaParams p, int R) {
   extern __shared__ __align__(16) float sm[];
   const MegaDims d = fixed_dims<K>(p.dims);
@@ -342,7 +346,12 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   int* ids = reinterpret_cast<int*>(sm + S.ids);  // read with the position: one round trip for both
   for (int m = tid; m < N; m += kThreads) ids[m] = p.ids ? p.ids[m] : p.id;
   uint64_t* bars = reinterpret_cast<uint64_t*>(sm + S.bars);
-  if (tid == 0) issue_weight_copies(sm, bars, S, d.L, p.image + static_cast<int64_t>(r) * S.x);
+  const Net<kP2P> net{reinterpret_cast<uint64_t*>(sm + S.nbars), R, r};
+  if (tid == 0) {
+    issue_weight_copies(sm, bars, S, d.L, p.image + static_cast<int64_t>(r) * S.x);
+    if constexpr (kP2P)
+      for (int b = 0; b < kNetBars; ++b) detail::mbarrier_init(net.bars + b);
+  }
   __syncthreads();  // the barriers are initialised before anyone waits on them; ids are in
 
   // 2. out of range: NaN outputs, and leave before any cluster barrier (once the copies have landed)
@@ -356,7 +365,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     for (int g = 0; g <= d.L; ++g) wait_group(bars, g);
     return;
   }
-  cluster_arrive();  // waited on before the first push (attention_stage of layer 0)
+  cluster_arrive();  // waited on before the first push (attention_stage of layer 0): Net's mbarriers exist
   stamp<kTrace>(r, 1);
 
   // 3. the embedding of all N rows (a replica per CTA), and (decode) the earlier k, v rows of
@@ -412,14 +421,21 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   }
   stamp<kTrace>(r, 2);
 
+  // Net<true>: the bytes each stage brings from the other CTAs (the rest is this CTA's own share)
+  const int items = r < d.B * d.H ? (d.B * d.H - 1 - r) / R + 1 : 0;
+  const unsigned att_bytes = static_cast<unsigned>(N * C - items * d.T * S.dh) * 4u;
+  const unsigned x_bytes = static_cast<unsigned>(N * (C - S.pc)) * 4u;
+  const unsigned p2_bytes = static_cast<unsigned>((S.ns2 - S.fc / kFc2Slice) * N * S.pc) * 4u;
+  float* xm = kP2P ? sm + S.x1 : x;  // the residual between proj and fc2 (x1, or x in place)
   for (int l = 0; l < d.L; ++l) {
+    const unsigned parity = static_cast<unsigned>(l & 1);
     wait_group(bars, l);
     __syncthreads();
     stamp<kTrace>(r, trace_slot(l, 0));
     const float* base = sm + l * S.layer;
-    attention_stage<K, kSplit, kTrace>(c, l);
+    attention_stage<K, kSplit, kTrace, kP2P, kTwoPass>(c, l, net);
     stamp<kTrace>(r, trace_slot(l, 4));
-    cluster_sync_all();
+    net.wait(kBarAtt, att_bytes, parity);  // (Net<true> never with head_proj: mega_p2p)
     if (d.head_proj) {  // x += (the heads' partials, summed in head order) + b, every CTA all of it
       const float* pp = sm + S.pp;
       for (int i = tid; i < N * C; i += kThreads) {
@@ -430,13 +446,13 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       }
       __syncthreads();
     } else {
-      residual_stage<kSplit>(c, sm + S.att, S.sC, C, base + S.proj, S.sC, base + S.projb);
-      cluster_sync_all();
+      residual_stage<kSplit>(c, sm + S.att, S.sC, C, base + S.proj, S.sC, base + S.projb, x, xm, net, kBarX1);
+      net.wait(kBarX1, x_bytes, parity);
     }
     stamp<kTrace>(r, trace_slot(l, 5));
     float* ln = sm + S.ln;
     float* h = sm + S.h;
-    layernorm_rows<K::C>(x, ln, 0, N, C, S.sC, base + S.ln2w, base + S.ln2b, p.eps);
+    layernorm_rows<K::C, kTwoPass>(xm, ln, 0, N, C, S.sC, base + S.ln2w, base + S.ln2b, p.eps);
     __syncthreads();
     stamp<kTrace>(r, trace_slot(l, 6));
     const int f0 = r * S.fc;
@@ -450,21 +466,21 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       if (fc2k)
         *reinterpret_cast<float4*>(h + m * S.sF + f0 + j0) = g;
       else
-        push4(h + m * S.sF + f0 + j0, g, R);
+        push4(h + m * S.sF + f0 + j0, g, R);  // (never with Net<true>: fc2 by k)
     });
     if (fc2k) {
       __syncthreads();
-      fc2_partials(c, h, base + S.fc2);
+      fc2_partials(c, h, base + S.fc2, net);
     }
     stamp<kTrace>(r, trace_slot(l, 7));  // the trace's "fc1": with fc2 by k, fc1 + the partials
-    cluster_sync_all();
+    net.wait(kBarP2, p2_bytes, parity);
     stamp<kTrace>(r, trace_slot(l, 8));
     if (fc2k)
-      fc2_finish(c, base + S.fc2b);
+      fc2_finish(c, base + S.fc2b, xm, x, net);
     else
-      residual_stage<kSplit>(c, h, S.sF, d.F, base + S.fc2, S.sF, base + S.fc2b);
+      residual_stage<kSplit>(c, h, S.sF, d.F, base + S.fc2, S.sF, base + S.fc2b, xm, x, net, kBarX);
     stamp<kTrace>(r, trace_slot(l, 9));
-    cluster_sync_all();
+    net.wait(kBarX, x_bytes, parity);
     stamp<kTrace>(r, trace_slot(l, 10));
   }
 
@@ -475,7 +491,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   const float* hd = sm;  // the head's offsets are absolute
   float* ln = sm + S.ln;
   float* lg = sm + S.lg;
-  layernorm_rows<K::C>(x, ln, 0, N, C, S.sC, hd + S.lnfw, hd + S.lnfb, p.eps);
+  layernorm_rows<K::C, kTwoPass>(x, ln, 0, N, C, S.sC, hd + S.lnfw, hd + S.lnfb, p.eps);
   __syncthreads();
   const int n0 = r * S.vc, vn = max(0, min(S.vc, d.V - n0)), groups = ceil_div(vn, 4);
   // logits into shared memory only: the global (or mapped host) stores come after the softmax's
@@ -526,10 +542,10 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     float sum = 0.0f;
     for (int j = sub; j < vn; j += 16) sum += expf(row[j] - mx);
     for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    if (m < N && sub < R) store_remote2(stats + (r * N + m) * 2, make_float2(mx, sum), sub);
+    if (m < N && sub < R) net.one2(stats + (r * N + m) * 2, make_float2(mx, sum), sub, kBarStats);
   }
   stamp<kTrace>(r, 62);
-  cluster_sync_all();
+  net.wait(kBarStats, static_cast<unsigned>((R - 1) * N) * 8u, 0u);
   stamp<kTrace>(r, 63);
   for (int pair = 2 * (tid >> 5); pair < N; pair += 2 * kWarps) {
     const int m = pair + ((tid >> 4) & 1), mr = m < N ? m : 0;
@@ -560,9 +576,21 @@ using MegaKernel = void (*)(MegaParams, int);
 // Both do the same arithmetic in the same order: the logits do not depend on which one runs.
 MegaKernel kernel_for(const MegaDims& d) {
   static const bool trace = std::getenv("MINIGPT_MEGA_TRACE") != nullptr;  // diagnostics, read once
-  if (d.C == 64 && d.H == 4 && d.F == 256)
-    return d.split_k ? (trace ? gpt_mega_kernel<Fixed<64, 4, 256>, true, true> : gpt_mega_kernel<Fixed<64, 4, 256>, true>)
-                     : (trace ? gpt_mega_kernel<Fixed<64, 4, 256>, false, true> : gpt_mega_kernel<Fixed<64, 4, 256>, false>);
+  // EXPERIMENT (A/B in one run): MINIGPT_MEGA_VARIANT=0 main's forward (two-pass LayerNorms,
+  // cluster barriers), 1 one-pass LayerNorms, 2 (default) one-pass + point to point
+  static const int variant = [] {
+    const char* v = std::getenv("MINIGPT_MEGA_VARIANT");
+    return v ? std::atoi(v) : 2;
+  }();
+  using KF = Fixed<64, 4, 256>;
+  if (d.C == 64 && d.H == 4 && d.F == 256) {
+    if (d.split_k) return trace ? gpt_mega_kernel<KF, true, true> : gpt_mega_kernel<KF, true>;
+    if (mega_p2p(d) && variant == 2)
+      return trace ? gpt_mega_kernel<KF, false, true, true> : gpt_mega_kernel<KF, false, false, true>;
+    if (variant == 0)
+      return trace ? gpt_mega_kernel<KF, false, true, false, true> : gpt_mega_kernel<KF, false, false, false, true>;
+    return trace ? gpt_mega_kernel<KF, false, true> : gpt_mega_kernel<KF, false>;
+  }
   return d.split_k ? gpt_mega_kernel<Fixed<0, 0, 0>, true> : gpt_mega_kernel<Fixed<0, 0, 0>, false>;
 }
 

@@ -46,6 +46,16 @@ __host__ __device__ constexpr int round4(int n) { return (n + 3) / 4 * 4; }
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 __host__ __device__ constexpr int max3(int a, int b, int c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
+// Whether a launch's stages signal point to point (Net<true>): the forward (no KV cache) of the
+// shipped architecture with proj by columns and fc2 by k (F / R a multiple of kFc2Slice for
+// every R <= 16). The decode step, proj by heads and other dims keep the cluster barriers.
+__host__ __device__ constexpr bool mega_p2p(const MegaDims& d) {
+  return !d.cache && !d.head_proj && !d.split_k && d.C == 64 && d.H == 4 && d.F == 256;
+}
+// Net's mbarriers: att (stage A -> B), x1 (B -> C), p2 (C -> D), x (D -> the next layer), stats
+constexpr int kNetBars = 5;
+enum NetBar { kBarAtt = 0, kBarX1 = 1, kBarP2 = 2, kBarX = 3, kBarStats = 4 };
+
 // Offsets (floats) of every shared-memory region; the same on host and device.
 struct MegaLayout {
   int R, N, dh, sC, sF, sd, pc, fc, vc, ns, ns2, kv_rows, kv_layers;
@@ -58,10 +68,15 @@ struct MegaLayout {
   // bandwidth, ~8 bytes per cycle, was most of the stage). Else fc2 by columns: h (N x F) pushed
   // to every CTA, each computes its pc columns over all of k (kSlice slices).
   bool fc2k;
+  // The forward's stages signalled point to point (mega_p2p): see Net below. Its layout adds x1,
+  // the residual between proj and fc2 (x is written by fc2's stage and read by the next layer's
+  // proj stage: two buffers, so that no CTA's pushes of one stage overtake another's of the
+  // stage before), and the stages' mbarriers.
+  bool p2p;
   // per layer, relative to layer l's base = l * layer
   int ln1w, ln1b, ln2w, ln2b, qkv, qkvb, proj, projb, fc1, fc1b, fc2, fc2b, layer;
   // absolute (head: where the head's regions start)
-  int head, lnfw, lnfb, lm, lmb, x, att, ln, h, part, p2, pp, lg, stats, q, kv, sc, bars, ids, total;
+  int head, lnfw, lnfb, lm, lmb, x, x1, att, ln, h, part, p2, pp, lg, stats, q, kv, sc, bars, nbars, ids, total;
 
   __host__ __device__ MegaLayout(const MegaDims& d, int r) {
     R = r;
@@ -75,6 +90,7 @@ struct MegaLayout {
     vc = round4(ceil_div(d.V, R));       // lm_head columns per CTA (the last ones may have fewer)
     ns = ceil_div(d.F, kSlice);          // fc2's k-slices (by columns)
     fc2k = !d.split_k && fc % kFc2Slice == 0;
+    p2p = mega_p2p(d);
     ns2 = d.F / kFc2Slice;               // fc2's k-slices (by k)
     kv_rows = d.cache ? d.capacity : d.T;  // keys an item sees
     kv_layers = d.cache ? d.L : 1;         // decode: every layer's earlier k, v loaded at the start
@@ -94,7 +110,7 @@ struct MegaLayout {
     o = d.L * layer;
     head = o;
     lnfw = take(d.C); lnfb = take(d.C); lm = take(vc * sC); lmb = take(vc);
-    x = take(N * sC); att = take(N * sC); ln = take(N * sC); h = take(N * sF);
+    x = take(N * sC); x1 = take(p2p ? N * sC : 0); att = take(N * sC); ln = take(N * sC); h = take(N * sF);
     part = take(N * max3(pc * ns, fc * ceil_div(d.C, kSlice), pc * ceil_div(d.C, kSlice)));
     p2 = take(fc2k ? ns2 * N * pc : 0);  // fc2 by k: the partials of this CTA's columns (slice, N, pc)
     pp = take(d.head_proj ? d.H * N * sC : 0);  // proj by heads: each head's partial (H, N, C+4)
@@ -104,6 +120,7 @@ struct MegaLayout {
     kv = take(kv_layers * 2 * kv_rows * sd);
     sc = take(d.T * (kv_rows + 1));
     bars = take(2 * (d.L + 1));  // an mbarrier (8 bytes) per weight group: the layers', the head's
+    nbars = take(p2p ? 2 * kNetBars : 0);  // mega_p2p: an mbarrier per stage (Net)
     ids = take(N);               // the token ids (int)
     total = o;
   }
@@ -126,7 +143,7 @@ __device__ __forceinline__ void wait_group(uint64_t* bars, int g) { detail::mbar
 
 // ---- distributed shared memory ----
 
-__device__ __forceinline__ unsigned shared_addr_in(const float* local, unsigned rank) {
+__device__ __forceinline__ unsigned shared_addr_in(const void* local, unsigned rank) {
   unsigned remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
                : "=r"(remote)
@@ -159,6 +176,93 @@ __device__ __forceinline__ void cluster_sync_all() {
   cluster_arrive();
   cluster_wait();
 }
+
+// ---- a stage's hand-over: cluster barriers, or point to point (mega_p2p) ----
+//
+// Net<false>: the pushes above, and a cluster barrier after each stage (every CTA waits for
+// every CTA). Net<true> (the forward of the shipped architecture): each remote store is an
+// st.async completing on the receiving CTA's mbarrier for the stage (complete_tx, the bytes it
+// wrote); this CTA's own share is a plain store. A stage's receiver waits for its mbarrier alone:
+// one arrival (its thread 0, announcing the bytes it receives from the others) and the bytes,
+// __syncthreads for its own share: no cluster-wide round trip, and no release fence waiting for
+// every remote store's acknowledgement before the arrival. Phases alternate per layer (parity l
+// & 1); a sender's stores of layer l + 1 cannot reach a receiver before the receiver's phase of
+// layer l completed, nor overwrite a buffer it still reads: every stage's sends depend on data
+// that every CTA (the receiver included) pushes only after it has finished reading the previous
+// stage's buffers (all-to-all stages; x and x1 apart so that consecutive residual pushes never
+// share an address). The mbarriers are initialised before the start's cluster barrier, which
+// every CTA passes before its first send.
+__device__ __forceinline__ void st_async4(unsigned remote, float4 v, unsigned remote_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
+                   remote),
+               "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(remote_bar)
+               : "memory");
+}
+__device__ __forceinline__ void st_async2(unsigned remote, float2 v, unsigned remote_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];\n" ::"r"(remote),
+               "f"(v.x), "f"(v.y), "r"(remote_bar)
+               : "memory");
+}
+template <bool kP2P>
+struct Net {
+  uint64_t* bars;  // kP2P: this CTA's kNetBars stage mbarriers (the same offsets in every CTA)
+  int R, r;
+  // v into the slot `local` names in every CTA of the cluster (this one included)
+  __device__ __forceinline__ void all4(float* local, float4 v, int bar) const {
+    if constexpr (!kP2P) {
+      push4(local, v, R);
+    } else {
+      for (int q = 0; q < R; ++q) {
+        if (q == r)
+          *reinterpret_cast<float4*>(local) = v;
+        else
+          st_async4(shared_addr_in(local, q), v, shared_addr_in(bars + bar, q));
+      }
+    }
+  }
+  // v into the slot `local` names in CTA `rank` only
+  __device__ __forceinline__ void one4(float* local, float4 v, unsigned rank, int bar) const {
+    if constexpr (!kP2P) {
+      store_remote4(local, v, rank);
+    } else if (static_cast<int>(rank) == r) {
+      *reinterpret_cast<float4*>(local) = v;
+    } else {
+      st_async4(shared_addr_in(local, rank), v, shared_addr_in(bars + bar, rank));
+    }
+  }
+  __device__ __forceinline__ void one2(float* local, float2 v, unsigned rank, int bar) const {
+    if constexpr (!kP2P) {
+      store_remote2(local, v, rank);
+    } else if (static_cast<int>(rank) == r) {
+      *reinterpret_cast<float2*>(local) = v;
+    } else {
+      st_async2(shared_addr_in(local, rank), v, shared_addr_in(bars + bar, rank));
+    }
+  }
+  // Every thread: until stage `bar`'s data of phase `parity` is here, `bytes` from the other CTAs
+  // (kP2P; else a cluster barrier).
+  __device__ __forceinline__ void wait(int bar, unsigned bytes, unsigned parity) const {
+    if constexpr (!kP2P) {
+      cluster_sync_all();
+    } else {
+      __syncthreads();  // this CTA's own share (plain stores) is written
+      if (threadIdx.x == 0)
+        asm volatile("mbarrier.arrive.expect_tx.release.cluster.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                         detail::smem_address(bars + bar)),
+                     "r"(bytes)
+                     : "memory");
+      asm volatile(
+          "{\n"
+          ".reg .pred done;\n"
+          "WAIT:\n"
+          "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+          "@!done bra WAIT;\n"
+          "}\n" ::"r"(detail::smem_address(bars + bar)),
+          "r"(parity)
+          : "memory");
+    }
+  }
+};
 
 // ---- arithmetic ----
 
@@ -266,36 +370,53 @@ __device__ __forceinline__ float4 att_row_split(const float* row, int n, const f
 
 // LayerNorm of rows [r0, r1) of `in` into `out` (stride ld), a half-warp per row (two rows per
 // warp at once: the 32 rows of a (2, 16) forward's ln2 in one pass of the CTA's 32 half-warps).
-// The statistics as layernorm.cuh's warp_row_stats computes them (double, two passes: mean, then
-// the mean of squared deviations; rounded to float as the CPU), over 16 lanes instead of 32.
+// The statistics in double as layernorm.cuh's warp_row_stats, but in ONE pass, as the decode
+// loop's warp_layernorm (gpt_mega_generate.cu): each lane's sum and sum of squares side by side,
+// a 16-lane butterfly for both at once, the variance as E[x^2] - mean^2 (clamped at 0), 1/C as a
+// product where C is a compile-time power of two (exact), and a double rsqrt: ~4 shuffle steps
+// and one rsqrt where the two-pass form had 2 x 4 steps, three double divisions and a square root
+// (stage timestamps: 1.1-1.3k cycles per LayerNorm, 9 per forward). Double's last bits differ
+// from the two-pass statistics; the floats stay within an ulp (mean, 1/sigma).
 // KC > 0: C == KC, inlined (the loops over a row unrolled); KC == 0: one not-inlined copy for the
 // generic kernel's three call sites.
-__device__ __forceinline__ double half_warp_sum(double v) {
-  for (int off = 8; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
-}
-template <int KC>
+template <int KC, bool kTwoPass = false>  // EXPERIMENT kTwoPass: main's statistics, for the A/B
 __device__ __forceinline__ void layernorm_rows_t(const float* in, float* out, int r0, int r1, int C_, int ld,
                                                  const float* w, const float* b, float eps) {
   const int C = KC > 0 ? KC : C_;
   const int sub = threadIdx.x & 15;
+  constexpr bool kPow2 = KC > 0 && (KC & (KC - 1)) == 0;
   // the loop is uniform over a warp (every lane shuffles); a half without a row reads row r0
   for (int pair = r0 + 2 * static_cast<int>(threadIdx.x >> 5); pair < r1; pair += 2 * kWarps) {
     const int r = pair + static_cast<int>((threadIdx.x >> 4) & 1);
     const float* xr = in + (r < r1 ? r : r0) * ld;
-    double s = 0.0;
-#pragma unroll
-    for (int c = sub; c < C; c += 16) s += xr[c];
-    const double m = half_warp_sum(s) / static_cast<double>(C);
-    double q = 0.0;
+    double s = 0.0, q = 0.0;
 #pragma unroll
     for (int c = sub; c < C; c += 16) {
-      const double dv = static_cast<double>(xr[c]) - m;
-      q += dv * dv;
+      const double dv = xr[c];
+      s += dv;
+      q = fma(dv, dv, q);
     }
-    const double var = half_warp_sum(q) / static_cast<double>(C);
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1) {
+      s += __shfl_xor_sync(0xffffffffu, s, off);
+      q += __shfl_xor_sync(0xffffffffu, q, off);
+    }
+    const double m = kPow2 ? s * (1.0 / (KC > 0 ? KC : 1)) : s / static_cast<double>(C);
+    const double ex2 = kPow2 ? q * (1.0 / (KC > 0 ? KC : 1)) : q / static_cast<double>(C);
+    double var = fmax(ex2 - m * m, 0.0);
+    if constexpr (kTwoPass) {
+      double q2 = 0.0;
+#pragma unroll
+      for (int c = sub; c < C; c += 16) {
+        const double dv = static_cast<double>(xr[c]) - s / static_cast<double>(C);
+        q2 += dv * dv;
+      }
+      for (int off = 8; off > 0; off >>= 1) q2 += __shfl_xor_sync(0xffffffffu, q2, off);
+      var = q2 / static_cast<double>(C);
+    }
     const float mean = static_cast<float>(m);
-    const float rs = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));
+    const float rs = kTwoPass ? static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)))
+                              : static_cast<float>(rsqrt(var + static_cast<double>(eps)));
     if (r < r1) {
 #pragma unroll
       for (int c = sub; c < C; c += 16) out[r * ld + c] = (xr[c] - mean) * rs * w[c] + b[c];
@@ -306,11 +427,11 @@ __device__ __noinline__ void layernorm_rows_generic(const float* in, float* out,
                                                     const float* w, const float* b, float eps) {
   layernorm_rows_t<0>(in, out, r0, r1, C, ld, w, b, eps);
 }
-template <int KC>
+template <int KC, bool kTwoPass = false>
 __device__ __forceinline__ void layernorm_rows(const float* in, float* out, int r0, int r1, int C, int ld, const float* w,
                                                const float* b, float eps) {
   if constexpr (KC > 0)
-    layernorm_rows_t<KC>(in, out, r0, r1, C, ld, w, b, eps);
+    layernorm_rows_t<KC, kTwoPass>(in, out, r0, r1, C, ld, w, b, eps);
   else
     layernorm_rows_generic(in, out, r0, r1, C, ld, w, b, eps);
 }
