@@ -127,7 +127,7 @@ __global__ void gpt_mega_pack_kernel(const __grid_constant__ MegaParams p, int R
 // output column, pushed to every CTA's pp[hh] instead. The attention proper runs a warp per query
 // row: its scores (a lane per key), their softmax and its att columns, with no CTA barrier
 // between them (the row's values are the warp's own; T = 16: all 16 warps busy).
-template <class K, bool kSplit, bool kTrace, bool kP2P, bool kTwoPass>
+template <class K, bool kSplit, bool kTrace, bool kP2P, bool kMain>
 __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<kP2P>& net) {
   const MegaDims& d = c.d;
   const MegaLayout& S = c.S;
@@ -142,7 +142,7 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<k
   const float scale = 1.0f / sqrtf(static_cast<float>(dh));
   for (int item = c.r; item < d.B * d.H; item += R) {
     const int b = item / d.H, hh = item % d.H, row0 = b * T;
-    layernorm_rows<K::C, kTwoPass>(x, ln, row0, row0 + T, C, S.sC, base + S.ln1w, base + S.ln1b, c.p.eps);
+    layernorm_rows<K::C, kMain>(x, ln, row0, row0 + T, C, S.sC, base + S.ln1w, base + S.ln1b, c.p.eps);
     __syncthreads();
     stamp<kTrace>(c.r, trace_slot(l, 1));
     // q, k, v of the new rows: (t, 4 columns of the head's 3dh) per thread, t fastest over the
@@ -328,7 +328,7 @@ __device__ __forceinline__ void fc2_finish(const Ctx& c, const float* bias, cons
 // the one kernel they made the forward's code spill (ptxas: 32 bytes, at the 128 registers of
 // 512 threads per CTA; none before or as a separate instance), and the forward measured ~1.3 us
 // slower (H200, 63.0 -> 64.4 us).
-template <class K, bool kSplit, bool kTrace = false, bool kP2P = false, bool kTwoPass = false>
+template <class K, bool kSplit, bool kTrace = false, bool kP2P = false, bool kMain = false>
 __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_constant__ MegaParams p, int R) {
   extern __shared__ __align__(16) float sm[];
   const MegaDims d = fixed_dims<K>(p.dims);
@@ -344,7 +344,8 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   const int pos0 = p.pos ? *p.pos : p.position;  // by value (parameter space): no round trip
   c.pos0 = pos0;
   int* ids = reinterpret_cast<int*>(sm + S.ids);  // read with the position: one round trip for both
-  for (int m = tid; m < N; m += kThreads) ids[m] = p.ids ? p.ids[m] : p.id;
+  if constexpr (kMain)
+    for (int m = tid; m < N; m += kThreads) ids[m] = p.ids ? p.ids[m] : p.id;
   uint64_t* bars = reinterpret_cast<uint64_t*>(sm + S.bars);
   const Net<kP2P> net{reinterpret_cast<uint64_t*>(sm + S.nbars), R, r};
   if (tid == 0) {
@@ -352,6 +353,8 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     if constexpr (kP2P)
       for (int b = 0; b < kNetBars; ++b) detail::mbarrier_init(net.bars + b);
   }
+  if constexpr (!kMain)  // EXPERIMENT: after the copies are issued (thread 0 stalled on its id's load before)
+    for (int m = tid; m < N; m += kThreads) ids[m] = p.ids ? p.ids[m] : p.id;
   __syncthreads();  // the barriers are initialised before anyone waits on them; ids are in
 
   // 2. out of range: NaN outputs, and leave before any cluster barrier (once the copies have landed)
@@ -433,7 +436,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     __syncthreads();
     stamp<kTrace>(r, trace_slot(l, 0));
     const float* base = sm + l * S.layer;
-    attention_stage<K, kSplit, kTrace, kP2P, kTwoPass>(c, l, net);
+    attention_stage<K, kSplit, kTrace, kP2P, kMain>(c, l, net);
     stamp<kTrace>(r, trace_slot(l, 4));
     net.wait(kBarAtt, att_bytes, parity);  // (Net<true> never with head_proj: mega_p2p)
     if (d.head_proj) {  // x += (the heads' partials, summed in head order) + b, every CTA all of it
@@ -452,7 +455,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     stamp<kTrace>(r, trace_slot(l, 5));
     float* ln = sm + S.ln;
     float* h = sm + S.h;
-    layernorm_rows<K::C, kTwoPass>(xm, ln, 0, N, C, S.sC, base + S.ln2w, base + S.ln2b, p.eps);
+    layernorm_rows<K::C, kMain>(xm, ln, 0, N, C, S.sC, base + S.ln2w, base + S.ln2b, p.eps);
     __syncthreads();
     stamp<kTrace>(r, trace_slot(l, 6));
     const int f0 = r * S.fc;
@@ -491,7 +494,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   const float* hd = sm;  // the head's offsets are absolute
   float* ln = sm + S.ln;
   float* lg = sm + S.lg;
-  layernorm_rows<K::C, kTwoPass>(x, ln, 0, N, C, S.sC, hd + S.lnfw, hd + S.lnfb, p.eps);
+  layernorm_rows<K::C, kMain>(x, ln, 0, N, C, S.sC, hd + S.lnfw, hd + S.lnfb, p.eps);
   __syncthreads();
   const int n0 = r * S.vc, vn = max(0, min(S.vc, d.V - n0)), groups = ceil_div(vn, 4);
   // logits into shared memory only: the global (or mapped host) stores come after the softmax's

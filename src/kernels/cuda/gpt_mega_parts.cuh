@@ -379,7 +379,7 @@ __device__ __forceinline__ float4 att_row_split(const float* row, int n, const f
 // from the two-pass statistics; the floats stay within an ulp (mean, 1/sigma).
 // KC > 0: C == KC, inlined (the loops over a row unrolled); KC == 0: one not-inlined copy for the
 // generic kernel's three call sites.
-template <int KC, bool kTwoPass = false>  // EXPERIMENT kTwoPass: main's statistics, for the A/B
+template <int KC, bool kMain = false>  // EXPERIMENT kMain: main's statistics, for the A/B
 __device__ __forceinline__ void layernorm_rows_t(const float* in, float* out, int r0, int r1, int C_, int ld,
                                                  const float* w, const float* b, float eps) {
   const int C = KC > 0 ? KC : C_;
@@ -404,7 +404,7 @@ __device__ __forceinline__ void layernorm_rows_t(const float* in, float* out, in
     const double m = kPow2 ? s * (1.0 / (KC > 0 ? KC : 1)) : s / static_cast<double>(C);
     const double ex2 = kPow2 ? q * (1.0 / (KC > 0 ? KC : 1)) : q / static_cast<double>(C);
     double var = fmax(ex2 - m * m, 0.0);
-    if constexpr (kTwoPass) {
+    if constexpr (kMain) {
       double q2 = 0.0;
 #pragma unroll
       for (int c = sub; c < C; c += 16) {
@@ -415,7 +415,7 @@ __device__ __forceinline__ void layernorm_rows_t(const float* in, float* out, in
       var = q2 / static_cast<double>(C);
     }
     const float mean = static_cast<float>(m);
-    const float rs = kTwoPass ? static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)))
+    const float rs = kMain ? static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)))
                               : static_cast<float>(rsqrt(var + static_cast<double>(eps)));
     if (r < r1) {
 #pragma unroll
@@ -427,11 +427,11 @@ __device__ __noinline__ void layernorm_rows_generic(const float* in, float* out,
                                                     const float* w, const float* b, float eps) {
   layernorm_rows_t<0>(in, out, r0, r1, C, ld, w, b, eps);
 }
-template <int KC, bool kTwoPass = false>
+template <int KC, bool kMain = false>
 __device__ __forceinline__ void layernorm_rows(const float* in, float* out, int r0, int r1, int C, int ld, const float* w,
                                                const float* b, float eps) {
   if constexpr (KC > 0)
-    layernorm_rows_t<KC, kTwoPass>(in, out, r0, r1, C, ld, w, b, eps);
+    layernorm_rows_t<KC, kMain>(in, out, r0, r1, C, ld, w, b, eps);
   else
     layernorm_rows_generic(in, out, r0, r1, C, ld, w, b, eps);
 }
