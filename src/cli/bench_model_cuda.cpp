@@ -132,11 +132,13 @@ CudaModelTimes bench_model_cuda(const GrammarMiniGPT& model, const std::vector<i
       forward_row(fmt::format("forward graph, megakernel, cluster {}", R),
                   forward_graph_us(model, small.options(), ids, B, T, runs, warmup, nullptr), runs);
   }
-  {  // proj by heads, where it fits
-    CudaGPT heads(model, {.path = Path::Mega, .mega_proj = CudaGPTOptions::MegaProj::Heads});
-    if (const int R = heads.mega_cluster_for(B, T))
-      forward_row(fmt::format("forward graph, megakernel, cluster {}, proj by heads", R),
-                  forward_graph_us(model, heads.options(), ids, B, T, runs, warmup, nullptr), runs);
+  {  // the other proj (by heads, or by columns where the default takes heads), where it fits
+    using Proj = CudaGPTOptions::MegaProj;
+    const bool heads = !gpu.mega_head_proj_for(B, T);
+    CudaGPT other(model, {.path = Path::Mega, .mega_proj = heads ? Proj::Heads : Proj::Columns});
+    if (const int R = other.mega_cluster_for(B, T))
+      forward_row(fmt::format("forward graph, megakernel, cluster {}, proj by {}", R, heads ? "heads" : "columns"),
+                  forward_graph_us(model, other.options(), ids, B, T, runs, warmup, nullptr), runs);
   }
   forward_row("forward graph, whole-layer kernels (fused)",
               forward_graph_us(model, {.path = Path::Fused}, ids, B, T, runs, warmup, nullptr), runs);

@@ -127,7 +127,7 @@ __global__ void gpt_mega_pack_kernel(const __grid_constant__ MegaParams p, int R
 // output column, pushed to every CTA's pp[hh] instead. The attention proper runs a warp per query
 // row: its scores (a lane per key), their softmax and its att columns, with no CTA barrier
 // between them (the row's values are the warp's own; T = 16: all 16 warps busy).
-template <class K, bool kSplit, bool kTrace, bool kP2P, bool kMain>
+template <class K, bool kSplit, bool kTrace, bool kP2P, int kLnG>
 __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<kP2P>& net) {
   const MegaDims& d = c.d;
   const MegaLayout& S = c.S;
@@ -142,7 +142,7 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<k
   const float scale = 1.0f / sqrtf(static_cast<float>(dh));
   for (int item = c.r; item < d.B * d.H; item += R) {
     const int b = item / d.H, hh = item % d.H, row0 = b * T;
-    layernorm_rows<K::C, kMain>(x, ln, row0, row0 + T, C, S.sC, base + S.ln1w, base + S.ln1b, c.p.eps);
+    layernorm_rows<K::C, kLnG>(x, ln, row0, row0 + T, C, S.sC, base + S.ln1w, base + S.ln1b, c.p.eps);
     __syncthreads();
     stamp<kTrace>(c.r, trace_slot(l, 1));
     // q, k, v of the new rows: (t, 4 columns of the head's 3dh) per thread, t fastest over the
@@ -217,7 +217,11 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<k
         const int t = u % T, n0 = (u / T) * 4;
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
         dot4(att + (row0 + t) * S.sC + hh * dh, base + S.proj + n0 * S.sd, S.sd, 0, dh, acc);
-        push4(pp + (hh * S.N + row0 + t) * S.sC + n0, make_float4(acc[0], acc[1], acc[2], acc[3]), R);
+        const float4 v = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        if constexpr (kP2P)  // to the CTA owning the columns only (pp: (H, N, pc))
+          net.one4(pp + (hh * S.N + row0 + t) * S.pc + n0 % S.pc, v, static_cast<unsigned>(n0 / S.pc), kBarAtt);
+        else
+          push4(pp + (hh * S.N + row0 + t) * S.sC + n0, v, R);
       }
     }
     __syncthreads();  // q, k, v, scores are reused by the next item
@@ -328,7 +332,7 @@ __device__ __forceinline__ void fc2_finish(const Ctx& c, const float* bias, cons
 // the one kernel they made the forward's code spill (ptxas: 32 bytes, at the 128 registers of
 // 512 threads per CTA; none before or as a separate instance), and the forward measured ~1.3 us
 // slower (H200, 63.0 -> 64.4 us).
-template <class K, bool kSplit, bool kTrace = false, bool kP2P = false, bool kMain = false>
+template <class K, bool kSplit, bool kTrace = false, bool kP2P = false, int kLnG = 16>
 __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_constant__ MegaParams p, int R) {
   extern __shared__ __align__(16) float sm[];
   const MegaDims d = fixed_dims<K>(p.dims);
@@ -343,9 +347,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   //    overlap); then an mbarrier and a bulk copy per weight group
   const int pos0 = p.pos ? *p.pos : p.position;  // by value (parameter space): no round trip
   c.pos0 = pos0;
-  int* ids = reinterpret_cast<int*>(sm + S.ids);  // read with the position: one round trip for both
-  if constexpr (kMain)
-    for (int m = tid; m < N; m += kThreads) ids[m] = p.ids ? p.ids[m] : p.id;
+  int* ids = reinterpret_cast<int*>(sm + S.ids);
   uint64_t* bars = reinterpret_cast<uint64_t*>(sm + S.bars);
   const Net<kP2P> net{reinterpret_cast<uint64_t*>(sm + S.nbars), R, r};
   if (tid == 0) {
@@ -353,8 +355,8 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     if constexpr (kP2P)
       for (int b = 0; b < kNetBars; ++b) detail::mbarrier_init(net.bars + b);
   }
-  if constexpr (!kMain)  // EXPERIMENT: after the copies are issued (thread 0 stalled on its id's load before)
-    for (int m = tid; m < N; m += kThreads) ids[m] = p.ids ? p.ids[m] : p.id;
+  // the ids after the copies are issued (thread 0 would wait for its id's load first)
+  for (int m = tid; m < N; m += kThreads) ids[m] = p.ids ? p.ids[m] : p.id;
   __syncthreads();  // the barriers are initialised before anyone waits on them; ids are in
 
   // 2. out of range: NaN outputs, and leave before any cluster barrier (once the copies have landed)
@@ -426,7 +428,9 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
 
   // Net<true>: the bytes each stage brings from the other CTAs (the rest is this CTA's own share)
   const int items = r < d.B * d.H ? (d.B * d.H - 1 - r) / R + 1 : 0;
-  const unsigned att_bytes = static_cast<unsigned>(N * C - items * d.T * S.dh) * 4u;
+  // att (T x dh per item) to every CTA, or (head_proj) the items' proj partials (T x pc) to the owners
+  const unsigned att_bytes = static_cast<unsigned>(d.head_proj ? (d.H * N - items * d.T) * S.pc
+                                                                : N * C - items * d.T * S.dh) * 4u;
   const unsigned x_bytes = static_cast<unsigned>(N * (C - S.pc)) * 4u;
   const unsigned p2_bytes = static_cast<unsigned>((S.ns2 - S.fc / kFc2Slice) * N * S.pc) * 4u;
   float* xm = kP2P ? sm + S.x1 : x;  // the residual between proj and fc2 (x1, or x in place)
@@ -436,10 +440,23 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     __syncthreads();
     stamp<kTrace>(r, trace_slot(l, 0));
     const float* base = sm + l * S.layer;
-    attention_stage<K, kSplit, kTrace, kP2P, kMain>(c, l, net);
+    attention_stage<K, kSplit, kTrace, kP2P, kLnG>(c, l, net);
     stamp<kTrace>(r, trace_slot(l, 4));
-    net.wait(kBarAtt, att_bytes, parity);  // (Net<true> never with head_proj: mega_p2p)
-    if (d.head_proj) {  // x += (the heads' partials, summed in head order) + b, every CTA all of it
+    net.wait(kBarAtt, att_bytes, parity);
+    if (kP2P && d.head_proj) {  // this CTA's columns of x1 = (the heads' partials in head order) + b + x
+      const float* pp = sm + S.pp;
+      const int n0 = r * S.pc;
+      for (int u = tid; u < N * (S.pc / 4); u += kThreads) {
+        const int m = u % N, j0 = (u / N) * 4;
+        float4 v = {0.f, 0.f, 0.f, 0.f};
+        for (int hh = 0; hh < d.H; ++hh) v = add4(v, *reinterpret_cast<const float4*>(pp + (hh * N + m) * S.pc + j0));
+        const float* b = base + S.projb + n0 + j0;
+        const int at = m * S.sC + n0 + j0;
+        const float4 y = make_float4(v.x + b[0], v.y + b[1], v.z + b[2], v.w + b[3]);
+        net.all4(xm + at, add4(y, *reinterpret_cast<const float4*>(x + at)), kBarX1);
+      }
+      net.wait(kBarX1, x_bytes, parity);
+    } else if (d.head_proj) {  // x += (the heads' partials, summed in head order) + b, every CTA all of it
       const float* pp = sm + S.pp;
       for (int i = tid; i < N * C; i += kThreads) {
         const int m = i / C, n = i % C;
@@ -455,7 +472,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     stamp<kTrace>(r, trace_slot(l, 5));
     float* ln = sm + S.ln;
     float* h = sm + S.h;
-    layernorm_rows<K::C, kMain>(xm, ln, 0, N, C, S.sC, base + S.ln2w, base + S.ln2b, p.eps);
+    layernorm_rows<K::C, kLnG>(xm, ln, 0, N, C, S.sC, base + S.ln2w, base + S.ln2b, p.eps);
     __syncthreads();
     stamp<kTrace>(r, trace_slot(l, 6));
     const int f0 = r * S.fc;
@@ -494,7 +511,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   const float* hd = sm;  // the head's offsets are absolute
   float* ln = sm + S.ln;
   float* lg = sm + S.lg;
-  layernorm_rows<K::C, kMain>(x, ln, 0, N, C, S.sC, hd + S.lnfw, hd + S.lnfb, p.eps);
+  layernorm_rows<K::C, kLnG>(x, ln, 0, N, C, S.sC, hd + S.lnfw, hd + S.lnfb, p.eps);
   __syncthreads();
   const int n0 = r * S.vc, vn = max(0, min(S.vc, d.V - n0)), groups = ceil_div(vn, 4);
   // logits into shared memory only: the global (or mapped host) stores come after the softmax's
@@ -579,20 +596,16 @@ using MegaKernel = void (*)(MegaParams, int);
 // Both do the same arithmetic in the same order: the logits do not depend on which one runs.
 MegaKernel kernel_for(const MegaDims& d) {
   static const bool trace = std::getenv("MINIGPT_MEGA_TRACE") != nullptr;  // diagnostics, read once
-  // EXPERIMENT (A/B in one run): MINIGPT_MEGA_VARIANT=0 main's forward (two-pass LayerNorms,
-  // cluster barriers), 1 one-pass LayerNorms, 2 (default) one-pass + point to point
-  static const int variant = [] {
-    const char* v = std::getenv("MINIGPT_MEGA_VARIANT");
-    return v ? std::atoi(v) : 2;
-  }();
+  // EXPERIMENT (A/B in one run): MINIGPT_MEGA_LN8=1: LayerNorms on 8 lanes per row, not 16
+  static const bool ln8 = std::getenv("MINIGPT_MEGA_LN8") != nullptr;
   using KF = Fixed<64, 4, 256>;
   if (d.C == 64 && d.H == 4 && d.F == 256) {
-    if (d.split_k) return trace ? gpt_mega_kernel<KF, true, true> : gpt_mega_kernel<KF, true>;
-    if (mega_p2p(d) && variant == 2)
-      return trace ? gpt_mega_kernel<KF, false, true, true> : gpt_mega_kernel<KF, false, false, true>;
-    if (variant == 0)
-      return trace ? gpt_mega_kernel<KF, false, true, false, true> : gpt_mega_kernel<KF, false, false, false, true>;
-    return trace ? gpt_mega_kernel<KF, false, true> : gpt_mega_kernel<KF, false>;
+    if (d.split_k)
+      return trace ? gpt_mega_kernel<KF, true, true> : ln8 ? gpt_mega_kernel<KF, true, false, false, 8> : gpt_mega_kernel<KF, true>;
+    if (mega_p2p(d))
+      return trace ? gpt_mega_kernel<KF, false, true, true>
+                   : ln8 ? gpt_mega_kernel<KF, false, false, true, 8> : gpt_mega_kernel<KF, false, false, true>;
+    return trace ? gpt_mega_kernel<KF, false, true> : ln8 ? gpt_mega_kernel<KF, false, false, false, 8> : gpt_mega_kernel<KF, false>;
   }
   return d.split_k ? gpt_mega_kernel<Fixed<0, 0, 0>, true> : gpt_mega_kernel<Fixed<0, 0, 0>, false>;
 }
@@ -615,6 +628,8 @@ bool prepare_kernel(MegaKernel kernel, int R, size_t smem) {
 }
 
 }  // namespace
+
+bool gpt_mega_p2p(const MegaDims& d) { return mega_p2p(d); }
 
 size_t gpt_mega_smem(const MegaDims& d, int R) {
   if (!split_applies(d, R)) return 0;

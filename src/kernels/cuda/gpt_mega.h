@@ -184,6 +184,9 @@ struct MegaParams {
   const float* image = nullptr;
 };
 
+// Whether dims' stages hand over point to point (st.async + mbarriers, no cluster barriers): the
+// forward (no cache, no split_k) of the shipped architecture (C 64, H 4, F 256).
+bool gpt_mega_p2p(const MegaDims& d);
 // Dynamic shared memory per CTA (bytes) for dims at cluster size R (0 if the split does not apply).
 size_t gpt_mega_smem(const MegaDims& d, int R);
 // The cluster size the megakernel runs dims with on the current device: `requested` (1..16) if

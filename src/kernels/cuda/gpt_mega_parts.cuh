@@ -50,7 +50,7 @@ __host__ __device__ constexpr int max3(int a, int b, int c) { return a > b ? (a 
 // shipped architecture with proj by columns and fc2 by k (F / R a multiple of kFc2Slice for
 // every R <= 16). The decode step, proj by heads and other dims keep the cluster barriers.
 __host__ __device__ constexpr bool mega_p2p(const MegaDims& d) {
-  return !d.cache && !d.head_proj && !d.split_k && d.C == 64 && d.H == 4 && d.F == 256;
+  return !d.cache && !d.split_k && d.C == 64 && d.H == 4 && d.F == 256;
 }
 // Net's mbarriers: att (stage A -> B), x1 (B -> C), p2 (C -> D), x (D -> the next layer), stats
 constexpr int kNetBars = 5;
@@ -113,7 +113,8 @@ struct MegaLayout {
     x = take(N * sC); x1 = take(p2p ? N * sC : 0); att = take(N * sC); ln = take(N * sC); h = take(N * sF);
     part = take(N * max3(pc * ns, fc * ceil_div(d.C, kSlice), pc * ceil_div(d.C, kSlice)));
     p2 = take(fc2k ? ns2 * N * pc : 0);  // fc2 by k: the partials of this CTA's columns (slice, N, pc)
-    pp = take(d.head_proj ? d.H * N * sC : 0);  // proj by heads: each head's partial (H, N, C+4)
+    // proj by heads: each head's partial (H, N, C+4); with p2p only this CTA's columns (H, N, pc)
+    pp = take(d.head_proj ? d.H * N * (mega_p2p(d) ? pc : sC) : 0);
     lg = take(N * vc);
     stats = take(2 * R * N);
     q = take(d.T * sd);
@@ -368,58 +369,49 @@ __device__ __forceinline__ float4 att_row_split(const float* row, int n, const f
   return a;
 }
 
-// LayerNorm of rows [r0, r1) of `in` into `out` (stride ld), a half-warp per row (two rows per
-// warp at once: the 32 rows of a (2, 16) forward's ln2 in one pass of the CTA's 32 half-warps).
-// The statistics in double as layernorm.cuh's warp_row_stats, but in ONE pass, as the decode
-// loop's warp_layernorm (gpt_mega_generate.cu): each lane's sum and sum of squares side by side,
-// a 16-lane butterfly for both at once, the variance as E[x^2] - mean^2 (clamped at 0), 1/C as a
-// product where C is a compile-time power of two (exact), and a double rsqrt: ~4 shuffle steps
-// and one rsqrt where the two-pass form had 2 x 4 steps, three double divisions and a square root
-// (stage timestamps: 1.1-1.3k cycles per LayerNorm, 9 per forward). Double's last bits differ
-// from the two-pass statistics; the floats stay within an ulp (mean, 1/sigma).
+// LayerNorm of rows [r0, r1) of `in` into `out` (stride ld), G lanes per row (32 / G rows per
+// warp at once: G = 16, the 32 rows of a (2, 16) forward's ln2 in one pass of the CTA's 32
+// half-warps). The statistics in double as layernorm.cuh's warp_row_stats, but in ONE pass, as
+// the decode loop's warp_layernorm (gpt_mega_generate.cu): each lane's sum and sum of squares
+// side by side, a G-lane butterfly for both at once, the variance as E[x^2] - mean^2 (clamped
+// at 0), 1/C as a product where C is a compile-time power of two (exact), and a double rsqrt:
+// log2(G) shuffle steps and one rsqrt where the two-pass form had twice the steps, three double
+// divisions and a square root. Double's last bits differ from the two-pass statistics; the
+// floats stay within an ulp (mean, 1/sigma).
 // KC > 0: C == KC, inlined (the loops over a row unrolled); KC == 0: one not-inlined copy for the
 // generic kernel's three call sites.
-template <int KC, bool kMain = false>  // EXPERIMENT kMain: main's statistics, for the A/B
+template <int KC, int G = 16>
 __device__ __forceinline__ void layernorm_rows_t(const float* in, float* out, int r0, int r1, int C_, int ld,
                                                  const float* w, const float* b, float eps) {
-  const int C = KC > 0 ? KC : C_;
-  const int sub = threadIdx.x & 15;
+  static_assert(G == 8 || G == 16, "8 or 16 lanes per row");
+  constexpr int kRowsPerWarp = 32 / G;
   constexpr bool kPow2 = KC > 0 && (KC & (KC - 1)) == 0;
-  // the loop is uniform over a warp (every lane shuffles); a half without a row reads row r0
-  for (int pair = r0 + 2 * static_cast<int>(threadIdx.x >> 5); pair < r1; pair += 2 * kWarps) {
-    const int r = pair + static_cast<int>((threadIdx.x >> 4) & 1);
+  const int C = KC > 0 ? KC : C_;
+  const int lane = static_cast<int>(threadIdx.x & 31), sub = lane % G;
+  // the loop is uniform over a warp (every lane shuffles); lanes without a row read row r0
+  for (int r00 = r0 + kRowsPerWarp * static_cast<int>(threadIdx.x >> 5); r00 < r1; r00 += kRowsPerWarp * kWarps) {
+    const int r = r00 + lane / G;
     const float* xr = in + (r < r1 ? r : r0) * ld;
     double s = 0.0, q = 0.0;
 #pragma unroll
-    for (int c = sub; c < C; c += 16) {
+    for (int c = sub; c < C; c += G) {
       const double dv = xr[c];
       s += dv;
       q = fma(dv, dv, q);
     }
 #pragma unroll
-    for (int off = 8; off > 0; off >>= 1) {
+    for (int off = G / 2; off > 0; off >>= 1) {
       s += __shfl_xor_sync(0xffffffffu, s, off);
       q += __shfl_xor_sync(0xffffffffu, q, off);
     }
     const double m = kPow2 ? s * (1.0 / (KC > 0 ? KC : 1)) : s / static_cast<double>(C);
     const double ex2 = kPow2 ? q * (1.0 / (KC > 0 ? KC : 1)) : q / static_cast<double>(C);
-    double var = fmax(ex2 - m * m, 0.0);
-    if constexpr (kMain) {
-      double q2 = 0.0;
-#pragma unroll
-      for (int c = sub; c < C; c += 16) {
-        const double dv = static_cast<double>(xr[c]) - s / static_cast<double>(C);
-        q2 += dv * dv;
-      }
-      for (int off = 8; off > 0; off >>= 1) q2 += __shfl_xor_sync(0xffffffffu, q2, off);
-      var = q2 / static_cast<double>(C);
-    }
+    const double var = fmax(ex2 - m * m, 0.0);
     const float mean = static_cast<float>(m);
-    const float rs = kMain ? static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)))
-                              : static_cast<float>(rsqrt(var + static_cast<double>(eps)));
+    const float rs = static_cast<float>(rsqrt(var + static_cast<double>(eps)));
     if (r < r1) {
 #pragma unroll
-      for (int c = sub; c < C; c += 16) out[r * ld + c] = (xr[c] - mean) * rs * w[c] + b[c];
+      for (int c = sub; c < C; c += G) out[r * ld + c] = (xr[c] - mean) * rs * w[c] + b[c];
     }
   }
 }
@@ -427,11 +419,11 @@ __device__ __noinline__ void layernorm_rows_generic(const float* in, float* out,
                                                     const float* w, const float* b, float eps) {
   layernorm_rows_t<0>(in, out, r0, r1, C, ld, w, b, eps);
 }
-template <int KC, bool kMain = false>
+template <int KC, int G = 16>
 __device__ __forceinline__ void layernorm_rows(const float* in, float* out, int r0, int r1, int C, int ld, const float* w,
                                                const float* b, float eps) {
   if constexpr (KC > 0)
-    layernorm_rows_t<KC, kMain>(in, out, r0, r1, C, ld, w, b, eps);
+    layernorm_rows_t<KC, G>(in, out, r0, r1, C, ld, w, b, eps);
   else
     layernorm_rows_generic(in, out, r0, r1, C, ld, w, b, eps);
 }

@@ -306,8 +306,10 @@ struct CudaGPT::Impl {
   }
 
   // The megakernel's plan for a forward of (B, T) (cache: the decode step): its dims, proj by
-  // heads or by columns as options.mega_proj says (Auto: by heads for the decode step where
-  // that fits, by columns otherwise), and its cluster size `requested` (0: automatic). Cluster
+  // heads or by columns as options.mega_proj says (Auto: by heads where that fits for the
+  // decode step and for the forwards whose stages hand over point to point, gpt_mega_p2p: each
+  // attention item's proj partial goes to the columns' owner only; by columns otherwise), and
+  // its cluster size `requested` (0: automatic). Cluster
   // size 0: the path is not Mega or the megakernel does not take the shape.
   struct MegaPlan {
     cuda::MegaDims dims;
@@ -318,7 +320,8 @@ struct CudaGPT::Impl {
     if (path != CudaGPTOptions::Path::Mega || B < 1 || T < 1 || B * T > 4096) return plan;
     using Proj = CudaGPTOptions::MegaProj;
     plan.dims = mega_dims(B, T, cache);
-    if (options.mega_proj == Proj::Heads || (options.mega_proj == Proj::Auto && cache)) {
+    if (options.mega_proj == Proj::Heads ||
+        (options.mega_proj == Proj::Auto && (cache || cuda::gpt_mega_p2p(plan.dims)))) {
       plan.dims.head_proj = true;
       plan.cluster = cuda::gpt_mega_cluster(plan.dims, requested);
       if (plan.cluster || options.mega_proj == Proj::Heads) return plan;

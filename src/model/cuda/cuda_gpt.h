@@ -53,8 +53,9 @@ struct CudaGPTOptions {
   // an H200); the decoder times the step at each size that fits and keeps the fastest.
   int mega_cluster = 0;
   // Mega: proj by columns (a stage and a cluster barrier per layer) or by heads (each attention
-  // head's partial pushed to every CTA; kernels/cuda/gpt_mega.h). Auto: by heads for the decode
-  // step where that fits, by columns for forwards.
+  // head's partial pushed to every CTA, or with point-to-point stages to the owner of its
+  // columns; kernels/cuda/gpt_mega.h). Auto: by heads for the decode step and the point-to-point
+  // forwards (the shipped architecture) where that fits, by columns for the other forwards.
   enum class MegaProj { Auto, Columns, Heads };
   MegaProj mega_proj = MegaProj::Auto;
 };
