@@ -124,10 +124,11 @@ __global__ void gpt_mega_pack_kernel(const __grid_constant__ MegaParams p, int R
 // Stage A of layer l: every (sequence b, head hh) item of this CTA (items r, r + R, ...; all of
 // head r % H): ln1 of b's rows, the head's q, k, v, causal attention; att pushed to every CTA,
 // or (head_proj) kept here and its part of proj, att_h proj.weight[:, head's columns]^T for every
-// output column, pushed to every CTA's pp[hh] instead. The attention proper runs a warp per query
+// output column, pushed to every CTA's pp[hh] instead (Net<true>: each 4 columns to the CTA
+// owning them only, a quarter of att's bytes at R = 16). The attention proper runs a warp per query
 // row: its scores (a lane per key), their softmax and its att columns, with no CTA barrier
 // between them (the row's values are the warp's own; T = 16: all 16 warps busy).
-template <class K, bool kSplit, bool kTrace, bool kP2P, int kLnG>
+template <class K, bool kSplit, bool kTrace, bool kP2P>
 __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<kP2P>& net) {
   const MegaDims& d = c.d;
   const MegaLayout& S = c.S;
@@ -142,7 +143,7 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<k
   const float scale = 1.0f / sqrtf(static_cast<float>(dh));
   for (int item = c.r; item < d.B * d.H; item += R) {
     const int b = item / d.H, hh = item % d.H, row0 = b * T;
-    layernorm_rows<K::C, kLnG>(x, ln, row0, row0 + T, C, S.sC, base + S.ln1w, base + S.ln1b, c.p.eps);
+    layernorm_rows<K::C>(x, ln, row0, row0 + T, C, S.sC, base + S.ln1w, base + S.ln1b, c.p.eps);
     __syncthreads();
     stamp<kTrace>(c.r, trace_slot(l, 1));
     // q, k, v of the new rows: (t, 4 columns of the head's 3dh) per thread, t fastest over the
@@ -307,7 +308,7 @@ __device__ __forceinline__ void fc2_partials(const Ctx& c, const float* h, const
     }
   }
 }
-// Second half, after a cluster barrier: this CTA's pc columns of xout = xin + (the F/16 partials
+// Second half, once every CTA's partials are here: this CTA's pc columns of xout = xin + (the F/16 partials
 // added in slice order) + b, pushed to every CTA: (sum + b) + x, as residual_stage.
 template <bool kP2P>
 __device__ __forceinline__ void fc2_finish(const Ctx& c, const float* bias, const float* xin, float* xout,
@@ -331,8 +332,9 @@ __device__ __forceinline__ void fc2_finish(const Ctx& c, const float* bias, cons
 // k-split sums (p.dims.split_k, the decode step) in their own instance: as a run-time branch in
 // the one kernel they made the forward's code spill (ptxas: 32 bytes, at the 128 registers of
 // 512 threads per CTA; none before or as a separate instance), and the forward measured ~1.3 us
-// slower (H200, 63.0 -> 64.4 us).
-template <class K, bool kSplit, bool kTrace = false, bool kP2P = false, int kLnG = 16>
+// slower (H200, 63.0 -> 64.4 us). kP2P: the stages hand over point to point (Net<true>,
+// mega_p2p: the forward of the shipped architecture); a forward's arithmetic is the same either way.
+template <class K, bool kSplit, bool kTrace = false, bool kP2P = false>
 __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_constant__ MegaParams p, int R) {
   extern __shared__ __align__(16) float sm[];
   const MegaDims d = fixed_dims<K>(p.dims);
@@ -440,7 +442,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     __syncthreads();
     stamp<kTrace>(r, trace_slot(l, 0));
     const float* base = sm + l * S.layer;
-    attention_stage<K, kSplit, kTrace, kP2P, kLnG>(c, l, net);
+    attention_stage<K, kSplit, kTrace, kP2P>(c, l, net);
     stamp<kTrace>(r, trace_slot(l, 4));
     net.wait(kBarAtt, att_bytes, parity);
     if (kP2P && d.head_proj) {  // this CTA's columns of x1 = (the heads' partials in head order) + b + x
@@ -472,7 +474,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     stamp<kTrace>(r, trace_slot(l, 5));
     float* ln = sm + S.ln;
     float* h = sm + S.h;
-    layernorm_rows<K::C, kLnG>(xm, ln, 0, N, C, S.sC, base + S.ln2w, base + S.ln2b, p.eps);
+    layernorm_rows<K::C>(xm, ln, 0, N, C, S.sC, base + S.ln2w, base + S.ln2b, p.eps);
     __syncthreads();
     stamp<kTrace>(r, trace_slot(l, 6));
     const int f0 = r * S.fc;
@@ -511,7 +513,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   const float* hd = sm;  // the head's offsets are absolute
   float* ln = sm + S.ln;
   float* lg = sm + S.lg;
-  layernorm_rows<K::C, kLnG>(x, ln, 0, N, C, S.sC, hd + S.lnfw, hd + S.lnfb, p.eps);
+  layernorm_rows<K::C>(x, ln, 0, N, C, S.sC, hd + S.lnfw, hd + S.lnfb, p.eps);
   __syncthreads();
   const int n0 = r * S.vc, vn = max(0, min(S.vc, d.V - n0)), groups = ceil_div(vn, 4);
   // logits into shared memory only: the global (or mapped host) stores come after the softmax's
@@ -596,16 +598,11 @@ using MegaKernel = void (*)(MegaParams, int);
 // Both do the same arithmetic in the same order: the logits do not depend on which one runs.
 MegaKernel kernel_for(const MegaDims& d) {
   static const bool trace = std::getenv("MINIGPT_MEGA_TRACE") != nullptr;  // diagnostics, read once
-  // EXPERIMENT (A/B in one run): MINIGPT_MEGA_LN8=1: LayerNorms on 8 lanes per row, not 16
-  static const bool ln8 = std::getenv("MINIGPT_MEGA_LN8") != nullptr;
   using KF = Fixed<64, 4, 256>;
   if (d.C == 64 && d.H == 4 && d.F == 256) {
-    if (d.split_k)
-      return trace ? gpt_mega_kernel<KF, true, true> : ln8 ? gpt_mega_kernel<KF, true, false, false, 8> : gpt_mega_kernel<KF, true>;
-    if (mega_p2p(d))
-      return trace ? gpt_mega_kernel<KF, false, true, true>
-                   : ln8 ? gpt_mega_kernel<KF, false, false, true, 8> : gpt_mega_kernel<KF, false, false, true>;
-    return trace ? gpt_mega_kernel<KF, false, true> : ln8 ? gpt_mega_kernel<KF, false, false, false, 8> : gpt_mega_kernel<KF, false>;
+    if (d.split_k) return trace ? gpt_mega_kernel<KF, true, true> : gpt_mega_kernel<KF, true>;
+    if (mega_p2p(d)) return trace ? gpt_mega_kernel<KF, false, true, true> : gpt_mega_kernel<KF, false, false, true>;
+    return trace ? gpt_mega_kernel<KF, false, true> : gpt_mega_kernel<KF, false>;
   }
   return d.split_k ? gpt_mega_kernel<Fixed<0, 0, 0>, true> : gpt_mega_kernel<Fixed<0, 0, 0>, false>;
 }

@@ -6,7 +6,10 @@
 // start, as ONE bulk copy per layer (the copy engine) from an image of that shared memory built
 // once per plan (gpt_mega_pack), so layer 0 starts while the later layers still arrive, and the
 // activations move between CTAs through distributed shared memory, with a cluster barrier
-// between stages:
+// between stages ("| barrier" below; the forward of the shipped architecture hands each stage
+// over point to point instead: every remote store an st.async completing on the receiver's
+// mbarrier for the stage, the receiver waiting for its own mbarrier only, gpt_mega_parts.cuh's
+// Net; gpt_mega_p2p):
 //
 //   start      every CTA: x = wte[ids] + wpe[pos] for all N = B*T rows (a replica per CTA);
 //              decode: the earlier positions' k, v of its head, every layer, into shared memory
@@ -14,7 +17,9 @@
 //                 att (b's rows, h's columns) pushed to every CTA                      | barrier
 //              B  proj, CTA r's C/R columns: x += att proj^T + b, pushed to every CTA  | barrier
 //                 (head_proj: A pushes each head's partial of proj instead, and every CTA adds
-//                 them up locally: no barrier)
+//                 them up locally: no barrier; point to point: each partial's 4 columns to the
+//                 CTA owning them only, which adds the heads' partials in head order and pushes
+//                 x to every CTA as B does; the default for those forwards)
 //              C  ln2 (all rows, locally) + fc1 + GELU, r's F/R columns of h, kept locally;
 //                 fc2 by k: r's h columns times fc2.weight's, a partial of every output per
 //                 16-k slice, each pushed to the CTA owning the output's column         | barrier
@@ -26,8 +31,9 @@
 //              q | barrier, lane q reading CTA q's pair, combined by butterflies, probs written.
 //
 // Numerics: sums over k in float in k order (fc2: by k, sixteen k-slices of 16 added in slice
-// order; the whole-layer kernels add four slices of 64), LayerNorm statistics in double
-// (layernorm.cuh), exact-erf GELU: logits within ~1e-5 of the CPU engine; the work split (R)
+// order; the whole-layer kernels add four slices of 64; proj by heads: each head's 16 k in order,
+// the heads' partials added in head order), LayerNorm statistics in double in one pass (sum and
+// sum of squares; layernorm.cuh's are two-pass: double's last bits differ), exact-erf GELU: logits within ~1e-5 of the CPU engine; the work split (R)
 // changes who computes a value, never how (fc2's slices are 16 wide at every R), so logits are
 // the same bitwise for every cluster size. The probs' row total is a 16-lane butterfly of the
 // CTAs' terms, itself of the lanes' sums (a fixed order for each R; not bitwise across R, as
@@ -119,16 +125,43 @@
 //   loop       the device decode loop (gpt_mega_generate, below; same run as step() 36.6 us =
 //              27.3k tokens/s): 64 tokens per launch, greedy 18.6 us per token = 53.7k tokens/s,
 //              top-k 40 24.5 us = 40.8k tokens/s (figures and the open leads below).
-// Open (largest first): the barriers (~1.3-1.6k cycles each, 4 per layer + 1: ~25k of the
-// ~93k), and the LayerNorms (9 per forward, 1.1-1.3k each: double statistics, one half-warp
-// per row); the attention stage (T = 16: 8 items on 8 of the 16 CTAs); ln_f + lm_head 4.1k
-// (lm_head: 320 of 512 threads, ~1.3k of shared-memory wavefronts at least); the start 5.3k
-// (ids from global memory before the weight copies are issued; wte/wpe rows after them); the
-// att and x pushes (8 KB each per CTA and stage); p2 could share att's region at R = 16 (att is
-// dead by then: 8 KB less); decode's LayerNorms (~1k
-// cycles each, 9 per step: one half-warp, double shuffles, division and square root) and its
-// attention (2-2.9k: one warp, scores a lane per key); the decode start (5-7.7k: the earlier
-// k, v of every layer loaded before layer 0; load a layer's rows behind the previous layer).
+//   p2p        (issue 14; H200, `minigpt bench model --device cuda --no-peers --runs 1000 --warmup
+//              100`, main's build and this one alternated twice in one run) forward graph (2, 16)
+//              49.8 / 49.5 -> 43.4 / 43.8 us (100 back to back, per replay 47.9 / 47.8 -> 41.6 /
+//              41.8); decode graph alone (R = 8) 28.4 / 28.4 -> 26.9 / 27.1 us (its LayerNorms),
+//              step() 36.4 / 34.5 -> 33.0 / 34.7 (noisy), the device loop unchanged (greedy 18.7 /
+//              18.6 -> 18.5 / 18.4, top-k 40 24.8 / 24.7 -> 24.6 / 24.6). Shipped model vs the CPU:
+//              forward 6.7e-6, decode 4.8e-6 (as before). What each part gave (an earlier run,
+//              --runs 300, the variants selected at run time in one build): main 50.1 us ->
+//              one-pass LayerNorms + the weight copies issued before the ids load 48.6 -> + the
+//              stages point to point (proj by columns) 44.6; then proj by heads with each item's
+//              partial sent to the columns' owner (a quarter of att's bytes, one remote store per
+//              thread instead of 16 from each of 64 threads; proj's GEMM moves into the attention
+//              CTAs) 43.4-43.8 against 44.7-45.0 by columns in the same run: the forwards' default
+//              now (218 KB of shared memory at N = 32, R = 16; by columns 199 KB: Auto falls back
+//              to columns where heads do not fit). Tried and reverted: LayerNorms on 8 lanes per
+//              row (3 shuffle steps, 8 values per lane): 43.6 / 43.4 us, the same as 16 lanes.
+//              Stages now (R = 16, trace: ~79k cycles, 40 us inside the kernel; was ~93k): start
+//              6.0k (4.1k of it before the first __syncthreads: the ids' global load and the
+//              copies' issue); per layer ~16k: ln1 0.88k, q k v 1.7-1.9k, attention + proj
+//              partials + sends 2.0-2.3k, the slowest warp 1.35-1.47k, wait + x1 (sum of the heads,
+//              push) + wait 2.5k, ln2 1.06-1.11k, fc1 + fc2 partials 3.2-3.3k, wait 0.75-0.8k, fc2
+//              sums + x push 1.2k, wait 0.71-0.73k; head: ln_f + lm_head 4.05k, probs 5k (stats +
+//              sends 1.2-1.3k, wait 1.2k, combine + stores 2.6k).
+// Open (largest first), against issue 14's 20 us: the data each stage moves between CTAs (a
+// wait is now ~0.7-0.8k cycles where a barrier was 1.2-1.7k: what is left is the slowest
+// sender's remote stores, ~8 bytes per cycle per SM, and its skew: x to every CTA twice per layer,
+// 8 KB per CTA each; fc2's partials 8 KB); the attention CTAs' serial chain (8 of 16 CTAs: ln1,
+// q k v, attention, proj partials ~6.5k cycles per layer while the others wait); fc1 (128 of 512
+// threads, a 64-long FMA chain each) + fc2 partials 3.2k; the LayerNorms (~0.9-1.1k each, 9 per
+// forward: double conversions and shuffles of 512 threads, throughput-bound rather than the
+// chain: 8 lanes per row did not help); ln_f + lm_head 4.05k (lm_head: 320 of 512 threads);
+// the start 6.0k (a global round trip for the ids before anything; five more mbarrier inits, each
+// with its cluster fence, for the point-to-point stages); the probs' combine + stores 2.6k;
+// decode's attention (2-2.9k: one warp, scores a lane per key) and its start (5-7.7k: the earlier
+// k, v of every layer loaded before layer 0; load a layer's rows behind the previous layer); the
+// decode step still synchronises with cluster barriers (its stages are not all-to-all: the
+// point-to-point argument in gpt_mega_parts.cuh's Net would need checking stage by stage).
 #pragma once
 
 #include <cuda_runtime_api.h>

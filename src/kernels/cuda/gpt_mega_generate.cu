@@ -53,11 +53,11 @@ __device__ __forceinline__ bool comes_first(float la, int ia, float lb, int ib) 
 }
 
 // LayerNorm of one row of KC floats (v: lane's x[lane + 32 e]) by one warp, into out: mean and
-// variance in double as layernorm_rows_t, but in ONE pass (the sum and the sum of squares, a
-// butterfly each, side by side), 1/C as a product (exact for C a power of two) and a double
-// rsqrt, so the chain is ~5 shuffle steps instead of 2 x 4 plus three double divisions and a
-// square root (the decode stage timestamps: ~1k cycles per LayerNorm, 9 per token). The
-// statistics differ from the two-pass ones in double's last bits: the floats within an ulp.
+// variance in double in ONE pass as layernorm_rows_t (the sum and the sum of squares, a
+// butterfly each, side by side; 1/C as a product, exact for C a power of two; a double rsqrt),
+// over 32 lanes instead of 16 (the decode stage timestamps, against the two-pass form before:
+// ~1k -> ~0.4k cycles per LayerNorm, 9 per token). The sums over 32 lanes differ from the
+// 16-lane ones in double's last bits: the floats within an ulp.
 template <int KC>
 __device__ __forceinline__ void warp_layernorm(const float (&v)[KC / 32], float* out, const float* w, const float* b,
                                                float eps) {
@@ -71,19 +71,11 @@ __device__ __forceinline__ void warp_layernorm(const float (&v)[KC / 32], float*
     s += dv;
     q = fma(dv, dv, q);
   }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    s += __shfl_xor_sync(0xffffffffu, s, off);
-    q += __shfl_xor_sync(0xffffffffu, q, off);
-  }
-  const double m = s * (1.0 / KC);
-  const double var = fmax(q * (1.0 / KC) - m * m, 0.0);
-  const float mean = static_cast<float>(m);
-  const float rs = static_cast<float>(rsqrt(var + static_cast<double>(eps)));
+  const float2 st = row_stats_one_pass<32>(s, q, 1.0 / KC, eps);  // (mean, 1/sigma)
 #pragma unroll
   for (int e = 0; e < E; ++e) {
     const int cc = lane + 32 * e;
-    out[cc] = (v[e] - mean) * rs * w[cc] + b[cc];
+    out[cc] = (v[e] - st.x) * st.y * w[cc] + b[cc];
   }
 }
 template <int KC>

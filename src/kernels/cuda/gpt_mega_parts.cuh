@@ -46,13 +46,15 @@ __host__ __device__ constexpr int round4(int n) { return (n + 3) / 4 * 4; }
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 __host__ __device__ constexpr int max3(int a, int b, int c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
-// Whether a launch's stages signal point to point (Net<true>): the forward (no KV cache) of the
-// shipped architecture with proj by columns and fc2 by k (F / R a multiple of kFc2Slice for
-// every R <= 16). The decode step, proj by heads and other dims keep the cluster barriers.
+// Whether a launch's stages hand over point to point (Net<true>): the forward (no KV cache, sums
+// in k order) of the shipped architecture, proj by heads or by columns, fc2 by k (F / R a
+// multiple of kFc2Slice at every R <= 16). The decode step and other dims keep the cluster
+// barriers (gpt_mega_kernel's kP2P instance: the forward only).
 __host__ __device__ constexpr bool mega_p2p(const MegaDims& d) {
   return !d.cache && !d.split_k && d.C == 64 && d.H == 4 && d.F == 256;
 }
-// Net's mbarriers: att (stage A -> B), x1 (B -> C), p2 (C -> D), x (D -> the next layer), stats
+// Net's mbarriers: att (stage A -> B: att, or by heads the proj partials), x1 (B -> C), p2 (C ->
+// D), x (D -> the next layer), stats (the softmax's pairs)
 constexpr int kNetBars = 5;
 enum NetBar { kBarAtt = 0, kBarX1 = 1, kBarP2 = 2, kBarX = 3, kBarStats = 4 };
 
@@ -68,10 +70,11 @@ struct MegaLayout {
   // bandwidth, ~8 bytes per cycle, was most of the stage). Else fc2 by columns: h (N x F) pushed
   // to every CTA, each computes its pc columns over all of k (kSlice slices).
   bool fc2k;
-  // The forward's stages signalled point to point (mega_p2p): see Net below. Its layout adds x1,
-  // the residual between proj and fc2 (x is written by fc2's stage and read by the next layer's
-  // proj stage: two buffers, so that no CTA's pushes of one stage overtake another's of the
-  // stage before), and the stages' mbarriers.
+  // The forward's stages handed over point to point (mega_p2p, Net below). Its layout adds x1,
+  // the residual between proj and fc2 (x holds the layer's input and fc2's output: two buffers,
+  // so that one CTA's pushes of two consecutive stages never write the same address while the
+  // first may still be in flight), the stages' mbarriers, and by heads holds only this CTA's
+  // columns of every item's proj partial.
   bool p2p;
   // per layer, relative to layer l's base = l * layer
   int ln1w, ln1b, ln2w, ln2b, qkv, qkvb, proj, projb, fc1, fc1b, fc2, fc2b, layer;
@@ -186,13 +189,16 @@ __device__ __forceinline__ void cluster_sync_all() {
 // wrote); this CTA's own share is a plain store. A stage's receiver waits for its mbarrier alone:
 // one arrival (its thread 0, announcing the bytes it receives from the others) and the bytes,
 // __syncthreads for its own share: no cluster-wide round trip, and no release fence waiting for
-// every remote store's acknowledgement before the arrival. Phases alternate per layer (parity l
-// & 1); a sender's stores of layer l + 1 cannot reach a receiver before the receiver's phase of
-// layer l completed, nor overwrite a buffer it still reads: every stage's sends depend on data
-// that every CTA (the receiver included) pushes only after it has finished reading the previous
-// stage's buffers (all-to-all stages; x and x1 apart so that consecutive residual pushes never
-// share an address). The mbarriers are initialised before the start's cluster barrier, which
-// every CTA passes before its first send.
+// every remote store's acknowledgement before the arrival (the 4 cluster barriers per layer
+// took ~1.2-1.7k cycles each, stage timestamps). Phases alternate per layer (parity l & 1); a
+// sender's stores of layer l + 1 cannot reach a receiver before the receiver's phase of layer l
+// completed, nor overwrite a buffer it still reads: every stage's sends depend on data that
+// every CTA (the receiver included) pushes only after it has read the previous stage's buffers
+// (the x pushes of stages B and D go to every CTA from every CTA; x and x1 apart so that one
+// CTA's consecutive residual pushes never share an address). The mbarriers are initialised
+// before the start's cluster barrier, which every CTA passes before its first send. The arrival
+// may come after some of the bytes (the tx-count goes below zero meanwhile; the phase cannot
+// complete before the arrival).
 __device__ __forceinline__ void st_async4(unsigned remote, float4 v, unsigned remote_bar) {
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
                    remote),
@@ -369,49 +375,53 @@ __device__ __forceinline__ float4 att_row_split(const float* row, int n, const f
   return a;
 }
 
-// LayerNorm of rows [r0, r1) of `in` into `out` (stride ld), G lanes per row (32 / G rows per
-// warp at once: G = 16, the 32 rows of a (2, 16) forward's ln2 in one pass of the CTA's 32
-// half-warps). The statistics in double as layernorm.cuh's warp_row_stats, but in ONE pass, as
-// the decode loop's warp_layernorm (gpt_mega_generate.cu): each lane's sum and sum of squares
-// side by side, a G-lane butterfly for both at once, the variance as E[x^2] - mean^2 (clamped
-// at 0), 1/C as a product where C is a compile-time power of two (exact), and a double rsqrt:
-// log2(G) shuffle steps and one rsqrt where the two-pass form had twice the steps, three double
-// divisions and a square root. Double's last bits differ from the two-pass statistics; the
-// floats stay within an ulp (mean, 1/sigma).
+// LayerNorm of rows [r0, r1) of `in` into `out` (stride ld), a half-warp per row (two rows per
+// warp at once: the 32 rows of a (2, 16) forward's ln2 in one pass of the CTA's 32 half-warps).
+// The statistics in double as layernorm.cuh's warp_row_stats, but in ONE pass, as the decode
+// loop's warp_layernorm (gpt_mega_generate.cu): each lane's sum and sum of squares side by side,
+// a 16-lane butterfly for both at once, the variance as E[x^2] - mean^2 (clamped at 0), 1/C as a
+// product (exact for C a power of two), and a double rsqrt: 4 shuffle steps
+// and one rsqrt where the two-pass form had 8 steps, three double divisions and a square root.
+// Double's last bits differ from the two-pass statistics; the floats stay within an ulp (mean,
+// 1/sigma). Measured (H200, stage timestamps): ~1.1-1.3k -> ~0.85-1.1k cycles per LayerNorm;
+// 8 lanes per row (3 steps, 8 values per lane) measured the same as 16 (forward 43.4 / 43.6 us
+// against 43.4 / 43.8), so not kept.
 // KC > 0: C == KC, inlined (the loops over a row unrolled); KC == 0: one not-inlined copy for the
 // generic kernel's three call sites.
-template <int KC, int G = 16>
+// The one-pass statistics of a row spread over W lanes (xor-butterfly neighbours): each lane's
+// partial sum s and sum of squares q of its values in double -> (mean, 1/sigma) as floats, in
+// every lane. inv_c = 1 / C (exact for C a power of two).
+template <int W>
+__device__ __forceinline__ float2 row_stats_one_pass(double s, double q, double inv_c, float eps) {
+#pragma unroll
+  for (int off = W / 2; off > 0; off >>= 1) {
+    s += __shfl_xor_sync(0xffffffffu, s, off);
+    q += __shfl_xor_sync(0xffffffffu, q, off);
+  }
+  const double m = s * inv_c;
+  const double var = fmax(q * inv_c - m * m, 0.0);
+  return make_float2(static_cast<float>(m), static_cast<float>(rsqrt(var + static_cast<double>(eps))));
+}
+template <int KC>
 __device__ __forceinline__ void layernorm_rows_t(const float* in, float* out, int r0, int r1, int C_, int ld,
                                                  const float* w, const float* b, float eps) {
-  static_assert(G == 8 || G == 16, "8 or 16 lanes per row");
-  constexpr int kRowsPerWarp = 32 / G;
-  constexpr bool kPow2 = KC > 0 && (KC & (KC - 1)) == 0;
   const int C = KC > 0 ? KC : C_;
-  const int lane = static_cast<int>(threadIdx.x & 31), sub = lane % G;
-  // the loop is uniform over a warp (every lane shuffles); lanes without a row read row r0
-  for (int r00 = r0 + kRowsPerWarp * static_cast<int>(threadIdx.x >> 5); r00 < r1; r00 += kRowsPerWarp * kWarps) {
-    const int r = r00 + lane / G;
+  const int sub = threadIdx.x & 15;
+  // the loop is uniform over a warp (every lane shuffles); a half without a row reads row r0
+  for (int pair = r0 + 2 * static_cast<int>(threadIdx.x >> 5); pair < r1; pair += 2 * kWarps) {
+    const int r = pair + static_cast<int>((threadIdx.x >> 4) & 1);
     const float* xr = in + (r < r1 ? r : r0) * ld;
     double s = 0.0, q = 0.0;
 #pragma unroll
-    for (int c = sub; c < C; c += G) {
+    for (int c = sub; c < C; c += 16) {
       const double dv = xr[c];
       s += dv;
       q = fma(dv, dv, q);
     }
-#pragma unroll
-    for (int off = G / 2; off > 0; off >>= 1) {
-      s += __shfl_xor_sync(0xffffffffu, s, off);
-      q += __shfl_xor_sync(0xffffffffu, q, off);
-    }
-    const double m = kPow2 ? s * (1.0 / (KC > 0 ? KC : 1)) : s / static_cast<double>(C);
-    const double ex2 = kPow2 ? q * (1.0 / (KC > 0 ? KC : 1)) : q / static_cast<double>(C);
-    const double var = fmax(ex2 - m * m, 0.0);
-    const float mean = static_cast<float>(m);
-    const float rs = static_cast<float>(rsqrt(var + static_cast<double>(eps)));
+    const float2 st = row_stats_one_pass<16>(s, q, 1.0 / static_cast<double>(C), eps);  // (mean, 1/sigma)
     if (r < r1) {
 #pragma unroll
-      for (int c = sub; c < C; c += G) out[r * ld + c] = (xr[c] - mean) * rs * w[c] + b[c];
+      for (int c = sub; c < C; c += 16) out[r * ld + c] = (xr[c] - st.x) * st.y * w[c] + b[c];
     }
   }
 }
@@ -419,11 +429,11 @@ __device__ __noinline__ void layernorm_rows_generic(const float* in, float* out,
                                                     const float* w, const float* b, float eps) {
   layernorm_rows_t<0>(in, out, r0, r1, C, ld, w, b, eps);
 }
-template <int KC, int G = 16>
+template <int KC>
 __device__ __forceinline__ void layernorm_rows(const float* in, float* out, int r0, int r1, int C, int ld, const float* w,
                                                const float* b, float eps) {
   if constexpr (KC > 0)
-    layernorm_rows_t<KC, G>(in, out, r0, r1, C, ld, w, b, eps);
+    layernorm_rows_t<KC>(in, out, r0, r1, C, ld, w, b, eps);
   else
     layernorm_rows_generic(in, out, r0, r1, C, ld, w, b, eps);
 }
