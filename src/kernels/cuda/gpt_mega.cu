@@ -308,8 +308,8 @@ __device__ __forceinline__ void fc2_partials(const Ctx& c, const float* h, const
     }
   }
 }
-// Second half, once every CTA's partials are here: this CTA's pc columns of xout = xin + (the F/16 partials
-// added in slice order) + b, pushed to every CTA: (sum + b) + x, as residual_stage.
+// Second half, once every CTA's partials are here: this CTA's pc columns of xout = xin + (the
+// F/16 partials added in slice order) + b, pushed to every CTA: (sum + b) + x, as residual_stage.
 template <bool kP2P>
 __device__ __forceinline__ void fc2_finish(const Ctx& c, const float* bias, const float* xin, float* xout,
                                            const Net<kP2P>& net) {

@@ -309,8 +309,8 @@ struct CudaGPT::Impl {
   // heads or by columns as options.mega_proj says (Auto: by heads where that fits for the
   // decode step and for the forwards whose stages hand over point to point, gpt_mega_p2p: each
   // attention item's proj partial goes to the columns' owner only; by columns otherwise), and
-  // its cluster size `requested` (0: automatic). Cluster
-  // size 0: the path is not Mega or the megakernel does not take the shape.
+  // its cluster size `requested` (0: automatic). Cluster size 0: the path is not Mega or the
+  // megakernel does not take the shape.
   struct MegaPlan {
     cuda::MegaDims dims;
     int cluster = 0;
