@@ -10,7 +10,7 @@
 #
 # Results go to build/gpu-check/: gpu-check.log, bench_softmax_cuda{,_any}.{json,md} (the sweep
 # and issue 19's "any shape" table), bench_{model,train}_cuda.{json,md} (issue 14),
-# compile_cuda_explain.txt (issue 15), roofline.png, ctest.log, pytest.log, autotune.json,
+# forward_accuracy.txt (issue 14: the logits against float64 and the CPU), compile_cuda_explain.txt (issue 15), roofline.png, ctest.log, pytest.log, autotune.json,
 # triton_autotune.json, manifest.json (experiment 24). When $OUT is set (the device tool's
 # folder) the log, the tables, the roofline, the manifest and results.tar.gz (all of it) are
 # copied there: the device tool returns 8 files at most. Knobs: BUILD_TARGETS (build
@@ -94,6 +94,11 @@ run_bench() {
 run_bench_model() {
   "$BUILD/minigpt" bench model --device cuda --runs 1000 --warmup 100 -o json >"$RESULTS/bench_model_cuda.json"
 }
+# How far the GPU's logits are from the exact forward and from the CPU engine (issue 14's 1e-5),
+# for the default plan and both proj orders of the megakernel: bench/forward_accuracy.py.
+run_forward_accuracy() {
+  PYTHONPATH="$ROOT/$BUILD/python:$PYTHONPATH" python3 bench/forward_accuracy.py >"$RESULTS/forward_accuracy.txt"
+}
 # The training step on the GPU (issue 14): tokens/s at B=64, T=16 with AdamW, one CUDA graph a
 # step, beside the PyTorch port on the GPU.
 run_bench_train() {
@@ -163,7 +168,7 @@ export RESULTS BUILD JOBS LOG BUILD_TARGETS="${BUILD_TARGETS:-}" BENCH_ARGS="${B
 export ROOT CTEST_TIMEOUT="${CTEST_TIMEOUT:-300}"
 export ANY_SHAPES
 export PYTEST_K="${PYTEST_K-cuda or triton or gpu}"
-export -f probe configure build run_ctest run_pytest run_bench run_bench_model run_bench_train run_compile_cuda
+export -f probe configure build run_ctest run_pytest run_bench run_bench_model run_forward_accuracy run_bench_train run_compile_cuda
 export -f run_triton_compile run_bench_any render_md plot keep_cache experiment24
 
 # Step groups: tests (ctest, pytest), then the benches: model, train, compile, any (issue 19's
@@ -184,6 +189,7 @@ if [[ -x $BUILD/minigpt ]]; then
     step bench-model 300 run_bench_model  # ~1 min: the model on the GPU and the PyTorch port on the GPU
     [[ -s $RESULTS/bench_model_cuda.json ]] &&
       step render-md-model 60 render_md "$RESULTS/bench_model_cuda.json" "$RESULTS/bench_model_cuda.md"
+    step forward-accuracy 120 run_forward_accuracy
   fi
   if want train; then
     step bench-train 300 run_bench_train
@@ -248,6 +254,7 @@ for row in r["rows"]:
           f"{(f'{tps:.0f}' if tps else '-'):>12}{(f'{ratio:.2f}' if ratio else '-'):>8}")
 PY
 done
+[[ -s $RESULTS/forward_accuracy.txt ]] && echo "--- forward_accuracy.txt" && cat "$RESULTS/forward_accuracy.txt"
 fails=0
 for i in "${!NAMES[@]}"; do
   printf '%-22s %-16s %5ss\n' "${NAMES[$i]}" "${STATUS[$i]}" "${SECS[$i]}"

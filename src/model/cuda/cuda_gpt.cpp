@@ -74,6 +74,18 @@ bool env_is(const char* name, const char* value) {
   return v && std::strcmp(v, value) == 0;
 }
 
+// MINIGPT_MEGA_PROJ=heads|columns: the megakernel's proj for an Auto plan, so that the two
+// summation orders can be set against each other from any caller (the CLI, Python) without a
+// rebuild (bench/forward_accuracy.py); unset: Auto.
+CudaGPTOptions::MegaProj mega_proj_from_env() {
+  using Proj = CudaGPTOptions::MegaProj;
+  const char* v = std::getenv("MINIGPT_MEGA_PROJ");
+  if (!v || !*v) return Proj::Auto;
+  if (std::strcmp(v, "heads") == 0) return Proj::Heads;
+  if (std::strcmp(v, "columns") == 0) return Proj::Columns;
+  MINIGPT_FAIL("MINIGPT_MEGA_PROJ={}: expected heads or columns", v);
+}
+
 void check_config(const ModelConfig& c) {
   const int dh = c.head_dim();
   MINIGPT_CHECK(dh == 8 || dh == 16 || dh == 32 || dh == 64,
@@ -320,11 +332,11 @@ struct CudaGPT::Impl {
     if (path != CudaGPTOptions::Path::Mega || B < 1 || T < 1 || B * T > 4096) return plan;
     using Proj = CudaGPTOptions::MegaProj;
     plan.dims = mega_dims(B, T, cache);
-    if (options.mega_proj == Proj::Heads ||
-        (options.mega_proj == Proj::Auto && (cache || cuda::gpt_mega_p2p(plan.dims)))) {
+    const Proj proj = options.mega_proj == Proj::Auto ? mega_proj_from_env() : options.mega_proj;
+    if (proj == Proj::Heads || (proj == Proj::Auto && (cache || cuda::gpt_mega_p2p(plan.dims)))) {
       plan.dims.head_proj = true;
       plan.cluster = cuda::gpt_mega_cluster(plan.dims, requested);
-      if (plan.cluster || options.mega_proj == Proj::Heads) return plan;
+      if (plan.cluster || proj == Proj::Heads) return plan;
     }
     plan.dims.head_proj = false;
     plan.cluster = cuda::gpt_mega_cluster(plan.dims, requested);

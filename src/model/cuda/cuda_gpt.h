@@ -56,6 +56,7 @@ struct CudaGPTOptions {
   // head's partial pushed to every CTA, or with point-to-point stages to the owner of its
   // columns; kernels/cuda/gpt_mega.h). Auto: by heads for the decode step and the point-to-point
   // forwards (the shipped architecture) where that fits, by columns for the other forwards.
+  // MINIGPT_MEGA_PROJ=heads|columns in the environment overrides Auto (bench/forward_accuracy.py).
   enum class MegaProj { Auto, Columns, Heads };
   MegaProj mega_proj = MegaProj::Auto;
 };

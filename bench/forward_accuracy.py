@@ -1,0 +1,90 @@
+"""How far the engine's logits are from the exact forward, on the CPU and on the GPU.
+
+The forward at (B = 2, T = 16) of `minigpt bench model` (its ids: std::mt19937_64(42) % 611, 32
+draws, listed below), computed five ways and each set against a float64 forward of the NumPy
+reference (python/minigpt/numpy_minigpt.py with every op in float64) and against the CPU engine:
+NumPy in float32, the CPU engine, and, when a CUDA device is visible, the GPU's default plan and
+its megakernel with either summation order of the attention's projection (MINIGPT_MEGA_PROJ=
+columns: k in order, as the CPU; heads: each head's 16-term partial, then the heads in order).
+A GPU figure against the CPU says little alone: two fp32 forwards that sum in different orders
+differ by about what each is from float64 (REPORT.md 7b of experiments/25-compile), so the
+float64 column says which one is nearer the exact result.
+
+    PYTHONPATH=python:build/default/python python3 bench/forward_accuracy.py [model]
+
+Each GPU setting runs in its own process (the plan, with its proj, is made once per shape).
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+import minigpt.numpy_minigpt as nm
+from minigpt.model_io import load_model
+
+# std::mt19937_64 rng(42); rng() % 611, 32 times (src/cli/cmd_bench_model.cpp's draw)
+IDS = np.array([482, 307, 480, 526, 370, 277, 185, 10, 333, 362, 288, 459, 12, 345, 412, 116,
+                363, 542, 233, 494, 271, 568, 24, 98, 299, 85, 219, 525, 270, 609, 24, 483],
+               dtype=np.int32).reshape(2, 16)
+
+
+def numpy_logits(f, dtype):
+    """The reference forward with every op in `dtype` (weights cast), logits as float64."""
+    saved = nm._F32
+    nm._F32 = dtype  # the reference's working precision
+    try:
+        m = nm.NumpyMiniGPT.from_model_file(f)
+        m.weights = {k: v.astype(dtype) for k, v in f.weights.items()}
+        return m.forward(IDS).logits.astype(np.float64)
+    finally:
+        nm._F32 = saved
+
+
+def engine_logits(path, device):
+    """The C++ engine's logits on `device`, as float64."""
+    import minigpt
+    logits, _ = minigpt.Model.load(path, device=device).forward(IDS)
+    return np.asarray(logits, dtype=np.float64)
+
+
+def gpu_logits_in_child(path, proj):
+    """The GPU's logits with MINIGPT_MEGA_PROJ=proj ("" = the default plan), from a child process."""
+    env = dict(os.environ, MINIGPT_MEGA_PROJ=proj)
+    out = subprocess.run([sys.executable, __file__, "--child", path], env=env, check=True,
+                         stdout=subprocess.PIPE).stdout
+    return np.frombuffer(out, dtype=np.float64).reshape(IDS.shape + (-1,))
+
+
+def cuda_visible():
+    try:
+        import minigpt
+        minigpt.Model.load(sys.argv[1] if len(sys.argv) > 1 else "models/grammar-minigpt.safetensors",
+                           device="cuda")
+        return True
+    except Exception as e:  # no GPU, or a build without CUDA: say so, and compare the CPU only
+        print(f"(no GPU rows: {e})")
+        return False
+
+
+def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--child":
+        sys.stdout.buffer.write(engine_logits(sys.argv[2], "cuda").tobytes())
+        return
+    path = sys.argv[1] if len(sys.argv) > 1 else "models/grammar-minigpt.safetensors"
+    f = load_model(path)
+    exact = numpy_logits(f, np.float64)
+    cpu = engine_logits(path, "cpu")
+    rows = [("NumPy float32", numpy_logits(f, np.float32)), ("CPU engine", cpu)]
+    if cuda_visible():
+        for label, proj in (("GPU default plan", ""), ("GPU megakernel, proj by columns", "columns"),
+                            ("GPU megakernel, proj by heads", "heads")):
+            rows.append((label, gpu_logits_in_child(path, proj)))
+    print(f"forward (B, T) = {IDS.shape}, max |logit difference|")
+    print(f"{'':34} {'vs float64':>11} {'vs CPU engine':>14}")
+    for label, logits in rows:
+        print(f"{label:34} {np.abs(logits - exact).max():11.3g} {np.abs(logits - cpu).max():14.3g}")
+
+
+if __name__ == "__main__":
+    main()
