@@ -128,7 +128,7 @@ __global__ void gpt_mega_pack_kernel(const __grid_constant__ MegaParams p, int R
 // owning them only, a quarter of att's bytes at R = 16). The attention proper runs a warp per query
 // row: its scores (a lane per key), their softmax and its att columns, with no CTA barrier
 // between them (the row's values are the warp's own; T = 16: all 16 warps busy).
-template <class K, bool kSplit, bool kTrace, bool kP2P, bool kWide>
+template <class K, bool kSplit, bool kTrace, bool kP2P>
 __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<kP2P>& net) {
   const MegaDims& d = c.d;
   const MegaLayout& S = c.S;
@@ -161,10 +161,7 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<k
         }
       }
     };
-    if constexpr (kWide) {  // C split over kWideW2 lanes
-      gemm_split<kWideW2>(ln + row0 * S.sC, S.sC, T, C, base + S.qkv, S.sC, base + S.qkvb, 3 * dh, store_qkv);
-    } else if (!(kSplit && gemm_split_any(ln + row0 * S.sC, S.sC, T, C, base + S.qkv, S.sC, base + S.qkvb, 3 * dh,
-                                          store_qkv))) {
+    if (!(kSplit && gemm_split_any(ln + row0 * S.sC, S.sC, T, C, base + S.qkv, S.sC, base + S.qkvb, 3 * dh, store_qkv))) {
       for (int u = tid; u < T * groups; u += kThreads) {
         const int t = u % T, j0 = (u / T) * 4;
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -191,9 +188,9 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<k
         else
           net.all4(att + (row0 + t) * S.sC + hh * dh + e, a, kBarAtt);
       };
-      if ((kSplit || kWide) && 32 % (dh / 4) == 0) {
-        // split_k and kWide: the keys over the lanes too (att_row_split: 32 lanes busy per row,
-        // not dh/4)
+      if (kSplit && 32 % (dh / 4) == 0) {
+        // split_k: the keys over the lanes too (att_row_split: a decode step's one row keeps 32
+        // lanes busy, not dh/4)
         const int G = dh / 4;
         const float4 a = att_row_split(row, n, vs, S.sd, G, lane);
         if (lane / G == 0) store_att((lane % G) * 4, a);
@@ -217,21 +214,15 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<k
     if (d.head_proj) {
       __syncthreads();
       float* pp = c.sm + S.pp;
-      auto send = [&](int t, int n0, float4 v) {
+      for (int u = tid; u < T * (C / 4); u += kThreads) {  // (t, 4 output columns), k in order
+        const int t = u % T, n0 = (u / T) * 4;
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        dot4(att + (row0 + t) * S.sC + hh * dh, base + S.proj + n0 * S.sd, S.sd, 0, dh, acc);
+        const float4 v = make_float4(acc[0], acc[1], acc[2], acc[3]);
         if constexpr (kP2P)  // to the CTA owning the columns only (pp: (H, N, pc))
           net.one4(pp + (hh * S.N + row0 + t) * S.pc + n0 % S.pc, v, static_cast<unsigned>(n0 / S.pc), kBarAtt);
         else
           push4(pp + (hh * S.N + row0 + t) * S.sC + n0, v, R);
-      };
-      if constexpr (kWide) {  // dh split over kWideW2 lanes
-        gemm_split<kWideW2>(att + row0 * S.sC + hh * dh, S.sC, T, dh, base + S.proj, S.sd, nullptr, C, send);
-      } else {
-        for (int u = tid; u < T * (C / 4); u += kThreads) {  // (t, 4 output columns), k in order
-          const int t = u % T, n0 = (u / T) * 4;
-          float acc[4] = {0.f, 0.f, 0.f, 0.f};
-          dot4(att + (row0 + t) * S.sC + hh * dh, base + S.proj + n0 * S.sd, S.sd, 0, dh, acc);
-          send(t, n0, make_float4(acc[0], acc[1], acc[2], acc[3]));
-        }
       }
     }
     __syncthreads();  // q, k, v, scores are reused by the next item
@@ -246,16 +237,12 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<k
 // With the columns fastest (the version before), the lanes read weight rows 4 apart, which fall
 // in 2 of the 8 bank groups: the q, k, v stage took ~25 shared-memory wavefronts per k-step of 4
 // where this takes 6 (stage timestamps: the forward's q, k, v stage was ~6.7k cycles).
-template <bool kSplit, bool kWide, class Finish>
+template <bool kSplit, class Finish>
 __device__ __forceinline__ void gemm_stage(const Ctx& c, const float* a, int lda, int K, const float* w, int ldw, const float* bias,
                            int cols, Finish finish) {
   const int N = c.S.N, groups = cols / 4, ns = ceil_div(K, kSlice), tid = threadIdx.x;
   float* part = c.sm + c.S.part;
   if (kSplit && gemm_split_any(a, lda, N, K, w, ldw, bias, cols, finish)) return;
-  if (kWide && ns == 1 && K % (4 * kWideW) == 0) {  // one slice: K split over kWideW lanes
-    gemm_split<kWideW>(a, lda, N, K, w, ldw, bias, cols, finish);
-    return;
-  }
   if (ns == 1) {
     for (int u = tid; u < N * groups; u += kThreads) {
       const int m = u % N, j0 = (u / N) * 4;
@@ -290,12 +277,12 @@ __device__ __forceinline__ void gemm_stage(const Ctx& c, const float* a, int lda
 
 // The residual xout (N x C+4) = xin + y for this CTA's columns, pushed to every CTA (xout may
 // be xin: in place).
-template <bool kSplit, bool kWide, bool kP2P>
+template <bool kSplit, bool kP2P>
 __device__ __forceinline__ void residual_stage(const Ctx& c, const float* a, int lda, int K, const float* w, int ldw,
                                                const float* bias, const float* xin, float* xout, const Net<kP2P>& net,
                                                int bar) {
   const int n0 = c.r * c.S.pc, sC = c.S.sC;
-  gemm_stage<kSplit, kWide>(c, a, lda, K, w, ldw, bias, c.S.pc, [&](int m, int j0, float4 v) {
+  gemm_stage<kSplit>(c, a, lda, K, w, ldw, bias, c.S.pc, [&](int m, int j0, float4 v) {
     const int at = m * sC + n0 + j0;
     net.all4(xout + at, add4(v, *reinterpret_cast<const float4*>(xin + at)), bar);  // (sum + b) + x, as the CPU
   });
@@ -347,7 +334,7 @@ __device__ __forceinline__ void fc2_finish(const Ctx& c, const float* bias, cons
 // 512 threads per CTA; none before or as a separate instance), and the forward measured ~1.3 us
 // slower (H200, 63.0 -> 64.4 us). kP2P: the stages hand over point to point (Net<true>,
 // mega_p2p: the forward of the shipped architecture); a forward's arithmetic is the same either way.
-template <class K, bool kSplit, bool kTrace = false, bool kP2P = false, bool kWide = false>
+template <class K, bool kSplit, bool kTrace = false, bool kP2P = false>
 __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_constant__ MegaParams p, int R) {
   extern __shared__ __align__(16) float sm[];
   const MegaDims d = fixed_dims<K>(p.dims);
@@ -455,7 +442,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     __syncthreads();
     stamp<kTrace>(r, trace_slot(l, 0));
     const float* base = sm + l * S.layer;
-    attention_stage<K, kSplit, kTrace, kP2P, kWide>(c, l, net);
+    attention_stage<K, kSplit, kTrace, kP2P>(c, l, net);
     stamp<kTrace>(r, trace_slot(l, 4));
     net.wait(kBarAtt, att_bytes, parity);
     if (kP2P && d.head_proj) {  // this CTA's columns of x1 = (the heads' partials in head order) + b + x
@@ -481,7 +468,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       }
       __syncthreads();
     } else {
-      residual_stage<kSplit, kWide>(c, sm + S.att, S.sC, C, base + S.proj, S.sC, base + S.projb, x, xm, net, kBarX1);
+      residual_stage<kSplit>(c, sm + S.att, S.sC, C, base + S.proj, S.sC, base + S.projb, x, xm, net, kBarX1);
       net.wait(kBarX1, x_bytes, parity);
     }
     stamp<kTrace>(r, trace_slot(l, 5));
@@ -496,7 +483,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     // as a run-time branch ptxas spilled 32 bytes)
     constexpr bool kFc2kAlways = K::F > 0 && K::F % (16 * kFc2Slice) == 0;
     const bool fc2k = !kSplit && (kFc2kAlways || S.fc2k);
-    gemm_stage<kSplit, kWide>(c, ln, S.sC, C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
+    gemm_stage<kSplit>(c, ln, S.sC, C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
       const float4 g = make_float4(gelu_erf(v.x), gelu_erf(v.y), gelu_erf(v.z), gelu_erf(v.w));
       if (fc2k)
         *reinterpret_cast<float4*>(h + m * S.sF + f0 + j0) = g;
@@ -513,7 +500,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     if (fc2k)
       fc2_finish(c, base + S.fc2b, xm, x, net);
     else
-      residual_stage<kSplit, kWide>(c, h, S.sF, d.F, base + S.fc2, S.sF, base + S.fc2b, xm, x, net, kBarX);
+      residual_stage<kSplit>(c, h, S.sF, d.F, base + S.fc2, S.sF, base + S.fc2b, xm, x, net, kBarX);
     stamp<kTrace>(r, trace_slot(l, 9));
     net.wait(kBarX, x_bytes, parity);
     stamp<kTrace>(r, trace_slot(l, 10));
@@ -538,9 +525,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     for (int j = 0; j < 4; ++j)
       if (j0 + j < vn) lg[m * S.vc + j0 + j] = vv[j];
   };
-  if constexpr (kWide) {  // C split over kWideW2 lanes
-    gemm_split<kWideW2>(ln, S.sC, N, C, hd + S.lm, S.sC, hd + S.lmb, groups * 4, store_logits);
-  } else if (!(kSplit && gemm_split_any(ln, S.sC, N, C, hd + S.lm, S.sC, hd + S.lmb, groups * 4, store_logits))) {
+  if (!(kSplit && gemm_split_any(ln, S.sC, N, C, hd + S.lm, S.sC, hd + S.lmb, groups * 4, store_logits))) {
     for (int u = tid; u < N * groups; u += kThreads) {
       const int m = u % N, j0 = (u / N) * 4;  // rows fastest, as gemm_stage
       float acc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -613,19 +598,10 @@ using MegaKernel = void (*)(MegaParams, int);
 // Both do the same arithmetic in the same order: the logits do not depend on which one runs.
 MegaKernel kernel_for(const MegaDims& d) {
   static const bool trace = std::getenv("MINIGPT_MEGA_TRACE") != nullptr;  // diagnostics, read once
-  // EXPERIMENT (issue 14 A/B): MINIGPT_MEGA_WIDE=0 picks the sums in k order (main's form)
-  static const bool wide = [] {
-    const char* v = std::getenv("MINIGPT_MEGA_WIDE");
-    return !(v && v[0] == '0');
-  }();
   using KF = Fixed<64, 4, 256>;
   if (d.C == 64 && d.H == 4 && d.F == 256) {
     if (d.split_k) return trace ? gpt_mega_kernel<KF, true, true> : gpt_mega_kernel<KF, true>;
-    if (mega_p2p(d)) {
-      if (wide) return trace ? gpt_mega_kernel<KF, false, true, true, true> : gpt_mega_kernel<KF, false, false, true, true>;
-      return trace ? gpt_mega_kernel<KF, false, true, true> : gpt_mega_kernel<KF, false, false, true>;
-    }
-    if (wide) return trace ? gpt_mega_kernel<KF, false, true, false, true> : gpt_mega_kernel<KF, false, false, false, true>;
+    if (mega_p2p(d)) return trace ? gpt_mega_kernel<KF, false, true, true> : gpt_mega_kernel<KF, false, false, true>;
     return trace ? gpt_mega_kernel<KF, false, true> : gpt_mega_kernel<KF, false>;
   }
   return d.split_k ? gpt_mega_kernel<Fixed<0, 0, 0>, true> : gpt_mega_kernel<Fixed<0, 0, 0>, false>;

@@ -309,9 +309,8 @@ __device__ __forceinline__ void dot4_split(const float* a, const float* w, int l
 }
 
 // y (rows x cols/4 groups of 4 columns) = a W^T + b in the k-split form: finish(m, j0, v) with
-// v = sum + bias (bias null: the sum) for columns j0..j0+3 of row m, called by the group's lane
-// 0. The loop is uniform over each warp (the shuffles need all 32 lanes); a lane past the last
-// unit recomputes it.
+// v = sum + bias for columns j0..j0+3 of row m, called by the group's lane 0. The loop is uniform
+// over each warp (the shuffles need all 32 lanes); a lane past the last unit recomputes it.
 template <int W, class Finish>
 __device__ __forceinline__ void gemm_split(const float* a, int lda, int rows, int K, const float* w, int ldw,
                                            const float* bias, int cols, Finish finish) {
@@ -321,23 +320,10 @@ __device__ __forceinline__ void gemm_split(const float* a, int lda, int rows, in
     const int m = uc % rows, j0 = (uc / rows) * 4;
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     dot4_split<W>(a + m * lda, w + j0 * ldw, ldw, K, sub, acc);
-    if (u < units && sub == 0) {
-      if (bias)
-        finish(m, j0, make_float4(acc[0] + bias[j0], acc[1] + bias[j0 + 1], acc[2] + bias[j0 + 2], acc[3] + bias[j0 + 3]));
-      else
-        finish(m, j0, make_float4(acc[0], acc[1], acc[2], acc[3]));
-    }
+    if (u < units && sub == 0)
+      finish(m, j0, make_float4(acc[0] + bias[j0], acc[1] + bias[j0 + 1], acc[2] + bias[j0 + 2], acc[3] + bias[j0 + 3]));
   }
 }
-// The forward's k split (gpt_mega_kernel's kWide instance, the shipped architecture's forward
-// and its decode step without split_k): widths fixed per stage, never from R or N, so the logits
-// stay bitwise the same at every cluster size. fc1 and proj by columns (sums over C): 4 lanes of
-// 16 k each (fc1 at (2, 16), R = 16: 128 output groups x 4 = all 512 threads, where the in-order
-// form kept 128 busy with 64-long FMA chains); q, k, v and lm_head (over C) and proj by heads'
-// partials (over dh): 2 lanes (q, k, v: 192 groups x 2 in one pass of the CTA; lm_head: 320).
-constexpr int kWideW = 4;
-constexpr int kWideW2 = 2;
-
 // gemm_split at K's width; false (nothing done) if K does not split.
 template <class Finish>
 __device__ __forceinline__ bool gemm_split_any(const float* a, int lda, int rows, int K, const float* w, int ldw,
