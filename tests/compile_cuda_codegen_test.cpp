@@ -15,6 +15,7 @@
 #include "compile/cuda/runner_cuda.h"
 #endif
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -158,10 +159,10 @@ TEST(CompileCudaCodegen, GeneratedGemmsTakeLayerNormsAndAttentionsAsPrologues) {
   for (const Kernel& k : lower_default(g, false).schedule.kernels) EXPECT_NE(k.kind, KernelKind::PrologueMatmul) << k.name;
 }
 
-// fuse_mlp (with generated GEMMs; off by default, measured slower, max-autotune's "fuse-mlp"):
-// each MLP one kernel, fc1 (with its layernorm prologue) computing the tile's rows of h into
-// shared memory, fc2 reading them there; h never stored. Off: fc1 and fc2 two GEMM kernels.
-// cuBLAS keeps them apart.
+// fuse_mlp (with generated GEMMs; max-autotune's "fuse-mlp"): each MLP one kernel
+// (generate_mlp), a block per tile of mlp_rows rows, fc1 (with its layernorm prologue) computing
+// the tile's rows of h into shared memory, fc2 reading them there as float4s; h never stored.
+// Off: fc1 and fc2 two GEMM kernels. cuBLAS keeps them apart.
 TEST(CompileCudaCodegen, GeneratedGemmsFuseEachMlpIntoOneKernel) {
   const ModelConfig c = compile_tiny_config();
   for (const Graph& g : {capture_gpt(c, 2, 16), capture_gpt(c, 3, 5), capture_gpt_decode(c)}) {
@@ -183,8 +184,16 @@ TEST(CompileCudaCodegen, GeneratedGemmsFuseEachMlpIntoOneKernel) {
       EXPECT_EQ(k.cols, c.d_model) << "the prologue's rows: fc1's x";
     }
     EXPECT_EQ(mlps, c.n_layer) << g.name;
-    EXPECT_TRUE(contains(fused.code.source, "__shared__ float hs[8][" + std::to_string(4 * c.d_model) + "];")) << g.name;
-    EXPECT_TRUE(contains(fused.code.source, "make_float4(hs[i][k]")) << "fc2's K loop reads h from shared memory";
+    EXPECT_TRUE(contains(fused.code.source, "__shared__ __align__(16) float hs[" + std::to_string(cg.mlp_rows) + "][" +
+                                                std::to_string(4 * c.d_model) + "];"))
+        << g.name;
+    EXPECT_TRUE(contains(fused.code.source, "*(const float4*)&hs[i][k];")) << "fc2's K loop reads h from shared memory";
+    const int64_t rows = g.tensor(g.inputs[0]).numel();  // the token ids: B T rows
+    for (const CudaLaunch& l : fused.code.launches) {
+      if (contains(l.name, "mlp")) {
+        EXPECT_EQ(l.grid, (rows + cg.mlp_rows - 1) / cg.mlp_rows) << l.name << ": a block per row tile";
+      }
+    }
     for (const Kernel& k : apart.schedule.kernels) EXPECT_FALSE(contains(k.name, "mlp")) << k.name;
     for (const Kernel& k : lower_default(g, false).schedule.kernels) EXPECT_FALSE(contains(k.name, "mlp")) << k.name;
   }
@@ -388,6 +397,58 @@ TEST(CompileCudaNvrtc, GemmsLoadTheirWeightsBeforePdlsWait) {
   EXPECT_FALSE(contains(late.code.source, "float4 wr["));
   EXPECT_FALSE(contains(late.code.source, "PDL's wait, when launched with it, goes here")) << "every marker replaced";
   EXPECT_NO_THROW(nvrtc_compile_ptx(late.code.source, "compute_90a", "weights late"));
+}
+
+// The MLP kernel (fuse_mlp) at every tile height, with and without PDL, its layernorm prologue,
+// the weights early, and in the megakernel; row counts that the tile does not divide (3 x 5 = 15,
+// the decode step's 1), the shipped model's widths: W1's and W2's slices and the biases loaded
+// before PDL's wait, the residual after it; each source compiles with NVRTC.
+TEST(CompileCudaNvrtc, FusedMlpCompilesAtEveryTileHeight) {
+  ModelConfig shipped;
+  shipped.vocab_size = 611;
+  const ModelConfig tiny = compile_tiny_config();
+  for (const Graph& g : {capture_gpt(tiny, 2, 16), capture_gpt(tiny, 3, 5), capture_gpt_decode(tiny), capture_gpt(shipped, 2, 16)}) {
+    for (int rows : {1, 2, 4, 8}) {
+      for (int form = 0; form < 4; ++form) {  // 0 PDL, 1 weights late, 2 layernorms apart (x staged), 3 megakernel
+        if (form > 0 && rows != 4) continue;  // (each NVRTC compile takes a while: the other forms at one height)
+        CudaCodegenOptions cg;
+        cg.generated_gemm = true;
+        cg.fuse_mlp = true;
+        cg.mlp_rows = rows;
+        cg.pdl = form != 3;
+        cg.megakernel = form == 3;
+        cg.weights_early = form != 1;
+        cg.matmul_prologue = form != 2;
+        const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
+        const std::string what = fmt::format("{} rows {} form {}", g.name, rows, form);
+        int mlps = 0;
+        for (const CudaKernelText& k : l.code.kernels) {
+          if (!contains(k.name, "mlp") || !contains(k.text, "__global__") || form == 3) continue;
+          ++mlps;
+          const size_t wait = k.text.find("griddepcontrol.wait;"), w1 = k.text.find("w1r[j][u] = "), w2 = k.text.find("w2r[j][u] = "),
+                       res = k.text.find("resr[q] = "), hs = k.text.find("hs[i][c] = vi;");
+          ASSERT_NE(wait, std::string::npos) << what;
+          ASSERT_NE(hs, std::string::npos) << what;
+          EXPECT_LT(wait, hs) << what;
+          if (form == 1) {
+            EXPECT_EQ(w1, std::string::npos) << what;
+            continue;
+          }
+          ASSERT_NE(w1, std::string::npos) << what;
+          ASSERT_NE(w2, std::string::npos) << what;
+          ASSERT_NE(res, std::string::npos) << what;
+          EXPECT_LT(w1, wait) << what << ": W1 before the wait";
+          EXPECT_LT(w2, wait) << what << ": W2 before the wait";
+          EXPECT_LT(k.text.find("b2r[q] = "), wait) << what;
+          EXPECT_LT(wait, res) << what << ": the residual (an earlier kernel's) after it";
+        }
+        if (form != 3) {
+          EXPECT_GE(mlps, 1) << what;
+        }
+        ASSERT_NO_THROW(nvrtc_compile_ptx(l.code.source, "compute_90a", g.name)) << what;
+      }
+    }
+  }
 }
 
 // smem_vec4: the K loop reads x's rows from shared memory as one float4 each (the arrays

@@ -610,10 +610,11 @@ std::string attention_prologue(const Graph& g, const Node& a, int rows, std::vec
   return b + indent_text(t, "  ") + "}\n__syncthreads();\n";
 }
 
-// A row-wise group (a layernorm) as a GEMM's prologue: warp w computes row n0 + w of the tile
-// as the row-wise kernel of the group's own nodes would (RowwiseCuda, a warp per row), storing
-// the matmul's x row into xs[w] and, in the first of the `tiles_m` column tiles only, the
-// group's other outputs (read by later kernels). Rows past N get zeros.
+// A row-wise group (a layernorm) as a GEMM's prologue: warp w < rows computes row n0 + w of the
+// tile as the row-wise kernel of the group's own nodes would (RowwiseCuda, a warp per row),
+// storing the matmul's x row into xs[w] and, in the first of the `tiles_m` column tiles only, the
+// group's other outputs (read by later kernels). Rows past N get zeros. `rows` at most the
+// block's 8 warps.
 std::string rowwise_prologue(const Graph& g, const Kernel& k, int rows, int64_t tiles_m, std::vector<std::string>& sig,
                              std::vector<std::string>& params, std::vector<int>& args) {
   const Node& mm = g.nodes[static_cast<size_t>(k.nodes.back())];
@@ -636,11 +637,11 @@ std::string rowwise_prologue(const Graph& g, const Kernel& k, int rows, int64_t 
   pk.writes.push_back(x);
   RowwiseCuda pro(g, pk);
   MINIGPT_CHECK(pro.threads_per_row() == 32, "codegen_cuda: {}: a prologue row of {} columns needs more than a warp", k.name, K);
-  pro.as_prologue(x, "xs[warp]", fmt::format("blockIdx.x % {} == 0", tiles_m));
+  pro.as_prologue(x, "xs[warp]", tiles_m > 1 ? fmt::format("blockIdx.x % {} == 0", tiles_m) : "");
   pro.parameters(sig, params, args);
   std::string b = fmt::format("// prologue: warp w computes row n0 + w of {} into xs[w]\n", g.tensor(x).name);
   b += fmt::format("__shared__ float xs[{}][{}];  // the tile's rows of x\n", rows, K);
-  b += "{\n";
+  b += rows < 8 ? fmt::format("if (warp < {}) {{  // a warp per row of the tile\n", rows) : "{\n";
   std::string row = "const i64 r = n0 + warp;  // the row\n";
   const std::string body = pro.body();
   if (N % rows) {
@@ -664,63 +665,211 @@ std::string staged_x(int64_t N, int64_t K, int rows, int threads) {
   return b + "}\n__syncthreads();\n";
 }
 
-// An MLP's fc1 inside its fc2's GEMM (passes.h's fuse_mlp): h = epilogue(x W1^T + b1) for the
-// tile's 8 rows (x in xs, the prologue's or staged) into the shared array hs[8][H], a thread per
-// column c of h (c = threadIdx.x + 256 r). Its sums are those of the GEMM kernel fc1 would be on
-// its own (generate_gemm): K split into the 8 slices of KC1, each summed in order from 0, the
-// slices added in order, then the epilogue: the same values. `early` (weights_early, one column
-// per thread, W1's row at most 64 floats as float4s): the thread's row of W1 and its bias, loaded
-// before PDL's wait; `stage` the computation after the prologue.
-struct MlpFc1 {
-  std::string early, stage;
-};
-MlpFc1 mlp_fc1(const Graph& g, const Node& a, int rows, int threads, bool weights_early, std::vector<std::string>& sig,
-               std::vector<std::string>& params, std::vector<int>& args) {
-  const int64_t K1 = g.tensor(a.inputs[0]).cols(), H = g.tensor(a.output).cols();
-  const int64_t KC1 = (K1 + 7) / 8;  // generate_gemm's slice (8 warps)
-  const bool w_early = weights_early && H <= threads && K1 % 4 == 0 && K1 <= 64 && g.tensor(a.inputs[1]).kind == TensorKind::Weight;
-  const bool b_early = weights_early && H <= threads && a.has_bias && g.tensor(a.inputs[2]).kind == TensorKind::Weight;
-  sig.push_back("const float* __restrict__ w1");
-  sig.push_back("const float* __restrict__ b1");
-  args.push_back(a.inputs[1]);
-  args.push_back(a.has_bias ? a.inputs[2] : -1);
+// Every `__shared__ float NAME[` declaration in code becomes 16-byte aligned (rows of a multiple
+// of 4 floats read as float4s).
+void align_shared(std::string& code, const std::string& name) {
+  const std::string from = "__shared__ float " + name + "[", to = "__shared__ __align__(16) float " + name + "[";
+  for (size_t at = code.find(from); at != std::string::npos; at = code.find(from, at + to.size())) code.replace(at, from.size(), to);
+}
+
+// An MLP as one kernel (passes.h's fuse_mlp; KernelKind::PrologueMatmul whose nodes end in two
+// matmuls): fc1 (N, K1) -> h (N, H) with its epilogue (bias, GELU), then fc2 h -> y (N, M) with
+// its epilogue (bias, residual). A block of 8 warps owns a tile of R rows (R = mlp_rows: N / R
+// blocks) and every column of h and of y, so no value is computed twice:
+//   before PDL's wait (weights_early; the graph never writes a weight): thread t's rows of W1
+//     (h's columns t + 256 j, as float4s) and their biases, lane l of warp w W2's slice
+//     [w KC2, (w + 1) KC2) of y's columns l + 32 j, and the biases of the outputs it stores;
+//   after it: the residuals it adds, then x's R rows into xs (fc1's row-wise prologue, a warp
+//     per row, or staged);
+//   fc1: thread t computes h[i][c] for its columns c and the R rows, K1 split into the 8 slices
+//     of fc1's own GEMM kernel (generate_gemm), each summed in order from 0, the slices added in
+//     order, then the epilogue: the values that kernel stores; into hs (shared memory);
+//   fc2: warp w sums its K slice of h (float4 reads of hs: the same address for every lane) for
+//     its lane's columns, in order, into part[w]; then each output (i, m) adds the 8 partials in
+//     warp order and its epilogue: fc2's own GEMM's order, so y is bitwise what the two kernels
+//     apart give. h is never stored.
+// Per thread at (R, K1, H, M) = (2, 64, 256, 64): 128 + 128 FMAs, 128 weight registers.
+std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R) {
+  const Node& a = g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])];  // fc1
+  const Node& n = g.nodes[static_cast<size_t>(k.nodes.back())];                // fc2
+  const int64_t N = g.tensor(a.inputs[0]).rows(), K1 = g.tensor(a.inputs[0]).cols(), H = g.tensor(a.output).cols(),
+                M = g.tensor(n.inputs[1]).shape[0];
+  constexpr int kWarps = 8, kThreads = 32 * kWarps;
+  MINIGPT_CHECK(R >= 1 && R <= kWarps, "codegen_cuda: {}: an MLP tile of {} rows (1 to {})", k.name, R, kWarps);
+  const int64_t KC1 = (K1 + kWarps - 1) / kWarps, KC2 = (H + kWarps - 1) / kWarps;  // the two GEMMs' K slices
+  const int64_t JH = (H + kThreads - 1) / kThreads, JM = (M + 31) / 32;              // h's columns per thread, y's per lane
+  const int64_t E = (R * M + kThreads - 1) / kThreads;                              // outputs stored per thread
+  const bool v1 = K1 % 4 == 0 && KC1 % 4 == 0, v2 = H % 4 == 0 && KC2 % 4 == 0;       // float4 K loops
+  const bool w1_early = weights_early && v1 && JH * K1 <= 64 && g.tensor(a.inputs[1]).kind == TensorKind::Weight;
+  const bool w2_early = weights_early && v2 && JM * KC2 <= 64 && g.tensor(n.inputs[1]).kind == TensorKind::Weight;
+  const bool b1_early = weights_early && a.has_bias && g.tensor(a.inputs[2]).kind == TensorKind::Weight;
+  const bool b2_early = weights_early && n.has_bias && g.tensor(n.inputs[2]).kind == TensorKind::Weight;
+  const int64_t tiles = (N + R - 1) / R;
+  launch.function = k.name;
+  launch.grid = static_cast<int>(tiles);
+  launch.block = kThreads;
+  std::vector<std::string> sig, params;
+  std::string prologue;
+  if (k.nodes.size() > 2) {  // fc1's prologue: the kernel without fc2 is a prologue GEMM of its own
+    Kernel k1 = k;
+    k1.nodes.pop_back();
+    k1.writes.erase(std::remove(k1.writes.begin(), k1.writes.end(), n.output), k1.writes.end());
+    prologue = rowwise_prologue(g, k1, R, 1, sig, params, launch.args);
+  } else {
+    sig.push_back("const float* __restrict__ x");
+    launch.args.push_back(a.inputs[0]);
+    params.push_back(fmt::format("x = {}", describe(g, a.inputs[0])));
+    prologue = staged_x(N, K1, R, kThreads);
+  }
+  if (v1) align_shared(prologue, "xs");
+  for (const char* p : {"const float* __restrict__ w1", "const float* __restrict__ b1", "const float* __restrict__ w2",
+                        "const float* __restrict__ b2", "const float* __restrict__ res", "float* __restrict__ y"})
+    sig.push_back(p);
+  launch.args.insert(launch.args.end(), {a.inputs[1], a.has_bias ? a.inputs[2] : -1, n.inputs[1], n.has_bias ? n.inputs[2] : -1,
+                                         n.has_residual ? n.inputs.back() : -1, n.output});
   params.push_back(fmt::format("W1 = {}", describe(g, a.inputs[1])));
   if (a.has_bias) params.push_back(fmt::format("b1 = {}", describe(g, a.inputs[2])));
   params.push_back(fmt::format("h = {} = {} (fc1, kept in shared memory)", describe(g, a.output), epilogue_text(a)));
-  MlpFc1 out;
-  const std::string live = H < threads ? fmt::format("threadIdx.x < {}", H) : "";
-  if (w_early) {
-    out.early += fmt::format("float4 w1r[{}];  // fc1: row threadIdx.x of W1, loaded first (a weight)\n", K1 / 4);
-    out.early += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u)\n", K1 / 4);
-    const std::string load = fmt::format("*(const float4*)(w1 + (i64)threadIdx.x * {} + 4 * u)", K1);
-    out.early += live.empty() ? fmt::format("  w1r[u] = {};\n", load)
-                              : fmt::format("  w1r[u] = {} ? {} : make_float4(0.0f, 0.0f, 0.0f, 0.0f);\n", live, load);
+  params.push_back(fmt::format("W2 = {}", describe(g, n.inputs[1])));
+  if (n.has_bias) params.push_back(fmt::format("b2 = {}", describe(g, n.inputs[2])));
+  if (n.has_residual) params.push_back(fmt::format("residual = {}", describe(g, n.inputs.back())));
+  params.push_back(fmt::format("y = {} = {} (fc2)", describe(g, n.output), epilogue_text(n)));
+  std::string code = kernel_comment(g, k, params,
+                                    fmt::format("grid {} (row tiles of {}), block {} (fc1: a thread per column of h; fc2: 8 warps "
+                                                "splitting K = {} into slices of {}, lane = column)",
+                                                launch.grid, R, kThreads, H, KC2));
+  code += fmt::format("//   the MLP as one kernel: each block computes its {} rows of x (the prologue), of h = fc1's result\n"
+                      "//   (shared memory, never stored) and of y, every column; the sums in the order of fc1's and fc2's own GEMMs\n",
+                      R);
+  std::string sigs;
+  for (size_t i = 0; i < sig.size(); ++i) sigs += fmt::format("{}    {}", i ? ",\n" : "", sig[i]);
+  code += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(\n{}) {{\n", kThreads, k.name, sigs);
+  std::string b;
+  b += fmt::format("const i64 n0 = (i64)blockIdx.x * {};  // the tile's first row\n", R);
+  b += "const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n";
+  b += fmt::format("const int k0 = warp * {};  // fc2: the warp's K slice of h\n", KC2);
+  // ---- weights first
+  const std::string zero4 = "make_float4(0.0f, 0.0f, 0.0f, 0.0f)";
+  if (w1_early) {
+    b += fmt::format("float4 w1r[{}][{}];  // fc1: rows threadIdx.x + {} j of W1, loaded first (a weight)\n", JH, K1 / 4, kThreads);
+    b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j)\n#pragma unroll\n  for (int u = 0; u < {}; ++u) {{\n", JH, K1 / 4);
+    b += fmt::format("    const int c = threadIdx.x + {} * j;\n", kThreads);
+    const std::string load = fmt::format("*(const float4*)(w1 + (i64)c * {} + 4 * u)", K1);
+    b += H % kThreads ? fmt::format("    w1r[j][u] = c < {} ? {} : {};\n  }}\n", H, load, zero4) : fmt::format("    w1r[j][u] = {};\n  }}\n", load);
   }
-  if (b_early)
-    out.early += live.empty() ? std::string("const float b1_c = b1[threadIdx.x];  // fc1's bias of the thread's column, loaded first\n")
-                              : fmt::format("const float b1_c = {} ? b1[threadIdx.x] : 0.0f;  // fc1's bias of the thread's column, loaded first\n", live);
-  std::string b = fmt::format("// fc1: h = {} of the tile's {} rows into hs, a thread per column of h\n", epilogue_text(a), rows);
-  b += fmt::format("__shared__ float hs[{}][{}];\n", rows, H);
-  b += fmt::format("for (int c = threadIdx.x; c < {}; c += {}) {{\n", H, threads);
-  std::string c;
-  c += fmt::format("float v[{}], p[{}];\n", rows, rows);
-  c += fmt::format("#pragma unroll\nfor (int s = 0; s < 8; ++s) {{  // the K slices [s {}, (s + 1) {}) in order\n", KC1, KC1);
-  c += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) p[i] = 0.0f;\n", rows);
-  c += fmt::format("#pragma unroll\n  for (int kk = 0; kk < {}; ++kk) {{\n", KC1);
-  c += fmt::format("    const int k = s * {} + kk;\n", KC1);
-  if (KC1 * 8 != K1) c += fmt::format("    if (k >= {}) break;  // the last slices end at K\n", K1);
-  c += w_early ? std::string("    const float wv = mg_f4(w1r[k / 4], k % 4);\n") : fmt::format("    const float wv = w1[(i64)c * {} + k];\n", K1);
-  c += fmt::format("#pragma unroll\n    for (int i = 0; i < {}; ++i) p[i] += xs[i][k] * wv;\n  }}\n", rows);
-  c += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) v[i] = s == 0 ? p[i] : v[i] + p[i];\n}}\n", rows);
-  c += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) {{\n", rows);
-  c += "  float vi = v[i];\n";
-  std::string epi = epilogue_code(a, "", "c", b_early ? "b1_c" : "");
+  if (b1_early) {
+    b += fmt::format("float b1r[{}];  // fc1's bias of the thread's columns, loaded first\n", JH);
+    b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) ", JH);
+    b += H % kThreads ? fmt::format("b1r[j] = threadIdx.x + {0} * j < {1} ? b1[threadIdx.x + {0} * j] : 0.0f;\n", kThreads, H)
+                      : fmt::format("b1r[j] = b1[threadIdx.x + {} * j];\n", kThreads);
+  }
+  if (w2_early) {
+    b += fmt::format("float4 w2r[{}][{}];  // fc2: W2[lane + 32 j][k0 ..], the lane's slice, loaded first (a weight)\n", JM, KC2 / 4);
+    b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j)\n#pragma unroll\n  for (int u = 0; u < {}; ++u) {{\n", JM, KC2 / 4);
+    b += "    const int m = lane + 32 * j, kk = k0 + 4 * u;\n";
+    std::string mask;
+    if (M % 32) mask = fmt::format("m < {}", M);
+    if (H % kWarps) mask += (mask.empty() ? "" : " && ") + fmt::format("kk < {}", H);
+    const std::string load = fmt::format("*(const float4*)(w2 + (i64)m * {} + kk)", H);
+    b += mask.empty() ? fmt::format("    w2r[j][u] = {};\n  }}\n", load) : fmt::format("    w2r[j][u] = {} ? {} : {};\n  }}\n", mask, load, zero4);
+  }
+  // the outputs this thread stores: e = threadIdx.x + 256 q = (row i, column m) of the tile
+  const std::string out_mask = (R * M) % kThreads ? fmt::format("e < {}", R * M) : "";
+  auto out_guard = [&](const std::string& extra) {
+    std::string m = out_mask;
+    if (!extra.empty()) m += (m.empty() ? "" : " && ") + extra;
+    return m;
+  };
+  const std::string row_in = N % R ? fmt::format("n0 + e / {} < {}", M, N) : "";
+  if (b2_early) {
+    b += fmt::format("float b2r[{}];  // fc2's bias of the outputs the thread stores, loaded first\n", E);
+    b += fmt::format("#pragma unroll\nfor (int q = 0; q < {}; ++q) {{\n  const int e = threadIdx.x + {} * q;\n", E, kThreads);
+    const std::string m = out_guard("");
+    b += m.empty() ? fmt::format("  b2r[q] = b2[e % {}];\n}}\n", M) : fmt::format("  b2r[q] = {} ? b2[e % {}] : 0.0f;\n}}\n", m, M);
+  }
+  if (w1_early || w2_early || b1_early || b2_early) b += kPdlWaitPoint;
+  if (weights_early && n.has_residual) {
+    b += fmt::format("float resr[{}];  // the residuals of the outputs the thread stores, loaded right after the wait\n", E);
+    b += fmt::format("#pragma unroll\nfor (int q = 0; q < {}; ++q) {{\n  const int e = threadIdx.x + {} * q;\n", E, kThreads);
+    const std::string m = out_guard(row_in);
+    const std::string load = fmt::format("res[(n0 + e / {0}) * {0} + e % {0}]", M);
+    b += m.empty() ? fmt::format("  resr[q] = {};\n}}\n", load) : fmt::format("  resr[q] = {} ? {} : 0.0f;\n}}\n", m, load);
+  }
+  b += prologue;
+  // ---- fc1
+  b += fmt::format("// fc1: h = {} of the tile's {} rows into hs, a thread per column of h\n", epilogue_text(a), R);
+  b += fmt::format("__shared__ __align__(16) float hs[{}][{}];\n", R, H);
+  b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n", JH);
+  std::string c = fmt::format("const int c = threadIdx.x + {} * j;\n", kThreads);
+  std::string cb;
+  cb += fmt::format("float v[{}], p[{}];\n", R, R);
+  cb += fmt::format("#pragma unroll\nfor (int s = 0; s < 8; ++s) {{  // fc1's K slices [s {}, (s + 1) {}) in order\n", KC1, KC1);
+  cb += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) p[i] = 0.0f;\n", R);
+  if (v1) {
+    cb += fmt::format("#pragma unroll\n  for (int u = 0; u < {}; ++u) {{\n", KC1 / 4);
+    cb += fmt::format("    const int k = s * {} + 4 * u;\n", KC1);
+    cb += w1_early ? "    const float4 wv = w1r[j][k / 4];\n" : fmt::format("    const float4 wv = *(const float4*)(w1 + (i64)c * {} + k);\n", K1);
+    cb += fmt::format("#pragma unroll\n    for (int i = 0; i < {}; ++i) {{\n", R);
+    cb += "      const float4 xv = *(const float4*)&xs[i][k];  // one 16-byte shared read, the same for every thread\n";
+    cb += "      p[i] += xv.x * wv.x;\n      p[i] += xv.y * wv.y;\n      p[i] += xv.z * wv.z;\n      p[i] += xv.w * wv.w;\n    }\n  }\n";
+  } else {
+    cb += fmt::format("#pragma unroll\n  for (int kk = 0; kk < {}; ++kk) {{\n", KC1);
+    cb += fmt::format("    const int k = s * {} + kk;\n", KC1);
+    if (KC1 * kWarps != K1) cb += fmt::format("    if (k >= {}) break;  // the last slices end at K\n", K1);
+    cb += fmt::format("    const float wv = w1[(i64)c * {} + k];\n", K1);
+    cb += fmt::format("#pragma unroll\n    for (int i = 0; i < {}; ++i) p[i] += xs[i][k] * wv;\n  }}\n", R);
+  }
+  cb += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) v[i] = s == 0 ? p[i] : v[i] + p[i];\n}}\n", R);
+  cb += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) {{\n", R);
+  cb += "  float vi = v[i];\n";
+  std::string epi = epilogue_code(a, "", "c", b1_early ? "b1r[j]" : "");
   epi = std::regex_replace(epi, std::regex(R"(\bv\b)"), "vi");
   epi = std::regex_replace(epi, std::regex(R"(\bbias\[)"), "b1[");
-  c += indent_text(epi, "  ") + "  hs[i][c] = vi;\n}\n";
+  cb += indent_text(epi, "  ") + "  hs[i][c] = vi;\n}\n";
+  c += H % kThreads ? fmt::format("if (c < {}) {{\n", H) + indent_text(cb, "  ") + "}\n" : cb;
   b += indent_text(c, "  ") + "}\n__syncthreads();\n";
-  out.stage = b;
-  return out;
+  // ---- fc2
+  b += "// fc2: warp w sums its K slice of h for the lane's columns, in order\n";
+  b += fmt::format("__shared__ float part[{}][{}][{}];  // [warp][row][column]\n", kWarps, R, 32 * JM);
+  b += fmt::format("float acc[{}][{}];\n#pragma unroll\nfor (int j = 0; j < {}; ++j)\n#pragma unroll\n  for (int i = 0; i < {}; ++i) acc[j][i] = 0.0f;\n",
+                   JM, R, JM, R);
+  std::string f;
+  if (v2) {
+    f += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u) {{\n", KC2 / 4);
+    f += "  const int k = k0 + 4 * u;\n";
+    if (H % kWarps) f += fmt::format("  if (k >= {}) break;  // the last warp's slice ends at K\n", H);
+    f += fmt::format("  float4 hv[{}];\n#pragma unroll\n  for (int i = 0; i < {}; ++i) hv[i] = *(const float4*)&hs[i][k];  // the same for every lane\n", R, R);
+    f += fmt::format("#pragma unroll\n  for (int j = 0; j < {}; ++j) {{\n", JM);
+    if (w2_early) f += "    const float4 wv = w2r[j][u];\n";
+    else if (M % 32) f += fmt::format("    const float4 wv = lane + 32 * j < {} ? *(const float4*)(w2 + (i64)(lane + 32 * j) * {} + k) : {};\n", M, H, zero4);
+    else f += fmt::format("    const float4 wv = *(const float4*)(w2 + (i64)(lane + 32 * j) * {} + k);\n", H);
+    f += fmt::format("#pragma unroll\n    for (int i = 0; i < {}; ++i) {{\n", R);
+    f += "      acc[j][i] += hv[i].x * wv.x;\n      acc[j][i] += hv[i].y * wv.y;\n      acc[j][i] += hv[i].z * wv.z;\n      acc[j][i] += hv[i].w * wv.w;\n";
+    f += "    }\n  }\n}\n";
+  } else {
+    f += fmt::format("for (int k = k0; k < min({}, k0 + {}); ++k) {{\n", H, KC2);
+    f += fmt::format("#pragma unroll\n  for (int j = 0; j < {}; ++j) {{\n", JM);
+    f += M % 32 ? fmt::format("    const float wv = lane + 32 * j < {} ? w2[(i64)(lane + 32 * j) * {} + k] : 0.0f;\n", M, H)
+                : fmt::format("    const float wv = w2[(i64)(lane + 32 * j) * {} + k];\n", H);
+    f += fmt::format("#pragma unroll\n    for (int i = 0; i < {}; ++i) acc[j][i] += hs[i][k] * wv;\n  }}\n}}\n", R);
+  }
+  b += f;
+  b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j)\n#pragma unroll\n  for (int i = 0; i < {}; ++i) part[warp][i][lane + 32 * j] = acc[j][i];\n",
+                   JM, R);
+  b += "__syncthreads();\n";
+  b += "// output (row e / M, column e % M) of the tile: the warps' partial sums in order, the epilogue, the store\n";
+  b += fmt::format("#pragma unroll\nfor (int q = 0; q < {}; ++q) {{\n", E);
+  std::string o = fmt::format("const int e = threadIdx.x + {} * q, i = e / {}, m = e % {};\n", kThreads, M, M);
+  std::string st = "float v = part[0][i][m];\n";
+  st += fmt::format("#pragma unroll\nfor (int s = 1; s < {}; ++s) v += part[s][i][m];\n", kWarps);
+  std::string epi2 = epilogue_code(n, fmt::format("(n0 + i) * {} + m", M), "m", b2_early ? "b2r[q]" : "", weights_early && n.has_residual ? "resr[q]" : "");
+  epi2 = std::regex_replace(epi2, std::regex(R"(\bbias\[)"), "b2[");
+  st += epi2 + fmt::format("y[(n0 + i) * {} + m] = v;\n", M);
+  const std::string m = out_guard(N % R ? fmt::format("n0 + i < {}", N) : "");
+  o += m.empty() ? st : fmt::format("if ({}) {{  // mask: outputs past the tile's\n", m) + indent_text(st, "  ") + "}\n";
+  b += indent_text(o, "  ") + "}\n";
+  code += indent_text(b, "  ") + "}\n";
+  return code;
 }
 
 // A generated fixed-shape GEMM, epilogue fused, shaped for the small products of this model
@@ -761,25 +910,7 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
   std::vector<std::string> sig, params;
   std::string prologue;
   const bool attention = fused && g.nodes[static_cast<size_t>(k.nodes[0])].op == Op::Attention;
-  // an MLP (fuse_mlp): fc1 (with its own row-wise prologue, or its x staged) computes h into hs
-  const bool mlp = fused && k.nodes.size() >= 2 && g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])].op == Op::Matmul;
-  MlpFc1 fc1;
-  if (mlp) {
-    const Node& a = g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])];
-    if (k.nodes.size() > 2) {  // fc1's prologue: the kernel without fc2 is a prologue GEMM of its own
-      Kernel k1 = k;
-      k1.nodes.pop_back();
-      k1.writes.erase(std::remove(k1.writes.begin(), k1.writes.end(), n.output), k1.writes.end());
-      prologue = rowwise_prologue(g, k1, kRows, tiles_m, sig, params, launch.args);
-    } else {
-      sig.push_back("const float* __restrict__ x");
-      launch.args.push_back(a.inputs[0]);
-      params.push_back(fmt::format("x = {}", describe(g, a.inputs[0])));
-      prologue = staged_x(g.tensor(a.inputs[0]).rows(), g.tensor(a.inputs[0]).cols(), kRows, kThreads);
-    }
-    fc1 = mlp_fc1(g, a, kRows, kThreads, weights_early, sig, params, launch.args);
-    prologue += fc1.stage;
-  } else if (attention) {
+  if (attention) {
     prologue = attention_prologue(g, g.nodes[static_cast<size_t>(k.nodes[0])], kRows, sig, params, launch.args);
   } else if (fused) {
     prologue = rowwise_prologue(g, k, kRows, tiles_m, sig, params, launch.args);
@@ -791,10 +922,7 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
   const bool x_smem = !prologue.empty();
   const bool xv4 = smem_vec4 && x_smem && vec4;  // (vec4: K % 4 == 0, every k below a multiple of 4)
   if (xv4) {  // the arrays the K loop reads: 16-byte aligned, so that a row's float4 at k is too
-    for (const std::string a : {"xs", "hs"}) {
-      const std::string from = "__shared__ float " + a + "[", to = "__shared__ __align__(16) float " + a + "[";
-      for (size_t at = prologue.find(from); at != std::string::npos; at = prologue.find(from, at + to.size())) prologue.replace(at, from.size(), to);
-    }
+    align_shared(prologue, "xs");
   }
   for (const char* p : {"const float* __restrict__ w", "const float* __restrict__ bias", "const float* __restrict__ res",
                         "float* __restrict__ y"})
@@ -808,16 +936,14 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
                                                 launch.grid, tiles_m, tiles_n, kThreads, K, KC));
   code += "//   generated fixed-shape GEMM (max-autotune), epilogue fused: 8 rows x 32 columns per block, lane = column,\n"
           "//   warp = K slice; partial sums combined in shared memory in warp order\n";
-  if (mlp) code += "//   MLP fused: each block computes its 8 rows of fc1's x (the prologue) and of h = fc1's result into shared\n"
-                   "//   memory first (hs, a thread per column of h), then fc2 reads h there; h is never stored\n";
-  else if (attention) code += "//   attention fused before: each block computes its 8 rows of x (a warp per row and head) into shared memory first\n";
+  if (attention) code += "//   attention fused before: each block computes its 8 rows of x (a warp per row and head) into shared memory first\n";
   else if (fused) code += "//   prologue fused: each block computes its 8 rows of x (a warp per row) into shared memory first\n";
   else if (x_smem) code += "//   x's rows staged in shared memory first (coalesced), the K loop reads them there\n";
   std::string sigs;
   for (size_t i = 0; i < sig.size(); ++i) sigs += fmt::format("{}    {}", i ? ",\n" : "", sig[i]);
   code += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(\n{}) {{\n", kThreads, k.name, sigs);
   // x's row i at column k: from global memory, or the prologue's rows in shared memory
-  const std::string xs = mlp ? "hs" : "xs";  // the shared rows the K loop reads
+  const std::string xs = "xs";  // the shared rows the K loop reads
   auto x_at = [&](const std::string& kk) {
     return x_smem ? fmt::format("{}[i][{}]", xs, kk) : fmt::format("x[(n0 + i) * {} + {}]", K, kk);
   };
@@ -838,8 +964,7 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
   }
   if (bias_early) b += M % kCols ? fmt::format("const float bias_m = m < {} ? bias[m] : 0.0f;  // loaded first (a weight)\n", M)
                                  : "const float bias_m = bias[m];  // loaded first (a weight)\n";
-  b += fc1.early;
-  if (w_early || bias_early || !fc1.early.empty()) b += kPdlWaitPoint;
+  if (w_early || bias_early) b += kPdlWaitPoint;
   if (weights_early && n.has_residual) {  // the thread's residual for the epilogue (row n0 + warp), loaded before the K loop
     std::string mask;
     if (N % kRows) mask = fmt::format("n0 + warp < {}", N);
@@ -974,7 +1099,10 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
         break;
       case KernelKind::PrologueMatmul:
         MINIGPT_CHECK(opt.generated_gemm, "generate_cuda: {} has a prologue, which only a generated GEMM takes (cuBLAS cannot)", k.name);
-        code = generate_gemm(g, k, launch, opt.stage_x, opt.weights_early, opt.smem_vec4);
+        // an MLP (fuse_mlp: the nodes end in two matmuls) is a kernel of its own form
+        code = k.nodes.size() >= 2 && g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])].op == Op::Matmul
+                   ? generate_mlp(g, k, launch, opt.weights_early, opt.mlp_rows)
+                   : generate_gemm(g, k, launch, opt.stage_x, opt.weights_early, opt.smem_vec4);
         out.launches.push_back(launch);
         break;
       case KernelKind::Matmul:

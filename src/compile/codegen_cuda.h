@@ -36,7 +36,7 @@
 
 namespace minigpt::compile {
 
-inline constexpr int kCodegenCudaVersion = 2;  // bump on any change to the generated text's meaning
+inline constexpr int kCodegenCudaVersion = 3;  // bump on any change to the generated text's meaning
 // Column steps per thread up to which a row is kept in registers between its loops.
 inline constexpr int kPersistentSteps = 32;
 
@@ -59,14 +59,17 @@ struct CudaCodegenOptions {
   // against 45.5 us (2026-12-01 19:15). max-autotune still times it ("attn-prologue").
   bool attention_prologue = false;
   // With generated_gemm: each MLP (fc1 with its layernorm prologue, GELU, then fc2) one kernel
-  // (PassOptions::fuse_mlp): fc2's GEMM computes its tile's 8 rows of h = fc1's result into
-  // shared memory first, a thread per column of h, with fc1's sums in the order of fc1's own
-  // GEMM kernel (the same values); h is never stored, 4 fewer launches in the 4-block model.
-  // Off by default: measured slower on the H200 (2026-12-01, (2, 16), PDL): the fused kernel
-  // 6.26 us against 1.70 + 3.10 us apart, the whole forward 45.5 against 40.5 us; its 8 blocks
-  // each compute fc1 for 8 rows x all 256 columns (512 FMAs and 512 scalar shared-memory reads
-  // per thread). max-autotune still times it ("fuse-mlp").
+  // (PassOptions::fuse_mlp; codegen_cuda.cpp's generate_mlp): a block owns a tile of mlp_rows
+  // rows and every column of h and of y, W1's and W2's slices loaded before PDL's wait, h kept in
+  // shared memory; fc1's and fc2's sums in the order of their own GEMM kernels (the same values);
+  // h is never stored, 4 fewer launches in the 4-block model. Not yet measured: off by default
+  // until it is (max-autotune's "fuse-mlp", "fuse-mlp rows1", "fuse-mlp rows4"). The first form
+  // (8-row tiles, 2 column tiles of fc2 each computing all of fc1's 256 columns) took 6.26 us
+  // against 1.70 + 3.10 us apart (H200, 2026-12-01); it is gone.
   bool fuse_mlp = false;
+  // fuse_mlp's rows per block (1 to 8): (2, 16) has 32 rows, so 32 / mlp_rows blocks, each
+  // loading all of W1 and W2 (128 KB at d = 64) before PDL's wait.
+  int mlp_rows = 2;
   // With generated_gemm: a GEMM without a prologue first copies its tile's rows of x into shared
   // memory (coalesced, the whole block), and its K loop reads them there, as the prologue GEMMs
   // do; off: every lane reads x from global memory in the K loop (a broadcast per warp). H200:

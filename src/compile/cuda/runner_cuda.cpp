@@ -123,6 +123,9 @@ std::string variant_name(const CudaCodegenOptions& cg) {
                               (cg.generated_gemm && !cg.stage_x ? " x-global" : "") +
                               (cg.generated_gemm && !cg.weights_early ? " weights-late" : "") +
                               (cg.generated_gemm && cg.fuse_mlp ? " fuse-mlp" : "") +
+                              (cg.generated_gemm && cg.fuse_mlp && cg.mlp_rows != CudaCodegenOptions{}.mlp_rows
+                                   ? fmt::format(" rows{}", cg.mlp_rows)
+                                   : "") +
                               (cg.generated_gemm && cg.smem_vec4 ? " smem-vec4" : "");
   if (cg.megakernel) return (cg.megakernel_threads > 0 ? fmt::format("megakernel {}", cg.megakernel_threads) : "megakernel") + unfused;
   return std::string(cg.generated_gemm ? "generated-gemm" : "cublas") + (cg.pdl ? " pdl" : "") + unfused;
@@ -273,6 +276,7 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
       int mega_threads;
       const char* name;
       bool ln_prologue = true, attn_prologue = false, stage_x = true, weights_early = true, fuse_mlp = false, smem_vec4 = false;
+      int mlp_rows = CudaCodegenOptions{}.mlp_rows;
     };
     std::vector<Candidate> candidates{{false, false, false, 0, "cublas"}, {true, false, false, 0, "generated-gemm"}};
     int major = 0, dev = 0;
@@ -282,6 +286,8 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
       candidates.push_back({true, true, false, 0, "generated-gemm pdl"});
       candidates.push_back({true, true, false, 0, "generated-gemm pdl attn-prologue", true, true});
       candidates.push_back({true, true, false, 0, "generated-gemm pdl fuse-mlp", true, false, true, true, true});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl fuse-mlp rows1", true, false, true, true, true, false, 1});
+      candidates.push_back({true, true, false, 0, "generated-gemm pdl fuse-mlp rows4", true, false, true, true, true, false, 4});
       candidates.push_back({true, true, false, 0, "generated-gemm pdl smem-vec4", true, false, true, true, false, true});
       candidates.push_back({true, true, false, 0, "generated-gemm pdl fuse-mlp smem-vec4", true, false, true, true, true, true});
       candidates.push_back({true, true, false, 0, "generated-gemm pdl weights-late", true, false, true, false, false});
@@ -304,6 +310,7 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
       cg.weights_early = c.weights_early;
       cg.fuse_mlp = c.fuse_mlp;
       cg.smem_vec4 = c.smem_vec4;
+      cg.mlp_rows = c.mlp_rows;
       try {
         build(opt, cg, c.name);
         const double us = time_graph(50, 20).batched_us;
@@ -330,6 +337,7 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     cg.weights_early = pick->weights_early;
     cg.fuse_mlp = pick->fuse_mlp;
     cg.smem_vec4 = pick->smem_vec4;
+    cg.mlp_rows = pick->mlp_rows;
     build(opt, cg, pick->name);
     stats_.why = "max-autotune: the fastest measured";
   } else {
