@@ -100,7 +100,7 @@ TEST(CompileCudaCodegen, EveryLaunchNamesAFunctionOfTheSourceAndEveryKernelHasIt
           EXPECT_TRUE(launch.block % 32 == 0 && launch.block <= 1024) << launch.function;
         }
       }
-      EXPECT_EQ(gen, contains(l.code.source, "cuda_gemm_")) << g.name;
+      EXPECT_EQ(!gen, contains(l.code.source, "cublas_linear_")) << g.name << ": generated GEMMs or cuBLAS";
       EXPECT_TRUE(contains(l.code.source, "cuda_fused_attention_")) << g.name;
     }
   }
@@ -125,7 +125,7 @@ TEST(CompileCudaCodegen, GeneratedGemmsTakeLayerNormsAndAttentionsAsPrologues) {
   const Graph g = capture_gpt(c, 2, 16);
   CudaCodegenOptions cg;
   cg.generated_gemm = true;
-  cg.fuse_mlp = false;           // the default; each MLP one kernel: GeneratedGemmsFuseEachMlpIntoOneKernel
+  cg.fuse_mlp = false;           // each MLP one kernel (the default): GeneratedGemmsFuseEachMlpIntoOneKernel
   cg.attention_prologue = true;  // off by default (measured slower), max-autotune's "attn-prologue"
   const CudaLowered fused = lower_cuda(g, PassOptions{}, cg);
   cg.matmul_prologue = false;
@@ -159,19 +159,26 @@ TEST(CompileCudaCodegen, GeneratedGemmsTakeLayerNormsAndAttentionsAsPrologues) {
   for (const Kernel& k : lower_default(g, false).schedule.kernels) EXPECT_NE(k.kind, KernelKind::PrologueMatmul) << k.name;
 }
 
-// fuse_mlp (with generated GEMMs; max-autotune's "fuse-mlp"): each MLP one kernel
-// (generate_mlp), a block per tile of mlp_rows rows, fc1 (with its layernorm prologue) computing
-// the tile's rows of h into shared memory, fc2 reading them there as float4s; h never stored.
-// Off: fc1 and fc2 two GEMM kernels. cuBLAS keeps them apart.
+// fuse_mlp (with generated GEMMs, the default; "mlp-apart" in max-autotune turns it off): each MLP
+// one kernel (generate_mlp), a block per tile of mlp_rows rows, fc1 (with its layernorm prologue)
+// computing the tile's rows of h into shared memory, fc2 reading them there as float4s; h never
+// stored. Off: fc1 and fc2 two GEMM kernels. With fuse_mlp_proj (the default) the attention's
+// projection is the kernel's first stage: one launch fewer again. cuBLAS keeps them apart.
 TEST(CompileCudaCodegen, GeneratedGemmsFuseEachMlpIntoOneKernel) {
   const ModelConfig c = compile_tiny_config();
   for (const Graph& g : {capture_gpt(c, 2, 16), capture_gpt(c, 3, 5), capture_gpt_decode(c)}) {
     CudaCodegenOptions cg;
     cg.generated_gemm = true;
     cg.fuse_mlp = true;
+    cg.fuse_mlp_proj = false;
     const CudaLowered fused = lower_cuda(g, PassOptions{}, cg);
-    const CudaLowered apart = lower_default(g, true);
+    cg.fuse_mlp_proj = true;
+    const CudaLowered proj = lower_cuda(g, PassOptions{}, cg);
+    cg.fuse_mlp = false;
+    const CudaLowered apart = lower_cuda(g, PassOptions{}, cg);
     EXPECT_EQ(apart.code.launches.size(), fused.code.launches.size() + static_cast<size_t>(c.n_layer)) << g.name;
+    EXPECT_EQ(fused.code.launches.size(), proj.code.launches.size() + static_cast<size_t>(c.n_layer)) << g.name;
+    EXPECT_EQ(lower_default(g, true).code.launches.size(), proj.code.launches.size()) << "the default: " << g.name;
     int mlps = 0;
     for (const Kernel& k : fused.schedule.kernels) {
       if (!contains(k.name, "mlp")) continue;
@@ -253,7 +260,7 @@ TEST(CompileCudaCodegen, MegakernelRunsEveryKernelAsAStageOfOneLaunch) {
   EXPECT_TRUE(contains(fns, "mg_bar_sync(bar, 256)")) << "the GEMM's barrier, over its virtual block";
   EXPECT_TRUE(contains(src, "float* blocks_0_attn_qkv_weight"));
   // the same GEMM of every layer is one function
-  EXPECT_TRUE(contains(src, "the same code as cuda_gemm_")) << "identical stages share a function";
+  EXPECT_TRUE(contains(src, "the same code as cuda_fused_")) << "identical stages share a function";
   // the existing modes are refused with it where they cannot be stages
   CudaCodegenOptions cg;
   cg.megakernel = true;
@@ -329,7 +336,8 @@ TEST(CompileCudaNvrtc, AttentionLayoutsCompileForSm90a) {
       CudaCodegenOptions cg;
       cg.generated_gemm = true;
       cg.attention_prologue = attention_prologue;
-      cg.fuse_mlp = attention_prologue;  // and the MLP's fused kernel at these widths (fc1's K 24, 40)
+      cg.fuse_mlp = true;  // and the MLP's fused kernel at these widths (fc1's K 24, 40), with the projection
+      cg.fuse_mlp_proj = !attention_prologue;  // in it when the attention is apart
       const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
       EXPECT_TRUE(contains(l.code.source, "a warp per query") || attention_prologue) << g.name;
       ASSERT_NO_THROW(nvrtc_compile_ptx(l.code.source, "compute_90a", g.name)) << g.name << (attention_prologue ? " attention prologue" : "");
@@ -376,8 +384,9 @@ TEST(CompileCudaNvrtc, GemmsLoadTheirWeightsBeforePdlsWait) {
   const CudaLowered early = lower_cuda(g, PassOptions{}, cg);
   int gemms = 0;
   for (const CudaKernelText& k : early.code.kernels) {
-    // a GEMM emitted here (an identical one is emitted once, its later copies only a comment)
-    if (!contains(k.text, "__global__") || !(contains(k.name, "gemm") || contains(k.name, "matmul") || contains(k.name, "mlp"))) continue;
+    // a GEMM emitted here (an identical one is emitted once, its later copies only a comment);
+    // the MLP kernels: FusedMlpCompilesAtEveryTileHeight
+    if (!contains(k.text, "__global__") || !(contains(k.name, "gemm") || contains(k.name, "matmul"))) continue;
     ++gemms;
     ASSERT_TRUE(contains(k.text, "float4 wr[")) << k.name;
     const size_t w = k.text.find("wr[u] = "), b = k.text.find("const float bias_m = "), wait = k.text.find("griddepcontrol.wait;");
@@ -390,7 +399,7 @@ TEST(CompileCudaNvrtc, GemmsLoadTheirWeightsBeforePdlsWait) {
     }
     EXPECT_LT(wait, xs) << k.name << ": x (an earlier kernel's) after it";
   }
-  EXPECT_GE(gemms, 5) << "the distinct GEMMs: the first qkv (embedding prologue), qkv, proj, the MLP, the LM head";
+  EXPECT_GE(gemms, 3) << "the distinct GEMMs beside the MLP kernel: the first qkv (embedding prologue), qkv, the LM head";
   EXPECT_NO_THROW(nvrtc_compile_ptx(early.code.source, "compute_90a", "weights early"));
   cg.weights_early = false;
   const CudaLowered late = lower_cuda(g, PassOptions{}, cg);
@@ -399,21 +408,23 @@ TEST(CompileCudaNvrtc, GemmsLoadTheirWeightsBeforePdlsWait) {
   EXPECT_NO_THROW(nvrtc_compile_ptx(late.code.source, "compute_90a", "weights late"));
 }
 
-// The MLP kernel (fuse_mlp) at every tile height, with and without PDL, its layernorm prologue,
-// the weights early, and in the megakernel; row counts that the tile does not divide (3 x 5 = 15,
-// the decode step's 1), the shipped model's widths: W1's and W2's slices and the biases loaded
-// before PDL's wait, the residual after it; each source compiles with NVRTC.
+// The MLP kernel (fuse_mlp) at every tile height, with and without the projection before it
+// (fuse_mlp_proj), with and without PDL, its layernorm prologue, the weights early, and in the
+// megakernel; row counts that the tile does not divide (3 x 5 = 15, the decode step's 1), the
+// shipped model's widths: W1's and W2's slices and the biases loaded before PDL's wait, the
+// residual after it; each source compiles with NVRTC.
 TEST(CompileCudaNvrtc, FusedMlpCompilesAtEveryTileHeight) {
   ModelConfig shipped;
   shipped.vocab_size = 611;
   const ModelConfig tiny = compile_tiny_config();
   for (const Graph& g : {capture_gpt(tiny, 2, 16), capture_gpt(tiny, 3, 5), capture_gpt_decode(tiny), capture_gpt(shipped, 2, 16)}) {
     for (int rows : {1, 2, 4, 8}) {
-      for (int form = 0; form < 4; ++form) {  // 0 PDL, 1 weights late, 2 layernorms apart (x staged), 3 megakernel
-        if (form > 0 && rows != 4) continue;  // (each NVRTC compile takes a while: the other forms at one height)
+      for (int form = 0; form < 5; ++form) {  // 0 PDL, 1 weights late, 2 layernorms apart (x staged), 3 megakernel, 4 + projection
+        if (form > 0 && form < 4 && rows != 4) continue;  // (each NVRTC compile takes a while: those forms at one height)
         CudaCodegenOptions cg;
         cg.generated_gemm = true;
         cg.fuse_mlp = true;
+        cg.fuse_mlp_proj = form == 4;
         cg.mlp_rows = rows;
         cg.pdl = form != 3;
         cg.megakernel = form == 3;
@@ -425,8 +436,9 @@ TEST(CompileCudaNvrtc, FusedMlpCompilesAtEveryTileHeight) {
         for (const CudaKernelText& k : l.code.kernels) {
           if (!contains(k.name, "mlp") || !contains(k.text, "__global__") || form == 3) continue;
           ++mlps;
-          const size_t wait = k.text.find("griddepcontrol.wait;"), w1 = k.text.find("w1r[j][u] = "), w2 = k.text.find("w2r[j][u] = "),
-                       res = k.text.find("resr[q] = "), hs = k.text.find("hs[i][c] = vi;");
+          EXPECT_EQ(contains(k.name, "_proj_"), form == 4) << what;
+          const size_t wait = k.text.find("griddepcontrol.wait;"), w1 = k.text.find("w1r[j][u] = "), w2 = k.text.find("fc2_w[j][u] = "),
+                       res = k.text.find(form == 4 ? "rpr[q] = " : "resr[q] = "), hs = k.text.find("hs[i][c] = vi;");
           ASSERT_NE(wait, std::string::npos) << what;
           ASSERT_NE(hs, std::string::npos) << what;
           EXPECT_LT(wait, hs) << what;
@@ -439,8 +451,12 @@ TEST(CompileCudaNvrtc, FusedMlpCompilesAtEveryTileHeight) {
           ASSERT_NE(res, std::string::npos) << what;
           EXPECT_LT(w1, wait) << what << ": W1 before the wait";
           EXPECT_LT(w2, wait) << what << ": W2 before the wait";
-          EXPECT_LT(k.text.find("b2r[q] = "), wait) << what;
+          EXPECT_LT(k.text.find("fc2_b[q] = "), wait) << what;
           EXPECT_LT(wait, res) << what << ": the residual (an earlier kernel's) after it";
+          if (form == 4) {
+            EXPECT_LT(k.text.find("proj_w[j][u] = "), wait) << what << ": the projection's W before the wait";
+            EXPECT_TRUE(contains(k.text, "v = v + ms[i][m];")) << what << ": fc2's residual is the projection's rows";
+          }
         }
         if (form != 3) {
           EXPECT_GE(mlps, 1) << what;

@@ -128,6 +128,9 @@ class RowwiseCuda {
     smem_row_ = std::move(smem_row);
     store_guard_ = std::move(store_guard);
   }
+  // The row of full-width input `t` read from the shared-memory row `smem_row` (`smem_row[c]`),
+  // not from global memory (an MLP kernel's projection, computed in the same block).
+  void read_from_shared(int t, std::string smem_row) { smem_in_[t] = std::move(smem_row); }
   // The statements of one row: `lane` (its place in the row) and `r` (the row) defined before.
   std::string body();
   // The kernel's pointer parameters (reads, then writes other than a prologue's x), their
@@ -150,7 +153,10 @@ class RowwiseCuda {
     }
     const TensorInfo& ti = g_.tensor(t);
     const std::string& p = ptr_.at(t);
-    if (full_width(ti) && !(C_ == 1 && row)) return persistent_ ? fmt::format("x{}[j]", t) : fmt::format("{}[r * {} + c]", p, C_);
+    if (full_width(ti) && !(C_ == 1 && row)) {
+      if (persistent_) return fmt::format("x{}[j]", t);
+      return smem_in_.count(t) ? fmt::format("{}[c]", smem_in_.at(t)) : fmt::format("{}[r * {} + c]", p, C_);
+    }
     if (ti.cols() == 1 && ti.rows() == R_) return fmt::format("{}[r]", p);
     if (ti.shape.size() == 1 && ti.shape[0] == C_ && !row) return fmt::format("{}[c]", p);
     MINIGPT_FAIL("codegen_cuda: {} cannot index {} {} in a ({}, {}) loop", k_.name, ti.name, shape_text(ti.shape), R_, C_);
@@ -247,10 +253,12 @@ class RowwiseCuda {
   std::set<int> computed_;  // element nodes whose values are in registers
   int smem_x_ = -1;          // as_prologue: the tensor stored to shared memory
   std::string smem_row_, store_guard_;
+  std::map<int, std::string> smem_in_;  // read_from_shared: input tensor -> its shared row
 };
 
 void RowwiseCuda::parameters(std::vector<std::string>& sig, std::vector<std::string>& params, std::vector<int>& args) const {
   for (int t : k_.reads) {
+    if (smem_in_.count(t)) continue;
     const TensorInfo& ti = g_.tensor(t);
     sig.push_back(fmt::format("const {}* __restrict__ {}", ti.dtype == DType::I32 ? "int" : "float", ptr_.at(t)));
     params.push_back(fmt::format("{} = {}", ptr_.at(t), describe(g_, t)));
@@ -297,7 +305,8 @@ std::string RowwiseCuda::body() {
       b += fmt::format("float x{}[{}];  // {}: row r in registers\n", t, steps_, ti.name);
       b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n", steps_);
       b += fmt::format("  const int c = lane + j * {};\n", tpr_);
-      b += fmt::format("  x{}[j] = {}{}[r * {} + c]{};\n", t, masked_ ? fmt::format("c < {} ? ", C_) : "", ptr_[t], C_, masked_ ? " : 0.0f" : "");
+      const std::string load = smem_in_.count(t) ? fmt::format("{}[c]", smem_in_[t]) : fmt::format("{}[r * {} + c]", ptr_[t], C_);
+      b += fmt::format("  x{}[j] = {}{}{};\n", t, masked_ ? fmt::format("c < {} ? ", C_) : "", load, masked_ ? " : 0.0f" : "");
       b += "}\n";
     }
   }
@@ -615,8 +624,10 @@ std::string attention_prologue(const Graph& g, const Node& a, int rows, std::vec
 // storing the matmul's x row into xs[w] and, in the first of the `tiles_m` column tiles only, the
 // group's other outputs (read by later kernels). Rows past N get zeros. `rows` at most the
 // block's 8 warps.
+// `smem_in` (a tensor id, or -1): an input of the group read from the shared array ms (the
+// tile's rows), not from global memory.
 std::string rowwise_prologue(const Graph& g, const Kernel& k, int rows, int64_t tiles_m, std::vector<std::string>& sig,
-                             std::vector<std::string>& params, std::vector<int>& args) {
+                             std::vector<std::string>& params, std::vector<int>& args, int smem_in = -1) {
   const Node& mm = g.nodes[static_cast<size_t>(k.nodes.back())];
   const int x = mm.inputs[0];
   const int64_t N = g.tensor(x).rows(), K = g.tensor(x).cols();
@@ -638,6 +649,7 @@ std::string rowwise_prologue(const Graph& g, const Kernel& k, int rows, int64_t 
   RowwiseCuda pro(g, pk);
   MINIGPT_CHECK(pro.threads_per_row() == 32, "codegen_cuda: {}: a prologue row of {} columns needs more than a warp", k.name, K);
   pro.as_prologue(x, "xs[warp]", tiles_m > 1 ? fmt::format("blockIdx.x % {} == 0", tiles_m) : "");
+  if (smem_in >= 0) pro.read_from_shared(smem_in, "ms[warp]");
   pro.parameters(sig, params, args);
   std::string b = fmt::format("// prologue: warp w computes row n0 + w of {} into xs[w]\n", g.tensor(x).name);
   b += fmt::format("__shared__ float xs[{}][{}];  // the tile's rows of x\n", rows, K);
@@ -653,15 +665,16 @@ std::string rowwise_prologue(const Graph& g, const Kernel& k, int rows, int64_t 
   return b + indent_text(row, "  ") + "}\n__syncthreads();\n";
 }
 
-// A GEMM's x (N, K) without a prologue: the tile's rows copied into xs by the whole block
-// (consecutive threads, consecutive floats: coalesced), zeros past N.
-std::string staged_x(int64_t N, int64_t K, int rows, int threads) {
-  std::string b = fmt::format("// x's {} rows of the tile staged in shared memory: coalesced loads by the whole block\n", rows);
-  b += fmt::format("__shared__ float xs[{}][{}];\n", rows, K);
+// A GEMM's x (N, K) without a prologue (the pointer `x`): the tile's rows copied into the
+// shared array `xs` by the whole block (consecutive threads, consecutive floats: coalesced),
+// zeros past N.
+std::string staged_x(int64_t N, int64_t K, int rows, int threads, const std::string& x = "x", const std::string& xs = "xs") {
+  std::string b = fmt::format("// {}'s {} rows of the tile staged in shared memory: coalesced loads by the whole block\n", x, rows);
+  b += fmt::format("__shared__ float {}[{}][{}];\n", xs, rows, K);
   b += fmt::format("for (int e = threadIdx.x; e < {}; e += {}) {{\n", rows * K, threads);
   b += fmt::format("  const int i = e / {}, c = e % {};\n", K, K);
-  b += N % rows ? fmt::format("  xs[i][c] = n0 + i < {} ? x[(n0 + i) * {} + c] : 0.0f;  // zeros past the last row\n", N, K)
-                : fmt::format("  xs[i][c] = x[(n0 + i) * {} + c];\n", K);
+  b += N % rows ? fmt::format("  {}[i][c] = n0 + i < {} ? {}[(n0 + i) * {} + c] : 0.0f;  // zeros past the last row\n", xs, N, x, K)
+                : fmt::format("  {}[i][c] = {}[(n0 + i) * {} + c];\n", xs, x, K);
   return b + "}\n__syncthreads();\n";
 }
 
@@ -672,82 +685,196 @@ void align_shared(std::string& code, const std::string& name) {
   for (size_t at = code.find(from); at != std::string::npos; at = code.find(from, at + to.size())) code.replace(at, from.size(), to);
 }
 
+// One GEMM stage of the MLP kernel (generate_mlp) on the block's tile of R rows: y (R, M) =
+// epilogue(a W^T), a (R, K) in the shared array `a`; warp w sums the K slice [w KC, (w + 1) KC)
+// (KC = ceil(K / 8)) for the lane's columns lane + 32 j, in order, into part[w] (float4 reads of
+// a: the same address for every lane); after a barrier each output (i, m) adds the 8 partials in
+// warp order, then the epilogue (bias, GELU or the residual `res_at`): generate_gemm's order, so
+// the values of the GEMM kernel apart. `early`: the lane's W slice (as float4s, at most 64
+// floats) into {tag}_w and the biases of the outputs the thread stores into {tag}_b, before PDL's
+// wait (weights only); `stage`: the rest, whose outputs `store` takes (a statement on v at row i,
+// column m; under `store_guard` when non-empty).
+struct MlpStage {
+  std::string early, stage;
+};
+MlpStage mlp_gemm_stage(const Graph& g, const Node& n, const std::string& w, const std::string& bias, const std::string& tag, int R,
+                        bool weights_early, const std::string& a, const std::string& res_at, const std::string& store,
+                        const std::string& store_guard) {
+  constexpr int kWarps = 8, kThreads = 32 * kWarps;
+  const int64_t K = g.tensor(n.inputs[0]).cols(), M = g.tensor(n.inputs[1]).shape[0];
+  const int64_t KC = (K + kWarps - 1) / kWarps, JM = (M + 31) / 32, E = (R * M + kThreads - 1) / kThreads;
+  const bool v4 = K % 4 == 0 && KC % 4 == 0;
+  const bool w_early = weights_early && v4 && JM * KC <= 64 && g.tensor(n.inputs[1]).kind == TensorKind::Weight;
+  const bool b_early = weights_early && n.has_bias && g.tensor(n.inputs[2]).kind == TensorKind::Weight;
+  const std::string zero4 = "make_float4(0.0f, 0.0f, 0.0f, 0.0f)";
+  MlpStage out;
+  std::string& e = out.early;
+  if (w_early) {
+    e += fmt::format("float4 {}_w[{}][{}];  // W[lane + 32 j][warp {} ..]: the lane's slice, loaded first (a weight)\n", tag, JM, KC / 4, KC);
+    e += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j)\n#pragma unroll\n  for (int u = 0; u < {}; ++u) {{\n", JM, KC / 4);
+    e += fmt::format("    const int m = lane + 32 * j, kk = warp * {} + 4 * u;\n", KC);
+    std::string mask;
+    if (M % 32) mask = fmt::format("m < {}", M);
+    if (K % kWarps) mask += (mask.empty() ? "" : " && ") + fmt::format("kk < {}", K);
+    const std::string load = fmt::format("*(const float4*)({} + (i64)m * {} + kk)", w, K);
+    e += mask.empty() ? fmt::format("    {}_w[j][u] = {};\n  }}\n", tag, load)
+                      : fmt::format("    {}_w[j][u] = {} ? {} : {};\n  }}\n", tag, mask, load, zero4);
+  }
+  if (b_early) {
+    e += fmt::format("float {}_b[{}];  // the biases of the outputs the thread stores, loaded first\n", tag, E);
+    e += fmt::format("#pragma unroll\nfor (int q = 0; q < {}; ++q) {{\n  const int e = threadIdx.x + {} * q;\n", E, kThreads);
+    e += (R * M) % kThreads ? fmt::format("  {}_b[q] = e < {} ? {}[e % {}] : 0.0f;\n}}\n", tag, R * M, bias, M)
+                            : fmt::format("  {}_b[q] = {}[e % {}];\n}}\n", tag, bias, M);
+  }
+  std::string b = fmt::format("// {}: warp w sums its K slice of {} for the lane's columns, in order\n", epilogue_text(n), a);
+  b += fmt::format("{{\n  float acc[{}][{}];\n#pragma unroll\n  for (int j = 0; j < {}; ++j)\n#pragma unroll\n    for (int i = 0; i < {}; ++i) acc[j][i] = 0.0f;\n",
+                   JM, R, JM, R);
+  std::string f;
+  if (v4) {
+    f += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u) {{\n", KC / 4);
+    f += fmt::format("  const int k = warp * {} + 4 * u;\n", KC);
+    if (K % kWarps) f += fmt::format("  if (k >= {}) break;  // the last warp's slice ends at K\n", K);
+    f += fmt::format("  float4 av[{}];\n#pragma unroll\n  for (int i = 0; i < {}; ++i) av[i] = *(const float4*)&{}[i][k];  // the same for every lane\n",
+                     R, R, a);
+    f += fmt::format("#pragma unroll\n  for (int j = 0; j < {}; ++j) {{\n", JM);
+    if (w_early) f += fmt::format("    const float4 wv = {}_w[j][u];\n", tag);
+    else if (M % 32) f += fmt::format("    const float4 wv = lane + 32 * j < {} ? *(const float4*)({} + (i64)(lane + 32 * j) * {} + k) : {};\n", M, w, K, zero4);
+    else f += fmt::format("    const float4 wv = *(const float4*)({} + (i64)(lane + 32 * j) * {} + k);\n", w, K);
+    f += fmt::format("#pragma unroll\n    for (int i = 0; i < {}; ++i) {{\n", R);
+    f += "      acc[j][i] += av[i].x * wv.x;\n      acc[j][i] += av[i].y * wv.y;\n      acc[j][i] += av[i].z * wv.z;\n      acc[j][i] += av[i].w * wv.w;\n";
+    f += "    }\n  }\n}\n";
+  } else {
+    f += fmt::format("for (int k = warp * {0}; k < min({1}, warp * {0} + {0}); ++k) {{\n", KC, K);
+    f += fmt::format("#pragma unroll\n  for (int j = 0; j < {}; ++j) {{\n", JM);
+    f += M % 32 ? fmt::format("    const float wv = lane + 32 * j < {} ? {}[(i64)(lane + 32 * j) * {} + k] : 0.0f;\n", M, w, K)
+                : fmt::format("    const float wv = {}[(i64)(lane + 32 * j) * {} + k];\n", w, K);
+    f += fmt::format("#pragma unroll\n    for (int i = 0; i < {}; ++i) acc[j][i] += {}[i][k] * wv;\n  }}\n}}\n", R, a);
+  }
+  f += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j)\n#pragma unroll\n  for (int i = 0; i < {}; ++i) part[warp][i][lane + 32 * j] = acc[j][i];\n",
+                   JM, R);
+  b += indent_text(f, "  ") + "}\n__syncthreads();\n";
+  b += "// output (row i = e / M, column m = e % M) of the tile: the warps' partial sums in order, the epilogue\n";
+  b += fmt::format("#pragma unroll\nfor (int q = 0; q < {}; ++q) {{\n", E);
+  std::string o = fmt::format("const int e = threadIdx.x + {} * q, i = e / {}, m = e % {};\n", kThreads, M, M);
+  std::string st = "float v = part[0][i][m];\n";
+  st += fmt::format("#pragma unroll\nfor (int s = 1; s < {}; ++s) v += part[s][i][m];\n", kWarps);
+  std::string epi = epilogue_code(n, "", "m", b_early ? tag + "_b[q]" : "", res_at);
+  epi = std::regex_replace(epi, std::regex(R"(\bbias\[)"), bias + "[");
+  st += epi + store + "\n";
+  std::string guard = (R * M) % kThreads ? fmt::format("e < {}", R * M) : "";
+  if (!store_guard.empty()) guard += (guard.empty() ? "" : " && ") + store_guard;
+  o += guard.empty() ? st : fmt::format("if ({}) {{  // mask: outputs past the tile's\n", guard) + indent_text(st, "  ") + "}\n";
+  b += indent_text(o, "  ") + "}\n";
+  out.stage = b;
+  return out;
+}
+
 // An MLP as one kernel (passes.h's fuse_mlp; KernelKind::PrologueMatmul whose nodes end in two
 // matmuls): fc1 (N, K1) -> h (N, H) with its epilogue (bias, GELU), then fc2 h -> y (N, M) with
-// its epilogue (bias, residual). A block of 8 warps owns a tile of R rows (R = mlp_rows: N / R
-// blocks) and every column of h and of y, so no value is computed twice:
+// its epilogue (bias, residual); with fuse_mlp_proj first the projection P (N, KP) -> mid (N, M)
+// (bias, residual) that fc1's layernorm and fc2's residual read. A block of 8 warps owns a tile
+// of R rows (R = mlp_rows: N / R blocks) and every column of each result, so no value is computed
+// twice:
 //   before PDL's wait (weights_early; the graph never writes a weight): thread t's rows of W1
-//     (h's columns t + 256 j, as float4s) and their biases, lane l of warp w W2's slice
-//     [w KC2, (w + 1) KC2) of y's columns l + 32 j, and the biases of the outputs it stores;
-//   after it: the residuals it adds, then x's R rows into xs (fc1's row-wise prologue, a warp
-//     per row, or staged);
+//     (h's columns t + 256 j, as float4s) and their biases, each GEMM stage's W slices and biases
+//     (mlp_gemm_stage);
+//   after it: the residuals (P's, or fc2's when it comes from an earlier kernel); [P's x staged
+//     and P into ms (shared memory);] x's R rows into xs (fc1's row-wise prologue, a warp per row,
+//     reading mid from ms; or x staged);
 //   fc1: thread t computes h[i][c] for its columns c and the R rows, K1 split into the 8 slices
 //     of fc1's own GEMM kernel (generate_gemm), each summed in order from 0, the slices added in
 //     order, then the epilogue: the values that kernel stores; into hs (shared memory);
-//   fc2: warp w sums its K slice of h (float4 reads of hs: the same address for every lane) for
-//     its lane's columns, in order, into part[w]; then each output (i, m) adds the 8 partials in
-//     warp order and its epilogue: fc2's own GEMM's order, so y is bitwise what the two kernels
-//     apart give. h is never stored.
-// Per thread at (R, K1, H, M) = (2, 64, 256, 64): 128 + 128 FMAs, 128 weight registers.
+//   fc2 (and P): mlp_gemm_stage, generate_gemm's order.
+// So y is bitwise what the kernels apart give; h (and mid) are never stored.
+// Per thread at (R, K1, H, M) = (2, 64, 256, 64): 128 + 128 FMAs (+ 32 for P), 128 weight
+// registers (+ 16).
 std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R) {
   const Node& a = g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])];  // fc1
   const Node& n = g.nodes[static_cast<size_t>(k.nodes.back())];                // fc2
+  const bool proj = k.nodes.size() > 3 && g.nodes[static_cast<size_t>(k.nodes[0])].op == Op::Matmul;
+  const Node* pn = proj ? &g.nodes[static_cast<size_t>(k.nodes[0])] : nullptr;  // the projection P
   const int64_t N = g.tensor(a.inputs[0]).rows(), K1 = g.tensor(a.inputs[0]).cols(), H = g.tensor(a.output).cols(),
                 M = g.tensor(n.inputs[1]).shape[0];
   constexpr int kWarps = 8, kThreads = 32 * kWarps;
   MINIGPT_CHECK(R >= 1 && R <= kWarps, "codegen_cuda: {}: an MLP tile of {} rows (1 to {})", k.name, R, kWarps);
-  const int64_t KC1 = (K1 + kWarps - 1) / kWarps, KC2 = (H + kWarps - 1) / kWarps;  // the two GEMMs' K slices
-  const int64_t JH = (H + kThreads - 1) / kThreads, JM = (M + 31) / 32;              // h's columns per thread, y's per lane
+  const int64_t KC1 = (K1 + kWarps - 1) / kWarps;                                   // fc1's K slice
+  const int64_t JH = (H + kThreads - 1) / kThreads;                                 // h's columns per thread
   const int64_t E = (R * M + kThreads - 1) / kThreads;                              // outputs stored per thread
-  const bool v1 = K1 % 4 == 0 && KC1 % 4 == 0, v2 = H % 4 == 0 && KC2 % 4 == 0;       // float4 K loops
+  const bool v1 = K1 % 4 == 0 && KC1 % 4 == 0;                                      // float4 K loop
   const bool w1_early = weights_early && v1 && JH * K1 <= 64 && g.tensor(a.inputs[1]).kind == TensorKind::Weight;
-  const bool w2_early = weights_early && v2 && JM * KC2 <= 64 && g.tensor(n.inputs[1]).kind == TensorKind::Weight;
   const bool b1_early = weights_early && a.has_bias && g.tensor(a.inputs[2]).kind == TensorKind::Weight;
-  const bool b2_early = weights_early && n.has_bias && g.tensor(n.inputs[2]).kind == TensorKind::Weight;
   const int64_t tiles = (N + R - 1) / R;
   launch.function = k.name;
   launch.grid = static_cast<int>(tiles);
   launch.block = kThreads;
   std::vector<std::string> sig, params;
+  const std::string row_guard = N % R ? fmt::format("n0 + i < {}", N) : "";
   std::string prologue;
-  if (k.nodes.size() > 2) {  // fc1's prologue: the kernel without fc2 is a prologue GEMM of its own
+  MlpStage ps;  // the projection's stage
+  if (proj) {
+    const int64_t MP = g.tensor(pn->inputs[1]).shape[0], KP = g.tensor(pn->inputs[0]).cols();
+    MINIGPT_CHECK(MP == K1, "codegen_cuda: {}: the projection's {} columns are not the layernorm's {}", k.name, MP, K1);
+    for (const char* p : {"const float* __restrict__ xp", "const float* __restrict__ wp", "const float* __restrict__ bp",
+                          "const float* __restrict__ rp"})
+      sig.push_back(p);
+    launch.args.insert(launch.args.end(), {pn->inputs[0], pn->inputs[1], pn->has_bias ? pn->inputs[2] : -1, pn->has_residual ? pn->inputs.back() : -1});
+    params.push_back(fmt::format("xp = {} (the projection's x)", describe(g, pn->inputs[0])));
+    params.push_back(fmt::format("Wp = {}", describe(g, pn->inputs[1])));
+    if (pn->has_bias) params.push_back(fmt::format("bp = {}", describe(g, pn->inputs[2])));
+    if (pn->has_residual) params.push_back(fmt::format("rp = {} (the projection's residual)", describe(g, pn->inputs.back())));
+    params.push_back(fmt::format("mid = {} = {} (the projection, kept in shared memory)", describe(g, pn->output), epilogue_text(*pn)));
+    ps = mlp_gemm_stage(g, *pn, "wp", "bp", "proj", R, weights_early, "xps", pn->has_residual ? "rpr[q]" : "", "ms[i][m] = v;", "");
+    prologue += staged_x(N, KP, R, kThreads, "xp", "xps");
+    if (KP % 4 == 0) align_shared(prologue, "xps");
+    prologue += fmt::format("__shared__ __align__(16) float ms[{}][{}];  // the projection's rows: fc1's layernorm and fc2's residual read them\n", R, MP);
+    prologue += ps.stage + "__syncthreads();\n";
+  }
+  if (k.nodes.size() > 2) {  // fc1's prologue: the kernel without fc2 (and P) is a prologue GEMM of its own
     Kernel k1 = k;
     k1.nodes.pop_back();
     k1.writes.erase(std::remove(k1.writes.begin(), k1.writes.end(), n.output), k1.writes.end());
-    prologue = rowwise_prologue(g, k1, R, 1, sig, params, launch.args);
+    if (proj) {  // its input mid from ms
+      k1.nodes.erase(k1.nodes.begin());
+      k1.reads.push_back(pn->output);
+    }
+    prologue += rowwise_prologue(g, k1, R, 1, sig, params, launch.args, proj ? pn->output : -1);
   } else {
     sig.push_back("const float* __restrict__ x");
     launch.args.push_back(a.inputs[0]);
     params.push_back(fmt::format("x = {}", describe(g, a.inputs[0])));
-    prologue = staged_x(N, K1, R, kThreads);
+    prologue += staged_x(N, K1, R, kThreads);
   }
   if (v1) align_shared(prologue, "xs");
   for (const char* p : {"const float* __restrict__ w1", "const float* __restrict__ b1", "const float* __restrict__ w2",
                         "const float* __restrict__ b2", "const float* __restrict__ res", "float* __restrict__ y"})
     sig.push_back(p);
+  // fc2's residual: mid in ms when P is in the kernel
+  const bool res_in = n.has_residual && proj && n.inputs.back() == pn->output;
   launch.args.insert(launch.args.end(), {a.inputs[1], a.has_bias ? a.inputs[2] : -1, n.inputs[1], n.has_bias ? n.inputs[2] : -1,
-                                         n.has_residual ? n.inputs.back() : -1, n.output});
+                                         n.has_residual && !res_in ? n.inputs.back() : -1, n.output});
   params.push_back(fmt::format("W1 = {}", describe(g, a.inputs[1])));
   if (a.has_bias) params.push_back(fmt::format("b1 = {}", describe(g, a.inputs[2])));
   params.push_back(fmt::format("h = {} = {} (fc1, kept in shared memory)", describe(g, a.output), epilogue_text(a)));
   params.push_back(fmt::format("W2 = {}", describe(g, n.inputs[1])));
   if (n.has_bias) params.push_back(fmt::format("b2 = {}", describe(g, n.inputs[2])));
-  if (n.has_residual) params.push_back(fmt::format("residual = {}", describe(g, n.inputs.back())));
+  if (n.has_residual) params.push_back(fmt::format("residual = {}{}", describe(g, n.inputs.back()), res_in ? " (the projection's, in ms)" : ""));
   params.push_back(fmt::format("y = {} = {} (fc2)", describe(g, n.output), epilogue_text(n)));
+  const std::string res2 = !n.has_residual ? "" : res_in ? "ms[i][m]" : weights_early ? "resr[q]" : fmt::format("res[(n0 + i) * {} + m]", M);
+  const MlpStage fc2 = mlp_gemm_stage(g, n, "w2", "b2", "fc2", R, weights_early, "hs", res2, fmt::format("y[(n0 + i) * {} + m] = v;", M), row_guard);
+  const int64_t JM = (std::max(M, proj ? g.tensor(pn->inputs[1]).shape[0] : M) + 31) / 32;
   std::string code = kernel_comment(g, k, params,
-                                    fmt::format("grid {} (row tiles of {}), block {} (fc1: a thread per column of h; fc2: 8 warps "
-                                                "splitting K = {} into slices of {}, lane = column)",
-                                                launch.grid, R, kThreads, H, KC2));
-  code += fmt::format("//   the MLP as one kernel: each block computes its {} rows of x (the prologue), of h = fc1's result\n"
-                      "//   (shared memory, never stored) and of y, every column; the sums in the order of fc1's and fc2's own GEMMs\n",
-                      R);
+                                    fmt::format("grid {} (row tiles of {}), block {} (fc1: a thread per column of h; {}fc2: 8 warps "
+                                                "splitting K into slices, lane = column)",
+                                                launch.grid, R, kThreads, proj ? "the projection and " : ""));
+  code += fmt::format("//   the MLP as one kernel: each block computes its {} rows of {}x (the prologue), of h = fc1's result\n"
+                      "//   (shared memory, never stored) and of y, every column; the sums in the order of the GEMMs' own kernels\n",
+                      R, proj ? "the projection (shared memory, never stored), of " : "");
   std::string sigs;
   for (size_t i = 0; i < sig.size(); ++i) sigs += fmt::format("{}    {}", i ? ",\n" : "", sig[i]);
   code += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(\n{}) {{\n", kThreads, k.name, sigs);
   std::string b;
   b += fmt::format("const i64 n0 = (i64)blockIdx.x * {};  // the tile's first row\n", R);
   b += "const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n";
-  b += fmt::format("const int k0 = warp * {};  // fc2: the warp's K slice of h\n", KC2);
   // ---- weights first
   const std::string zero4 = "make_float4(0.0f, 0.0f, 0.0f, 0.0f)";
   if (w1_early) {
@@ -763,38 +890,20 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
     b += H % kThreads ? fmt::format("b1r[j] = threadIdx.x + {0} * j < {1} ? b1[threadIdx.x + {0} * j] : 0.0f;\n", kThreads, H)
                       : fmt::format("b1r[j] = b1[threadIdx.x + {} * j];\n", kThreads);
   }
-  if (w2_early) {
-    b += fmt::format("float4 w2r[{}][{}];  // fc2: W2[lane + 32 j][k0 ..], the lane's slice, loaded first (a weight)\n", JM, KC2 / 4);
-    b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j)\n#pragma unroll\n  for (int u = 0; u < {}; ++u) {{\n", JM, KC2 / 4);
-    b += "    const int m = lane + 32 * j, kk = k0 + 4 * u;\n";
-    std::string mask;
-    if (M % 32) mask = fmt::format("m < {}", M);
-    if (H % kWarps) mask += (mask.empty() ? "" : " && ") + fmt::format("kk < {}", H);
-    const std::string load = fmt::format("*(const float4*)(w2 + (i64)m * {} + kk)", H);
-    b += mask.empty() ? fmt::format("    w2r[j][u] = {};\n  }}\n", load) : fmt::format("    w2r[j][u] = {} ? {} : {};\n  }}\n", mask, load, zero4);
-  }
-  // the outputs this thread stores: e = threadIdx.x + 256 q = (row i, column m) of the tile
-  const std::string out_mask = (R * M) % kThreads ? fmt::format("e < {}", R * M) : "";
-  auto out_guard = [&](const std::string& extra) {
-    std::string m = out_mask;
-    if (!extra.empty()) m += (m.empty() ? "" : " && ") + extra;
-    return m;
+  b += ps.early + fc2.early;
+  if (w1_early || b1_early || !ps.early.empty() || !fc2.early.empty()) b += kPdlWaitPoint;
+  // residuals from earlier kernels (P's; fc2's unless it is P's result), loaded right after the wait
+  auto residuals = [&](const std::string& name, const std::string& ptr) {
+    std::string r = fmt::format("float {}[{}];  // the residuals of the outputs the thread stores, loaded right after the wait\n", name, E);
+    r += fmt::format("#pragma unroll\nfor (int q = 0; q < {}; ++q) {{\n  const int e = threadIdx.x + {} * q;\n", E, kThreads);
+    std::string m = (R * M) % kThreads ? fmt::format("e < {}", R * M) : "";
+    if (N % R) m += (m.empty() ? "" : " && ") + fmt::format("n0 + e / {} < {}", M, N);
+    const std::string load = fmt::format("{}[(n0 + e / {}) * {} + e % {}]", ptr, M, M, M);
+    r += m.empty() ? fmt::format("  {}[q] = {};\n}}\n", name, load) : fmt::format("  {}[q] = {} ? {} : 0.0f;\n}}\n", name, m, load);
+    return r;
   };
-  const std::string row_in = N % R ? fmt::format("n0 + e / {} < {}", M, N) : "";
-  if (b2_early) {
-    b += fmt::format("float b2r[{}];  // fc2's bias of the outputs the thread stores, loaded first\n", E);
-    b += fmt::format("#pragma unroll\nfor (int q = 0; q < {}; ++q) {{\n  const int e = threadIdx.x + {} * q;\n", E, kThreads);
-    const std::string m = out_guard("");
-    b += m.empty() ? fmt::format("  b2r[q] = b2[e % {}];\n}}\n", M) : fmt::format("  b2r[q] = {} ? b2[e % {}] : 0.0f;\n}}\n", m, M);
-  }
-  if (w1_early || w2_early || b1_early || b2_early) b += kPdlWaitPoint;
-  if (weights_early && n.has_residual) {
-    b += fmt::format("float resr[{}];  // the residuals of the outputs the thread stores, loaded right after the wait\n", E);
-    b += fmt::format("#pragma unroll\nfor (int q = 0; q < {}; ++q) {{\n  const int e = threadIdx.x + {} * q;\n", E, kThreads);
-    const std::string m = out_guard(row_in);
-    const std::string load = fmt::format("res[(n0 + e / {0}) * {0} + e % {0}]", M);
-    b += m.empty() ? fmt::format("  resr[q] = {};\n}}\n", load) : fmt::format("  resr[q] = {} ? {} : 0.0f;\n}}\n", m, load);
-  }
+  if (proj && pn->has_residual) b += residuals("rpr", "rp");
+  if (weights_early && n.has_residual && !res_in) b += residuals("resr", "res");
   b += prologue;
   // ---- fc1
   b += fmt::format("// fc1: h = {} of the tile's {} rows into hs, a thread per column of h\n", epilogue_text(a), R);
@@ -829,46 +938,12 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   c += H % kThreads ? fmt::format("if (c < {}) {{\n", H) + indent_text(cb, "  ") + "}\n" : cb;
   b += indent_text(c, "  ") + "}\n__syncthreads();\n";
   // ---- fc2
-  b += "// fc2: warp w sums its K slice of h for the lane's columns, in order\n";
-  b += fmt::format("__shared__ float part[{}][{}][{}];  // [warp][row][column]\n", kWarps, R, 32 * JM);
-  b += fmt::format("float acc[{}][{}];\n#pragma unroll\nfor (int j = 0; j < {}; ++j)\n#pragma unroll\n  for (int i = 0; i < {}; ++i) acc[j][i] = 0.0f;\n",
-                   JM, R, JM, R);
-  std::string f;
-  if (v2) {
-    f += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u) {{\n", KC2 / 4);
-    f += "  const int k = k0 + 4 * u;\n";
-    if (H % kWarps) f += fmt::format("  if (k >= {}) break;  // the last warp's slice ends at K\n", H);
-    f += fmt::format("  float4 hv[{}];\n#pragma unroll\n  for (int i = 0; i < {}; ++i) hv[i] = *(const float4*)&hs[i][k];  // the same for every lane\n", R, R);
-    f += fmt::format("#pragma unroll\n  for (int j = 0; j < {}; ++j) {{\n", JM);
-    if (w2_early) f += "    const float4 wv = w2r[j][u];\n";
-    else if (M % 32) f += fmt::format("    const float4 wv = lane + 32 * j < {} ? *(const float4*)(w2 + (i64)(lane + 32 * j) * {} + k) : {};\n", M, H, zero4);
-    else f += fmt::format("    const float4 wv = *(const float4*)(w2 + (i64)(lane + 32 * j) * {} + k);\n", H);
-    f += fmt::format("#pragma unroll\n    for (int i = 0; i < {}; ++i) {{\n", R);
-    f += "      acc[j][i] += hv[i].x * wv.x;\n      acc[j][i] += hv[i].y * wv.y;\n      acc[j][i] += hv[i].z * wv.z;\n      acc[j][i] += hv[i].w * wv.w;\n";
-    f += "    }\n  }\n}\n";
-  } else {
-    f += fmt::format("for (int k = k0; k < min({}, k0 + {}); ++k) {{\n", H, KC2);
-    f += fmt::format("#pragma unroll\n  for (int j = 0; j < {}; ++j) {{\n", JM);
-    f += M % 32 ? fmt::format("    const float wv = lane + 32 * j < {} ? w2[(i64)(lane + 32 * j) * {} + k] : 0.0f;\n", M, H)
-                : fmt::format("    const float wv = w2[(i64)(lane + 32 * j) * {} + k];\n", H);
-    f += fmt::format("#pragma unroll\n    for (int i = 0; i < {}; ++i) acc[j][i] += hs[i][k] * wv;\n  }}\n}}\n", R);
-  }
-  b += f;
-  b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j)\n#pragma unroll\n  for (int i = 0; i < {}; ++i) part[warp][i][lane + 32 * j] = acc[j][i];\n",
-                   JM, R);
-  b += "__syncthreads();\n";
-  b += "// output (row e / M, column e % M) of the tile: the warps' partial sums in order, the epilogue, the store\n";
-  b += fmt::format("#pragma unroll\nfor (int q = 0; q < {}; ++q) {{\n", E);
-  std::string o = fmt::format("const int e = threadIdx.x + {} * q, i = e / {}, m = e % {};\n", kThreads, M, M);
-  std::string st = "float v = part[0][i][m];\n";
-  st += fmt::format("#pragma unroll\nfor (int s = 1; s < {}; ++s) v += part[s][i][m];\n", kWarps);
-  std::string epi2 = epilogue_code(n, fmt::format("(n0 + i) * {} + m", M), "m", b2_early ? "b2r[q]" : "", weights_early && n.has_residual ? "resr[q]" : "");
-  epi2 = std::regex_replace(epi2, std::regex(R"(\bbias\[)"), "b2[");
-  st += epi2 + fmt::format("y[(n0 + i) * {} + m] = v;\n", M);
-  const std::string m = out_guard(N % R ? fmt::format("n0 + i < {}", N) : "");
-  o += m.empty() ? st : fmt::format("if ({}) {{  // mask: outputs past the tile's\n", m) + indent_text(st, "  ") + "}\n";
-  b += indent_text(o, "  ") + "}\n";
+  b += fc2.stage;
   code += indent_text(b, "  ") + "}\n";
+  // the partial sums of the GEMM stages: declared once, first (the projection's stage uses it too)
+  const std::string decl = fmt::format("  __shared__ float part[{}][{}][{}];  // the GEMM stages' partial sums: [warp][row][column]\n", kWarps, R, 32 * JM);
+  const std::string anchor = "  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n";
+  code.insert(code.find(anchor) + anchor.size(), decl);
   return code;
 }
 

@@ -66,10 +66,16 @@ struct CudaCodegenOptions {
   // until it is (max-autotune's "fuse-mlp", "fuse-mlp rows1", "fuse-mlp rows4"). The first form
   // (8-row tiles, 2 column tiles of fc2 each computing all of fc1's 256 columns) took 6.26 us
   // against 1.70 + 3.10 us apart (H200, 2026-12-01); it is gone.
-  bool fuse_mlp = false;
+  bool fuse_mlp = true;
   // fuse_mlp's rows per block (1 to 8): (2, 16) has 32 rows, so 32 / mlp_rows blocks, each
   // loading all of W1 and W2 (128 KB at d = 64) before PDL's wait.
   int mlp_rows = 2;
+  // With fuse_mlp: the attention's output projection (bias, residual) too, as the MLP kernel's
+  // first stage (PassOptions::fuse_mlp_proj): its rows computed into shared memory, where the
+  // layernorm and fc2's residual read them; everything after the attention one kernel per block,
+  // 4 fewer launches again. Same sums, same order. Not yet measured (max-autotune's
+  // "fuse-mlp mlp-proj").
+  bool fuse_mlp_proj = true;
   // With generated_gemm: a GEMM without a prologue first copies its tile's rows of x into shared
   // memory (coalesced, the whole block), and its K loop reads them there, as the prologue GEMMs
   // do; off: every lane reads x from global memory in the K loop (a broadcast per warp). H200:

@@ -192,8 +192,37 @@ TEST(CompileCuda, RandomWeightsAndOddShapesMatchEager) {
   }
 }
 
+// The forms of the generated GEMMs that must not change a bit (FusedMlpAndEarlyWeightsChangeNoBit).
+struct MlpForm {
+  const char* name;
+  bool weights_early, fuse_mlp, smem_vec4;
+  int mlp_rows;
+  bool proj;
+};
+constexpr MlpForm kMlpForms[] = {
+    {"weights late", false, false, false, 2, false},
+    {"MLP fused, rows 1", true, true, false, 1, false},
+    {"MLP fused, rows 2", true, true, false, 2, false},
+    {"MLP fused, rows 4", true, true, false, 4, false},
+    {"MLP fused, weights late", false, true, false, 2, false},
+    {"MLP fused, x as float4s", true, true, true, 2, false},
+    {"x as float4s", true, false, true, 2, false},
+    {"MLP fused with the projection, rows 1", true, true, false, 1, true},
+    {"MLP fused with the projection, rows 2", true, true, false, 2, true},
+    {"MLP fused with the projection, rows 4", true, true, false, 4, true},
+    {"MLP fused with the projection, weights late", false, true, false, 2, true},
+};
+void set_mlp_form(CudaCompileOptions& o, const MlpForm& form) {
+  o.codegen.weights_early = form.weights_early;
+  o.codegen.fuse_mlp = form.fuse_mlp;
+  o.codegen.smem_vec4 = form.smem_vec4;
+  o.codegen.mlp_rows = form.mlp_rows;
+  o.codegen.fuse_mlp_proj = form.proj;
+}
+
 // The weights loaded before PDL's wait (weights_early), the MLP as one kernel (fuse_mlp,
-// generate_mlp) at tile heights of 1, 2 and 4 rows, and x read from shared memory as float4s
+// generate_mlp) at tile heights of 1, 2 and 4 rows, with the attention's projection in it
+// (fuse_mlp_proj), and x read from shared memory as float4s
 // (smem_vec4) compute every sum as before, in the same order: the logits equal those of the
 // generated GEMMs without them (weights early, each MLP two kernels) bitwise, on random ids at
 // (2, 16) and on the grammar probes (B = 126, T = 7: 882 rows, which tiles of 4 do not divide).
@@ -226,20 +255,9 @@ TEST(CompileCuda, FusedMlpAndEarlyWeightsChangeNoBit) {
     apart.codegen.weights_early = true;
     Tensor l0, p0, el, ep;
     CudaCompiledModel(model, apart).forward(in.ids, in.B, in.T, l0, p0);
-    struct Form {
-      const char* name;
-      bool weights_early, fuse_mlp, smem_vec4;
-      int mlp_rows;
-    };
-    for (const Form& form : {Form{"weights late", false, false, false, 2}, Form{"MLP fused, rows 1", true, true, false, 1},
-                             Form{"MLP fused, rows 2", true, true, false, 2}, Form{"MLP fused, rows 4", true, true, false, 4},
-                             Form{"MLP fused, weights late", false, true, false, 2}, Form{"MLP fused, x as float4s", true, true, true, 2},
-                             Form{"x as float4s", true, false, true, 2}}) {
+    for (const MlpForm& form : kMlpForms) {
       CudaCompileOptions o = apart;
-      o.codegen.weights_early = form.weights_early;
-      o.codegen.fuse_mlp = form.fuse_mlp;
-      o.codegen.smem_vec4 = form.smem_vec4;
-      o.codegen.mlp_rows = form.mlp_rows;
+      set_mlp_form(o, form);
       Tensor l1, p1;
       CudaCompiledModel(model, o).forward(in.ids, in.B, in.T, l1, p1);
       const float d = max_abs_diff(l0.data(), l1.data(), l0.numel());
@@ -256,6 +274,24 @@ TEST(CompileCuda, FusedMlpAndEarlyWeightsChangeNoBit) {
     EXPECT_EQ(same, static_cast<int>(in.rows.size()));
     std::printf("generated GEMMs (B=%lld, T=%lld): vs CPU eager %.3g, same top-1 on %d of %lld\n", static_cast<long long>(in.B),
                 static_cast<long long>(in.T), dl, same, static_cast<long long>(in.rows.size()));
+  }
+  // other widths (d = 32, fc1's K slices of 4) and 15 rows, which tiles of 2 and 4 do not divide
+  const ModelConfig c = compile_tiny_config();
+  const GrammarMiniGPT tiny(c, random_weights(c, 9));
+  std::vector<int32_t> ids(15);
+  for (int32_t& v : ids) v = static_cast<int32_t>(rng() % static_cast<uint64_t>(c.vocab_size));
+  CudaCompileOptions apart = cuda_options(true, hopper_or_later());
+  apart.codegen.fuse_mlp = false;
+  apart.codegen.smem_vec4 = false;
+  apart.codegen.weights_early = true;
+  Tensor l0, p0;
+  CudaCompiledModel(tiny, apart).forward(ids.data(), 3, 5, l0, p0);
+  for (const MlpForm& form : kMlpForms) {
+    CudaCompileOptions o = apart;
+    set_mlp_form(o, form);
+    Tensor l1, p1;
+    CudaCompiledModel(tiny, o).forward(ids.data(), 3, 5, l1, p1);
+    EXPECT_EQ(max_abs_diff(l0.data(), l1.data(), l0.numel()), 0.0f) << form.name << " (tiny model, 3, 5)";
   }
 }
 

@@ -122,10 +122,11 @@ std::string variant_name(const CudaCodegenOptions& cg) {
                               (cg.generated_gemm && cg.attention_prologue ? " attn-prologue" : "") +
                               (cg.generated_gemm && !cg.stage_x ? " x-global" : "") +
                               (cg.generated_gemm && !cg.weights_early ? " weights-late" : "") +
-                              (cg.generated_gemm && cg.fuse_mlp ? " fuse-mlp" : "") +
+                              (cg.generated_gemm && !cg.fuse_mlp ? " mlp-apart" : "") +
                               (cg.generated_gemm && cg.fuse_mlp && cg.mlp_rows != CudaCodegenOptions{}.mlp_rows
                                    ? fmt::format(" rows{}", cg.mlp_rows)
                                    : "") +
+                              (cg.generated_gemm && cg.fuse_mlp && !cg.fuse_mlp_proj ? " proj-apart" : "") +
                               (cg.generated_gemm && cg.smem_vec4 ? " smem-vec4" : "");
   if (cg.megakernel) return (cg.megakernel_threads > 0 ? fmt::format("megakernel {}", cg.megakernel_threads) : "megakernel") + unfused;
   return std::string(cg.generated_gemm ? "generated-gemm" : "cublas") + (cg.pdl ? " pdl" : "") + unfused;
@@ -263,82 +264,75 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
   MG_CUBLAS(cublasSetWorkspace(h, workspace_, kWorkspace));
   if (opt.mode == "max-autotune") {
     // cuBLAS + generated epilogues, generated GEMMs with fused epilogues, and those launched with
-    // PDL (Hopper and later): each built and its graph timed; the fastest kept. A candidate that
-    // fails to build or launch is skipped with a line saying why.
-    // Beside the defaults (codegen_cuda.h): "unfused-ln" the layernorms as kernels of their own,
-    // "attn-prologue" each attention fused into its projection's GEMM, "x-global" the K loop
-    // reading x from global memory, "weights-late" W read in the K loop (not before PDL's wait;
-    // the generated GEMMs as they were at 2026-12-01 18:00), "fuse-mlp" each MLP one kernel,
-    // "smem-vec4" x read from shared memory as float4s;
-    // "unfused-ln x-global weights-late" is the generated GEMMs as they were before the prologues.
-    struct Candidate {
-      bool gen, pdl, mega;
-      int mega_threads;
-      const char* name;
-      bool ln_prologue = true, attn_prologue = false, stage_x = true, weights_early = true, fuse_mlp = false, smem_vec4 = false;
-      int mlp_rows = CudaCodegenOptions{}.mlp_rows;
+    // PDL (Hopper and later) in several forms: each built and its graph timed; the fastest kept. A
+    // candidate that fails to build or launch is skipped with a line saying why. Its name says
+    // what differs from the generated GEMMs' defaults (variant_name, codegen_cuda.h): "rowsN" the
+    // MLP kernel's tile height, "proj-apart" the MLP kernel without the attention's projection,
+    // "mlp-apart" fc1 and fc2 two kernels (7d's default), "attn-prologue" each attention fused
+    // into its projection's GEMM, "smem-vec4" the other GEMMs' x read from shared memory as
+    // float4s, "weights-late" W read in the K loop (not before PDL's wait), "x-global" the K loop
+    // reading x from global memory, "unfused-ln" the layernorms as kernels of their own;
+    // "unfused-ln x-global weights-late mlp-apart" is the generated GEMMs before the prologues.
+    std::vector<CudaCodegenOptions> candidates;
+    auto add = [&](bool gen, bool pdl, const std::function<void(CudaCodegenOptions&)>& edit) {
+      CudaCodegenOptions cg = opt.codegen;
+      cg.generated_gemm = gen;
+      cg.pdl = pdl;
+      edit(cg);
+      candidates.push_back(cg);
     };
-    std::vector<Candidate> candidates{{false, false, false, 0, "cublas"}, {true, false, false, 0, "generated-gemm"}};
+    add(false, false, [](CudaCodegenOptions&) {});
+    add(true, false, [](CudaCodegenOptions&) {});
     int major = 0, dev = 0;
     MG_CUDA(cudaGetDevice(&dev));
     MG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     if (major >= 9) {
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl"});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl attn-prologue", true, true});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl fuse-mlp", true, false, true, true, true});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl fuse-mlp rows1", true, false, true, true, true, false, 1});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl fuse-mlp rows4", true, false, true, true, true, false, 4});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl smem-vec4", true, false, true, true, false, true});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl fuse-mlp smem-vec4", true, false, true, true, true, true});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl weights-late", true, false, true, false, false});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl x-global", true, false, false, true, false});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl unfused-ln x-global weights-late", false, false, false, false, false});
-      candidates.push_back({true, false, true, 0, "megakernel"});
-      candidates.push_back({true, false, true, 1024, "megakernel 1024"});
+      add(true, true, [](CudaCodegenOptions&) {});
+      add(true, true, [](CudaCodegenOptions& c) { c.mlp_rows = 1; });
+      add(true, true, [](CudaCodegenOptions& c) { c.mlp_rows = 4; });
+      add(true, true, [](CudaCodegenOptions& c) { c.fuse_mlp_proj = false; });
+      add(true, true, [](CudaCodegenOptions& c) {
+        c.fuse_mlp_proj = false;
+        c.mlp_rows = 1;
+      });
+      add(true, true, [](CudaCodegenOptions& c) { c.fuse_mlp = false; });
+      add(true, true, [](CudaCodegenOptions& c) {
+        c.fuse_mlp = false;
+        c.smem_vec4 = true;
+      });
+      add(true, true, [](CudaCodegenOptions& c) { c.smem_vec4 = true; });
+      add(true, true, [](CudaCodegenOptions& c) { c.attention_prologue = true; });
+      add(true, true, [](CudaCodegenOptions& c) { c.weights_early = false; });
+      add(true, true, [](CudaCodegenOptions& c) { c.stage_x = false; });
+      add(true, true, [](CudaCodegenOptions& c) {
+        c.matmul_prologue = c.stage_x = c.weights_early = c.fuse_mlp = false;
+      });
+      add(true, false, [](CudaCodegenOptions& c) { c.megakernel = true; });
+      add(true, false, [](CudaCodegenOptions& c) {
+        c.megakernel = true;
+        c.megakernel_threads = 1024;
+      });
     }
     double best = 1e30;
-    const Candidate* pick = nullptr;
-    for (const Candidate& c : candidates) {
-      CudaCodegenOptions cg = opt.codegen;
-      cg.generated_gemm = c.gen;
-      cg.pdl = c.pdl;
-      cg.megakernel = c.mega;
-      cg.megakernel_threads = c.mega_threads;
-      cg.matmul_prologue = c.ln_prologue;
-      cg.attention_prologue = c.attn_prologue;
-      cg.stage_x = c.stage_x;
-      cg.weights_early = c.weights_early;
-      cg.fuse_mlp = c.fuse_mlp;
-      cg.smem_vec4 = c.smem_vec4;
-      cg.mlp_rows = c.mlp_rows;
+    const CudaCodegenOptions* pick = nullptr;
+    for (const CudaCodegenOptions& cg : candidates) {
+      const std::string name = variant_name(cg);
       try {
-        build(opt, cg, c.name);
+        build(opt, cg, name);
         const double us = time_graph(50, 20).batched_us;
-        stats_.candidates += fmt::format("{}{} {:.2f} us", stats_.candidates.empty() ? "" : ", ", c.name, us);
-        if (!opt.quiet) fmt::print(stderr, "minigpt compile: max-autotune {} {}: {:.2f} us per forward\n", captured.name, c.name, us);
+        stats_.candidates += fmt::format("{}{} {:.2f} us", stats_.candidates.empty() ? "" : ", ", name, us);
+        if (!opt.quiet) fmt::print(stderr, "minigpt compile: max-autotune {} {}: {:.2f} us per forward\n", captured.name, name, us);
         if (us < best) {
           best = us;
-          pick = &c;
+          pick = &cg;
         }
       } catch (const Error& e) {
         cudaGetLastError();
-        fmt::print(stderr, "minigpt compile: max-autotune candidate {} skipped: {}\n", c.name, e.what());
+        fmt::print(stderr, "minigpt compile: max-autotune candidate {} skipped: {}\n", name, e.what());
       }
     }
     MINIGPT_CHECK(pick, "compile: max-autotune: no candidate built for {}", captured.name);
-    CudaCodegenOptions cg = opt.codegen;
-    cg.generated_gemm = pick->gen;
-    cg.pdl = pick->pdl;
-    cg.megakernel = pick->mega;
-    cg.megakernel_threads = pick->mega_threads;
-    cg.matmul_prologue = pick->ln_prologue;
-    cg.attention_prologue = pick->attn_prologue;
-    cg.stage_x = pick->stage_x;
-    cg.weights_early = pick->weights_early;
-    cg.fuse_mlp = pick->fuse_mlp;
-    cg.smem_vec4 = pick->smem_vec4;
-    cg.mlp_rows = pick->mlp_rows;
-    build(opt, cg, pick->name);
+    build(opt, *pick, variant_name(*pick));
     stats_.why = "max-autotune: the fastest measured";
   } else {
     MINIGPT_CHECK(opt.mode == "default", "compile: unknown mode '{}' (default | max-autotune)", opt.mode);
