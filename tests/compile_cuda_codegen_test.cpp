@@ -159,11 +159,12 @@ TEST(CompileCudaCodegen, GeneratedGemmsTakeLayerNormsAndAttentionsAsPrologues) {
   for (const Kernel& k : lower_default(g, false).schedule.kernels) EXPECT_NE(k.kind, KernelKind::PrologueMatmul) << k.name;
 }
 
-// fuse_mlp (with generated GEMMs, the default; "mlp-apart" in max-autotune turns it off): each MLP
-// one kernel (generate_mlp), a block per tile of mlp_rows rows, fc1 (with its layernorm prologue)
-// computing the tile's rows of h into shared memory, fc2 reading them there as float4s; h never
-// stored. Off: fc1 and fc2 two GEMM kernels. With fuse_mlp_proj (the default) the attention's
-// projection is the kernel's first stage: one launch fewer again. cuBLAS keeps them apart.
+// fuse_mlp (with generated GEMMs; max-autotune's "fuse-mlp"): each MLP one kernel
+// (generate_mlp), fc1 (with its layernorm prologue) computing the tile's rows of h into shared
+// memory, fc2 reading them there as float4s; h never stored; by default (mlp_cluster) a cluster of
+// 8 CTAs per tile of mlp_rows rows. Off (the default): fc1 and fc2 two GEMM kernels. With
+// fuse_mlp_proj the attention's projection is the kernel's first stage: one launch fewer again.
+// cuBLAS keeps them apart.
 TEST(CompileCudaCodegen, GeneratedGemmsFuseEachMlpIntoOneKernel) {
   const ModelConfig c = compile_tiny_config();
   for (const Graph& g : {capture_gpt(c, 2, 16), capture_gpt(c, 3, 5), capture_gpt_decode(c)}) {
@@ -178,7 +179,7 @@ TEST(CompileCudaCodegen, GeneratedGemmsFuseEachMlpIntoOneKernel) {
     const CudaLowered apart = lower_cuda(g, PassOptions{}, cg);
     EXPECT_EQ(apart.code.launches.size(), fused.code.launches.size() + static_cast<size_t>(c.n_layer)) << g.name;
     EXPECT_EQ(fused.code.launches.size(), proj.code.launches.size() + static_cast<size_t>(c.n_layer)) << g.name;
-    EXPECT_EQ(lower_default(g, true).code.launches.size(), proj.code.launches.size()) << "the default: " << g.name;
+    EXPECT_EQ(lower_default(g, true).code.launches.size(), apart.code.launches.size()) << "the default: " << g.name;
     int mlps = 0;
     for (const Kernel& k : fused.schedule.kernels) {
       if (!contains(k.name, "mlp")) continue;
@@ -192,13 +193,15 @@ TEST(CompileCudaCodegen, GeneratedGemmsFuseEachMlpIntoOneKernel) {
     }
     EXPECT_EQ(mlps, c.n_layer) << g.name;
     EXPECT_TRUE(contains(fused.code.source, "__shared__ __align__(16) float hs[" + std::to_string(cg.mlp_rows) + "][" +
-                                                std::to_string(4 * c.d_model) + "];"))
-        << g.name;
-    EXPECT_TRUE(contains(fused.code.source, "*(const float4*)&hs[i][k];")) << "fc2's K loop reads h from shared memory";
+                                                std::to_string(4 * c.d_model / 8) + "];"))
+        << g.name << ": the CTA's columns of h";
+    EXPECT_TRUE(contains(fused.code.source, "*(const float4*)&hs[i][4 * u]")) << "fc2's K slice reads h from shared memory";
+    EXPECT_TRUE(contains(fused.code.source, "mg_cluster_ld(&pp[i][m], c)")) << "the slices' partial sums through the cluster";
     const int64_t rows = g.tensor(g.inputs[0]).numel();  // the token ids: B T rows
     for (const CudaLaunch& l : fused.code.launches) {
       if (contains(l.name, "mlp")) {
-        EXPECT_EQ(l.grid, (rows + cg.mlp_rows - 1) / cg.mlp_rows) << l.name << ": a block per row tile";
+        EXPECT_EQ(l.grid, 8 * ((rows + cg.mlp_rows - 1) / cg.mlp_rows)) << l.name << ": a cluster per row tile";
+        EXPECT_EQ(l.cluster_dim, 8) << l.name;
       }
     }
     for (const Kernel& k : apart.schedule.kernels) EXPECT_FALSE(contains(k.name, "mlp")) << k.name;
@@ -419,12 +422,16 @@ TEST(CompileCudaNvrtc, FusedMlpCompilesAtEveryTileHeight) {
   const ModelConfig tiny = compile_tiny_config();
   for (const Graph& g : {capture_gpt(tiny, 2, 16), capture_gpt(tiny, 3, 5), capture_gpt_decode(tiny), capture_gpt(shipped, 2, 16)}) {
     for (int rows : {1, 2, 4, 8}) {
-      for (int form = 0; form < 5; ++form) {  // 0 PDL, 1 weights late, 2 layernorms apart (x staged), 3 megakernel, 4 + projection
+      // 0 PDL, 1 weights late, 2 layernorms apart (x staged), 3 megakernel, 4 + projection; in
+      // clusters: 5 with the projection, 6 without
+      for (int form = 0; form < 7; ++form) {
         if (form > 0 && form < 4 && rows != 4) continue;  // (each NVRTC compile takes a while: those forms at one height)
+        if (form == 6 && rows != 2) continue;
         CudaCodegenOptions cg;
         cg.generated_gemm = true;
         cg.fuse_mlp = true;
-        cg.fuse_mlp_proj = form == 4;
+        cg.fuse_mlp_proj = form == 4 || form == 5;
+        cg.mlp_cluster = form >= 5;
         cg.mlp_rows = rows;
         cg.pdl = form != 3;
         cg.megakernel = form == 3;
@@ -436,9 +443,15 @@ TEST(CompileCudaNvrtc, FusedMlpCompilesAtEveryTileHeight) {
         for (const CudaKernelText& k : l.code.kernels) {
           if (!contains(k.name, "mlp") || !contains(k.text, "__global__") || form == 3) continue;
           ++mlps;
-          EXPECT_EQ(contains(k.name, "_proj_"), form == 4) << what;
-          const size_t wait = k.text.find("griddepcontrol.wait;"), w1 = k.text.find("w1r[j][u] = "), w2 = k.text.find("fc2_w[j][u] = "),
-                       res = k.text.find(form == 4 ? "rpr[q] = " : "resr[q] = "), hs = k.text.find("hs[i][c] = vi;");
+          EXPECT_EQ(contains(k.name, "_proj_"), form == 4 || form == 5) << what;
+          // (8 rows x 64 columns: more outputs than threads, the block form, saying why)
+          const bool cl = form >= 5 && !contains(k.text, "not in clusters");
+          EXPECT_TRUE(cl || form < 5 || rows == 8) << what;
+          EXPECT_EQ(cl, contains(k.text, "mg_cluster_barrier();")) << what;
+          const size_t wait = k.text.find("griddepcontrol.wait;"), w1 = k.text.find(cl ? "w1c[u] = " : "w1r[j][u] = "),
+                       w2 = k.text.find(cl ? "w2c[u] = " : "fc2_w[j][u] = "),
+                       res = k.text.find(form == 4 || form == 5 ? "rpr[q] = " : cl ? "const float resc = " : "resr[q] = "),
+                       hs = k.text.find(cl ? "hs[i][l] = v;" : "hs[i][c] = vi;");
           ASSERT_NE(wait, std::string::npos) << what;
           ASSERT_NE(hs, std::string::npos) << what;
           EXPECT_LT(wait, hs) << what;
@@ -451,9 +464,9 @@ TEST(CompileCudaNvrtc, FusedMlpCompilesAtEveryTileHeight) {
           ASSERT_NE(res, std::string::npos) << what;
           EXPECT_LT(w1, wait) << what << ": W1 before the wait";
           EXPECT_LT(w2, wait) << what << ": W2 before the wait";
-          EXPECT_LT(k.text.find("fc2_b[q] = "), wait) << what;
+          EXPECT_LT(k.text.find(cl ? "const float b2f = " : "fc2_b[q] = "), wait) << what;
           EXPECT_LT(wait, res) << what << ": the residual (an earlier kernel's) after it";
-          if (form == 4) {
+          if (form == 4 || form == 5) {
             EXPECT_LT(k.text.find("proj_w[j][u] = "), wait) << what << ": the projection's W before the wait";
             EXPECT_TRUE(contains(k.text, "v = v + ms[i][m];")) << what << ": fc2's residual is the projection's rows";
           }
@@ -479,6 +492,7 @@ TEST(CompileCudaNvrtc, SharedRowsReadAsFloat4Compile) {
         cg.generated_gemm = true;
         cg.smem_vec4 = true;
         cg.fuse_mlp = mlp;
+        cg.mlp_cluster = false;  // (the block form: its K loop reads hs[i][k])
         cg.pdl = !mega;
         cg.megakernel = mega;
         const CudaLowered l = lower_cuda(g, PassOptions{}, cg);

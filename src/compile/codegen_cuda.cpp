@@ -66,6 +66,19 @@ __device__ __forceinline__ float mg_exp(float x) { return expf(x); }
 // x log2(e) adds a relative error of about |x| 6e-8: for a softmax's x - max <= 0 an absolute
 // error below 1e-7 on every probability. exp2(-inf) = 0, NaN stays NaN.
 __device__ __forceinline__ float mg_exp2e(float x) { return exp2f(x * 1.44269504f); }
+// Thread-block clusters (the MLP kernel's cluster form): a barrier over the cluster's threads
+// (release: this CTA's shared writes before it; acquire: the others' after it), and a float of
+// CTA `rank`'s shared memory at the address p has in this CTA (distributed shared memory).
+__device__ __forceinline__ void mg_cluster_barrier() {
+  asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+}
+__device__ __forceinline__ float mg_cluster_ld(const float* p, unsigned rank) {
+  unsigned local = (unsigned)__cvta_generic_to_shared(p), remote;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
 // component i (a constant after unrolling) of a float4
 __device__ __forceinline__ float mg_f4(const float4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
@@ -769,6 +782,85 @@ MlpStage mlp_gemm_stage(const Graph& g, const Node& n, const std::string& w, con
   return out;
 }
 
+// The MLP kernel's cluster form (mlp_cluster; generate_mlp): the weights CTA rank c of its
+// cluster loads before PDL's wait: fc1's W1 rows [c HC, (c + 1) HC) (lane l < HC: row c HC + l,
+// warp w: fc1's K slice w, as float4s), the biases of the h columns it finishes, W2's columns
+// [c HC, (c + 1) HC) for the output (i, m) = (t / M, t % M) thread t sums, the biases of the
+// outputs it finishes (y's columns [c MC, (c + 1) MC)).
+std::string cluster_early(const Graph& g, const Node& a, const Node& n, int R) {
+  constexpr int kCl = 8;
+  const int64_t K1 = g.tensor(a.inputs[0]).cols(), H = g.tensor(a.output).cols(), M = g.tensor(n.inputs[1]).shape[0];
+  const int64_t KC1 = (K1 + 7) / 8, HC = H / kCl, MC = M / kCl;
+  const std::string zero4 = "make_float4(0.0f, 0.0f, 0.0f, 0.0f)";
+  std::string b = fmt::format("const int hc0 = rank * {};  // the CTA's columns of h: [hc0, hc0 + {})\n", HC, HC);
+  b += fmt::format("float4 w1c[{}];  // W1[hc0 + lane][warp {} ..]: fc1's K slice of the lane's column, loaded first (a weight)\n", KC1 / 4, KC1);
+  b += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u) {{\n", KC1 / 4);
+  std::string mask = HC < 32 ? fmt::format("lane < {}", HC) : "";
+  if (KC1 * 8 != K1) mask += (mask.empty() ? "" : " && ") + fmt::format("warp * {} + 4 * u < {}", KC1, K1);
+  const std::string load = fmt::format("*(const float4*)(w1 + (i64)(hc0 + lane) * {} + warp * {} + 4 * u)", K1, KC1);
+  b += mask.empty() ? fmt::format("  w1c[u] = {};\n}}\n", load) : fmt::format("  w1c[u] = {} ? {} : {};\n}}\n", mask, load, zero4);
+  if (a.has_bias)
+    b += fmt::format("const float b1f = threadIdx.x < {} ? b1[hc0 + threadIdx.x % {}] : 0.0f;  // fc1's bias of the h value it finishes\n",
+                     R * HC, HC);
+  b += fmt::format("float4 w2c[{}];  // W2[m][hc0 ..] of the output (i, m) = (t / {}, t % {}) it sums, loaded first (a weight)\n", HC / 4, M, M);
+  b += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u)\n", HC / 4);
+  b += fmt::format("  w2c[u] = threadIdx.x < {} ? *(const float4*)(w2 + (i64)(threadIdx.x % {}) * {} + hc0 + 4 * u) : {};\n", R * M, M, H, zero4);
+  if (n.has_bias)
+    b += fmt::format("const float b2f = threadIdx.x < {} ? b2[rank * {} + threadIdx.x % {}] : 0.0f;  // fc2's bias of the output it finishes\n",
+                     R * MC, MC, MC);
+  return b;
+}
+
+// The MLP kernel's cluster form after the prologue (xs holds the tile's rows of fc1's x): fc1's
+// columns [hc0, hc0 + HC) in fc1's own GEMM's layout and order (warp = K slice, lane = column,
+// the slices added in warp order, the epilogue) into hs; fc2's K slice `rank` of every output
+// (i, m), summed in order, into pp; a cluster barrier; each CTA finishes y's columns
+// [rank MC, (rank + 1) MC): the 8 CTAs' partials read through distributed shared memory in rank
+// order (fc2's own GEMM adds its 8 warps' K slices in that order), the epilogue (`res`: "ms",
+// the projection's rows; "resc", loaded earlier; or none), the store; a last cluster barrier (no
+// CTA exits while another reads its pp).
+std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, const std::string& res, const std::string& row_guard) {
+  constexpr int kCl = 8;
+  const int64_t K1 = g.tensor(a.inputs[0]).cols(), H = g.tensor(a.output).cols(), M = g.tensor(n.inputs[1]).shape[0];
+  const int64_t KC1 = (K1 + 7) / 8, HC = H / kCl, MC = M / kCl;
+  std::string b = fmt::format("// fc1: h's columns [hc0, hc0 + {}) of the tile's {} rows; warp w = fc1's K slice w, lane = column\n", HC, R);
+  b += fmt::format("__shared__ __align__(16) float hs[{}][{}];\n", R, HC);
+  std::string f = fmt::format("float acc[{}];\n#pragma unroll\nfor (int i = 0; i < {}; ++i) acc[i] = 0.0f;\n", R, R);
+  f += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u) {{\n", KC1 / 4);
+  f += fmt::format("  const int k = warp * {} + 4 * u;\n", KC1);
+  if (KC1 * 8 != K1) f += fmt::format("  if (k >= {}) break;  // the last warp's slice ends at K\n", K1);
+  f += "  const float4 wv = w1c[u];\n";
+  f += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) {{\n", R);
+  f += "    const float4 xv = *(const float4*)&xs[i][k];  // the same for every lane\n";
+  f += "    acc[i] += xv.x * wv.x;\n    acc[i] += xv.y * wv.y;\n    acc[i] += xv.z * wv.z;\n    acc[i] += xv.w * wv.w;\n  }\n}\n";
+  f += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) part[warp][i][lane] = acc[i];\n", R);
+  b += "{\n" + indent_text(f, "  ") + "}\n__syncthreads();\n";
+  b += fmt::format("if (threadIdx.x < {}) {{  // h value (i, hc0 + l): the slices' partial sums in warp order, the epilogue\n", R * HC);
+  std::string h = fmt::format("const int i = threadIdx.x / {}, l = threadIdx.x % {};\n", HC, HC);
+  h += "float v = part[0][i][l];\n#pragma unroll\nfor (int s = 1; s < 8; ++s) v += part[s][i][l];\n";
+  h += epilogue_code(a, "", "", a.has_bias ? "b1f" : "") + "hs[i][l] = v;\n";
+  b += indent_text(h, "  ") + "}\n__syncthreads();\n";
+  b += fmt::format("// fc2's K slice `rank` (h's columns [hc0, hc0 + {})) of every output (i, m) = (t / {}, t % {}), summed in order\n", HC, M, M);
+  b += fmt::format("__shared__ float pp[{}][{}];  // this CTA's partial sums, read by the cluster\n", R, M);
+  b += fmt::format("if (threadIdx.x < {}) {{\n", R * M);
+  std::string p = fmt::format("const int i = threadIdx.x / {}, m = threadIdx.x % {};\nfloat acc = 0.0f;\n", M, M);
+  p += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u) {{\n", HC / 4);
+  p += "  const float4 hv = *(const float4*)&hs[i][4 * u], wv = w2c[u];\n";
+  p += "  acc += hv.x * wv.x;\n  acc += hv.y * wv.y;\n  acc += hv.z * wv.z;\n  acc += hv.w * wv.w;\n}\npp[i][m] = acc;\n";
+  b += indent_text(p, "  ") + "}\n";
+  b += "mg_cluster_barrier();  // every CTA's partial sums visible to the cluster\n";
+  b += fmt::format("if (threadIdx.x < {}) {{  // output (i, rank {} + l): the 8 K slices' partials in rank order, the epilogue\n", R * MC, MC);
+  std::string o = fmt::format("const int i = threadIdx.x / {}, m = rank * {} + threadIdx.x % {};\n", MC, MC, MC);
+  o += "float v = mg_cluster_ld(&pp[i][m], 0);\n#pragma unroll\nfor (int c = 1; c < 8; ++c) v += mg_cluster_ld(&pp[i][m], c);\n";
+  const std::string res_at = res.empty() ? "" : res == "ms" ? "ms[i][m]" : "resc";
+  o += epilogue_code(n, "", "m", n.has_bias ? "b2f" : "", res_at);
+  const std::string store = fmt::format("y[(n0 + i) * {} + m] = v;\n", M);
+  o += row_guard.empty() ? store : fmt::format("if ({}) {}", row_guard, store);
+  b += indent_text(o, "  ") + "}\n";
+  b += "mg_cluster_barrier();  // no CTA exits while another reads its partial sums\n";
+  return b;
+}
+
 // An MLP as one kernel (passes.h's fuse_mlp; KernelKind::PrologueMatmul whose nodes end in two
 // matmuls): fc1 (N, K1) -> h (N, H) with its epilogue (bias, GELU), then fc2 h -> y (N, M) with
 // its epilogue (bias, residual); with fuse_mlp_proj first the projection P (N, KP) -> mid (N, M)
@@ -788,7 +880,7 @@ MlpStage mlp_gemm_stage(const Graph& g, const Node& n, const std::string& w, con
 // So y is bitwise what the kernels apart give; h (and mid) are never stored.
 // Per thread at (R, K1, H, M) = (2, 64, 256, 64): 128 + 128 FMAs (+ 32 for P), 128 weight
 // registers (+ 16).
-std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R) {
+std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked) {
   const Node& a = g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])];  // fc1
   const Node& n = g.nodes[static_cast<size_t>(k.nodes.back())];                // fc2
   const bool proj = k.nodes.size() > 3 && g.nodes[static_cast<size_t>(k.nodes[0])].op == Op::Matmul;
@@ -804,8 +896,18 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   const bool w1_early = weights_early && v1 && JH * K1 <= 64 && g.tensor(a.inputs[1]).kind == TensorKind::Weight;
   const bool b1_early = weights_early && a.has_bias && g.tensor(a.inputs[2]).kind == TensorKind::Weight;
   const int64_t tiles = (N + R - 1) / R;
+  // the cluster form: CTA rank c of a tile's cluster owns h's columns [c HC, (c + 1) HC) (fc2's
+  // K slice c) and y's columns [c MC, (c + 1) MC)
+  constexpr int kCl = 8;
+  const int64_t HC = H / kCl, MC = M / kCl;
+  // the cluster form's shapes: h's slice within a warp's lanes, y's columns split 8 ways, the
+  // tile's outputs at most one per thread, float4 K loops, W1 and W2 graph weights (loaded before
+  // PDL's wait); otherwise (explicitly) the block form
+  const bool cluster = cluster_asked && H % kCl == 0 && HC <= 32 && HC % 4 == 0 && M % kCl == 0 && R * M <= kThreads && v1 &&
+                       g.tensor(a.inputs[1]).kind == TensorKind::Weight && g.tensor(n.inputs[1]).kind == TensorKind::Weight;
   launch.function = k.name;
-  launch.grid = static_cast<int>(tiles);
+  launch.grid = static_cast<int>(cluster ? tiles * kCl : tiles);
+  launch.cluster_dim = cluster ? kCl : 0;
   launch.block = kThreads;
   std::vector<std::string> sig, params;
   const std::string row_guard = N % R ? fmt::format("n0 + i < {}", N) : "";
@@ -860,12 +962,19 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   if (n.has_residual) params.push_back(fmt::format("residual = {}{}", describe(g, n.inputs.back()), res_in ? " (the projection's, in ms)" : ""));
   params.push_back(fmt::format("y = {} = {} (fc2)", describe(g, n.output), epilogue_text(n)));
   const std::string res2 = !n.has_residual ? "" : res_in ? "ms[i][m]" : weights_early ? "resr[q]" : fmt::format("res[(n0 + i) * {} + m]", M);
-  const MlpStage fc2 = mlp_gemm_stage(g, n, "w2", "b2", "fc2", R, weights_early, "hs", res2, fmt::format("y[(n0 + i) * {} + m] = v;", M), row_guard);
+  const MlpStage fc2 = cluster ? MlpStage{}
+                               : mlp_gemm_stage(g, n, "w2", "b2", "fc2", R, weights_early, "hs", res2,
+                                                fmt::format("y[(n0 + i) * {} + m] = v;", M), row_guard);
   const int64_t JM = (std::max(M, proj ? g.tensor(pn->inputs[1]).shape[0] : M) + 31) / 32;
   std::string code = kernel_comment(g, k, params,
-                                    fmt::format("grid {} (row tiles of {}), block {} (fc1: a thread per column of h; {}fc2: 8 warps "
-                                                "splitting K into slices, lane = column)",
-                                                launch.grid, R, kThreads, proj ? "the projection and " : ""));
+                                    cluster ? fmt::format("grid {} (row tiles of {}, a cluster of {} CTAs each: CTA c owns h's columns "
+                                                          "[c {}, (c + 1) {}) and fc2's K slice c), block {}",
+                                                          launch.grid, R, kCl, HC, HC, kThreads)
+                                            : fmt::format("grid {} (row tiles of {}), block {} (fc1: a thread per column of h; {}fc2: 8 "
+                                                          "warps splitting K into slices, lane = column)",
+                                                          launch.grid, R, kThreads, proj ? "the projection and " : ""));
+  if (cluster_asked && !cluster)
+    code += fmt::format("//   (not in clusters: H {}, M {}, K1 {}, {} rows per tile do not fit the cluster form; a block per tile)\n", H, M, K1, R);
   code += fmt::format("//   the MLP as one kernel: each block computes its {} rows of {}x (the prologue), of h = fc1's result\n"
                       "//   (shared memory, never stored) and of y, every column; the sums in the order of the GEMMs' own kernels\n",
                       R, proj ? "the projection (shared memory, never stored), of " : "");
@@ -873,25 +982,29 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   for (size_t i = 0; i < sig.size(); ++i) sigs += fmt::format("{}    {}", i ? ",\n" : "", sig[i]);
   code += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(\n{}) {{\n", kThreads, k.name, sigs);
   std::string b;
-  b += fmt::format("const i64 n0 = (i64)blockIdx.x * {};  // the tile's first row\n", R);
+  b += cluster ? fmt::format("const i64 n0 = (i64)(blockIdx.x / {}) * {};  // the tile's first row\n", kCl, R) +
+                     fmt::format("const int rank = blockIdx.x % {};  // the CTA's rank in its cluster (clusters of {} consecutive blocks)\n", kCl, kCl)
+               : fmt::format("const i64 n0 = (i64)blockIdx.x * {};  // the tile's first row\n", R);
   b += "const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n";
   // ---- weights first
   const std::string zero4 = "make_float4(0.0f, 0.0f, 0.0f, 0.0f)";
-  if (w1_early) {
+  if (cluster) {
+    b += cluster_early(g, a, n, R);
+  } else if (w1_early) {
     b += fmt::format("float4 w1r[{}][{}];  // fc1: rows threadIdx.x + {} j of W1, loaded first (a weight)\n", JH, K1 / 4, kThreads);
     b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j)\n#pragma unroll\n  for (int u = 0; u < {}; ++u) {{\n", JH, K1 / 4);
     b += fmt::format("    const int c = threadIdx.x + {} * j;\n", kThreads);
     const std::string load = fmt::format("*(const float4*)(w1 + (i64)c * {} + 4 * u)", K1);
     b += H % kThreads ? fmt::format("    w1r[j][u] = c < {} ? {} : {};\n  }}\n", H, load, zero4) : fmt::format("    w1r[j][u] = {};\n  }}\n", load);
   }
-  if (b1_early) {
+  if (b1_early && !cluster) {
     b += fmt::format("float b1r[{}];  // fc1's bias of the thread's columns, loaded first\n", JH);
     b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) ", JH);
     b += H % kThreads ? fmt::format("b1r[j] = threadIdx.x + {0} * j < {1} ? b1[threadIdx.x + {0} * j] : 0.0f;\n", kThreads, H)
                       : fmt::format("b1r[j] = b1[threadIdx.x + {} * j];\n", kThreads);
   }
   b += ps.early + fc2.early;
-  if (w1_early || b1_early || !ps.early.empty() || !fc2.early.empty()) b += kPdlWaitPoint;
+  if (w1_early || b1_early || !ps.early.empty() || !fc2.early.empty() || cluster) b += kPdlWaitPoint;
   // residuals from earlier kernels (P's; fc2's unless it is P's result), loaded right after the wait
   auto residuals = [&](const std::string& name, const std::string& ptr) {
     std::string r = fmt::format("float {}[{}];  // the residuals of the outputs the thread stores, loaded right after the wait\n", name, E);
@@ -903,8 +1016,22 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
     return r;
   };
   if (proj && pn->has_residual) b += residuals("rpr", "rp");
-  if (weights_early && n.has_residual && !res_in) b += residuals("resr", "res");
+  if (weights_early && n.has_residual && !res_in && !cluster) b += residuals("resr", "res");
+  if (cluster && n.has_residual && !res_in) {  // the residual of the output the thread finishes
+    b += fmt::format("const int ic = threadIdx.x / {0}, mc = rank * {0} + threadIdx.x % {0};\n", MC);
+    b += fmt::format("const float resc = threadIdx.x < {} && n0 + ic < {} ? res[(n0 + ic) * {} + mc] : 0.0f;  // loaded right after the wait\n",
+                     R * MC, N, M);
+  }
   b += prologue;
+  if (cluster) {
+    b += cluster_stages(g, a, n, R, n.has_residual ? (res_in ? "ms" : "resc") : "", row_guard);
+    code += indent_text(b, "  ") + "}\n";
+    const std::string decl = fmt::format("  __shared__ float part[{}][{}][{}];  // the GEMM stages' partial sums: [warp][row][column]\n", kWarps, R,
+                                         32 * std::max<int64_t>(1, (proj ? g.tensor(pn->inputs[1]).shape[0] + 31 : 1) / 32));
+    const std::string anchor = "  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n";
+    code.insert(code.find(anchor) + anchor.size(), decl);
+    return code;
+  }
   // ---- fc1
   b += fmt::format("// fc1: h = {} of the tile's {} rows into hs, a thread per column of h\n", epilogue_text(a), R);
   b += fmt::format("__shared__ __align__(16) float hs[{}][{}];\n", R, H);
@@ -1176,7 +1303,7 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
         MINIGPT_CHECK(opt.generated_gemm, "generate_cuda: {} has a prologue, which only a generated GEMM takes (cuBLAS cannot)", k.name);
         // an MLP (fuse_mlp: the nodes end in two matmuls) is a kernel of its own form
         code = k.nodes.size() >= 2 && g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])].op == Op::Matmul
-                   ? generate_mlp(g, k, launch, opt.weights_early, opt.mlp_rows)
+                   ? generate_mlp(g, k, launch, opt.weights_early, opt.mlp_rows, opt.mlp_cluster && !opt.megakernel)
                    : generate_gemm(g, k, launch, opt.stage_x, opt.weights_early, opt.smem_vec4);
         out.launches.push_back(launch);
         break;

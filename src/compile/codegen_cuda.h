@@ -66,7 +66,7 @@ struct CudaCodegenOptions {
   // until it is (max-autotune's "fuse-mlp", "fuse-mlp rows1", "fuse-mlp rows4"). The first form
   // (8-row tiles, 2 column tiles of fc2 each computing all of fc1's 256 columns) took 6.26 us
   // against 1.70 + 3.10 us apart (H200, 2026-12-01); it is gone.
-  bool fuse_mlp = true;
+  bool fuse_mlp = false;
   // fuse_mlp's rows per block (1 to 8): (2, 16) has 32 rows, so 32 / mlp_rows blocks, each
   // loading all of W1 and W2 (128 KB at d = 64) before PDL's wait.
   int mlp_rows = 2;
@@ -76,6 +76,12 @@ struct CudaCodegenOptions {
   // 4 fewer launches again. Same sums, same order. Not yet measured (max-autotune's
   // "fuse-mlp mlp-proj").
   bool fuse_mlp_proj = true;
+  // With fuse_mlp (sm_90+, not in the megakernel): the MLP kernel as a grid of 8-CTA thread-block
+  // clusters, one per tile of mlp_rows rows: CTA c computes h's columns [c H/8, (c + 1) H/8) and
+  // fc2's K slice c of every output, and the cluster adds the 8 slices' partial sums in order
+  // through distributed shared memory; each CTA loads 1/8 of W1 and W2 (16 KB at d = 64, against
+  // 128 KB for a block owning every column). Same sums, same order.
+  bool mlp_cluster = true;
   // With generated_gemm: a GEMM without a prologue first copies its tile's rows of x into shared
   // memory (coalesced, the whole block), and its K loop reads them there, as the prologue GEMMs
   // do; off: every lane reads x from global memory in the K loop (a broadcast per warp). H200:
@@ -116,6 +122,8 @@ struct CudaLaunch {
   // > 0: launched as ONE thread-block cluster of at most this many CTAs (the megakernel; the
   // runner picks the largest size the GPU co-schedules, and grid = that size)
   int cluster = 0;
+  // > 0: the grid in thread-block clusters of this many CTAs (the MLP kernel's mlp_cluster form)
+  int cluster_dim = 0;
   // Kernel: its pointer parameters in order, as graph tensor ids (-1: a null pointer).
   std::vector<int> args;
   // Sgemm: y (N, M) = x (N, K) W (M, K)^T, tensor ids of x, W, y.

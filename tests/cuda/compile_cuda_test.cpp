@@ -197,20 +197,22 @@ struct MlpForm {
   const char* name;
   bool weights_early, fuse_mlp, smem_vec4;
   int mlp_rows;
-  bool proj;
+  bool proj, cluster;
 };
 constexpr MlpForm kMlpForms[] = {
-    {"weights late", false, false, false, 2, false},
-    {"MLP fused, rows 1", true, true, false, 1, false},
-    {"MLP fused, rows 2", true, true, false, 2, false},
-    {"MLP fused, rows 4", true, true, false, 4, false},
-    {"MLP fused, weights late", false, true, false, 2, false},
-    {"MLP fused, x as float4s", true, true, true, 2, false},
-    {"x as float4s", true, false, true, 2, false},
-    {"MLP fused with the projection, rows 1", true, true, false, 1, true},
-    {"MLP fused with the projection, rows 2", true, true, false, 2, true},
-    {"MLP fused with the projection, rows 4", true, true, false, 4, true},
-    {"MLP fused with the projection, weights late", false, true, false, 2, true},
+    {"weights late", false, false, false, 2, false, false},
+    {"x as float4s", true, false, true, 2, false, false},
+    {"MLP fused, rows 1", true, true, false, 1, false, false},
+    {"MLP fused, rows 4", true, true, false, 4, false, false},
+    {"MLP fused, weights late", false, true, false, 2, false, false},
+    {"MLP fused, x as float4s", true, true, true, 2, false, false},
+    {"MLP fused with the projection, rows 1", true, true, false, 1, true, false},
+    {"MLP fused with the projection, rows 2", true, true, false, 2, true, false},
+    {"MLP fused with the projection, weights late", false, true, false, 2, true, false},
+    {"MLP fused in clusters, rows 2", true, true, false, 2, false, true},
+    {"MLP fused in clusters with the projection, rows 1", true, true, false, 1, true, true},
+    {"MLP fused in clusters with the projection, rows 2", true, true, false, 2, true, true},
+    {"MLP fused in clusters with the projection, rows 4", true, true, false, 4, true, true},
 };
 void set_mlp_form(CudaCompileOptions& o, const MlpForm& form) {
   o.codegen.weights_early = form.weights_early;
@@ -218,11 +220,12 @@ void set_mlp_form(CudaCompileOptions& o, const MlpForm& form) {
   o.codegen.smem_vec4 = form.smem_vec4;
   o.codegen.mlp_rows = form.mlp_rows;
   o.codegen.fuse_mlp_proj = form.proj;
+  o.codegen.mlp_cluster = form.cluster;
 }
 
 // The weights loaded before PDL's wait (weights_early), the MLP as one kernel (fuse_mlp,
 // generate_mlp) at tile heights of 1, 2 and 4 rows, with the attention's projection in it
-// (fuse_mlp_proj), and x read from shared memory as float4s
+// (fuse_mlp_proj), as 8-CTA clusters (mlp_cluster) or a block per tile, and x read from shared memory as float4s
 // (smem_vec4) compute every sum as before, in the same order: the logits equal those of the
 // generated GEMMs without them (weights early, each MLP two kernels) bitwise, on random ids at
 // (2, 16) and on the grammar probes (B = 126, T = 7: 882 rows, which tiles of 4 do not divide).

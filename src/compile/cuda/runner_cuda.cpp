@@ -77,8 +77,8 @@ const Driver& driver() {
 }
 
 // A launch of l (grid l.grid, block l.block, its dynamic shared memory) on `stream`; `attr`
-// (may be null) its one launch attribute.
-CUlaunchConfig launch_config(const CudaLaunch& l, cudaStream_t stream, CUlaunchAttribute* attr) {
+// (may be null) its `n` launch attributes.
+CUlaunchConfig launch_config(const CudaLaunch& l, cudaStream_t stream, CUlaunchAttribute* attr, unsigned n = 1) {
   CUlaunchConfig cfg{};
   cfg.gridDimX = static_cast<unsigned>(l.grid);
   cfg.gridDimY = cfg.gridDimZ = 1;
@@ -87,7 +87,7 @@ CUlaunchConfig launch_config(const CudaLaunch& l, cudaStream_t stream, CUlaunchA
   cfg.sharedMemBytes = static_cast<unsigned>(l.smem);
   cfg.hStream = reinterpret_cast<CUstream>(stream);
   cfg.attrs = attr;
-  cfg.numAttrs = attr ? 1 : 0;
+  cfg.numAttrs = attr ? n : 0;
   return cfg;
 }
 
@@ -122,11 +122,12 @@ std::string variant_name(const CudaCodegenOptions& cg) {
                               (cg.generated_gemm && cg.attention_prologue ? " attn-prologue" : "") +
                               (cg.generated_gemm && !cg.stage_x ? " x-global" : "") +
                               (cg.generated_gemm && !cg.weights_early ? " weights-late" : "") +
-                              (cg.generated_gemm && !cg.fuse_mlp ? " mlp-apart" : "") +
+                              (cg.generated_gemm && cg.fuse_mlp ? " fuse-mlp" : "") +
                               (cg.generated_gemm && cg.fuse_mlp && cg.mlp_rows != CudaCodegenOptions{}.mlp_rows
                                    ? fmt::format(" rows{}", cg.mlp_rows)
                                    : "") +
                               (cg.generated_gemm && cg.fuse_mlp && !cg.fuse_mlp_proj ? " proj-apart" : "") +
+                              (cg.generated_gemm && cg.fuse_mlp && !cg.mlp_cluster && !cg.megakernel ? " no-cluster" : "") +
                               (cg.generated_gemm && cg.smem_vec4 ? " smem-vec4" : "");
   if (cg.megakernel) return (cg.megakernel_threads > 0 ? fmt::format("megakernel {}", cg.megakernel_threads) : "megakernel") + unfused;
   return std::string(cg.generated_gemm ? "generated-gemm" : "cublas") + (cg.pdl ? " pdl" : "") + unfused;
@@ -266,13 +267,14 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     // cuBLAS + generated epilogues, generated GEMMs with fused epilogues, and those launched with
     // PDL (Hopper and later) in several forms: each built and its graph timed; the fastest kept. A
     // candidate that fails to build or launch is skipped with a line saying why. Its name says
-    // what differs from the generated GEMMs' defaults (variant_name, codegen_cuda.h): "rowsN" the
-    // MLP kernel's tile height, "proj-apart" the MLP kernel without the attention's projection,
-    // "mlp-apart" fc1 and fc2 two kernels (7d's default), "attn-prologue" each attention fused
-    // into its projection's GEMM, "smem-vec4" the other GEMMs' x read from shared memory as
-    // float4s, "weights-late" W read in the K loop (not before PDL's wait), "x-global" the K loop
-    // reading x from global memory, "unfused-ln" the layernorms as kernels of their own;
-    // "unfused-ln x-global weights-late mlp-apart" is the generated GEMMs before the prologues.
+    // what differs from the generated GEMMs' defaults (variant_name, codegen_cuda.h): "fuse-mlp"
+    // each MLP (with the attention's projection before it) one kernel of 8-CTA clusters, "rowsN"
+    // its tile height, "proj-apart" without the projection, "no-cluster" a block per tile owning
+    // every column, "attn-prologue" each attention fused into its projection's GEMM, "smem-vec4"
+    // the GEMMs' x read from shared memory as float4s, "weights-late" W read in the K loop (not
+    // before PDL's wait), "x-global" the K loop reading x from global memory, "unfused-ln" the
+    // layernorms as kernels of their own; "unfused-ln x-global weights-late" is the generated
+    // GEMMs before the prologues.
     std::vector<CudaCodegenOptions> candidates;
     auto add = [&](bool gen, bool pdl, const std::function<void(CudaCodegenOptions&)>& edit) {
       CudaCodegenOptions cg = opt.codegen;
@@ -288,25 +290,25 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     MG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     if (major >= 9) {
       add(true, true, [](CudaCodegenOptions&) {});
-      add(true, true, [](CudaCodegenOptions& c) { c.mlp_rows = 1; });
-      add(true, true, [](CudaCodegenOptions& c) { c.mlp_rows = 4; });
-      add(true, true, [](CudaCodegenOptions& c) { c.fuse_mlp_proj = false; });
+      for (int rows : {2, 1, 4})
+        add(true, true, [rows](CudaCodegenOptions& c) {
+          c.fuse_mlp = true;
+          c.mlp_rows = rows;
+        });
       add(true, true, [](CudaCodegenOptions& c) {
+        c.fuse_mlp = true;
         c.fuse_mlp_proj = false;
-        c.mlp_rows = 1;
       });
-      add(true, true, [](CudaCodegenOptions& c) { c.fuse_mlp = false; });
       add(true, true, [](CudaCodegenOptions& c) {
-        c.fuse_mlp = false;
-        c.smem_vec4 = true;
+        c.fuse_mlp = true;
+        c.mlp_cluster = false;
+        c.mlp_rows = 1;
       });
       add(true, true, [](CudaCodegenOptions& c) { c.smem_vec4 = true; });
       add(true, true, [](CudaCodegenOptions& c) { c.attention_prologue = true; });
       add(true, true, [](CudaCodegenOptions& c) { c.weights_early = false; });
       add(true, true, [](CudaCodegenOptions& c) { c.stage_x = false; });
-      add(true, true, [](CudaCodegenOptions& c) {
-        c.matmul_prologue = c.stage_x = c.weights_early = c.fuse_mlp = false;
-      });
+      add(true, true, [](CudaCodegenOptions& c) { c.matmul_prologue = c.stage_x = c.weights_early = false; });
       add(true, false, [](CudaCodegenOptions& c) { c.megakernel = true; });
       add(true, false, [](CudaCodegenOptions& c) {
         c.megakernel = true;
@@ -469,13 +471,18 @@ void CudaCompiledGraph::launch(const CudaLaunch& l) {
     MG_CU(driver().launch_kernel_ex(&cfg, static_cast<CUfunction>(functions_[i]), param_ptrs_[i].data(), nullptr));
     return;
   }
-  if (lowered_.code.pdl) {
+  if (lowered_.code.pdl || l.cluster_dim > 0) {
     // programmatic stream serialization: this kernel may launch while the previous one runs
-    // (its griddepcontrol.wait holds it until the previous one's writes are visible)
-    CUlaunchAttribute attr{};
-    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
-    const CUlaunchConfig cfg = launch_config(l, stream_, &attr);
+    // (its griddepcontrol.wait holds it until the previous one's writes are visible); a grid of
+    // thread-block clusters (the MLP kernel's mlp_cluster form)
+    CUlaunchAttribute attr[2]{};
+    unsigned n = 0;
+    if (lowered_.code.pdl) {
+      attr[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attr[n++].value.programmaticStreamSerializationAllowed = 1;
+    }
+    if (l.cluster_dim > 0) attr[n++] = cluster_attribute(l.cluster_dim);
+    const CUlaunchConfig cfg = launch_config(l, stream_, attr, n);
     MG_CU(driver().launch_kernel_ex(&cfg, static_cast<CUfunction>(functions_[i]), param_ptrs_[i].data(), nullptr));
     return;
   }
