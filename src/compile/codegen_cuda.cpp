@@ -889,6 +889,7 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
                 M = g.tensor(n.inputs[1]).shape[0];
   constexpr int kWarps = 8, kThreads = 32 * kWarps;
   MINIGPT_CHECK(R >= 1 && R <= kWarps, "codegen_cuda: {}: an MLP tile of {} rows (1 to {})", k.name, R, kWarps);
+  R = static_cast<int>(std::min<int64_t>(R, N));  // a tile never has more rows than the matmul (the decode step's 1)
   const int64_t KC1 = (K1 + kWarps - 1) / kWarps;                                   // fc1's K slice
   const int64_t JH = (H + kThreads - 1) / kThreads;                                 // h's columns per thread
   const int64_t E = (R * M + kThreads - 1) / kThreads;                              // outputs stored per thread

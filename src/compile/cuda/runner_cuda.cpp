@@ -122,7 +122,7 @@ std::string variant_name(const CudaCodegenOptions& cg) {
                               (cg.generated_gemm && cg.attention_prologue ? " attn-prologue" : "") +
                               (cg.generated_gemm && !cg.stage_x ? " x-global" : "") +
                               (cg.generated_gemm && !cg.weights_early ? " weights-late" : "") +
-                              (cg.generated_gemm && cg.fuse_mlp ? " fuse-mlp" : "") +
+                              (cg.generated_gemm && !cg.fuse_mlp ? " mlp-apart" : "") +
                               (cg.generated_gemm && cg.fuse_mlp && cg.mlp_rows != CudaCodegenOptions{}.mlp_rows
                                    ? fmt::format(" rows{}", cg.mlp_rows)
                                    : "") +
@@ -241,6 +241,7 @@ CudaCodegenOptions default_cuda_variant(const Graph& captured, std::string& why)
   MG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   cg.generated_gemm = true;
   cg.pdl = major >= 9;
+  cg.fuse_mlp = major >= 9;  // the MLP kernel's clusters need sm_90 (its block form loses on the H200)
   why = fmt::format("default rule: every matmul launch-bound (at most {} rows <= {}): generated GEMMs{}", rows, kLaunchBoundRows,
                     cg.pdl ? " with PDL (sm_90+)" : "");
   return cg;
@@ -267,14 +268,14 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     // cuBLAS + generated epilogues, generated GEMMs with fused epilogues, and those launched with
     // PDL (Hopper and later) in several forms: each built and its graph timed; the fastest kept. A
     // candidate that fails to build or launch is skipped with a line saying why. Its name says
-    // what differs from the generated GEMMs' defaults (variant_name, codegen_cuda.h): "fuse-mlp"
-    // each MLP (with the attention's projection before it) one kernel of 8-CTA clusters, "rowsN"
-    // its tile height, "proj-apart" without the projection, "no-cluster" a block per tile owning
-    // every column, "attn-prologue" each attention fused into its projection's GEMM, "smem-vec4"
-    // the GEMMs' x read from shared memory as float4s, "weights-late" W read in the K loop (not
-    // before PDL's wait), "x-global" the K loop reading x from global memory, "unfused-ln" the
-    // layernorms as kernels of their own; "unfused-ln x-global weights-late" is the generated
-    // GEMMs before the prologues.
+    // what differs from the generated GEMMs' defaults (variant_name, codegen_cuda.h; each MLP with
+    // the attention's projection before it one kernel of 8-CTA clusters on 4-row tiles): "rowsN"
+    // another tile height, "proj-apart" without the projection, "no-cluster" a block per tile
+    // owning every column, "mlp-apart" fc1 and fc2 two kernels (7d's default), "attn-prologue"
+    // each attention fused into its projection's GEMM, "smem-vec4" the GEMMs' x read from shared
+    // memory as float4s, "weights-late" W read in the K loop (not before PDL's wait), "x-global"
+    // the K loop reading x from global memory, "unfused-ln" the layernorms as kernels of their
+    // own; "unfused-ln x-global weights-late mlp-apart" is the generated GEMMs before the prologues.
     std::vector<CudaCodegenOptions> candidates;
     auto add = [&](bool gen, bool pdl, const std::function<void(CudaCodegenOptions&)>& edit) {
       CudaCodegenOptions cg = opt.codegen;
@@ -283,32 +284,25 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
       edit(cg);
       candidates.push_back(cg);
     };
-    add(false, false, [](CudaCodegenOptions&) {});
-    add(true, false, [](CudaCodegenOptions&) {});
     int major = 0, dev = 0;
     MG_CUDA(cudaGetDevice(&dev));
     MG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    add(false, false, [](CudaCodegenOptions&) {});
+    add(true, false, [major](CudaCodegenOptions& c) { c.fuse_mlp = major >= 9; });  // (clusters: sm_90+)
     if (major >= 9) {
       add(true, true, [](CudaCodegenOptions&) {});
-      for (int rows : {2, 1, 4})
-        add(true, true, [rows](CudaCodegenOptions& c) {
-          c.fuse_mlp = true;
-          c.mlp_rows = rows;
-        });
+      for (int rows : {2, 1}) add(true, true, [rows](CudaCodegenOptions& c) { c.mlp_rows = rows; });
+      add(true, true, [](CudaCodegenOptions& c) { c.fuse_mlp_proj = false; });
       add(true, true, [](CudaCodegenOptions& c) {
-        c.fuse_mlp = true;
-        c.fuse_mlp_proj = false;
-      });
-      add(true, true, [](CudaCodegenOptions& c) {
-        c.fuse_mlp = true;
         c.mlp_cluster = false;
         c.mlp_rows = 1;
       });
+      add(true, true, [](CudaCodegenOptions& c) { c.fuse_mlp = false; });
       add(true, true, [](CudaCodegenOptions& c) { c.smem_vec4 = true; });
       add(true, true, [](CudaCodegenOptions& c) { c.attention_prologue = true; });
       add(true, true, [](CudaCodegenOptions& c) { c.weights_early = false; });
       add(true, true, [](CudaCodegenOptions& c) { c.stage_x = false; });
-      add(true, true, [](CudaCodegenOptions& c) { c.matmul_prologue = c.stage_x = c.weights_early = false; });
+      add(true, true, [](CudaCodegenOptions& c) { c.matmul_prologue = c.stage_x = c.weights_early = c.fuse_mlp = false; });
       add(true, false, [](CudaCodegenOptions& c) { c.megakernel = true; });
       add(true, false, [](CudaCodegenOptions& c) {
         c.megakernel = true;
