@@ -879,7 +879,11 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
 //   fc2 (and P): mlp_gemm_stage, generate_gemm's order.
 // So y is bitwise what the kernels apart give; h (and mid) are never stored.
 // Per thread at (R, K1, H, M) = (2, 64, 256, 64): 128 + 128 FMAs (+ 32 for P), 128 weight
-// registers (+ 16).
+// registers (+ 16). This block form streams all of W1 and W2 through each block's SM.
+// The cluster form (`cluster_asked` and the shapes fit; the default on sm_90+): a cluster of 8
+// CTAs per tile, the same projection and prologue in every CTA, then cluster_early's weights and
+// cluster_stages: CTA c computes an eighth of h and fc2's K slice c, the cluster adds the slices;
+// the same sums in the same order. Its weights are always loaded before PDL's wait.
 std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked) {
   const Node& a = g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])];  // fc1
   const Node& n = g.nodes[static_cast<size_t>(k.nodes.back())];                // fc2
@@ -905,7 +909,9 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   // tile's outputs at most one per thread, float4 K loops, W1 and W2 graph weights (loaded before
   // PDL's wait); otherwise (explicitly) the block form
   const bool cluster = cluster_asked && H % kCl == 0 && HC <= 32 && HC % 4 == 0 && M % kCl == 0 && R * M <= kThreads && v1 &&
-                       g.tensor(a.inputs[1]).kind == TensorKind::Weight && g.tensor(n.inputs[1]).kind == TensorKind::Weight;
+                       g.tensor(a.inputs[1]).kind == TensorKind::Weight && g.tensor(n.inputs[1]).kind == TensorKind::Weight &&
+                       (!a.has_bias || g.tensor(a.inputs[2]).kind == TensorKind::Weight) &&
+                       (!n.has_bias || g.tensor(n.inputs[2]).kind == TensorKind::Weight);
   launch.function = k.name;
   launch.grid = static_cast<int>(cluster ? tiles * kCl : tiles);
   launch.cluster_dim = cluster ? kCl : 0;
