@@ -363,8 +363,13 @@ CudaCompiledGraph::~CudaCompiledGraph() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-void CudaCompiledGraph::build(const CudaCompileOptions& opt, const CudaCodegenOptions& codegen, const std::string& variant) {
+void CudaCompiledGraph::build(const CudaCompileOptions& opt, const CudaCodegenOptions& asked, const std::string& variant) {
   release();
+  CudaCodegenOptions codegen = asked;
+  int major = 0, dev = 0;
+  MG_CUDA(cudaGetDevice(&dev));
+  MG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  if (major < 9) codegen.mlp_cluster = false;  // thread-block clusters need sm_90: the MLP kernel's block form
   lowered_ = lower_cuda(captured_, opt.passes, codegen);
   stats_.passes_s = lowered_.passes_s;
   stats_.codegen_s = lowered_.codegen_s;

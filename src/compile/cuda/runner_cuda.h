@@ -123,7 +123,8 @@ class CudaCompiledGraph {
 
  private:
   CudaCompiledGraph(const Graph& captured, const WeightBinding& weights);  // members only
-  void build(const CudaCompileOptions& opt, const CudaCodegenOptions& codegen, const std::string& variant);
+  // (below sm_90 the MLP kernel takes its block form: no clusters)
+  void build(const CudaCompileOptions& opt, const CudaCodegenOptions& asked, const std::string& variant);
   void launch(const CudaLaunch& l);  // one step of the plan on stream_
   void release();
 
