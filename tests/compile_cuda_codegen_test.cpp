@@ -15,6 +15,7 @@
 #include "compile/cuda/runner_cuda.h"
 #endif
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -99,7 +100,7 @@ TEST(CompileCudaCodegen, EveryLaunchNamesAFunctionOfTheSourceAndEveryKernelHasIt
           EXPECT_TRUE(launch.block % 32 == 0 && launch.block <= 1024) << launch.function;
         }
       }
-      EXPECT_EQ(gen, contains(l.code.source, "cuda_gemm_")) << g.name;
+      EXPECT_EQ(!gen, contains(l.code.source, "cublas_linear_")) << g.name << ": generated GEMMs or cuBLAS";
       EXPECT_TRUE(contains(l.code.source, "cuda_fused_attention_")) << g.name;
     }
   }
@@ -124,7 +125,7 @@ TEST(CompileCudaCodegen, GeneratedGemmsTakeLayerNormsAndAttentionsAsPrologues) {
   const Graph g = capture_gpt(c, 2, 16);
   CudaCodegenOptions cg;
   cg.generated_gemm = true;
-  cg.fuse_mlp = false;           // the default; each MLP one kernel: GeneratedGemmsFuseEachMlpIntoOneKernel
+  cg.fuse_mlp = false;           // each MLP one kernel (the default): GeneratedGemmsFuseEachMlpIntoOneKernel
   cg.attention_prologue = true;  // off by default (measured slower), max-autotune's "attn-prologue"
   const CudaLowered fused = lower_cuda(g, PassOptions{}, cg);
   cg.matmul_prologue = false;
@@ -158,19 +159,27 @@ TEST(CompileCudaCodegen, GeneratedGemmsTakeLayerNormsAndAttentionsAsPrologues) {
   for (const Kernel& k : lower_default(g, false).schedule.kernels) EXPECT_NE(k.kind, KernelKind::PrologueMatmul) << k.name;
 }
 
-// fuse_mlp (with generated GEMMs; off by default, measured slower, max-autotune's "fuse-mlp"):
-// each MLP one kernel, fc1 (with its layernorm prologue) computing the tile's rows of h into
-// shared memory, fc2 reading them there; h never stored. Off: fc1 and fc2 two GEMM kernels.
-// cuBLAS keeps them apart.
+// fuse_mlp (with generated GEMMs, the default; max-autotune's "mlp-apart" turns it off): each MLP
+// one kernel (generate_mlp), fc1 (with its layernorm prologue) computing the tile's rows of h into
+// shared memory, fc2 reading them there as float4s; h never stored; by default (mlp_cluster) a
+// cluster of 8 CTAs per tile of mlp_rows rows. Off: fc1 and fc2 two GEMM kernels. With
+// fuse_mlp_proj (the default) the attention's projection is the kernel's first stage: one launch
+// fewer again. cuBLAS keeps them apart.
 TEST(CompileCudaCodegen, GeneratedGemmsFuseEachMlpIntoOneKernel) {
   const ModelConfig c = compile_tiny_config();
   for (const Graph& g : {capture_gpt(c, 2, 16), capture_gpt(c, 3, 5), capture_gpt_decode(c)}) {
     CudaCodegenOptions cg;
     cg.generated_gemm = true;
     cg.fuse_mlp = true;
+    cg.fuse_mlp_proj = false;
     const CudaLowered fused = lower_cuda(g, PassOptions{}, cg);
-    const CudaLowered apart = lower_default(g, true);
+    cg.fuse_mlp_proj = true;
+    const CudaLowered proj = lower_cuda(g, PassOptions{}, cg);
+    cg.fuse_mlp = false;
+    const CudaLowered apart = lower_cuda(g, PassOptions{}, cg);
     EXPECT_EQ(apart.code.launches.size(), fused.code.launches.size() + static_cast<size_t>(c.n_layer)) << g.name;
+    EXPECT_EQ(fused.code.launches.size(), proj.code.launches.size() + static_cast<size_t>(c.n_layer)) << g.name;
+    EXPECT_EQ(lower_default(g, true).code.launches.size(), proj.code.launches.size()) << "the default: " << g.name;
     int mlps = 0;
     for (const Kernel& k : fused.schedule.kernels) {
       if (!contains(k.name, "mlp")) continue;
@@ -183,8 +192,19 @@ TEST(CompileCudaCodegen, GeneratedGemmsFuseEachMlpIntoOneKernel) {
       EXPECT_EQ(k.cols, c.d_model) << "the prologue's rows: fc1's x";
     }
     EXPECT_EQ(mlps, c.n_layer) << g.name;
-    EXPECT_TRUE(contains(fused.code.source, "__shared__ float hs[8][" + std::to_string(4 * c.d_model) + "];")) << g.name;
-    EXPECT_TRUE(contains(fused.code.source, "make_float4(hs[i][k]")) << "fc2's K loop reads h from shared memory";
+    const int64_t rows = g.tensor(g.inputs[0]).numel();  // the token ids: B T rows
+    const int64_t tile = std::min<int64_t>(cg.mlp_rows, rows);  // (the decode step's tile: its one row)
+    EXPECT_TRUE(contains(fused.code.source, "__shared__ __align__(16) float hs[" + std::to_string(tile) + "][" +
+                                                std::to_string(4 * c.d_model / 8) + "];"))
+        << g.name << ": the CTA's columns of h";
+    EXPECT_TRUE(contains(fused.code.source, "*(const float4*)&hs[i][4 * u]")) << "fc2's K slice reads h from shared memory";
+    EXPECT_TRUE(contains(fused.code.source, "mg_cluster_ld(&pp[i][m], c)")) << "the slices' partial sums through the cluster";
+    for (const CudaLaunch& l : fused.code.launches) {
+      if (contains(l.name, "mlp")) {
+        EXPECT_EQ(l.grid, 8 * ((rows + tile - 1) / tile)) << l.name << ": a cluster per row tile";
+        EXPECT_EQ(l.cluster_dim, 8) << l.name;
+      }
+    }
     for (const Kernel& k : apart.schedule.kernels) EXPECT_FALSE(contains(k.name, "mlp")) << k.name;
     for (const Kernel& k : lower_default(g, false).schedule.kernels) EXPECT_FALSE(contains(k.name, "mlp")) << k.name;
   }
@@ -244,7 +264,7 @@ TEST(CompileCudaCodegen, MegakernelRunsEveryKernelAsAStageOfOneLaunch) {
   EXPECT_TRUE(contains(fns, "mg_bar_sync(bar, 256)")) << "the GEMM's barrier, over its virtual block";
   EXPECT_TRUE(contains(src, "float* blocks_0_attn_qkv_weight"));
   // the same GEMM of every layer is one function
-  EXPECT_TRUE(contains(src, "the same code as cuda_gemm_")) << "identical stages share a function";
+  EXPECT_TRUE(contains(src, "the same code as cuda_fused_")) << "identical stages share a function";
   // the existing modes are refused with it where they cannot be stages
   CudaCodegenOptions cg;
   cg.megakernel = true;
@@ -320,7 +340,8 @@ TEST(CompileCudaNvrtc, AttentionLayoutsCompileForSm90a) {
       CudaCodegenOptions cg;
       cg.generated_gemm = true;
       cg.attention_prologue = attention_prologue;
-      cg.fuse_mlp = attention_prologue;  // and the MLP's fused kernel at these widths (fc1's K 24, 40)
+      cg.fuse_mlp = true;  // and the MLP's fused kernel at these widths (fc1's K 24, 40), with the projection
+      cg.fuse_mlp_proj = !attention_prologue;  // in it when the attention is apart
       const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
       EXPECT_TRUE(contains(l.code.source, "a warp per query") || attention_prologue) << g.name;
       ASSERT_NO_THROW(nvrtc_compile_ptx(l.code.source, "compute_90a", g.name)) << g.name << (attention_prologue ? " attention prologue" : "");
@@ -367,8 +388,9 @@ TEST(CompileCudaNvrtc, GemmsLoadTheirWeightsBeforePdlsWait) {
   const CudaLowered early = lower_cuda(g, PassOptions{}, cg);
   int gemms = 0;
   for (const CudaKernelText& k : early.code.kernels) {
-    // a GEMM emitted here (an identical one is emitted once, its later copies only a comment)
-    if (!contains(k.text, "__global__") || !(contains(k.name, "gemm") || contains(k.name, "matmul") || contains(k.name, "mlp"))) continue;
+    // a GEMM emitted here (an identical one is emitted once, its later copies only a comment);
+    // the MLP kernels: FusedMlpCompilesAtEveryTileHeight
+    if (!contains(k.text, "__global__") || !(contains(k.name, "gemm") || contains(k.name, "matmul"))) continue;
     ++gemms;
     ASSERT_TRUE(contains(k.text, "float4 wr[")) << k.name;
     const size_t w = k.text.find("wr[u] = "), b = k.text.find("const float bias_m = "), wait = k.text.find("griddepcontrol.wait;");
@@ -381,13 +403,82 @@ TEST(CompileCudaNvrtc, GemmsLoadTheirWeightsBeforePdlsWait) {
     }
     EXPECT_LT(wait, xs) << k.name << ": x (an earlier kernel's) after it";
   }
-  EXPECT_GE(gemms, 5) << "the distinct GEMMs: the first qkv (embedding prologue), qkv, proj, the MLP, the LM head";
+  EXPECT_GE(gemms, 3) << "the distinct GEMMs beside the MLP kernel: the first qkv (embedding prologue), qkv, the LM head";
   EXPECT_NO_THROW(nvrtc_compile_ptx(early.code.source, "compute_90a", "weights early"));
   cg.weights_early = false;
   const CudaLowered late = lower_cuda(g, PassOptions{}, cg);
   EXPECT_FALSE(contains(late.code.source, "float4 wr["));
   EXPECT_FALSE(contains(late.code.source, "PDL's wait, when launched with it, goes here")) << "every marker replaced";
   EXPECT_NO_THROW(nvrtc_compile_ptx(late.code.source, "compute_90a", "weights late"));
+}
+
+// The MLP kernel (fuse_mlp) at every tile height, with and without the projection before it
+// (fuse_mlp_proj), with and without PDL, its layernorm prologue, the weights early, and in the
+// megakernel; row counts that the tile does not divide (3 x 5 = 15, the decode step's 1), the
+// shipped model's widths: W1's and W2's slices and the biases loaded before PDL's wait, the
+// residual after it; each source compiles with NVRTC.
+TEST(CompileCudaNvrtc, FusedMlpCompilesAtEveryTileHeight) {
+  ModelConfig shipped;
+  shipped.vocab_size = 611;
+  const ModelConfig tiny = compile_tiny_config();
+  for (const Graph& g : {capture_gpt(tiny, 2, 16), capture_gpt(tiny, 3, 5), capture_gpt_decode(tiny), capture_gpt(shipped, 2, 16)}) {
+    for (int rows : {1, 2, 4, 8}) {
+      // 0 PDL, 1 weights late, 2 layernorms apart (x staged), 3 megakernel, 4 + projection; in
+      // clusters: 5 with the projection, 6 without
+      for (int form = 0; form < 7; ++form) {
+        if (form > 0 && form < 4 && rows != 4) continue;  // (each NVRTC compile takes a while: those forms at one height)
+        if (form == 6 && rows != 2) continue;
+        CudaCodegenOptions cg;
+        cg.generated_gemm = true;
+        cg.fuse_mlp = true;
+        cg.fuse_mlp_proj = form == 4 || form == 5;
+        cg.mlp_cluster = form >= 5;
+        cg.mlp_rows = rows;
+        cg.pdl = form != 3;
+        cg.megakernel = form == 3;
+        cg.weights_early = form != 1;
+        cg.matmul_prologue = form != 2;
+        const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
+        const std::string what = fmt::format("{} rows {} form {}", g.name, rows, form);
+        int mlps = 0;
+        for (const CudaKernelText& k : l.code.kernels) {
+          if (!contains(k.name, "mlp") || !contains(k.text, "__global__") || form == 3) continue;
+          ++mlps;
+          EXPECT_EQ(contains(k.name, "_proj_"), form == 4 || form == 5) << what;
+          // (8 rows x 64 columns: more outputs than threads, the block form, saying why)
+          const bool cl = form >= 5 && !contains(k.text, "not in clusters");
+          EXPECT_TRUE(cl || form < 5 || rows == 8) << what;
+          EXPECT_EQ(cl, contains(k.text, "mg_cluster_barrier();")) << what;
+          const size_t wait = k.text.find("griddepcontrol.wait;"), w1 = k.text.find(cl ? "w1c[u] = " : "w1r[j][u] = "),
+                       w2 = k.text.find(cl ? "w2c[u] = " : "fc2_w[j][u] = "),
+                       res = k.text.find(form == 4 || form == 5 ? "rpr[q] = " : cl ? "const float resc = " : "resr[q] = "),
+                       hs = k.text.find(cl ? "hs[i][l] = v;" : "hs[i][c] = vi;");
+          ASSERT_NE(wait, std::string::npos) << what;
+          ASSERT_NE(hs, std::string::npos) << what;
+          EXPECT_LT(wait, hs) << what;
+          if (form == 1) {
+            EXPECT_EQ(w1, std::string::npos) << what;
+            continue;
+          }
+          ASSERT_NE(w1, std::string::npos) << what;
+          ASSERT_NE(w2, std::string::npos) << what;
+          ASSERT_NE(res, std::string::npos) << what;
+          EXPECT_LT(w1, wait) << what << ": W1 before the wait";
+          EXPECT_LT(w2, wait) << what << ": W2 before the wait";
+          EXPECT_LT(k.text.find(cl ? "const float b2f = " : "fc2_b[q] = "), wait) << what;
+          EXPECT_LT(wait, res) << what << ": the residual (an earlier kernel's) after it";
+          if (form == 4 || form == 5) {
+            EXPECT_LT(k.text.find("proj_w[j][u] = "), wait) << what << ": the projection's W before the wait";
+            EXPECT_TRUE(contains(k.text, "v = v + ms[i][m];")) << what << ": fc2's residual is the projection's rows";
+          }
+        }
+        if (form != 3) {
+          EXPECT_GE(mlps, 1) << what;
+        }
+        ASSERT_NO_THROW(nvrtc_compile_ptx(l.code.source, "compute_90a", g.name)) << what;
+      }
+    }
+  }
 }
 
 // smem_vec4: the K loop reads x's rows from shared memory as one float4 each (the arrays
@@ -402,6 +493,7 @@ TEST(CompileCudaNvrtc, SharedRowsReadAsFloat4Compile) {
         cg.generated_gemm = true;
         cg.smem_vec4 = true;
         cg.fuse_mlp = mlp;
+        cg.mlp_cluster = false;  // (the block form: its K loop reads hs[i][k])
         cg.pdl = !mega;
         cg.megakernel = mega;
         const CudaLowered l = lower_cuda(g, PassOptions{}, cg);

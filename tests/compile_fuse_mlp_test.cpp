@@ -91,3 +91,36 @@ TEST(CompileFuseMlp, RefusesWhenHHasAnotherReaderOrIsAnOutput) {
   EXPECT_EQ(mlp_kernels(schedule(run_passes(two_matmuls(true, false), opt))), 0) << "h read twice";
   EXPECT_EQ(mlp_kernels(schedule(run_passes(two_matmuls(false, true), opt))), 0) << "h a graph output";
 }
+
+// fuse_mlp_proj: the attention's projection (its residual epilogue) joins each MLP's group
+// before the layernorm; its result (read by the layernorm and by fc2's residual, both in the
+// group) is no longer materialised. Without the layernorm prologue there is no row-wise stage
+// for it to feed in the group: nothing merges.
+TEST(CompileFuseMlp, TheProjectionJoinsTheMlpBeforeItsLayerNorm) {
+  const ModelConfig c = compile_tiny_config();
+  for (const Graph& captured : {capture_gpt(c, 2, 5), capture_gpt_decode(c)}) {
+    PassOptions opt = mlp_options(true);
+    opt.fuse_mlp_proj = true;
+    const Graph g = run_passes(captured, opt);
+    const Schedule s = schedule(g);
+    int projs = 0;
+    for (const Kernel& k : s.kernels) {
+      if (k.name.find("_mlp_") == std::string::npos) continue;
+      ASSERT_EQ(k.name.find("cpp_fused_proj_layernorm_mlp_"), 0u) << k.name;
+      ++projs;
+      const Node& p = g.nodes[static_cast<size_t>(k.nodes[0])];
+      const Node& fc2 = g.nodes[static_cast<size_t>(k.nodes.back())];
+      ASSERT_EQ(p.op, Op::Matmul) << k.name;
+      EXPECT_TRUE(p.has_residual) << "the projection keeps its residual epilogue";
+      EXPECT_EQ(fc2.inputs.back(), p.output) << "fc2's residual is the projection's result";
+      EXPECT_FALSE(g.tensor(p.output).materialized) << "the projection's rows live in the kernel's shared memory";
+      EXPECT_EQ(k.cols, c.d_model);
+    }
+    EXPECT_EQ(projs, c.n_layer) << print_schedule(s);
+    const Schedule plain = schedule(run_passes(captured, mlp_options(true)));
+    EXPECT_EQ(plain.kernels.size(), s.kernels.size() + static_cast<size_t>(c.n_layer)) << "one launch fewer per block";
+  }
+  PassOptions no_ln = mlp_options(false);
+  no_ln.fuse_mlp_proj = true;
+  for (const Kernel& k : schedule(run_passes(capture_gpt(c, 2, 5), no_ln)).kernels) EXPECT_EQ(k.name.find("_proj_"), std::string::npos) << k.name;
+}

@@ -66,6 +66,19 @@ __device__ __forceinline__ float mg_exp(float x) { return expf(x); }
 // x log2(e) adds a relative error of about |x| 6e-8: for a softmax's x - max <= 0 an absolute
 // error below 1e-7 on every probability. exp2(-inf) = 0, NaN stays NaN.
 __device__ __forceinline__ float mg_exp2e(float x) { return exp2f(x * 1.44269504f); }
+// Thread-block clusters (the MLP kernel's cluster form): a barrier over the cluster's threads
+// (release: this CTA's shared writes before it; acquire: the others' after it), and a float of
+// CTA `rank`'s shared memory at the address p has in this CTA (distributed shared memory).
+__device__ __forceinline__ void mg_cluster_barrier() {
+  asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+}
+__device__ __forceinline__ float mg_cluster_ld(const float* p, unsigned rank) {
+  unsigned local = (unsigned)__cvta_generic_to_shared(p), remote;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
 // component i (a constant after unrolling) of a float4
 __device__ __forceinline__ float mg_f4(const float4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
@@ -128,6 +141,9 @@ class RowwiseCuda {
     smem_row_ = std::move(smem_row);
     store_guard_ = std::move(store_guard);
   }
+  // The row of full-width input `t` read from the shared-memory row `smem_row` (`smem_row[c]`),
+  // not from global memory (an MLP kernel's projection, computed in the same block).
+  void read_from_shared(int t, std::string smem_row) { smem_in_[t] = std::move(smem_row); }
   // The statements of one row: `lane` (its place in the row) and `r` (the row) defined before.
   std::string body();
   // The kernel's pointer parameters (reads, then writes other than a prologue's x), their
@@ -150,7 +166,10 @@ class RowwiseCuda {
     }
     const TensorInfo& ti = g_.tensor(t);
     const std::string& p = ptr_.at(t);
-    if (full_width(ti) && !(C_ == 1 && row)) return persistent_ ? fmt::format("x{}[j]", t) : fmt::format("{}[r * {} + c]", p, C_);
+    if (full_width(ti) && !(C_ == 1 && row)) {
+      if (persistent_) return fmt::format("x{}[j]", t);
+      return smem_in_.count(t) ? fmt::format("{}[c]", smem_in_.at(t)) : fmt::format("{}[r * {} + c]", p, C_);
+    }
     if (ti.cols() == 1 && ti.rows() == R_) return fmt::format("{}[r]", p);
     if (ti.shape.size() == 1 && ti.shape[0] == C_ && !row) return fmt::format("{}[c]", p);
     MINIGPT_FAIL("codegen_cuda: {} cannot index {} {} in a ({}, {}) loop", k_.name, ti.name, shape_text(ti.shape), R_, C_);
@@ -247,10 +266,12 @@ class RowwiseCuda {
   std::set<int> computed_;  // element nodes whose values are in registers
   int smem_x_ = -1;          // as_prologue: the tensor stored to shared memory
   std::string smem_row_, store_guard_;
+  std::map<int, std::string> smem_in_;  // read_from_shared: input tensor -> its shared row
 };
 
 void RowwiseCuda::parameters(std::vector<std::string>& sig, std::vector<std::string>& params, std::vector<int>& args) const {
   for (int t : k_.reads) {
+    if (smem_in_.count(t)) continue;
     const TensorInfo& ti = g_.tensor(t);
     sig.push_back(fmt::format("const {}* __restrict__ {}", ti.dtype == DType::I32 ? "int" : "float", ptr_.at(t)));
     params.push_back(fmt::format("{} = {}", ptr_.at(t), describe(g_, t)));
@@ -297,7 +318,8 @@ std::string RowwiseCuda::body() {
       b += fmt::format("float x{}[{}];  // {}: row r in registers\n", t, steps_, ti.name);
       b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n", steps_);
       b += fmt::format("  const int c = lane + j * {};\n", tpr_);
-      b += fmt::format("  x{}[j] = {}{}[r * {} + c]{};\n", t, masked_ ? fmt::format("c < {} ? ", C_) : "", ptr_[t], C_, masked_ ? " : 0.0f" : "");
+      const std::string load = smem_in_.count(t) ? fmt::format("{}[c]", smem_in_[t]) : fmt::format("{}[r * {} + c]", ptr_[t], C_);
+      b += fmt::format("  x{}[j] = {}{}{};\n", t, masked_ ? fmt::format("c < {} ? ", C_) : "", load, masked_ ? " : 0.0f" : "");
       b += "}\n";
     }
   }
@@ -610,12 +632,15 @@ std::string attention_prologue(const Graph& g, const Node& a, int rows, std::vec
   return b + indent_text(t, "  ") + "}\n__syncthreads();\n";
 }
 
-// A row-wise group (a layernorm) as a GEMM's prologue: warp w computes row n0 + w of the tile
-// as the row-wise kernel of the group's own nodes would (RowwiseCuda, a warp per row), storing
-// the matmul's x row into xs[w] and, in the first of the `tiles_m` column tiles only, the
-// group's other outputs (read by later kernels). Rows past N get zeros.
+// A row-wise group (a layernorm) as a GEMM's prologue: warp w < rows computes row n0 + w of the
+// tile as the row-wise kernel of the group's own nodes would (RowwiseCuda, a warp per row),
+// storing the matmul's x row into xs[w] and, in the first of the `tiles_m` column tiles only, the
+// group's other outputs (read by later kernels). Rows past N get zeros. `rows` at most the
+// block's 8 warps.
+// `smem_in` (a tensor id, or -1): an input of the group read from the shared array ms (the
+// tile's rows), not from global memory.
 std::string rowwise_prologue(const Graph& g, const Kernel& k, int rows, int64_t tiles_m, std::vector<std::string>& sig,
-                             std::vector<std::string>& params, std::vector<int>& args) {
+                             std::vector<std::string>& params, std::vector<int>& args, int smem_in = -1) {
   const Node& mm = g.nodes[static_cast<size_t>(k.nodes.back())];
   const int x = mm.inputs[0];
   const int64_t N = g.tensor(x).rows(), K = g.tensor(x).cols();
@@ -636,11 +661,12 @@ std::string rowwise_prologue(const Graph& g, const Kernel& k, int rows, int64_t 
   pk.writes.push_back(x);
   RowwiseCuda pro(g, pk);
   MINIGPT_CHECK(pro.threads_per_row() == 32, "codegen_cuda: {}: a prologue row of {} columns needs more than a warp", k.name, K);
-  pro.as_prologue(x, "xs[warp]", fmt::format("blockIdx.x % {} == 0", tiles_m));
+  pro.as_prologue(x, "xs[warp]", tiles_m > 1 ? fmt::format("blockIdx.x % {} == 0", tiles_m) : "");
+  if (smem_in >= 0) pro.read_from_shared(smem_in, "ms[warp]");
   pro.parameters(sig, params, args);
   std::string b = fmt::format("// prologue: warp w computes row n0 + w of {} into xs[w]\n", g.tensor(x).name);
   b += fmt::format("__shared__ float xs[{}][{}];  // the tile's rows of x\n", rows, K);
-  b += "{\n";
+  b += rows < 8 ? fmt::format("if (warp < {}) {{  // a warp per row of the tile\n", rows) : "{\n";
   std::string row = "const i64 r = n0 + warp;  // the row\n";
   const std::string body = pro.body();
   if (N % rows) {
@@ -652,75 +678,407 @@ std::string rowwise_prologue(const Graph& g, const Kernel& k, int rows, int64_t 
   return b + indent_text(row, "  ") + "}\n__syncthreads();\n";
 }
 
-// A GEMM's x (N, K) without a prologue: the tile's rows copied into xs by the whole block
-// (consecutive threads, consecutive floats: coalesced), zeros past N.
-std::string staged_x(int64_t N, int64_t K, int rows, int threads) {
-  std::string b = fmt::format("// x's {} rows of the tile staged in shared memory: coalesced loads by the whole block\n", rows);
-  b += fmt::format("__shared__ float xs[{}][{}];\n", rows, K);
+// A GEMM's x (N, K) without a prologue (the pointer `x`): the tile's rows copied into the
+// shared array `xs` by the whole block (consecutive threads, consecutive floats: coalesced),
+// zeros past N.
+std::string staged_x(int64_t N, int64_t K, int rows, int threads, const std::string& x = "x", const std::string& xs = "xs") {
+  std::string b = fmt::format("// {}'s {} rows of the tile staged in shared memory: coalesced loads by the whole block\n", x, rows);
+  b += fmt::format("__shared__ float {}[{}][{}];\n", xs, rows, K);
   b += fmt::format("for (int e = threadIdx.x; e < {}; e += {}) {{\n", rows * K, threads);
   b += fmt::format("  const int i = e / {}, c = e % {};\n", K, K);
-  b += N % rows ? fmt::format("  xs[i][c] = n0 + i < {} ? x[(n0 + i) * {} + c] : 0.0f;  // zeros past the last row\n", N, K)
-                : fmt::format("  xs[i][c] = x[(n0 + i) * {} + c];\n", K);
+  b += N % rows ? fmt::format("  {}[i][c] = n0 + i < {} ? {}[(n0 + i) * {} + c] : 0.0f;  // zeros past the last row\n", xs, N, x, K)
+                : fmt::format("  {}[i][c] = {}[(n0 + i) * {} + c];\n", xs, x, K);
   return b + "}\n__syncthreads();\n";
 }
 
-// An MLP's fc1 inside its fc2's GEMM (passes.h's fuse_mlp): h = epilogue(x W1^T + b1) for the
-// tile's 8 rows (x in xs, the prologue's or staged) into the shared array hs[8][H], a thread per
-// column c of h (c = threadIdx.x + 256 r). Its sums are those of the GEMM kernel fc1 would be on
-// its own (generate_gemm): K split into the 8 slices of KC1, each summed in order from 0, the
-// slices added in order, then the epilogue: the same values. `early` (weights_early, one column
-// per thread, W1's row at most 64 floats as float4s): the thread's row of W1 and its bias, loaded
-// before PDL's wait; `stage` the computation after the prologue.
-struct MlpFc1 {
+// Every `__shared__ float NAME[` declaration in code becomes 16-byte aligned (rows of a multiple
+// of 4 floats read as float4s).
+void align_shared(std::string& code, const std::string& name) {
+  const std::string from = "__shared__ float " + name + "[", to = "__shared__ __align__(16) float " + name + "[";
+  for (size_t at = code.find(from); at != std::string::npos; at = code.find(from, at + to.size())) code.replace(at, from.size(), to);
+}
+
+// One GEMM stage of the MLP kernel (generate_mlp) on the block's tile of R rows: y (R, M) =
+// epilogue(a W^T), a (R, K) in the shared array `a`; warp w sums the K slice [w KC, (w + 1) KC)
+// (KC = ceil(K / 8)) for the lane's columns lane + 32 j, in order, into part[w] (float4 reads of
+// a: the same address for every lane); after a barrier each output (i, m) adds the 8 partials in
+// warp order, then the epilogue (bias, GELU or the residual `res_at`): generate_gemm's order, so
+// the values of the GEMM kernel apart. `early`: the lane's W slice (as float4s, at most 64
+// floats) into {tag}_w and the biases of the outputs the thread stores into {tag}_b, before PDL's
+// wait (weights only); `stage`: the rest, whose outputs `store` takes (a statement on v at row i,
+// column m; under `store_guard` when non-empty).
+struct MlpStage {
   std::string early, stage;
 };
-MlpFc1 mlp_fc1(const Graph& g, const Node& a, int rows, int threads, bool weights_early, std::vector<std::string>& sig,
-               std::vector<std::string>& params, std::vector<int>& args) {
-  const int64_t K1 = g.tensor(a.inputs[0]).cols(), H = g.tensor(a.output).cols();
-  const int64_t KC1 = (K1 + 7) / 8;  // generate_gemm's slice (8 warps)
-  const bool w_early = weights_early && H <= threads && K1 % 4 == 0 && K1 <= 64 && g.tensor(a.inputs[1]).kind == TensorKind::Weight;
-  const bool b_early = weights_early && H <= threads && a.has_bias && g.tensor(a.inputs[2]).kind == TensorKind::Weight;
-  sig.push_back("const float* __restrict__ w1");
-  sig.push_back("const float* __restrict__ b1");
-  args.push_back(a.inputs[1]);
-  args.push_back(a.has_bias ? a.inputs[2] : -1);
+MlpStage mlp_gemm_stage(const Graph& g, const Node& n, const std::string& w, const std::string& bias, const std::string& tag, int R,
+                        bool weights_early, const std::string& a, const std::string& res_at, const std::string& store,
+                        const std::string& store_guard) {
+  constexpr int kWarps = 8, kThreads = 32 * kWarps;
+  const int64_t K = g.tensor(n.inputs[0]).cols(), M = g.tensor(n.inputs[1]).shape[0];
+  const int64_t KC = (K + kWarps - 1) / kWarps, JM = (M + 31) / 32, E = (R * M + kThreads - 1) / kThreads;
+  const bool v4 = K % 4 == 0 && KC % 4 == 0;
+  const bool w_early = weights_early && v4 && JM * KC <= 64 && g.tensor(n.inputs[1]).kind == TensorKind::Weight;
+  const bool b_early = weights_early && n.has_bias && g.tensor(n.inputs[2]).kind == TensorKind::Weight;
+  const std::string zero4 = "make_float4(0.0f, 0.0f, 0.0f, 0.0f)";
+  MlpStage out;
+  std::string& e = out.early;
+  if (w_early) {
+    e += fmt::format("float4 {}_w[{}][{}];  // W[lane + 32 j][warp {} ..]: the lane's slice, loaded first (a weight)\n", tag, JM, KC / 4, KC);
+    e += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j)\n#pragma unroll\n  for (int u = 0; u < {}; ++u) {{\n", JM, KC / 4);
+    e += fmt::format("    const int m = lane + 32 * j, kk = warp * {} + 4 * u;\n", KC);
+    std::string mask;
+    if (M % 32) mask = fmt::format("m < {}", M);
+    if (K % kWarps) mask += (mask.empty() ? "" : " && ") + fmt::format("kk < {}", K);
+    const std::string load = fmt::format("*(const float4*)({} + (i64)m * {} + kk)", w, K);
+    e += mask.empty() ? fmt::format("    {}_w[j][u] = {};\n  }}\n", tag, load)
+                      : fmt::format("    {}_w[j][u] = {} ? {} : {};\n  }}\n", tag, mask, load, zero4);
+  }
+  if (b_early) {
+    e += fmt::format("float {}_b[{}];  // the biases of the outputs the thread stores, loaded first\n", tag, E);
+    e += fmt::format("#pragma unroll\nfor (int q = 0; q < {}; ++q) {{\n  const int e = threadIdx.x + {} * q;\n", E, kThreads);
+    e += (R * M) % kThreads ? fmt::format("  {}_b[q] = e < {} ? {}[e % {}] : 0.0f;\n}}\n", tag, R * M, bias, M)
+                            : fmt::format("  {}_b[q] = {}[e % {}];\n}}\n", tag, bias, M);
+  }
+  std::string b = fmt::format("// {}: warp w sums its K slice of {} for the lane's columns, in order\n", epilogue_text(n), a);
+  b += fmt::format("{{\n  float acc[{}][{}];\n#pragma unroll\n  for (int j = 0; j < {}; ++j)\n#pragma unroll\n    for (int i = 0; i < {}; ++i) acc[j][i] = 0.0f;\n",
+                   JM, R, JM, R);
+  std::string f;
+  if (v4) {
+    f += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u) {{\n", KC / 4);
+    f += fmt::format("  const int k = warp * {} + 4 * u;\n", KC);
+    if (K % kWarps) f += fmt::format("  if (k >= {}) break;  // the last warp's slice ends at K\n", K);
+    f += fmt::format("  float4 av[{}];\n#pragma unroll\n  for (int i = 0; i < {}; ++i) av[i] = *(const float4*)&{}[i][k];  // the same for every lane\n",
+                     R, R, a);
+    f += fmt::format("#pragma unroll\n  for (int j = 0; j < {}; ++j) {{\n", JM);
+    if (w_early) f += fmt::format("    const float4 wv = {}_w[j][u];\n", tag);
+    else if (M % 32) f += fmt::format("    const float4 wv = lane + 32 * j < {} ? *(const float4*)({} + (i64)(lane + 32 * j) * {} + k) : {};\n", M, w, K, zero4);
+    else f += fmt::format("    const float4 wv = *(const float4*)({} + (i64)(lane + 32 * j) * {} + k);\n", w, K);
+    f += fmt::format("#pragma unroll\n    for (int i = 0; i < {}; ++i) {{\n", R);
+    f += "      acc[j][i] += av[i].x * wv.x;\n      acc[j][i] += av[i].y * wv.y;\n      acc[j][i] += av[i].z * wv.z;\n      acc[j][i] += av[i].w * wv.w;\n";
+    f += "    }\n  }\n}\n";
+  } else {
+    f += fmt::format("for (int k = warp * {0}; k < min({1}, warp * {0} + {0}); ++k) {{\n", KC, K);
+    f += fmt::format("#pragma unroll\n  for (int j = 0; j < {}; ++j) {{\n", JM);
+    f += M % 32 ? fmt::format("    const float wv = lane + 32 * j < {} ? {}[(i64)(lane + 32 * j) * {} + k] : 0.0f;\n", M, w, K)
+                : fmt::format("    const float wv = {}[(i64)(lane + 32 * j) * {} + k];\n", w, K);
+    f += fmt::format("#pragma unroll\n    for (int i = 0; i < {}; ++i) acc[j][i] += {}[i][k] * wv;\n  }}\n}}\n", R, a);
+  }
+  f += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j)\n#pragma unroll\n  for (int i = 0; i < {}; ++i) part[warp][i][lane + 32 * j] = acc[j][i];\n",
+                   JM, R);
+  b += indent_text(f, "  ") + "}\n__syncthreads();\n";
+  b += "// output (row i = e / M, column m = e % M) of the tile: the warps' partial sums in order, the epilogue\n";
+  b += fmt::format("#pragma unroll\nfor (int q = 0; q < {}; ++q) {{\n", E);
+  std::string o = fmt::format("const int e = threadIdx.x + {} * q, i = e / {}, m = e % {};\n", kThreads, M, M);
+  std::string st = "float v = part[0][i][m];\n";
+  st += fmt::format("#pragma unroll\nfor (int s = 1; s < {}; ++s) v += part[s][i][m];\n", kWarps);
+  std::string epi = epilogue_code(n, "", "m", b_early ? tag + "_b[q]" : "", res_at);
+  epi = std::regex_replace(epi, std::regex(R"(\bbias\[)"), bias + "[");
+  st += epi + store + "\n";
+  std::string guard = (R * M) % kThreads ? fmt::format("e < {}", R * M) : "";
+  if (!store_guard.empty()) guard += (guard.empty() ? "" : " && ") + store_guard;
+  o += guard.empty() ? st : fmt::format("if ({}) {{  // mask: outputs past the tile's\n", guard) + indent_text(st, "  ") + "}\n";
+  b += indent_text(o, "  ") + "}\n";
+  out.stage = b;
+  return out;
+}
+
+// The MLP kernel's cluster form (mlp_cluster; generate_mlp): the weights CTA rank c of its
+// cluster loads before PDL's wait: fc1's W1 rows [c HC, (c + 1) HC) (lane l < HC: row c HC + l,
+// warp w: fc1's K slice w, as float4s), the biases of the h columns it finishes, W2's columns
+// [c HC, (c + 1) HC) for the output (i, m) = (t / M, t % M) thread t sums, the biases of the
+// outputs it finishes (y's columns [c MC, (c + 1) MC)).
+std::string cluster_early(const Graph& g, const Node& a, const Node& n, int R) {
+  constexpr int kCl = 8;
+  const int64_t K1 = g.tensor(a.inputs[0]).cols(), H = g.tensor(a.output).cols(), M = g.tensor(n.inputs[1]).shape[0];
+  const int64_t KC1 = (K1 + 7) / 8, HC = H / kCl, MC = M / kCl;
+  const std::string zero4 = "make_float4(0.0f, 0.0f, 0.0f, 0.0f)";
+  std::string b = fmt::format("const int hc0 = rank * {};  // the CTA's columns of h: [hc0, hc0 + {})\n", HC, HC);
+  b += fmt::format("float4 w1c[{}];  // W1[hc0 + lane][warp {} ..]: fc1's K slice of the lane's column, loaded first (a weight)\n", KC1 / 4, KC1);
+  b += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u) {{\n", KC1 / 4);
+  std::string mask = HC < 32 ? fmt::format("lane < {}", HC) : "";
+  if (KC1 * 8 != K1) mask += (mask.empty() ? "" : " && ") + fmt::format("warp * {} + 4 * u < {}", KC1, K1);
+  const std::string load = fmt::format("*(const float4*)(w1 + (i64)(hc0 + lane) * {} + warp * {} + 4 * u)", K1, KC1);
+  b += mask.empty() ? fmt::format("  w1c[u] = {};\n}}\n", load) : fmt::format("  w1c[u] = {} ? {} : {};\n}}\n", mask, load, zero4);
+  if (a.has_bias)
+    b += fmt::format("const float b1f = threadIdx.x < {} ? b1[hc0 + threadIdx.x % {}] : 0.0f;  // fc1's bias of the h value it finishes\n",
+                     R * HC, HC);
+  b += fmt::format("float4 w2c[{}];  // W2[m][hc0 ..] of the output (i, m) = (t / {}, t % {}) it sums, loaded first (a weight)\n", HC / 4, M, M);
+  b += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u)\n", HC / 4);
+  b += fmt::format("  w2c[u] = threadIdx.x < {} ? *(const float4*)(w2 + (i64)(threadIdx.x % {}) * {} + hc0 + 4 * u) : {};\n", R * M, M, H, zero4);
+  if (n.has_bias)
+    b += fmt::format("const float b2f = threadIdx.x < {} ? b2[rank * {} + threadIdx.x % {}] : 0.0f;  // fc2's bias of the output it finishes\n",
+                     R * MC, MC, MC);
+  return b;
+}
+
+// The MLP kernel's cluster form after the prologue (xs holds the tile's rows of fc1's x): fc1's
+// columns [hc0, hc0 + HC) in fc1's own GEMM's layout and order (warp = K slice, lane = column,
+// the slices added in warp order, the epilogue) into hs; fc2's K slice `rank` of every output
+// (i, m), summed in order, into pp; a cluster barrier; each CTA finishes y's columns
+// [rank MC, (rank + 1) MC): the 8 CTAs' partials read through distributed shared memory in rank
+// order (fc2's own GEMM adds its 8 warps' K slices in that order), the epilogue (`res`: "ms",
+// the projection's rows; "resc", loaded earlier; or none), the store; a last cluster barrier (no
+// CTA exits while another reads its pp).
+std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, const std::string& res, const std::string& row_guard) {
+  constexpr int kCl = 8;
+  const int64_t K1 = g.tensor(a.inputs[0]).cols(), H = g.tensor(a.output).cols(), M = g.tensor(n.inputs[1]).shape[0];
+  const int64_t KC1 = (K1 + 7) / 8, HC = H / kCl, MC = M / kCl;
+  std::string b = fmt::format("// fc1: h's columns [hc0, hc0 + {}) of the tile's {} rows; warp w = fc1's K slice w, lane = column\n", HC, R);
+  b += fmt::format("__shared__ __align__(16) float hs[{}][{}];\n", R, HC);
+  std::string f = fmt::format("float acc[{}];\n#pragma unroll\nfor (int i = 0; i < {}; ++i) acc[i] = 0.0f;\n", R, R);
+  f += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u) {{\n", KC1 / 4);
+  f += fmt::format("  const int k = warp * {} + 4 * u;\n", KC1);
+  if (KC1 * 8 != K1) f += fmt::format("  if (k >= {}) break;  // the last warp's slice ends at K\n", K1);
+  f += "  const float4 wv = w1c[u];\n";
+  f += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) {{\n", R);
+  f += "    const float4 xv = *(const float4*)&xs[i][k];  // the same for every lane\n";
+  f += "    acc[i] += xv.x * wv.x;\n    acc[i] += xv.y * wv.y;\n    acc[i] += xv.z * wv.z;\n    acc[i] += xv.w * wv.w;\n  }\n}\n";
+  f += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) part[warp][i][lane] = acc[i];\n", R);
+  b += "{\n" + indent_text(f, "  ") + "}\n__syncthreads();\n";
+  b += fmt::format("if (threadIdx.x < {}) {{  // h value (i, hc0 + l): the slices' partial sums in warp order, the epilogue\n", R * HC);
+  std::string h = fmt::format("const int i = threadIdx.x / {}, l = threadIdx.x % {};\n", HC, HC);
+  h += "float v = part[0][i][l];\n#pragma unroll\nfor (int s = 1; s < 8; ++s) v += part[s][i][l];\n";
+  h += epilogue_code(a, "", "", a.has_bias ? "b1f" : "") + "hs[i][l] = v;\n";
+  b += indent_text(h, "  ") + "}\n__syncthreads();\n";
+  b += fmt::format("// fc2's K slice `rank` (h's columns [hc0, hc0 + {})) of every output (i, m) = (t / {}, t % {}), summed in order\n", HC, M, M);
+  b += fmt::format("__shared__ float pp[{}][{}];  // this CTA's partial sums, read by the cluster\n", R, M);
+  b += fmt::format("if (threadIdx.x < {}) {{\n", R * M);
+  std::string p = fmt::format("const int i = threadIdx.x / {}, m = threadIdx.x % {};\nfloat acc = 0.0f;\n", M, M);
+  p += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u) {{\n", HC / 4);
+  p += "  const float4 hv = *(const float4*)&hs[i][4 * u], wv = w2c[u];\n";
+  p += "  acc += hv.x * wv.x;\n  acc += hv.y * wv.y;\n  acc += hv.z * wv.z;\n  acc += hv.w * wv.w;\n}\npp[i][m] = acc;\n";
+  b += indent_text(p, "  ") + "}\n";
+  b += "mg_cluster_barrier();  // every CTA's partial sums visible to the cluster\n";
+  b += fmt::format("if (threadIdx.x < {}) {{  // output (i, rank {} + l): the 8 K slices' partials in rank order, the epilogue\n", R * MC, MC);
+  std::string o = fmt::format("const int i = threadIdx.x / {}, m = rank * {} + threadIdx.x % {};\n", MC, MC, MC);
+  o += "float v = mg_cluster_ld(&pp[i][m], 0);\n#pragma unroll\nfor (int c = 1; c < 8; ++c) v += mg_cluster_ld(&pp[i][m], c);\n";
+  const std::string res_at = res.empty() ? "" : res == "ms" ? "ms[i][m]" : "resc";
+  o += epilogue_code(n, "", "m", n.has_bias ? "b2f" : "", res_at);
+  const std::string store = fmt::format("y[(n0 + i) * {} + m] = v;\n", M);
+  o += row_guard.empty() ? store : fmt::format("if ({}) {}", row_guard, store);
+  b += indent_text(o, "  ") + "}\n";
+  b += "mg_cluster_barrier();  // no CTA exits while another reads its partial sums\n";
+  return b;
+}
+
+// An MLP as one kernel (passes.h's fuse_mlp; KernelKind::PrologueMatmul whose nodes end in two
+// matmuls): fc1 (N, K1) -> h (N, H) with its epilogue (bias, GELU), then fc2 h -> y (N, M) with
+// its epilogue (bias, residual); with fuse_mlp_proj first the projection P (N, KP) -> mid (N, M)
+// (bias, residual) that fc1's layernorm and fc2's residual read. A block of 8 warps owns a tile
+// of R rows (R = mlp_rows: N / R blocks) and every column of each result, so no value is computed
+// twice:
+//   before PDL's wait (weights_early; the graph never writes a weight): thread t's rows of W1
+//     (h's columns t + 256 j, as float4s) and their biases, each GEMM stage's W slices and biases
+//     (mlp_gemm_stage);
+//   after it: the residuals (P's, or fc2's when it comes from an earlier kernel); [P's x staged
+//     and P into ms (shared memory);] x's R rows into xs (fc1's row-wise prologue, a warp per row,
+//     reading mid from ms; or x staged);
+//   fc1: thread t computes h[i][c] for its columns c and the R rows, K1 split into the 8 slices
+//     of fc1's own GEMM kernel (generate_gemm), each summed in order from 0, the slices added in
+//     order, then the epilogue: the values that kernel stores; into hs (shared memory);
+//   fc2 (and P): mlp_gemm_stage, generate_gemm's order.
+// So y is bitwise what the kernels apart give; h (and mid) are never stored.
+// Per thread at (R, K1, H, M) = (2, 64, 256, 64): 128 + 128 FMAs (+ 32 for P), 128 weight
+// registers (+ 16). This block form streams all of W1 and W2 through each block's SM.
+// The cluster form (`cluster_asked` and the shapes fit; the default on sm_90+): a cluster of 8
+// CTAs per tile, the same projection and prologue in every CTA, then cluster_early's weights and
+// cluster_stages: CTA c computes an eighth of h and fc2's K slice c, the cluster adds the slices;
+// the same sums in the same order. Its weights are always loaded before PDL's wait.
+std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked) {
+  const Node& a = g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])];  // fc1
+  const Node& n = g.nodes[static_cast<size_t>(k.nodes.back())];                // fc2
+  const bool proj = k.nodes.size() > 3 && g.nodes[static_cast<size_t>(k.nodes[0])].op == Op::Matmul;
+  const Node* pn = proj ? &g.nodes[static_cast<size_t>(k.nodes[0])] : nullptr;  // the projection P
+  const int64_t N = g.tensor(a.inputs[0]).rows(), K1 = g.tensor(a.inputs[0]).cols(), H = g.tensor(a.output).cols(),
+                M = g.tensor(n.inputs[1]).shape[0];
+  constexpr int kWarps = 8, kThreads = 32 * kWarps;
+  MINIGPT_CHECK(R >= 1 && R <= kWarps, "codegen_cuda: {}: an MLP tile of {} rows (1 to {})", k.name, R, kWarps);
+  R = static_cast<int>(std::min<int64_t>(R, N));  // a tile never has more rows than the matmul (the decode step's 1)
+  const int64_t KC1 = (K1 + kWarps - 1) / kWarps;                                   // fc1's K slice
+  const int64_t JH = (H + kThreads - 1) / kThreads;                                 // h's columns per thread
+  const int64_t E = (R * M + kThreads - 1) / kThreads;                              // outputs stored per thread
+  const bool v1 = K1 % 4 == 0 && KC1 % 4 == 0;                                      // float4 K loop
+  const bool w1_early = weights_early && v1 && JH * K1 <= 64 && g.tensor(a.inputs[1]).kind == TensorKind::Weight;
+  const bool b1_early = weights_early && a.has_bias && g.tensor(a.inputs[2]).kind == TensorKind::Weight;
+  const int64_t tiles = (N + R - 1) / R;
+  // the cluster form: CTA rank c of a tile's cluster owns h's columns [c HC, (c + 1) HC) (fc2's
+  // K slice c) and y's columns [c MC, (c + 1) MC)
+  constexpr int kCl = 8;
+  const int64_t HC = H / kCl, MC = M / kCl;
+  // the cluster form's shapes: h's slice within a warp's lanes, y's columns split 8 ways, the
+  // tile's outputs at most one per thread, float4 K loops, W1 and W2 graph weights (loaded before
+  // PDL's wait); otherwise (explicitly) the block form
+  const bool cluster = cluster_asked && H % kCl == 0 && HC <= 32 && HC % 4 == 0 && M % kCl == 0 && R * M <= kThreads && v1 &&
+                       g.tensor(a.inputs[1]).kind == TensorKind::Weight && g.tensor(n.inputs[1]).kind == TensorKind::Weight &&
+                       (!a.has_bias || g.tensor(a.inputs[2]).kind == TensorKind::Weight) &&
+                       (!n.has_bias || g.tensor(n.inputs[2]).kind == TensorKind::Weight);
+  launch.function = k.name;
+  launch.grid = static_cast<int>(cluster ? tiles * kCl : tiles);
+  launch.cluster_dim = cluster ? kCl : 0;
+  launch.block = kThreads;
+  std::vector<std::string> sig, params;
+  const std::string row_guard = N % R ? fmt::format("n0 + i < {}", N) : "";
+  std::string prologue;
+  MlpStage ps;  // the projection's stage
+  if (proj) {
+    const int64_t MP = g.tensor(pn->inputs[1]).shape[0], KP = g.tensor(pn->inputs[0]).cols();
+    MINIGPT_CHECK(MP == K1, "codegen_cuda: {}: the projection's {} columns are not the layernorm's {}", k.name, MP, K1);
+    for (const char* p : {"const float* __restrict__ xp", "const float* __restrict__ wp", "const float* __restrict__ bp",
+                          "const float* __restrict__ rp"})
+      sig.push_back(p);
+    launch.args.insert(launch.args.end(), {pn->inputs[0], pn->inputs[1], pn->has_bias ? pn->inputs[2] : -1, pn->has_residual ? pn->inputs.back() : -1});
+    params.push_back(fmt::format("xp = {} (the projection's x)", describe(g, pn->inputs[0])));
+    params.push_back(fmt::format("Wp = {}", describe(g, pn->inputs[1])));
+    if (pn->has_bias) params.push_back(fmt::format("bp = {}", describe(g, pn->inputs[2])));
+    if (pn->has_residual) params.push_back(fmt::format("rp = {} (the projection's residual)", describe(g, pn->inputs.back())));
+    params.push_back(fmt::format("mid = {} = {} (the projection, kept in shared memory)", describe(g, pn->output), epilogue_text(*pn)));
+    ps = mlp_gemm_stage(g, *pn, "wp", "bp", "proj", R, weights_early, "xps", pn->has_residual ? "rpr[q]" : "", "ms[i][m] = v;", "");
+    prologue += staged_x(N, KP, R, kThreads, "xp", "xps");
+    if (KP % 4 == 0) align_shared(prologue, "xps");
+    prologue += fmt::format("__shared__ __align__(16) float ms[{}][{}];  // the projection's rows: fc1's layernorm and fc2's residual read them\n", R, MP);
+    prologue += ps.stage + "__syncthreads();\n";
+  }
+  if (k.nodes.size() > 2) {  // fc1's prologue: the kernel without fc2 (and P) is a prologue GEMM of its own
+    Kernel k1 = k;
+    k1.nodes.pop_back();
+    k1.writes.erase(std::remove(k1.writes.begin(), k1.writes.end(), n.output), k1.writes.end());
+    if (proj) {  // its input mid from ms
+      k1.nodes.erase(k1.nodes.begin());
+      k1.reads.push_back(pn->output);
+    }
+    prologue += rowwise_prologue(g, k1, R, 1, sig, params, launch.args, proj ? pn->output : -1);
+  } else {
+    sig.push_back("const float* __restrict__ x");
+    launch.args.push_back(a.inputs[0]);
+    params.push_back(fmt::format("x = {}", describe(g, a.inputs[0])));
+    prologue += staged_x(N, K1, R, kThreads);
+  }
+  if (v1) align_shared(prologue, "xs");
+  for (const char* p : {"const float* __restrict__ w1", "const float* __restrict__ b1", "const float* __restrict__ w2",
+                        "const float* __restrict__ b2", "const float* __restrict__ res", "float* __restrict__ y"})
+    sig.push_back(p);
+  // fc2's residual: mid in ms when P is in the kernel
+  const bool res_in = n.has_residual && proj && n.inputs.back() == pn->output;
+  launch.args.insert(launch.args.end(), {a.inputs[1], a.has_bias ? a.inputs[2] : -1, n.inputs[1], n.has_bias ? n.inputs[2] : -1,
+                                         n.has_residual && !res_in ? n.inputs.back() : -1, n.output});
   params.push_back(fmt::format("W1 = {}", describe(g, a.inputs[1])));
   if (a.has_bias) params.push_back(fmt::format("b1 = {}", describe(g, a.inputs[2])));
   params.push_back(fmt::format("h = {} = {} (fc1, kept in shared memory)", describe(g, a.output), epilogue_text(a)));
-  MlpFc1 out;
-  const std::string live = H < threads ? fmt::format("threadIdx.x < {}", H) : "";
-  if (w_early) {
-    out.early += fmt::format("float4 w1r[{}];  // fc1: row threadIdx.x of W1, loaded first (a weight)\n", K1 / 4);
-    out.early += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u)\n", K1 / 4);
-    const std::string load = fmt::format("*(const float4*)(w1 + (i64)threadIdx.x * {} + 4 * u)", K1);
-    out.early += live.empty() ? fmt::format("  w1r[u] = {};\n", load)
-                              : fmt::format("  w1r[u] = {} ? {} : make_float4(0.0f, 0.0f, 0.0f, 0.0f);\n", live, load);
+  params.push_back(fmt::format("W2 = {}", describe(g, n.inputs[1])));
+  if (n.has_bias) params.push_back(fmt::format("b2 = {}", describe(g, n.inputs[2])));
+  if (n.has_residual) params.push_back(fmt::format("residual = {}{}", describe(g, n.inputs.back()), res_in ? " (the projection's, in ms)" : ""));
+  params.push_back(fmt::format("y = {} = {} (fc2)", describe(g, n.output), epilogue_text(n)));
+  const std::string res2 = !n.has_residual ? "" : res_in ? "ms[i][m]" : weights_early ? "resr[q]" : fmt::format("res[(n0 + i) * {} + m]", M);
+  const MlpStage fc2 = cluster ? MlpStage{}
+                               : mlp_gemm_stage(g, n, "w2", "b2", "fc2", R, weights_early, "hs", res2,
+                                                fmt::format("y[(n0 + i) * {} + m] = v;", M), row_guard);
+  const int64_t JM = (std::max(M, proj ? g.tensor(pn->inputs[1]).shape[0] : M) + 31) / 32;
+  std::string code = kernel_comment(g, k, params,
+                                    cluster ? fmt::format("grid {} (row tiles of {}, a cluster of {} CTAs each: CTA c owns h's columns "
+                                                          "[c {}, (c + 1) {}) and fc2's K slice c), block {}",
+                                                          launch.grid, R, kCl, HC, HC, kThreads)
+                                            : fmt::format("grid {} (row tiles of {}), block {} (fc1: a thread per column of h; {}fc2: 8 "
+                                                          "warps splitting K into slices, lane = column)",
+                                                          launch.grid, R, kThreads, proj ? "the projection and " : ""));
+  if (cluster_asked && !cluster)
+    code += fmt::format("//   (not in clusters: H {}, M {}, K1 {}, {} rows per tile do not fit the cluster form; a block per tile)\n", H, M, K1, R);
+  code += fmt::format("//   the MLP as one kernel: each block computes its {} rows of {}x (the prologue), of h = fc1's result\n"
+                      "//   (shared memory, never stored) and of y, every column; the sums in the order of the GEMMs' own kernels\n",
+                      R, proj ? "the projection (shared memory, never stored), of " : "");
+  std::string sigs;
+  for (size_t i = 0; i < sig.size(); ++i) sigs += fmt::format("{}    {}", i ? ",\n" : "", sig[i]);
+  code += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(\n{}) {{\n", kThreads, k.name, sigs);
+  std::string b;
+  b += cluster ? fmt::format("const i64 n0 = (i64)(blockIdx.x / {}) * {};  // the tile's first row\n", kCl, R) +
+                     fmt::format("const int rank = blockIdx.x % {};  // the CTA's rank in its cluster (clusters of {} consecutive blocks)\n", kCl, kCl)
+               : fmt::format("const i64 n0 = (i64)blockIdx.x * {};  // the tile's first row\n", R);
+  b += "const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n";
+  // ---- weights first
+  const std::string zero4 = "make_float4(0.0f, 0.0f, 0.0f, 0.0f)";
+  if (cluster) {
+    b += cluster_early(g, a, n, R);
+  } else if (w1_early) {
+    b += fmt::format("float4 w1r[{}][{}];  // fc1: rows threadIdx.x + {} j of W1, loaded first (a weight)\n", JH, K1 / 4, kThreads);
+    b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j)\n#pragma unroll\n  for (int u = 0; u < {}; ++u) {{\n", JH, K1 / 4);
+    b += fmt::format("    const int c = threadIdx.x + {} * j;\n", kThreads);
+    const std::string load = fmt::format("*(const float4*)(w1 + (i64)c * {} + 4 * u)", K1);
+    b += H % kThreads ? fmt::format("    w1r[j][u] = c < {} ? {} : {};\n  }}\n", H, load, zero4) : fmt::format("    w1r[j][u] = {};\n  }}\n", load);
   }
-  if (b_early)
-    out.early += live.empty() ? std::string("const float b1_c = b1[threadIdx.x];  // fc1's bias of the thread's column, loaded first\n")
-                              : fmt::format("const float b1_c = {} ? b1[threadIdx.x] : 0.0f;  // fc1's bias of the thread's column, loaded first\n", live);
-  std::string b = fmt::format("// fc1: h = {} of the tile's {} rows into hs, a thread per column of h\n", epilogue_text(a), rows);
-  b += fmt::format("__shared__ float hs[{}][{}];\n", rows, H);
-  b += fmt::format("for (int c = threadIdx.x; c < {}; c += {}) {{\n", H, threads);
-  std::string c;
-  c += fmt::format("float v[{}], p[{}];\n", rows, rows);
-  c += fmt::format("#pragma unroll\nfor (int s = 0; s < 8; ++s) {{  // the K slices [s {}, (s + 1) {}) in order\n", KC1, KC1);
-  c += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) p[i] = 0.0f;\n", rows);
-  c += fmt::format("#pragma unroll\n  for (int kk = 0; kk < {}; ++kk) {{\n", KC1);
-  c += fmt::format("    const int k = s * {} + kk;\n", KC1);
-  if (KC1 * 8 != K1) c += fmt::format("    if (k >= {}) break;  // the last slices end at K\n", K1);
-  c += w_early ? std::string("    const float wv = mg_f4(w1r[k / 4], k % 4);\n") : fmt::format("    const float wv = w1[(i64)c * {} + k];\n", K1);
-  c += fmt::format("#pragma unroll\n    for (int i = 0; i < {}; ++i) p[i] += xs[i][k] * wv;\n  }}\n", rows);
-  c += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) v[i] = s == 0 ? p[i] : v[i] + p[i];\n}}\n", rows);
-  c += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) {{\n", rows);
-  c += "  float vi = v[i];\n";
-  std::string epi = epilogue_code(a, "", "c", b_early ? "b1_c" : "");
+  if (b1_early && !cluster) {
+    b += fmt::format("float b1r[{}];  // fc1's bias of the thread's columns, loaded first\n", JH);
+    b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) ", JH);
+    b += H % kThreads ? fmt::format("b1r[j] = threadIdx.x + {0} * j < {1} ? b1[threadIdx.x + {0} * j] : 0.0f;\n", kThreads, H)
+                      : fmt::format("b1r[j] = b1[threadIdx.x + {} * j];\n", kThreads);
+  }
+  b += ps.early + fc2.early;
+  if (w1_early || b1_early || !ps.early.empty() || !fc2.early.empty() || cluster) b += kPdlWaitPoint;
+  // residuals from earlier kernels (P's; fc2's unless it is P's result), loaded right after the wait
+  auto residuals = [&](const std::string& name, const std::string& ptr) {
+    std::string r = fmt::format("float {}[{}];  // the residuals of the outputs the thread stores, loaded right after the wait\n", name, E);
+    r += fmt::format("#pragma unroll\nfor (int q = 0; q < {}; ++q) {{\n  const int e = threadIdx.x + {} * q;\n", E, kThreads);
+    std::string m = (R * M) % kThreads ? fmt::format("e < {}", R * M) : "";
+    if (N % R) m += (m.empty() ? "" : " && ") + fmt::format("n0 + e / {} < {}", M, N);
+    const std::string load = fmt::format("{}[(n0 + e / {}) * {} + e % {}]", ptr, M, M, M);
+    r += m.empty() ? fmt::format("  {}[q] = {};\n}}\n", name, load) : fmt::format("  {}[q] = {} ? {} : 0.0f;\n}}\n", name, m, load);
+    return r;
+  };
+  if (proj && pn->has_residual) b += residuals("rpr", "rp");
+  if (weights_early && n.has_residual && !res_in && !cluster) b += residuals("resr", "res");
+  if (cluster && n.has_residual && !res_in) {  // the residual of the output the thread finishes
+    b += fmt::format("const int ic = threadIdx.x / {0}, mc = rank * {0} + threadIdx.x % {0};\n", MC);
+    b += fmt::format("const float resc = threadIdx.x < {} && n0 + ic < {} ? res[(n0 + ic) * {} + mc] : 0.0f;  // loaded right after the wait\n",
+                     R * MC, N, M);
+  }
+  b += prologue;
+  if (cluster) {
+    b += cluster_stages(g, a, n, R, n.has_residual ? (res_in ? "ms" : "resc") : "", row_guard);
+    code += indent_text(b, "  ") + "}\n";
+    const std::string decl = fmt::format("  __shared__ float part[{}][{}][{}];  // the GEMM stages' partial sums: [warp][row][column]\n", kWarps, R,
+                                         32 * std::max<int64_t>(1, (proj ? g.tensor(pn->inputs[1]).shape[0] + 31 : 1) / 32));
+    const std::string anchor = "  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n";
+    code.insert(code.find(anchor) + anchor.size(), decl);
+    return code;
+  }
+  // ---- fc1
+  b += fmt::format("// fc1: h = {} of the tile's {} rows into hs, a thread per column of h\n", epilogue_text(a), R);
+  b += fmt::format("__shared__ __align__(16) float hs[{}][{}];\n", R, H);
+  b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n", JH);
+  std::string c = fmt::format("const int c = threadIdx.x + {} * j;\n", kThreads);
+  std::string cb;
+  cb += fmt::format("float v[{}], p[{}];\n", R, R);
+  cb += fmt::format("#pragma unroll\nfor (int s = 0; s < 8; ++s) {{  // fc1's K slices [s {}, (s + 1) {}) in order\n", KC1, KC1);
+  cb += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) p[i] = 0.0f;\n", R);
+  if (v1) {
+    cb += fmt::format("#pragma unroll\n  for (int u = 0; u < {}; ++u) {{\n", KC1 / 4);
+    cb += fmt::format("    const int k = s * {} + 4 * u;\n", KC1);
+    cb += w1_early ? "    const float4 wv = w1r[j][k / 4];\n" : fmt::format("    const float4 wv = *(const float4*)(w1 + (i64)c * {} + k);\n", K1);
+    cb += fmt::format("#pragma unroll\n    for (int i = 0; i < {}; ++i) {{\n", R);
+    cb += "      const float4 xv = *(const float4*)&xs[i][k];  // one 16-byte shared read, the same for every thread\n";
+    cb += "      p[i] += xv.x * wv.x;\n      p[i] += xv.y * wv.y;\n      p[i] += xv.z * wv.z;\n      p[i] += xv.w * wv.w;\n    }\n  }\n";
+  } else {
+    cb += fmt::format("#pragma unroll\n  for (int kk = 0; kk < {}; ++kk) {{\n", KC1);
+    cb += fmt::format("    const int k = s * {} + kk;\n", KC1);
+    if (KC1 * kWarps != K1) cb += fmt::format("    if (k >= {}) break;  // the last slices end at K\n", K1);
+    cb += fmt::format("    const float wv = w1[(i64)c * {} + k];\n", K1);
+    cb += fmt::format("#pragma unroll\n    for (int i = 0; i < {}; ++i) p[i] += xs[i][k] * wv;\n  }}\n", R);
+  }
+  cb += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) v[i] = s == 0 ? p[i] : v[i] + p[i];\n}}\n", R);
+  cb += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) {{\n", R);
+  cb += "  float vi = v[i];\n";
+  std::string epi = epilogue_code(a, "", "c", b1_early ? "b1r[j]" : "");
   epi = std::regex_replace(epi, std::regex(R"(\bv\b)"), "vi");
   epi = std::regex_replace(epi, std::regex(R"(\bbias\[)"), "b1[");
-  c += indent_text(epi, "  ") + "  hs[i][c] = vi;\n}\n";
+  cb += indent_text(epi, "  ") + "  hs[i][c] = vi;\n}\n";
+  c += H % kThreads ? fmt::format("if (c < {}) {{\n", H) + indent_text(cb, "  ") + "}\n" : cb;
   b += indent_text(c, "  ") + "}\n__syncthreads();\n";
-  out.stage = b;
-  return out;
+  // ---- fc2
+  b += fc2.stage;
+  code += indent_text(b, "  ") + "}\n";
+  // the partial sums of the GEMM stages: declared once, first (the projection's stage uses it too)
+  const std::string decl = fmt::format("  __shared__ float part[{}][{}][{}];  // the GEMM stages' partial sums: [warp][row][column]\n", kWarps, R, 32 * JM);
+  const std::string anchor = "  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n";
+  code.insert(code.find(anchor) + anchor.size(), decl);
+  return code;
 }
 
 // A generated fixed-shape GEMM, epilogue fused, shaped for the small products of this model
@@ -761,25 +1119,7 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
   std::vector<std::string> sig, params;
   std::string prologue;
   const bool attention = fused && g.nodes[static_cast<size_t>(k.nodes[0])].op == Op::Attention;
-  // an MLP (fuse_mlp): fc1 (with its own row-wise prologue, or its x staged) computes h into hs
-  const bool mlp = fused && k.nodes.size() >= 2 && g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])].op == Op::Matmul;
-  MlpFc1 fc1;
-  if (mlp) {
-    const Node& a = g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])];
-    if (k.nodes.size() > 2) {  // fc1's prologue: the kernel without fc2 is a prologue GEMM of its own
-      Kernel k1 = k;
-      k1.nodes.pop_back();
-      k1.writes.erase(std::remove(k1.writes.begin(), k1.writes.end(), n.output), k1.writes.end());
-      prologue = rowwise_prologue(g, k1, kRows, tiles_m, sig, params, launch.args);
-    } else {
-      sig.push_back("const float* __restrict__ x");
-      launch.args.push_back(a.inputs[0]);
-      params.push_back(fmt::format("x = {}", describe(g, a.inputs[0])));
-      prologue = staged_x(g.tensor(a.inputs[0]).rows(), g.tensor(a.inputs[0]).cols(), kRows, kThreads);
-    }
-    fc1 = mlp_fc1(g, a, kRows, kThreads, weights_early, sig, params, launch.args);
-    prologue += fc1.stage;
-  } else if (attention) {
+  if (attention) {
     prologue = attention_prologue(g, g.nodes[static_cast<size_t>(k.nodes[0])], kRows, sig, params, launch.args);
   } else if (fused) {
     prologue = rowwise_prologue(g, k, kRows, tiles_m, sig, params, launch.args);
@@ -791,10 +1131,7 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
   const bool x_smem = !prologue.empty();
   const bool xv4 = smem_vec4 && x_smem && vec4;  // (vec4: K % 4 == 0, every k below a multiple of 4)
   if (xv4) {  // the arrays the K loop reads: 16-byte aligned, so that a row's float4 at k is too
-    for (const std::string a : {"xs", "hs"}) {
-      const std::string from = "__shared__ float " + a + "[", to = "__shared__ __align__(16) float " + a + "[";
-      for (size_t at = prologue.find(from); at != std::string::npos; at = prologue.find(from, at + to.size())) prologue.replace(at, from.size(), to);
-    }
+    align_shared(prologue, "xs");
   }
   for (const char* p : {"const float* __restrict__ w", "const float* __restrict__ bias", "const float* __restrict__ res",
                         "float* __restrict__ y"})
@@ -808,16 +1145,14 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
                                                 launch.grid, tiles_m, tiles_n, kThreads, K, KC));
   code += "//   generated fixed-shape GEMM (max-autotune), epilogue fused: 8 rows x 32 columns per block, lane = column,\n"
           "//   warp = K slice; partial sums combined in shared memory in warp order\n";
-  if (mlp) code += "//   MLP fused: each block computes its 8 rows of fc1's x (the prologue) and of h = fc1's result into shared\n"
-                   "//   memory first (hs, a thread per column of h), then fc2 reads h there; h is never stored\n";
-  else if (attention) code += "//   attention fused before: each block computes its 8 rows of x (a warp per row and head) into shared memory first\n";
+  if (attention) code += "//   attention fused before: each block computes its 8 rows of x (a warp per row and head) into shared memory first\n";
   else if (fused) code += "//   prologue fused: each block computes its 8 rows of x (a warp per row) into shared memory first\n";
   else if (x_smem) code += "//   x's rows staged in shared memory first (coalesced), the K loop reads them there\n";
   std::string sigs;
   for (size_t i = 0; i < sig.size(); ++i) sigs += fmt::format("{}    {}", i ? ",\n" : "", sig[i]);
   code += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(\n{}) {{\n", kThreads, k.name, sigs);
   // x's row i at column k: from global memory, or the prologue's rows in shared memory
-  const std::string xs = mlp ? "hs" : "xs";  // the shared rows the K loop reads
+  const std::string xs = "xs";  // the shared rows the K loop reads
   auto x_at = [&](const std::string& kk) {
     return x_smem ? fmt::format("{}[i][{}]", xs, kk) : fmt::format("x[(n0 + i) * {} + {}]", K, kk);
   };
@@ -838,8 +1173,7 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
   }
   if (bias_early) b += M % kCols ? fmt::format("const float bias_m = m < {} ? bias[m] : 0.0f;  // loaded first (a weight)\n", M)
                                  : "const float bias_m = bias[m];  // loaded first (a weight)\n";
-  b += fc1.early;
-  if (w_early || bias_early || !fc1.early.empty()) b += kPdlWaitPoint;
+  if (w_early || bias_early) b += kPdlWaitPoint;
   if (weights_early && n.has_residual) {  // the thread's residual for the epilogue (row n0 + warp), loaded before the K loop
     std::string mask;
     if (N % kRows) mask = fmt::format("n0 + warp < {}", N);
@@ -974,7 +1308,10 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
         break;
       case KernelKind::PrologueMatmul:
         MINIGPT_CHECK(opt.generated_gemm, "generate_cuda: {} has a prologue, which only a generated GEMM takes (cuBLAS cannot)", k.name);
-        code = generate_gemm(g, k, launch, opt.stage_x, opt.weights_early, opt.smem_vec4);
+        // an MLP (fuse_mlp: the nodes end in two matmuls) is a kernel of its own form
+        code = k.nodes.size() >= 2 && g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])].op == Op::Matmul
+                   ? generate_mlp(g, k, launch, opt.weights_early, opt.mlp_rows, opt.mlp_cluster && !opt.megakernel)
+                   : generate_gemm(g, k, launch, opt.stage_x, opt.weights_early, opt.smem_vec4);
         out.launches.push_back(launch);
         break;
       case KernelKind::Matmul:

@@ -15,7 +15,10 @@
 // + residual]), as Inductor calls an external mm; with generated_gemm a fixed-shape
 // shared-memory tiled GEMM with the epilogue fused (runner_cuda.h says which variant each mode
 // runs), which may take a prologue (passes.h's matmul_prologue): a layernorm, or an attention,
-// computing the GEMM tile's rows of x in shared memory, so that x is never stored. A kernel whose code is an earlier one's (the same op of another block) is emitted once
+// computing the GEMM tile's rows of x in shared memory, so that x is never stored; or (fuse_mlp)
+// a whole MLP, with the attention's projection before it, as one kernel (h and the projection's
+// rows in shared memory; a block per row tile, or a cluster of 8 CTAs each owning an eighth of h
+// and of fc2's K). A kernel whose code is an earlier one's (the same op of another block) is emitted once
 // and launched under that name. With megakernel, every kernel becomes a stage of one launch
 // (codegen_cuda_mega.h).
 //
@@ -36,7 +39,7 @@
 
 namespace minigpt::compile {
 
-inline constexpr int kCodegenCudaVersion = 2;  // bump on any change to the generated text's meaning
+inline constexpr int kCodegenCudaVersion = 3;  // bump on any change to the generated text's meaning
 // Column steps per thread up to which a row is kept in registers between its loops.
 inline constexpr int kPersistentSteps = 32;
 
@@ -59,14 +62,34 @@ struct CudaCodegenOptions {
   // against 45.5 us (2026-12-01 19:15). max-autotune still times it ("attn-prologue").
   bool attention_prologue = false;
   // With generated_gemm: each MLP (fc1 with its layernorm prologue, GELU, then fc2) one kernel
-  // (PassOptions::fuse_mlp): fc2's GEMM computes its tile's 8 rows of h = fc1's result into
-  // shared memory first, a thread per column of h, with fc1's sums in the order of fc1's own
-  // GEMM kernel (the same values); h is never stored, 4 fewer launches in the 4-block model.
-  // Off by default: measured slower on the H200 (2026-12-01, (2, 16), PDL): the fused kernel
-  // 6.26 us against 1.70 + 3.10 us apart, the whole forward 45.5 against 40.5 us; its 8 blocks
-  // each compute fc1 for 8 rows x all 256 columns (512 FMAs and 512 scalar shared-memory reads
-  // per thread). max-autotune still times it ("fuse-mlp").
-  bool fuse_mlp = false;
+  // (PassOptions::fuse_mlp; codegen_cuda.cpp's generate_mlp): a tile of mlp_rows rows per
+  // cluster of 8 CTAs (mlp_cluster) or per block, h kept in shared memory, the weights loaded
+  // before PDL's wait; fc1's and fc2's sums in the order of their own GEMM kernels (the same
+  // values, bitwise); h is never stored, 4 fewer launches in the 4-block model, 8 with the
+  // projection (fuse_mlp_proj). H200, 2026-12-01 22:00 (experiments/25-compile/REPORT.md 7e), the
+  // whole forward at (2, 16): 35.1-35.9 us in clusters of 4-row tiles against 40.1-40.4 us apart;
+  // the decode step 32.2 against 38.6 us. The block form (a block owning every column of h and y)
+  // loses: 41.3-45.4 us, every block streaming all of W1 and W2 (128 KB) through one SM. The form
+  // before it (8-row tiles, fc1 computed in both of fc2's column tiles) took 6.26 us against
+  // 1.70 + 3.10 apart; it is gone. default_cuda_variant turns it off below sm_90 (no clusters).
+  bool fuse_mlp = true;
+  // fuse_mlp's rows per tile (1 to 8; at most the matmul's rows): (2, 16) has 32 rows, so 8
+  // clusters of 8 CTAs. Measured (clusters, with the projection): 4 rows 35.1-35.9 us, 2 rows
+  // 40.8-41.4, 1 row 47.2-47.4 (more clusters than fit at once beside the other kernels' blocks).
+  int mlp_rows = 4;
+  // With fuse_mlp: the attention's output projection (bias, residual) too, as the MLP kernel's
+  // first stage (PassOptions::fuse_mlp_proj): its rows computed into shared memory, where the
+  // layernorm and fc2's residual read them; everything after the attention one kernel per block,
+  // 4 fewer launches again (14 in all). Same sums, same order. H200: 35.1-35.9 us against
+  // 38.6-39.1 us without it (2-row tiles).
+  bool fuse_mlp_proj = true;
+  // With fuse_mlp (sm_90+, not in the megakernel): the MLP kernel as a grid of 8-CTA thread-block
+  // clusters, one per tile of mlp_rows rows: CTA c computes h's columns [c H/8, (c + 1) H/8) and
+  // fc2's K slice c of every output, and the cluster adds the 8 slices' partial sums in order
+  // through distributed shared memory; each CTA loads 1/8 of W1 and W2 (16 KB at d = 64, against
+  // 128 KB for a block owning every column). Same sums, same order. Shapes it does not fit (a
+  // slice of h wider than a warp, more outputs per tile than threads) get the block form.
+  bool mlp_cluster = true;
   // With generated_gemm: a GEMM without a prologue first copies its tile's rows of x into shared
   // memory (coalesced, the whole block), and its K loop reads them there, as the prologue GEMMs
   // do; off: every lane reads x from global memory in the K loop (a broadcast per warp). H200:
@@ -76,7 +99,8 @@ struct CudaCodegenOptions {
   // its bias into registers at its top, before anything an earlier kernel writes, and with PDL
   // before griddepcontrol.wait (the graph never writes a weight): their L2 latency overlaps the
   // previous kernel. Same sums in the same order. Off ("weights-late"): W read in the K loop.
-  // H200, (2, 16), PDL: the whole forward 44.5 -> 40.5 us.
+  // H200, (2, 16), PDL: the whole forward 44.5 -> 40.5 us. (The MLP kernel's cluster form loads
+  // its weights first either way.)
   bool weights_early = true;
   // With generated_gemm: the K loop reads x's rows from shared memory as float4s (the arrays
   // declared __align__(16), rows of K % 4 == 0 floats) instead of four scalar reads: fc2's loop
@@ -107,6 +131,8 @@ struct CudaLaunch {
   // > 0: launched as ONE thread-block cluster of at most this many CTAs (the megakernel; the
   // runner picks the largest size the GPU co-schedules, and grid = that size)
   int cluster = 0;
+  // > 0: the grid in thread-block clusters of this many CTAs (the MLP kernel's mlp_cluster form)
+  int cluster_dim = 0;
   // Kernel: its pointer parameters in order, as graph tensor ids (-1: a null pointer).
   std::vector<int> args;
   // Sgemm: y (N, M) = x (N, K) W (M, K)^T, tensor ids of x, W, y.

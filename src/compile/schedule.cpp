@@ -51,15 +51,17 @@ std::string kernel_stem(const Graph& g, const Kernel& k, GemmBackend gemm, const
     case KernelKind::PrologueMatmul: break;
   }
   // a GEMM with a prologue: the prologue's ops, then "matmul" (cpp_fused_layernorm_matmul); an
-  // MLP's two GEMMs (fuse_mlp): the first's prologue ops, then "mlp" (cpp_fused_layernorm_mlp)
+  // MLP's two GEMMs (fuse_mlp): the first's prologue ops, then "mlp" (cpp_fused_layernorm_mlp),
+  // and with the projection before it "proj" first (cpp_fused_proj_layernorm_mlp)
   const bool prologue = k.kind == KernelKind::PrologueMatmul;
   const bool mlp = prologue && k.nodes.size() >= 2 && g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])].op == Op::Matmul;
+  const bool proj = mlp && k.nodes.size() > 2 && g.nodes[static_cast<size_t>(k.nodes[0])].op == Op::Matmul;
   std::set<std::string> names;
-  for (size_t i = 0; i < k.nodes.size() - (prologue ? 1 : 0) - (mlp ? 1 : 0); ++i) {
+  for (size_t i = proj ? 1 : 0; i < k.nodes.size() - (prologue ? 1 : 0) - (mlp ? 1 : 0); ++i) {
     const Node& n = g.nodes[static_cast<size_t>(k.nodes[i])];
     names.insert(n.origin.empty() ? std::string(op_name(n.op)) : n.origin);
   }
-  std::string s = "cpp_fused";
+  std::string s = proj ? "cpp_fused_proj" : "cpp_fused";
   for (const std::string& n : names) s += "_" + n;
   return mlp ? s + "_mlp" : prologue ? s + "_matmul" : s;
 }
@@ -104,8 +106,10 @@ Schedule schedule(const Graph& fused, GemmBackend gemm, const std::vector<GemmPi
       if (k.kind == KernelKind::PrologueMatmul) {
         const bool attention = n.op == Op::Attention && k.nodes.size() == 2;  // an attention alone before the GEMM
         const bool fc1 = mlp && i == k.nodes[k.nodes.size() - 2];              // an MLP's first matmul
-        MINIGPT_CHECK(kRowwise.contains(n.op) || attention || fc1 || i == k.nodes.back(),
-                      "schedule: a GEMM's prologue holds row-wise ops, one attention or an MLP's first matmul, not {} ({})",
+        const bool proj = mlp && i == k.nodes[0] && n.op == Op::Matmul && k.nodes.size() > 3;  // the projection before its layernorm
+        MINIGPT_CHECK(kRowwise.contains(n.op) || attention || fc1 || proj || i == k.nodes.back(),
+                      "schedule: a GEMM's prologue holds row-wise ops, one attention, an MLP's first matmul or the projection "
+                      "before it, not {} ({})",
                       op_name(n.op), n.source);
       } else if (k.kind == KernelKind::Rowwise) {
         MINIGPT_CHECK(kRowwise.contains(n.op), "schedule: {} ({}) has no C++ lowering; it must be fused or decomposed first",

@@ -192,14 +192,47 @@ TEST(CompileCuda, RandomWeightsAndOddShapesMatchEager) {
   }
 }
 
-// The weights loaded before PDL's wait (weights_early, the default with generated GEMMs), the
-// MLP as one kernel (fuse_mlp, max-autotune's "fuse-mlp") and x read from shared memory as
-// float4s (smem_vec4, "smem-vec4") compute every sum as before, in the same order: the logits equal those without them bitwise, on random ids at (2, 16) and on the
-// grammar probes (B = 126, T = 7). Against the CPU's eager logits: 1e-5 at (2, 16); the probe
-// batch, every one of its 882 positions, 1e-4 (design.md's CUDA-against-CPU rule; the generated
-// GEMMs, which sum K in 8 slices, measured 1.91e-5 there on the H200 in every form, cuBLAS
-// 6.9e-6: fp32 sums in another order, as the decode step's 4.5e-5) and the same top-1 at each
-// probe's last position.
+// The forms of the generated GEMMs that must not change a bit (FusedMlpAndEarlyWeightsChangeNoBit).
+struct MlpForm {
+  const char* name;
+  bool weights_early, fuse_mlp, smem_vec4;
+  int mlp_rows;
+  bool proj, cluster;
+};
+constexpr MlpForm kMlpForms[] = {
+    {"weights late", false, false, false, 2, false, false},
+    {"x as float4s", true, false, true, 2, false, false},
+    {"MLP fused, rows 1", true, true, false, 1, false, false},
+    {"MLP fused, rows 4", true, true, false, 4, false, false},
+    {"MLP fused, weights late", false, true, false, 2, false, false},
+    {"MLP fused, x as float4s", true, true, true, 2, false, false},
+    {"MLP fused with the projection, rows 1", true, true, false, 1, true, false},
+    {"MLP fused with the projection, rows 2", true, true, false, 2, true, false},
+    {"MLP fused with the projection, weights late", false, true, false, 2, true, false},
+    {"MLP fused in clusters, rows 2", true, true, false, 2, false, true},
+    {"MLP fused in clusters with the projection, rows 1", true, true, false, 1, true, true},
+    {"MLP fused in clusters with the projection, rows 2", true, true, false, 2, true, true},
+    {"MLP fused in clusters with the projection, rows 4", true, true, false, 4, true, true},
+};
+void set_mlp_form(CudaCompileOptions& o, const MlpForm& form) {
+  o.codegen.weights_early = form.weights_early;
+  o.codegen.fuse_mlp = form.fuse_mlp;
+  o.codegen.smem_vec4 = form.smem_vec4;
+  o.codegen.mlp_rows = form.mlp_rows;
+  o.codegen.fuse_mlp_proj = form.proj;
+  o.codegen.mlp_cluster = form.cluster;
+}
+
+// The weights loaded before PDL's wait (weights_early), the MLP as one kernel (fuse_mlp,
+// generate_mlp) at tile heights of 1, 2 and 4 rows, with the attention's projection in it
+// (fuse_mlp_proj), as 8-CTA clusters (mlp_cluster) or a block per tile, and x read from shared memory as float4s
+// (smem_vec4) compute every sum as before, in the same order: the logits equal those of the
+// generated GEMMs without them (weights early, each MLP two kernels) bitwise, on random ids at
+// (2, 16) and on the grammar probes (B = 126, T = 7: 882 rows, which tiles of 4 do not divide).
+// Against the CPU's eager logits: 1e-5 at (2, 16); the probe batch, every one of its 882
+// positions, 1e-4 (design.md's CUDA-against-CPU rule; the generated GEMMs, which sum K in 8
+// slices, measured 1.91e-5 there on the H200 in every form, cuBLAS 6.9e-6: fp32 sums in another
+// order, as the decode step's 4.5e-5) and the same top-1 at each probe's last position.
 TEST(CompileCuda, FusedMlpAndEarlyWeightsChangeNoBit) {
   SKIP_WITHOUT_GPU();
   ModelFile f = load_model(kModel);
@@ -219,19 +252,22 @@ TEST(CompileCuda, FusedMlpAndEarlyWeightsChangeNoBit) {
   for (int64_t r = 0; r < 32; ++r) random.rows.push_back(r);
   for (int64_t b = 0; b < pb.B; ++b) probes.rows.push_back(b * pb.T + static_cast<int64_t>(pb.prompts[static_cast<size_t>(b)].size()) - 1);
   for (const Batch& in : {random, probes}) {
-    CudaCompileOptions now = cuda_options(true, hopper_or_later()), late = now, fused = now, vec = now;
-    late.codegen.weights_early = false;
-    fused.codegen.fuse_mlp = true;
-    vec.codegen.fuse_mlp = true;  // smem_vec4: the fused MLP's and every GEMM's x read as float4s
-    vec.codegen.smem_vec4 = true;
-    Tensor l0, p0, l1, p1, l2, p2, l3, p3, el, ep;
-    CudaCompiledModel(model, now).forward(in.ids, in.B, in.T, l0, p0);
-    CudaCompiledModel(model, late).forward(in.ids, in.B, in.T, l1, p1);
-    CudaCompiledModel(model, fused).forward(in.ids, in.B, in.T, l2, p2);
-    CudaCompiledModel(model, vec).forward(in.ids, in.B, in.T, l3, p3);
-    EXPECT_EQ(max_abs_diff(l0.data(), l1.data(), l0.numel()), 0.0f) << "weights late (" << in.B << ", " << in.T << ")";
-    EXPECT_EQ(max_abs_diff(l0.data(), l2.data(), l0.numel()), 0.0f) << "MLP fused (" << in.B << ", " << in.T << ")";
-    EXPECT_EQ(max_abs_diff(l0.data(), l3.data(), l0.numel()), 0.0f) << "x as float4s (" << in.B << ", " << in.T << ")";
+    CudaCompileOptions apart = cuda_options(true, hopper_or_later());
+    apart.codegen.fuse_mlp = false;
+    apart.codegen.smem_vec4 = false;
+    apart.codegen.weights_early = true;
+    Tensor l0, p0, el, ep;
+    CudaCompiledModel(model, apart).forward(in.ids, in.B, in.T, l0, p0);
+    for (const MlpForm& form : kMlpForms) {
+      CudaCompileOptions o = apart;
+      set_mlp_form(o, form);
+      Tensor l1, p1;
+      CudaCompiledModel(model, o).forward(in.ids, in.B, in.T, l1, p1);
+      const float d = max_abs_diff(l0.data(), l1.data(), l0.numel());
+      EXPECT_EQ(d, 0.0f) << form.name << " (" << in.B << ", " << in.T << ")";
+      std::printf("generated GEMMs (B=%lld, T=%lld): %s vs weights early, MLP apart: max |diff| %.3g\n", static_cast<long long>(in.B),
+                  static_cast<long long>(in.T), form.name, d);
+    }
     ThreadPool pool(2);
     model.forward(in.ids, in.B, in.T, el, ep, pool);
     const float dl = max_abs_diff(el.data(), l0.data(), el.numel());
@@ -239,10 +275,26 @@ TEST(CompileCuda, FusedMlpAndEarlyWeightsChangeNoBit) {
     int same = 0;
     for (int64_t r : in.rows) same += argmax(el.data() + r * V, V) == argmax(l0.data() + r * V, V);
     EXPECT_EQ(same, static_cast<int>(in.rows.size()));
-    std::printf("generated GEMMs (B=%lld, T=%lld): weights early vs late max |diff| %.3g, MLP fused vs apart %.3g; vs CPU eager %.3g, "
-                "same top-1 on %d of %lld\n",
-                static_cast<long long>(in.B), static_cast<long long>(in.T), max_abs_diff(l0.data(), l1.data(), l0.numel()),
-                max_abs_diff(l0.data(), l2.data(), l0.numel()), dl, same, static_cast<long long>(in.rows.size()));
+    std::printf("generated GEMMs (B=%lld, T=%lld): vs CPU eager %.3g, same top-1 on %d of %lld\n", static_cast<long long>(in.B),
+                static_cast<long long>(in.T), dl, same, static_cast<long long>(in.rows.size()));
+  }
+  // other widths (d = 32, fc1's K slices of 4) and 15 rows, which tiles of 2 and 4 do not divide
+  const ModelConfig c = compile_tiny_config();
+  const GrammarMiniGPT tiny(c, random_weights(c, 9));
+  std::vector<int32_t> ids(15);
+  for (int32_t& v : ids) v = static_cast<int32_t>(rng() % static_cast<uint64_t>(c.vocab_size));
+  CudaCompileOptions apart = cuda_options(true, hopper_or_later());
+  apart.codegen.fuse_mlp = false;
+  apart.codegen.smem_vec4 = false;
+  apart.codegen.weights_early = true;
+  Tensor l0, p0;
+  CudaCompiledModel(tiny, apart).forward(ids.data(), 3, 5, l0, p0);
+  for (const MlpForm& form : kMlpForms) {
+    CudaCompileOptions o = apart;
+    set_mlp_form(o, form);
+    Tensor l1, p1;
+    CudaCompiledModel(tiny, o).forward(ids.data(), 3, 5, l1, p1);
+    EXPECT_EQ(max_abs_diff(l0.data(), l1.data(), l0.numel()), 0.0f) << form.name << " (tiny model, 3, 5)";
   }
 }
 

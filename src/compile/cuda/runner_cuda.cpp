@@ -77,8 +77,8 @@ const Driver& driver() {
 }
 
 // A launch of l (grid l.grid, block l.block, its dynamic shared memory) on `stream`; `attr`
-// (may be null) its one launch attribute.
-CUlaunchConfig launch_config(const CudaLaunch& l, cudaStream_t stream, CUlaunchAttribute* attr) {
+// (may be null) its `n` launch attributes.
+CUlaunchConfig launch_config(const CudaLaunch& l, cudaStream_t stream, CUlaunchAttribute* attr, unsigned n = 1) {
   CUlaunchConfig cfg{};
   cfg.gridDimX = static_cast<unsigned>(l.grid);
   cfg.gridDimY = cfg.gridDimZ = 1;
@@ -87,7 +87,7 @@ CUlaunchConfig launch_config(const CudaLaunch& l, cudaStream_t stream, CUlaunchA
   cfg.sharedMemBytes = static_cast<unsigned>(l.smem);
   cfg.hStream = reinterpret_cast<CUstream>(stream);
   cfg.attrs = attr;
-  cfg.numAttrs = attr ? 1 : 0;
+  cfg.numAttrs = attr ? n : 0;
   return cfg;
 }
 
@@ -122,7 +122,12 @@ std::string variant_name(const CudaCodegenOptions& cg) {
                               (cg.generated_gemm && cg.attention_prologue ? " attn-prologue" : "") +
                               (cg.generated_gemm && !cg.stage_x ? " x-global" : "") +
                               (cg.generated_gemm && !cg.weights_early ? " weights-late" : "") +
-                              (cg.generated_gemm && cg.fuse_mlp ? " fuse-mlp" : "") +
+                              (cg.generated_gemm && !cg.fuse_mlp ? " mlp-apart" : "") +
+                              (cg.generated_gemm && cg.fuse_mlp && cg.mlp_rows != CudaCodegenOptions{}.mlp_rows
+                                   ? fmt::format(" rows{}", cg.mlp_rows)
+                                   : "") +
+                              (cg.generated_gemm && cg.fuse_mlp && !cg.fuse_mlp_proj ? " proj-apart" : "") +
+                              (cg.generated_gemm && cg.fuse_mlp && !cg.mlp_cluster && !cg.megakernel ? " no-cluster" : "") +
                               (cg.generated_gemm && cg.smem_vec4 ? " smem-vec4" : "");
   if (cg.megakernel) return (cg.megakernel_threads > 0 ? fmt::format("megakernel {}", cg.megakernel_threads) : "megakernel") + unfused;
   return std::string(cg.generated_gemm ? "generated-gemm" : "cublas") + (cg.pdl ? " pdl" : "") + unfused;
@@ -236,6 +241,7 @@ CudaCodegenOptions default_cuda_variant(const Graph& captured, std::string& why)
   MG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   cg.generated_gemm = true;
   cg.pdl = major >= 9;
+  cg.fuse_mlp = major >= 9;  // the MLP kernel's clusters need sm_90 (its block form loses on the H200)
   why = fmt::format("default rule: every matmul launch-bound (at most {} rows <= {}): generated GEMMs{}", rows, kLaunchBoundRows,
                     cg.pdl ? " with PDL (sm_90+)" : "");
   return cg;
@@ -260,77 +266,69 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
   MG_CUBLAS(cublasSetWorkspace(h, workspace_, kWorkspace));
   if (opt.mode == "max-autotune") {
     // cuBLAS + generated epilogues, generated GEMMs with fused epilogues, and those launched with
-    // PDL (Hopper and later): each built and its graph timed; the fastest kept. A candidate that
-    // fails to build or launch is skipped with a line saying why.
-    // Beside the defaults (codegen_cuda.h): "unfused-ln" the layernorms as kernels of their own,
-    // "attn-prologue" each attention fused into its projection's GEMM, "x-global" the K loop
-    // reading x from global memory, "weights-late" W read in the K loop (not before PDL's wait;
-    // the generated GEMMs as they were at 2026-12-01 18:00), "fuse-mlp" each MLP one kernel,
-    // "smem-vec4" x read from shared memory as float4s;
-    // "unfused-ln x-global weights-late" is the generated GEMMs as they were before the prologues.
-    struct Candidate {
-      bool gen, pdl, mega;
-      int mega_threads;
-      const char* name;
-      bool ln_prologue = true, attn_prologue = false, stage_x = true, weights_early = true, fuse_mlp = false, smem_vec4 = false;
+    // PDL (Hopper and later) in several forms: each built and its graph timed; the fastest kept. A
+    // candidate that fails to build or launch is skipped with a line saying why. Its name says
+    // what differs from the generated GEMMs' defaults (variant_name, codegen_cuda.h; each MLP with
+    // the attention's projection before it one kernel of 8-CTA clusters on 4-row tiles): "rowsN"
+    // another tile height, "proj-apart" without the projection, "no-cluster" a block per tile
+    // owning every column, "mlp-apart" fc1 and fc2 two kernels (7d's default), "attn-prologue"
+    // each attention fused into its projection's GEMM, "smem-vec4" the GEMMs' x read from shared
+    // memory as float4s, "weights-late" W read in the K loop (not before PDL's wait), "x-global"
+    // the K loop reading x from global memory, "unfused-ln" the layernorms as kernels of their
+    // own; "unfused-ln x-global weights-late mlp-apart" is the generated GEMMs before the prologues.
+    std::vector<CudaCodegenOptions> candidates;
+    auto add = [&](bool gen, bool pdl, const std::function<void(CudaCodegenOptions&)>& edit) {
+      CudaCodegenOptions cg = opt.codegen;
+      cg.generated_gemm = gen;
+      cg.pdl = pdl;
+      edit(cg);
+      candidates.push_back(cg);
     };
-    std::vector<Candidate> candidates{{false, false, false, 0, "cublas"}, {true, false, false, 0, "generated-gemm"}};
     int major = 0, dev = 0;
     MG_CUDA(cudaGetDevice(&dev));
     MG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    add(false, false, [](CudaCodegenOptions&) {});
+    add(true, false, [major](CudaCodegenOptions& c) { c.fuse_mlp = major >= 9; });  // (clusters: sm_90+)
     if (major >= 9) {
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl"});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl attn-prologue", true, true});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl fuse-mlp", true, false, true, true, true});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl smem-vec4", true, false, true, true, false, true});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl fuse-mlp smem-vec4", true, false, true, true, true, true});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl weights-late", true, false, true, false, false});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl x-global", true, false, false, true, false});
-      candidates.push_back({true, true, false, 0, "generated-gemm pdl unfused-ln x-global weights-late", false, false, false, false, false});
-      candidates.push_back({true, false, true, 0, "megakernel"});
-      candidates.push_back({true, false, true, 1024, "megakernel 1024"});
+      add(true, true, [](CudaCodegenOptions&) {});
+      for (int rows : {2, 1}) add(true, true, [rows](CudaCodegenOptions& c) { c.mlp_rows = rows; });
+      add(true, true, [](CudaCodegenOptions& c) { c.fuse_mlp_proj = false; });
+      add(true, true, [](CudaCodegenOptions& c) {
+        c.mlp_cluster = false;
+        c.mlp_rows = 1;
+      });
+      add(true, true, [](CudaCodegenOptions& c) { c.fuse_mlp = false; });
+      add(true, true, [](CudaCodegenOptions& c) { c.smem_vec4 = true; });
+      add(true, true, [](CudaCodegenOptions& c) { c.attention_prologue = true; });
+      add(true, true, [](CudaCodegenOptions& c) { c.weights_early = false; });
+      add(true, true, [](CudaCodegenOptions& c) { c.stage_x = false; });
+      add(true, true, [](CudaCodegenOptions& c) { c.matmul_prologue = c.stage_x = c.weights_early = c.fuse_mlp = false; });
+      add(true, false, [](CudaCodegenOptions& c) { c.megakernel = true; });
+      add(true, false, [](CudaCodegenOptions& c) {
+        c.megakernel = true;
+        c.megakernel_threads = 1024;
+      });
     }
     double best = 1e30;
-    const Candidate* pick = nullptr;
-    for (const Candidate& c : candidates) {
-      CudaCodegenOptions cg = opt.codegen;
-      cg.generated_gemm = c.gen;
-      cg.pdl = c.pdl;
-      cg.megakernel = c.mega;
-      cg.megakernel_threads = c.mega_threads;
-      cg.matmul_prologue = c.ln_prologue;
-      cg.attention_prologue = c.attn_prologue;
-      cg.stage_x = c.stage_x;
-      cg.weights_early = c.weights_early;
-      cg.fuse_mlp = c.fuse_mlp;
-      cg.smem_vec4 = c.smem_vec4;
+    const CudaCodegenOptions* pick = nullptr;
+    for (const CudaCodegenOptions& cg : candidates) {
+      const std::string name = variant_name(cg);
       try {
-        build(opt, cg, c.name);
+        build(opt, cg, name);
         const double us = time_graph(50, 20).batched_us;
-        stats_.candidates += fmt::format("{}{} {:.2f} us", stats_.candidates.empty() ? "" : ", ", c.name, us);
-        if (!opt.quiet) fmt::print(stderr, "minigpt compile: max-autotune {} {}: {:.2f} us per forward\n", captured.name, c.name, us);
+        stats_.candidates += fmt::format("{}{} {:.2f} us", stats_.candidates.empty() ? "" : ", ", name, us);
+        if (!opt.quiet) fmt::print(stderr, "minigpt compile: max-autotune {} {}: {:.2f} us per forward\n", captured.name, name, us);
         if (us < best) {
           best = us;
-          pick = &c;
+          pick = &cg;
         }
       } catch (const Error& e) {
         cudaGetLastError();
-        fmt::print(stderr, "minigpt compile: max-autotune candidate {} skipped: {}\n", c.name, e.what());
+        fmt::print(stderr, "minigpt compile: max-autotune candidate {} skipped: {}\n", name, e.what());
       }
     }
     MINIGPT_CHECK(pick, "compile: max-autotune: no candidate built for {}", captured.name);
-    CudaCodegenOptions cg = opt.codegen;
-    cg.generated_gemm = pick->gen;
-    cg.pdl = pick->pdl;
-    cg.megakernel = pick->mega;
-    cg.megakernel_threads = pick->mega_threads;
-    cg.matmul_prologue = pick->ln_prologue;
-    cg.attention_prologue = pick->attn_prologue;
-    cg.stage_x = pick->stage_x;
-    cg.weights_early = pick->weights_early;
-    cg.fuse_mlp = pick->fuse_mlp;
-    cg.smem_vec4 = pick->smem_vec4;
-    build(opt, cg, pick->name);
+    build(opt, *pick, variant_name(*pick));
     stats_.why = "max-autotune: the fastest measured";
   } else {
     MINIGPT_CHECK(opt.mode == "default", "compile: unknown mode '{}' (default | max-autotune)", opt.mode);
@@ -365,8 +363,13 @@ CudaCompiledGraph::~CudaCompiledGraph() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-void CudaCompiledGraph::build(const CudaCompileOptions& opt, const CudaCodegenOptions& codegen, const std::string& variant) {
+void CudaCompiledGraph::build(const CudaCompileOptions& opt, const CudaCodegenOptions& asked, const std::string& variant) {
   release();
+  CudaCodegenOptions codegen = asked;
+  int major = 0, dev = 0;
+  MG_CUDA(cudaGetDevice(&dev));
+  MG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  if (major < 9) codegen.mlp_cluster = false;  // thread-block clusters need sm_90: the MLP kernel's block form
   lowered_ = lower_cuda(captured_, opt.passes, codegen);
   stats_.passes_s = lowered_.passes_s;
   stats_.codegen_s = lowered_.codegen_s;
@@ -467,13 +470,18 @@ void CudaCompiledGraph::launch(const CudaLaunch& l) {
     MG_CU(driver().launch_kernel_ex(&cfg, static_cast<CUfunction>(functions_[i]), param_ptrs_[i].data(), nullptr));
     return;
   }
-  if (lowered_.code.pdl) {
+  if (lowered_.code.pdl || l.cluster_dim > 0) {
     // programmatic stream serialization: this kernel may launch while the previous one runs
-    // (its griddepcontrol.wait holds it until the previous one's writes are visible)
-    CUlaunchAttribute attr{};
-    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
-    const CUlaunchConfig cfg = launch_config(l, stream_, &attr);
+    // (its griddepcontrol.wait holds it until the previous one's writes are visible); a grid of
+    // thread-block clusters (the MLP kernel's mlp_cluster form)
+    CUlaunchAttribute attr[2]{};
+    unsigned n = 0;
+    if (lowered_.code.pdl) {
+      attr[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attr[n++].value.programmaticStreamSerializationAllowed = 1;
+    }
+    if (l.cluster_dim > 0) attr[n++] = cluster_attribute(l.cluster_dim);
+    const CUlaunchConfig cfg = launch_config(l, stream_, attr, n);
     MG_CU(driver().launch_kernel_ex(&cfg, static_cast<CUfunction>(functions_[i]), param_ptrs_[i].data(), nullptr));
     return;
   }

@@ -8,11 +8,13 @@
 // Matmuls go through cuBLAS (FP32, CUBLAS_DEFAULT_MATH: no TF32) on the graph's stream with a
 // fixed workspace, or through generated GEMMs. Which variant: the caller's codegen options, or
 // in the default mode with variant_by_rule (the CLI) default_cuda_variant's rule; max-autotune
-// builds and times cuBLAS, generated GEMMs, generated GEMMs with PDL (also with the attention
-// fused into its projection's GEMM, with x read from global memory, and as before the GEMM
-// prologues) and the megakernel (one
-// cluster launch; 256- and 1024-thread CTAs) and keeps the fastest. The megakernel's cluster:
-// the largest of 16, 8, 4, 2, 1 CTAs the GPU co-schedules (cuOccupancyMaxActiveClusters).
+// builds and times cuBLAS, generated GEMMs, generated GEMMs with PDL (also with each MLP and the
+// projection before it one kernel, in clusters or a block per tile, with the attention fused
+// into its projection's GEMM, with x read from global memory, and as before the GEMM prologues)
+// and the megakernel (one cluster launch; 256- and 1024-thread CTAs) and keeps the fastest. The
+// megakernel's cluster: the largest of 16, 8, 4, 2, 1 CTAs the GPU co-schedules
+// (cuOccupancyMaxActiveClusters). A launch may also be a grid of clusters (the MLP kernel's),
+// with PDL.
 // CudaCompiledModel adds the shape guard (a new (B, T) logs a line and compiles anew);
 // CudaCompiledDecoder is the KV-cache decode step, its caches resident in their arena slots.
 //
@@ -70,7 +72,7 @@ struct CudaCompileStats {
 // apart): 22 launches instead of 31, the whole forward 56.2 us against 69.7 us for the form
 // above (the same run, H200, 2026-12-01, max-autotune's "generated-gemm pdl unfused-ln
 // x-global"); with the attention a warp per query and the weights early, 40.5 us (19:15 UTC run,
-// experiments/25-compile/REPORT.md section 7d).
+// experiments/25-compile/REPORT.md section 7d); the MLP as one kernel did not beat it (7e).
 inline constexpr int64_t kLaunchBoundRows = 256;
 CudaCodegenOptions default_cuda_variant(const Graph& captured, std::string& why);
 
@@ -121,7 +123,8 @@ class CudaCompiledGraph {
 
  private:
   CudaCompiledGraph(const Graph& captured, const WeightBinding& weights);  // members only
-  void build(const CudaCompileOptions& opt, const CudaCodegenOptions& codegen, const std::string& variant);
+  // (below sm_90 the MLP kernel takes its block form: no clusters)
+  void build(const CudaCompileOptions& opt, const CudaCodegenOptions& asked, const std::string& variant);
   void launch(const CudaLaunch& l);  // one step of the plan on stream_
   void release();
 

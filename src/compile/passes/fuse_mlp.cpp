@@ -12,6 +12,13 @@
 // its group and every other node of it is row-wise, B is alone in its group, B reads nothing
 // else that group A writes, and the merge keeps the kernels acyclic. The merged group is A's
 // nodes then B (schedule.h: a PrologueMatmul whose prologue ends in a matmul).
+//
+// With `proj` (fuse_mlp_proj), then the matmul P before it (a transformer block's attention
+// projection, with its residual epilogue) when the MLP's row-wise prologue (the layernorm) reads
+// P's result, every reader of that result is in the MLP's group (the layernorm and fc2's residual),
+// it is not a graph output, P is alone in its group, its x at most kMlpMaxIn wide and the merge
+// keeps the kernels acyclic: the group is P, the layernorm's nodes, A, B; P's result is no
+// longer materialised (plan_buffers' rule: a matmul read only inside its group).
 #include "compile/passes/passes.h"
 
 namespace minigpt::compile {
@@ -28,7 +35,28 @@ std::vector<int> members(const Graph& g, int gi) {
 
 }  // namespace
 
-Graph fuse_mlp(const Graph& src) {
+// The projection P that MLP group `gi` (a row-wise prologue, fc1, fc2) may take in first, or -1.
+int mlp_proj(const Graph& g, int gi) {
+  const std::vector<int> m = members(g, gi);
+  if (m.size() < 3 || !kRowwise.contains(g.nodes[static_cast<size_t>(m[0])].op)) return -1;
+  int found = -1;
+  for (size_t i = 0; i + 2 < m.size(); ++i) {  // the prologue's inputs made by a matmul of another group
+    for (int in : g.nodes[static_cast<size_t>(m[i])].inputs) {
+      const int p = g.tensor(in).producer;
+      if (p < 0 || g.nodes[static_cast<size_t>(p)].group == gi || g.nodes[static_cast<size_t>(p)].op != Op::Matmul) continue;
+      if (found >= 0 && found != p) return -1;  // two matmuls feed it: not a block's layout
+      found = p;
+    }
+  }
+  if (found < 0) return -1;
+  const Node& pn = g.nodes[static_cast<size_t>(found)];
+  if (g.is_graph_output(pn.output) || members(g, pn.group).size() != 1 || g.tensor(pn.inputs[0]).cols() > kMlpMaxIn) return -1;
+  for (int c : g.consumers(pn.output))
+    if (g.nodes[static_cast<size_t>(c)].group != gi) return -1;
+  return can_merge(g, pn.group, gi) ? found : -1;
+}
+
+Graph fuse_mlp(const Graph& src, bool proj) {
   Graph g = src;
   normalize_groups(g);  // every node in some group
   for (size_t i = 0; i < g.nodes.size(); ++i) {  // restarts after every merge (nodes move)
@@ -54,6 +82,18 @@ Graph fuse_mlp(const Graph& src) {
     for (Node& n : g.nodes)
       if (n.group == from) n.group = to;
     normalize_groups(g);  // B follows A's nodes; h is no longer materialised
+    i = static_cast<size_t>(-1);
+  }
+  if (!proj) return g;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {  // every MLP group's fc2; restarts after every merge
+    const Node& b = g.nodes[i];
+    if (b.op != Op::Matmul || i < 2 || g.nodes[i - 1].op != Op::Matmul || g.nodes[i - 1].group != b.group) continue;
+    const int p = mlp_proj(g, b.group);
+    if (p < 0) continue;
+    const int from = g.nodes[static_cast<size_t>(p)].group, to = b.group;
+    for (Node& n : g.nodes)
+      if (n.group == from) n.group = to;
+    normalize_groups(g);  // P first, then the layernorm, fc1, fc2
     i = static_cast<size_t>(-1);
   }
   return g;

@@ -96,10 +96,11 @@ void normalize_groups(Graph& g) {
       gemm_x &= cn.op == Op::Matmul && cn.inputs[0] == out;
     }
     // Only rowwise groups can keep a value in registers; other kernels store their result,
-    // except an attention (matmul_prologue) or an MLP's first matmul (fuse_mlp) whose reader in
-    // its group is a GEMM: the GEMM's x lives in its shared memory.
+    // except an attention (matmul_prologue) whose reader in its group is a GEMM (the GEMM's x
+    // lives in its shared memory) and a matmul read only inside its group (fuse_mlp: an MLP's
+    // h, or the projection its layernorm and fc2's residual read, in shared memory).
     const Op op = g.nodes[i].op;
-    t.materialized = outside || !(kRowwise.contains(op) || ((op == Op::Attention || op == Op::Matmul) && gemm_x));
+    t.materialized = outside || !(kRowwise.contains(op) || (op == Op::Attention && gemm_x) || (op == Op::Matmul && !readers.empty()));
   }
 }
 

@@ -13,7 +13,8 @@
 //                     the matmul that reads it: the GEMM computes its tile's rows of x in shared
 //                     memory first
 //   fuse_mlp          (opt-in, CUDA) an MLP's fc1 (with its layernorm prologue) and fc2 as one
-//                     group: the GEMM computes its tile's rows of h in shared memory first
+//                     group: the GEMM computes its tile's rows of h in shared memory first; with
+//                     fuse_mlp_proj also the attention's projection before the layernorm
 //   remove_dead       nodes whose result reaches no output dropped
 //   plan_buffers      every materialised intermediate gets an arena offset; tensors whose
 //                     lifetimes (in kernels) do not overlap share bytes
@@ -35,7 +36,8 @@ Graph fuse_pointwise(const Graph& g);
 Graph fuse_reductions(const Graph& g);
 // rowwise: fold row-wise groups (layernorms); attention: fold prefill attentions.
 Graph matmul_prologue(const Graph& g, bool rowwise = true, bool attention = true);
-Graph fuse_mlp(const Graph& g);
+// proj: also the matmul whose result the MLP's layernorm reads (the attention's projection)
+Graph fuse_mlp(const Graph& g, bool proj = false);
 Graph remove_dead(const Graph& g);
 Graph plan_buffers(const Graph& g);
 
@@ -50,6 +52,9 @@ struct PassOptions {
   bool attention_prologue = false;
   // fuse_mlp (after matmul_prologue; needs fusion): off by default, for the same reason
   bool fuse_mlp = false;
+  // with fuse_mlp: the attention's output projection (the matmul the MLP's layernorm reads) in
+  // the MLP's group too
+  bool fuse_mlp_proj = false;
 };
 
 // The widest rows matmul_prologue folds into a GEMM (a tile's rows live in shared memory).

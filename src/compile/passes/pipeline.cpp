@@ -22,7 +22,10 @@ Graph run_passes(const Graph& captured, const PassOptions& opt) {
       g = matmul_prologue(g, rowwise, attention);
       verify(g, "matmul_prologue");
     }
-    if (opt.fuse_mlp) step(fuse_mlp, "fuse_mlp");
+    if (opt.fuse_mlp) {
+      g = fuse_mlp(g, opt.fuse_mlp_proj);
+      verify(g, "fuse_mlp");
+    }
   } else {
     normalize_groups(g);  // one kernel per op
     verify(g, "normalize_groups");
