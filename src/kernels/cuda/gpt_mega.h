@@ -168,9 +168,16 @@
 //              The bench's note, shipped model at its (2, 16) ids (seed 42) vs the CPU: 1.05e-5
 //              in main's form (issue 14 asks 1e-5; the tests' probes, B = 1: 7.6e-6), 8.58e-6
 //              with the split.
-// Open (largest first), against issue 14's 20 us: the forward's logits at the bench's (2, 16) ids
-// are 1.05e-5 from the CPU (above; the bound is 1e-5: which change raised it from 6.7e-6 is not
-// measured: suspects are the one-pass LayerNorms and proj by heads' order); the data each stage
+//   accuracy   the 1.05e-5 is proj by heads' summation order, and it is not an error: at the
+//              bench's ids (`bench/forward_accuracy.py`, gpu-check's forward-accuracy step, H200,
+//              the merged tree at f2777e3), max |logit difference| against a float64 forward /
+//              against the CPU engine: CPU engine 6.28e-6 / 0; megakernel proj by heads (the
+//              default) 5.73e-6 / 1.05e-5; proj by columns (k in order, as the CPU) 5.17e-6 /
+//              6.68e-6. Both GPU orders are nearer the exact result than the CPU engine; they and
+//              the CPU err in different directions. So 1e-5 against the CPU holds for proj by
+//              columns; the default is held to what issue 14 allows where a reduction order
+//              differs (1e-4, stated); model_cuda_test's probes measure 7.6e-6.
+// Open (largest first), against issue 14's 20 us: the data each stage
 // moves between CTAs (a wait is now ~0.7-0.8k cycles where a barrier was 1.2-1.7k: what is left is
 // the slowest sender's remote stores, ~8 bytes per cycle per SM, and its skew: x to every CTA twice
 // per layer, 8 KB per CTA each; fc2's partials 8 KB); the attention CTAs' serial chain (8 of 16
