@@ -29,18 +29,6 @@ IDS = np.array([482, 307, 480, 526, 370, 277, 185, 10, 333, 362, 288, 459, 12, 3
                dtype=np.int32).reshape(2, 16)
 
 
-def numpy_logits(f, dtype):
-    """The reference forward with every op in `dtype` (weights cast), logits as float64."""
-    saved = nm._F32
-    nm._F32 = dtype  # the reference's working precision
-    try:
-        m = nm.NumpyMiniGPT.from_model_file(f)
-        m.weights = {k: v.astype(dtype) for k, v in f.weights.items()}
-        return m.forward(IDS).logits.astype(np.float64)
-    finally:
-        nm._F32 = saved
-
-
 def engine_logits(path, device):
     """The C++ engine's logits on `device`, as float64."""
     import minigpt
@@ -73,9 +61,9 @@ def main():
         return
     path = sys.argv[1] if len(sys.argv) > 1 else "models/grammar-minigpt.safetensors"
     f = load_model(path)
-    exact = numpy_logits(f, np.float64)
+    exact = nm.logits_in_precision(f, IDS, np.float64)
     cpu = engine_logits(path, "cpu")
-    rows = [("NumPy float32", numpy_logits(f, np.float32)), ("CPU engine", cpu)]
+    rows = [("NumPy float32", nm.logits_in_precision(f, IDS, np.float32)), ("CPU engine", cpu)]
     if cuda_visible():
         for label, proj in (("GPU default plan", ""), ("GPU megakernel, proj by columns", "columns"),
                             ("GPU megakernel, proj by heads", "heads")):

@@ -21,22 +21,10 @@ IDS = [430, 50, 526, 10, 238, 277, 585, 433, 308, 387, 574, 340, 12, 135, 2, 599
        384, 271, 486, 479, 105, 276, 41, 534, 294, 481, 71, 208, 48, 504, 453, 548, 21, 532, 46, 497]
 
 
-def forward_logits(f, dtype):
-    """The reference forward with every op in `dtype` (weights cast), logits (64, V) as float64."""
-    saved = nm._F32
-    nm._F32 = dtype  # the reference's working precision
-    try:
-        m = nm.NumpyMiniGPT.from_model_file(f)
-        m.weights = {k: v.astype(dtype) for k, v in f.weights.items()}
-        return m.forward(np.array([IDS])).logits[0].astype(np.float64)
-    finally:
-        nm._F32 = saved
-
-
 def main():
     f = load_model("models/grammar-minigpt.safetensors")
-    exact = forward_logits(f, np.float64)
-    f32 = forward_logits(f, np.float32)
+    exact = nm.logits_in_precision(f, np.array([IDS]), np.float64)[0]
+    f32 = nm.logits_in_precision(f, np.array([IDS]), np.float32)[0]
     d = np.abs(f32 - exact).max(axis=-1)
     print(f"NumPy fp32 vs float64: max {d.max():.3g} at position {d.argmax()}")
     if len(sys.argv) > 1:

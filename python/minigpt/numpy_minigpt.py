@@ -31,6 +31,7 @@ from .model_io import ModelConfig, ModelFile, check_weights, load_model
 
 __all__ = [
     "NumpyMiniGPT",
+    "logits_in_precision",
     "ForwardResult",
     "embedding",
     "layer_norm",
@@ -237,3 +238,19 @@ class NumpyMiniGPT:
         logsumexp = (m + np.log(np.exp(z - m).sum(axis=-1, keepdims=True)))[:, 0]
         picked = z[np.arange(z.shape[0]), targets[keep]]
         return float(np.mean(logsumexp - picked))
+
+
+def logits_in_precision(f: ModelFile, ids, dtype) -> np.ndarray:
+    """The reference forward of ids (B, T) with every op and weight in `dtype`, logits (B, T, V)
+    as float64. float64 gives the exact result that fp32 implementations (the C++ engine, the
+    GPU's summation orders) are set against: bench/forward_accuracy.py,
+    experiments/25-compile/decode_conditioning.py."""
+    global _F32
+    saved = _F32
+    _F32 = dtype  # the reference's working precision, read by every layer above
+    try:
+        m = NumpyMiniGPT.from_model_file(f)  # (checks, and holds, float32 weights)
+        m.weights = {k: v.astype(dtype) for k, v in m.weights.items()}
+        return m.forward(ids).logits.astype(np.float64)
+    finally:
+        _F32 = saved

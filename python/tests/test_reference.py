@@ -95,6 +95,19 @@ def test_probs_are_distributions(contract_model, contract_ids):
     assert r.probs.max() > 5.0 / 600
 
 
+def test_logits_in_precision_float32_is_the_reference_and_float64_is_near(contract_model, contract_ids):
+    # float32 is the reference itself, bit for bit; float64 is the exact forward that fp32
+    # implementations are set against (bench/forward_accuracy.py): near, not equal.
+    ref = nm.NumpyMiniGPT.from_model_file(contract_model).forward(contract_ids).logits
+    f32 = nm.logits_in_precision(contract_model, contract_ids, np.float32)
+    f64 = nm.logits_in_precision(contract_model, contract_ids, np.float64)
+    assert f32.dtype == f64.dtype == np.float64 and f64.shape == ref.shape
+    assert np.array_equal(f32, ref.astype(np.float64))
+    assert 0 < np.abs(f64 - f32).max() < 1e-4
+    # the working precision is restored: the reference is float32 again afterwards
+    assert nm.NumpyMiniGPT.from_model_file(contract_model).forward(contract_ids).logits.dtype == np.float32
+
+
 # --- NumPy vs PyTorch, layer by layer ---------------------------------------------------------
 
 
