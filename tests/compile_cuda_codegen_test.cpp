@@ -174,12 +174,27 @@ TEST(CompileCudaCodegen, GeneratedGemmsFuseEachMlpIntoOneKernel) {
     cg.fuse_mlp_proj = false;
     const CudaLowered fused = lower_cuda(g, PassOptions{}, cg);
     cg.fuse_mlp_proj = true;
+    cg.fuse_mlp_attention = false;
     const CudaLowered proj = lower_cuda(g, PassOptions{}, cg);
+    cg.fuse_mlp_attention = true;
+    const CudaLowered attn = lower_cuda(g, PassOptions{}, cg);
     cg.fuse_mlp = false;
     const CudaLowered apart = lower_cuda(g, PassOptions{}, cg);
+    const bool decode = g.name.find("decode") != std::string::npos;  // (its attention reads the KV cache: apart)
     EXPECT_EQ(apart.code.launches.size(), fused.code.launches.size() + static_cast<size_t>(c.n_layer)) << g.name;
     EXPECT_EQ(fused.code.launches.size(), proj.code.launches.size() + static_cast<size_t>(c.n_layer)) << g.name;
-    EXPECT_EQ(lower_default(g, true).code.launches.size(), proj.code.launches.size()) << "the default: " << g.name;
+    EXPECT_EQ(proj.code.launches.size(), attn.code.launches.size() + static_cast<size_t>(decode ? 0 : c.n_layer)) << g.name;
+    EXPECT_EQ(lower_default(g, true).code.launches.size(), attn.code.launches.size()) << "the default: " << g.name;
+    for (const Kernel& k : attn.schedule.kernels) {
+      if (!contains(k.name, "mlp")) continue;
+      EXPECT_EQ(k.name.rfind(decode ? "cuda_fused_proj_layernorm_mlp_" : "cuda_fused_attention_proj_layernorm_mlp_", 0), 0u) << k.name;
+    }
+    if (!decode) {
+      // the attention's k and v staged once per CTA, a warp per (row, head), the result in shared memory
+      EXPECT_TRUE(contains(attn.code.source, "__shared__ float ks[")) << g.name;
+      EXPECT_TRUE(contains(attn.code.source, "xps[p][h * 16 + lane + 32 * i] = o[i] / l;")) << g.name;
+      EXPECT_FALSE(contains(attn.code.source, "a warp per query")) << g.name << ": no attention kernel left";
+    }
     int mlps = 0;
     for (const Kernel& k : fused.schedule.kernels) {
       if (!contains(k.name, "mlp")) continue;
@@ -323,28 +338,33 @@ TEST(CompileCudaNvrtc, EveryGeneratedSourceCompilesForSm90a) {
 // The attention kernel's layouts (a block per (sequence, head, query tile), a warp per query):
 // heads of 12 floats (no float4 staging), of 40 (more than a warp: two dimensions per lane),
 // more than 32 keys (two key chunks per lane), a last query tile part empty; with the attention
-// standalone and as its projection's prologue (heads of 40 stay apart: kPrologueMaxHeadDim), and
-// the decode step. Each compiles with NVRTC.
+// standalone, as its projection's prologue and as the MLP kernel's first stage (heads of 40 stay
+// apart: kPrologueMaxHeadDim; 4-row tiles of 74 rows span two sequences), and the decode step.
+// Each compiles with NVRTC.
 TEST(CompileCudaNvrtc, AttentionLayoutsCompileForSm90a) {
-  std::vector<Graph> graphs;
+  std::vector<std::pair<Graph, bool>> graphs;  // and whether the attention may join the MLP kernel
   for (const auto& [heads, d] : {std::pair{2, 24}, std::pair{1, 40}}) {
     ModelConfig c = compile_tiny_config();
     c.n_head = heads;
     c.d_model = d;
     c.block_size = 40;
-    graphs.push_back(capture_gpt(c, 2, 37));
-    graphs.push_back(capture_gpt_decode(c));
+    graphs.emplace_back(capture_gpt(c, 2, 37), d / heads <= 32);  // (heads of 40: more than a warp)
+    graphs.emplace_back(capture_gpt_decode(c), false);            // (the KV cache)
   }
-  for (const Graph& g : graphs) {
-    for (bool attention_prologue : {false, true}) {
+  for (const auto& [g, joins] : graphs) {
+    // 0 the attention a kernel of its own, 1 its projection's GEMM prologue, 2 the MLP kernel's first stage
+    for (int form : {0, 1, 2}) {
       CudaCodegenOptions cg;
       cg.generated_gemm = true;
-      cg.attention_prologue = attention_prologue;
+      cg.attention_prologue = form == 1;
       cg.fuse_mlp = true;  // and the MLP's fused kernel at these widths (fc1's K 24, 40), with the projection
-      cg.fuse_mlp_proj = !attention_prologue;  // in it when the attention is apart
+      cg.fuse_mlp_proj = form != 1;  // in it when the attention is not the projection's prologue
+      cg.fuse_mlp_attention = form == 2;
       const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
-      EXPECT_TRUE(contains(l.code.source, "a warp per query") || attention_prologue) << g.name;
-      ASSERT_NO_THROW(nvrtc_compile_ptx(l.code.source, "compute_90a", g.name)) << g.name << (attention_prologue ? " attention prologue" : "");
+      const bool in_mlp = form == 2 && joins;
+      EXPECT_EQ(contains(l.code.source, "cuda_fused_attention_proj_layernorm_mlp_"), in_mlp) << g.name << " form " << form;
+      EXPECT_TRUE(contains(l.code.source, "a warp per query") || form == 1 || in_mlp) << g.name << " form " << form;
+      ASSERT_NO_THROW(nvrtc_compile_ptx(l.code.source, "compute_90a", g.name)) << g.name << " form " << form;
     }
   }
 }
@@ -413,7 +433,7 @@ TEST(CompileCudaNvrtc, GemmsLoadTheirWeightsBeforePdlsWait) {
 }
 
 // The MLP kernel (fuse_mlp) at every tile height, with and without the projection before it
-// (fuse_mlp_proj), with and without PDL, its layernorm prologue, the weights early, and in the
+// (fuse_mlp_proj) and the attention before that (fuse_mlp_attention), with and without PDL, its layernorm prologue, the weights early, and in the
 // megakernel; row counts that the tile does not divide (3 x 5 = 15, the decode step's 1), the
 // shipped model's widths: W1's and W2's slices and the biases loaded before PDL's wait, the
 // residual after it; each source compiles with NVRTC.
@@ -423,15 +443,17 @@ TEST(CompileCudaNvrtc, FusedMlpCompilesAtEveryTileHeight) {
   const ModelConfig tiny = compile_tiny_config();
   for (const Graph& g : {capture_gpt(tiny, 2, 16), capture_gpt(tiny, 3, 5), capture_gpt_decode(tiny), capture_gpt(shipped, 2, 16)}) {
     for (int rows : {1, 2, 4, 8}) {
-      // 0 PDL, 1 weights late, 2 layernorms apart (x staged), 3 megakernel, 4 + projection; in
-      // clusters: 5 with the projection, 6 without
-      for (int form = 0; form < 7; ++form) {
+      // 0 PDL, 1 weights late, 2 layernorms apart (x staged), 3 megakernel, 4 + projection and
+      // attention (the prefill's); in clusters: 5 with the projection and the attention, 6 without
+      // either, 7 with the projection alone
+      for (int form = 0; form < 8; ++form) {
         if (form > 0 && form < 4 && rows != 4) continue;  // (each NVRTC compile takes a while: those forms at one height)
-        if (form == 6 && rows != 2) continue;
+        if ((form == 6 && rows != 2) || (form == 7 && rows != 4)) continue;
         CudaCodegenOptions cg;
         cg.generated_gemm = true;
         cg.fuse_mlp = true;
-        cg.fuse_mlp_proj = form == 4 || form == 5;
+        cg.fuse_mlp_proj = form == 4 || form == 5 || form == 7;
+        cg.fuse_mlp_attention = form != 7;
         cg.mlp_cluster = form >= 5;
         cg.mlp_rows = rows;
         cg.pdl = form != 3;
@@ -444,14 +466,16 @@ TEST(CompileCudaNvrtc, FusedMlpCompilesAtEveryTileHeight) {
         for (const CudaKernelText& k : l.code.kernels) {
           if (!contains(k.name, "mlp") || !contains(k.text, "__global__") || form == 3) continue;
           ++mlps;
-          EXPECT_EQ(contains(k.name, "_proj_"), form == 4 || form == 5) << what;
+          const bool proj = form == 4 || form == 5 || form == 7, attn = (form == 4 || form == 5) && !contains(g.name, "decode");
+          EXPECT_EQ(contains(k.name, "_proj_"), proj) << what;
+          EXPECT_EQ(contains(k.name, "_attention_proj_"), attn) << what;
           // (8 rows x 64 columns: more outputs than threads, the block form, saying why)
           const bool cl = form >= 5 && !contains(k.text, "not in clusters");
           EXPECT_TRUE(cl || form < 5 || rows == 8) << what;
           EXPECT_EQ(cl, contains(k.text, "mg_cluster_barrier();")) << what;
           const size_t wait = k.text.find("griddepcontrol.wait;"), w1 = k.text.find(cl ? "w1c[u] = " : "w1r[j][u] = "),
                        w2 = k.text.find(cl ? "w2c[u] = " : "fc2_w[j][u] = "),
-                       res = k.text.find(form == 4 || form == 5 ? "rpr[q] = " : cl ? "const float resc = " : "resr[q] = "),
+                       res = k.text.find(proj ? "rpr[q] = " : cl ? "const float resc = " : "resr[q] = "),
                        hs = k.text.find(cl ? "hs[i][l] = v;" : "hs[i][c] = vi;");
           ASSERT_NE(wait, std::string::npos) << what;
           ASSERT_NE(hs, std::string::npos) << what;
@@ -467,7 +491,10 @@ TEST(CompileCudaNvrtc, FusedMlpCompilesAtEveryTileHeight) {
           EXPECT_LT(w2, wait) << what << ": W2 before the wait";
           EXPECT_LT(k.text.find(cl ? "const float b2f = " : "fc2_b[q] = "), wait) << what;
           EXPECT_LT(wait, res) << what << ": the residual (an earlier kernel's) after it";
-          if (form == 4 || form == 5) {
+          if (attn) {
+            EXPECT_LT(wait, k.text.find("ks[s][d] = ")) << what << ": the attention's k (an earlier kernel's) after it";
+          }
+          if (proj) {
             EXPECT_LT(k.text.find("proj_w[j][u] = "), wait) << what << ": the projection's W before the wait";
             EXPECT_TRUE(contains(k.text, "v = v + ms[i][m];")) << what << ": fc2's residual is the projection's rows";
           }

@@ -124,3 +124,49 @@ TEST(CompileFuseMlp, TheProjectionJoinsTheMlpBeforeItsLayerNorm) {
   no_ln.fuse_mlp_proj = true;
   for (const Kernel& k : schedule(run_passes(capture_gpt(c, 2, 5), no_ln)).kernels) EXPECT_EQ(k.name.find("_proj_"), std::string::npos) << k.name;
 }
+
+// fuse_mlp_attention: each prefill attention joins the group of the MLP whose projection reads
+// it (attention, projection, layernorm, fc1, fc2: a transformer block is the qkv GEMM and this
+// kernel); its result is no longer materialised. The decode step's attention (KV cache, a
+// runtime position) stays a kernel of its own; without fuse_mlp_proj nothing joins.
+TEST(CompileFuseMlp, ThePrefillAttentionJoinsBeforeTheProjection) {
+  const ModelConfig c = compile_tiny_config();
+  PassOptions opt = mlp_options(true);
+  opt.fuse_mlp_proj = opt.fuse_mlp_attention = true;
+  const Graph g = run_passes(capture_gpt(c, 2, 5), opt);
+  const Schedule s = schedule(g);
+  int blocks = 0;
+  for (const Kernel& k : s.kernels) {
+    if (k.name.find("_mlp_") == std::string::npos) continue;
+    ASSERT_EQ(k.name.find("cpp_fused_attention_proj_layernorm_mlp_"), 0u) << k.name;
+    ++blocks;
+    EXPECT_EQ(k.kind, KernelKind::PrologueMatmul) << k.name;
+    const Node& a = g.nodes[static_cast<size_t>(k.nodes[0])];
+    const Node& p = g.nodes[static_cast<size_t>(k.nodes[1])];
+    ASSERT_EQ(a.op, Op::Attention) << k.name;
+    ASSERT_EQ(p.op, Op::Matmul) << k.name;
+    EXPECT_EQ(p.inputs[0], a.output) << "the projection reads the attention";
+    EXPECT_FALSE(g.tensor(a.output).materialized) << "the attention's rows live in the kernel's shared memory";
+    EXPECT_FALSE(g.tensor(p.output).materialized);
+    EXPECT_EQ(k.cols, c.d_model);
+  }
+  EXPECT_EQ(blocks, c.n_layer) << print_schedule(s);
+  for (const Kernel& k : s.kernels) EXPECT_NE(k.kind, KernelKind::Attention) << k.name;
+  PassOptions proj = mlp_options(true);
+  proj.fuse_mlp_proj = true;
+  EXPECT_EQ(schedule(run_passes(capture_gpt(c, 2, 5), proj)).kernels.size(), s.kernels.size() + static_cast<size_t>(c.n_layer))
+      << "one launch fewer per block";
+  // the decode step: the attention reads the KV cache, it stays apart
+  const Schedule d = schedule(run_passes(capture_gpt_decode(c), opt));
+  int attention = 0;
+  for (const Kernel& k : d.kernels) {
+    attention += k.kind == KernelKind::Attention;
+    EXPECT_EQ(k.name.find("_attention_proj_"), std::string::npos) << k.name;
+  }
+  EXPECT_EQ(attention, c.n_layer) << print_schedule(d);
+  // without the projection in the group the attention has nothing to join
+  PassOptions no_proj = mlp_options(true);
+  no_proj.fuse_mlp_attention = true;
+  for (const Kernel& k : schedule(run_passes(capture_gpt(c, 2, 5), no_proj)).kernels)
+    EXPECT_EQ(k.name.find("_attention_proj_"), std::string::npos) << k.name;
+}

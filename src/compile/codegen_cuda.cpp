@@ -396,6 +396,25 @@ std::string attention_pass1(int64_t J, int64_t dh, float scale, const std::strin
   return q;
 }
 
+// An attention's pass 2 for one query, a warp, lane = dimension d = lane + 32 i (i < D; lanes
+// past dh read column 0 again, never stored): over the keys s < S in order, p_s broadcast from
+// lane s % 32 (__shfl_sync), for s <= last: l += p_s, o[i] += p_s v (`value` the expression of
+// v[s][dd[i]]). The standalone kernel and the MLP kernel's attention stage share it, so that both
+// compute the same values.
+std::string attention_pass2(int64_t J, int64_t D, int64_t dh, int64_t S, const std::string& value) {
+  std::string b = "// pass 2, lane = dimension d = lane + 32 i: over the keys in order, p_s from lane s % 32\n";
+  b += fmt::format("float l = 0.0f, o[{}];\n", D);
+  b += fmt::format("int dd[{}];  // lanes past dh read column 0 again, never stored\n", D);
+  b += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) {{\n  o[i] = 0.0f;\n  dd[i] = lane + 32 * i < {} ? lane + 32 * i : 0;\n}}\n", D, dh);
+  b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n", J);
+  b += fmt::format("#pragma unroll\n  for (int u = 0; u < {}; ++u) {{\n", std::min<int64_t>(32, S));
+  b += "    const i64 s = 32 * j + u;\n";
+  b += "    const float ps = __shfl_sync(0xffffffffu, pk[j], u);\n";
+  b += "    if (s <= last) {  // the same for every lane\n      l += ps;\n";
+  b += fmt::format("#pragma unroll\n      for (int i = 0; i < {}; ++i) o[i] += ps * {};\n    }}\n  }}\n}}\n", D, value);
+  return b;
+}
+
 // Queries per block of the attention kernel: a warp per query, so 4 warps. At (B=2, T=16, 4
 // heads) 32 blocks; each stages only the keys its queries may see.
 constexpr int64_t kAttnQueries = 4;
@@ -478,16 +497,7 @@ std::string generate_attention(const Graph& g, const Kernel& k, CudaLaunch& laun
   b += fmt::format("if (t >= {}) return;  // a warp past the last query\n", T);
   b += "const i64 last = t + off;  // causal: keys 0 .. last\n";
   b += attention_pass1(J, dh, scale, "last", "ks[s][d]");
-  b += "// pass 2, lane = dimension d = lane + 32 i: over the keys in order, p_s from lane s % 32\n";
-  b += fmt::format("float l = 0.0f, o[{}];\n", D);
-  b += fmt::format("int dd[{}];  // lanes past dh read column 0 again, never stored\n", D);
-  b += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) {{\n  o[i] = 0.0f;\n  dd[i] = lane + 32 * i < {} ? lane + 32 * i : 0;\n}}\n", D, dh);
-  b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n", J);
-  b += fmt::format("#pragma unroll\n  for (int u = 0; u < {}; ++u) {{\n", std::min<int64_t>(32, S));
-  b += "    const i64 s = 32 * j + u;\n";
-  b += "    const float ps = __shfl_sync(0xffffffffu, pk[j], u);\n";
-  b += "    if (s <= last) {  // the same for every lane\n      l += ps;\n";
-  b += fmt::format("#pragma unroll\n      for (int i = 0; i < {}; ++i) o[i] += ps * vs[s][dd[i]];\n    }}\n  }}\n}}\n", D);
+  b += attention_pass2(J, D, dh, S, "vs[s][dd[i]]");
   b += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i)\n", D);
   b += fmt::format("  if (lane + 32 * i < {}) out_ptr0[(bb * {} + t) * {} + h * {} + lane + 32 * i] = o[i] / l;\n", dh, T, C, dh);
   code += indent_text(b, "  ") + "}\n";
@@ -626,6 +636,83 @@ std::string attention_prologue(const Graph& g, const Node& a, int rows, std::vec
   if (N % rows) {
     t += fmt::format("if (r < {}) {{\n", N) + indent_text(q, "  ");
     t += fmt::format("}} else if (lane < {}) {{  // past the last row: zeros, never stored\n  xs[p][h * {} + lane] = 0.0f;\n}}\n", dh, dh);
+  } else {
+    t += q;
+  }
+  return b + indent_text(t, "  ") + "}\n__syncthreads();\n";
+}
+
+// The MLP kernel's attention stage (fuse_mlp_attention; generate_mlp): the tile's R rows
+// [n0, n0 + R) of a prefill's attention (qkv (B, T, 3C) -> (N = B T, C), heads merged) into the
+// shared array `out` (R, C), zeros past N. The block (`threads` threads, 8 warps) first stages the
+// k and v rows its queries may see, rows [kv0, kv1) of qkv with kv0 the first row of the tile's
+// first sequence and kv1 = min(n0 + R, N) (at most `SW`, counted over the tiles at code generation; a
+// tile may span two sequences), in shared memory (float4 loads, consecutive threads on consecutive
+// floats; keys padded by a column so that lane s reading row s has no bank conflict); when they
+// would not fit (more than kAttnStageBytes) the warps read k and v from global memory instead. Then
+// warp w takes the (row, head) pairs w, w + 8, ... (row n0 + pair / NH, head pair % NH), unrolled
+// so that the pairs overlap, with generate_attention's warp arithmetic in the same order (q from
+// global memory; pass 1 attention_pass1, lane = key; pass 2 lane = dimension d = lane + 32 i, over
+// the keys in order, l += p_s, o += p_s v[s][d]; out = o / l): the values of the attention
+// kernel, bitwise.
+constexpr int64_t kAttnStageBytes = 24 * 1024;
+std::string attention_stage(const Graph& g, const Node& a, int R, int threads, const std::string& out, std::vector<std::string>& sig,
+                            std::vector<std::string>& params, std::vector<int>& args) {
+  const auto& qs = g.tensor(a.inputs[0]).shape;  // (B, T, 3C)
+  const int64_t B = qs[0], T = qs[1], C = qs[2] / 3, NH = a.heads, dh = C / NH, N = B * T;
+  const int64_t J = (T + 31) / 32, D = (dh + 31) / 32;  // key chunks of a warp's lanes; dimensions per lane
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  int64_t SW = 0;  // the most k and v rows a tile stages
+  for (int64_t n0 = 0; n0 < N; n0 += R) SW = std::max(SW, std::min(n0 + R, N) - n0 / T * T);
+  const bool staged = SW * (2 * C + 1) * 4 <= kAttnStageBytes;
+  const bool vec4 = C % 4 == 0;  // the rows as float4s (arena slots are 64-byte aligned)
+  const int64_t L = vec4 ? C / 4 : C;
+  sig.push_back("const float* __restrict__ qkv");
+  params.push_back(fmt::format("qkv = {} (q | k | v per row; the attention's input)", describe(g, a.inputs[0])));
+  args.push_back(a.inputs[0]);
+  params.push_back(fmt::format("att = {} (the attention, kept in shared memory)", describe(g, a.output)));
+  std::string b = fmt::format("// the attention of the tile's {} rows x {} heads into {}, a warp per (row, head) pair: pass 1 lane = key,\n"
+                              "// the causal mask, the max score, p = exp(score - max); pass 2 lane = dimension, over the keys in\n"
+                              "// order: l += p, o += p v; out = o / l. No (T, S) matrix exists.\n",
+                              R, NH, out);
+  b += fmt::format("__shared__ __align__(16) float {}[{}][{}];  // the tile's rows of the attention: the heads merged\n", out, R, C);
+  std::string key, val;
+  if (staged) {
+    b += fmt::format("__shared__ float ks[{}][{}], vs[{}][{}];  // k (a column of padding) and v of qkv's rows [kv0, kv1)\n", SW, C + 1, SW, C);
+    b += fmt::format("const i64 kv0 = n0 / {} * {}, kv1 = min(n0 + {}, (i64){});  // the tile's sequences' rows up to its last\n", T, T, R, N);
+    b += fmt::format("for (i64 e = threadIdx.x; e < (kv1 - kv0) * {}; e += {}) {{\n", L, threads);
+    b += fmt::format("  const i64 s = e / {}, d = e % {}{};\n", L, L, vec4 ? " * 4" : "");
+    b += fmt::format("  const float* row = qkv + (kv0 + s) * {};\n", 3 * C);
+    if (vec4) {
+      b += fmt::format("  const float4 kv = *(const float4*)(row + {} + d), vv = *(const float4*)(row + {} + d);\n", C, 2 * C);
+      b += "  ks[s][d] = kv.x; ks[s][d + 1] = kv.y; ks[s][d + 2] = kv.z; ks[s][d + 3] = kv.w;\n";
+      b += "  vs[s][d] = vv.x; vs[s][d + 1] = vv.y; vs[s][d + 2] = vv.z; vs[s][d + 3] = vv.w;\n";
+    } else {
+      b += fmt::format("  ks[s][d] = row[{} + d];\n  vs[s][d] = row[{} + d];\n", C, 2 * C);
+    }
+    b += "}\n__syncthreads();\n";
+    key = fmt::format("ks[base + s][h * {} + d]", dh);
+    val = fmt::format("vs[base + s][h * {} + dd[i]]", dh);
+  } else {
+    b += fmt::format("// (k and v of {} rows exceed {} B of shared memory: read from global memory)\n", SW, kAttnStageBytes);
+    key = fmt::format("qkv[(base + s) * {} + {} + h * {} + d]", 3 * C, C, dh);
+    val = fmt::format("qkv[(base + s) * {} + {} + h * {} + dd[i]]", 3 * C, 2 * C, dh);
+  }
+  b += fmt::format("#pragma unroll\nfor (int pair = warp; pair < {}; pair += 8) {{\n", R * NH);
+  std::string t = fmt::format("const int p = pair / {};\nconst i64 h = pair % {}, r = n0 + p;  // the query row, the head\n", NH, NH);
+  std::string q = fmt::format("const i64 bb = r / {}, last = r % {};  // batch, query position: keys 0 .. last\n", T, T);
+  q += staged ? fmt::format("const i64 base = bb * {} - kv0;  // key s is staged row base + s\n", T)
+              : fmt::format("const i64 base = bb * {};  // key s is qkv's row base + s\n", T);
+  q += fmt::format("float q[{}];  // the same for every lane\n#pragma unroll\nfor (int d = 0; d < {}; ++d) q[d] = qkv[r * {} + h * {} + d];\n",
+                   dh, dh, 3 * C, dh);
+  q += attention_pass1(J, dh, scale, "last", key);
+  q += attention_pass2(J, D, dh, T, val);
+  q += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i)\n", D);
+  q += fmt::format("  if (lane + 32 * i < {}) {}[p][h * {} + lane + 32 * i] = o[i] / l;\n", dh, out, dh);
+  if (N % R) {
+    t += fmt::format("if (r < {}) {{\n", N) + indent_text(q, "  ");
+    t += fmt::format("}} else {{  // past the last row: zeros, never stored\n  for (int d = lane; d < {}; d += 32) {}[p][h * {} + d] = 0.0f;\n}}\n",
+                     dh, out, dh);
   } else {
     t += q;
   }
@@ -864,14 +951,15 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
 // An MLP as one kernel (passes.h's fuse_mlp; KernelKind::PrologueMatmul whose nodes end in two
 // matmuls): fc1 (N, K1) -> h (N, H) with its epilogue (bias, GELU), then fc2 h -> y (N, M) with
 // its epilogue (bias, residual); with fuse_mlp_proj first the projection P (N, KP) -> mid (N, M)
-// (bias, residual) that fc1's layernorm and fc2's residual read. A block of 8 warps owns a tile
+// (bias, residual) that fc1's layernorm and fc2's residual read, and with fuse_mlp_attention
+// before P the prefill attention computing P's x (attention_stage). A block of 8 warps owns a tile
 // of R rows (R = mlp_rows: N / R blocks) and every column of each result, so no value is computed
 // twice:
 //   before PDL's wait (weights_early; the graph never writes a weight): thread t's rows of W1
 //     (h's columns t + 256 j, as float4s) and their biases, each GEMM stage's W slices and biases
 //     (mlp_gemm_stage);
-//   after it: the residuals (P's, or fc2's when it comes from an earlier kernel); [P's x staged
-//     and P into ms (shared memory);] x's R rows into xs (fc1's row-wise prologue, a warp per row,
+//   after it: the residuals (P's, or fc2's when it comes from an earlier kernel); [P's x staged,
+//     or the attention's rows computed, and P into ms (shared memory);] x's R rows into xs (fc1's row-wise prologue, a warp per row,
 //     reading mid from ms; or x staged);
 //   fc1: thread t computes h[i][c] for its columns c and the R rows, K1 split into the 8 slices
 //     of fc1's own GEMM kernel (generate_gemm), each summed in order from 0, the slices added in
@@ -887,8 +975,9 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
 std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked) {
   const Node& a = g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])];  // fc1
   const Node& n = g.nodes[static_cast<size_t>(k.nodes.back())];                // fc2
-  const bool proj = k.nodes.size() > 3 && g.nodes[static_cast<size_t>(k.nodes[0])].op == Op::Matmul;
-  const Node* pn = proj ? &g.nodes[static_cast<size_t>(k.nodes[0])] : nullptr;  // the projection P
+  const bool attn = k.nodes.size() > 4 && g.nodes[static_cast<size_t>(k.nodes[0])].op == Op::Attention;  // before P
+  const bool proj = attn || (k.nodes.size() > 3 && g.nodes[static_cast<size_t>(k.nodes[0])].op == Op::Matmul);
+  const Node* pn = proj ? &g.nodes[static_cast<size_t>(k.nodes[attn ? 1 : 0])] : nullptr;  // the projection P
   const int64_t N = g.tensor(a.inputs[0]).rows(), K1 = g.tensor(a.inputs[0]).cols(), H = g.tensor(a.output).cols(),
                 M = g.tensor(n.inputs[1]).shape[0];
   constexpr int kWarps = 8, kThreads = 32 * kWarps;
@@ -923,18 +1012,24 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   if (proj) {
     const int64_t MP = g.tensor(pn->inputs[1]).shape[0], KP = g.tensor(pn->inputs[0]).cols();
     MINIGPT_CHECK(MP == K1, "codegen_cuda: {}: the projection's {} columns are not the layernorm's {}", k.name, MP, K1);
-    for (const char* p : {"const float* __restrict__ xp", "const float* __restrict__ wp", "const float* __restrict__ bp",
-                          "const float* __restrict__ rp"})
-      sig.push_back(p);
-    launch.args.insert(launch.args.end(), {pn->inputs[0], pn->inputs[1], pn->has_bias ? pn->inputs[2] : -1, pn->has_residual ? pn->inputs.back() : -1});
-    params.push_back(fmt::format("xp = {} (the projection's x)", describe(g, pn->inputs[0])));
+    std::string xstage;  // P's x: the attention's rows (computed here) or x staged
+    if (attn) {
+      xstage = attention_stage(g, g.nodes[static_cast<size_t>(k.nodes[0])], R, kThreads, "xps", sig, params, launch.args);
+    } else {
+      sig.push_back("const float* __restrict__ xp");
+      launch.args.push_back(pn->inputs[0]);
+      params.push_back(fmt::format("xp = {} (the projection's x)", describe(g, pn->inputs[0])));
+      xstage = staged_x(N, KP, R, kThreads, "xp", "xps");
+      if (KP % 4 == 0) align_shared(xstage, "xps");
+    }
+    for (const char* p : {"const float* __restrict__ wp", "const float* __restrict__ bp", "const float* __restrict__ rp"}) sig.push_back(p);
+    launch.args.insert(launch.args.end(), {pn->inputs[1], pn->has_bias ? pn->inputs[2] : -1, pn->has_residual ? pn->inputs.back() : -1});
     params.push_back(fmt::format("Wp = {}", describe(g, pn->inputs[1])));
     if (pn->has_bias) params.push_back(fmt::format("bp = {}", describe(g, pn->inputs[2])));
     if (pn->has_residual) params.push_back(fmt::format("rp = {} (the projection's residual)", describe(g, pn->inputs.back())));
     params.push_back(fmt::format("mid = {} = {} (the projection, kept in shared memory)", describe(g, pn->output), epilogue_text(*pn)));
     ps = mlp_gemm_stage(g, *pn, "wp", "bp", "proj", R, weights_early, "xps", pn->has_residual ? "rpr[q]" : "", "ms[i][m] = v;", "");
-    prologue += staged_x(N, KP, R, kThreads, "xp", "xps");
-    if (KP % 4 == 0) align_shared(prologue, "xps");
+    prologue += xstage;
     prologue += fmt::format("__shared__ __align__(16) float ms[{}][{}];  // the projection's rows: fc1's layernorm and fc2's residual read them\n", R, MP);
     prologue += ps.stage + "__syncthreads();\n";
   }
@@ -943,7 +1038,7 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
     k1.nodes.pop_back();
     k1.writes.erase(std::remove(k1.writes.begin(), k1.writes.end(), n.output), k1.writes.end());
     if (proj) {  // its input mid from ms
-      k1.nodes.erase(k1.nodes.begin());
+      k1.nodes.erase(k1.nodes.begin(), k1.nodes.begin() + (attn ? 2 : 1));
       k1.reads.push_back(pn->output);
     }
     prologue += rowwise_prologue(g, k1, R, 1, sig, params, launch.args, proj ? pn->output : -1);
@@ -984,7 +1079,9 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
     code += fmt::format("//   (not in clusters: H {}, M {}, K1 {}, {} rows per tile do not fit the cluster form; a block per tile)\n", H, M, K1, R);
   code += fmt::format("//   the MLP as one kernel: each block computes its {} rows of {}x (the prologue), of h = fc1's result\n"
                       "//   (shared memory, never stored) and of y, every column; the sums in the order of the GEMMs' own kernels\n",
-                      R, proj ? "the projection (shared memory, never stored), of " : "");
+                      R, attn ? "the attention and the projection (shared memory, never stored), of "
+                         : proj ? "the projection (shared memory, never stored), of "
+                                : "");
   std::string sigs;
   for (size_t i = 0; i < sig.size(); ++i) sigs += fmt::format("{}    {}", i ? ",\n" : "", sig[i]);
   code += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(\n{}) {{\n", kThreads, k.name, sigs);

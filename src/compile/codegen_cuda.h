@@ -83,6 +83,13 @@ struct CudaCodegenOptions {
   // 4 fewer launches again (14 in all). Same sums, same order. H200: 35.1-35.9 us against
   // 38.6-39.1 us without it (2-row tiles).
   bool fuse_mlp_proj = true;
+  // With fuse_mlp_proj (not in the megakernel): the prefill attention before that projection too,
+  // as the MLP kernel's first stage (PassOptions::fuse_mlp_attention; codegen_cuda.cpp's
+  // attention_stage): each CTA stages the k and v rows of its tile's sequences in shared memory
+  // and computes the tile's rows of the attention there, a warp per (row, head), in the attention
+  // kernel's arithmetic and order (the same values, bitwise); the attention's result is never
+  // stored. A transformer block is two kernels: 4 fewer launches again (10 in all).
+  bool fuse_mlp_attention = true;
   // With fuse_mlp (sm_90+, not in the megakernel): the MLP kernel as a grid of 8-CTA thread-block
   // clusters, one per tile of mlp_rows rows: CTA c computes h's columns [c H/8, (c + 1) H/8) and
   // fc2's K slice c of every output, and the cluster adds the 8 slices' partial sums in order

@@ -15,6 +15,7 @@ CudaLowered lower_cuda(const Graph& captured, const PassOptions& passes, const C
   popt.attention_prologue = passes.attention_prologue || (codegen.generated_gemm && codegen.attention_prologue);
   popt.fuse_mlp = passes.fuse_mlp || (codegen.generated_gemm && codegen.fuse_mlp);
   popt.fuse_mlp_proj = popt.fuse_mlp && (passes.fuse_mlp_proj || (codegen.generated_gemm && codegen.fuse_mlp_proj));
+  popt.fuse_mlp_attention = popt.fuse_mlp_proj && (passes.fuse_mlp_attention || (codegen.generated_gemm && codegen.fuse_mlp_attention && !codegen.megakernel));
   const Graph planned = run_passes(captured, popt);
   // (the CPU schedule's GEMM choice only names its matmul kernels; cuda_schedule renames them)
   const GemmBackend gemm = codegen.generated_gemm ? GemmBackend::kGenerated : GemmBackend::kEngine;

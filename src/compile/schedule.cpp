@@ -52,16 +52,18 @@ std::string kernel_stem(const Graph& g, const Kernel& k, GemmBackend gemm, const
   }
   // a GEMM with a prologue: the prologue's ops, then "matmul" (cpp_fused_layernorm_matmul); an
   // MLP's two GEMMs (fuse_mlp): the first's prologue ops, then "mlp" (cpp_fused_layernorm_mlp),
-  // and with the projection before it "proj" first (cpp_fused_proj_layernorm_mlp)
+  // and with the projection before it "proj" first (cpp_fused_proj_layernorm_mlp), with the
+  // attention before that "attention_proj" (cpp_fused_attention_proj_layernorm_mlp)
   const bool prologue = k.kind == KernelKind::PrologueMatmul;
   const bool mlp = prologue && k.nodes.size() >= 2 && g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])].op == Op::Matmul;
-  const bool proj = mlp && k.nodes.size() > 2 && g.nodes[static_cast<size_t>(k.nodes[0])].op == Op::Matmul;
+  const bool attn = mlp && k.nodes.size() > 3 && g.nodes[static_cast<size_t>(k.nodes[0])].op == Op::Attention;  // before P
+  const bool proj = mlp && k.nodes.size() > 2 && g.nodes[static_cast<size_t>(k.nodes[attn ? 1 : 0])].op == Op::Matmul;
   std::set<std::string> names;
-  for (size_t i = proj ? 1 : 0; i < k.nodes.size() - (prologue ? 1 : 0) - (mlp ? 1 : 0); ++i) {
+  for (size_t i = proj ? (attn ? 2 : 1) : 0; i < k.nodes.size() - (prologue ? 1 : 0) - (mlp ? 1 : 0); ++i) {
     const Node& n = g.nodes[static_cast<size_t>(k.nodes[i])];
     names.insert(n.origin.empty() ? std::string(op_name(n.op)) : n.origin);
   }
-  std::string s = proj ? "cpp_fused_proj" : "cpp_fused";
+  std::string s = attn ? "cpp_fused_attention_proj" : proj ? "cpp_fused_proj" : "cpp_fused";
   for (const std::string& n : names) s += "_" + n;
   return mlp ? s + "_mlp" : prologue ? s + "_matmul" : s;
 }
@@ -104,9 +106,12 @@ Schedule schedule(const Graph& fused, GemmBackend gemm, const std::vector<GemmPi
     for (int i : k.nodes) {
       const Node& n = g.nodes[static_cast<size_t>(i)];
       if (k.kind == KernelKind::PrologueMatmul) {
-        const bool attention = n.op == Op::Attention && k.nodes.size() == 2;  // an attention alone before the GEMM
-        const bool fc1 = mlp && i == k.nodes[k.nodes.size() - 2];              // an MLP's first matmul
-        const bool proj = mlp && i == k.nodes[0] && n.op == Op::Matmul && k.nodes.size() > 3;  // the projection before its layernorm
+        // an attention alone before the GEMM, or first before an MLP's projection (fuse_mlp_attention)
+        const bool attn_first = mlp && first.op == Op::Attention && k.nodes.size() > 4;
+        const bool attention = n.op == Op::Attention && (k.nodes.size() == 2 || (attn_first && i == k.nodes[0]));
+        const bool fc1 = mlp && i == k.nodes[k.nodes.size() - 2];  // an MLP's first matmul
+        // the projection before its layernorm
+        const bool proj = mlp && i == k.nodes[attn_first ? 1 : 0] && n.op == Op::Matmul && k.nodes.size() > (attn_first ? 4u : 3u);
         MINIGPT_CHECK(kRowwise.contains(n.op) || attention || fc1 || proj || i == k.nodes.back(),
                       "schedule: a GEMM's prologue holds row-wise ops, one attention, an MLP's first matmul or the projection "
                       "before it, not {} ({})",

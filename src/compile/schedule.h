@@ -18,8 +18,9 @@ namespace minigpt::compile {
 
 // PrologueMatmul: a row-wise group or an attention, then the matmul reading its result
 // (passes.h's matmul_prologue, CUDA only): nodes = the prologue's nodes, then the matmul last;
-// or an MLP (passes.h's fuse_mlp, CUDA only): [the projection before its layernorm
-// (fuse_mlp_proj),] fc1's row-wise prologue nodes (if any), fc1, fc2.
+// or an MLP (passes.h's fuse_mlp, CUDA only): [[the attention before the projection
+// (fuse_mlp_attention),] the projection before its layernorm (fuse_mlp_proj),] fc1's row-wise
+// prologue nodes (if any), fc1, fc2.
 // rows, cols: fc1's x (the prologue's rows).
 enum class KernelKind : uint8_t { Rowwise, Matmul, Attention, KvWrite, PrologueMatmul };
 

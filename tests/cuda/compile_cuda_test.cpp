@@ -36,11 +36,14 @@ namespace {
 const std::string kModel = std::string(MINIGPT_SOURCE_DIR) + "/models/grammar-minigpt.safetensors";
 const std::string kProbes = std::string(MINIGPT_SOURCE_DIR) + "/tests/probes/grammar_probes.tsv";
 
-// prologue: 0 none, 1 the layernorms' (the default), 2 the layernorms' and the attentions'
+// prologue: 0 none, 1 the layernorms' (the default: each prefill attention in its MLP kernel,
+// fuse_mlp_attention), 2 the layernorms' and the attentions', 3 the layernorms', each attention a
+// kernel of its own
 CudaCompileOptions cuda_options(bool generated_gemm = false, bool pdl = false, bool megakernel = false, int prologue = 1) {
   CudaCompileOptions o;
   o.codegen.matmul_prologue = prologue >= 1;
-  o.codegen.attention_prologue = prologue >= 2;
+  o.codegen.attention_prologue = prologue == 2;
+  o.codegen.fuse_mlp_attention = prologue != 3;
   o.cache_dir = std::filesystem::path(MINIGPT_BINARY_DIR) / "compile_cuda_test_cache";
   o.quiet = true;
   o.codegen.generated_gemm = generated_gemm || megakernel;
@@ -91,7 +94,10 @@ float expect_model_matches(const GrammarMiniGPT& model, int64_t B, int64_t T, ui
   for (int64_t r = 0; r < B * T; ++r) EXPECT_EQ(argmax(el.data() + r * V, V), argmax(gl.data() + r * V, V)) << "row " << r;
   std::printf("cuda compiled (%s%s%s) vs CPU eager (B=%lld, T=%lld): logits %.3g, probs %.3g; vs CPU compiled %.3g\n",
               megakernel ? "megakernel" : generated_gemm ? "generated GEMMs" : "cuBLAS", pdl ? ", PDL" : "",
-              !generated_gemm || prologue == 1 ? "" : prologue == 0 ? ", layernorms unfused" : ", attention prologue",
+              !generated_gemm || prologue == 1 ? ""
+              : prologue == 0                  ? ", layernorms unfused"
+              : prologue == 2                  ? ", attention prologue"
+                                               : ", attention apart",
               static_cast<long long>(B), static_cast<long long>(T), dl, dp, dc);
   return dl;
 }
@@ -197,22 +203,27 @@ struct MlpForm {
   const char* name;
   bool weights_early, fuse_mlp, smem_vec4;
   int mlp_rows;
-  bool proj, cluster;
+  bool proj, cluster, attention;
 };
 constexpr MlpForm kMlpForms[] = {
-    {"weights late", false, false, false, 2, false, false},
-    {"x as float4s", true, false, true, 2, false, false},
-    {"MLP fused, rows 1", true, true, false, 1, false, false},
-    {"MLP fused, rows 4", true, true, false, 4, false, false},
-    {"MLP fused, weights late", false, true, false, 2, false, false},
-    {"MLP fused, x as float4s", true, true, true, 2, false, false},
-    {"MLP fused with the projection, rows 1", true, true, false, 1, true, false},
-    {"MLP fused with the projection, rows 2", true, true, false, 2, true, false},
-    {"MLP fused with the projection, weights late", false, true, false, 2, true, false},
-    {"MLP fused in clusters, rows 2", true, true, false, 2, false, true},
-    {"MLP fused in clusters with the projection, rows 1", true, true, false, 1, true, true},
-    {"MLP fused in clusters with the projection, rows 2", true, true, false, 2, true, true},
-    {"MLP fused in clusters with the projection, rows 4", true, true, false, 4, true, true},
+    {"weights late", false, false, false, 2, false, false, false},
+    {"x as float4s", true, false, true, 2, false, false, false},
+    {"MLP fused, rows 1", true, true, false, 1, false, false, false},
+    {"MLP fused, rows 4", true, true, false, 4, false, false, false},
+    {"MLP fused, weights late", false, true, false, 2, false, false, false},
+    {"MLP fused, x as float4s", true, true, true, 2, false, false, false},
+    {"MLP fused with the projection, rows 1", true, true, false, 1, true, false, false},
+    {"MLP fused with the projection, rows 2", true, true, false, 2, true, false, false},
+    {"MLP fused with the projection, weights late", false, true, false, 2, true, false, false},
+    {"MLP fused with the attention and the projection, rows 2", true, true, false, 2, true, false, true},
+    {"MLP fused in clusters, rows 2", true, true, false, 2, false, true, false},
+    {"MLP fused in clusters with the projection, rows 1", true, true, false, 1, true, true, false},
+    {"MLP fused in clusters with the projection, rows 2", true, true, false, 2, true, true, false},
+    {"MLP fused in clusters with the projection, rows 4", true, true, false, 4, true, true, false},
+    {"MLP fused in clusters with the attention and the projection, rows 1", true, true, false, 1, true, true, true},
+    {"MLP fused in clusters with the attention and the projection, rows 2", true, true, false, 2, true, true, true},
+    {"MLP fused in clusters with the attention and the projection, rows 4", true, true, false, 4, true, true, true},
+    {"MLP fused in clusters with the attention, weights late", false, true, false, 4, true, true, true},
 };
 void set_mlp_form(CudaCompileOptions& o, const MlpForm& form) {
   o.codegen.weights_early = form.weights_early;
@@ -221,11 +232,13 @@ void set_mlp_form(CudaCompileOptions& o, const MlpForm& form) {
   o.codegen.mlp_rows = form.mlp_rows;
   o.codegen.fuse_mlp_proj = form.proj;
   o.codegen.mlp_cluster = form.cluster;
+  o.codegen.fuse_mlp_attention = form.attention;
 }
 
 // The weights loaded before PDL's wait (weights_early), the MLP as one kernel (fuse_mlp,
 // generate_mlp) at tile heights of 1, 2 and 4 rows, with the attention's projection in it
-// (fuse_mlp_proj), as 8-CTA clusters (mlp_cluster) or a block per tile, and x read from shared memory as float4s
+// (fuse_mlp_proj) and the attention before it (fuse_mlp_attention: its values are the attention
+// kernel's), as 8-CTA clusters (mlp_cluster) or a block per tile, and x read from shared memory as float4s
 // (smem_vec4) compute every sum as before, in the same order: the logits equal those of the
 // generated GEMMs without them (weights early, each MLP two kernels) bitwise, on random ids at
 // (2, 16) and on the grammar probes (B = 126, T = 7: 882 rows, which tiles of 4 do not divide).
@@ -300,7 +313,8 @@ TEST(CompileCuda, FusedMlpAndEarlyWeightsChangeNoBit) {
 
 // The attention kernel's other layouts (a warp per query): heads of 12 floats (scalar staging),
 // of 40 (two dimensions per lane), 37 queries (two key chunks per lane, a part-empty last query
-// tile); standalone and as its projection's GEMM prologue (heads of 12; heads of 40 stay apart).
+// tile); standalone, as its projection's GEMM prologue and as the MLP kernel's first stage (heads
+// of 12, with 4-row tiles that span two sequences: 74 rows; heads of 40 stay apart).
 TEST(CompileCuda, AttentionLayoutsMatchEager) {
   SKIP_WITHOUT_GPU();
   for (const auto& [heads, d] : {std::pair{2, 24}, std::pair{1, 40}}) {
@@ -309,7 +323,7 @@ TEST(CompileCuda, AttentionLayoutsMatchEager) {
     c.d_model = d;
     c.block_size = 40;
     const GrammarMiniGPT model(c, random_weights(c, 4));
-    for (int prologue : {1, 2}) expect_model_matches(model, 2, 37, 13, true, false, false, prologue);
+    for (int prologue : {1, 2, 3}) expect_model_matches(model, 2, 37, 13, true, false, false, prologue);
   }
 }
 

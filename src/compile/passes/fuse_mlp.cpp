@@ -19,6 +19,13 @@
 // it is not a graph output, P is alone in its group, its x at most kMlpMaxIn wide and the merge
 // keeps the kernels acyclic: the group is P, the layernorm's nodes, A, B; P's result is no
 // longer materialised (plan_buffers' rule: a matmul read only inside its group).
+//
+// With `attention` too (fuse_mlp_attention), then the attention A before such a P: a prefill's
+// (keys from its own qkv rows, no KV cache, offset 0) alone in its group, its heads at most
+// kPrologueMaxHeadDim wide and its keys at most kPrologueMaxKeys, its result read by P alone and
+// not a graph output, the merge keeping the kernels acyclic: the group is A, P, the layernorm's
+// nodes, fc1, fc2; A's result is no longer materialised (plan_buffers' rule: an attention whose
+// reader in its group is a GEMM's x). A transformer block is then two kernels.
 #include "compile/passes/passes.h"
 
 namespace minigpt::compile {
@@ -56,7 +63,23 @@ int mlp_proj(const Graph& g, int gi) {
   return can_merge(g, pn.group, gi) ? found : -1;
 }
 
-Graph fuse_mlp(const Graph& src, bool proj) {
+// The attention A that MLP group `gi`, with its projection P first, may take in before P, or -1.
+int mlp_attention(const Graph& g, int gi) {
+  const std::vector<int> m = members(g, gi);
+  if (m.size() < 4 || g.nodes[static_cast<size_t>(m[0])].op != Op::Matmul) return -1;
+  const int x = g.nodes[static_cast<size_t>(m[0])].inputs[0];  // P's x
+  const int p = g.tensor(x).producer;
+  if (p < 0 || g.is_graph_output(x) || g.consumers(x).size() != 1) return -1;
+  const Node& an = g.nodes[static_cast<size_t>(p)];
+  if (an.op != Op::Attention || members(g, an.group).size() != 1) return -1;
+  const auto& qkv = g.tensor(an.inputs[0]).shape;  // (B, T, 3C)
+  if (data_inputs(an) != 1 || an.runtime_offset || an.offset != 0 || qkv[2] / 3 / an.heads > kPrologueMaxHeadDim ||
+      qkv[1] > kPrologueMaxKeys)
+    return -1;
+  return can_merge(g, an.group, gi) ? p : -1;
+}
+
+Graph fuse_mlp(const Graph& src, bool proj, bool attention) {
   Graph g = src;
   normalize_groups(g);  // every node in some group
   for (size_t i = 0; i < g.nodes.size(); ++i) {  // restarts after every merge (nodes move)
@@ -94,6 +117,18 @@ Graph fuse_mlp(const Graph& src, bool proj) {
     for (Node& n : g.nodes)
       if (n.group == from) n.group = to;
     normalize_groups(g);  // P first, then the layernorm, fc1, fc2
+    i = static_cast<size_t>(-1);
+  }
+  if (!attention) return g;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {  // every MLP group's fc2; restarts after every merge
+    const Node& b = g.nodes[i];
+    if (b.op != Op::Matmul || i < 2 || g.nodes[i - 1].op != Op::Matmul || g.nodes[i - 1].group != b.group) continue;
+    const int a = mlp_attention(g, b.group);
+    if (a < 0) continue;
+    const int from = g.nodes[static_cast<size_t>(a)].group, to = b.group;
+    for (Node& n : g.nodes)
+      if (n.group == from) n.group = to;
+    normalize_groups(g);  // the attention first, then P, the layernorm, fc1, fc2
     i = static_cast<size_t>(-1);
   }
   return g;

@@ -14,7 +14,8 @@
 //                     memory first
 //   fuse_mlp          (opt-in, CUDA) an MLP's fc1 (with its layernorm prologue) and fc2 as one
 //                     group: the GEMM computes its tile's rows of h in shared memory first; with
-//                     fuse_mlp_proj also the attention's projection before the layernorm
+//                     fuse_mlp_proj also the attention's projection before the layernorm, and
+//                     with fuse_mlp_attention the prefill attention before that projection
 //   remove_dead       nodes whose result reaches no output dropped
 //   plan_buffers      every materialised intermediate gets an arena offset; tensors whose
 //                     lifetimes (in kernels) do not overlap share bytes
@@ -37,7 +38,7 @@ Graph fuse_reductions(const Graph& g);
 // rowwise: fold row-wise groups (layernorms); attention: fold prefill attentions.
 Graph matmul_prologue(const Graph& g, bool rowwise = true, bool attention = true);
 // proj: also the matmul whose result the MLP's layernorm reads (the attention's projection)
-Graph fuse_mlp(const Graph& g, bool proj = false);
+Graph fuse_mlp(const Graph& g, bool proj = false, bool attention = false);
 Graph remove_dead(const Graph& g);
 Graph plan_buffers(const Graph& g);
 
@@ -55,6 +56,8 @@ struct PassOptions {
   // with fuse_mlp: the attention's output projection (the matmul the MLP's layernorm reads) in
   // the MLP's group too
   bool fuse_mlp_proj = false;
+  // with fuse_mlp_proj: a prefill's attention before that projection in the group too
+  bool fuse_mlp_attention = false;
 };
 
 // The widest rows matmul_prologue folds into a GEMM (a tile's rows live in shared memory).

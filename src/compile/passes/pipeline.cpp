@@ -23,7 +23,7 @@ Graph run_passes(const Graph& captured, const PassOptions& opt) {
       verify(g, "matmul_prologue");
     }
     if (opt.fuse_mlp) {
-      g = fuse_mlp(g, opt.fuse_mlp_proj);
+      g = fuse_mlp(g, opt.fuse_mlp_proj, opt.fuse_mlp_proj && opt.fuse_mlp_attention);
       verify(g, "fuse_mlp");
     }
   } else {
