@@ -16,9 +16,9 @@
 // shared-memory tiled GEMM with the epilogue fused (runner_cuda.h says which variant each mode
 // runs), which may take a prologue (passes.h's matmul_prologue): a layernorm, or an attention,
 // computing the GEMM tile's rows of x in shared memory, so that x is never stored; or (fuse_mlp)
-// a whole MLP, with the attention's projection before it, as one kernel (h and the projection's
-// rows in shared memory; a block per row tile, or a cluster of 8 CTAs each owning an eighth of h
-// and of fc2's K). A kernel whose code is an earlier one's (the same op of another block) is emitted once
+// a whole MLP, with the attention's projection and (fuse_mlp_attention) the prefill attention
+// before it, as one kernel (the attention's rows, h and the projection's rows in shared memory; a
+// block per row tile, or a cluster of 8 CTAs each owning an eighth of h and of fc2's K). A kernel whose code is an earlier one's (the same op of another block) is emitted once
 // and launched under that name. With megakernel, every kernel becomes a stage of one launch
 // (codegen_cuda_mega.h).
 //

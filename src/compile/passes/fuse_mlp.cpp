@@ -79,6 +79,23 @@ int mlp_attention(const Graph& g, int gi) {
   return can_merge(g, an.group, gi) ? p : -1;
 }
 
+// Into every MLP group (found from its fc2, the second of two matmuls of one group), the group of
+// the node `pick(g, group)` names (-1: none); the merged group's nodes in graph order, so the
+// picked node's group first. Restarts after every merge (nodes move).
+void merge_before_mlps(Graph& g, int (*pick)(const Graph&, int)) {
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& b = g.nodes[i];
+    if (b.op != Op::Matmul || i < 2 || g.nodes[i - 1].op != Op::Matmul || g.nodes[i - 1].group != b.group) continue;
+    const int p = pick(g, b.group);
+    if (p < 0) continue;
+    const int from = g.nodes[static_cast<size_t>(p)].group, to = b.group;
+    for (Node& n : g.nodes)
+      if (n.group == from) n.group = to;
+    normalize_groups(g);
+    i = static_cast<size_t>(-1);
+  }
+}
+
 Graph fuse_mlp(const Graph& src, bool proj, bool attention) {
   Graph g = src;
   normalize_groups(g);  // every node in some group
@@ -107,30 +124,8 @@ Graph fuse_mlp(const Graph& src, bool proj, bool attention) {
     normalize_groups(g);  // B follows A's nodes; h is no longer materialised
     i = static_cast<size_t>(-1);
   }
-  if (!proj) return g;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {  // every MLP group's fc2; restarts after every merge
-    const Node& b = g.nodes[i];
-    if (b.op != Op::Matmul || i < 2 || g.nodes[i - 1].op != Op::Matmul || g.nodes[i - 1].group != b.group) continue;
-    const int p = mlp_proj(g, b.group);
-    if (p < 0) continue;
-    const int from = g.nodes[static_cast<size_t>(p)].group, to = b.group;
-    for (Node& n : g.nodes)
-      if (n.group == from) n.group = to;
-    normalize_groups(g);  // P first, then the layernorm, fc1, fc2
-    i = static_cast<size_t>(-1);
-  }
-  if (!attention) return g;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {  // every MLP group's fc2; restarts after every merge
-    const Node& b = g.nodes[i];
-    if (b.op != Op::Matmul || i < 2 || g.nodes[i - 1].op != Op::Matmul || g.nodes[i - 1].group != b.group) continue;
-    const int a = mlp_attention(g, b.group);
-    if (a < 0) continue;
-    const int from = g.nodes[static_cast<size_t>(a)].group, to = b.group;
-    for (Node& n : g.nodes)
-      if (n.group == from) n.group = to;
-    normalize_groups(g);  // the attention first, then P, the layernorm, fc1, fc2
-    i = static_cast<size_t>(-1);
-  }
+  if (proj) merge_before_mlps(g, mlp_proj);  // P first, then the layernorm, fc1, fc2
+  if (proj && attention) merge_before_mlps(g, mlp_attention);  // the attention first, then P, ...
   return g;
 }
 
