@@ -88,8 +88,13 @@ struct CudaCodegenOptions {
   // attention_stage): each CTA stages the k and v rows of its tile's sequences in shared memory
   // and computes the tile's rows of the attention there, a warp per (row, head), in the attention
   // kernel's arithmetic and order (the same values, bitwise); the attention's result is never
-  // stored. A transformer block is two kernels: 4 fewer launches again (10 in all).
-  bool fuse_mlp_attention = true;
+  // stored. A transformer block is two kernels: 4 fewer launches again (10 in all). Off by
+  // default: measured slower on the H200 (experiments/25-compile/REPORT.md 7f, 2026-12-01 22:42):
+  // the whole forward at (2, 16) 39.4-39.6 us against 35.4-35.6 us with the attention apart; the
+  // fused kernel 7.6-7.7 us against 1.33 + 6.0 us for the attention and the MLP kernel apart (every
+  // CTA of a cluster computes the tile's 16 (row, head) pairs, 2 per warp, after two dependent L2
+  // round trips: k and v staged, then q). max-autotune still times it ("attn-mlp").
+  bool fuse_mlp_attention = false;
   // With fuse_mlp (sm_90+, not in the megakernel): the MLP kernel as a grid of 8-CTA thread-block
   // clusters, one per tile of mlp_rows rows: CTA c computes h's columns [c H/8, (c + 1) H/8) and
   // fc2's K slice c of every output, and the cluster adds the 8 slices' partial sums in order

@@ -36,14 +36,13 @@ namespace {
 const std::string kModel = std::string(MINIGPT_SOURCE_DIR) + "/models/grammar-minigpt.safetensors";
 const std::string kProbes = std::string(MINIGPT_SOURCE_DIR) + "/tests/probes/grammar_probes.tsv";
 
-// prologue: 0 none, 1 the layernorms' (the default: each prefill attention in its MLP kernel,
-// fuse_mlp_attention), 2 the layernorms' and the attentions', 3 the layernorms', each attention a
-// kernel of its own
+// prologue: 0 none, 1 the layernorms' (the default), 2 the layernorms' and the attentions', 3 the
+// layernorms', each prefill attention the first stage of its MLP kernel (fuse_mlp_attention)
 CudaCompileOptions cuda_options(bool generated_gemm = false, bool pdl = false, bool megakernel = false, int prologue = 1) {
   CudaCompileOptions o;
   o.codegen.matmul_prologue = prologue >= 1;
   o.codegen.attention_prologue = prologue == 2;
-  o.codegen.fuse_mlp_attention = prologue != 3;
+  o.codegen.fuse_mlp_attention = prologue == 3;
   o.cache_dir = std::filesystem::path(MINIGPT_BINARY_DIR) / "compile_cuda_test_cache";
   o.quiet = true;
   o.codegen.generated_gemm = generated_gemm || megakernel;
@@ -97,7 +96,7 @@ float expect_model_matches(const GrammarMiniGPT& model, int64_t B, int64_t T, ui
               !generated_gemm || prologue == 1 ? ""
               : prologue == 0                  ? ", layernorms unfused"
               : prologue == 2                  ? ", attention prologue"
-                                               : ", attention apart",
+                                               : ", attention in the MLP kernel",
               static_cast<long long>(B), static_cast<long long>(T), dl, dp, dc);
   return dl;
 }

@@ -127,8 +127,8 @@ std::string variant_name(const CudaCodegenOptions& cg) {
                                    ? fmt::format(" rows{}", cg.mlp_rows)
                                    : "") +
                               (cg.generated_gemm && cg.fuse_mlp && !cg.fuse_mlp_proj ? " proj-apart" : "") +
-                              (cg.generated_gemm && cg.fuse_mlp && cg.fuse_mlp_proj && !cg.fuse_mlp_attention && !cg.megakernel
-                                   ? " attn-apart"
+                              (cg.generated_gemm && cg.fuse_mlp && cg.fuse_mlp_proj && cg.fuse_mlp_attention && !cg.megakernel
+                                   ? " attn-mlp"
                                    : "") +
                               (cg.generated_gemm && cg.fuse_mlp && !cg.mlp_cluster && !cg.megakernel ? " no-cluster" : "") +
                               (cg.generated_gemm && cg.smem_vec4 ? " smem-vec4" : "");
@@ -246,7 +246,7 @@ CudaCodegenOptions default_cuda_variant(const Graph& captured, std::string& why)
   cg.pdl = major >= 9;
   cg.fuse_mlp = major >= 9;  // the MLP kernel's clusters need sm_90 (its block form loses on the H200)
   why = fmt::format("default rule: every matmul launch-bound (at most {} rows <= {}): generated GEMMs{}", rows, kLaunchBoundRows,
-                    cg.pdl ? " with PDL and the attention + projection + MLP in 8-CTA clusters (sm_90+)" : "");
+                    cg.pdl ? " with PDL and the projection + MLP in 8-CTA clusters (sm_90+)" : "");
   return cg;
 }
 
@@ -272,8 +272,8 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     // PDL (Hopper and later) in several forms: each built and its graph timed; the fastest kept. A
     // candidate that fails to build or launch is skipped with a line saying why. Its name says
     // what differs from the generated GEMMs' defaults (variant_name, codegen_cuda.h; each MLP with
-    // the attention and its projection before it one kernel of 8-CTA clusters on 4-row tiles):
-    // "rowsN" another tile height, "attn-apart" the attention a kernel of its own (7e's default),
+    // the attention's projection before it one kernel of 8-CTA clusters on 4-row tiles): "rowsN"
+    // another tile height, "attn-mlp" the prefill attention in that kernel too (fuse_mlp_attention),
     // "proj-apart" without the projection, "no-cluster" a block per tile
     // owning every column, "mlp-apart" fc1 and fc2 two kernels (7d's default), "attn-prologue"
     // each attention fused into its projection's GEMM, "smem-vec4" the GEMMs' x read from shared
@@ -296,7 +296,7 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     if (major >= 9) {
       add(true, true, [](CudaCodegenOptions&) {});
       for (int rows : {2, 1}) add(true, true, [rows](CudaCodegenOptions& c) { c.mlp_rows = rows; });
-      add(true, true, [](CudaCodegenOptions& c) { c.fuse_mlp_attention = false; });
+      add(true, true, [](CudaCodegenOptions& c) { c.fuse_mlp_attention = true; });
       add(true, true, [](CudaCodegenOptions& c) { c.fuse_mlp_proj = false; });
       add(true, true, [](CudaCodegenOptions& c) {
         c.mlp_cluster = false;
