@@ -62,7 +62,7 @@ struct CudaCodegenOptions {
   // against 45.5 us (2026-12-01 19:15). max-autotune still times it ("attn-prologue").
   bool attention_prologue = false;
   // With generated_gemm: each MLP (fc1 with its layernorm prologue, GELU, then fc2) one kernel
-  // (PassOptions::fuse_mlp; codegen_cuda.cpp's generate_mlp): a tile of mlp_rows rows per
+  // (PassOptions::fuse_mlp; codegen_cuda_mlp.cpp's generate_mlp): a tile of mlp_rows rows per
   // cluster of 8 CTAs (mlp_cluster) or per block, h kept in shared memory, the weights loaded
   // before PDL's wait; fc1's and fc2's sums in the order of their own GEMM kernels (the same
   // values, bitwise); h is never stored, 4 fewer launches in the 4-block model, 8 with the

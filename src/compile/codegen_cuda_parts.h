@@ -1,0 +1,52 @@
+// The CUDA back end's generators, shared between its source files: codegen_cuda.cpp (row-wise
+// kernels, the attention, the GEMMs, the whole source and its launch plan) and
+// codegen_cuda_mlp.cpp (the MLP kernel: the projection, layernorm, fc1 and fc2 of a block as
+// one kernel, in a block per tile or in thread-block clusters). Internal to src/compile: the
+// public interface is codegen_cuda.h.
+#pragma once
+
+#include "compile/codegen_cuda.h"
+#include "compile/ir.h"
+#include "compile/schedule.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace minigpt::compile::cuda_gen {
+
+// A line a kernel may put where PDL's griddepcontrol.wait is to go (everything above it reads
+// only weights, which no kernel of the graph writes); with_pdl_prologue replaces it, and without
+// PDL it stays a comment.
+inline constexpr const char* kPdlWaitPoint =
+    "// (the reads above are of weights only: PDL's wait, when launched with it, goes here)\n";
+
+// Tensor `id` as the kernel comments name it.
+std::string describe(const Graph& g, int id);
+// The comment every kernel starts with, and its launch.
+std::string kernel_comment(const Graph& g, const Kernel& k, const std::vector<std::string>& params, const std::string& launch);
+
+// A matmul node's epilogue, in words ("GELU(x W^T + b)") and as code on v at output `index`,
+// column `col` (the bias read at bias_at, the residual at res_at, when given).
+std::string epilogue_text(const Node& n);
+std::string epilogue_code(const Node& n, const std::string& index, const std::string& col, const std::string& bias_at = "",
+                          const std::string& res_at = "");
+
+// A GEMM's row-wise prologue (a layernorm, with what fuse_reductions put before it) computing
+// the tile's `rows` rows of x into shared memory, a warp per row; its parameters appended.
+std::string rowwise_prologue(const Graph& g, const Kernel& k, int rows, int64_t tiles_m, std::vector<std::string>& sig,
+                             std::vector<std::string>& params, std::vector<int>& args, int smem_in = -1);
+// The prefill attention as a kernel's first stage (fuse_mlp_attention): the tile's rows of its
+// output into the shared array `out`; its parameters appended.
+std::string attention_stage(const Graph& g, const Node& a, int R, int threads, const std::string& out, std::vector<std::string>& sig,
+                            std::vector<std::string>& params, std::vector<int>& args);
+// x's `rows` rows of the tile copied into the shared array xs by the whole block (coalesced).
+std::string staged_x(int64_t N, int64_t K, int rows, int threads, const std::string& x = "x", const std::string& xs = "xs");
+// The shared array `name`'s declarations in code made __align__(16) (float4 reads).
+void align_shared(std::string& code, const std::string& name);
+
+// The MLP kernel (codegen_cuda_mlp.cpp): kernel k, an MLP group of fuse_mlp, on tiles of R rows,
+// in 8-CTA clusters when cluster_asked and the shapes fit (else a block per tile); its launch.
+std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked);
+
+}  // namespace minigpt::compile::cuda_gen
