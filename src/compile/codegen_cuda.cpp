@@ -5,7 +5,8 @@
 // its extern "C" __global__ function(s), or for a kernel identical to an earlier one its comment
 // and the name it is launched under), and the host's launch sequence as a closing comment. The
 // megakernel form puts every kernel's function in as a stage of one cluster launch instead
-// (codegen_cuda_mega.cpp).
+// (codegen_cuda_mega.cpp). The MLP kernel (fuse_mlp) is generated in codegen_cuda_mlp.cpp, with
+// the helpers declared in codegen_cuda_parts.h.
 //
 // Row-wise kernels (gathers, pointwise ops, reductions over the last axis), for R rows of C
 // columns: TPR threads per row (a warp up to C = 1024, else a block of up to 1024), RPB rows per
