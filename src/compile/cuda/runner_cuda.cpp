@@ -184,6 +184,14 @@ double median_event_us(cudaStream_t stream, const std::function<void()>& work, i
   return median(t);
 }
 
+// The current device's compute capability major: 9 on Hopper (PDL, thread-block clusters).
+int device_cc_major() {
+  int major = 0, dev = 0;
+  MG_CUDA(cudaGetDevice(&dev));
+  MG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  return major;
+}
+
 }  // namespace
 
 class CudaModule {
@@ -239,9 +247,7 @@ CudaCodegenOptions default_cuda_variant(const Graph& captured, std::string& why)
     why = fmt::format("default rule: a matmul of {} rows (> {}): cuBLAS", rows, kLaunchBoundRows);
     return cg;
   }
-  int major = 0, dev = 0;
-  MG_CUDA(cudaGetDevice(&dev));
-  MG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  const int major = device_cc_major();
   cg.generated_gemm = true;
   cg.pdl = major >= 9;
   cg.fuse_mlp = major >= 9;  // the MLP kernel's clusters need sm_90 (its block form loses on the H200)
@@ -288,9 +294,7 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
       edit(cg);
       candidates.push_back(cg);
     };
-    int major = 0, dev = 0;
-    MG_CUDA(cudaGetDevice(&dev));
-    MG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    const int major = device_cc_major();
     add(false, false, [](CudaCodegenOptions&) {});
     add(true, false, [major](CudaCodegenOptions& c) { c.fuse_mlp = major >= 9; });  // (clusters: sm_90+)
     if (major >= 9) {
@@ -371,9 +375,7 @@ CudaCompiledGraph::~CudaCompiledGraph() {
 void CudaCompiledGraph::build(const CudaCompileOptions& opt, const CudaCodegenOptions& asked, const std::string& variant) {
   release();
   CudaCodegenOptions codegen = asked;
-  int major = 0, dev = 0;
-  MG_CUDA(cudaGetDevice(&dev));
-  MG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  const int major = device_cc_major();
   if (major < 9) codegen.mlp_cluster = false;  // thread-block clusters need sm_90: the MLP kernel's block form
   lowered_ = lower_cuda(captured_, opt.passes, codegen);
   stats_.passes_s = lowered_.passes_s;
