@@ -308,21 +308,22 @@ __device__ __forceinline__ void fc2_partials(const Ctx& c, const float* h, const
     }
   }
 }
-// Second half, once every CTA's partials are here: this CTA's pc columns of xout = xin + (the
-// F/16 partials added in slice order) + b, pushed to every CTA: (sum + b) + x, as residual_stage.
+// An owner's sum, once every CTA's partials are here: this CTA's pc columns of xout = xin +
+// (the `count` partials of parts (count, N, pc) added in order) + b, pushed to every CTA: (sum +
+// b) + x, as residual_stage. fc2 by k: the F/16 slices' partials (p2); proj by heads with Net<true>:
+// the H heads' partials in head order (pp).
 template <bool kP2P>
-__device__ __forceinline__ void fc2_finish(const Ctx& c, const float* bias, const float* xin, float* xout,
-                                           const Net<kP2P>& net) {
+__device__ __forceinline__ void owner_sum_stage(const Ctx& c, const float* parts, int count, const float* bias,
+                                                const float* xin, float* xout, const Net<kP2P>& net, int bar) {
   const MegaLayout& S = c.S;
   const int N = S.N, pc = S.pc, n0 = c.r * pc;
-  const float* p2 = c.sm + S.p2;
   for (int u = threadIdx.x; u < N * (pc / 4); u += kThreads) {
     const int m = u % N, j0 = (u / N) * 4;
     float4 v = {0.f, 0.f, 0.f, 0.f};
-    for (int s = 0; s < S.ns2; ++s) v = add4(v, *reinterpret_cast<const float4*>(p2 + (s * N + m) * pc + j0));
+    for (int s = 0; s < count; ++s) v = add4(v, *reinterpret_cast<const float4*>(parts + (s * N + m) * pc + j0));
     const int at = m * S.sC + n0 + j0;
     const float4 y = make_float4(v.x + bias[j0], v.y + bias[j0 + 1], v.z + bias[j0 + 2], v.w + bias[j0 + 3]);
-    net.all4(xout + at, add4(y, *reinterpret_cast<const float4*>(xin + at)), kBarX);
+    net.all4(xout + at, add4(y, *reinterpret_cast<const float4*>(xin + at)), bar);
   }
 }
 
@@ -446,17 +447,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     stamp<kTrace>(r, trace_slot(l, 4));
     net.wait(kBarAtt, att_bytes, parity);
     if (kP2P && d.head_proj) {  // this CTA's columns of x1 = (the heads' partials in head order) + b + x
-      const float* pp = sm + S.pp;
-      const int n0 = r * S.pc;
-      for (int u = tid; u < N * (S.pc / 4); u += kThreads) {
-        const int m = u % N, j0 = (u / N) * 4;
-        float4 v = {0.f, 0.f, 0.f, 0.f};
-        for (int hh = 0; hh < d.H; ++hh) v = add4(v, *reinterpret_cast<const float4*>(pp + (hh * N + m) * S.pc + j0));
-        const float* b = base + S.projb + n0 + j0;
-        const int at = m * S.sC + n0 + j0;
-        const float4 y = make_float4(v.x + b[0], v.y + b[1], v.z + b[2], v.w + b[3]);
-        net.all4(xm + at, add4(y, *reinterpret_cast<const float4*>(x + at)), kBarX1);
-      }
+      owner_sum_stage(c, sm + S.pp, d.H, base + S.projb + r * S.pc, x, xm, net, kBarX1);
       net.wait(kBarX1, x_bytes, parity);
     } else if (d.head_proj) {  // x += (the heads' partials, summed in head order) + b, every CTA all of it
       const float* pp = sm + S.pp;
@@ -498,7 +489,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     net.wait(kBarP2, p2_bytes, parity);
     stamp<kTrace>(r, trace_slot(l, 8));
     if (fc2k)
-      fc2_finish(c, base + S.fc2b, xm, x, net);
+      owner_sum_stage(c, sm + S.p2, S.ns2, base + S.fc2b, xm, x, net, kBarX);
     else
       residual_stage<kSplit>(c, h, S.sF, d.F, base + S.fc2, S.sF, base + S.fc2b, xm, x, net, kBarX);
     stamp<kTrace>(r, trace_slot(l, 9));
