@@ -44,11 +44,10 @@ def gpu_logits_in_child(path, proj):
     return np.frombuffer(out, dtype=np.float64).reshape(IDS.shape + (-1,))
 
 
-def cuda_visible():
+def cuda_visible(path):
     try:
         import minigpt
-        minigpt.Model.load(sys.argv[1] if len(sys.argv) > 1 else "models/grammar-minigpt.safetensors",
-                           device="cuda")
+        minigpt.Model.load(path, device="cuda")
         return True
     except Exception as e:  # no GPU, or a build without CUDA: say so, and compare the CPU only
         print(f"(no GPU rows: {e})")
@@ -64,7 +63,7 @@ def main():
     exact = nm.logits_in_precision(f, IDS, np.float64)
     cpu = engine_logits(path, "cpu")
     rows = [("NumPy float32", nm.logits_in_precision(f, IDS, np.float32)), ("CPU engine", cpu)]
-    if cuda_visible():
+    if cuda_visible(path):
         for label, proj in (("GPU default plan", ""), ("GPU megakernel, proj by columns", "columns"),
                             ("GPU megakernel, proj by heads", "heads")):
             rows.append((label, gpu_logits_in_child(path, proj)))
