@@ -314,11 +314,13 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
                                                           launch.grid, R, kThreads, proj ? "the projection and " : ""));
   if (cluster_asked && !cluster)
     code += fmt::format("//   (not in clusters: H {}, M {}, K1 {}, {} rows per tile do not fit the cluster form; a block per tile)\n", H, M, K1, R);
-  code += fmt::format("//   the MLP as one kernel: each block computes its {} rows of {}x (the prologue), of h = fc1's result\n"
-                      "//   (shared memory, never stored) and of y, every column; the sums in the order of the GEMMs' own kernels\n",
-                      R, attn ? "the attention and the projection (shared memory, never stored), of "
-                         : proj ? "the projection (shared memory, never stored), of "
-                                : "");
+  code += fmt::format("//   the MLP as one kernel: {} its {} rows of {}x (the prologue), of h = fc1's result\n"
+                      "//   (shared memory, never stored) and of y, {}; the sums in the order of the GEMMs' own kernels\n",
+                      cluster ? "each cluster computes" : "each block computes", R,
+                      attn ? "the attention and the projection (shared memory, never stored), of "
+                      : proj ? "the projection (shared memory, never stored), of "
+                             : "",
+                      cluster ? "every CTA an eighth of h's columns and of y's" : "every column");
   std::string sigs;
   for (size_t i = 0; i < sig.size(); ++i) sigs += fmt::format("{}    {}", i ? ",\n" : "", sig[i]);
   code += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(\n{}) {{\n", kThreads, k.name, sigs);
