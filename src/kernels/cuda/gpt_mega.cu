@@ -121,6 +121,27 @@ __global__ void gpt_mega_pack_kernel(const __grid_constant__ MegaParams p, int R
   for (int l = 0; l <= p.dims.L; ++l) pack_group(p, S, r, l, image + static_cast<int64_t>(r) * S.x);
 }
 
+// rows x (groups of 4 columns) = a W^T over k in [k0, k1), k in order; finish(m, j0, acc) gets
+// the 4 sums (no bias) of row m, columns j0..j0+3. Rows fastest over the lanes (gemm_stage). In
+// variant kV's row tiles (gemm_tiles) where rows divide, else a row per thread (main's form).
+template <int kV, class Finish>
+__device__ __forceinline__ void gemm_rows(const float* a, int lda, int rows, const float* w, int ldw, int k0, int k1,
+                                          int groups, Finish finish) {
+  constexpr int RW = tile_rows<kV>();
+  if constexpr (RW > 1) {
+    if (rows % RW == 0) {
+      gemm_tiles<RW>(a, lda, rows, w, ldw, k0, k1, groups, finish);
+      return;
+    }
+  }
+  for (int u = threadIdx.x; u < rows * groups; u += kThreads) {
+    const int m = u % rows, j0 = (u / rows) * 4;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    dot4(a + m * lda, w + j0 * ldw, ldw, k0, k1, acc);
+    finish(m, j0, static_cast<const float*>(acc));
+  }
+}
+
 // Stage A of layer l: every (sequence b, head hh) item of this CTA (items r, r + R, ...; all of
 // head r % H): ln1 of b's rows, the head's q, k, v, causal attention; att pushed to every CTA,
 // or (head_proj) kept here and its part of proj, att_h proj.weight[:, head's columns]^T for every
@@ -128,7 +149,7 @@ __global__ void gpt_mega_pack_kernel(const __grid_constant__ MegaParams p, int R
 // owning them only, a quarter of att's bytes at R = 16). The attention proper runs a warp per query
 // row: its scores (a lane per key), their softmax and its att columns, with no CTA barrier
 // between them (the row's values are the warp's own; T = 16: all 16 warps busy).
-template <class K, bool kSplit, bool kTrace, bool kP2P>
+template <class K, bool kSplit, bool kTrace, bool kP2P, int kV>
 __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<kP2P>& net) {
   const MegaDims& d = c.d;
   const MegaLayout& S = c.S;
@@ -162,13 +183,10 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<k
       }
     };
     if (!(kSplit && gemm_split_any(ln + row0 * S.sC, S.sC, T, C, base + S.qkv, S.sC, base + S.qkvb, 3 * dh, store_qkv))) {
-      for (int u = tid; u < T * groups; u += kThreads) {
-        const int t = u % T, j0 = (u / T) * 4;
-        float acc[4] = {0.f, 0.f, 0.f, 0.f};
-        dot4(ln + (row0 + t) * S.sC, base + S.qkv + j0 * S.sC, S.sC, 0, C, acc);
+      gemm_rows<kV>(ln + row0 * S.sC, S.sC, T, base + S.qkv, S.sC, 0, C, groups, [&](int t, int j0, const float* acc) {
         store_qkv(t, j0, make_float4(acc[0] + base[S.qkvb + j0], acc[1] + base[S.qkvb + j0 + 1],
                                      acc[2] + base[S.qkvb + j0 + 2], acc[3] + base[S.qkvb + j0 + 3]));
-      }
+      });
     }
     __syncthreads();
     stamp<kTrace>(c.r, trace_slot(l, 2));
@@ -214,16 +232,14 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<k
     if (d.head_proj) {
       __syncthreads();
       float* pp = c.sm + S.pp;
-      for (int u = tid; u < T * (C / 4); u += kThreads) {  // (t, 4 output columns), k in order
-        const int t = u % T, n0 = (u / T) * 4;
-        float acc[4] = {0.f, 0.f, 0.f, 0.f};
-        dot4(att + (row0 + t) * S.sC + hh * dh, base + S.proj + n0 * S.sd, S.sd, 0, dh, acc);
+      // (t, 4 output columns), k in order
+      gemm_rows<kV>(att + row0 * S.sC + hh * dh, S.sC, T, base + S.proj, S.sd, 0, dh, C / 4, [&](int t, int n0, const float* acc) {
         const float4 v = make_float4(acc[0], acc[1], acc[2], acc[3]);
         if constexpr (kP2P)  // to the CTA owning the columns only (pp: (H, N, pc))
           net.one4(pp + (hh * S.N + row0 + t) * S.pc + n0 % S.pc, v, static_cast<unsigned>(n0 / S.pc), kBarAtt);
         else
           push4(pp + (hh * S.N + row0 + t) * S.sC + n0, v, R);
-      }
+      });
     }
     __syncthreads();  // q, k, v, scores are reused by the next item
   }
@@ -237,19 +253,16 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<k
 // With the columns fastest (the version before), the lanes read weight rows 4 apart, which fall
 // in 2 of the 8 bank groups: the q, k, v stage took ~25 shared-memory wavefronts per k-step of 4
 // where this takes 6 (stage timestamps: the forward's q, k, v stage was ~6.7k cycles).
-template <bool kSplit, class Finish>
+template <bool kSplit, int kV = 0, class Finish>
 __device__ __forceinline__ void gemm_stage(const Ctx& c, const float* a, int lda, int K, const float* w, int ldw, const float* bias,
                            int cols, Finish finish) {
   const int N = c.S.N, groups = cols / 4, ns = ceil_div(K, kSlice), tid = threadIdx.x;
   float* part = c.sm + c.S.part;
   if (kSplit && gemm_split_any(a, lda, N, K, w, ldw, bias, cols, finish)) return;
   if (ns == 1) {
-    for (int u = tid; u < N * groups; u += kThreads) {
-      const int m = u % N, j0 = (u / N) * 4;
-      float acc[4] = {0.f, 0.f, 0.f, 0.f};
-      dot4(a + m * lda, w + j0 * ldw, ldw, 0, K, acc);
+    gemm_rows<kV>(a, lda, N, w, ldw, 0, K, groups, [&](int m, int j0, const float* acc) {
       finish(m, j0, make_float4(acc[0] + bias[j0], acc[1] + bias[j0 + 1], acc[2] + bias[j0 + 2], acc[3] + bias[j0 + 3]));
-    }
+    });
     return;
   }
   for (int u = tid; u < N * groups * ns; u += kThreads) {
@@ -292,38 +305,62 @@ __device__ __forceinline__ void residual_stage(const Ctx& c, const float* a, int
 // (f0 = r fc, written here by fc1) and each output (row m, 4 columns n0..n0+3), the slice's sum
 // in k order from 0, pushed to the CTA owning those columns (n0 / pc) at p2[(slice, m, n0 % pc)].
 // Rows run fastest over the lanes (one fc2.weight address per warp: a broadcast), as gemm_stage.
-template <bool kP2P>
+template <int kV, bool kP2P>
 __device__ __forceinline__ void fc2_partials(const Ctx& c, const float* h, const float* w, const Net<kP2P>& net) {
   const MegaLayout& S = c.S;
   const int N = S.N, g = c.d.C / 4, sl = S.fc / kFc2Slice, f0 = c.r * S.fc, ldw = S.fc + 4;
   float* p2 = c.sm + S.p2;
   for (int s = 0; s < sl; ++s) {
     float* dst = p2 + (f0 / kFc2Slice + s) * N * S.pc;
-    for (int u = threadIdx.x; u < N * g; u += kThreads) {
-      const int m = u % N, n0 = (u / N) * 4;
-      float acc[4] = {0.f, 0.f, 0.f, 0.f};
-      dot4(h + m * S.sF + f0, w + n0 * ldw, ldw, s * kFc2Slice, (s + 1) * kFc2Slice, acc);
+    gemm_rows<kV>(h + f0, S.sF, N, w, ldw, s * kFc2Slice, (s + 1) * kFc2Slice, g, [&](int m, int n0, const float* acc) {
       net.one4(dst + m * S.pc + n0 % S.pc, make_float4(acc[0], acc[1], acc[2], acc[3]), static_cast<unsigned>(n0 / S.pc),
                kBarP2);
-    }
+    });
   }
 }
 // An owner's sum, once every CTA's partials are here: this CTA's pc columns of xout = xin +
 // (the `count` partials of parts (count, N, pc) added in order) + b, pushed to every CTA: (sum +
 // b) + x, as residual_stage. fc2 by k: the F/16 slices' partials (p2); proj by heads with Net<true>:
 // the H heads' partials in head order (pp).
-template <bool kP2P>
+template <int kV, bool kP2P>
 __device__ __forceinline__ void owner_sum_stage(const Ctx& c, const float* parts, int count, const float* bias,
-                                                const float* xin, float* xout, const Net<kP2P>& net, int bar) {
+                                                const float* xin, float* xout, const Net<kP2P>& net, int bar,
+                                                bool rows_only = false) {
   const MegaLayout& S = c.S;
-  const int N = S.N, pc = S.pc, n0 = c.r * pc;
-  for (int u = threadIdx.x; u < N * (pc / 4); u += kThreads) {
-    const int m = u % N, j0 = (u / N) * 4;
+  const int N = S.N, pc = S.pc, n0 = c.r * pc, units = N * (pc / 4);
+  auto value = [&](int m, int j0) {  // (sum + b) + x, as the CPU
     float4 v = {0.f, 0.f, 0.f, 0.f};
     for (int s = 0; s < count; ++s) v = add4(v, *reinterpret_cast<const float4*>(parts + (s * N + m) * pc + j0));
-    const int at = m * S.sC + n0 + j0;
     const float4 y = make_float4(v.x + bias[j0], v.y + bias[j0 + 1], v.z + bias[j0 + 2], v.w + bias[j0 + 3]);
-    net.all4(xout + at, add4(y, *reinterpret_cast<const float4*>(xin + at)), bar);
+    return add4(y, *reinterpret_cast<const float4*>(xin + m * S.sC + n0 + j0));
+  };
+  // EXPERIMENT (issue 14, MINIGPT_MEGA_VARIANT bit 2): rows_only: row m only to the CTAs whose
+  // attention items read it (the CTAs q0 .. q0 + H - 1 of its sequence b, q0 = b H mod R: ln1's
+  // rows; the residual's columns are the owner's own), and always to itself
+  auto wants = [&](int m, int q) {
+    const int q0 = (m / c.d.T) * c.d.H % S.R;
+    return q == c.r || !rows_only || (q >= q0 && q < q0 + c.d.H);
+  };
+  if constexpr ((kV & 4) != 0 && kP2P) {
+    // EXPERIMENT (bit 4): (destination, output) over all threads, a warp per destination (each
+    // sum computed once per destination, the same order), where one warp sent to all R in turn
+    for (int i = threadIdx.x; i < units * S.R; i += kThreads) {
+      const int q = i / units, u = i % units, m = u % N, j0 = (u / N) * 4;
+      if (!wants(m, q)) continue;
+      net.one4(xout + m * S.sC + n0 + j0, value(m, j0), static_cast<unsigned>(q), bar);
+    }
+  } else {
+    for (int u = threadIdx.x; u < units; u += kThreads) {
+      const int m = u % N, j0 = (u / N) * 4;
+      const float4 v = value(m, j0);
+      float* at = xout + m * S.sC + n0 + j0;
+      if (!rows_only) {
+        net.all4(at, v, bar);
+      } else {
+        for (int q = 0; q < S.R; ++q)
+          if (wants(m, q)) net.one4(at, v, static_cast<unsigned>(q), bar);
+      }
+    }
   }
 }
 
@@ -335,7 +372,7 @@ __device__ __forceinline__ void owner_sum_stage(const Ctx& c, const float* parts
 // 512 threads per CTA; none before or as a separate instance), and the forward measured ~1.3 us
 // slower (H200, 63.0 -> 64.4 us). kP2P: the stages hand over point to point (Net<true>,
 // mega_p2p: the forward of the shipped architecture); a forward's arithmetic is the same either way.
-template <class K, bool kSplit, bool kTrace = false, bool kP2P = false>
+template <class K, bool kSplit, bool kTrace = false, bool kP2P = false, int kV = 0>
 __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_constant__ MegaParams p, int R) {
   extern __shared__ __align__(16) float sm[];
   const MegaDims d = fixed_dims<K>(p.dims);
@@ -353,17 +390,70 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   int* ids = reinterpret_cast<int*>(sm + S.ids);
   uint64_t* bars = reinterpret_cast<uint64_t*>(sm + S.bars);
   const Net<kP2P> net{reinterpret_cast<uint64_t*>(sm + S.nbars), R, r};
-  if (tid == 0) {
-    issue_weight_copies(sm, bars, S, d.L, p.image + static_cast<int64_t>(r) * S.x);
-    if constexpr (kP2P)
-      for (int b = 0; b < kNetBars; ++b) detail::mbarrier_init(net.bars + b);
+  const bool out_of_range = pos0 < 0 || pos0 + d.T > d.capacity || pos0 + d.T > d.P;
+  float* x = sm + S.x;
+  if constexpr ((kV & 1) != 0) {
+    // EXPERIMENT (issue 14, MINIGPT_MEGA_VARIANT bit 1): every mbarrier initialised behind ONE
+    // fence (was one per barrier: ten); the embedding by warps 1.. with each row's id loaded by
+    // the threads that use it (no round trip through shared memory and a CTA barrier before the
+    // embedding's loads; warp 0 is thread 0's, which issues the copies)
+    if (tid == 0) {
+      for (int g = 0; g <= d.L; ++g) detail::mbarrier_init_unfenced(&bars[g]);
+      if constexpr (kP2P)
+        for (int b = 0; b < kNetBars; ++b) detail::mbarrier_init_unfenced(net.bars + b);
+      detail::fence_mbarrier_init();
+      const float* img = p.image + static_cast<int64_t>(r) * S.x;
+      for (int g = 0; g <= d.L; ++g) {
+        const int off = group_offset(S, d.L, g);
+        const unsigned bytes = static_cast<unsigned>(group_floats(S, d.L, g)) * sizeof(float);
+        detail::mbarrier_arrive_expect_tx(&bars[g], bytes);
+        detail::bulk_load(sm + off, img + off, bytes, &bars[g]);
+      }
+    } else if (tid >= 32 && !out_of_range) {
+      constexpr int kE = kThreads - 32;  // embedding threads
+      const int n4 = N * C / 4;          // float4s of x
+      for (int f0 = tid - 32; f0 < n4; f0 += 2 * kE) {
+        int id[2];
+        float4 v[2];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int f = f0 + j * kE;
+          id[j] = f < n4 ? (p.ids ? p.ids[f * 4 / C] : p.id) : 0;
+        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int f = f0 + j * kE, m = f * 4 / C, e = f * 4 % C;
+          v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+          if (f >= n4) continue;
+          const float4 pe = __ldg(reinterpret_cast<const float4*>(p.wpe + static_cast<int64_t>(pos0 + m % d.T) * C + e));
+          if (id[j] < 0 || id[j] >= d.V) {
+            v[j] = make_float4(CUDART_NAN_F, CUDART_NAN_F, CUDART_NAN_F, CUDART_NAN_F);
+          } else {
+            const float4 te = __ldg(reinterpret_cast<const float4*>(p.wte + static_cast<int64_t>(id[j]) * C + e));
+            v[j] = add4(te, pe);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int f = f0 + j * kE;
+          if (f < n4) *reinterpret_cast<float4*>(x + (f * 4 / C) * S.sC + f * 4 % C) = v[j];
+        }
+      }
+    }
+    __syncthreads();  // the barriers are initialised before anyone waits on them; x is in
+  } else {
+    if (tid == 0) {
+      issue_weight_copies(sm, bars, S, d.L, p.image + static_cast<int64_t>(r) * S.x);
+      if constexpr (kP2P)
+        for (int b = 0; b < kNetBars; ++b) detail::mbarrier_init(net.bars + b);
+    }
+    // the ids after the copies are issued (thread 0 would wait for its id's load first)
+    for (int m = tid; m < N; m += kThreads) ids[m] = p.ids ? p.ids[m] : p.id;
+    __syncthreads();  // the barriers are initialised before anyone waits on them; ids are in
   }
-  // the ids after the copies are issued (thread 0 would wait for its id's load first)
-  for (int m = tid; m < N; m += kThreads) ids[m] = p.ids ? p.ids[m] : p.id;
-  __syncthreads();  // the barriers are initialised before anyone waits on them; ids are in
 
   // 2. out of range: NaN outputs, and leave before any cluster barrier (once the copies have landed)
-  if (pos0 < 0 || pos0 + d.T > d.capacity || pos0 + d.T > d.P) {
+  if (out_of_range) {
     const int n0 = r * S.vc, vn = max(0, min(S.vc, d.V - n0));
     for (int i = tid; i < N * vn; i += kThreads) {
       const int64_t at = static_cast<int64_t>(i / vn) * d.V + n0 + i % vn;
@@ -378,8 +468,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
 
   // 3. the embedding of all N rows (a replica per CTA), and (decode) the earlier k, v rows of
   //    this CTA's head for every layer: loads first, then the stores (one round trip)
-  float* x = sm + S.x;
-  for (int i0 = 0; i0 < N * C; i0 += 16 * kThreads) {
+  for (int i0 = 0; i0 < ((kV & 1) != 0 ? 0 : N * C); i0 += 16 * kThreads) {
     float4 v[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -435,6 +524,10 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   const unsigned att_bytes = static_cast<unsigned>(d.head_proj ? (d.H * N - items * d.T) * S.pc
                                                                 : N * C - items * d.T * S.dh) * 4u;
   const unsigned x_bytes = static_cast<unsigned>(N * (C - S.pc)) * 4u;
+  // bit 2: the rows of the sequences this CTA's items read (b with b H mod R = its first head's CTA)
+  unsigned x_rows_bytes = 0;
+  for (int b = 0; b < d.B; ++b)
+    if (b * d.H % R == r - r % d.H) x_rows_bytes += static_cast<unsigned>(d.T * (C - S.pc)) * 4u;
   const unsigned p2_bytes = static_cast<unsigned>((S.ns2 - S.fc / kFc2Slice) * N * S.pc) * 4u;
   float* xm = kP2P ? sm + S.x1 : x;  // the residual between proj and fc2 (x1, or x in place)
   for (int l = 0; l < d.L; ++l) {
@@ -443,11 +536,11 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     __syncthreads();
     stamp<kTrace>(r, trace_slot(l, 0));
     const float* base = sm + l * S.layer;
-    attention_stage<K, kSplit, kTrace, kP2P>(c, l, net);
+    attention_stage<K, kSplit, kTrace, kP2P, kV>(c, l, net);
     stamp<kTrace>(r, trace_slot(l, 4));
     net.wait(kBarAtt, att_bytes, parity);
     if (kP2P && d.head_proj) {  // this CTA's columns of x1 = (the heads' partials in head order) + b + x
-      owner_sum_stage(c, sm + S.pp, d.H, base + S.projb + r * S.pc, x, xm, net, kBarX1);
+      owner_sum_stage<kV>(c, sm + S.pp, d.H, base + S.projb + r * S.pc, x, xm, net, kBarX1);
       net.wait(kBarX1, x_bytes, parity);
     } else if (d.head_proj) {  // x += (the heads' partials, summed in head order) + b, every CTA all of it
       const float* pp = sm + S.pp;
@@ -474,7 +567,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     // as a run-time branch ptxas spilled 32 bytes)
     constexpr bool kFc2kAlways = K::F > 0 && K::F % (16 * kFc2Slice) == 0;
     const bool fc2k = !kSplit && (kFc2kAlways || S.fc2k);
-    gemm_stage<kSplit>(c, ln, S.sC, C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
+    gemm_stage<kSplit, kV>(c, ln, S.sC, C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
       const float4 g = make_float4(gelu_erf(v.x), gelu_erf(v.y), gelu_erf(v.z), gelu_erf(v.w));
       if (fc2k)
         *reinterpret_cast<float4*>(h + m * S.sF + f0 + j0) = g;
@@ -483,17 +576,19 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     });
     if (fc2k) {
       __syncthreads();
-      fc2_partials(c, h, base + S.fc2, net);
+      fc2_partials<kV>(c, h, base + S.fc2, net);
     }
     stamp<kTrace>(r, trace_slot(l, 7));  // the trace's "fc1": with fc2 by k, fc1 + the partials
     net.wait(kBarP2, p2_bytes, parity);
     stamp<kTrace>(r, trace_slot(l, 8));
+    // bit 2: before the last layer, x only where the next ln1 reads it (the head's ln_f reads all)
+    const bool rows_only = (kV & 2) != 0 && kP2P && fc2k && l + 1 < d.L;
     if (fc2k)
-      owner_sum_stage(c, sm + S.p2, S.ns2, base + S.fc2b, xm, x, net, kBarX);
+      owner_sum_stage<kV>(c, sm + S.p2, S.ns2, base + S.fc2b, xm, x, net, kBarX, rows_only);
     else
       residual_stage<kSplit>(c, h, S.sF, d.F, base + S.fc2, S.sF, base + S.fc2b, xm, x, net, kBarX);
     stamp<kTrace>(r, trace_slot(l, 9));
-    net.wait(kBarX, x_bytes, parity);
+    net.wait(kBarX, rows_only ? x_rows_bytes : x_bytes, parity);
     stamp<kTrace>(r, trace_slot(l, 10));
   }
 
@@ -517,13 +612,10 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       if (j0 + j < vn) lg[m * S.vc + j0 + j] = vv[j];
   };
   if (!(kSplit && gemm_split_any(ln, S.sC, N, C, hd + S.lm, S.sC, hd + S.lmb, groups * 4, store_logits))) {
-    for (int u = tid; u < N * groups; u += kThreads) {
-      const int m = u % N, j0 = (u / N) * 4;  // rows fastest, as gemm_stage
-      float acc[4] = {0.f, 0.f, 0.f, 0.f};
-      dot4(ln + m * S.sC, hd + S.lm + j0 * S.sC, S.sC, 0, C, acc);
+    gemm_rows<kV>(ln, S.sC, N, hd + S.lm, S.sC, 0, C, groups, [&](int m, int j0, const float* acc) {  // rows fastest
       store_logits(m, j0, make_float4(acc[0] + hd[S.lmb + j0], acc[1] + hd[S.lmb + j0 + 1], acc[2] + hd[S.lmb + j0 + 2],
                                       acc[3] + hd[S.lmb + j0 + 3]));
-    }
+    });
   }
   __syncthreads();
   stamp<kTrace>(r, 61);
@@ -592,7 +684,25 @@ MegaKernel kernel_for(const MegaDims& d) {
   using KF = Fixed<64, 4, 256>;
   if (d.C == 64 && d.H == 4 && d.F == 256) {
     if (d.split_k) return trace ? gpt_mega_kernel<KF, true, true> : gpt_mega_kernel<KF, true>;
-    if (mega_p2p(d)) return trace ? gpt_mega_kernel<KF, false, true, true> : gpt_mega_kernel<KF, false, false, true>;
+    if (mega_p2p(d)) {
+      // EXPERIMENT (issue 14 A/B): MINIGPT_MEGA_VARIANT = a mask of the variant's bits (1 the start,
+      // 2 x's rows only where ln1 reads them, 4 the owner sums' sends over all warps, 8 the GEMMs in
+      // tiles of 2 rows, 16 (with 8) of 4 rows); 0: main's form; unset or another value: 31
+      static const int v = [] {
+        const char* e = std::getenv("MINIGPT_MEGA_VARIANT");
+        return e ? std::atoi(e) : 31;
+      }();
+      switch (v) {
+        case 0: return trace ? gpt_mega_kernel<KF, false, true, true, 0> : gpt_mega_kernel<KF, false, false, true, 0>;
+        case 1: return trace ? gpt_mega_kernel<KF, false, true, true, 1> : gpt_mega_kernel<KF, false, false, true, 1>;
+        case 2: return trace ? gpt_mega_kernel<KF, false, true, true, 2> : gpt_mega_kernel<KF, false, false, true, 2>;
+        case 4: return trace ? gpt_mega_kernel<KF, false, true, true, 4> : gpt_mega_kernel<KF, false, false, true, 4>;
+        case 8: return trace ? gpt_mega_kernel<KF, false, true, true, 8> : gpt_mega_kernel<KF, false, false, true, 8>;
+        case 24: return trace ? gpt_mega_kernel<KF, false, true, true, 24> : gpt_mega_kernel<KF, false, false, true, 24>;
+        case 15: return trace ? gpt_mega_kernel<KF, false, true, true, 15> : gpt_mega_kernel<KF, false, false, true, 15>;
+        default: return trace ? gpt_mega_kernel<KF, false, true, true, 31> : gpt_mega_kernel<KF, false, false, true, 31>;
+      }
+    }
     return trace ? gpt_mega_kernel<KF, false, true> : gpt_mega_kernel<KF, false>;
   }
   return d.split_k ? gpt_mega_kernel<Fixed<0, 0, 0>, true> : gpt_mega_kernel<Fixed<0, 0, 0>, false>;
