@@ -121,25 +121,36 @@ __global__ void gpt_mega_pack_kernel(const __grid_constant__ MegaParams p, int R
   for (int l = 0; l <= p.dims.L; ++l) pack_group(p, S, r, l, image + static_cast<int64_t>(r) * S.x);
 }
 
-// rows x (groups of 4 columns) = a W^T over k in [k0, k1), k in order; finish(m, j0, acc) gets
-// the 4 sums (no bias) of row m, columns j0..j0+3. Rows fastest over the lanes (gemm_stage). In
-// variant kV's row tiles (gemm_tiles) where rows divide, else a row per thread (main's form).
-template <int kV, class Finish>
-__device__ __forceinline__ void gemm_rows(const float* a, int lda, int rows, const float* w, int ldw, int k0, int k1,
-                                          int groups, Finish finish) {
-  constexpr int RW = tile_rows<kV>();
-  if constexpr (RW > 1) {
-    if (rows % RW == 0) {
-      gemm_tiles<RW>(a, lda, rows, w, ldw, k0, k1, groups, finish);
-      return;
-    }
-  }
-  for (int u = threadIdx.x; u < rows * groups; u += kThreads) {
-    const int m = u % rows, j0 = (u / rows) * 4;
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    dot4(a + m * lda, w + j0 * ldw, ldw, k0, k1, acc);
+// rows x cols = a W^T over k in [k0, k1), k in order, CW columns per thread (cols a multiple of
+// CW): finish(m, j0, acc) gets the CW sums (no bias) of row m, columns j0..j0+CW-1. Rows fastest
+// over the lanes (see gemm_stage). CW = 4: main's form (dot4).
+template <int CW, class Finish>
+__device__ __forceinline__ void gemm_cols(const float* a, int lda, int rows, const float* w, int ldw, int k0, int k1,
+                                          int cols, Finish finish) {
+  for (int u = threadIdx.x; u < rows * (cols / CW); u += kThreads) {
+    const int m = u % rows, j0 = (u / rows) * CW;
+    float acc[CW] = {};
+    dot_cols<CW>(a + m * lda, w + j0 * ldw, ldw, k0, k1, acc);
     finish(m, j0, static_cast<const float*>(acc));
   }
+}
+// EXPERIMENT (issue 14, MINIGPT_MEGA_VARIANT): the columns per thread of q k v (bit 32: 2), fc1
+// (bit 64: 1, bit 128: 2) and lm_head (bit 512: 1, bit 256: 2); else 4 (main's form)
+template <int kV>
+constexpr int qkv_cols = (kV & 32) != 0 ? 2 : 4;
+template <int kV>
+constexpr int fc1_cols = (kV & 64) != 0 ? 1 : ((kV & 128) != 0 ? 2 : 4);
+template <int kV>
+constexpr int lm_cols = (kV & 512) != 0 ? 1 : ((kV & 256) != 0 ? 2 : 4);
+// CW floats v (+ bias b, CW-aligned) into dst: one store of CW floats
+template <int CW>
+__device__ __forceinline__ void store_cols(float* dst, const float* v, const float* b) {
+  if constexpr (CW == 4)
+    *reinterpret_cast<float4*>(dst) = make_float4(v[0] + b[0], v[1] + b[1], v[2] + b[2], v[3] + b[3]);
+  else if constexpr (CW == 2)
+    *reinterpret_cast<float2*>(dst) = make_float2(v[0] + b[0], v[1] + b[1]);
+  else
+    *dst = v[0] + b[0];
 }
 
 // Stage A of layer l: every (sequence b, head hh) item of this CTA (items r, r + R, ...; all of
@@ -160,7 +171,7 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<k
   float *x = c.sm + S.x, *ln = c.sm + S.ln, *att = c.sm + S.att, *qs = c.sm + S.q, *sc = c.sm + S.sc;
   float* ks = c.sm + S.kv + (d.cache ? l : 0) * 2 * S.kv_rows * S.sd;
   float* vs = ks + S.kv_rows * S.sd;
-  const int ldsc = S.kv_rows + 1, groups = 3 * dh / 4;
+  const int ldsc = S.kv_rows + 1;
   const float scale = 1.0f / sqrtf(static_cast<float>(dh));
   for (int item = c.r; item < d.B * d.H; item += R) {
     const int b = item / d.H, hh = item % d.H, row0 = b * T;
@@ -183,10 +194,19 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<k
       }
     };
     if (!(kSplit && gemm_split_any(ln + row0 * S.sC, S.sC, T, C, base + S.qkv, S.sC, base + S.qkvb, 3 * dh, store_qkv))) {
-      gemm_rows<kV>(ln + row0 * S.sC, S.sC, T, base + S.qkv, S.sC, 0, C, groups, [&](int t, int j0, const float* acc) {
-        store_qkv(t, j0, make_float4(acc[0] + base[S.qkvb + j0], acc[1] + base[S.qkvb + j0 + 1],
-                                     acc[2] + base[S.qkvb + j0 + 2], acc[3] + base[S.qkvb + j0 + 3]));
-      });
+      constexpr int CW = qkv_cols<kV>;
+      if constexpr (CW == 4) {
+        gemm_cols<4>(ln + row0 * S.sC, S.sC, T, base + S.qkv, S.sC, 0, C, 3 * dh, [&](int t, int j0, const float* acc) {
+          store_qkv(t, j0, make_float4(acc[0] + base[S.qkvb + j0], acc[1] + base[S.qkvb + j0 + 1],
+                                       acc[2] + base[S.qkvb + j0 + 2], acc[3] + base[S.qkvb + j0 + 3]));
+        });
+      } else {  // the forward only (no KV cache: kV > 0 is a forward instance)
+        gemm_cols<CW>(ln + row0 * S.sC, S.sC, T, base + S.qkv, S.sC, 0, C, 3 * dh, [&](int t, int j0, const float* acc) {
+          const int part = j0 / dh, d0 = j0 % dh;
+          float* dst = part == 0 ? qs + t * S.sd : (part == 1 ? ks : vs) + (pos0 + t) * S.sd;
+          store_cols<CW>(dst + d0, acc, base + S.qkvb + j0);
+        });
+      }
     }
     __syncthreads();
     stamp<kTrace>(c.r, trace_slot(l, 2));
@@ -233,7 +253,7 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<k
       __syncthreads();
       float* pp = c.sm + S.pp;
       // (t, 4 output columns), k in order
-      gemm_rows<kV>(att + row0 * S.sC + hh * dh, S.sC, T, base + S.proj, S.sd, 0, dh, C / 4, [&](int t, int n0, const float* acc) {
+      gemm_cols<4>(att + row0 * S.sC + hh * dh, S.sC, T, base + S.proj, S.sd, 0, dh, C, [&](int t, int n0, const float* acc) {
         const float4 v = make_float4(acc[0], acc[1], acc[2], acc[3]);
         if constexpr (kP2P)  // to the CTA owning the columns only (pp: (H, N, pc))
           net.one4(pp + (hh * S.N + row0 + t) * S.pc + n0 % S.pc, v, static_cast<unsigned>(n0 / S.pc), kBarAtt);
@@ -241,7 +261,9 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<k
           push4(pp + (hh * S.N + row0 + t) * S.sC + n0, v, R);
       });
     }
-    __syncthreads();  // q, k, v, scores are reused by the next item
+    // q, k, v, scores are reused by the next item (bit 1: only if there is one; the stage's
+    // hand-over, Net::wait, starts with a CTA barrier)
+    if ((kV & 1) == 0 || !kP2P || item + R < d.B * d.H) __syncthreads();
   }
   if (l == 0 && c.r >= d.B * d.H) cluster_wait();  // a CTA without items pairs the start's arrive here
 }
@@ -253,14 +275,14 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<k
 // With the columns fastest (the version before), the lanes read weight rows 4 apart, which fall
 // in 2 of the 8 bank groups: the q, k, v stage took ~25 shared-memory wavefronts per k-step of 4
 // where this takes 6 (stage timestamps: the forward's q, k, v stage was ~6.7k cycles).
-template <bool kSplit, int kV = 0, class Finish>
+template <bool kSplit, class Finish>
 __device__ __forceinline__ void gemm_stage(const Ctx& c, const float* a, int lda, int K, const float* w, int ldw, const float* bias,
                            int cols, Finish finish) {
   const int N = c.S.N, groups = cols / 4, ns = ceil_div(K, kSlice), tid = threadIdx.x;
   float* part = c.sm + c.S.part;
   if (kSplit && gemm_split_any(a, lda, N, K, w, ldw, bias, cols, finish)) return;
   if (ns == 1) {
-    gemm_rows<kV>(a, lda, N, w, ldw, 0, K, groups, [&](int m, int j0, const float* acc) {
+    gemm_cols<4>(a, lda, N, w, ldw, 0, K, cols, [&](int m, int j0, const float* acc) {
       finish(m, j0, make_float4(acc[0] + bias[j0], acc[1] + bias[j0 + 1], acc[2] + bias[j0 + 2], acc[3] + bias[j0 + 3]));
     });
     return;
@@ -305,14 +327,14 @@ __device__ __forceinline__ void residual_stage(const Ctx& c, const float* a, int
 // (f0 = r fc, written here by fc1) and each output (row m, 4 columns n0..n0+3), the slice's sum
 // in k order from 0, pushed to the CTA owning those columns (n0 / pc) at p2[(slice, m, n0 % pc)].
 // Rows run fastest over the lanes (one fc2.weight address per warp: a broadcast), as gemm_stage.
-template <int kV, bool kP2P>
+template <bool kP2P>
 __device__ __forceinline__ void fc2_partials(const Ctx& c, const float* h, const float* w, const Net<kP2P>& net) {
   const MegaLayout& S = c.S;
-  const int N = S.N, g = c.d.C / 4, sl = S.fc / kFc2Slice, f0 = c.r * S.fc, ldw = S.fc + 4;
+  const int N = S.N, sl = S.fc / kFc2Slice, f0 = c.r * S.fc, ldw = S.fc + 4;
   float* p2 = c.sm + S.p2;
   for (int s = 0; s < sl; ++s) {
     float* dst = p2 + (f0 / kFc2Slice + s) * N * S.pc;
-    gemm_rows<kV>(h + f0, S.sF, N, w, ldw, s * kFc2Slice, (s + 1) * kFc2Slice, g, [&](int m, int n0, const float* acc) {
+    gemm_cols<4>(h + f0, S.sF, N, w, ldw, s * kFc2Slice, (s + 1) * kFc2Slice, c.d.C, [&](int m, int n0, const float* acc) {
       net.one4(dst + m * S.pc + n0 % S.pc, make_float4(acc[0], acc[1], acc[2], acc[3]), static_cast<unsigned>(n0 / S.pc),
                kBarP2);
     });
@@ -322,45 +344,18 @@ __device__ __forceinline__ void fc2_partials(const Ctx& c, const float* h, const
 // (the `count` partials of parts (count, N, pc) added in order) + b, pushed to every CTA: (sum +
 // b) + x, as residual_stage. fc2 by k: the F/16 slices' partials (p2); proj by heads with Net<true>:
 // the H heads' partials in head order (pp).
-template <int kV, bool kP2P>
+template <bool kP2P>
 __device__ __forceinline__ void owner_sum_stage(const Ctx& c, const float* parts, int count, const float* bias,
-                                                const float* xin, float* xout, const Net<kP2P>& net, int bar,
-                                                bool rows_only = false) {
+                                                const float* xin, float* xout, const Net<kP2P>& net, int bar) {
   const MegaLayout& S = c.S;
-  const int N = S.N, pc = S.pc, n0 = c.r * pc, units = N * (pc / 4);
-  auto value = [&](int m, int j0) {  // (sum + b) + x, as the CPU
+  const int N = S.N, pc = S.pc, n0 = c.r * pc;
+  for (int u = threadIdx.x; u < N * (pc / 4); u += kThreads) {
+    const int m = u % N, j0 = (u / N) * 4;
     float4 v = {0.f, 0.f, 0.f, 0.f};
     for (int s = 0; s < count; ++s) v = add4(v, *reinterpret_cast<const float4*>(parts + (s * N + m) * pc + j0));
+    const int at = m * S.sC + n0 + j0;
     const float4 y = make_float4(v.x + bias[j0], v.y + bias[j0 + 1], v.z + bias[j0 + 2], v.w + bias[j0 + 3]);
-    return add4(y, *reinterpret_cast<const float4*>(xin + m * S.sC + n0 + j0));
-  };
-  // EXPERIMENT (issue 14, MINIGPT_MEGA_VARIANT bit 2): rows_only: row m only to the CTAs whose
-  // attention items read it (the CTAs q0 .. q0 + H - 1 of its sequence b, q0 = b H mod R: ln1's
-  // rows; the residual's columns are the owner's own), and always to itself
-  auto wants = [&](int m, int q) {
-    const int q0 = (m / c.d.T) * c.d.H % S.R;
-    return q == c.r || !rows_only || (q >= q0 && q < q0 + c.d.H);
-  };
-  if constexpr ((kV & 4) != 0 && kP2P) {
-    // EXPERIMENT (bit 4): (destination, output) over all threads, a warp per destination (each
-    // sum computed once per destination, the same order), where one warp sent to all R in turn
-    for (int i = threadIdx.x; i < units * S.R; i += kThreads) {
-      const int q = i / units, u = i % units, m = u % N, j0 = (u / N) * 4;
-      if (!wants(m, q)) continue;
-      net.one4(xout + m * S.sC + n0 + j0, value(m, j0), static_cast<unsigned>(q), bar);
-    }
-  } else {
-    for (int u = threadIdx.x; u < units; u += kThreads) {
-      const int m = u % N, j0 = (u / N) * 4;
-      const float4 v = value(m, j0);
-      float* at = xout + m * S.sC + n0 + j0;
-      if (!rows_only) {
-        net.all4(at, v, bar);
-      } else {
-        for (int q = 0; q < S.R; ++q)
-          if (wants(m, q)) net.one4(at, v, static_cast<unsigned>(q), bar);
-      }
-    }
+    net.all4(xout + at, add4(y, *reinterpret_cast<const float4*>(xin + at)), bar);
   }
 }
 
@@ -524,23 +519,20 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   const unsigned att_bytes = static_cast<unsigned>(d.head_proj ? (d.H * N - items * d.T) * S.pc
                                                                 : N * C - items * d.T * S.dh) * 4u;
   const unsigned x_bytes = static_cast<unsigned>(N * (C - S.pc)) * 4u;
-  // bit 2: the rows of the sequences this CTA's items read (b with b H mod R = its first head's CTA)
-  unsigned x_rows_bytes = 0;
-  for (int b = 0; b < d.B; ++b)
-    if (b * d.H % R == r - r % d.H) x_rows_bytes += static_cast<unsigned>(d.T * (C - S.pc)) * 4u;
   const unsigned p2_bytes = static_cast<unsigned>((S.ns2 - S.fc / kFc2Slice) * N * S.pc) * 4u;
   float* xm = kP2P ? sm + S.x1 : x;  // the residual between proj and fc2 (x1, or x in place)
   for (int l = 0; l < d.L; ++l) {
     const unsigned parity = static_cast<unsigned>(l & 1);
     wait_group(bars, l);
-    __syncthreads();
+    // the embedding's stores (layer 0); after Net::wait (every thread waited) none is needed (bit 1)
+    if ((kV & 1) == 0 || !kP2P || l == 0) __syncthreads();
     stamp<kTrace>(r, trace_slot(l, 0));
     const float* base = sm + l * S.layer;
     attention_stage<K, kSplit, kTrace, kP2P, kV>(c, l, net);
     stamp<kTrace>(r, trace_slot(l, 4));
     net.wait(kBarAtt, att_bytes, parity);
     if (kP2P && d.head_proj) {  // this CTA's columns of x1 = (the heads' partials in head order) + b + x
-      owner_sum_stage<kV>(c, sm + S.pp, d.H, base + S.projb + r * S.pc, x, xm, net, kBarX1);
+      owner_sum_stage(c, sm + S.pp, d.H, base + S.projb + r * S.pc, x, xm, net, kBarX1);
       net.wait(kBarX1, x_bytes, parity);
     } else if (d.head_proj) {  // x += (the heads' partials, summed in head order) + b, every CTA all of it
       const float* pp = sm + S.pp;
@@ -567,28 +559,35 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     // as a run-time branch ptxas spilled 32 bytes)
     constexpr bool kFc2kAlways = K::F > 0 && K::F % (16 * kFc2Slice) == 0;
     const bool fc2k = !kSplit && (kFc2kAlways || S.fc2k);
-    gemm_stage<kSplit, kV>(c, ln, S.sC, C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
-      const float4 g = make_float4(gelu_erf(v.x), gelu_erf(v.y), gelu_erf(v.z), gelu_erf(v.w));
-      if (fc2k)
-        *reinterpret_cast<float4*>(h + m * S.sF + f0 + j0) = g;
-      else
-        push4(h + m * S.sF + f0 + j0, g, R);  // (never with Net<true>: fc2 by k)
-    });
+    constexpr int kFc1 = fc1_cols<kV>;
+    if (kFc1 < 4 && fc2k) {  // EXPERIMENT: fc1 + GELU, kFc1 columns per thread, h kept here
+      const float* fb = base + S.fc1b;
+      gemm_cols<kFc1>(ln, S.sC, N, base + S.fc1, S.sC, 0, C, S.fc, [&](int m, int j0, const float* acc) {
+#pragma unroll
+        for (int j = 0; j < kFc1; ++j) h[m * S.sF + f0 + j0 + j] = gelu_erf(acc[j] + fb[j0 + j]);
+      });
+    } else {
+      gemm_stage<kSplit>(c, ln, S.sC, C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
+        const float4 g = make_float4(gelu_erf(v.x), gelu_erf(v.y), gelu_erf(v.z), gelu_erf(v.w));
+        if (fc2k)
+          *reinterpret_cast<float4*>(h + m * S.sF + f0 + j0) = g;
+        else
+          push4(h + m * S.sF + f0 + j0, g, R);  // (never with Net<true>: fc2 by k)
+      });
+    }
     if (fc2k) {
       __syncthreads();
-      fc2_partials<kV>(c, h, base + S.fc2, net);
+      fc2_partials(c, h, base + S.fc2, net);
     }
     stamp<kTrace>(r, trace_slot(l, 7));  // the trace's "fc1": with fc2 by k, fc1 + the partials
     net.wait(kBarP2, p2_bytes, parity);
     stamp<kTrace>(r, trace_slot(l, 8));
-    // bit 2: before the last layer, x only where the next ln1 reads it (the head's ln_f reads all)
-    const bool rows_only = (kV & 2) != 0 && kP2P && fc2k && l + 1 < d.L;
     if (fc2k)
-      owner_sum_stage<kV>(c, sm + S.p2, S.ns2, base + S.fc2b, xm, x, net, kBarX, rows_only);
+      owner_sum_stage(c, sm + S.p2, S.ns2, base + S.fc2b, xm, x, net, kBarX);
     else
       residual_stage<kSplit>(c, h, S.sF, d.F, base + S.fc2, S.sF, base + S.fc2b, xm, x, net, kBarX);
     stamp<kTrace>(r, trace_slot(l, 9));
-    net.wait(kBarX, rows_only ? x_rows_bytes : x_bytes, parity);
+    net.wait(kBarX, x_bytes, parity);
     stamp<kTrace>(r, trace_slot(l, 10));
   }
 
@@ -612,10 +611,19 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       if (j0 + j < vn) lg[m * S.vc + j0 + j] = vv[j];
   };
   if (!(kSplit && gemm_split_any(ln, S.sC, N, C, hd + S.lm, S.sC, hd + S.lmb, groups * 4, store_logits))) {
-    gemm_rows<kV>(ln, S.sC, N, hd + S.lm, S.sC, 0, C, groups, [&](int m, int j0, const float* acc) {  // rows fastest
-      store_logits(m, j0, make_float4(acc[0] + hd[S.lmb + j0], acc[1] + hd[S.lmb + j0 + 1], acc[2] + hd[S.lmb + j0 + 2],
-                                      acc[3] + hd[S.lmb + j0 + 3]));
-    });
+    constexpr int kLm = lm_cols<kV>;
+    if constexpr (kLm == 4) {
+      gemm_cols<4>(ln, S.sC, N, hd + S.lm, S.sC, 0, C, groups * 4, [&](int m, int j0, const float* acc) {  // rows fastest
+        store_logits(m, j0, make_float4(acc[0] + hd[S.lmb + j0], acc[1] + hd[S.lmb + j0 + 1], acc[2] + hd[S.lmb + j0 + 2],
+                                        acc[3] + hd[S.lmb + j0 + 3]));
+      });
+    } else {  // EXPERIMENT: kLm columns per thread
+      gemm_cols<kLm>(ln, S.sC, N, hd + S.lm, S.sC, 0, C, groups * 4, [&](int m, int j0, const float* acc) {
+#pragma unroll
+        for (int j = 0; j < kLm; ++j)
+          if (j0 + j < vn) lg[m * S.vc + j0 + j] = acc[j] + hd[S.lmb + j0 + j];
+      });
+    }
   }
   __syncthreads();
   stamp<kTrace>(r, 61);
@@ -685,22 +693,26 @@ MegaKernel kernel_for(const MegaDims& d) {
   if (d.C == 64 && d.H == 4 && d.F == 256) {
     if (d.split_k) return trace ? gpt_mega_kernel<KF, true, true> : gpt_mega_kernel<KF, true>;
     if (mega_p2p(d)) {
-      // EXPERIMENT (issue 14 A/B): MINIGPT_MEGA_VARIANT = a mask of the variant's bits (1 the start,
-      // 2 x's rows only where ln1 reads them, 4 the owner sums' sends over all warps, 8 the GEMMs in
-      // tiles of 2 rows, 16 (with 8) of 4 rows); 0: main's form; unset or another value: 31
+      // EXPERIMENT (issue 14 A/B): MINIGPT_MEGA_VARIANT = a mask of the variant's bits (1 the start;
+      // columns per thread: 32 q k v 2, 64 fc1 1, 128 fc1 2, 256 lm_head 2, 512 lm_head 1); 0: main's
+      // form; unset or another value: 97
       static const int v = [] {
         const char* e = std::getenv("MINIGPT_MEGA_VARIANT");
-        return e ? std::atoi(e) : 31;
+        return e ? std::atoi(e) : 97;
       }();
       switch (v) {
         case 0: return trace ? gpt_mega_kernel<KF, false, true, true, 0> : gpt_mega_kernel<KF, false, false, true, 0>;
         case 1: return trace ? gpt_mega_kernel<KF, false, true, true, 1> : gpt_mega_kernel<KF, false, false, true, 1>;
-        case 2: return trace ? gpt_mega_kernel<KF, false, true, true, 2> : gpt_mega_kernel<KF, false, false, true, 2>;
-        case 4: return trace ? gpt_mega_kernel<KF, false, true, true, 4> : gpt_mega_kernel<KF, false, false, true, 4>;
-        case 8: return trace ? gpt_mega_kernel<KF, false, true, true, 8> : gpt_mega_kernel<KF, false, false, true, 8>;
-        case 24: return trace ? gpt_mega_kernel<KF, false, true, true, 24> : gpt_mega_kernel<KF, false, false, true, 24>;
-        case 15: return trace ? gpt_mega_kernel<KF, false, true, true, 15> : gpt_mega_kernel<KF, false, false, true, 15>;
-        default: return trace ? gpt_mega_kernel<KF, false, true, true, 31> : gpt_mega_kernel<KF, false, false, true, 31>;
+        case 32: return trace ? gpt_mega_kernel<KF, false, true, true, 32> : gpt_mega_kernel<KF, false, false, true, 32>;
+        case 64: return trace ? gpt_mega_kernel<KF, false, true, true, 64> : gpt_mega_kernel<KF, false, false, true, 64>;
+        case 128: return trace ? gpt_mega_kernel<KF, false, true, true, 128> : gpt_mega_kernel<KF, false, false, true, 128>;
+        case 256: return trace ? gpt_mega_kernel<KF, false, true, true, 256> : gpt_mega_kernel<KF, false, false, true, 256>;
+        case 512: return trace ? gpt_mega_kernel<KF, false, true, true, 512> : gpt_mega_kernel<KF, false, false, true, 512>;
+        case 97: return trace ? gpt_mega_kernel<KF, false, true, true, 97> : gpt_mega_kernel<KF, false, false, true, 97>;
+        case 161: return trace ? gpt_mega_kernel<KF, false, true, true, 161> : gpt_mega_kernel<KF, false, false, true, 161>;
+        case 353: return trace ? gpt_mega_kernel<KF, false, true, true, 353> : gpt_mega_kernel<KF, false, false, true, 353>;
+        case 609: return trace ? gpt_mega_kernel<KF, false, true, true, 609> : gpt_mega_kernel<KF, false, false, true, 609>;
+        default: return trace ? gpt_mega_kernel<KF, false, true, true, 97> : gpt_mega_kernel<KF, false, false, true, 97>;
       }
     }
     return trace ? gpt_mega_kernel<KF, false, true> : gpt_mega_kernel<KF, false>;

@@ -290,49 +290,24 @@ __device__ __forceinline__ void dot4(const float* a, const float* w, int ldw, in
   }
 }
 
-// EXPERIMENT (issue 14, MINIGPT_MEGA_VARIANT bits 8, 16): dot4 for RW rows at once (a + i *
-// lda_tile, i < RW), each weight float4 read once for the RW rows: per k-step RW + 4 16-byte
-// shared reads for 16 RW FMAs (dot4: 5 for 16). Every acc[i][j] sums in k order as dot4's: the
-// same values bitwise.
-template <int RW>
-__device__ __forceinline__ void dot4_rows(const float* a, int lda_tile, const float* w, int ldw, int k0, int k1,
-                                          float (&acc)[RW][4]) {
-#pragma unroll 2
+// dot4 for CW (1, 2 or 4) output columns: acc[j] += sum over k in [k0, k1) of a[k] w[j ldw + k],
+// k in order (dot4's arithmetic for each column). Fewer columns per thread: more threads, each a
+// shorter instruction stream, for the stages that have fewer outputs than threads.
+template <int CW>
+__device__ __forceinline__ void dot_cols(const float* a, const float* w, int ldw, int k0, int k1, float (&acc)[CW]) {
+#pragma unroll 4
   for (int k = k0; k < k1; k += 4) {
-    float4 av[RW];
+    const float4 av = *reinterpret_cast<const float4*>(a + k);
 #pragma unroll
-    for (int i = 0; i < RW; ++i) av[i] = *reinterpret_cast<const float4*>(a + i * lda_tile + k);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < CW; ++j) {
       const float4 wv = *reinterpret_cast<const float4*>(w + j * ldw + k);
-#pragma unroll
-      for (int i = 0; i < RW; ++i) {
-        acc[i][j] = fmaf(av[i].x, wv.x, acc[i][j]);
-        acc[i][j] = fmaf(av[i].y, wv.y, acc[i][j]);
-        acc[i][j] = fmaf(av[i].z, wv.z, acc[i][j]);
-        acc[i][j] = fmaf(av[i].w, wv.w, acc[i][j]);
-      }
+      acc[j] = fmaf(av.x, wv.x, acc[j]);
+      acc[j] = fmaf(av.y, wv.y, acc[j]);
+      acc[j] = fmaf(av.z, wv.z, acc[j]);
+      acc[j] = fmaf(av.w, wv.w, acc[j]);
     }
   }
 }
-// rows x (groups of 4 columns) = a (rows, lda) times w (4 groups rows of ldw)^T over k in [k0,
-// k1), in tiles of RW rows m, m + rows / RW, ... (m fastest over the lanes, as gemm_stage);
-// finish(m, j0, acc) for each of a tile's rows. rows a multiple of RW.
-template <int RW, class Finish>
-__device__ __forceinline__ void gemm_tiles(const float* a, int lda, int rows, const float* w, int ldw, int k0, int k1,
-                                           int groups, Finish finish) {
-  const int mt = rows / RW;
-  for (int u = threadIdx.x; u < mt * groups; u += kThreads) {
-    const int m = u % mt, j0 = (u / mt) * 4;
-    float acc[RW][4] = {};
-    dot4_rows<RW>(a + m * lda, mt * lda, w + j0 * ldw, ldw, k0, k1, acc);
-#pragma unroll
-    for (int i = 0; i < RW; ++i) finish(m + i * mt, j0, static_cast<const float*>(acc[i]));
-  }
-}
-// The row tile of variant kV for a stage of `rows` rows: 4 (bit 16), 2 (bit 8), else 1 (dot4).
-template <int kV>
-__host__ __device__ constexpr int tile_rows() { return (kV & 8) == 0 ? 1 : ((kV & 16) != 0 ? 4 : 2); }
 
 // The k-split form (MegaDims::split_k) of a stage's sums: W lanes per output group of 4
 // columns; lane s adds k in [4s + 4W i, 4s + 4W i + 4) for i = 0, 1, ... in order (a group's W
