@@ -253,13 +253,20 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<k
       __syncthreads();
       float* pp = c.sm + S.pp;
       // (t, 4 output columns), k in order
-      gemm_cols<4>(att + row0 * S.sC + hh * dh, S.sC, T, base + S.proj, S.sd, 0, dh, C, [&](int t, int n0, const float* acc) {
-        const float4 v = make_float4(acc[0], acc[1], acc[2], acc[3]);
-        if constexpr (kP2P)  // to the CTA owning the columns only (pp: (H, N, pc))
-          net.one4(pp + (hh * S.N + row0 + t) * S.pc + n0 % S.pc, v, static_cast<unsigned>(n0 / S.pc), kBarAtt);
-        else
-          push4(pp + (hh * S.N + row0 + t) * S.sC + n0, v, R);
-      });
+      if constexpr (kP2P && (kV & 1024) != 0) {  // EXPERIMENT (bit 1024): 2 columns per thread
+        gemm_cols<2>(att + row0 * S.sC + hh * dh, S.sC, T, base + S.proj, S.sd, 0, dh, C, [&](int t, int n0, const float* acc) {
+          net.one2(pp + (hh * S.N + row0 + t) * S.pc + n0 % S.pc, make_float2(acc[0], acc[1]),
+                   static_cast<unsigned>(n0 / S.pc), kBarAtt);
+        });
+      } else {
+        gemm_cols<4>(att + row0 * S.sC + hh * dh, S.sC, T, base + S.proj, S.sd, 0, dh, C, [&](int t, int n0, const float* acc) {
+          const float4 v = make_float4(acc[0], acc[1], acc[2], acc[3]);
+          if constexpr (kP2P)  // to the CTA owning the columns only (pp: (H, N, pc))
+            net.one4(pp + (hh * S.N + row0 + t) * S.pc + n0 % S.pc, v, static_cast<unsigned>(n0 / S.pc), kBarAtt);
+          else
+            push4(pp + (hh * S.N + row0 + t) * S.sC + n0, v, R);
+        });
+      }
     }
     // q, k, v, scores are reused by the next item (bit 1: only if there is one; the stage's
     // hand-over, Net::wait, starts with a CTA barrier)
@@ -694,8 +701,8 @@ MegaKernel kernel_for(const MegaDims& d) {
     if (d.split_k) return trace ? gpt_mega_kernel<KF, true, true> : gpt_mega_kernel<KF, true>;
     if (mega_p2p(d)) {
       // EXPERIMENT (issue 14 A/B): MINIGPT_MEGA_VARIANT = a mask of the variant's bits (1 the start;
-      // columns per thread: 32 q k v 2, 64 fc1 1, 128 fc1 2, 256 lm_head 2, 512 lm_head 1); 0: main's
-      // form; unset or another value: 97
+      // columns per thread: 32 q k v 2, 64 fc1 1, 128 fc1 2, 256 lm_head 2, 512 lm_head 1, 1024 the
+      // proj partials 2); 0: main's form; unset or another value: 97
       static const int v = [] {
         const char* e = std::getenv("MINIGPT_MEGA_VARIANT");
         return e ? std::atoi(e) : 97;
@@ -708,10 +715,12 @@ MegaKernel kernel_for(const MegaDims& d) {
         case 128: return trace ? gpt_mega_kernel<KF, false, true, true, 128> : gpt_mega_kernel<KF, false, false, true, 128>;
         case 256: return trace ? gpt_mega_kernel<KF, false, true, true, 256> : gpt_mega_kernel<KF, false, false, true, 256>;
         case 512: return trace ? gpt_mega_kernel<KF, false, true, true, 512> : gpt_mega_kernel<KF, false, false, true, 512>;
+        case 1024: return trace ? gpt_mega_kernel<KF, false, true, true, 1024> : gpt_mega_kernel<KF, false, false, true, 1024>;
         case 97: return trace ? gpt_mega_kernel<KF, false, true, true, 97> : gpt_mega_kernel<KF, false, false, true, 97>;
         case 161: return trace ? gpt_mega_kernel<KF, false, true, true, 161> : gpt_mega_kernel<KF, false, false, true, 161>;
         case 353: return trace ? gpt_mega_kernel<KF, false, true, true, 353> : gpt_mega_kernel<KF, false, false, true, 353>;
         case 609: return trace ? gpt_mega_kernel<KF, false, true, true, 609> : gpt_mega_kernel<KF, false, false, true, 609>;
+        case 1121: return trace ? gpt_mega_kernel<KF, false, true, true, 1121> : gpt_mega_kernel<KF, false, false, true, 1121>;
         default: return trace ? gpt_mega_kernel<KF, false, true, true, 97> : gpt_mega_kernel<KF, false, false, true, 97>;
       }
     }
