@@ -121,36 +121,17 @@ __global__ void gpt_mega_pack_kernel(const __grid_constant__ MegaParams p, int R
   for (int l = 0; l <= p.dims.L; ++l) pack_group(p, S, r, l, image + static_cast<int64_t>(r) * S.x);
 }
 
-// rows x cols = a W^T over k in [k0, k1), k in order, CW columns per thread (cols a multiple of
-// CW): finish(m, j0, acc) gets the CW sums (no bias) of row m, columns j0..j0+CW-1. Rows fastest
-// over the lanes (see gemm_stage). CW = 4: main's form (dot4).
-template <int CW, class Finish>
-__device__ __forceinline__ void gemm_cols(const float* a, int lda, int rows, const float* w, int ldw, int k0, int k1,
-                                          int cols, Finish finish) {
-  for (int u = threadIdx.x; u < rows * (cols / CW); u += kThreads) {
-    const int m = u % rows, j0 = (u / rows) * CW;
-    float acc[CW] = {};
-    dot_cols<CW>(a + m * lda, w + j0 * ldw, ldw, k0, k1, acc);
+// rows x cols = a W^T over k in [k0, k1), k in order (dot4), a thread per (row m, 4 columns j0..j0+3),
+// rows fastest over the lanes (see gemm_stage): finish(m, j0, acc) gets the 4 sums (no bias).
+template <class Finish>
+__device__ __forceinline__ void gemm4(const float* a, int lda, int rows, const float* w, int ldw, int k0, int k1, int cols,
+                                      Finish finish) {
+  for (int u = threadIdx.x; u < rows * (cols / 4); u += kThreads) {
+    const int m = u % rows, j0 = (u / rows) * 4;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    dot4(a + m * lda, w + j0 * ldw, ldw, k0, k1, acc);
     finish(m, j0, static_cast<const float*>(acc));
   }
-}
-// EXPERIMENT (issue 14, MINIGPT_MEGA_VARIANT): the columns per thread of q k v (bit 32: 2), fc1
-// (bit 64: 1, bit 128: 2) and lm_head (bit 512: 1, bit 256: 2); else 4 (main's form)
-template <int kV>
-constexpr int qkv_cols = (kV & 32) != 0 ? 2 : 4;
-template <int kV>
-constexpr int fc1_cols = (kV & 64) != 0 ? 1 : ((kV & 128) != 0 ? 2 : 4);
-template <int kV>
-constexpr int lm_cols = (kV & 512) != 0 ? 1 : ((kV & 256) != 0 ? 2 : 4);
-// CW floats v (+ bias b, CW-aligned) into dst: one store of CW floats
-template <int CW>
-__device__ __forceinline__ void store_cols(float* dst, const float* v, const float* b) {
-  if constexpr (CW == 4)
-    *reinterpret_cast<float4*>(dst) = make_float4(v[0] + b[0], v[1] + b[1], v[2] + b[2], v[3] + b[3]);
-  else if constexpr (CW == 2)
-    *reinterpret_cast<float2*>(dst) = make_float2(v[0] + b[0], v[1] + b[1]);
-  else
-    *dst = v[0] + b[0];
 }
 
 // Stage A of layer l: every (sequence b, head hh) item of this CTA (items r, r + R, ...; all of
@@ -160,7 +141,7 @@ __device__ __forceinline__ void store_cols(float* dst, const float* v, const flo
 // owning them only, a quarter of att's bytes at R = 16). The attention proper runs a warp per query
 // row: its scores (a lane per key), their softmax and its att columns, with no CTA barrier
 // between them (the row's values are the warp's own; T = 16: all 16 warps busy).
-template <class K, bool kSplit, bool kTrace, bool kP2P, int kV>
+template <class K, bool kSplit, bool kTrace, bool kP2P>
 __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<kP2P>& net) {
   const MegaDims& d = c.d;
   const MegaLayout& S = c.S;
@@ -194,19 +175,10 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<k
       }
     };
     if (!(kSplit && gemm_split_any(ln + row0 * S.sC, S.sC, T, C, base + S.qkv, S.sC, base + S.qkvb, 3 * dh, store_qkv))) {
-      constexpr int CW = qkv_cols<kV>;
-      if constexpr (CW == 4) {
-        gemm_cols<4>(ln + row0 * S.sC, S.sC, T, base + S.qkv, S.sC, 0, C, 3 * dh, [&](int t, int j0, const float* acc) {
-          store_qkv(t, j0, make_float4(acc[0] + base[S.qkvb + j0], acc[1] + base[S.qkvb + j0 + 1],
-                                       acc[2] + base[S.qkvb + j0 + 2], acc[3] + base[S.qkvb + j0 + 3]));
-        });
-      } else {  // the forward only (no KV cache: kV > 0 is a forward instance)
-        gemm_cols<CW>(ln + row0 * S.sC, S.sC, T, base + S.qkv, S.sC, 0, C, 3 * dh, [&](int t, int j0, const float* acc) {
-          const int part = j0 / dh, d0 = j0 % dh;
-          float* dst = part == 0 ? qs + t * S.sd : (part == 1 ? ks : vs) + (pos0 + t) * S.sd;
-          store_cols<CW>(dst + d0, acc, base + S.qkvb + j0);
-        });
-      }
+      gemm4(ln + row0 * S.sC, S.sC, T, base + S.qkv, S.sC, 0, C, 3 * dh, [&](int t, int j0, const float* acc) {
+        store_qkv(t, j0, make_float4(acc[0] + base[S.qkvb + j0], acc[1] + base[S.qkvb + j0 + 1],
+                                     acc[2] + base[S.qkvb + j0 + 2], acc[3] + base[S.qkvb + j0 + 3]));
+      });
     }
     __syncthreads();
     stamp<kTrace>(c.r, trace_slot(l, 2));
@@ -253,24 +225,17 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<k
       __syncthreads();
       float* pp = c.sm + S.pp;
       // (t, 4 output columns), k in order
-      if constexpr (kP2P && (kV & 1024) != 0) {  // EXPERIMENT (bit 1024): 2 columns per thread
-        gemm_cols<2>(att + row0 * S.sC + hh * dh, S.sC, T, base + S.proj, S.sd, 0, dh, C, [&](int t, int n0, const float* acc) {
-          net.one2(pp + (hh * S.N + row0 + t) * S.pc + n0 % S.pc, make_float2(acc[0], acc[1]),
-                   static_cast<unsigned>(n0 / S.pc), kBarAtt);
-        });
-      } else {
-        gemm_cols<4>(att + row0 * S.sC + hh * dh, S.sC, T, base + S.proj, S.sd, 0, dh, C, [&](int t, int n0, const float* acc) {
-          const float4 v = make_float4(acc[0], acc[1], acc[2], acc[3]);
-          if constexpr (kP2P)  // to the CTA owning the columns only (pp: (H, N, pc))
-            net.one4(pp + (hh * S.N + row0 + t) * S.pc + n0 % S.pc, v, static_cast<unsigned>(n0 / S.pc), kBarAtt);
-          else
-            push4(pp + (hh * S.N + row0 + t) * S.sC + n0, v, R);
-        });
-      }
+      gemm4(att + row0 * S.sC + hh * dh, S.sC, T, base + S.proj, S.sd, 0, dh, C, [&](int t, int n0, const float* acc) {
+        const float4 v = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        if constexpr (kP2P)  // to the CTA owning the columns only (pp: (H, N, pc))
+          net.one4(pp + (hh * S.N + row0 + t) * S.pc + n0 % S.pc, v, static_cast<unsigned>(n0 / S.pc), kBarAtt);
+        else
+          push4(pp + (hh * S.N + row0 + t) * S.sC + n0, v, R);
+      });
     }
-    // q, k, v, scores are reused by the next item (bit 1: only if there is one; the stage's
+    // q, k, v, scores are reused by the next item (Net<true>: only if there is one; the stage's
     // hand-over, Net::wait, starts with a CTA barrier)
-    if ((kV & 1) == 0 || !kP2P || item + R < d.B * d.H) __syncthreads();
+    if (!kP2P || item + R < d.B * d.H) __syncthreads();
   }
   if (l == 0 && c.r >= d.B * d.H) cluster_wait();  // a CTA without items pairs the start's arrive here
 }
@@ -289,7 +254,7 @@ __device__ __forceinline__ void gemm_stage(const Ctx& c, const float* a, int lda
   float* part = c.sm + c.S.part;
   if (kSplit && gemm_split_any(a, lda, N, K, w, ldw, bias, cols, finish)) return;
   if (ns == 1) {
-    gemm_cols<4>(a, lda, N, w, ldw, 0, K, cols, [&](int m, int j0, const float* acc) {
+    gemm4(a, lda, N, w, ldw, 0, K, cols, [&](int m, int j0, const float* acc) {
       finish(m, j0, make_float4(acc[0] + bias[j0], acc[1] + bias[j0 + 1], acc[2] + bias[j0 + 2], acc[3] + bias[j0 + 3]));
     });
     return;
@@ -341,7 +306,7 @@ __device__ __forceinline__ void fc2_partials(const Ctx& c, const float* h, const
   float* p2 = c.sm + S.p2;
   for (int s = 0; s < sl; ++s) {
     float* dst = p2 + (f0 / kFc2Slice + s) * N * S.pc;
-    gemm_cols<4>(h + f0, S.sF, N, w, ldw, s * kFc2Slice, (s + 1) * kFc2Slice, c.d.C, [&](int m, int n0, const float* acc) {
+    gemm4(h + f0, S.sF, N, w, ldw, s * kFc2Slice, (s + 1) * kFc2Slice, c.d.C, [&](int m, int n0, const float* acc) {
       net.one4(dst + m * S.pc + n0 % S.pc, make_float4(acc[0], acc[1], acc[2], acc[3]), static_cast<unsigned>(n0 / S.pc),
                kBarP2);
     });
@@ -374,7 +339,7 @@ __device__ __forceinline__ void owner_sum_stage(const Ctx& c, const float* parts
 // 512 threads per CTA; none before or as a separate instance), and the forward measured ~1.3 us
 // slower (H200, 63.0 -> 64.4 us). kP2P: the stages hand over point to point (Net<true>,
 // mega_p2p: the forward of the shipped architecture); a forward's arithmetic is the same either way.
-template <class K, bool kSplit, bool kTrace = false, bool kP2P = false, int kV = 0>
+template <class K, bool kSplit, bool kTrace = false, bool kP2P = false>
 __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_constant__ MegaParams p, int R) {
   extern __shared__ __align__(16) float sm[];
   const MegaDims d = fixed_dims<K>(p.dims);
@@ -394,23 +359,17 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   const Net<kP2P> net{reinterpret_cast<uint64_t*>(sm + S.nbars), R, r};
   const bool out_of_range = pos0 < 0 || pos0 + d.T > d.capacity || pos0 + d.T > d.P;
   float* x = sm + S.x;
-  if constexpr ((kV & 1) != 0) {
-    // EXPERIMENT (issue 14, MINIGPT_MEGA_VARIANT bit 1): every mbarrier initialised behind ONE
-    // fence (was one per barrier: ten); the embedding by warps 1.. with each row's id loaded by
-    // the threads that use it (no round trip through shared memory and a CTA barrier before the
-    // embedding's loads; warp 0 is thread 0's, which issues the copies)
+  if constexpr (kP2P) {
+    // the forward: every mbarrier (the weight groups', Net's) initialised behind ONE fence, then
+    // the copies; meanwhile warps 1.. embed, each row's id loaded by the threads that use it (no
+    // round trip through shared memory and a CTA barrier before the embedding's loads; warp 0 is
+    // thread 0's, which issues the copies). Measured (H200, trace): start 6.0k -> 4.7k cycles.
     if (tid == 0) {
       for (int g = 0; g <= d.L; ++g) detail::mbarrier_init_unfenced(&bars[g]);
-      if constexpr (kP2P)
-        for (int b = 0; b < kNetBars; ++b) detail::mbarrier_init_unfenced(net.bars + b);
+      for (int b = 0; b < kNetBars; ++b) detail::mbarrier_init_unfenced(net.bars + b);
       detail::fence_mbarrier_init();
       const float* img = p.image + static_cast<int64_t>(r) * S.x;
-      for (int g = 0; g <= d.L; ++g) {
-        const int off = group_offset(S, d.L, g);
-        const unsigned bytes = static_cast<unsigned>(group_floats(S, d.L, g)) * sizeof(float);
-        detail::mbarrier_arrive_expect_tx(&bars[g], bytes);
-        detail::bulk_load(sm + off, img + off, bytes, &bars[g]);
-      }
+      for (int g = 0; g <= d.L; ++g) issue_weight_copy(sm, bars, S, d.L, img, g);
     } else if (tid >= 32 && !out_of_range) {
       constexpr int kE = kThreads - 32;  // embedding threads
       const int n4 = N * C / 4;          // float4s of x
@@ -444,11 +403,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     }
     __syncthreads();  // the barriers are initialised before anyone waits on them; x is in
   } else {
-    if (tid == 0) {
-      issue_weight_copies(sm, bars, S, d.L, p.image + static_cast<int64_t>(r) * S.x);
-      if constexpr (kP2P)
-        for (int b = 0; b < kNetBars; ++b) detail::mbarrier_init(net.bars + b);
-    }
+    if (tid == 0) issue_weight_copies(sm, bars, S, d.L, p.image + static_cast<int64_t>(r) * S.x);
     // the ids after the copies are issued (thread 0 would wait for its id's load first)
     for (int m = tid; m < N; m += kThreads) ids[m] = p.ids ? p.ids[m] : p.id;
     __syncthreads();  // the barriers are initialised before anyone waits on them; ids are in
@@ -470,7 +425,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
 
   // 3. the embedding of all N rows (a replica per CTA), and (decode) the earlier k, v rows of
   //    this CTA's head for every layer: loads first, then the stores (one round trip)
-  for (int i0 = 0; i0 < ((kV & 1) != 0 ? 0 : N * C); i0 += 16 * kThreads) {
+  for (int i0 = 0; i0 < (kP2P ? 0 : N * C); i0 += 16 * kThreads) {  // (Net<true>: embedded above)
     float4 v[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -531,11 +486,11 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   for (int l = 0; l < d.L; ++l) {
     const unsigned parity = static_cast<unsigned>(l & 1);
     wait_group(bars, l);
-    // the embedding's stores (layer 0); after Net::wait (every thread waited) none is needed (bit 1)
-    if ((kV & 1) == 0 || !kP2P || l == 0) __syncthreads();
+    // the embedding's stores (layer 0); after Net::wait (every thread waited) none is needed
+    if (!kP2P || l == 0) __syncthreads();
     stamp<kTrace>(r, trace_slot(l, 0));
     const float* base = sm + l * S.layer;
-    attention_stage<K, kSplit, kTrace, kP2P, kV>(c, l, net);
+    attention_stage<K, kSplit, kTrace, kP2P>(c, l, net);
     stamp<kTrace>(r, trace_slot(l, 4));
     net.wait(kBarAtt, att_bytes, parity);
     if (kP2P && d.head_proj) {  // this CTA's columns of x1 = (the heads' partials in head order) + b + x
@@ -566,22 +521,13 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     // as a run-time branch ptxas spilled 32 bytes)
     constexpr bool kFc2kAlways = K::F > 0 && K::F % (16 * kFc2Slice) == 0;
     const bool fc2k = !kSplit && (kFc2kAlways || S.fc2k);
-    constexpr int kFc1 = fc1_cols<kV>;
-    if (kFc1 < 4 && fc2k) {  // EXPERIMENT: fc1 + GELU, kFc1 columns per thread, h kept here
-      const float* fb = base + S.fc1b;
-      gemm_cols<kFc1>(ln, S.sC, N, base + S.fc1, S.sC, 0, C, S.fc, [&](int m, int j0, const float* acc) {
-#pragma unroll
-        for (int j = 0; j < kFc1; ++j) h[m * S.sF + f0 + j0 + j] = gelu_erf(acc[j] + fb[j0 + j]);
-      });
-    } else {
-      gemm_stage<kSplit>(c, ln, S.sC, C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
-        const float4 g = make_float4(gelu_erf(v.x), gelu_erf(v.y), gelu_erf(v.z), gelu_erf(v.w));
-        if (fc2k)
-          *reinterpret_cast<float4*>(h + m * S.sF + f0 + j0) = g;
-        else
-          push4(h + m * S.sF + f0 + j0, g, R);  // (never with Net<true>: fc2 by k)
-      });
-    }
+    gemm_stage<kSplit>(c, ln, S.sC, C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
+      const float4 g = make_float4(gelu_erf(v.x), gelu_erf(v.y), gelu_erf(v.z), gelu_erf(v.w));
+      if (fc2k)
+        *reinterpret_cast<float4*>(h + m * S.sF + f0 + j0) = g;
+      else
+        push4(h + m * S.sF + f0 + j0, g, R);  // (never with Net<true>: fc2 by k)
+    });
     if (fc2k) {
       __syncthreads();
       fc2_partials(c, h, base + S.fc2, net);
@@ -618,19 +564,10 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       if (j0 + j < vn) lg[m * S.vc + j0 + j] = vv[j];
   };
   if (!(kSplit && gemm_split_any(ln, S.sC, N, C, hd + S.lm, S.sC, hd + S.lmb, groups * 4, store_logits))) {
-    constexpr int kLm = lm_cols<kV>;
-    if constexpr (kLm == 4) {
-      gemm_cols<4>(ln, S.sC, N, hd + S.lm, S.sC, 0, C, groups * 4, [&](int m, int j0, const float* acc) {  // rows fastest
-        store_logits(m, j0, make_float4(acc[0] + hd[S.lmb + j0], acc[1] + hd[S.lmb + j0 + 1], acc[2] + hd[S.lmb + j0 + 2],
-                                        acc[3] + hd[S.lmb + j0 + 3]));
-      });
-    } else {  // EXPERIMENT: kLm columns per thread
-      gemm_cols<kLm>(ln, S.sC, N, hd + S.lm, S.sC, 0, C, groups * 4, [&](int m, int j0, const float* acc) {
-#pragma unroll
-        for (int j = 0; j < kLm; ++j)
-          if (j0 + j < vn) lg[m * S.vc + j0 + j] = acc[j] + hd[S.lmb + j0 + j];
-      });
-    }
+    gemm4(ln, S.sC, N, hd + S.lm, S.sC, 0, C, groups * 4, [&](int m, int j0, const float* acc) {  // rows fastest
+      store_logits(m, j0, make_float4(acc[0] + hd[S.lmb + j0], acc[1] + hd[S.lmb + j0 + 1], acc[2] + hd[S.lmb + j0 + 2],
+                                      acc[3] + hd[S.lmb + j0 + 3]));
+    });
   }
   __syncthreads();
   stamp<kTrace>(r, 61);
@@ -699,31 +636,7 @@ MegaKernel kernel_for(const MegaDims& d) {
   using KF = Fixed<64, 4, 256>;
   if (d.C == 64 && d.H == 4 && d.F == 256) {
     if (d.split_k) return trace ? gpt_mega_kernel<KF, true, true> : gpt_mega_kernel<KF, true>;
-    if (mega_p2p(d)) {
-      // EXPERIMENT (issue 14 A/B): MINIGPT_MEGA_VARIANT = a mask of the variant's bits (1 the start;
-      // columns per thread: 32 q k v 2, 64 fc1 1, 128 fc1 2, 256 lm_head 2, 512 lm_head 1, 1024 the
-      // proj partials 2); 0: main's form; unset or another value: 97
-      static const int v = [] {
-        const char* e = std::getenv("MINIGPT_MEGA_VARIANT");
-        return e ? std::atoi(e) : 97;
-      }();
-      switch (v) {
-        case 0: return trace ? gpt_mega_kernel<KF, false, true, true, 0> : gpt_mega_kernel<KF, false, false, true, 0>;
-        case 1: return trace ? gpt_mega_kernel<KF, false, true, true, 1> : gpt_mega_kernel<KF, false, false, true, 1>;
-        case 32: return trace ? gpt_mega_kernel<KF, false, true, true, 32> : gpt_mega_kernel<KF, false, false, true, 32>;
-        case 64: return trace ? gpt_mega_kernel<KF, false, true, true, 64> : gpt_mega_kernel<KF, false, false, true, 64>;
-        case 128: return trace ? gpt_mega_kernel<KF, false, true, true, 128> : gpt_mega_kernel<KF, false, false, true, 128>;
-        case 256: return trace ? gpt_mega_kernel<KF, false, true, true, 256> : gpt_mega_kernel<KF, false, false, true, 256>;
-        case 512: return trace ? gpt_mega_kernel<KF, false, true, true, 512> : gpt_mega_kernel<KF, false, false, true, 512>;
-        case 1024: return trace ? gpt_mega_kernel<KF, false, true, true, 1024> : gpt_mega_kernel<KF, false, false, true, 1024>;
-        case 97: return trace ? gpt_mega_kernel<KF, false, true, true, 97> : gpt_mega_kernel<KF, false, false, true, 97>;
-        case 161: return trace ? gpt_mega_kernel<KF, false, true, true, 161> : gpt_mega_kernel<KF, false, false, true, 161>;
-        case 353: return trace ? gpt_mega_kernel<KF, false, true, true, 353> : gpt_mega_kernel<KF, false, false, true, 353>;
-        case 609: return trace ? gpt_mega_kernel<KF, false, true, true, 609> : gpt_mega_kernel<KF, false, false, true, 609>;
-        case 1121: return trace ? gpt_mega_kernel<KF, false, true, true, 1121> : gpt_mega_kernel<KF, false, false, true, 1121>;
-        default: return trace ? gpt_mega_kernel<KF, false, true, true, 97> : gpt_mega_kernel<KF, false, false, true, 97>;
-      }
-    }
+    if (mega_p2p(d)) return trace ? gpt_mega_kernel<KF, false, true, true> : gpt_mega_kernel<KF, false, false, true>;
     return trace ? gpt_mega_kernel<KF, false, true> : gpt_mega_kernel<KF, false>;
   }
   return d.split_k ? gpt_mega_kernel<Fixed<0, 0, 0>, true> : gpt_mega_kernel<Fixed<0, 0, 0>, false>;

@@ -177,25 +177,50 @@
 //              the CPU err in different directions. So 1e-5 against the CPU holds for proj by
 //              columns; the default is held to what issue 14 allows where a reduction order
 //              differs (1e-4, stated); model_cuda_test's probes measure 7.6e-6.
-// Open (largest first), against issue 14's 20 us: the data each stage
-// moves between CTAs (a wait is now ~0.7-0.8k cycles where a barrier was 1.2-1.7k: what is left is
-// the slowest sender's remote stores, ~8 bytes per cycle per SM, and its skew: x to every CTA twice
-// per layer, 8 KB per CTA each; fc2's partials 8 KB); the attention CTAs' serial chain (8 of 16
-// CTAs: ln1, q k v, attention, proj partials ~6.5k cycles per layer while the others wait; each of
-// its steps is already one pass of the CTA (by count: q k v 192 groups, a warp per query row, proj
-// partials 256 groups, of 512 threads), so splitting an item's rows over 2 CTAs shortens none of
-// them: fewer steps, or fewer instructions per step, are what is left); fc1 (128 of 512 threads, a
-// 64-long FMA chain each) + fc2 partials 3.2k (k over lanes was slower, "wide" above: fewer
-// instructions rather than more threads, e.g. 2 rows per thread reusing each weight float4, the
-// same order); the LayerNorms (~0.9-1.1k each, 9 per forward: double conversions and shuffles of
-// 512 threads, throughput-bound rather than the chain: 8 lanes per row did not help); ln_f +
-// lm_head 4.05k (lm_head: 320 of 512 threads); the start 6.0k (a global round trip for the ids
-// before anything; five more mbarrier inits, each with its cluster fence, for the point-to-point
-// stages); the probs' combine + stores 2.6k; decode's attention (2-2.9k: one warp, scores a lane
-// per key) and its start (5-7.7k: the earlier k, v of every layer loaded before layer 0; load a
-// layer's rows behind the previous layer); the decode step still synchronises with cluster barriers
-// (its stages are not all-to-all: the point-to-point argument in gpt_mega_parts.cuh's Net would
-// need checking stage by stage).
+//   start      (issue 14; H200, two runs, variants picked by an environment variable between kernel
+//              instances of one build, run 2 against main's own build; `minigpt bench model
+//              --device cuda --no-peers --runs 1000 --warmup 100` and MINIGPT_MEGA_TRACE=1) the
+//              forward's start: its ten mbarriers (5 weight groups, 5 of Net) behind ONE fence,
+//              then the copies; warps 1.. embed meanwhile, each row's id loaded by the threads
+//              that use it (no shared-memory round trip and CTA barrier first); and no CTA barrier
+//              where Net::wait's follows (the attention item's last, the layer top after layer 0).
+//              Trace, same run, main -> this: ~79.4k -> ~77.9k cycles, the kernel's wall 40.16 ->
+//              39.36 us (both samples); start 6.05k -> 4.74k, wait + x1 + wait 2.5k -> 2.3k. Not
+//              timed alone by the 1000-run bench: its combinations with the column changes below
+//              (which cost about what it saves) measured 44.00 / 43.65 us against main's 43.81 /
+//              43.62; the 100-run rows beside the traces, main 45.14, this 44.27 us. Before the
+//              first CTA barrier still 4.1k cycles, now with the embedding inside (main: as long
+//              without it). Tried and reverted (trace cycles per stage, main's
+//              form -> variant; all of model_cuda_test passed with each, logits bitwise as
+//              before, 1.05e-5 from the CPU at the bench's ids): GEMM tiles of 2 rows per thread,
+//              each weight float4 read once for both (lead "2 rows per thread"): q k v 1.8k ->
+//              2.9k, fc1 + fc2 partials 3.3k -> 4.4k, whole kernel 79k -> 90k (4 rows: 105k);
+//              fewer columns per thread (more threads, shorter streams): q k v on 2 (384 threads)
+//              1.8k -> 2.0k, fc1 on 1 (512 threads) 3.3k -> 3.6k, on 2 the same, lm_head on 2 /
+//              1: 4.0-4.2k -> 4.9k / 6.1k, the proj partials on 2 (8-byte st.async) push 1.35k ->
+//              1.55k. So the GEMM stages sit at an optimum of threads x outputs per thread:
+//              neither fewer warps with longer chains nor more warps with more instructions per
+//              output. x pushed before layer l + 1 only to the CTAs whose ln1 reads its rows (a
+//              quarter of the bytes): fc2 sums + push 1.3k -> 2.7k; the owner sums' sends over
+//              all 16 warps (a warp per destination) instead of one warp sending to all: the
+//              wait after them 0.73k -> 1.1-1.45k. Remote stores: fewer bytes or more senders
+//              were both slower, so what they cost is not plain bandwidth.
+//              Stages now (R = 16, ~78k cycles): start 4.7k (4.1k before the first CTA barrier);
+//              per layer ~16k: ln1 0.9k, q k v 1.7-1.8k, attention + proj partials 2.2-2.4k, the
+//              slowest warp 1.3-1.45k, wait + x1 + wait 2.3-2.4k, ln2 1.05-1.1k, fc1 + fc2
+//              partials 3.25-3.3k, wait 0.8k, fc2 sums + x push 1.2k, wait 0.7k; head: ln_f +
+//              lm_head 4.0-4.4k, probs 4.5-5k.
+// Open (largest first), against issue 14's 20 us (the forward's figures above): the stages'
+// remote stores and their waits (fewer bytes or more senders did not help, "start" above; to
+// try: bulk copies shared::cta -> shared::cluster of contiguous per-owner blocks, x stored as
+// (C/4, N, 4)); the attention CTAs' serial chain (8 of 16 CTAs, ~6.5k cycles per layer while the
+// others wait: fewer steps, as no split shortens a thread's chain); the 4.1k cycles before the
+// start's first CTA barrier (the launch itself, instruction fetch, the parameter loads? time an
+// empty start); the GEMM stages (rows and columns per thread explored: only fewer instructions
+// per output in the same order would help); the LayerNorms (~0.9-1.1k each, 9 per forward);
+// lm_head 4.0k; the probs' combine + stores 2.1-2.5k; the decode step's start (an mbarrier fence
+// each, as before: the forward's single fence unmeasured there) and attention; the decode step
+// still synchronises with cluster barriers.
 #pragma once
 
 #include <cuda_runtime_api.h>

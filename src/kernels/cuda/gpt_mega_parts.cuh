@@ -290,25 +290,6 @@ __device__ __forceinline__ void dot4(const float* a, const float* w, int ldw, in
   }
 }
 
-// dot4 for CW (1, 2 or 4) output columns: acc[j] += sum over k in [k0, k1) of a[k] w[j ldw + k],
-// k in order (dot4's arithmetic for each column). Fewer columns per thread: more threads, each a
-// shorter instruction stream, for the stages that have fewer outputs than threads.
-template <int CW>
-__device__ __forceinline__ void dot_cols(const float* a, const float* w, int ldw, int k0, int k1, float (&acc)[CW]) {
-#pragma unroll 4
-  for (int k = k0; k < k1; k += 4) {
-    const float4 av = *reinterpret_cast<const float4*>(a + k);
-#pragma unroll
-    for (int j = 0; j < CW; ++j) {
-      const float4 wv = *reinterpret_cast<const float4*>(w + j * ldw + k);
-      acc[j] = fmaf(av.x, wv.x, acc[j]);
-      acc[j] = fmaf(av.y, wv.y, acc[j]);
-      acc[j] = fmaf(av.z, wv.z, acc[j]);
-      acc[j] = fmaf(av.w, wv.w, acc[j]);
-    }
-  }
-}
-
 // The k-split form (MegaDims::split_k) of a stage's sums: W lanes per output group of 4
 // columns; lane s adds k in [4s + 4W i, 4s + 4W i + 4) for i = 0, 1, ... in order (a group's W
 // lanes read 16 W contiguous bytes of a weight row: no bank conflict), then the W partials are
@@ -477,15 +458,22 @@ __device__ __forceinline__ int group_offset(const MegaLayout& S, int L, int g) {
 __device__ __forceinline__ int group_floats(const MegaLayout& S, int L, int g) {
   return g < L ? S.layer : S.x - S.head;
 }
-// One thread: every group's bulk copy from this CTA's image `img` put in flight, layer 0's
-// first and the head's last, each completing on its mbarrier bars[g] (wait_group).
+// One thread: group g's bulk copy from this CTA's image `img` put in flight, completing on its
+// mbarrier bars[g] (initialised and fenced before; wait_group).
+__device__ __forceinline__ void issue_weight_copy(float* sm, uint64_t* bars, const MegaLayout& S, int L, const float* img,
+                                                  int g) {
+  const int off = group_offset(S, L, g);
+  const unsigned bytes = static_cast<unsigned>(group_floats(S, L, g)) * sizeof(float);
+  detail::mbarrier_arrive_expect_tx(&bars[g], bytes);
+  detail::bulk_load(sm + off, img + off, bytes, &bars[g]);
+}
+// One thread: every group's mbarrier initialised (each with its fence) and its copy put in
+// flight, layer 0's first and the head's last (the forward's start fences all its mbarriers once
+// instead: gpt_mega.cu).
 __device__ __forceinline__ void issue_weight_copies(float* sm, uint64_t* bars, const MegaLayout& S, int L, const float* img) {
   for (int g = 0; g <= L; ++g) {
-    const int off = group_offset(S, L, g);
-    const unsigned bytes = static_cast<unsigned>(group_floats(S, L, g)) * sizeof(float);
     detail::mbarrier_init(&bars[g]);
-    detail::mbarrier_arrive_expect_tx(&bars[g], bytes);
-    detail::bulk_load(sm + off, img + off, bytes, &bars[g]);
+    issue_weight_copy(sm, bars, S, L, img, g);
   }
 }
 
