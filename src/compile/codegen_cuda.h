@@ -102,6 +102,14 @@ struct CudaCodegenOptions {
   // 128 KB for a block owning every column). Same sums, same order. Shapes it does not fit (a
   // slice of h wider than a warp, more outputs per tile than threads) get the block form.
   bool mlp_cluster = true;
+  // With generated_gemm (sm_90+, not in the megakernel): a row-wise kernel that reads only a
+  // generated GEMM's result (the LM head's softmax over the vocabulary) as that GEMM's epilogue,
+  // the two one kernel of 8-CTA thread-block clusters (codegen_cuda_head.cpp): CTA c computes an
+  // eighth of the GEMM's columns for the tile's rows, then gathers one row whole from the
+  // cluster's shared memory and computes the row-wise kernel's row there, with that kernel's own
+  // statements (the same values, bitwise); one launch fewer (13 at (2, 16)). Off by default: not
+  // yet measured on a GPU (max-autotune's "head-fused" times it).
+  bool fuse_head = false;
   // With generated_gemm: a GEMM without a prologue first copies its tile's rows of x into shared
   // memory (coalesced, the whole block), and its K loop reads them there, as the prologue GEMMs
   // do; off: every lane reads x from global memory in the K loop (a broadcast per warp). H200:
@@ -143,7 +151,8 @@ struct CudaLaunch {
   // > 0: launched as ONE thread-block cluster of at most this many CTAs (the megakernel; the
   // runner picks the largest size the GPU co-schedules, and grid = that size)
   int cluster = 0;
-  // > 0: the grid in thread-block clusters of this many CTAs (the MLP kernel's mlp_cluster form)
+  // > 0: the grid in thread-block clusters of this many CTAs (the MLP kernel's mlp_cluster form,
+  // the head kernel's fuse_head form)
   int cluster_dim = 0;
   // Kernel: its pointer parameters in order, as graph tensor ids (-1: a null pointer).
   std::vector<int> args;

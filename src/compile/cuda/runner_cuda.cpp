@@ -131,7 +131,10 @@ std::string variant_name(const CudaCodegenOptions& cg) {
                                    ? " attn-mlp"
                                    : "") +
                               (cg.generated_gemm && cg.fuse_mlp && !cg.mlp_cluster && !cg.megakernel ? " no-cluster" : "") +
-                              (cg.generated_gemm && cg.smem_vec4 ? " smem-vec4" : "");
+                              (cg.generated_gemm && cg.smem_vec4 ? " smem-vec4" : "") +
+                              (cg.generated_gemm && !cg.megakernel && cg.fuse_head != CudaCodegenOptions{}.fuse_head
+                                   ? (cg.fuse_head ? " head-fused" : " head-apart")
+                                   : "");
   if (cg.megakernel) return (cg.megakernel_threads > 0 ? fmt::format("megakernel {}", cg.megakernel_threads) : "megakernel") + unfused;
   return std::string(cg.generated_gemm ? "generated-gemm" : "cublas") + (cg.pdl ? " pdl" : "") + unfused;
 }
@@ -280,7 +283,8 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     // what differs from the generated GEMMs' defaults (variant_name, codegen_cuda.h; each MLP with
     // the attention's projection before it one kernel of 8-CTA clusters on 4-row tiles): "rowsN"
     // another tile height, "attn-mlp" the prefill attention in that kernel too (fuse_mlp_attention),
-    // "proj-apart" without the projection, "no-cluster" a block per tile
+    // "proj-apart" without the projection, "head-fused" / "head-apart" the LM head's softmax in
+    // (out of) its GEMM's kernel (fuse_head, the other way than the default), "no-cluster" a block per tile
     // owning every column, "mlp-apart" fc1 and fc2 two kernels (7d's default), "attn-prologue"
     // each attention fused into its projection's GEMM, "smem-vec4" the GEMMs' x read from shared
     // memory as float4s, "weights-late" W read in the K loop (not before PDL's wait), "x-global"
@@ -300,6 +304,7 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     if (major >= 9) {
       add(true, true, [](CudaCodegenOptions&) {});
       for (int rows : {2, 1}) add(true, true, [rows](CudaCodegenOptions& c) { c.mlp_rows = rows; });
+      add(true, true, [](CudaCodegenOptions& c) { c.fuse_head = !c.fuse_head; });
       add(true, true, [](CudaCodegenOptions& c) { c.fuse_mlp_attention = true; });
       add(true, true, [](CudaCodegenOptions& c) { c.fuse_mlp_proj = false; });
       add(true, true, [](CudaCodegenOptions& c) {
@@ -376,7 +381,10 @@ void CudaCompiledGraph::build(const CudaCompileOptions& opt, const CudaCodegenOp
   release();
   CudaCodegenOptions codegen = asked;
   const int major = device_cc_major();
-  if (major < 9) codegen.mlp_cluster = false;  // thread-block clusters need sm_90: the MLP kernel's block form
+  if (major < 9) {  // thread-block clusters need sm_90: the MLP kernel's block form, the head's kernels apart
+    codegen.mlp_cluster = false;
+    codegen.fuse_head = false;
+  }
   lowered_ = lower_cuda(captured_, opt.passes, codegen);
   stats_.passes_s = lowered_.passes_s;
   stats_.codegen_s = lowered_.codegen_s;
