@@ -39,6 +39,13 @@ CudaLowered lower_default(const Graph& g, bool generated_gemm = false) {
 
 bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 
+// How often `what` occurs in s.
+size_t count_of(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
 // The source without its // comments.
 std::string code_only(const std::string& src) {
   std::string out, line;
@@ -446,15 +453,16 @@ TEST(CompileCudaNvrtc, FusedMlpCompilesAtEveryTileHeight) {
     for (int rows : {1, 2, 4, 8}) {
       // 0 PDL, 1 weights late, 2 layernorms apart (x staged), 3 megakernel, 4 + projection and
       // attention (the prefill's); in clusters: 5 with the projection and the attention, 6 without
-      // either, 7 with the projection alone
-      for (int form = 0; form < 8; ++form) {
+      // either, 7 with the projection alone, 8 that with fc2's partials pushed (mlp_push)
+      for (int form = 0; form < 9; ++form) {
         if (form > 0 && form < 4 && rows != 4) continue;  // (each NVRTC compile takes a while: those forms at one height)
-        if ((form == 6 && rows != 2) || (form == 7 && rows != 4)) continue;
+        if ((form == 6 && rows != 2) || (form == 7 && rows != 4) || (form == 8 && rows == 2)) continue;
         CudaCodegenOptions cg;
         cg.generated_gemm = true;
         cg.fuse_mlp = true;
-        cg.fuse_mlp_proj = form == 4 || form == 5 || form == 7;
-        cg.fuse_mlp_attention = form != 7;
+        cg.fuse_mlp_proj = form == 4 || form == 5 || form >= 7;
+        cg.fuse_mlp_attention = form < 7;
+        cg.mlp_push = form == 8;
         cg.mlp_cluster = form >= 5;
         cg.mlp_rows = rows;
         cg.pdl = form != 3;
@@ -467,13 +475,27 @@ TEST(CompileCudaNvrtc, FusedMlpCompilesAtEveryTileHeight) {
         for (const CudaKernelText& k : l.code.kernels) {
           if (!contains(k.name, "mlp") || !contains(k.text, "__global__") || form == 3) continue;
           ++mlps;
-          const bool proj = form == 4 || form == 5 || form == 7, attn = (form == 4 || form == 5) && !contains(g.name, "decode");
+          const bool proj = form == 4 || form == 5 || form >= 7, attn = (form == 4 || form == 5) && !contains(g.name, "decode");
           EXPECT_EQ(contains(k.name, "_proj_"), proj) << what;
           EXPECT_EQ(contains(k.name, "_attention_proj_"), attn) << what;
           // (8 rows x 64 columns: more outputs than threads, the block form, saying why)
           const bool cl = form >= 5 && !contains(k.text, "not in clusters");
           EXPECT_TRUE(cl || form < 5 || rows == 8) << what;
           EXPECT_EQ(cl, contains(k.text, "mg_cluster_barrier();")) << what;
+          if (cl) {  // pulled: two whole barriers, the partials read remotely; pushed: one, written remotely after the arrive and the wait
+            const std::string code = code_only(k.text);
+            EXPECT_EQ(count_of(code, "mg_cluster_barrier();"), form == 8 ? 1u : 2u) << what;
+            EXPECT_EQ(contains(code, "mg_cluster_ld("), form != 8) << what;
+            if (form == 8) {
+              const size_t arrive = code.find("mg_cluster_arrive();"), wait = code.find("mg_cluster_wait();"),
+                           push = code.find("mg_cluster_st(&pq[rank][i][m % "), barrier = code.find("mg_cluster_barrier();");
+              ASSERT_NE(push, std::string::npos) << what;
+              EXPECT_LT(arrive, code.find("griddepcontrol.wait;")) << what;
+              EXPECT_LT(arrive, wait) << what;
+              EXPECT_LT(wait, push) << what;
+              EXPECT_LT(push, barrier) << what;
+            }
+          }
           const size_t wait = k.text.find("griddepcontrol.wait;"), w1 = k.text.find(cl ? "w1c[u] = " : "w1r[j][u] = "),
                        w2 = k.text.find(cl ? "w2c[u] = " : "fc2_w[j][u] = "),
                        res = k.text.find(proj ? "rpr[q] = " : cl ? "const float resc = " : "resr[q] = "),
@@ -544,9 +566,7 @@ TEST(CompileCudaNvrtc, HeadSoftmaxFusedIntoItsGemmCompiles) {
         EXPECT_FALSE(contains(sm.text, "__global__")) << what;
         EXPECT_TRUE(contains(sm.text, "computed in " + k.name + "'s clusters")) << what;
         const std::string code = code_only(k.text);
-        size_t barriers = 0;
-        for (size_t at = code.find("mg_cluster_barrier();"); at != std::string::npos; at = code.find("mg_cluster_barrier();", at + 1)) ++barriers;
-        EXPECT_EQ(barriers, 1u) << what;
+        EXPECT_EQ(count_of(code, "mg_cluster_barrier();"), 1u) << what;
         const size_t arrive = code.find("mg_cluster_arrive();"), wait = code.find("mg_cluster_wait();"),
                      push = code.find("mg_cluster_st(&lrow[c0 + m], i, v);"), barrier = code.find("mg_cluster_barrier();");
         ASSERT_NE(push, std::string::npos) << what;
@@ -555,17 +575,14 @@ TEST(CompileCudaNvrtc, HeadSoftmaxFusedIntoItsGemmCompiles) {
         EXPECT_LT(push, barrier) << what;
         EXPECT_LT(barrier, code.find("rw_out_ptr0[r * ")) << what << ": the softmax's store";
         if (pdl) {
-          const size_t wait = code.find("griddepcontrol.wait;");
-          EXPECT_LT(code.find("head_w[j][u] = "), wait) << what << ": W before the wait";
-          EXPECT_LT(code.find("head_b[q] = "), wait) << what << ": the bias before the wait";
-          EXPECT_LT(wait, code.find("xs[")) << what;
+          const size_t pdl_wait = code.find("griddepcontrol.wait;");
+          EXPECT_LT(code.find("head_w[j][u] = "), pdl_wait) << what << ": W before the wait";
+          EXPECT_LT(code.find("head_b[q] = "), pdl_wait) << what << ": the bias before the wait";
+          EXPECT_LT(pdl_wait, code.find("xs[")) << what;
         }
       }
       EXPECT_EQ(heads, decode ? 0 : 1) << what;
       ASSERT_NO_THROW(nvrtc_compile_ptx(l.code.source, "compute_90a", g.name)) << what;
-      if (std::getenv("HEAD_DUMP") && contains(g.name, "tinyhead") == false && !decode && pdl)
-        for (const CudaKernelText& k : l.code.kernels)
-          if (contains(k.text, "(fuse_head)")) std::printf("%s\n", k.text.c_str());
     }
   }
 }

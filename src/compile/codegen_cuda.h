@@ -102,6 +102,13 @@ struct CudaCodegenOptions {
   // 128 KB for a block owning every column). Same sums, same order. Shapes it does not fit (a
   // slice of h wider than a warp, more outputs per tile than threads) get the block form.
   bool mlp_cluster = true;
+  // With mlp_cluster: fc2's partial sums pushed into the CTA that finishes each output
+  // (st.shared::cluster) instead of pulled from the 8 CTAs by it (ld.shared::cluster): one cluster
+  // barrier instead of two (no CTA then reads another's shared memory, so none waits for the
+  // others before it exits; the first half of the barrier that makes remote writes safe, the
+  // arrive, is at the kernel's top), and the partials read from the CTA's own shared memory. Same
+  // sums, same order. Off by default: not yet measured on a GPU (max-autotune's "mlp-push").
+  bool mlp_push = false;
   // With generated_gemm (sm_90+, not in the megakernel): a row-wise kernel that reads only a
   // generated GEMM's result (the LM head's softmax over the vocabulary) as that GEMM's epilogue,
   // the two one kernel of 8-CTA thread-block clusters (codegen_cuda_head.cpp): CTA c computes an

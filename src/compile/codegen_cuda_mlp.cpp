@@ -153,7 +153,12 @@ std::string cluster_early(const Graph& g, const Node& a, const Node& n, int R) {
 // order (fc2's own GEMM adds its 8 warps' K slices in that order), the epilogue (`res`: "ms",
 // the projection's rows; "resc", loaded earlier; or none), the store; a last cluster barrier (no
 // CTA exits while another reads its pp).
-std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, const std::string& res, const std::string& row_guard) {
+// `push` (CudaCodegenOptions::mlp_push): each partial written into pq[rank] of the CTA that
+// finishes its output instead (st.shared::cluster, after the wait half of a barrier whose arrive
+// half is at the kernel's top: every CTA has started), one cluster barrier, the 8 partials read
+// from the CTA's own pq in rank order (the same sums in the same order), no last barrier.
+std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, const std::string& res, const std::string& row_guard,
+                           bool push) {
   constexpr int kCl = 8;
   const int64_t K1 = g.tensor(a.inputs[0]).cols(), H = g.tensor(a.output).cols(), M = g.tensor(n.inputs[1]).shape[0];
   const int64_t KC1 = (K1 + 7) / 8, HC = H / kCl, MC = M / kCl;
@@ -175,23 +180,31 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
   h += epilogue_code(a, "", "", a.has_bias ? "b1f" : "") + "hs[i][l] = v;\n";
   b += indent_text(h, "  ") + "}\n__syncthreads();\n";
   b += fmt::format("// fc2's K slice `rank` (h's columns [hc0, hc0 + {})) of every output (i, m) = (t / {}, t % {}), summed in order\n", HC, M, M);
-  b += fmt::format("__shared__ float pp[{}][{}];  // this CTA's partial sums, read by the cluster\n", R, M);
+  if (push) {  // each partial sum written into the CTA that finishes its output
+    b += fmt::format("__shared__ float pq[8][{}][{}];  // [K slice = CTA rank][row][column - first column]: written by the cluster\n", R, MC);
+    b += "mg_cluster_wait();  // (the barrier's second half: every CTA of the cluster has started, its pq may be written)\n";
+  } else {
+    b += fmt::format("__shared__ float pp[{}][{}];  // this CTA's partial sums, read by the cluster\n", R, M);
+  }
   b += fmt::format("if (threadIdx.x < {}) {{\n", R * M);
   std::string p = fmt::format("const int i = threadIdx.x / {}, m = threadIdx.x % {};\nfloat acc = 0.0f;\n", M, M);
   p += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u) {{\n", HC / 4);
   p += "  const float4 hv = *(const float4*)&hs[i][4 * u], wv = w2c[u];\n";
-  p += "  acc += hv.x * wv.x;\n  acc += hv.y * wv.y;\n  acc += hv.z * wv.z;\n  acc += hv.w * wv.w;\n}\npp[i][m] = acc;\n";
+  p += "  acc += hv.x * wv.x;\n  acc += hv.y * wv.y;\n  acc += hv.z * wv.z;\n  acc += hv.w * wv.w;\n}\n";
+  p += push ? fmt::format("mg_cluster_st(&pq[rank][i][m % {}], m / {}, acc);  // into the CTA of column m\n", MC, MC) : "pp[i][m] = acc;\n";
   b += indent_text(p, "  ") + "}\n";
-  b += "mg_cluster_barrier();  // every CTA's partial sums visible to the cluster\n";
+  b += push ? "mg_cluster_barrier();  // every CTA's partial sums in their outputs' CTAs\n" : "mg_cluster_barrier();  // every CTA's partial sums visible to the cluster\n";
   b += fmt::format("if (threadIdx.x < {}) {{  // output (i, rank {} + l): the 8 K slices' partials in rank order, the epilogue\n", R * MC, MC);
   std::string o = fmt::format("const int i = threadIdx.x / {}, m = rank * {} + threadIdx.x % {};\n", MC, MC, MC);
-  o += "float v = mg_cluster_ld(&pp[i][m], 0);\n#pragma unroll\nfor (int c = 1; c < 8; ++c) v += mg_cluster_ld(&pp[i][m], c);\n";
+  o += push ? fmt::format("float v = pq[0][i][m % {0}];\n#pragma unroll\nfor (int c = 1; c < 8; ++c) v += pq[c][i][m % {0}];\n", MC)
+            : "float v = mg_cluster_ld(&pp[i][m], 0);\n#pragma unroll\nfor (int c = 1; c < 8; ++c) v += mg_cluster_ld(&pp[i][m], c);\n";
   const std::string res_at = res.empty() ? "" : res == "ms" ? "ms[i][m]" : "resc";
   o += epilogue_code(n, "", "m", n.has_bias ? "b2f" : "", res_at);
   const std::string store = fmt::format("y[(n0 + i) * {} + m] = v;\n", M);
   o += row_guard.empty() ? store : fmt::format("if ({}) {}", row_guard, store);
   b += indent_text(o, "  ") + "}\n";
-  b += "mg_cluster_barrier();  // no CTA exits while another reads its partial sums\n";
+  // pull: no CTA may exit while another reads its pp; push: nothing remote is read, none waits
+  if (!push) b += "mg_cluster_barrier();  // no CTA exits while another reads its partial sums\n";
   return b;
 }
 
@@ -221,7 +234,7 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
 // CTAs per tile, the same projection and prologue in every CTA, then cluster_early's weights and
 // cluster_stages: CTA c computes an eighth of h and fc2's K slice c, the cluster adds the slices;
 // the same sums in the same order. Its weights are always loaded before PDL's wait.
-std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked) {
+std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked, bool push) {
   const Node& a = g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])];  // fc1
   const Node& n = g.nodes[static_cast<size_t>(k.nodes.back())];                // fc2
   const bool attn = k.nodes.size() > 4 && g.nodes[static_cast<size_t>(k.nodes[0])].op == Op::Attention;  // before P
@@ -349,6 +362,7 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   // ---- weights first
   const std::string zero4 = "make_float4(0.0f, 0.0f, 0.0f, 0.0f)";
   if (cluster) {
+    if (push) b += "mg_cluster_arrive();  // the first half of a barrier: this CTA has started (its pq may be written from now on)\n";
     b += cluster_early(g, a, n, R);
   } else if (w1_early) {
     b += fmt::format("float4 w1r[{}][{}];  // fc1: rows threadIdx.x + {} j of W1, loaded first (a weight)\n", JH, K1 / 4, kThreads);
@@ -384,7 +398,7 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   }
   b += prologue;
   if (cluster) {
-    b += cluster_stages(g, a, n, R, n.has_residual ? (res_in ? "ms" : "resc") : "", row_guard);
+    b += cluster_stages(g, a, n, R, n.has_residual ? (res_in ? "ms" : "resc") : "", row_guard, push);
     code += indent_text(b, "  ") + "}\n";
     const std::string decl = fmt::format("  __shared__ float part[{}][{}][{}];  // the GEMM stages' partial sums: [warp][row][column]\n", kWarps, R,
                                          32 * std::max<int64_t>(1, (proj ? g.tensor(pn->inputs[1]).shape[0] + 31 : 1) / 32));

@@ -65,8 +65,9 @@ MlpStage mlp_gemm_stage(const Graph& g, const Node& n, const std::string& w, con
                         const std::string& store_guard, const std::string& col0 = "", int64_t MW = 0);
 
 // The MLP kernel (codegen_cuda_mlp.cpp): kernel k, an MLP group of fuse_mlp, on tiles of R rows,
-// in 8-CTA clusters when cluster_asked and the shapes fit (else a block per tile); its launch.
-std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked);
+// in 8-CTA clusters when cluster_asked and the shapes fit (else a block per tile), fc2's partial
+// sums pushed to the CTAs that finish them (push) or pulled by them; its launch.
+std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked, bool push);
 
 // The head kernel (codegen_cuda_head.cpp; CudaCodegenOptions::fuse_head): whether the row-wise
 // kernel `rk` (the LM head's softmax) can run as GEMM kernel k's epilogue, and the two as one

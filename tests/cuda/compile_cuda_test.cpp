@@ -204,6 +204,7 @@ struct MlpForm {
   int mlp_rows;
   bool proj, cluster, attention;
   bool head = false;  // fuse_head: the LM head's softmax in its GEMM's kernel
+  bool push = false;  // mlp_push: fc2's partials pushed to the CTAs that finish them
 };
 constexpr MlpForm kMlpForms[] = {
     {"weights late", false, false, false, 2, false, false, false},
@@ -227,6 +228,10 @@ constexpr MlpForm kMlpForms[] = {
     {"the head's softmax in its GEMM's kernel", true, false, false, 2, false, false, false, true},
     {"the head's softmax in its GEMM's kernel, MLP fused in clusters with the projection, rows 4", true, true, false, 4, true, true, false,
      true},
+    {"MLP fused in clusters with the projection, rows 1, partials pushed", true, true, false, 1, true, true, false, false, true},
+    {"MLP fused in clusters with the projection, rows 4, partials pushed", true, true, false, 4, true, true, false, false, true},
+    {"MLP fused in clusters, rows 2, partials pushed, the head's softmax in its GEMM's kernel", true, true, false, 2, false, true, false, true,
+     true},
 };
 void set_mlp_form(CudaCompileOptions& o, const MlpForm& form) {
   o.codegen.weights_early = form.weights_early;
@@ -237,14 +242,15 @@ void set_mlp_form(CudaCompileOptions& o, const MlpForm& form) {
   o.codegen.mlp_cluster = form.cluster;
   o.codegen.fuse_mlp_attention = form.attention;
   o.codegen.fuse_head = form.head;
+  o.codegen.mlp_push = form.push;
 }
 
 // The weights loaded before PDL's wait (weights_early), the MLP as one kernel (fuse_mlp,
 // generate_mlp) at tile heights of 1, 2 and 4 rows, with the attention's projection in it
 // (fuse_mlp_proj) and the attention before it (fuse_mlp_attention: its values are the attention
 // kernel's), as 8-CTA clusters (mlp_cluster) or a block per tile, x read from shared memory as float4s
-// (smem_vec4), and the LM head's softmax in its GEMM's cluster kernel (fuse_head: 882 rows are 111
-// tiles of 8, the last of 2) compute every sum as before, in the same order: the logits and the
+// (smem_vec4), fc2's partials pushed to the CTAs that finish them (mlp_push), and the LM head's
+// softmax in its GEMM's cluster kernel (fuse_head: 882 rows are 111 tiles of 8, the last of 2) compute every sum as before, in the same order: the logits and the
 // probs equal those of the generated GEMMs without them (weights early, each MLP two kernels, the
 // softmax a kernel of its own) bitwise, on random ids at
 // (2, 16) and on the grammar probes (B = 126, T = 7: 882 rows, which tiles of 4 do not divide).

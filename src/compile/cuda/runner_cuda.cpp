@@ -132,6 +132,9 @@ std::string variant_name(const CudaCodegenOptions& cg) {
                                    : "") +
                               (cg.generated_gemm && cg.fuse_mlp && !cg.mlp_cluster && !cg.megakernel ? " no-cluster" : "") +
                               (cg.generated_gemm && cg.smem_vec4 ? " smem-vec4" : "") +
+                              (cg.generated_gemm && cg.fuse_mlp && cg.mlp_cluster && !cg.megakernel && cg.mlp_push != CudaCodegenOptions{}.mlp_push
+                                   ? (cg.mlp_push ? " mlp-push" : " mlp-pull")
+                                   : "") +
                               (cg.generated_gemm && !cg.megakernel && cg.fuse_head != CudaCodegenOptions{}.fuse_head
                                    ? (cg.fuse_head ? " head-fused" : " head-apart")
                                    : "");
@@ -284,7 +287,8 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     // the attention's projection before it one kernel of 8-CTA clusters on 4-row tiles): "rowsN"
     // another tile height, "attn-mlp" the prefill attention in that kernel too (fuse_mlp_attention),
     // "proj-apart" without the projection, "head-fused" / "head-apart" the LM head's softmax in
-    // (out of) its GEMM's kernel (fuse_head, the other way than the default), "no-cluster" a block per tile
+    // (out of) its GEMM's kernel (fuse_head, the other way than the default), "mlp-push" / "mlp-pull"
+    // fc2's partials pushed to (pulled by) the CTAs that finish them (mlp_push), "no-cluster" a block per tile
     // owning every column, "mlp-apart" fc1 and fc2 two kernels (7d's default), "attn-prologue"
     // each attention fused into its projection's GEMM, "smem-vec4" the GEMMs' x read from shared
     // memory as float4s, "weights-late" W read in the K loop (not before PDL's wait), "x-global"
@@ -305,6 +309,11 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
       add(true, true, [](CudaCodegenOptions&) {});
       for (int rows : {2, 1}) add(true, true, [rows](CudaCodegenOptions& c) { c.mlp_rows = rows; });
       add(true, true, [](CudaCodegenOptions& c) { c.fuse_head = !c.fuse_head; });
+      add(true, true, [](CudaCodegenOptions& c) { c.mlp_push = !c.mlp_push; });
+      add(true, true, [](CudaCodegenOptions& c) {  // both
+        c.fuse_head = !c.fuse_head;
+        c.mlp_push = !c.mlp_push;
+      });
       add(true, true, [](CudaCodegenOptions& c) { c.fuse_mlp_attention = true; });
       add(true, true, [](CudaCodegenOptions& c) { c.fuse_mlp_proj = false; });
       add(true, true, [](CudaCodegenOptions& c) {
