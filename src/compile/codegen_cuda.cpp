@@ -385,24 +385,6 @@ std::string RowwiseCuda::body() {
   return b;
 }
 
-// Row-wise kernel rk's statements for one row (a warp: `lane` and the row `r` defined before),
-// its full-width input `in` read from the shared row `smem_row` (`smem_row[c]`) instead of global
-// memory: the statements of rk's own kernel, so its values. Its other pointer parameters are
-// appended to sig / params / args, renamed "rw_in_ptrN" / "rw_out_ptrN" (the kernel around it
-// has its own in_ptr / out_ptr). Empty when rk needs more than a warp per row.
-std::string rowwise_row_from_shared(const Graph& g, const Kernel& rk, int in, const std::string& smem_row, std::vector<std::string>& sig,
-                                    std::vector<std::string>& params, std::vector<int>& args) {
-  RowwiseCuda gen(g, rk);
-  if (gen.threads_per_row() != 32) return "";
-  gen.read_from_shared(in, smem_row);
-  const std::regex ptr(R"(\b(in|out)_ptr([0-9]+)\b)");
-  std::vector<std::string> s, p;
-  gen.parameters(s, p, args);
-  for (const std::string& x : s) sig.push_back(std::regex_replace(x, ptr, "rw_$1_ptr$2"));
-  for (const std::string& x : p) params.push_back(std::regex_replace(x, ptr, "rw_$1_ptr$2"));
-  return std::regex_replace(gen.body(), ptr, "rw_$1_ptr$2");
-}
-
 // ---- attention --------------------------------------------------------------------------
 
 // An attention's pass 1 for one query, a warp, lane = key s = lane + 32 j (j < J): its score
@@ -1018,27 +1000,12 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
       kCodegenCudaVersion, g.name, graph_hash(g), s.kernels.size(), g.arena_bytes);
   src += kPrelude;
   std::map<std::string, std::string> emitted;  // loops_key -> the kernel emitted with that code
-  // fuse_head: the row-wise kernel computed as the GEMM kernel before it's epilogue (no launch of its own)
-  const bool head = opt.fuse_head && opt.generated_gemm && !opt.megakernel;
-  std::string fused_into;  // the kernel that computes this one, when head fused them
-  for (size_t ki = 0; ki < s.kernels.size(); ++ki) {
-    const Kernel& k = s.kernels[ki];
+  for (const Kernel& k : s.kernels) {
     std::string code;
     CudaLaunch launch;
     launch.name = k.name;
     const size_t launches_before = out.launches.size();
-    if (!fused_into.empty()) {  // the row-wise kernel of a head kernel: its comment, no launch
-      code = kernel_comment(g, k, {}, fmt::format("none of its own: computed in {}'s clusters as its epilogue (fuse_head)", fused_into));
-      fused_into.clear();
-      out.kernels.push_back({k.name, code});
-      src += "\n" + code;
-      continue;
-    }
-    if (head && ki + 1 < s.kernels.size() && head_fusable(g, k, s.kernels[ki + 1])) {  // the GEMM and the next kernel: one
-      code = generate_head(g, k, s.kernels[ki + 1], launch);
-      out.launches.push_back(launch);
-      fused_into = k.name;
-    } else switch (k.kind) {
+    switch (k.kind) {
       case KernelKind::Rowwise: {
         RowwiseCuda gen(g, k);
         code = gen.generate(launch);

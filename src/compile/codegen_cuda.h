@@ -107,16 +107,10 @@ struct CudaCodegenOptions {
   // barrier instead of two (no CTA then reads another's shared memory, so none waits for the
   // others before it exits; the first half of the barrier that makes remote writes safe, the
   // arrive, is at the kernel's top), and the partials read from the CTA's own shared memory. Same
-  // sums, same order. Off by default: not yet measured on a GPU (max-autotune's "mlp-push").
-  bool mlp_push = false;
-  // With generated_gemm (sm_90+, not in the megakernel): a row-wise kernel that reads only a
-  // generated GEMM's result (the LM head's softmax over the vocabulary) as that GEMM's epilogue,
-  // the two one kernel of 8-CTA thread-block clusters (codegen_cuda_head.cpp): CTA c computes an
-  // eighth of the GEMM's columns for the tile's rows, then gathers one row whole from the
-  // cluster's shared memory and computes the row-wise kernel's row there, with that kernel's own
-  // statements (the same values, bitwise); one launch fewer (13 at (2, 16)). Off by default: not
-  // yet measured on a GPU (max-autotune's "head-fused" times it).
-  bool fuse_head = false;
+  // sums, same order. H200, 2026-12-02 00:10 (experiments/25-compile/REPORT.md 7h), the whole
+  // forward at (2, 16): 33.5 us against 35.5 us pulled (the MLP kernel alone 5.3 against 6.0 us);
+  // the decode step 30.6 against 32.1 us. Off ("mlp-pull" in max-autotune): 7e's form.
+  bool mlp_push = true;
   // With generated_gemm: a GEMM without a prologue first copies its tile's rows of x into shared
   // memory (coalesced, the whole block), and its K loop reads them there, as the prologue GEMMs
   // do; off: every lane reads x from global memory in the K loop (a broadcast per warp). H200:
@@ -158,8 +152,7 @@ struct CudaLaunch {
   // > 0: launched as ONE thread-block cluster of at most this many CTAs (the megakernel; the
   // runner picks the largest size the GPU co-schedules, and grid = that size)
   int cluster = 0;
-  // > 0: the grid in thread-block clusters of this many CTAs (the MLP kernel's mlp_cluster form,
-  // the head kernel's fuse_head form)
+  // > 0: the grid in thread-block clusters of this many CTAs (the MLP kernel's mlp_cluster form)
   int cluster_dim = 0;
   // Kernel: its pointer parameters in order, as graph tensor ids (-1: a null pointer).
   std::vector<int> args;

@@ -18,6 +18,8 @@
 
 namespace minigpt::compile::cuda_gen {
 
+namespace {
+
 // One GEMM stage of the MLP kernel (generate_mlp) on the block's tile of R rows: y (R, M) =
 // epilogue(a W^T), a (R, K) in the shared array `a`; warp w sums the K slice [w KC, (w + 1) KC)
 // (KC = ceil(K / 8)) for the lane's columns lane + 32 j, in order, into part[w] (float4 reads of
@@ -27,48 +29,37 @@ namespace minigpt::compile::cuda_gen {
 // floats) into {tag}_w and the biases of the outputs the thread stores into {tag}_b, before PDL's
 // wait (weights only); `stage`: the rest, whose outputs `store` takes (a statement on v at row i,
 // column m; under `store_guard` when non-empty).
-// With `col0` (an expression; the head kernel's CTA slice, codegen_cuda_head.cpp) the stage
-// computes only y's columns [col0, col0 + MW) (those below M): m is then the column within the
-// slice, W's row col0 + m; its weights and biases must load early (weights_early and the shapes).
+struct MlpStage {
+  std::string early, stage;
+};
 MlpStage mlp_gemm_stage(const Graph& g, const Node& n, const std::string& w, const std::string& bias, const std::string& tag, int R,
                         bool weights_early, const std::string& a, const std::string& res_at, const std::string& store,
-                        const std::string& store_guard, const std::string& col0, int64_t MW) {
+                        const std::string& store_guard) {
   constexpr int kWarps = 8, kThreads = 32 * kWarps;
   const int64_t K = g.tensor(n.inputs[0]).cols(), M = g.tensor(n.inputs[1]).shape[0];
-  const int64_t MT = col0.empty() ? M : MW;  // the stage's columns
-  const int64_t KC = (K + kWarps - 1) / kWarps, JM = (MT + 31) / 32, E = (R * MT + kThreads - 1) / kThreads;
+  const int64_t KC = (K + kWarps - 1) / kWarps, JM = (M + 31) / 32, E = (R * M + kThreads - 1) / kThreads;
   const bool v4 = K % 4 == 0 && KC % 4 == 0;
   const bool w_early = weights_early && v4 && JM * KC <= 64 && g.tensor(n.inputs[1]).kind == TensorKind::Weight;
   const bool b_early = weights_early && n.has_bias && g.tensor(n.inputs[2]).kind == TensorKind::Weight;
-  MINIGPT_CHECK(col0.empty() || (w_early && (b_early || !n.has_bias) && !n.has_residual),
-                "codegen_cuda: a GEMM stage on a column slice needs its weights loaded early and no residual");
-  // W's row of the stage's column m, and the mask of a column m (past the stage's columns, or M)
-  const std::string wrow = col0.empty() ? "m" : fmt::format("({} + m)", col0);
-  std::string cmask = MT % 32 ? fmt::format("m < {}", MT) : "";
-  if (!col0.empty()) cmask += (cmask.empty() ? "" : " && ") + fmt::format("{} + m < {}", col0, M);
   const std::string zero4 = "make_float4(0.0f, 0.0f, 0.0f, 0.0f)";
   MlpStage out;
   std::string& e = out.early;
   if (w_early) {
-    e += fmt::format("float4 {}_w[{}][{}];  // W[{}lane + 32 j][warp {} ..]: the lane's slice, loaded first (a weight)\n", tag, JM, KC / 4,
-                     col0.empty() ? "" : col0 + " + ", KC);
+    e += fmt::format("float4 {}_w[{}][{}];  // W[lane + 32 j][warp {} ..]: the lane's slice, loaded first (a weight)\n", tag, JM, KC / 4, KC);
     e += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j)\n#pragma unroll\n  for (int u = 0; u < {}; ++u) {{\n", JM, KC / 4);
     e += fmt::format("    const int m = lane + 32 * j, kk = warp * {} + 4 * u;\n", KC);
-    std::string mask = cmask;
+    std::string mask;
+    if (M % 32) mask = fmt::format("m < {}", M);
     if (K % kWarps) mask += (mask.empty() ? "" : " && ") + fmt::format("kk < {}", K);
-    const std::string load = fmt::format("*(const float4*)({} + (i64){} * {} + kk)", w, wrow, K);
+    const std::string load = fmt::format("*(const float4*)({} + (i64)m * {} + kk)", w, K);
     e += mask.empty() ? fmt::format("    {}_w[j][u] = {};\n  }}\n", tag, load)
                       : fmt::format("    {}_w[j][u] = {} ? {} : {};\n  }}\n", tag, mask, load, zero4);
   }
   if (b_early) {
     e += fmt::format("float {}_b[{}];  // the biases of the outputs the thread stores, loaded first\n", tag, E);
     e += fmt::format("#pragma unroll\nfor (int q = 0; q < {}; ++q) {{\n  const int e = threadIdx.x + {} * q;\n", E, kThreads);
-    if (col0.empty()) {
-      e += (R * M) % kThreads ? fmt::format("  {}_b[q] = e < {} ? {}[e % {}] : 0.0f;\n}}\n", tag, R * M, bias, M)
-                              : fmt::format("  {}_b[q] = {}[e % {}];\n}}\n", tag, bias, M);
-    } else {
-      e += fmt::format("  {0}_b[q] = e < {1} && {2} + e % {3} < {4} ? {5}[{2} + e % {3}] : 0.0f;\n}}\n", tag, R * MT, col0, MT, M, bias);
-    }
+    e += (R * M) % kThreads ? fmt::format("  {}_b[q] = e < {} ? {}[e % {}] : 0.0f;\n}}\n", tag, R * M, bias, M)
+                            : fmt::format("  {}_b[q] = {}[e % {}];\n}}\n", tag, bias, M);
   }
   std::string b = fmt::format("// {}: warp w sums its K slice of {} for the lane's columns, in order\n", epilogue_text(n), a);
   b += fmt::format("{{\n  float acc[{}][{}];\n#pragma unroll\n  for (int j = 0; j < {}; ++j)\n#pragma unroll\n    for (int i = 0; i < {}; ++i) acc[j][i] = 0.0f;\n",
@@ -99,22 +90,19 @@ MlpStage mlp_gemm_stage(const Graph& g, const Node& n, const std::string& w, con
   b += indent_text(f, "  ") + "}\n__syncthreads();\n";
   b += "// output (row i = e / M, column m = e % M) of the tile: the warps' partial sums in order, the epilogue\n";
   b += fmt::format("#pragma unroll\nfor (int q = 0; q < {}; ++q) {{\n", E);
-  std::string o = fmt::format("const int e = threadIdx.x + {} * q, i = e / {}, m = e % {};\n", kThreads, MT, MT);
+  std::string o = fmt::format("const int e = threadIdx.x + {} * q, i = e / {}, m = e % {};\n", kThreads, M, M);
   std::string st = "float v = part[0][i][m];\n";
   st += fmt::format("#pragma unroll\nfor (int s = 1; s < {}; ++s) v += part[s][i][m];\n", kWarps);
   std::string epi = epilogue_code(n, "", "m", b_early ? tag + "_b[q]" : "", res_at);
   epi = std::regex_replace(epi, std::regex(R"(\bbias\[)"), bias + "[");
   st += epi + store + "\n";
-  std::string guard = (R * MT) % kThreads ? fmt::format("e < {}", R * MT) : "";
-  if (!col0.empty()) guard += (guard.empty() ? "" : " && ") + fmt::format("{} + m < {}", col0, M);
+  std::string guard = (R * M) % kThreads ? fmt::format("e < {}", R * M) : "";
   if (!store_guard.empty()) guard += (guard.empty() ? "" : " && ") + store_guard;
   o += guard.empty() ? st : fmt::format("if ({}) {{  // mask: outputs past the tile's\n", guard) + indent_text(st, "  ") + "}\n";
   b += indent_text(o, "  ") + "}\n";
   out.stage = b;
   return out;
 }
-
-namespace {
 
 // The MLP kernel's cluster form (mlp_cluster; generate_mlp): the weights CTA rank c of its
 // cluster loads before PDL's wait: fc1's W1 rows [c HC, (c + 1) HC) (lane l < HC: row c HC + l,
@@ -342,6 +330,8 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
                                             : fmt::format("grid {} (row tiles of {}), block {} (fc1: a thread per column of h; {}fc2: 8 "
                                                           "warps splitting K into slices, lane = column)",
                                                           launch.grid, R, kThreads, proj ? "the projection and " : ""));
+  if (cluster && push)
+    code += "//   fc2's partial sums pushed into the CTAs that finish them (distributed shared memory stores): one cluster barrier\n";
   if (cluster_asked && !cluster)
     code += fmt::format("//   (not in clusters: H {}, M {}, K1 {}, {} rows per tile do not fit the cluster form; a block per tile)\n", H, M, K1, R);
   code += fmt::format("//   the MLP as one kernel: {} its {} rows of {}x (the prologue), of h = fc1's result\n"

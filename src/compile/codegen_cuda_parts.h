@@ -1,8 +1,7 @@
 // The CUDA back end's generators, shared between its source files: codegen_cuda.cpp (row-wise
 // kernels, the attention, the GEMMs, the whole source and its launch plan) and
 // codegen_cuda_mlp.cpp (the MLP kernel: the projection, layernorm, fc1 and fc2 of a block as
-// one kernel, in a block per tile or in thread-block clusters), codegen_cuda_head.cpp (the LM
-// head's GEMM with its softmax, in thread-block clusters). Internal to src/compile: the
+// one kernel, in a block per tile or in thread-block clusters). Internal to src/compile: the
 // public interface is codegen_cuda.h.
 #pragma once
 
@@ -41,39 +40,14 @@ std::string rowwise_prologue(const Graph& g, const Kernel& k, int rows, int64_t 
 // output into the shared array `out`; its parameters appended.
 std::string attention_stage(const Graph& g, const Node& a, int R, int threads, const std::string& out, std::vector<std::string>& sig,
                             std::vector<std::string>& params, std::vector<int>& args);
-// Row-wise kernel rk's statements for one row (a warp; `lane` and `r` defined), its input `in`
-// read from the shared row `smem_row`; its other parameters appended, renamed rw_in_ptrN /
-// rw_out_ptrN. Empty when a row needs more than a warp.
-std::string rowwise_row_from_shared(const Graph& g, const Kernel& rk, int in, const std::string& smem_row, std::vector<std::string>& sig,
-                                    std::vector<std::string>& params, std::vector<int>& args);
 // x's `rows` rows of the tile copied into the shared array xs by the whole block (coalesced).
 std::string staged_x(int64_t N, int64_t K, int rows, int threads, const std::string& x = "x", const std::string& xs = "xs");
 // The shared array `name`'s declarations in code made __align__(16) (float4 reads).
 void align_shared(std::string& code, const std::string& name);
 
-// One GEMM stage of a kernel owning a tile of R rows (codegen_cuda_mlp.cpp; the MLP kernel's
-// projection and fc2, the head kernel's GEMM): y = epilogue(a W^T), a (R, K) in the shared array
-// `a`, in generate_gemm's order (warp w sums K slice w, the slices added in warp order, the
-// epilogue), so the values of the GEMM kernel apart. `early`: W's and the biases' loads (before
-// PDL's wait); `stage`: the sums and the `store` of each output v (row i, column m), under
-// `store_guard`. With `col0`, only y's columns [col0, col0 + MW) (below M), m counted from col0.
-struct MlpStage {
-  std::string early, stage;
-};
-MlpStage mlp_gemm_stage(const Graph& g, const Node& n, const std::string& w, const std::string& bias, const std::string& tag, int R,
-                        bool weights_early, const std::string& a, const std::string& res_at, const std::string& store,
-                        const std::string& store_guard, const std::string& col0 = "", int64_t MW = 0);
-
 // The MLP kernel (codegen_cuda_mlp.cpp): kernel k, an MLP group of fuse_mlp, on tiles of R rows,
 // in 8-CTA clusters when cluster_asked and the shapes fit (else a block per tile), fc2's partial
 // sums pushed to the CTAs that finish them (push) or pulled by them; its launch.
 std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked, bool push);
-
-// The head kernel (codegen_cuda_head.cpp; CudaCodegenOptions::fuse_head): whether the row-wise
-// kernel `rk` (the LM head's softmax) can run as GEMM kernel k's epilogue, and the two as one
-// kernel of 8-CTA clusters (each CTA an eighth of the GEMM's columns, every CTA one whole row of
-// rk); its launch.
-bool head_fusable(const Graph& g, const Kernel& k, const Kernel& rk);
-std::string generate_head(const Graph& g, const Kernel& k, const Kernel& rk, CudaLaunch& launch);
 
 }  // namespace minigpt::compile::cuda_gen

@@ -203,8 +203,7 @@ struct MlpForm {
   bool weights_early, fuse_mlp, smem_vec4;
   int mlp_rows;
   bool proj, cluster, attention;
-  bool head = false;  // fuse_head: the LM head's softmax in its GEMM's kernel
-  bool push = false;  // mlp_push: fc2's partials pushed to the CTAs that finish them
+  bool push = false;  // mlp_push: fc2's partials pushed to the CTAs that finish them (else pulled by them)
 };
 constexpr MlpForm kMlpForms[] = {
     {"weights late", false, false, false, 2, false, false, false},
@@ -225,13 +224,11 @@ constexpr MlpForm kMlpForms[] = {
     {"MLP fused in clusters with the attention and the projection, rows 2", true, true, false, 2, true, true, true},
     {"MLP fused in clusters with the attention and the projection, rows 4", true, true, false, 4, true, true, true},
     {"MLP fused in clusters with the attention, weights late", false, true, false, 4, true, true, true},
-    {"the head's softmax in its GEMM's kernel", true, false, false, 2, false, false, false, true},
-    {"the head's softmax in its GEMM's kernel, MLP fused in clusters with the projection, rows 4", true, true, false, 4, true, true, false,
-     true},
-    {"MLP fused in clusters with the projection, rows 1, partials pushed", true, true, false, 1, true, true, false, false, true},
-    {"MLP fused in clusters with the projection, rows 4, partials pushed", true, true, false, 4, true, true, false, false, true},
-    {"MLP fused in clusters, rows 2, partials pushed, the head's softmax in its GEMM's kernel", true, true, false, 2, false, true, false, true,
-     true},
+    {"MLP fused in clusters with the projection, rows 1, partials pushed", true, true, false, 1, true, true, false, true},
+    {"MLP fused in clusters with the projection, rows 2, partials pushed", true, true, false, 2, true, true, false, true},
+    {"MLP fused in clusters with the projection, rows 4, partials pushed", true, true, false, 4, true, true, false, true},
+    {"MLP fused in clusters, rows 2, partials pushed", true, true, false, 2, false, true, false, true},
+    {"MLP fused in clusters with the attention and the projection, rows 4, partials pushed", true, true, false, 4, true, true, true, true},
 };
 void set_mlp_form(CudaCompileOptions& o, const MlpForm& form) {
   o.codegen.weights_early = form.weights_early;
@@ -241,18 +238,17 @@ void set_mlp_form(CudaCompileOptions& o, const MlpForm& form) {
   o.codegen.fuse_mlp_proj = form.proj;
   o.codegen.mlp_cluster = form.cluster;
   o.codegen.fuse_mlp_attention = form.attention;
-  o.codegen.fuse_head = form.head;
   o.codegen.mlp_push = form.push;
 }
 
 // The weights loaded before PDL's wait (weights_early), the MLP as one kernel (fuse_mlp,
 // generate_mlp) at tile heights of 1, 2 and 4 rows, with the attention's projection in it
 // (fuse_mlp_proj) and the attention before it (fuse_mlp_attention: its values are the attention
-// kernel's), as 8-CTA clusters (mlp_cluster) or a block per tile, x read from shared memory as float4s
-// (smem_vec4), fc2's partials pushed to the CTAs that finish them (mlp_push), and the LM head's
-// softmax in its GEMM's cluster kernel (fuse_head: 882 rows are 111 tiles of 8, the last of 2) compute every sum as before, in the same order: the logits and the
-// probs equal those of the generated GEMMs without them (weights early, each MLP two kernels, the
-// softmax a kernel of its own) bitwise, on random ids at
+// kernel's), as 8-CTA clusters (mlp_cluster) or a block per tile, x read from shared memory as
+// float4s (smem_vec4), and in clusters fc2's partials pushed to the CTAs that finish them
+// (mlp_push) or pulled by them, compute every sum as before, in the same order: the logits and
+// the probs equal those of the generated GEMMs without them (weights early, each MLP two
+// kernels) bitwise, on random ids at
 // (2, 16) and on the grammar probes (B = 126, T = 7: 882 rows, which tiles of 4 do not divide).
 // Against the CPU's eager logits: 1e-5 at (2, 16); the probe batch, every one of its 882
 // positions, 1e-4 (design.md's CUDA-against-CPU rule; the generated GEMMs, which sum K in 8
@@ -281,7 +277,6 @@ TEST(CompileCuda, FusedMlpAndEarlyWeightsChangeNoBit) {
     apart.codegen.fuse_mlp = false;
     apart.codegen.smem_vec4 = false;
     apart.codegen.weights_early = true;
-    apart.codegen.fuse_head = false;
     Tensor l0, p0, el, ep;
     CudaCompiledModel(model, apart).forward(in.ids, in.B, in.T, l0, p0);
     for (const MlpForm& form : kMlpForms) {
@@ -314,7 +309,6 @@ TEST(CompileCuda, FusedMlpAndEarlyWeightsChangeNoBit) {
   apart.codegen.fuse_mlp = false;
   apart.codegen.smem_vec4 = false;
   apart.codegen.weights_early = true;
-  apart.codegen.fuse_head = false;
   Tensor l0, p0;
   CudaCompiledModel(tiny, apart).forward(ids.data(), 3, 5, l0, p0);
   for (const MlpForm& form : kMlpForms) {
