@@ -2,12 +2,13 @@
 # REPORT 7h's H200 run (branch cc15f), from the repository root on the GPU machine: a fresh `cuda`
 # preset build of the targets it needs, the CLI's forward (default and max-autotune) and decode
 # step (max-autotune) with --explain and a fresh MINIGPT_CACHE_DIR, then the three test binaries
-# (the codegen test, which needs no GPU, beside the GPU test). Logs under $OUT (or ./out).
+# (the codegen test, which needs no GPU, beside the GPU test). Logs under $OUT (or ./out); the
+# caller writes the commit to $OUT/commit.txt (the machine gets a git archive: no history).
 set -u -o pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-{ git rev-parse --short HEAD 2>/dev/null; date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } > "$OUT/env.txt" 2>&1
+{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } > "$OUT/env.txt" 2>&1
 cmake --preset cuda > "$OUT/build.txt" 2>&1 &&
   cmake --build build/cuda -j16 --target minigpt compile_cuda_test compile_cuda_codegen_test compile_autotune_test >> "$OUT/build.txt" 2>&1 ||
   { tail -30 "$OUT/build.txt"; exit 1; }
