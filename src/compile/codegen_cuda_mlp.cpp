@@ -251,6 +251,11 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
                        g.tensor(a.inputs[1]).kind == TensorKind::Weight && g.tensor(n.inputs[1]).kind == TensorKind::Weight &&
                        (!a.has_bias || g.tensor(a.inputs[2]).kind == TensorKind::Weight) &&
                        (!n.has_bias || g.tensor(n.inputs[2]).kind == TensorKind::Weight);
+  // fc2's partials pushed (mlp_push), except after the attention stage: that form's logits were
+  // wrong on the H200 at (2, 16) (REPORT.md 7h: max |diff| 19.4, the same in two runs; bitwise at
+  // (126, 7) and (3, 5); cause not found), so it keeps the pulled partials, which are bitwise
+  const bool push_asked = push;
+  push = push && cluster && !attn;
   launch.function = k.name;
   launch.grid = static_cast<int>(cluster ? tiles * kCl : tiles);
   launch.cluster_dim = cluster ? kCl : 0;
@@ -332,6 +337,8 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
                                                           launch.grid, R, kThreads, proj ? "the projection and " : ""));
   if (cluster && push)
     code += "//   fc2's partial sums pushed into the CTAs that finish them (distributed shared memory stores): one cluster barrier\n";
+  if (cluster && push_asked && !push)
+    code += "//   (fc2's partial sums pulled, not pushed: with the attention stage the pushed form gave wrong values on the H200)\n";
   if (cluster_asked && !cluster)
     code += fmt::format("//   (not in clusters: H {}, M {}, K1 {}, {} rows per tile do not fit the cluster form; a block per tile)\n", H, M, K1, R);
   code += fmt::format("//   the MLP as one kernel: {} its {} rows of {}x (the prologue), of h = fc1's result\n"
