@@ -39,6 +39,13 @@ CudaLowered lower_default(const Graph& g, bool generated_gemm = false) {
 
 bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 
+// How often `what` occurs in s.
+size_t count_of(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
 // The source without its // comments.
 std::string code_only(const std::string& src) {
   std::string out, line;
@@ -214,7 +221,8 @@ TEST(CompileCudaCodegen, GeneratedGemmsFuseEachMlpIntoOneKernel) {
                                                 std::to_string(4 * c.d_model / 8) + "];"))
         << g.name << ": the CTA's columns of h";
     EXPECT_TRUE(contains(fused.code.source, "*(const float4*)&hs[i][4 * u]")) << "fc2's K slice reads h from shared memory";
-    EXPECT_TRUE(contains(fused.code.source, "mg_cluster_ld(&pp[i][m], c)")) << "the slices' partial sums through the cluster";
+    EXPECT_TRUE(contains(fused.code.source, "mg_cluster_st(&pq[rank][i][m % ")) << "the slices' partial sums through the cluster (pushed)";
+    EXPECT_TRUE(contains(fused.code.source, "v += pq[c][i][m % ")) << "each output's 8 partials in rank order";
     for (const CudaLaunch& l : fused.code.launches) {
       if (contains(l.name, "mlp")) {
         EXPECT_EQ(l.grid, 8 * ((rows + tile - 1) / tile)) << l.name << ": a cluster per row tile";
@@ -446,15 +454,16 @@ TEST(CompileCudaNvrtc, FusedMlpCompilesAtEveryTileHeight) {
     for (int rows : {1, 2, 4, 8}) {
       // 0 PDL, 1 weights late, 2 layernorms apart (x staged), 3 megakernel, 4 + projection and
       // attention (the prefill's); in clusters: 5 with the projection and the attention, 6 without
-      // either, 7 with the projection alone
-      for (int form = 0; form < 8; ++form) {
+      // either, 7 with the projection alone, 8 that with fc2's partials pushed (mlp_push)
+      for (int form = 0; form < 9; ++form) {
         if (form > 0 && form < 4 && rows != 4) continue;  // (each NVRTC compile takes a while: those forms at one height)
-        if ((form == 6 && rows != 2) || (form == 7 && rows != 4)) continue;
+        if ((form == 6 && rows != 2) || (form == 7 && rows != 4) || (form == 8 && rows == 2)) continue;
         CudaCodegenOptions cg;
         cg.generated_gemm = true;
         cg.fuse_mlp = true;
-        cg.fuse_mlp_proj = form == 4 || form == 5 || form == 7;
-        cg.fuse_mlp_attention = form != 7;
+        cg.fuse_mlp_proj = form == 4 || form == 5 || form >= 7;
+        cg.fuse_mlp_attention = form < 7;
+        cg.mlp_push = form == 8 || form == 5;  // (form 5: the attention stage keeps the pulled partials)
         cg.mlp_cluster = form >= 5;
         cg.mlp_rows = rows;
         cg.pdl = form != 3;
@@ -467,13 +476,28 @@ TEST(CompileCudaNvrtc, FusedMlpCompilesAtEveryTileHeight) {
         for (const CudaKernelText& k : l.code.kernels) {
           if (!contains(k.name, "mlp") || !contains(k.text, "__global__") || form == 3) continue;
           ++mlps;
-          const bool proj = form == 4 || form == 5 || form == 7, attn = (form == 4 || form == 5) && !contains(g.name, "decode");
+          const bool proj = form == 4 || form == 5 || form >= 7, attn = (form == 4 || form == 5) && !contains(g.name, "decode");
           EXPECT_EQ(contains(k.name, "_proj_"), proj) << what;
           EXPECT_EQ(contains(k.name, "_attention_proj_"), attn) << what;
           // (8 rows x 64 columns: more outputs than threads, the block form, saying why)
           const bool cl = form >= 5 && !contains(k.text, "not in clusters");
           EXPECT_TRUE(cl || form < 5 || rows == 8) << what;
           EXPECT_EQ(cl, contains(k.text, "mg_cluster_barrier();")) << what;
+          if (cl) {  // pulled: two whole barriers, the partials read remotely; pushed: one, written remotely after the arrive and the wait
+            const std::string code = code_only(k.text);
+            const bool pushed = form == 8 || (form == 5 && !attn);  // (the attention stage keeps the pulled partials: REPORT 7h)
+            EXPECT_EQ(count_of(code, "mg_cluster_barrier();"), pushed ? 1u : 2u) << what;
+            EXPECT_EQ(contains(code, "mg_cluster_ld("), !pushed) << what;
+            if (pushed) {
+              const size_t arrive = code.find("mg_cluster_arrive();"), wait = code.find("mg_cluster_wait();"),
+                           push = code.find("mg_cluster_st(&pq[rank][i][m % "), barrier = code.find("mg_cluster_barrier();");
+              ASSERT_NE(push, std::string::npos) << what;
+              EXPECT_LT(arrive, code.find("griddepcontrol.wait;")) << what;
+              EXPECT_LT(arrive, wait) << what;
+              EXPECT_LT(wait, push) << what;
+              EXPECT_LT(push, barrier) << what;
+            }
+          }
           const size_t wait = k.text.find("griddepcontrol.wait;"), w1 = k.text.find(cl ? "w1c[u] = " : "w1r[j][u] = "),
                        w2 = k.text.find(cl ? "w2c[u] = " : "fc2_w[j][u] = "),
                        res = k.text.find(proj ? "rpr[q] = " : cl ? "const float resc = " : "resr[q] = "),

@@ -69,6 +69,17 @@ __device__ __forceinline__ float mg_exp2e(float x) { return exp2f(x * 1.44269504
 __device__ __forceinline__ void mg_cluster_barrier() {
   asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
 }
+// The barrier in two halves, for a kernel that writes other CTAs' shared memory: arrive
+// (relaxed: orders nothing) when the CTA starts, wait before the first remote write (every CTA of
+// the cluster has started, so its shared memory exists); then a full barrier after the writes.
+__device__ __forceinline__ void mg_cluster_arrive() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
+__device__ __forceinline__ void mg_cluster_wait() { asm volatile("barrier.cluster.wait;" ::: "memory"); }
+// v stored to the float of CTA `rank`'s shared memory at the address p has in this CTA
+__device__ __forceinline__ void mg_cluster_st(float* p, unsigned rank, float v) {
+  unsigned local = (unsigned)__cvta_generic_to_shared(p), remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
+}
 __device__ __forceinline__ float mg_cluster_ld(const float* p, unsigned rank) {
   unsigned local = (unsigned)__cvta_generic_to_shared(p), remote;
   float v;
@@ -1013,7 +1024,7 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
         MINIGPT_CHECK(opt.generated_gemm, "generate_cuda: {} has a prologue, which only a generated GEMM takes (cuBLAS cannot)", k.name);
         // an MLP (fuse_mlp: the nodes end in two matmuls) is a kernel of its own form
         code = k.nodes.size() >= 2 && g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])].op == Op::Matmul
-                   ? generate_mlp(g, k, launch, opt.weights_early, opt.mlp_rows, opt.mlp_cluster && !opt.megakernel)
+                   ? generate_mlp(g, k, launch, opt.weights_early, opt.mlp_rows, opt.mlp_cluster && !opt.megakernel, opt.mlp_push)
                    : generate_gemm(g, k, launch, opt.stage_x, opt.weights_early, opt.smem_vec4);
         out.launches.push_back(launch);
         break;

@@ -102,6 +102,17 @@ struct CudaCodegenOptions {
   // 128 KB for a block owning every column). Same sums, same order. Shapes it does not fit (a
   // slice of h wider than a warp, more outputs per tile than threads) get the block form.
   bool mlp_cluster = true;
+  // With mlp_cluster: fc2's partial sums pushed into the CTA that finishes each output
+  // (st.shared::cluster) instead of pulled from the 8 CTAs by it (ld.shared::cluster): one cluster
+  // barrier instead of two (no CTA then reads another's shared memory, so none waits for the
+  // others before it exits; the first half of the barrier that makes remote writes safe, the
+  // arrive, is at the kernel's top), and the partials read from the CTA's own shared memory. Same
+  // sums, same order. H200, 2026-12-02 (experiments/25-compile/REPORT.md 7h, two runs), the whole
+  // forward at (2, 16): 33.5-33.7 us against 35.5 us pulled (the MLP kernel alone 5.3-5.4 against
+  // 6.0 us); the decode step 30.6-31.8 against 32.1-33.5 us. Off ("mlp-pull" in max-autotune): 7e's
+  // form. With the attention stage (fuse_mlp_attention) the kernel keeps the pulled partials: that
+  // pushed form's logits were wrong at (2, 16) in both runs (cause not found; 7h).
+  bool mlp_push = true;
   // With generated_gemm: a GEMM without a prologue first copies its tile's rows of x into shared
   // memory (coalesced, the whole block), and its K loop reads them there, as the prologue GEMMs
   // do; off: every lane reads x from global memory in the K loop (a broadcast per warp). H200:

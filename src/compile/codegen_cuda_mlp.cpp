@@ -141,7 +141,12 @@ std::string cluster_early(const Graph& g, const Node& a, const Node& n, int R) {
 // order (fc2's own GEMM adds its 8 warps' K slices in that order), the epilogue (`res`: "ms",
 // the projection's rows; "resc", loaded earlier; or none), the store; a last cluster barrier (no
 // CTA exits while another reads its pp).
-std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, const std::string& res, const std::string& row_guard) {
+// `push` (CudaCodegenOptions::mlp_push): each partial written into pq[rank] of the CTA that
+// finishes its output instead (st.shared::cluster, after the wait half of a barrier whose arrive
+// half is at the kernel's top: every CTA has started), one cluster barrier, the 8 partials read
+// from the CTA's own pq in rank order (the same sums in the same order), no last barrier.
+std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, const std::string& res, const std::string& row_guard,
+                           bool push) {
   constexpr int kCl = 8;
   const int64_t K1 = g.tensor(a.inputs[0]).cols(), H = g.tensor(a.output).cols(), M = g.tensor(n.inputs[1]).shape[0];
   const int64_t KC1 = (K1 + 7) / 8, HC = H / kCl, MC = M / kCl;
@@ -163,23 +168,31 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
   h += epilogue_code(a, "", "", a.has_bias ? "b1f" : "") + "hs[i][l] = v;\n";
   b += indent_text(h, "  ") + "}\n__syncthreads();\n";
   b += fmt::format("// fc2's K slice `rank` (h's columns [hc0, hc0 + {})) of every output (i, m) = (t / {}, t % {}), summed in order\n", HC, M, M);
-  b += fmt::format("__shared__ float pp[{}][{}];  // this CTA's partial sums, read by the cluster\n", R, M);
+  if (push) {  // each partial sum written into the CTA that finishes its output
+    b += fmt::format("__shared__ float pq[8][{}][{}];  // [K slice = CTA rank][row][column - first column]: written by the cluster\n", R, MC);
+    b += "mg_cluster_wait();  // (the barrier's second half: every CTA of the cluster has started, its pq may be written)\n";
+  } else {
+    b += fmt::format("__shared__ float pp[{}][{}];  // this CTA's partial sums, read by the cluster\n", R, M);
+  }
   b += fmt::format("if (threadIdx.x < {}) {{\n", R * M);
   std::string p = fmt::format("const int i = threadIdx.x / {}, m = threadIdx.x % {};\nfloat acc = 0.0f;\n", M, M);
   p += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u) {{\n", HC / 4);
   p += "  const float4 hv = *(const float4*)&hs[i][4 * u], wv = w2c[u];\n";
-  p += "  acc += hv.x * wv.x;\n  acc += hv.y * wv.y;\n  acc += hv.z * wv.z;\n  acc += hv.w * wv.w;\n}\npp[i][m] = acc;\n";
+  p += "  acc += hv.x * wv.x;\n  acc += hv.y * wv.y;\n  acc += hv.z * wv.z;\n  acc += hv.w * wv.w;\n}\n";
+  p += push ? fmt::format("mg_cluster_st(&pq[rank][i][m % {}], m / {}, acc);  // into the CTA of column m\n", MC, MC) : "pp[i][m] = acc;\n";
   b += indent_text(p, "  ") + "}\n";
-  b += "mg_cluster_barrier();  // every CTA's partial sums visible to the cluster\n";
+  b += push ? "mg_cluster_barrier();  // every CTA's partial sums in their outputs' CTAs\n" : "mg_cluster_barrier();  // every CTA's partial sums visible to the cluster\n";
   b += fmt::format("if (threadIdx.x < {}) {{  // output (i, rank {} + l): the 8 K slices' partials in rank order, the epilogue\n", R * MC, MC);
   std::string o = fmt::format("const int i = threadIdx.x / {}, m = rank * {} + threadIdx.x % {};\n", MC, MC, MC);
-  o += "float v = mg_cluster_ld(&pp[i][m], 0);\n#pragma unroll\nfor (int c = 1; c < 8; ++c) v += mg_cluster_ld(&pp[i][m], c);\n";
+  o += push ? fmt::format("float v = pq[0][i][m % {0}];\n#pragma unroll\nfor (int c = 1; c < 8; ++c) v += pq[c][i][m % {0}];\n", MC)
+            : "float v = mg_cluster_ld(&pp[i][m], 0);\n#pragma unroll\nfor (int c = 1; c < 8; ++c) v += mg_cluster_ld(&pp[i][m], c);\n";
   const std::string res_at = res.empty() ? "" : res == "ms" ? "ms[i][m]" : "resc";
   o += epilogue_code(n, "", "m", n.has_bias ? "b2f" : "", res_at);
   const std::string store = fmt::format("y[(n0 + i) * {} + m] = v;\n", M);
   o += row_guard.empty() ? store : fmt::format("if ({}) {}", row_guard, store);
   b += indent_text(o, "  ") + "}\n";
-  b += "mg_cluster_barrier();  // no CTA exits while another reads its partial sums\n";
+  // pull: no CTA may exit while another reads its pp; push: nothing remote is read, none waits
+  if (!push) b += "mg_cluster_barrier();  // no CTA exits while another reads its partial sums\n";
   return b;
 }
 
@@ -209,7 +222,7 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
 // CTAs per tile, the same projection and prologue in every CTA, then cluster_early's weights and
 // cluster_stages: CTA c computes an eighth of h and fc2's K slice c, the cluster adds the slices;
 // the same sums in the same order. Its weights are always loaded before PDL's wait.
-std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked) {
+std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked, bool push) {
   const Node& a = g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])];  // fc1
   const Node& n = g.nodes[static_cast<size_t>(k.nodes.back())];                // fc2
   const bool attn = k.nodes.size() > 4 && g.nodes[static_cast<size_t>(k.nodes[0])].op == Op::Attention;  // before P
@@ -238,6 +251,11 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
                        g.tensor(a.inputs[1]).kind == TensorKind::Weight && g.tensor(n.inputs[1]).kind == TensorKind::Weight &&
                        (!a.has_bias || g.tensor(a.inputs[2]).kind == TensorKind::Weight) &&
                        (!n.has_bias || g.tensor(n.inputs[2]).kind == TensorKind::Weight);
+  // fc2's partials pushed (mlp_push), except after the attention stage: that form's logits were
+  // wrong on the H200 at (2, 16) (REPORT.md 7h: max |diff| 19.4, the same in two runs; bitwise at
+  // (126, 7) and (3, 5); cause not found), so it keeps the pulled partials, which are bitwise
+  const bool push_asked = push;
+  push = push && cluster && !attn;
   launch.function = k.name;
   launch.grid = static_cast<int>(cluster ? tiles * kCl : tiles);
   launch.cluster_dim = cluster ? kCl : 0;
@@ -286,13 +304,18 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
     prologue += staged_x(N, K1, R, kThreads);
   }
   if (v1) align_shared(prologue, "xs");
-  for (const char* p : {"const float* __restrict__ w1", "const float* __restrict__ b1", "const float* __restrict__ w2",
-                        "const float* __restrict__ b2", "const float* __restrict__ res", "float* __restrict__ y"})
-    sig.push_back(p);
-  // fc2's residual: mid in ms when P is in the kernel
+  // fc2's residual: mid in ms when P is in the kernel (then no `res` parameter: the body reads ms)
   const bool res_in = n.has_residual && proj && n.inputs.back() == pn->output;
-  launch.args.insert(launch.args.end(), {a.inputs[1], a.has_bias ? a.inputs[2] : -1, n.inputs[1], n.has_bias ? n.inputs[2] : -1,
-                                         n.has_residual && !res_in ? n.inputs.back() : -1, n.output});
+  for (const char* p : {"const float* __restrict__ w1", "const float* __restrict__ b1", "const float* __restrict__ w2",
+                        "const float* __restrict__ b2"})
+    sig.push_back(p);
+  launch.args.insert(launch.args.end(), {a.inputs[1], a.has_bias ? a.inputs[2] : -1, n.inputs[1], n.has_bias ? n.inputs[2] : -1});
+  if (n.has_residual && !res_in) {
+    sig.push_back("const float* __restrict__ res");
+    launch.args.push_back(n.inputs.back());
+  }
+  sig.push_back("float* __restrict__ y");
+  launch.args.push_back(n.output);
   params.push_back(fmt::format("W1 = {}", describe(g, a.inputs[1])));
   if (a.has_bias) params.push_back(fmt::format("b1 = {}", describe(g, a.inputs[2])));
   params.push_back(fmt::format("h = {} = {} (fc1, kept in shared memory)", describe(g, a.output), epilogue_text(a)));
@@ -312,6 +335,10 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
                                             : fmt::format("grid {} (row tiles of {}), block {} (fc1: a thread per column of h; {}fc2: 8 "
                                                           "warps splitting K into slices, lane = column)",
                                                           launch.grid, R, kThreads, proj ? "the projection and " : ""));
+  if (cluster && push)
+    code += "//   fc2's partial sums pushed into the CTAs that finish them (distributed shared memory stores): one cluster barrier\n";
+  if (cluster && push_asked && !push)
+    code += "//   (fc2's partial sums pulled, not pushed: with the attention stage the pushed form gave wrong values on the H200)\n";
   if (cluster_asked && !cluster)
     code += fmt::format("//   (not in clusters: H {}, M {}, K1 {}, {} rows per tile do not fit the cluster form; a block per tile)\n", H, M, K1, R);
   code += fmt::format("//   the MLP as one kernel: {} its {} rows of {}x (the prologue), of h = fc1's result\n"
@@ -332,6 +359,7 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   // ---- weights first
   const std::string zero4 = "make_float4(0.0f, 0.0f, 0.0f, 0.0f)";
   if (cluster) {
+    if (push) b += "mg_cluster_arrive();  // the first half of a barrier: this CTA has started (its pq may be written from now on)\n";
     b += cluster_early(g, a, n, R);
   } else if (w1_early) {
     b += fmt::format("float4 w1r[{}][{}];  // fc1: rows threadIdx.x + {} j of W1, loaded first (a weight)\n", JH, K1 / 4, kThreads);
@@ -367,7 +395,7 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   }
   b += prologue;
   if (cluster) {
-    b += cluster_stages(g, a, n, R, n.has_residual ? (res_in ? "ms" : "resc") : "", row_guard);
+    b += cluster_stages(g, a, n, R, n.has_residual ? (res_in ? "ms" : "resc") : "", row_guard, push);
     code += indent_text(b, "  ") + "}\n";
     const std::string decl = fmt::format("  __shared__ float part[{}][{}][{}];  // the GEMM stages' partial sums: [warp][row][column]\n", kWarps, R,
                                          32 * std::max<int64_t>(1, (proj ? g.tensor(pn->inputs[1]).shape[0] + 31 : 1) / 32));

@@ -46,7 +46,8 @@ std::string staged_x(int64_t N, int64_t K, int rows, int threads, const std::str
 void align_shared(std::string& code, const std::string& name);
 
 // The MLP kernel (codegen_cuda_mlp.cpp): kernel k, an MLP group of fuse_mlp, on tiles of R rows,
-// in 8-CTA clusters when cluster_asked and the shapes fit (else a block per tile); its launch.
-std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked);
+// in 8-CTA clusters when cluster_asked and the shapes fit (else a block per tile), fc2's partial
+// sums pushed to the CTAs that finish them (push) or pulled by them; its launch.
+std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked, bool push);
 
 }  // namespace minigpt::compile::cuda_gen

@@ -203,6 +203,7 @@ struct MlpForm {
   bool weights_early, fuse_mlp, smem_vec4;
   int mlp_rows;
   bool proj, cluster, attention;
+  bool push = false;  // mlp_push: fc2's partials pushed to the CTAs that finish them (else pulled by them)
 };
 constexpr MlpForm kMlpForms[] = {
     {"weights late", false, false, false, 2, false, false, false},
@@ -223,6 +224,10 @@ constexpr MlpForm kMlpForms[] = {
     {"MLP fused in clusters with the attention and the projection, rows 2", true, true, false, 2, true, true, true},
     {"MLP fused in clusters with the attention and the projection, rows 4", true, true, false, 4, true, true, true},
     {"MLP fused in clusters with the attention, weights late", false, true, false, 4, true, true, true},
+    {"MLP fused in clusters with the projection, rows 1, partials pushed", true, true, false, 1, true, true, false, true},
+    {"MLP fused in clusters with the projection, rows 2, partials pushed", true, true, false, 2, true, true, false, true},
+    {"MLP fused in clusters with the projection, rows 4, partials pushed", true, true, false, 4, true, true, false, true},
+    {"MLP fused in clusters, rows 2, partials pushed", true, true, false, 2, false, true, false, true},
 };
 void set_mlp_form(CudaCompileOptions& o, const MlpForm& form) {
   o.codegen.weights_early = form.weights_early;
@@ -232,14 +237,17 @@ void set_mlp_form(CudaCompileOptions& o, const MlpForm& form) {
   o.codegen.fuse_mlp_proj = form.proj;
   o.codegen.mlp_cluster = form.cluster;
   o.codegen.fuse_mlp_attention = form.attention;
+  o.codegen.mlp_push = form.push;
 }
 
 // The weights loaded before PDL's wait (weights_early), the MLP as one kernel (fuse_mlp,
 // generate_mlp) at tile heights of 1, 2 and 4 rows, with the attention's projection in it
 // (fuse_mlp_proj) and the attention before it (fuse_mlp_attention: its values are the attention
-// kernel's), as 8-CTA clusters (mlp_cluster) or a block per tile, and x read from shared memory as float4s
-// (smem_vec4) compute every sum as before, in the same order: the logits equal those of the
-// generated GEMMs without them (weights early, each MLP two kernels) bitwise, on random ids at
+// kernel's), as 8-CTA clusters (mlp_cluster) or a block per tile, x read from shared memory as
+// float4s (smem_vec4), and in clusters fc2's partials pushed to the CTAs that finish them
+// (mlp_push) or pulled by them, compute every sum as before, in the same order: the logits and
+// the probs equal those of the generated GEMMs without them (weights early, each MLP two
+// kernels) bitwise, on random ids at
 // (2, 16) and on the grammar probes (B = 126, T = 7: 882 rows, which tiles of 4 do not divide).
 // Against the CPU's eager logits: 1e-5 at (2, 16); the probe batch, every one of its 882
 // positions, 1e-4 (design.md's CUDA-against-CPU rule; the generated GEMMs, which sum K in 8
@@ -275,10 +283,11 @@ TEST(CompileCuda, FusedMlpAndEarlyWeightsChangeNoBit) {
       set_mlp_form(o, form);
       Tensor l1, p1;
       CudaCompiledModel(model, o).forward(in.ids, in.B, in.T, l1, p1);
-      const float d = max_abs_diff(l0.data(), l1.data(), l0.numel());
+      const float d = max_abs_diff(l0.data(), l1.data(), l0.numel()), dp = max_abs_diff(p0.data(), p1.data(), p0.numel());
       EXPECT_EQ(d, 0.0f) << form.name << " (" << in.B << ", " << in.T << ")";
-      std::printf("generated GEMMs (B=%lld, T=%lld): %s vs weights early, MLP apart: max |diff| %.3g\n", static_cast<long long>(in.B),
-                  static_cast<long long>(in.T), form.name, d);
+      EXPECT_EQ(dp, 0.0f) << form.name << " (" << in.B << ", " << in.T << "): probs";
+      std::printf("generated GEMMs (B=%lld, T=%lld): %s vs weights early, MLP apart: max |diff| %.3g, probs %.3g\n",
+                  static_cast<long long>(in.B), static_cast<long long>(in.T), form.name, d, dp);
     }
     ThreadPool pool(2);
     model.forward(in.ids, in.B, in.T, el, ep, pool);
@@ -307,6 +316,7 @@ TEST(CompileCuda, FusedMlpAndEarlyWeightsChangeNoBit) {
     Tensor l1, p1;
     CudaCompiledModel(tiny, o).forward(ids.data(), 3, 5, l1, p1);
     EXPECT_EQ(max_abs_diff(l0.data(), l1.data(), l0.numel()), 0.0f) << form.name << " (tiny model, 3, 5)";
+    EXPECT_EQ(max_abs_diff(p0.data(), p1.data(), p0.numel()), 0.0f) << form.name << " (tiny model, 3, 5): probs";
   }
 }
 

@@ -131,7 +131,10 @@ std::string variant_name(const CudaCodegenOptions& cg) {
                                    ? " attn-mlp"
                                    : "") +
                               (cg.generated_gemm && cg.fuse_mlp && !cg.mlp_cluster && !cg.megakernel ? " no-cluster" : "") +
-                              (cg.generated_gemm && cg.smem_vec4 ? " smem-vec4" : "");
+                              (cg.generated_gemm && cg.smem_vec4 ? " smem-vec4" : "") +
+                              (cg.generated_gemm && cg.fuse_mlp && cg.mlp_cluster && !cg.megakernel && cg.mlp_push != CudaCodegenOptions{}.mlp_push
+                                   ? (cg.mlp_push ? " mlp-push" : " mlp-pull")
+                                   : "");
   if (cg.megakernel) return (cg.megakernel_threads > 0 ? fmt::format("megakernel {}", cg.megakernel_threads) : "megakernel") + unfused;
   return std::string(cg.generated_gemm ? "generated-gemm" : "cublas") + (cg.pdl ? " pdl" : "") + unfused;
 }
@@ -252,7 +255,7 @@ CudaCodegenOptions default_cuda_variant(const Graph& captured, std::string& why)
   cg.pdl = major >= 9;
   cg.fuse_mlp = major >= 9;  // the MLP kernel's clusters need sm_90 (its block form loses on the H200)
   why = fmt::format("default rule: every matmul launch-bound (at most {} rows <= {}): generated GEMMs{}", rows, kLaunchBoundRows,
-                    cg.pdl ? " with PDL and the projection + MLP in 8-CTA clusters (sm_90+)" : "");
+                    cg.pdl ? " with PDL and the projection + MLP in 8-CTA clusters, fc2's partials pushed (sm_90+)" : "");
   return cg;
 }
 
@@ -280,7 +283,8 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     // what differs from the generated GEMMs' defaults (variant_name, codegen_cuda.h; each MLP with
     // the attention's projection before it one kernel of 8-CTA clusters on 4-row tiles): "rowsN"
     // another tile height, "attn-mlp" the prefill attention in that kernel too (fuse_mlp_attention),
-    // "proj-apart" without the projection, "no-cluster" a block per tile
+    // "proj-apart" without the projection, "mlp-pull" / "mlp-push" fc2's partials pulled by (pushed
+    // to) the CTAs that finish them (mlp_push, the other way than the default), "no-cluster" a block per tile
     // owning every column, "mlp-apart" fc1 and fc2 two kernels (7d's default), "attn-prologue"
     // each attention fused into its projection's GEMM, "smem-vec4" the GEMMs' x read from shared
     // memory as float4s, "weights-late" W read in the K loop (not before PDL's wait), "x-global"
@@ -300,6 +304,7 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     if (major >= 9) {
       add(true, true, [](CudaCodegenOptions&) {});
       for (int rows : {2, 1}) add(true, true, [rows](CudaCodegenOptions& c) { c.mlp_rows = rows; });
+      add(true, true, [](CudaCodegenOptions& c) { c.mlp_push = !c.mlp_push; });
       add(true, true, [](CudaCodegenOptions& c) { c.fuse_mlp_attention = true; });
       add(true, true, [](CudaCodegenOptions& c) { c.fuse_mlp_proj = false; });
       add(true, true, [](CudaCodegenOptions& c) {
