@@ -109,10 +109,14 @@ struct CudaCodegenOptions {
   // arrive, is at the kernel's top), and the partials read from the CTA's own shared memory. Same
   // sums, same order. H200, 2026-12-02 (experiments/25-compile/REPORT.md 7h, two runs), the whole
   // forward at (2, 16): 33.5-33.7 us against 35.5 us pulled (the MLP kernel alone 5.3-5.4 against
-  // 6.0 us); the decode step 30.6-31.8 against 32.1-33.5 us. Off ("mlp-pull" in max-autotune): 7e's
-  // form. With the attention stage (fuse_mlp_attention) the kernel keeps the pulled partials: that
-  // pushed form's logits were wrong at (2, 16) in both runs (cause not found; 7h).
-  bool mlp_push = true;
+  // 6.0 us); the decode step 30.6-31.8 against 32.1-33.5 us. OFF by default (7e's form, pulled;
+  // max-autotune's "mlp-push" times this one): two other kernels that write other CTAs' shared
+  // memory the same way gave wrong logits at (2, 16), deterministically and with the cause not
+  // found (7h): this kernel with the attention stage (which therefore always keeps the pulled
+  // partials) and the LM head's softmax as its GEMM's epilogue (commit 251a855, removed). This form
+  // itself was bitwise in every test of both runs, but a default should not rest on a mechanism
+  // whose failures nearby are unexplained; 1.3-2 us is not worth that.
+  bool mlp_push = false;
   // With generated_gemm: a GEMM without a prologue first copies its tile's rows of x into shared
   // memory (coalesced, the whole block), and its K loop reads them there, as the prologue GEMMs
   // do; off: every lane reads x from global memory in the K loop (a broadcast per warp). H200:

@@ -255,7 +255,7 @@ CudaCodegenOptions default_cuda_variant(const Graph& captured, std::string& why)
   cg.pdl = major >= 9;
   cg.fuse_mlp = major >= 9;  // the MLP kernel's clusters need sm_90 (its block form loses on the H200)
   why = fmt::format("default rule: every matmul launch-bound (at most {} rows <= {}): generated GEMMs{}", rows, kLaunchBoundRows,
-                    cg.pdl ? " with PDL and the projection + MLP in 8-CTA clusters, fc2's partials pushed (sm_90+)" : "");
+                    cg.pdl ? " with PDL and the projection + MLP in 8-CTA clusters (sm_90+)" : "");
   return cg;
 }
 

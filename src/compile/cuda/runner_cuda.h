@@ -69,14 +69,13 @@ struct CudaCompileStats {
 // and later; otherwise cuBLAS. `why` gets the rule's reason. max-autotune measures instead.
 // The generated GEMMs take the codegen defaults (codegen_cuda.h: the layernorms as GEMM
 // prologues, x staged in shared memory, weights loaded before PDL's wait, and on sm_90+ the
-// projection and the MLP as one kernel in 8-CTA clusters, fc2's partial sums pushed to the CTAs
-// that finish them; below sm_90 the MLP's GEMMs apart):
+// projection and the MLP as one kernel in 8-CTA clusters; below sm_90 the MLP's GEMMs apart):
 // 22 launches instead of 31, the whole forward 56.2 us against 69.7 us for the form above (the
 // same run, H200, 2026-12-01, max-autotune's "generated-gemm pdl unfused-ln x-global"); with the
 // attention a warp per query and the weights early, 40.5 us (19:15 UTC run, experiments/
 // 25-compile/REPORT.md section 7d); with the projection and the MLP one cluster kernel, 14
 // launches, 35.1 us (7e; a block per tile lost to the MLP apart); fc2's partials pushed
-// (mlp_push: one cluster barrier, not two), 33.5 us (7h).
+// (mlp_push: one cluster barrier, not two) measured 33.5 us (7h) but stays off (codegen_cuda.h says why).
 inline constexpr int64_t kLaunchBoundRows = 256;
 CudaCodegenOptions default_cuda_variant(const Graph& captured, std::string& why);
 
