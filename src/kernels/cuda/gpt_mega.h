@@ -221,6 +221,18 @@
 // lm_head 4.0k; the probs' combine + stores 2.1-2.5k; the decode step's start (an mbarrier fence
 // each, as before: the forward's single fence unmeasured there) and attention; the decode step
 // still synchronises with cluster barriers.
+// What 20 us asks (an estimate from the stage costs above, not measured): ~40k cycles in all,
+// and every stage here costs ~0.7-1k cycles before its arithmetic (a CTA barrier, a shared-memory
+// round trip, a hand-over), ~7 stages per layer: ~28k cycles of fixed cost alone. Column slices
+// (C/R per CTA) make every GEMM end in an all-to-all of all N rows. A 2-D split (16 CTAs = 4 row
+// groups of 8 rows x 4 column groups = the heads) would keep the attention inside a CTA (its
+// head, its rows; k, v of the sequence's earlier row group from one peer), exchange 8-row blocks
+// among 4 CTAs (a quarter of the bytes, 3 peers not 15) and hand over 3 times per layer (k, v;
+// proj's head partials; fc2's K partials, each summed in order by every receiver) instead of 5,
+// at the same FMAs per CTA, with a quarter of the weights per CTA (256 KB: streamed a layer
+// ahead, not resident). By the costs above ~10k cycles per layer, ~30 us per forward: a rewrite
+// of this kernel that would still miss 20 us; fewer stages per layer, not faster ones, are the
+// lever.
 #pragma once
 
 #include <cuda_runtime_api.h>
