@@ -1023,7 +1023,7 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
       case KernelKind::PrologueMatmul:
         MINIGPT_CHECK(opt.generated_gemm, "generate_cuda: {} has a prologue, which only a generated GEMM takes (cuBLAS cannot)", k.name);
         // an MLP (fuse_mlp: the nodes end in two matmuls) is a kernel of its own form
-        code = k.nodes.size() >= 2 && g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])].op == Op::Matmul
+        code = mlp_parts(g, k).mlp
                    ? generate_mlp(g, k, launch, opt.weights_early, opt.mlp_rows, opt.mlp_cluster && !opt.megakernel, opt.mlp_push)
                    : generate_gemm(g, k, launch, opt.stage_x, opt.weights_early, opt.smem_vec4);
         out.launches.push_back(launch);

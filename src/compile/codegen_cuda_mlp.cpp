@@ -225,11 +225,12 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
 std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked, bool push) {
   const Node& a = g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])];  // fc1
   const Node& n = g.nodes[static_cast<size_t>(k.nodes.back())];                // fc2
-  const bool attn = k.nodes.size() > 4 && g.nodes[static_cast<size_t>(k.nodes[0])].op == Op::Attention;  // before P
-  const bool proj = attn || (k.nodes.size() > 3 && g.nodes[static_cast<size_t>(k.nodes[0])].op == Op::Matmul);
+  const MlpParts parts = mlp_parts(g, k);
+  MINIGPT_CHECK(parts.mlp, "codegen_cuda: {} is not an MLP (its nodes do not end in two matmuls)", k.name);
+  const bool attn = parts.attention, proj = parts.proj;  // the attention before P; the projection P
   const Node* pn = proj ? &g.nodes[static_cast<size_t>(k.nodes[attn ? 1 : 0])] : nullptr;  // the projection P
   const int64_t N = g.tensor(a.inputs[0]).rows(), K1 = g.tensor(a.inputs[0]).cols(), H = g.tensor(a.output).cols(),
-                M = g.tensor(n.inputs[1]).shape[0];
+                M = g.tensor(n.inputs[1]).shape[0], MP = proj ? g.tensor(pn->inputs[1]).shape[0] : 0;  // MP: P's columns
   constexpr int kWarps = 8, kThreads = 32 * kWarps;
   MINIGPT_CHECK(R >= 1 && R <= kWarps, "codegen_cuda: {}: an MLP tile of {} rows (1 to {})", k.name, R, kWarps);
   R = static_cast<int>(std::min<int64_t>(R, N));  // a tile never has more rows than the matmul (the decode step's 1)
@@ -265,7 +266,7 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   std::string prologue;
   MlpStage ps;  // the projection's stage
   if (proj) {
-    const int64_t MP = g.tensor(pn->inputs[1]).shape[0], KP = g.tensor(pn->inputs[0]).cols();
+    const int64_t KP = g.tensor(pn->inputs[0]).cols();
     MINIGPT_CHECK(MP == K1, "codegen_cuda: {}: the projection's {} columns are not the layernorm's {}", k.name, MP, K1);
     std::string xstage;  // P's x: the attention's rows (computed here) or x staged
     if (attn) {
@@ -327,7 +328,10 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   const MlpStage fc2 = cluster ? MlpStage{}
                                : mlp_gemm_stage(g, n, "w2", "b2", "fc2", R, weights_early, "hs", res2,
                                                 fmt::format("y[(n0 + i) * {} + m] = v;", M), row_guard);
-  const int64_t JM = (std::max(M, proj ? g.tensor(pn->inputs[1]).shape[0] : M) + 31) / 32;
+  // the GEMM stages' partial sums, part[warp][row][column], declared once at the top (every stage
+  // uses it in turn): the block form's widest stage (fc2's M or P's columns), the cluster form's
+  // (fc1's slice of h, a warp wide, or P's columns)
+  const int64_t part_cols = cluster ? 32 * std::max<int64_t>(1, (proj ? MP + 31 : 1) / 32) : 32 * ((std::max(M, MP) + 31) / 32);
   std::string code = kernel_comment(g, k, params,
                                     cluster ? fmt::format("grid {} (row tiles of {}, a cluster of {} CTAs each: CTA c owns h's columns "
                                                           "[c {}, (c + 1) {}) and fc2's K slice c), block {}",
@@ -356,6 +360,7 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
                      fmt::format("const int rank = blockIdx.x % {};  // the CTA's rank in its cluster (clusters of {} consecutive blocks)\n", kCl, kCl)
                : fmt::format("const i64 n0 = (i64)blockIdx.x * {};  // the tile's first row\n", R);
   b += "const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n";
+  b += fmt::format("__shared__ float part[{}][{}][{}];  // the GEMM stages' partial sums: [warp][row][column]\n", kWarps, R, part_cols);
   // ---- weights first
   const std::string zero4 = "make_float4(0.0f, 0.0f, 0.0f, 0.0f)";
   if (cluster) {
@@ -396,12 +401,7 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   b += prologue;
   if (cluster) {
     b += cluster_stages(g, a, n, R, n.has_residual ? (res_in ? "ms" : "resc") : "", row_guard, push);
-    code += indent_text(b, "  ") + "}\n";
-    const std::string decl = fmt::format("  __shared__ float part[{}][{}][{}];  // the GEMM stages' partial sums: [warp][row][column]\n", kWarps, R,
-                                         32 * std::max<int64_t>(1, (proj ? g.tensor(pn->inputs[1]).shape[0] + 31 : 1) / 32));
-    const std::string anchor = "  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n";
-    code.insert(code.find(anchor) + anchor.size(), decl);
-    return code;
+    return code + indent_text(b, "  ") + "}\n";
   }
   // ---- fc1
   b += fmt::format("// fc1: h = {} of the tile's {} rows into hs, a thread per column of h\n", epilogue_text(a), R);
@@ -437,12 +437,7 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   b += indent_text(c, "  ") + "}\n__syncthreads();\n";
   // ---- fc2
   b += fc2.stage;
-  code += indent_text(b, "  ") + "}\n";
-  // the partial sums of the GEMM stages: declared once, first (the projection's stage uses it too)
-  const std::string decl = fmt::format("  __shared__ float part[{}][{}][{}];  // the GEMM stages' partial sums: [warp][row][column]\n", kWarps, R, 32 * JM);
-  const std::string anchor = "  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n";
-  code.insert(code.find(anchor) + anchor.size(), decl);
-  return code;
+  return code + indent_text(b, "  ") + "}\n";
 }
 
 }  // namespace minigpt::compile::cuda_gen

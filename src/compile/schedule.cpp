@@ -39,6 +39,22 @@ int64_t node_flops(const Graph& g, const Node& n) {
   }
 }
 
+}  // namespace
+
+MlpParts mlp_parts(const Graph& g, const Kernel& k) {
+  MlpParts p;
+  const size_t n = k.nodes.size();
+  auto op = [&](size_t i) { return g.nodes[static_cast<size_t>(k.nodes[i])].op; };
+  p.mlp = n >= 2 && op(n - 1) == Op::Matmul && op(n - 2) == Op::Matmul;
+  // attention, projection, the layernorm's nodes (at least one), fc1, fc2
+  p.attention = p.mlp && n > 4 && op(0) == Op::Attention;
+  // projection, the layernorm's nodes, fc1, fc2
+  p.proj = p.mlp && n > (p.attention ? 4u : 3u) && op(p.attention ? 1 : 0) == Op::Matmul;
+  return p;
+}
+
+namespace {
+
 std::string kernel_stem(const Graph& g, const Kernel& k, GemmBackend gemm, const std::vector<GemmPick>& picks) {
   switch (k.kind) {
     case KernelKind::Matmul: {
@@ -55,9 +71,8 @@ std::string kernel_stem(const Graph& g, const Kernel& k, GemmBackend gemm, const
   // and with the projection before it "proj" first (cpp_fused_proj_layernorm_mlp), with the
   // attention before that "attention_proj" (cpp_fused_attention_proj_layernorm_mlp)
   const bool prologue = k.kind == KernelKind::PrologueMatmul;
-  const bool mlp = prologue && k.nodes.size() >= 2 && g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])].op == Op::Matmul;
-  const bool attn = mlp && k.nodes.size() > 3 && g.nodes[static_cast<size_t>(k.nodes[0])].op == Op::Attention;  // before P
-  const bool proj = mlp && k.nodes.size() > 2 && g.nodes[static_cast<size_t>(k.nodes[attn ? 1 : 0])].op == Op::Matmul;
+  const MlpParts parts = mlp_parts(g, k);
+  const bool mlp = parts.mlp, attn = parts.attention, proj = parts.proj;
   std::set<std::string> names;
   for (size_t i = proj ? (attn ? 2 : 1) : 0; i < k.nodes.size() - (prologue ? 1 : 0) - (mlp ? 1 : 0); ++i) {
     const Node& n = g.nodes[static_cast<size_t>(k.nodes[i])];
@@ -96,7 +111,8 @@ Schedule schedule(const Graph& fused, GemmBackend gemm, const std::vector<GemmPi
     const Node& last = g.nodes[static_cast<size_t>(k.nodes.back())];
     // an MLP's two matmuls (fuse_mlp), with or without fc1's prologue: a PrologueMatmul whose
     // prologue ends in the first matmul
-    const bool mlp = k.nodes.size() >= 2 && last.op == Op::Matmul && g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])].op == Op::Matmul;
+    const MlpParts parts = mlp_parts(g, k);
+    const bool mlp = parts.mlp;
     if (mlp) k.kind = KernelKind::PrologueMatmul;
     else if (first.op == Op::Matmul) k.kind = KernelKind::Matmul;
     else if (last.op == Op::Matmul) k.kind = KernelKind::PrologueMatmul;
@@ -107,11 +123,10 @@ Schedule schedule(const Graph& fused, GemmBackend gemm, const std::vector<GemmPi
       const Node& n = g.nodes[static_cast<size_t>(i)];
       if (k.kind == KernelKind::PrologueMatmul) {
         // an attention alone before the GEMM, or first before an MLP's projection (fuse_mlp_attention)
-        const bool attn_first = mlp && first.op == Op::Attention && k.nodes.size() > 4;
-        const bool attention = n.op == Op::Attention && (k.nodes.size() == 2 || (attn_first && i == k.nodes[0]));
+        const bool attention = n.op == Op::Attention && (k.nodes.size() == 2 || (parts.attention && i == k.nodes[0]));
         const bool fc1 = mlp && i == k.nodes[k.nodes.size() - 2];  // an MLP's first matmul
         // the projection before its layernorm
-        const bool proj = mlp && i == k.nodes[attn_first ? 1 : 0] && n.op == Op::Matmul && k.nodes.size() > (attn_first ? 4u : 3u);
+        const bool proj = parts.proj && i == k.nodes[parts.attention ? 1 : 0];
         MINIGPT_CHECK(kRowwise.contains(n.op) || attention || fc1 || proj || i == k.nodes.back(),
                       "schedule: a GEMM's prologue holds row-wise ops, one attention, an MLP's first matmul or the projection "
                       "before it, not {} ({})",

@@ -37,6 +37,15 @@ struct Kernel {
   std::vector<std::string> sources;  // the distinct eager ops it stands for
 };
 
+// An MLP kernel's parts, read off its nodes (the order above): `mlp` when they end in two
+// matmuls (fc1, fc2); `proj` when the attention's projection comes first, `attention` when the
+// prefill attention comes before that. All false for any other kernel. The schedule, its names
+// and the CUDA generator (codegen_cuda_mlp.cpp) all ask this one function.
+struct MlpParts {
+  bool mlp = false, proj = false, attention = false;
+};
+MlpParts mlp_parts(const Graph& g, const Kernel& k);
+
 struct Schedule {
   Graph graph;
   std::vector<Kernel> kernels;
