@@ -40,7 +40,10 @@ TEST(CompileFuseMlp, EachMlpBecomesOneGroupAndHIsNotStored) {
     const Schedule s = schedule(g);
     EXPECT_EQ(mlp_kernels(s), c.n_layer) << print_schedule(s);
     for (const Kernel& k : s.kernels) {
-      if (k.name.find("_mlp_") == std::string::npos) continue;
+      if (k.name.find("_mlp_") == std::string::npos) {
+        EXPECT_FALSE(mlp_parts(g, k).mlp) << k.name << ": only the MLP kernels are MLPs";
+        continue;
+      }
       EXPECT_EQ(k.kind, KernelKind::PrologueMatmul) << k.name;
       ASSERT_GE(k.nodes.size(), 2u);
       const Node& fc1 = g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])];
@@ -54,6 +57,8 @@ TEST(CompileFuseMlp, EachMlpBecomesOneGroupAndHIsNotStored) {
       EXPECT_EQ(k.rows, g.tensor(fc1.inputs[0]).rows());
       EXPECT_EQ(k.cols, c.d_model) << "the prologue's rows: fc1's x";
       EXPECT_EQ(k.name.find("cpp_fused_layernorm_mlp_") == 0, prologue) << k.name;
+      const MlpParts parts = mlp_parts(g, k);
+      EXPECT_TRUE(parts.mlp && !parts.proj && !parts.attention) << k.name;
       if (prologue) {
         EXPECT_FALSE(g.tensor(fc1.inputs[0]).materialized) << "the layernorm's rows too";
       } else {
@@ -115,6 +120,8 @@ TEST(CompileFuseMlp, TheProjectionJoinsTheMlpBeforeItsLayerNorm) {
       EXPECT_EQ(fc2.inputs.back(), p.output) << "fc2's residual is the projection's result";
       EXPECT_FALSE(g.tensor(p.output).materialized) << "the projection's rows live in the kernel's shared memory";
       EXPECT_EQ(k.cols, c.d_model);
+      const MlpParts parts = mlp_parts(g, k);
+      EXPECT_TRUE(parts.mlp && parts.proj && !parts.attention) << k.name;
     }
     EXPECT_EQ(projs, c.n_layer) << print_schedule(s);
     const Schedule plain = schedule(run_passes(captured, mlp_options(true)));
@@ -147,6 +154,8 @@ TEST(CompileFuseMlp, ThePrefillAttentionJoinsBeforeTheProjection) {
     ASSERT_EQ(p.op, Op::Matmul) << k.name;
     EXPECT_EQ(p.inputs[0], a.output) << "the projection reads the attention";
     EXPECT_FALSE(g.tensor(a.output).materialized) << "the attention's rows live in the kernel's shared memory";
+    const MlpParts parts = mlp_parts(g, k);
+    EXPECT_TRUE(parts.mlp && parts.proj && parts.attention) << k.name;
     EXPECT_FALSE(g.tensor(p.output).materialized);
     EXPECT_EQ(k.cols, c.d_model);
   }
