@@ -141,7 +141,7 @@ __device__ __forceinline__ void gemm4(const float* a, int lda, int rows, const f
 // owning them only, a quarter of att's bytes at R = 16). The attention proper runs a warp per query
 // row: its scores (a lane per key), their softmax and its att columns, with no CTA barrier
 // between them (the row's values are the warp's own; T = 16: all 16 warps busy).
-template <class K, bool kSplit, bool kTrace, bool kP2P, int kReps = 1>
+template <class K, bool kSplit, bool kTrace, bool kP2P>
 __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<kP2P>& net) {
   const MegaDims& d = c.d;
   const MegaLayout& S = c.S;
@@ -156,11 +156,8 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<k
   const float scale = 1.0f / sqrtf(static_cast<float>(dh));
   for (int item = c.r; item < d.B * d.H; item += R) {
     const int b = item / d.H, hh = item % d.H, row0 = b * T;
-#pragma unroll 1
-    for (int rep = 0; rep < kReps; ++rep) {  // kReps 2: diagnostics (MINIGPT_MEGA_VARIANT=1)
-      layernorm_rows<K::C>(x, ln, row0, row0 + T, C, S.sC, base + S.ln1w, base + S.ln1b, c.p.eps);
-      __syncthreads();
-    }
+    layernorm_rows<K::C>(x, ln, row0, row0 + T, C, S.sC, base + S.ln1w, base + S.ln1b, c.p.eps);
+    __syncthreads();
     stamp<kTrace>(c.r, trace_slot(l, 1));
     // q, k, v of the new rows: (t, 4 columns of the head's 3dh) per thread, t fastest over the
     // lanes (see gemm_stage); sum in k order (or split over lanes, split_k) + bias
@@ -177,16 +174,13 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<k
         }
       }
     };
-#pragma unroll 1
-    for (int rep = 0; rep < kReps; ++rep) {
-      if (!(kSplit && gemm_split_any(ln + row0 * S.sC, S.sC, T, C, base + S.qkv, S.sC, base + S.qkvb, 3 * dh, store_qkv))) {
-        gemm4(ln + row0 * S.sC, S.sC, T, base + S.qkv, S.sC, 0, C, 3 * dh, [&](int t, int j0, const float* acc) {
-          store_qkv(t, j0, make_float4(acc[0] + base[S.qkvb + j0], acc[1] + base[S.qkvb + j0 + 1],
-                                       acc[2] + base[S.qkvb + j0 + 2], acc[3] + base[S.qkvb + j0 + 3]));
-        });
-      }
-      __syncthreads();
+    if (!(kSplit && gemm_split_any(ln + row0 * S.sC, S.sC, T, C, base + S.qkv, S.sC, base + S.qkvb, 3 * dh, store_qkv))) {
+      gemm4(ln + row0 * S.sC, S.sC, T, base + S.qkv, S.sC, 0, C, 3 * dh, [&](int t, int j0, const float* acc) {
+        store_qkv(t, j0, make_float4(acc[0] + base[S.qkvb + j0], acc[1] + base[S.qkvb + j0 + 1],
+                                     acc[2] + base[S.qkvb + j0 + 2], acc[3] + base[S.qkvb + j0 + 3]));
+      });
     }
+    __syncthreads();
     stamp<kTrace>(c.r, trace_slot(l, 2));
     if (l == 0 && item == c.r) cluster_wait();  // every CTA has started: its shared memory exists
     for (int t = warp; t < T; t += kWarps) {
@@ -345,7 +339,7 @@ __device__ __forceinline__ void owner_sum_stage(const Ctx& c, const float* parts
 // 512 threads per CTA; none before or as a separate instance), and the forward measured ~1.3 us
 // slower (H200, 63.0 -> 64.4 us). kP2P: the stages hand over point to point (Net<true>,
 // mega_p2p: the forward of the shipped architecture); a forward's arithmetic is the same either way.
-template <class K, bool kSplit, bool kTrace = false, bool kP2P = false, int kReps = 1>
+template <class K, bool kSplit, bool kTrace = false, bool kP2P = false, int kVar = 0>
 __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_constant__ MegaParams p, int R) {
   extern __shared__ __align__(16) float sm[];
   const MegaDims d = fixed_dims<K>(p.dims);
@@ -426,7 +420,11 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     for (int g = 0; g <= d.L; ++g) wait_group(bars, g);
     return;
   }
-  cluster_arrive();  // waited on before the first push (attention_stage of layer 0): Net's mbarriers exist
+  // waited on before the first push (attention_stage of layer 0): Net's mbarriers exist
+  if constexpr ((kVar & 2) != 0)
+    cluster_arrive_relaxed();
+  else
+    cluster_arrive();
   stamp<kTrace>(r, 1);
 
   // 3. the embedding of all N rows (a replica per CTA), and (decode) the earlier k, v rows of
@@ -496,12 +494,12 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     if (!kP2P || l == 0) __syncthreads();
     stamp<kTrace>(r, trace_slot(l, 0));
     const float* base = sm + l * S.layer;
-    attention_stage<K, kSplit, kTrace, kP2P, kReps>(c, l, net);
+    attention_stage<K, kSplit, kTrace, kP2P>(c, l, net);
     stamp<kTrace>(r, trace_slot(l, 4));
-    net.wait(kBarAtt, att_bytes, parity);
+    net.template wait<kVar>(kBarAtt, att_bytes, parity);
     if (kP2P && d.head_proj) {  // this CTA's columns of x1 = (the heads' partials in head order) + b + x
       owner_sum_stage(c, sm + S.pp, d.H, base + S.projb + r * S.pc, x, xm, net, kBarX1);
-      net.wait(kBarX1, x_bytes, parity);
+      net.template wait<kVar>(kBarX1, x_bytes, parity);
     } else if (d.head_proj) {  // x += (the heads' partials, summed in head order) + b, every CTA all of it
       const float* pp = sm + S.pp;
       for (int i = tid; i < N * C; i += kThreads) {
@@ -513,16 +511,13 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       __syncthreads();
     } else {
       residual_stage<kSplit>(c, sm + S.att, S.sC, C, base + S.proj, S.sC, base + S.projb, x, xm, net, kBarX1);
-      net.wait(kBarX1, x_bytes, parity);
+      net.template wait<kVar>(kBarX1, x_bytes, parity);
     }
     stamp<kTrace>(r, trace_slot(l, 5));
     float* ln = sm + S.ln;
     float* h = sm + S.h;
-#pragma unroll 1
-    for (int rep = 0; rep < kReps; ++rep) {
-      layernorm_rows<K::C>(xm, ln, 0, N, C, S.sC, base + S.ln2w, base + S.ln2b, p.eps);
-      __syncthreads();
-    }
+    layernorm_rows<K::C>(xm, ln, 0, N, C, S.sC, base + S.ln2w, base + S.ln2b, p.eps);
+    __syncthreads();
     stamp<kTrace>(r, trace_slot(l, 6));
     const int f0 = r * S.fc;
     // fc2 by k: h stays here (see MegaLayout). Known at compile time for the shipped F (F / R a
@@ -530,30 +525,26 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     // as a run-time branch ptxas spilled 32 bytes)
     constexpr bool kFc2kAlways = K::F > 0 && K::F % (16 * kFc2Slice) == 0;
     const bool fc2k = !kSplit && (kFc2kAlways || S.fc2k);
-#pragma unroll 1
-    for (int rep = 0; rep < kReps; ++rep) {  // (kReps 2: fc2 by k only, h written locally)
-      if (rep > 0) __syncthreads();
-      gemm_stage<kSplit>(c, ln, S.sC, C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
-        const float4 g = make_float4(gelu_erf(v.x), gelu_erf(v.y), gelu_erf(v.z), gelu_erf(v.w));
-        if (fc2k)
-          *reinterpret_cast<float4*>(h + m * S.sF + f0 + j0) = g;
-        else
-          push4(h + m * S.sF + f0 + j0, g, R);  // (never with Net<true>: fc2 by k)
-      });
-    }
+    gemm_stage<kSplit>(c, ln, S.sC, C, base + S.fc1, S.sC, base + S.fc1b, S.fc, [&](int m, int j0, float4 v) {
+      const float4 g = make_float4(gelu_erf(v.x), gelu_erf(v.y), gelu_erf(v.z), gelu_erf(v.w));
+      if (fc2k)
+        *reinterpret_cast<float4*>(h + m * S.sF + f0 + j0) = g;
+      else
+        push4(h + m * S.sF + f0 + j0, g, R);  // (never with Net<true>: fc2 by k)
+    });
     if (fc2k) {
       __syncthreads();
       fc2_partials(c, h, base + S.fc2, net);
     }
     stamp<kTrace>(r, trace_slot(l, 7));  // the trace's "fc1": with fc2 by k, fc1 + the partials
-    net.wait(kBarP2, p2_bytes, parity);
+    net.template wait<kVar>(kBarP2, p2_bytes, parity);
     stamp<kTrace>(r, trace_slot(l, 8));
     if (fc2k)
       owner_sum_stage(c, sm + S.p2, S.ns2, base + S.fc2b, xm, x, net, kBarX);
     else
       residual_stage<kSplit>(c, h, S.sF, d.F, base + S.fc2, S.sF, base + S.fc2b, xm, x, net, kBarX);
     stamp<kTrace>(r, trace_slot(l, 9));
-    net.wait(kBarX, x_bytes, parity);
+    net.template wait<kVar>(kBarX, x_bytes, parity);
     stamp<kTrace>(r, trace_slot(l, 10));
   }
 
@@ -615,7 +606,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     if (m < N && sub < R) net.one2(stats + (r * N + m) * 2, make_float2(mx, sum), sub, kBarStats);
   }
   stamp<kTrace>(r, 62);
-  net.wait(kBarStats, static_cast<unsigned>((R - 1) * N) * 8u, 0u);
+  net.template wait<kVar>(kBarStats, static_cast<unsigned>((R - 1) * N) * 8u, 0u);
   stamp<kTrace>(r, 63);
   for (int pair = 2 * (tid >> 5); pair < N; pair += 2 * kWarps) {
     const int m = pair + ((tid >> 4) & 1), mr = m < N ? m : 0;
@@ -646,14 +637,20 @@ using MegaKernel = void (*)(MegaParams, int);
 // Both do the same arithmetic in the same order: the logits do not depend on which one runs.
 MegaKernel kernel_for(const MegaDims& d) {
   static const bool trace = std::getenv("MINIGPT_MEGA_TRACE") != nullptr;  // diagnostics, read once
+  static const int var = std::getenv("MINIGPT_MEGA_VARIANT") ? std::atoi(std::getenv("MINIGPT_MEGA_VARIANT")) : 0;
   using KF = Fixed<64, 4, 256>;
   if (d.C == 64 && d.H == 4 && d.F == 256) {
-    if (d.split_k) return trace ? gpt_mega_kernel<KF, true, true> : gpt_mega_kernel<KF, true>;
+    if (d.split_k) {
+      if (!trace && (var & 2) != 0) return gpt_mega_kernel<KF, true, false, false, 2>;
+      return trace ? gpt_mega_kernel<KF, true, true> : gpt_mega_kernel<KF, true>;
+    }
     if (mega_p2p(d)) {
-      // diagnostics (mega14d): MINIGPT_MEGA_VARIANT=1 runs ln1, q k v, ln2 and fc1 twice each
-      // (idempotent: the same values written again), to time a stage's second, warm pass
-      static const bool reps = std::getenv("MINIGPT_MEGA_VARIANT") && std::atoi(std::getenv("MINIGPT_MEGA_VARIANT")) == 1;
-      if (reps) return trace ? gpt_mega_kernel<KF, false, true, true, 2> : gpt_mega_kernel<KF, false, false, true, 2>;
+      switch (var) {  // mega14d's variants (bits: 2 the start's arrival relaxed, 4 Net's arrivals relaxed, 8 its waits acquire.cta)
+        case 2: return trace ? gpt_mega_kernel<KF, false, true, true, 2> : gpt_mega_kernel<KF, false, false, true, 2>;
+        case 6: return trace ? gpt_mega_kernel<KF, false, true, true, 6> : gpt_mega_kernel<KF, false, false, true, 6>;
+        case 14: return trace ? gpt_mega_kernel<KF, false, true, true, 14> : gpt_mega_kernel<KF, false, false, true, 14>;
+        default: break;
+      }
       return trace ? gpt_mega_kernel<KF, false, true, true> : gpt_mega_kernel<KF, false, false, true>;
     }
     return trace ? gpt_mega_kernel<KF, false, true> : gpt_mega_kernel<KF, false>;

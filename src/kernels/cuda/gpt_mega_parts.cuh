@@ -176,6 +176,12 @@ __device__ __forceinline__ void store_remote4(float* local, float4 v, unsigned r
                "f"(v.y), "f"(v.z), "f"(v.w)
                : "memory");
 }
+// The start's arrival without the release fence (mega14d variant bit 2): what it announces, the
+// mbarriers' initialisation, is published by fence.mbarrier_init (CUTLASS's pairing: that fence,
+// then a relaxed cluster arrive).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
 __device__ __forceinline__ void cluster_sync_all() {
   cluster_arrive();
   cluster_wait();
@@ -247,26 +253,47 @@ struct Net {
     }
   }
   // Every thread: until stage `bar`'s data of phase `parity` is here, `bytes` from the other CTAs
-  // (kP2P; else a cluster barrier).
+  // (kP2P; else a cluster barrier). kMode (mega14d's variants, MINIGPT_MEGA_VARIANT): bit 4 the
+  // arrival relaxed at CTA scope (else release.cluster: MEMBAR.ALL.GPU + ERRBAR + CGAERRBAR by
+  // thread 0 before it arrives); bit 8 the wait's acquire at CTA scope (else .cluster: CCTL.IVALL).
+  template <int kMode = 0>
   __device__ __forceinline__ void wait(int bar, unsigned bytes, unsigned parity) const {
     if constexpr (!kP2P) {
       cluster_sync_all();
     } else {
       __syncthreads();  // this CTA's own share (plain stores) is written
-      if (threadIdx.x == 0)
-        asm volatile("mbarrier.arrive.expect_tx.release.cluster.shared::cta.b64 _, [%0], %1;\n" ::"r"(
-                         detail::smem_address(bars + bar)),
-                     "r"(bytes)
-                     : "memory");
-      asm volatile(
-          "{\n"
-          ".reg .pred done;\n"
-          "WAIT:\n"
-          "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-          "@!done bra WAIT;\n"
-          "}\n" ::"r"(detail::smem_address(bars + bar)),
-          "r"(parity)
-          : "memory");
+      if (threadIdx.x == 0) {
+        if constexpr ((kMode & 4) != 0)
+          asm volatile("mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                           detail::smem_address(bars + bar)),
+                       "r"(bytes)
+                       : "memory");
+        else
+          asm volatile("mbarrier.arrive.expect_tx.release.cluster.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                           detail::smem_address(bars + bar)),
+                       "r"(bytes)
+                       : "memory");
+      }
+      if constexpr ((kMode & 8) != 0)
+        asm volatile(
+            "{\n"
+            ".reg .pred done;\n"
+            "WAIT:\n"
+            "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
+            "@!done bra WAIT;\n"
+            "}\n" ::"r"(detail::smem_address(bars + bar)),
+            "r"(parity)
+            : "memory");
+      else
+        asm volatile(
+            "{\n"
+            ".reg .pred done;\n"
+            "WAIT:\n"
+            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+            "@!done bra WAIT;\n"
+            "}\n" ::"r"(detail::smem_address(bars + bar)),
+            "r"(parity)
+            : "memory");
     }
   }
 };
