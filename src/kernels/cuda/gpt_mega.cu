@@ -339,7 +339,7 @@ __device__ __forceinline__ void owner_sum_stage(const Ctx& c, const float* parts
 // 512 threads per CTA; none before or as a separate instance), and the forward measured ~1.3 us
 // slower (H200, 63.0 -> 64.4 us). kP2P: the stages hand over point to point (Net<true>,
 // mega_p2p: the forward of the shipped architecture); a forward's arithmetic is the same either way.
-template <class K, bool kSplit, bool kTrace = false, bool kP2P = false, int kVar = 0>
+template <class K, bool kSplit, bool kTrace = false, bool kP2P = false>
 __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_constant__ MegaParams p, int R) {
   extern __shared__ __align__(16) float sm[];
   const MegaDims d = fixed_dims<K>(p.dims);
@@ -420,11 +420,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     for (int g = 0; g <= d.L; ++g) wait_group(bars, g);
     return;
   }
-  // waited on before the first push (attention_stage of layer 0): Net's mbarriers exist
-  if constexpr ((kVar & 2) != 0)
-    cluster_arrive_relaxed();
-  else
-    cluster_arrive();
+  cluster_arrive_relaxed();  // waited on before the first push (attention_stage of layer 0): Net's mbarriers exist
   stamp<kTrace>(r, 1);
 
   // 3. the embedding of all N rows (a replica per CTA), and (decode) the earlier k, v rows of
@@ -496,10 +492,10 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     const float* base = sm + l * S.layer;
     attention_stage<K, kSplit, kTrace, kP2P>(c, l, net);
     stamp<kTrace>(r, trace_slot(l, 4));
-    net.template wait<kVar>(kBarAtt, att_bytes, parity);
+    net.wait(kBarAtt, att_bytes, parity);
     if (kP2P && d.head_proj) {  // this CTA's columns of x1 = (the heads' partials in head order) + b + x
       owner_sum_stage(c, sm + S.pp, d.H, base + S.projb + r * S.pc, x, xm, net, kBarX1);
-      net.template wait<kVar>(kBarX1, x_bytes, parity);
+      net.wait(kBarX1, x_bytes, parity);
     } else if (d.head_proj) {  // x += (the heads' partials, summed in head order) + b, every CTA all of it
       const float* pp = sm + S.pp;
       for (int i = tid; i < N * C; i += kThreads) {
@@ -511,7 +507,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       __syncthreads();
     } else {
       residual_stage<kSplit>(c, sm + S.att, S.sC, C, base + S.proj, S.sC, base + S.projb, x, xm, net, kBarX1);
-      net.template wait<kVar>(kBarX1, x_bytes, parity);
+      net.wait(kBarX1, x_bytes, parity);
     }
     stamp<kTrace>(r, trace_slot(l, 5));
     float* ln = sm + S.ln;
@@ -537,14 +533,14 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       fc2_partials(c, h, base + S.fc2, net);
     }
     stamp<kTrace>(r, trace_slot(l, 7));  // the trace's "fc1": with fc2 by k, fc1 + the partials
-    net.template wait<kVar>(kBarP2, p2_bytes, parity);
+    net.wait(kBarP2, p2_bytes, parity);
     stamp<kTrace>(r, trace_slot(l, 8));
     if (fc2k)
       owner_sum_stage(c, sm + S.p2, S.ns2, base + S.fc2b, xm, x, net, kBarX);
     else
       residual_stage<kSplit>(c, h, S.sF, d.F, base + S.fc2, S.sF, base + S.fc2b, xm, x, net, kBarX);
     stamp<kTrace>(r, trace_slot(l, 9));
-    net.template wait<kVar>(kBarX, x_bytes, parity);
+    net.wait(kBarX, x_bytes, parity);
     stamp<kTrace>(r, trace_slot(l, 10));
   }
 
@@ -606,7 +602,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     if (m < N && sub < R) net.one2(stats + (r * N + m) * 2, make_float2(mx, sum), sub, kBarStats);
   }
   stamp<kTrace>(r, 62);
-  net.template wait<kVar>(kBarStats, static_cast<unsigned>((R - 1) * N) * 8u, 0u);
+  net.wait(kBarStats, static_cast<unsigned>((R - 1) * N) * 8u, 0u);
   stamp<kTrace>(r, 63);
   for (int pair = 2 * (tid >> 5); pair < N; pair += 2 * kWarps) {
     const int m = pair + ((tid >> 4) & 1), mr = m < N ? m : 0;
@@ -637,22 +633,10 @@ using MegaKernel = void (*)(MegaParams, int);
 // Both do the same arithmetic in the same order: the logits do not depend on which one runs.
 MegaKernel kernel_for(const MegaDims& d) {
   static const bool trace = std::getenv("MINIGPT_MEGA_TRACE") != nullptr;  // diagnostics, read once
-  static const int var = std::getenv("MINIGPT_MEGA_VARIANT") ? std::atoi(std::getenv("MINIGPT_MEGA_VARIANT")) : 0;
   using KF = Fixed<64, 4, 256>;
   if (d.C == 64 && d.H == 4 && d.F == 256) {
-    if (d.split_k) {
-      if (!trace && (var & 2) != 0) return gpt_mega_kernel<KF, true, false, false, 2>;
-      return trace ? gpt_mega_kernel<KF, true, true> : gpt_mega_kernel<KF, true>;
-    }
-    if (mega_p2p(d)) {
-      switch (var) {  // mega14d's variants (bits: 2 the start's arrival relaxed, 4 Net's arrivals relaxed, 8 its waits acquire.cta)
-        case 2: return trace ? gpt_mega_kernel<KF, false, true, true, 2> : gpt_mega_kernel<KF, false, false, true, 2>;
-        case 6: return trace ? gpt_mega_kernel<KF, false, true, true, 6> : gpt_mega_kernel<KF, false, false, true, 6>;
-        case 14: return trace ? gpt_mega_kernel<KF, false, true, true, 14> : gpt_mega_kernel<KF, false, false, true, 14>;
-        default: break;
-      }
-      return trace ? gpt_mega_kernel<KF, false, true, true> : gpt_mega_kernel<KF, false, false, true>;
-    }
+    if (d.split_k) return trace ? gpt_mega_kernel<KF, true, true> : gpt_mega_kernel<KF, true>;
+    if (mega_p2p(d)) return trace ? gpt_mega_kernel<KF, false, true, true> : gpt_mega_kernel<KF, false, false, true>;
     return trace ? gpt_mega_kernel<KF, false, true> : gpt_mega_kernel<KF, false>;
   }
   return d.split_k ? gpt_mega_kernel<Fixed<0, 0, 0>, true> : gpt_mega_kernel<Fixed<0, 0, 0>, false>;

@@ -176,9 +176,12 @@ __device__ __forceinline__ void store_remote4(float* local, float4 v, unsigned r
                "f"(v.y), "f"(v.z), "f"(v.w)
                : "memory");
 }
-// The start's arrival without the release fence (mega14d variant bit 2): what it announces, the
-// mbarriers' initialisation, is published by fence.mbarrier_init (CUTLASS's pairing: that fence,
-// then a relaxed cluster arrive).
+// The start's cluster arrival, without a release fence: what it announces (this CTA runs: its
+// shared memory and mbarriers exist; remote CTAs only write here after the matching wait, never
+// read) needs no ordering of this CTA's earlier stores, and the mbarriers' initialisation is
+// published by fence.mbarrier_init (CUTLASS's pairing: that fence, then a relaxed arrive). With
+// .release (MEMBAR.ALL.GPU + ERRBAR, every thread, after the embedding's global loads) it took
+// ~1.5k of the forward's first 4.1k cycles (H200, stage trace; gpt_mega.h "fences").
 __device__ __forceinline__ void cluster_arrive_relaxed() {
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 }
@@ -253,47 +256,32 @@ struct Net {
     }
   }
   // Every thread: until stage `bar`'s data of phase `parity` is here, `bytes` from the other CTAs
-  // (kP2P; else a cluster barrier). kMode (mega14d's variants, MINIGPT_MEGA_VARIANT): bit 4 the
-  // arrival relaxed at CTA scope (else release.cluster: MEMBAR.ALL.GPU + ERRBAR + CGAERRBAR by
-  // thread 0 before it arrives); bit 8 the wait's acquire at CTA scope (else .cluster: CCTL.IVALL).
-  template <int kMode = 0>
+  // (kP2P; else a cluster barrier). The arrival is relaxed at CTA scope: it publishes nothing (this
+  // CTA's own share is ordered by the __syncthreads before it; the other CTAs' bytes by their
+  // st.async's complete_tx, which the wait acquires at cluster scope). As release.cluster it cost
+  // thread 0 a MEMBAR.ALL.GPU + ERRBAR + CGAERRBAR before every arrival, i.e. the round trip of
+  // its own remote stores on every stage's critical path (H200: forward 42.8 -> 39.4 us with the
+  // start's relaxed cluster arrival, gpt_mega.h "fences"). The wait's acquire at CTA scope (no
+  // CCTL.IVALL) measured no faster, so it stays .cluster.
   __device__ __forceinline__ void wait(int bar, unsigned bytes, unsigned parity) const {
     if constexpr (!kP2P) {
       cluster_sync_all();
     } else {
       __syncthreads();  // this CTA's own share (plain stores) is written
-      if (threadIdx.x == 0) {
-        if constexpr ((kMode & 4) != 0)
-          asm volatile("mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(
-                           detail::smem_address(bars + bar)),
-                       "r"(bytes)
-                       : "memory");
-        else
-          asm volatile("mbarrier.arrive.expect_tx.release.cluster.shared::cta.b64 _, [%0], %1;\n" ::"r"(
-                           detail::smem_address(bars + bar)),
-                       "r"(bytes)
-                       : "memory");
-      }
-      if constexpr ((kMode & 8) != 0)
-        asm volatile(
-            "{\n"
-            ".reg .pred done;\n"
-            "WAIT:\n"
-            "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
-            "@!done bra WAIT;\n"
-            "}\n" ::"r"(detail::smem_address(bars + bar)),
-            "r"(parity)
-            : "memory");
-      else
-        asm volatile(
-            "{\n"
-            ".reg .pred done;\n"
-            "WAIT:\n"
-            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-            "@!done bra WAIT;\n"
-            "}\n" ::"r"(detail::smem_address(bars + bar)),
-            "r"(parity)
-            : "memory");
+      if (threadIdx.x == 0)
+        asm volatile("mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                         detail::smem_address(bars + bar)),
+                     "r"(bytes)
+                     : "memory");
+      asm volatile(
+          "{\n"
+          ".reg .pred done;\n"
+          "WAIT:\n"
+          "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+          "@!done bra WAIT;\n"
+          "}\n" ::"r"(detail::smem_address(bars + bar)),
+          "r"(parity)
+          : "memory");
     }
   }
 };
