@@ -210,20 +210,50 @@
 //              slowest warp 1.3-1.45k, wait + x1 + wait 2.3-2.4k, ln2 1.05-1.1k, fc1 + fc2
 //              partials 3.25-3.3k, wait 0.8k, fc2 sums + x push 1.2k, wait 0.7k; head: ln_f +
 //              lm_head 4.0-4.4k, probs 4.5-5k.
-// Open (largest first), against issue 14's 20 us (the forward's figures above): the stages'
+//   fences     (issue 14, mega14d; H200, experiments/25-compile/gpu_mega14d) why a stage costs
+//              ~1k cycles, measured: ncu (forward, main's form, --cache-control none, warp sampling)
+//              15.95 cycles per issued instruction: long_scoreboard 4.59 (the mbarrier try_waits:
+//              waiting for other CTAs; the 8 CTAs without attention items wait ~6k per layer),
+//              barrier 4.19 (CTA barriers: idle warps waiting for the few that work, e.g. fc1's 4
+//              warps, the owner sums' 1), wait 2.04, short_scoreboard 1.55, membar 0.56,
+//              no_instruction 0.24: instruction fetch is NOT it (the code is ~95 KB, ~46 KB per
+//              layer, yet ln1, q k v, ln2, fc1 run twice each, the second pass warm, cost twice:
+//              0.9k -> 1.78k, 1.75k -> 3.6k, 1.09k -> 2.26k, 3.27k -> 5.13k with fc2's partials). The
+//              stages are latency chains (an LDS, F2F to double, 4 shuffle + DADD steps, a double
+//              rsqrt per LayerNorm row: ~150 dependent instructions) plus the waits. And the
+//              hand-overs paid fences: Net::wait's arrival as release.cluster compiles to MEMBAR.ALL.GPU
+//              + ERRBAR + CGAERRBAR by thread 0 before every arrival (the round trip of its own remote
+//              stores on each stage's critical path), the start's barrier.cluster.arrive.release to
+//              the same in every thread after the embedding's loads (~1.5k of the first 4.1k
+//              cycles). Both relaxed (see Net::wait, cluster_arrive_relaxed; the data's ordering is
+//              the __syncthreads and the st.async complete_tx, acquired at cluster scope as
+//              before): forward graph (2, 16) 42.72 / 42.85 -> 39.49 / 39.30 us (main's form and
+//              this alternated in one build, --runs 1000; 100 back to back 41.2 -> 37.9 us), decode
+//              graph (R = 8) ~26.8 -> ~26.2 us (the start's arrival only); the wait's acquire at CTA
+//              scope too (no CCTL.IVALL): 39.33 / 39.52, no gain, not kept; logits unchanged (1.05e-5
+//              from the CPU at the bench's ids), all of model_cuda_test passed. Trace, main -> this
+//              (~78.1k -> ~72.1k cycles, wall 39.5 -> 36.4 us): start 4.1k -> 2.4-2.7k; wait + x1 +
+//              wait 2.3k -> 1.43k; the last wait 0.7k -> 0.165k; layer 0's ln1 0.9k -> 1.9-2.2k (the
+//              later layers' weight copies still landing). Per issued instruction 15.95 -> 14.91
+//              cycles (membar 0.56 -> 0). Stages now (R = 16, ~72k cycles): start 2.4-2.7k; per
+//              layer ~15k: ln1 0.85-0.9k, q k v 1.7-1.85k, attention 2.1-2.35k, the slowest warp
+//              1.35-1.5k, wait + x1 + wait 1.42-1.5k, ln2 1.03-1.15k, fc1 + fc2 partials 3.25-3.3k,
+//              wait 0.82-1.05k, fc2 sums + x push 1.2-1.3k, wait 0.165k; head 4.1-4.3k, probs ~5k.
+// Open (largest first), against issue 14's 20 us (the forward's figures above): the decode step's
+// cluster barriers (cluster_sync_all: a release.cluster arrival, MEMBAR.ALL.GPU + ERRBAR in every
+// thread, 4 per layer: st.async + mbarriers as the forward's Net<true> would drop them) and the
+// device loop's start arrival (gpt_mega_generate.cu, still .release); the stages'
 // remote stores and their waits (fewer bytes or more senders did not help, "start" above; to
 // try: bulk copies shared::cta -> shared::cluster of contiguous per-owner blocks, x stored as
 // (C/4, N, 4)); the attention CTAs' serial chain (8 of 16 CTAs, ~6.5k cycles per layer while the
-// others wait: fewer steps, as no split shortens a thread's chain); the 4.1k cycles before the
-// start's first CTA barrier (the launch itself, instruction fetch, the parameter loads? time an
-// empty start); the GEMM stages (rows and columns per thread explored: only fewer instructions
+// others wait: fewer steps, as no split shortens a thread's chain); the start's remaining
+// ~2.4k cycles (the embedding's global loads, the copies' issue); the GEMM stages (rows and columns per thread explored: only fewer instructions
 // per output in the same order would help); the LayerNorms (~0.9-1.1k each, 9 per forward);
 // lm_head 4.0k; the probs' combine + stores 2.1-2.5k; the decode step's start (an mbarrier fence
-// each, as before: the forward's single fence unmeasured there) and attention; the decode step
-// still synchronises with cluster barriers.
+// each, as before: the forward's single fence unmeasured there) and attention.
 // What 20 us asks (an estimate from the stage costs above, not measured): ~40k cycles in all,
 // and every stage here costs ~0.7-1k cycles before its arithmetic (a CTA barrier, a shared-memory
-// round trip, a hand-over), ~7 stages per layer: ~28k cycles of fixed cost alone. Column slices
+// round trip, a hand-over; "fences": dependent latency and idle warps, not instruction fetch), ~7 stages per layer: ~28k cycles of fixed cost alone. Column slices
 // (C/R per CTA) make every GEMM end in an all-to-all of all N rows. A 2-D split (16 CTAs = 4 row
 // groups of 8 rows x 4 column groups = the heads) would keep the attention inside a CTA (its
 // head, its rows; k, v of the sequence's earlier row group from one peer), exchange 8-row blocks
