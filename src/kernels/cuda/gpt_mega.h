@@ -247,15 +247,17 @@
 // try: bulk copies shared::cta -> shared::cluster of contiguous per-owner blocks, x stored as
 // (C/4, N, 4)); the attention CTAs' serial chain (8 of 16 CTAs, ~6.5k cycles per layer while the
 // others wait: fewer steps, as no split shortens a thread's chain); the start's remaining
-// ~2.4k cycles (the embedding's global loads, the copies' issue); the GEMM stages (rows and columns per thread explored: only fewer instructions
-// per output in the same order would help); the LayerNorms (~0.9-1.1k each, 9 per forward);
+// ~2.4k cycles (the embedding's global loads, the copies' issue); the GEMM stages (rows and
+// columns per thread explored: only fewer instructions per output in the same order would help);
+// the LayerNorms (~0.9-1.1k each, 9 per forward);
 // lm_head 4.0k; the probs' combine + stores 2.1-2.5k; the decode step's start (an mbarrier fence
 // each, as before: the forward's single fence unmeasured there) and attention.
 // What 20 us asks (an estimate from the stage costs above, not measured): ~40k cycles in all,
 // and every stage here costs ~0.7-1k cycles before its arithmetic (a CTA barrier, a shared-memory
-// round trip, a hand-over; "fences": dependent latency and idle warps, not instruction fetch), ~7 stages per layer: ~28k cycles of fixed cost alone. Column slices
-// (C/R per CTA) make every GEMM end in an all-to-all of all N rows. A 2-D split (16 CTAs = 4 row
-// groups of 8 rows x 4 column groups = the heads) would keep the attention inside a CTA (its
+// round trip, a hand-over; "fences": dependent latency and idle warps, not instruction fetch),
+// ~7 stages per layer: ~28k cycles of fixed cost alone. Column slices (C/R per CTA) make every
+// GEMM end in an all-to-all of all N rows. A 2-D split (16 CTAs = 4 row groups of 8 rows x 4
+// column groups = the heads) would keep the attention inside a CTA (its
 // head, its rows; k, v of the sequence's earlier row group from one peer), exchange 8-row blocks
 // among 4 CTAs (a quarter of the bytes, 3 peers not 15) and hand over 3 times per layer (k, v;
 // proj's head partials; fc2's K partials, each summed in order by every receiver) instead of 5,
