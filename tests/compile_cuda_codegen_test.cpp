@@ -221,9 +221,9 @@ TEST(CompileCudaCodegen, GeneratedGemmsFuseEachMlpIntoOneKernel) {
                                                 std::to_string(4 * c.d_model / 8) + "];"))
         << g.name << ": the CTA's columns of h";
     EXPECT_TRUE(contains(fused.code.source, "*(const float4*)&hs[i][4 * u]")) << "fc2's K slice reads h from shared memory";
-    // (pulled by default: CudaCodegenOptions::mlp_push says why)
-    EXPECT_TRUE(contains(fused.code.source, "mg_cluster_ld(&pp[i][m], c)")) << "the slices' partial sums through the cluster (pulled)";
-    EXPECT_FALSE(contains(fused.code.source, "mg_cluster_st(&pq")) << "no remote stores by default";
+    // (pushed by default, CudaCodegenOptions::mlp_push; the pulled form: FusedMlpCompilesAtEveryTileHeight)
+    EXPECT_TRUE(contains(fused.code.source, "mg_cluster_st(&pq[rank][i][m % ")) << "the slices' partial sums pushed to the CTAs that finish them";
+    EXPECT_FALSE(contains(fused.code.source, "mg_cluster_ld(&pp")) << "nothing read remotely by default";
     for (const CudaLaunch& l : fused.code.launches) {
       if (contains(l.name, "mlp")) {
         EXPECT_EQ(l.grid, 8 * ((rows + tile - 1) / tile)) << l.name << ": a cluster per row tile";

@@ -107,16 +107,15 @@ struct CudaCodegenOptions {
   // barrier instead of two (no CTA then reads another's shared memory, so none waits for the
   // others before it exits; the first half of the barrier that makes remote writes safe, the
   // arrive, is at the kernel's top), and the partials read from the CTA's own shared memory. Same
-  // sums, same order. H200, 2026-12-02 (experiments/25-compile/REPORT.md 7h, two runs), the whole
-  // forward at (2, 16): 33.5-33.7 us against 35.5 us pulled (the MLP kernel alone 5.3-5.4 against
-  // 6.0 us); the decode step 30.6-31.8 against 32.1-33.5 us. Off by default until it is measured
-  // with 7j's fix: the wrong logits 7h found at (2, 16) (this kernel after the attention stage; the
-  // LM head's softmax in its GEMM) were not the pushing but PDL: ptxas had hoisted a `const
+  // sums, same order. H200, 2026-12-02 (experiments/25-compile/REPORT.md 7j, one run, PDL): the
+  // whole forward at (2, 16) 32.6 us against 34.0 us pulled (max-autotune's candidates), the decode
+  // step 30.9 against 32.2 us. 7h's wrong logits at (2, 16) (this form after the attention stage;
+  // the LM head's softmax in its GEMM) were not the pushing but PDL: ptxas had hoisted a `const
   // __restrict__` (non-coherent) load of the residual above griddepcontrol.wait, so a CTA launched
-  // early read it before the kernel two back had written it; under PDL no parameter but a weight
-  // is __restrict__ now (codegen_cuda.cpp's coherent_reads), and this form is allowed after the
-  // attention stage again.
-  bool mlp_push = false;
+  // early could read it before the kernel two back had written it; under PDL no parameter but a
+  // weight is __restrict__ now (codegen_cuda.cpp's coherent_reads). Off: 7e's pulled form
+  // (max-autotune's "mlp-pull").
+  bool mlp_push = true;
   // With generated_gemm: a GEMM without a prologue first copies its tile's rows of x into shared
   // memory (coalesced, the whole block), and its K loop reads them there, as the prologue GEMMs
   // do; off: every lane reads x from global memory in the K loop (a broadcast per warp). H200:
