@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # REPORT 7j's H200 run (branch push15), from the repository root on the GPU machine: a fresh `cuda`
-# preset build; (run 1 only) the diagnostic test of the pushed partials after the attention stage
+# preset build; (when built: the diagnostic commits) the diagnostic test of the pushed partials after the attention stage
 # (CompileCuda.Push15Diag: each variant's max |diff| at (2, 16), the SASS of the JIT's own cubins:
-# the global loads each kernel issues before ACQBULK = griddepcontrol.wait); the three test
+# the global loads each kernel issues before ACQBULK = griddepcontrol.wait; run 2: the bitwise
+# forms' whole sequence with 7h's source); the three test
 # binaries; the CLI's forward (default and max-autotune) and decode step (max-autotune) with
 # --explain and a fresh MINIGPT_CACHE_DIR. Logs under $OUT (or ./out).
 set -u -o pipefail
@@ -19,16 +20,17 @@ if ./build/cuda/tests/compile_cuda_test --gtest_list_tests | grep -q Push15Diag;
   timeout 60 ./build/cuda/tests/compile_cuda_test --gtest_filter='*Push15Diag*' > "$OUT/diag.txt" 2>&1; echo "diag rc=$?" >> "$OUT/diag.txt"
   grep -E "DIAGRESULT" "$OUT/diag.txt"
   OD=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
-  for v in 2 4; do  # the fix; __restrict__ back (the bug): global loads before ACQBULK in each kernel
+  for v in 1 2 3; do  # the fix; 7h's source; plain pointers: global loads before ACQBULK (griddepcontrol.wait) per kernel
     for c in /tmp/push15_diag/v$v/*.cubin; do
-      echo "== variant $v: $c"
+      echo "== SASS, variant $v: $c"
       "$OD" -sass "$c" | awk '/Function :/ {fn=$3; pre=1; n=0} /ACQBULK/ {if (pre) print fn": ACQBULK after " n " global loads"; pre=0}
         /LDG/ {if (pre) {n++; print fn": before the wait: " $0}}' | sed 's#/\* 0x[0-9a-f]* \*/##; s/  */ /g'
-      echo "-- the MLP kernel's head (to ACQBULK):"
-      "$OD" -sass -fun cuda_fused_attention_proj_layernorm_mlp_1 "$c" | sed 's#/\* 0x[0-9a-f]* \*/##' | grep -v '^\s*$' | sed -n '/Function/,/ACQBULK/p'
     done
-  done > "$OUT/sass.txt" 2>&1
-  grep -E "^== |ACQBULK after" "$OUT/sass.txt" | grep -v "after 0 " | head -20
+  done >> "$OUT/diag.txt" 2>&1
+  grep -E "^== SASS|ACQBULK after" "$OUT/diag.txt" | grep -v "after 0 "
+  # run 2: the whole sequence of bitwise forms with 7h's source (the context 7h failed in)
+  MINIGPT_DIAG_REWRITE=restrict,guard timeout 70 ./build/cuda/tests/compile_cuda_test --gtest_filter='*FusedMlpAndEarlyWeights*' > "$OUT/fusedmlp_7h_source.txt" 2>&1
+  echo "FusedMlp with 7h's source rc=$?"; grep -E "max \|diff\| [^0]|FAILED" "$OUT/fusedmlp_7h_source.txt" | head -20
 fi
 timeout 120 ./build/cuda/tests/compile_cuda_test --gtest_filter='-*Push15Diag*' > "$OUT/compile_cuda_test.txt" 2>&1; echo "compile_cuda_test rc=$?"
 grep -E "partials pushed|FAILED" "$OUT/compile_cuda_test.txt" | head -20
