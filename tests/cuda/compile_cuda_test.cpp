@@ -17,7 +17,6 @@
 #include "compile_model_test_util.h"
 
 #include <gtest/gtest.h>
-#include <fmt/format.h>
 
 #include <cmath>
 #include <cstdio>
@@ -322,80 +321,6 @@ TEST(CompileCuda, FusedMlpAndEarlyWeightsChangeNoBit) {
     EXPECT_EQ(max_abs_diff(l0.data(), l1.data(), l0.numel()), 0.0f) << form.name << " (tiny model, 3, 5)";
     EXPECT_EQ(max_abs_diff(p0.data(), p1.data(), p0.numel()), 0.0f) << form.name << " (tiny model, 3, 5): probs";
   }
-}
-
-// PUSH15-DIAG (throwaway): the pushed partials after the attention stage at (2, 16), alone, against
-// the generated GEMMs with the MLP apart, with source rewrites (MINIGPT_DIAG_REWRITE, applied before
-// the cache key; a fresh cache folder per variant too) and PDL on or off.
-TEST(CompileCuda, Push15Diag) {
-  SKIP_WITHOUT_GPU();
-  ModelFile f = load_model(kModel);
-  const GrammarMiniGPT model(f.config, std::move(f.weights));
-  const int64_t V = f.config.vocab_size;
-  std::mt19937_64 rng(21);
-  std::vector<int32_t> ids(32);
-  for (int32_t& v : ids) v = static_cast<int32_t>(rng() % static_cast<uint64_t>(V));
-  const std::filesystem::path root = std::filesystem::temp_directory_path() / "push15_diag";
-  std::filesystem::remove_all(root);
-  struct Variant {
-    const char* name;
-    bool fuse, attn, push, pdl;
-    const char* rewrite;
-  };
-  const Variant vs[] = {
-      {"ref: MLP apart, PDL", false, false, false, true, ""},
-      {"(a) PUSHED after the attention stage, the fix (the default now)", true, true, true, true, ""},
-      {"PUSHED after the attention stage, 7h's source (__restrict__ back, the always-true guards back)", true, true, true, true, "restrict,guard"},
-      {"(b) 7h's source + plain pointers everywhere", true, true, true, true, "restrict,guard,plain"},
-      {"(c) 7h's source + a whole cluster barrier before the remote stores", true, true, true, true, "restrict,guard,fullbar"},
-      {"(d) 7h's source, PDL off", true, true, true, false, "guard"},
-      {"(e) 7h's source + launch_dependents removed", true, true, true, true, "restrict,guard,notrigger"},
-      {"(e2) 7h's source + launch_dependents after the wait", true, true, true, true, "restrict,guard,latetrigger"},
-      {"(f) 7h's source + fence.acq_rel.gpu after the wait", true, true, true, true, "restrict,guard,gpufence"},
-      {"pulled after the attention stage, 7h's source", true, true, false, true, "restrict,guard"},
-      {"(a) PUSHED after the attention stage, the fix (again, last)", true, true, true, true, ""},
-  };
-  Tensor l0, p0;
-  for (size_t vi = 0; vi < std::size(vs); ++vi) {
-    const Variant& v = vs[vi];
-    if (const char* only = std::getenv("DIAG_ONLY"); only && vi > 0 && std::string(",") + only + "," != "," &&
-                                                      (std::string(",") + only + ",").find(fmt::format(",{},", vi)) == std::string::npos)
-      continue;
-    CudaCompileOptions o = cuda_options(true, v.pdl);
-    o.cache_dir = root / fmt::format("v{}", vi);
-    o.codegen.fuse_mlp = v.fuse;
-    o.codegen.fuse_mlp_attention = v.attn;
-    o.codegen.mlp_push = v.push;
-    o.codegen.weights_early = true;
-    o.codegen.smem_vec4 = false;
-    setenv("MINIGPT_DIAG_REWRITE", v.rewrite, 1);
-    const char* out = std::getenv("DIAG_OUT");
-    const std::string src = out ? fmt::format("{}/src_v{}.cu", out, vi) : "";
-    setenv("MINIGPT_DIAG_SRC", "", 1);
-    std::fprintf(stderr, "=== variant %zu: %s\n", vi, v.name);
-    CudaCompiledModel m(model, o);
-    for (int rep = 0; rep < 3; ++rep) {
-      Tensor l1, p1;
-      m.forward(ids.data(), 2, 16, l1, p1);
-      if (vi == 0 && rep == 0) {
-        l0 = l1;
-        p0 = p1;
-        continue;
-      }
-      const float d = max_abs_diff(l0.data(), l1.data(), l0.numel()), dp = max_abs_diff(p0.data(), p1.data(), p0.numel());
-      std::string rows;
-      for (int64_t r = 0; r < 32; ++r)
-        if (max_abs_diff(l0.data() + r * V, l1.data() + r * V, V) > 0) rows += fmt::format(" {}", r);
-      std::fprintf(stderr, "DIAGRESULT v%zu forward %d: %s: max |diff| %.6g (probs %.3g); rows differing:%s\n", vi, rep, v.name, d, dp,
-                   rows.empty() ? " none" : rows.c_str());
-    }
-  }
-  unsetenv("MINIGPT_DIAG_REWRITE");
-  unsetenv("MINIGPT_DIAG_SRC");
-  ThreadPool pool(2);
-  Tensor el, ep;
-  model.forward(ids.data(), 2, 16, el, ep, pool);
-  std::fprintf(stderr, "DIAGRESULT ref vs CPU eager: %.3g\n", max_abs_diff(el.data(), l0.data(), el.numel()));
 }
 
 // The attention kernel's other layouts (a warp per query): heads of 12 floats (scalar staging),

@@ -2,10 +2,6 @@
 #include "compile/cuda/runner_cuda.h"
 
 #include "compile/cuda/jit_cuda.h"
-#include "compile/jit.h"
-#include <cstdlib>
-#include <regex>
-#include <cstdio>
 #include "core/error.h"
 #include "core/timer.h"
 
@@ -393,53 +389,6 @@ void CudaCompiledGraph::build(const CudaCompileOptions& opt, const CudaCodegenOp
   const Graph& g = lowered_.schedule.graph;
   CudaJitRequest req;
   req.source = lowered_.code.source;
-  // PUSH15-DIAG (throwaway): rewrites of the generated source named in MINIGPT_DIAG_REWRITE
-  if (const char* env = std::getenv("MINIGPT_DIAG_REWRITE"); env && *env) {
-    const std::string want = env;
-    auto rep = [&](const std::string& tag, const std::string& from, const std::string& to) {
-      if (want.find(tag) == std::string::npos) return;
-      int n = 0;
-      for (size_t at = req.source.find(from); at != std::string::npos; at = req.source.find(from, at + to.size())) {
-        req.source.replace(at, from.size(), to);
-        ++n;
-      }
-      fmt::print(stderr, "DIAG rewrite {}: {} replacements\n", tag, n);
-    };
-    if (want.find("restrict") != std::string::npos) {  // the bug back: the signatures' plain const pointers restrict again
-      const std::regex re("\n    const float\\* (\\w+)([,)])");
-      const std::string before = req.source;
-      req.source = std::regex_replace(req.source, re, "\n    const float* __restrict__ $1$2");
-      fmt::print(stderr, "DIAG rewrite restrict: {} bytes added\n", req.source.size() - before.size());
-    }
-    rep("guard", "w2c[u] = *(const float4*)(w2 + (i64)(threadIdx.x % 64) * 256 + hc0 + 4 * u);  // (the tile's 256 outputs fill the block: every thread sums one)",
-        "w2c[u] = threadIdx.x < 256 ? *(const float4*)(w2 + (i64)(threadIdx.x % 64) * 256 + hc0 + 4 * u) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);");
-    rep("guard", "  {\n    const int i = threadIdx.x / 64, m = threadIdx.x % 64;\n    float acc = 0.0f;",
-        "  if (threadIdx.x < 256) {\n    const int i = threadIdx.x / 64, m = threadIdx.x % 64;\n    float acc = 0.0f;");
-    rep("plain", "const float* __restrict__", "const float*");
-    rep("plain", "float* __restrict__", "float*");
-    rep("fullbar", "asm volatile(\"barrier.cluster.arrive.relaxed;\" ::: \"memory\");", "");
-    rep("fullbar", "asm volatile(\"barrier.cluster.wait;\" ::: \"memory\");",
-        "asm volatile(\"barrier.cluster.arrive.release;\\n\\tbarrier.cluster.wait.acquire;\" ::: \"memory\");");
-    rep("notrigger", "asm volatile(\"griddepcontrol.launch_dependents;\");", "");
-    rep("latetrigger", "asm volatile(\"griddepcontrol.launch_dependents;\");", "");
-    rep("latetrigger", "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");",
-        "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\"); asm volatile(\"griddepcontrol.launch_dependents;\");");
-    rep("gpufence", "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");",
-        "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\"); asm volatile(\"fence.acq_rel.gpu;\" ::: \"memory\");");
-    rep("clusterst", "asm volatile(\"st.shared::cluster.f32 [%0], %1;\" ::\"r\"(remote), \"f\"(v) : \"memory\");",
-        "asm volatile(\"st.shared::cluster.f32 [%0], %1;\" ::\"r\"(remote), \"f\"(v) : \"memory\"); asm volatile(\"fence.acq_rel.cluster;\" ::: \"memory\");");
-    req.key_extra += " diag " + want;
-  }
-  if (std::getenv("MINIGPT_DIAG_REWRITE"))
-    fmt::print(stderr, "DIAG compiled source sha256 {} ({} bytes), rewrite '{}'\n", sha256_hex(req.source).substr(0, 16), req.source.size(),
-               std::getenv("MINIGPT_DIAG_REWRITE"));
-  if (const char* d = std::getenv("MINIGPT_DIAG_SRC"); d && *d) {
-    FILE* f = std::fopen(d, "w");
-    if (f) {
-      std::fwrite(req.source.data(), 1, req.source.size(), f);
-      std::fclose(f);
-    }
-  }
   req.key_extra = fmt::format("codegen_cuda v{} graph {} {}", kCodegenCudaVersion, graph_hash(g), variant);
   req.name = captured_.name;
   req.cache_dir = opt.cache_dir;
