@@ -221,9 +221,9 @@ TEST(CompileCudaCodegen, GeneratedGemmsFuseEachMlpIntoOneKernel) {
                                                 std::to_string(4 * c.d_model / 8) + "];"))
         << g.name << ": the CTA's columns of h";
     EXPECT_TRUE(contains(fused.code.source, "*(const float4*)&hs[i][4 * u]")) << "fc2's K slice reads h from shared memory";
-    // (pulled by default: CudaCodegenOptions::mlp_push says why)
-    EXPECT_TRUE(contains(fused.code.source, "mg_cluster_ld(&pp[i][m], c)")) << "the slices' partial sums through the cluster (pulled)";
-    EXPECT_FALSE(contains(fused.code.source, "mg_cluster_st(&pq")) << "no remote stores by default";
+    // (pushed by default, CudaCodegenOptions::mlp_push; the pulled form: FusedMlpCompilesAtEveryTileHeight)
+    EXPECT_TRUE(contains(fused.code.source, "mg_cluster_st(&pq[rank][i][m % ")) << "the slices' partial sums pushed to the CTAs that finish them";
+    EXPECT_FALSE(contains(fused.code.source, "mg_cluster_ld(&pp")) << "nothing read remotely by default";
     for (const CudaLaunch& l : fused.code.launches) {
       if (contains(l.name, "mlp")) {
         EXPECT_EQ(l.grid, 8 * ((rows + tile - 1) / tile)) << l.name << ": a cluster per row tile";
@@ -408,6 +408,73 @@ TEST(CompileCudaNvrtc, PdlVariantWaitsInEveryKernelAndCompiles) {
   EXPECT_ERROR(lower_cuda(capture_tinyhead(2), PassOptions{}, cg), "PDL needs generated GEMMs");
 }
 
+// The parameters of the __global__ function `name` in src, as written ("const float* __restrict__ x").
+std::vector<std::string> kernel_params(const std::string& src, const std::string& name) {
+  size_t at = src.find("__global__");
+  for (; at != std::string::npos; at = src.find("__global__", at + 1)) {  // its definition: the name on the __global__ line
+    const size_t name_at = src.find(" " + name + "(", at);
+    if (name_at != std::string::npos && name_at < src.find('\n', at)) break;
+  }
+  EXPECT_NE(at, std::string::npos) << name;
+  if (at == std::string::npos) return {};
+  const size_t close = src.find(") {", at), open = src.rfind('(', close);  // (no parens inside the list)
+  std::vector<std::string> out;
+  for (size_t p = open + 1; p <= close;) {
+    const size_t end = std::min(src.find(',', p), close);
+    std::string q = src.substr(p, end - p);
+    q.erase(0, q.find_first_not_of(" \n"));
+    out.push_back(q);
+    p = end + 1;
+  }
+  return out;
+}
+
+// With PDL a kernel may start before the kernels it reads from have finished; what it reads of
+// theirs must be loaded after griddepcontrol.wait. A `const T* __restrict__` parameter may be read
+// through the non-coherent path, whose loads ptxas schedules across the wait (for sm_90a it put
+// the MLP kernel's residual load above it: wrong logits, REPORT.md 7j). So under PDL every
+// parameter of every launch whose tensor is not a graph weight is plain (`const float* x`), and
+// every weight keeps `__restrict__` (loaded before the wait on purpose); without PDL nothing
+// changes. Over the forward (tile heights that divide its rows and not), the decode step, the
+// shipped model's widths, and the forms of the MLP kernel (pushed, after the attention stage).
+TEST(CompileCudaCodegen, PdlKernelsReadEarlierKernelsOutputsWithoutRestrict) {
+  ModelConfig shipped;
+  shipped.vocab_size = 611;
+  const ModelConfig tiny = compile_tiny_config();
+  for (const Graph& g : {capture_gpt(tiny, 2, 16), capture_gpt(tiny, 3, 5), capture_gpt_decode(tiny), capture_gpt(shipped, 2, 16)}) {
+    for (int form = 0; form < 4; ++form) {  // the default; pushed after the attention stage; pulled; the MLP apart
+      CudaCodegenOptions cg;
+      cg.generated_gemm = true;
+      cg.fuse_mlp_attention = form == 1 || form == 2;
+      cg.mlp_push = form == 1;
+      cg.fuse_mlp = form != 3;
+      for (bool pdl : {true, false}) {
+        cg.pdl = pdl;
+        const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
+        const Graph& sg = l.schedule.graph;
+        int activations = 0, weights = 0;
+        for (const CudaLaunch& launch : l.code.launches) {
+          const std::vector<std::string> params = kernel_params(l.code.source, launch.function);
+          ASSERT_EQ(params.size(), launch.args.size()) << launch.function;
+          for (size_t i = 0; i < params.size(); ++i) {
+            if (launch.args[i] < 0 || !contains(params[i], "const ")) continue;  // (a null pointer; the output)
+            const bool weight = sg.tensor(launch.args[i]).kind == TensorKind::Weight;
+            (weight ? weights : activations) += 1;
+            EXPECT_EQ(contains(params[i], "__restrict__"), weight || !pdl)
+                << g.name << " form " << form << (pdl ? " PDL " : " ") << launch.function << ": " << params[i];
+          }
+        }
+        EXPECT_GT(activations, 0) << g.name;
+        EXPECT_GT(weights, 0) << g.name;
+        if (form == 1 && pdl && !contains(g.name, "decode")) {
+          EXPECT_TRUE(contains(l.code.source, "    const float* qkv,\n")) << "the attention stage's qkv: " << g.name;
+          EXPECT_TRUE(contains(l.code.source, "mg_cluster_st(&pq[rank][i][m % ")) << "pushed after the attention stage: " << g.name;
+        }
+      }
+    }
+  }
+}
+
 // weights_early: each generated GEMM loads its lane's W slice and its bias before PDL's wait
 // (weights only above it), the residual right after; off, W is read in the K loop. Both compile.
 TEST(CompileCudaNvrtc, GemmsLoadTheirWeightsBeforePdlsWait) {
@@ -464,7 +531,7 @@ TEST(CompileCudaNvrtc, FusedMlpCompilesAtEveryTileHeight) {
         cg.fuse_mlp = true;
         cg.fuse_mlp_proj = form == 4 || form == 5 || form >= 7;
         cg.fuse_mlp_attention = form < 7;
-        cg.mlp_push = form == 8 || form == 5;  // (form 5: the attention stage keeps the pulled partials)
+        cg.mlp_push = form == 8 || form == 5;
         cg.mlp_cluster = form >= 5;
         cg.mlp_rows = rows;
         cg.pdl = form != 3;
@@ -486,7 +553,7 @@ TEST(CompileCudaNvrtc, FusedMlpCompilesAtEveryTileHeight) {
           EXPECT_EQ(cl, contains(k.text, "mg_cluster_barrier();")) << what;
           if (cl) {  // pulled: two whole barriers, the partials read remotely; pushed: one, written remotely after the arrive and the wait
             const std::string code = code_only(k.text);
-            const bool pushed = form == 8 || (form == 5 && !attn);  // (the attention stage keeps the pulled partials: REPORT 7h)
+            const bool pushed = form == 8 || form == 5;
             EXPECT_EQ(count_of(code, "mg_cluster_barrier();"), pushed ? 1u : 2u) << what;
             EXPECT_EQ(contains(code, "mg_cluster_ld("), !pushed) << what;
             if (pushed) {

@@ -953,6 +953,40 @@ std::string rename_kernel(const std::string& name, const Kernel& k, bool generat
   return name;
 }
 
+// With PDL, a kernel's reads of what earlier kernels write must stay after griddepcontrol.wait. A
+// `const T* __restrict__` parameter lets the compiler read it through the non-coherent path
+// (ld.global.nc: data read-only for the kernel's whole life), and ptxas schedules those loads
+// freely across the wait: for sm_90a (NVRTC / nvcc 13.0) it hoisted the MLP kernel's residual load
+// above it (SASS: an LDG.E.CONSTANT of rp before ACQBULK), so a CTA launched early read the
+// residual before the kernel two launches back had written it: wrong logits at (2, 16)
+// (experiments/25-compile/REPORT.md 7j). So every pointer parameter of a __global__ function in
+// `code` whose tensor (args, in parameter order) is not a graph weight loses `__restrict__`: its
+// loads are coherent and stay after the wait. Weights keep it: the graph never writes them, and
+// loading them before the wait is the point of weights_early.
+std::string coherent_reads(std::string code, const Graph& g, const std::vector<int>& args) {
+  const size_t fn = code.find("__global__");
+  if (fn == std::string::npos) return code;
+  MINIGPT_CHECK(code.find("__global__", fn + 1) == std::string::npos, "codegen_cuda: coherent_reads takes one __global__ function");
+  const size_t close = code.find(") {", fn), open = close == std::string::npos ? close : code.rfind('(', close);  // (no parens inside)
+  MINIGPT_CHECK(open != std::string::npos && close != std::string::npos && open < close, "codegen_cuda: a kernel's parameter list not found");
+  std::vector<std::string> params;
+  for (size_t at = open + 1; at <= close;) {
+    const size_t end = std::min(code.find(',', at), close);
+    params.push_back(code.substr(at, end - at));
+    at = end + 1;
+  }
+  MINIGPT_CHECK(params.size() == args.size(), "codegen_cuda: a kernel has {} parameters but {} launch arguments", params.size(), args.size());
+  std::string list;
+  for (size_t i = 0; i < params.size(); ++i) {
+    std::string p = params[i];
+    const size_t r = p.find("__restrict__ ");
+    if (r != std::string::npos && p.find("const ") != std::string::npos && args[i] >= 0 && g.tensor(args[i]).kind != TensorKind::Weight)
+      p.erase(r, std::string("__restrict__ ").size());
+    list += (i ? "," : "") + p;
+  }
+  return code.replace(open + 1, close - open - 1, list);
+}
+
 // After the opening brace of every __global__ function in code: PDL's trigger, and its wait
 // there too, or where the kernel marked the point (kPdlWaitPoint: what comes before reads
 // weights only).
@@ -1037,7 +1071,7 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
         }
         break;
     }
-    if (opt.pdl) code = with_pdl_prologue(std::move(code));
+    if (opt.pdl) code = with_pdl_prologue(coherent_reads(std::move(code), g, launch.args));
     if (!opt.megakernel) {
       // A kernel whose code is an earlier one's (the same op in another block: only the buffers
       // differ) is emitted once and launched under that name, as the C++ back end and Inductor

@@ -39,7 +39,7 @@
 
 namespace minigpt::compile {
 
-inline constexpr int kCodegenCudaVersion = 3;  // bump on any change to the generated text's meaning
+inline constexpr int kCodegenCudaVersion = 4;  // bump on any change to the generated text's meaning
 // Column steps per thread up to which a row is kept in registers between its loops.
 inline constexpr int kPersistentSteps = 32;
 
@@ -107,16 +107,15 @@ struct CudaCodegenOptions {
   // barrier instead of two (no CTA then reads another's shared memory, so none waits for the
   // others before it exits; the first half of the barrier that makes remote writes safe, the
   // arrive, is at the kernel's top), and the partials read from the CTA's own shared memory. Same
-  // sums, same order. H200, 2026-12-02 (experiments/25-compile/REPORT.md 7h, two runs), the whole
-  // forward at (2, 16): 33.5-33.7 us against 35.5 us pulled (the MLP kernel alone 5.3-5.4 against
-  // 6.0 us); the decode step 30.6-31.8 against 32.1-33.5 us. OFF by default (7e's form, pulled;
-  // max-autotune's "mlp-push" times this one): two other kernels that write other CTAs' shared
-  // memory the same way gave wrong logits at (2, 16), deterministically and with the cause not
-  // found (7h): this kernel with the attention stage (which therefore always keeps the pulled
-  // partials) and the LM head's softmax as its GEMM's epilogue (commit 251a855, removed). This form
-  // itself was bitwise in every test of both runs, but a default should not rest on a mechanism
-  // whose failures nearby are unexplained; 1.3-2 us is not worth that.
-  bool mlp_push = false;
+  // sums, same order. H200, 2026-12-02 (experiments/25-compile/REPORT.md 7j, one run, PDL): the
+  // whole forward at (2, 16) 32.6 us against 34.0 us pulled (max-autotune's candidates), the decode
+  // step 30.9 against 32.2 us. 7h's wrong logits at (2, 16) (this form after the attention stage;
+  // the LM head's softmax in its GEMM) were not the pushing but PDL: ptxas had hoisted a `const
+  // __restrict__` (non-coherent) load of the residual above griddepcontrol.wait, so a CTA launched
+  // early could read it before the kernel two back had written it; under PDL no parameter but a
+  // weight is __restrict__ now (codegen_cuda.cpp's coherent_reads). Off: 7e's pulled form
+  // (max-autotune's "mlp-pull").
+  bool mlp_push = true;
   // With generated_gemm: a GEMM without a prologue first copies its tile's rows of x into shared
   // memory (coalesced, the whole block), and its K loop reads them there, as the prologue GEMMs
   // do; off: every lane reads x from global memory in the K loop (a broadcast per warp). H200:
@@ -138,6 +137,8 @@ struct CudaCodegenOptions {
   // kernel of the graph is generated): each kernel starts with griddepcontrol.wait (the previous
   // kernel's writes are visible after it) then griddepcontrol.launch_dependents, and the runner
   // launches with programmatic stream serialization: the next kernel's launch overlaps this one.
+  // Its pointers to anything but graph weights are not __restrict__ (codegen_cuda.cpp's
+  // coherent_reads: ptxas may move a non-coherent load above the wait).
   bool pdl = false;
   // Megakernel (sm_90+; with generated_gemm, without pdl): every kernel becomes a __device__
   // function of a virtual block and ONE __global__ kernel runs them in order as stages of one

@@ -110,7 +110,7 @@ MlpStage mlp_gemm_stage(const Graph& g, const Node& n, const std::string& w, con
 // [c HC, (c + 1) HC) for the output (i, m) = (t / M, t % M) thread t sums, the biases of the
 // outputs it finishes (y's columns [c MC, (c + 1) MC)).
 std::string cluster_early(const Graph& g, const Node& a, const Node& n, int R) {
-  constexpr int kCl = 8;
+  constexpr int kCl = 8, kThreads = 256;
   const int64_t K1 = g.tensor(a.inputs[0]).cols(), H = g.tensor(a.output).cols(), M = g.tensor(n.inputs[1]).shape[0];
   const int64_t KC1 = (K1 + 7) / 8, HC = H / kCl, MC = M / kCl;
   const std::string zero4 = "make_float4(0.0f, 0.0f, 0.0f, 0.0f)";
@@ -126,7 +126,9 @@ std::string cluster_early(const Graph& g, const Node& a, const Node& n, int R) {
                      R * HC, HC);
   b += fmt::format("float4 w2c[{}];  // W2[m][hc0 ..] of the output (i, m) = (t / {}, t % {}) it sums, loaded first (a weight)\n", HC / 4, M, M);
   b += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u)\n", HC / 4);
-  b += fmt::format("  w2c[u] = threadIdx.x < {} ? *(const float4*)(w2 + (i64)(threadIdx.x % {}) * {} + hc0 + 4 * u) : {};\n", R * M, M, H, zero4);
+  const std::string w2load = fmt::format("*(const float4*)(w2 + (i64)(threadIdx.x % {}) * {} + hc0 + 4 * u)", M, H);
+  b += R * M < kThreads ? fmt::format("  w2c[u] = threadIdx.x < {} ? {} : {};\n", R * M, w2load, zero4)
+                   : fmt::format("  w2c[u] = {};  // (the tile's {} outputs fill the block: every thread sums one)\n", w2load, R * M);
   if (n.has_bias)
     b += fmt::format("const float b2f = threadIdx.x < {} ? b2[rank * {} + threadIdx.x % {}] : 0.0f;  // fc2's bias of the output it finishes\n",
                      R * MC, MC, MC);
@@ -147,7 +149,7 @@ std::string cluster_early(const Graph& g, const Node& a, const Node& n, int R) {
 // from the CTA's own pq in rank order (the same sums in the same order), no last barrier.
 std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, const std::string& res, const std::string& row_guard,
                            bool push) {
-  constexpr int kCl = 8;
+  constexpr int kCl = 8, kThreads = 256;
   const int64_t K1 = g.tensor(a.inputs[0]).cols(), H = g.tensor(a.output).cols(), M = g.tensor(n.inputs[1]).shape[0];
   const int64_t KC1 = (K1 + 7) / 8, HC = H / kCl, MC = M / kCl;
   std::string b = fmt::format("// fc1: h's columns [hc0, hc0 + {}) of the tile's {} rows; warp w = fc1's K slice w, lane = column\n", HC, R);
@@ -174,13 +176,13 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
   } else {
     b += fmt::format("__shared__ float pp[{}][{}];  // this CTA's partial sums, read by the cluster\n", R, M);
   }
-  b += fmt::format("if (threadIdx.x < {}) {{\n", R * M);
   std::string p = fmt::format("const int i = threadIdx.x / {}, m = threadIdx.x % {};\nfloat acc = 0.0f;\n", M, M);
   p += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u) {{\n", HC / 4);
   p += "  const float4 hv = *(const float4*)&hs[i][4 * u], wv = w2c[u];\n";
   p += "  acc += hv.x * wv.x;\n  acc += hv.y * wv.y;\n  acc += hv.z * wv.z;\n  acc += hv.w * wv.w;\n}\n";
   p += push ? fmt::format("mg_cluster_st(&pq[rank][i][m % {}], m / {}, acc);  // into the CTA of column m\n", MC, MC) : "pp[i][m] = acc;\n";
-  b += indent_text(p, "  ") + "}\n";
+  // (no guard when the tile's R M outputs fill the block: every thread sums one)
+  b += R * M < kThreads ? fmt::format("if (threadIdx.x < {}) {{\n", R * M) + indent_text(p, "  ") + "}\n" : "{\n" + indent_text(p, "  ") + "}\n";
   b += push ? "mg_cluster_barrier();  // every CTA's partial sums in their outputs' CTAs\n" : "mg_cluster_barrier();  // every CTA's partial sums visible to the cluster\n";
   b += fmt::format("if (threadIdx.x < {}) {{  // output (i, rank {} + l): the 8 K slices' partials in rank order, the epilogue\n", R * MC, MC);
   std::string o = fmt::format("const int i = threadIdx.x / {}, m = rank * {} + threadIdx.x % {};\n", MC, MC, MC);
@@ -252,11 +254,7 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
                        g.tensor(a.inputs[1]).kind == TensorKind::Weight && g.tensor(n.inputs[1]).kind == TensorKind::Weight &&
                        (!a.has_bias || g.tensor(a.inputs[2]).kind == TensorKind::Weight) &&
                        (!n.has_bias || g.tensor(n.inputs[2]).kind == TensorKind::Weight);
-  // fc2's partials pushed (mlp_push), except after the attention stage: that form's logits were
-  // wrong on the H200 at (2, 16) (REPORT.md 7h: max |diff| 19.4, the same in two runs; bitwise at
-  // (126, 7) and (3, 5); cause not found), so it keeps the pulled partials, which are bitwise
-  const bool push_asked = push;
-  push = push && cluster && !attn;
+  push = push && cluster;  // fc2's partials pushed (mlp_push): the cluster form only
   launch.function = k.name;
   launch.grid = static_cast<int>(cluster ? tiles * kCl : tiles);
   launch.cluster_dim = cluster ? kCl : 0;
@@ -341,8 +339,6 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
                                                           launch.grid, R, kThreads, proj ? "the projection and " : ""));
   if (cluster && push)
     code += "//   fc2's partial sums pushed into the CTAs that finish them (distributed shared memory stores): one cluster barrier\n";
-  if (cluster && push_asked && !push)
-    code += "//   (fc2's partial sums pulled, not pushed: with the attention stage the pushed form gave wrong values on the H200)\n";
   if (cluster_asked && !cluster)
     code += fmt::format("//   (not in clusters: H {}, M {}, K1 {}, {} rows per tile do not fit the cluster form; a block per tile)\n", H, M, K1, R);
   code += fmt::format("//   the MLP as one kernel: {} its {} rows of {}x (the prologue), of h = fc1's result\n"

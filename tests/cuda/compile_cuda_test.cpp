@@ -228,6 +228,9 @@ constexpr MlpForm kMlpForms[] = {
     {"MLP fused in clusters with the projection, rows 2, partials pushed", true, true, false, 2, true, true, false, true},
     {"MLP fused in clusters with the projection, rows 4, partials pushed", true, true, false, 4, true, true, false, true},
     {"MLP fused in clusters, rows 2, partials pushed", true, true, false, 2, false, true, false, true},
+    {"MLP fused in clusters with the attention and the projection, rows 1, partials pushed", true, true, false, 1, true, true, true, true},
+    {"MLP fused in clusters with the attention and the projection, rows 2, partials pushed", true, true, false, 2, true, true, true, true},
+    {"MLP fused in clusters with the attention and the projection, rows 4, partials pushed", true, true, false, 4, true, true, true, true},
 };
 void set_mlp_form(CudaCompileOptions& o, const MlpForm& form) {
   o.codegen.weights_early = form.weights_early;

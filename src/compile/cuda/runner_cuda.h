@@ -74,8 +74,8 @@ struct CudaCompileStats {
 // same run, H200, 2026-12-01, max-autotune's "generated-gemm pdl unfused-ln x-global"); with the
 // attention a warp per query and the weights early, 40.5 us (19:15 UTC run, experiments/
 // 25-compile/REPORT.md section 7d); with the projection and the MLP one cluster kernel, 14
-// launches, 35.1 us (7e; a block per tile lost to the MLP apart); fc2's partials pushed
-// (mlp_push: one cluster barrier, not two) measured 33.5 us (7h) but stays off (codegen_cuda.h says why).
+// launches, 35.1 us (7e; a block per tile lost to the MLP apart); with fc2's partials pushed
+// (mlp_push: one cluster barrier, not two), 32.6 us against 34.0 pulled in the same run (7j).
 inline constexpr int64_t kLaunchBoundRows = 256;
 CudaCodegenOptions default_cuda_variant(const Graph& captured, std::string& why);
 
