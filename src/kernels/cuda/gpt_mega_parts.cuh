@@ -189,6 +189,24 @@ __device__ __forceinline__ void cluster_sync_all() {
   cluster_arrive();
   cluster_wait();
 }
+// mega14e variant (MINIGPT_MEGA_VARIANT bit 4): the same release/acquire cluster barrier with
+// ONE fence per CTA: __syncthreads (every thread's remote stores ordered before thread 0's
+// fence, which is cumulative over them, as cooperative groups' grid sync), thread 0's
+// fence.acq_rel.cluster, then a relaxed arrival by all (cluster_sync_all: a MEMBAR.ALL.GPU +
+// ERRBAR in every thread).
+__device__ __forceinline__ void cluster_sync_one_fence() {
+  __syncthreads();
+  if (threadIdx.x == 0) asm volatile("fence.acq_rel.cluster;\n" ::: "memory");
+  cluster_arrive_relaxed();
+  cluster_wait();
+}
+template <int kVar>
+__device__ __forceinline__ void cluster_sync_v() {
+  if constexpr ((kVar & 4) != 0)
+    cluster_sync_one_fence();
+  else
+    cluster_sync_all();
+}
 
 // ---- a stage's hand-over: cluster barriers, or point to point (mega_p2p) ----
 //
@@ -263,9 +281,10 @@ struct Net {
   // its own remote stores on every stage's critical path (H200: forward 42.8 -> 39.4 us with the
   // start's relaxed cluster arrival, gpt_mega.h "fences"). The wait's acquire at CTA scope (no
   // CCTL.IVALL) measured no faster, so it stays .cluster.
+  template <int kVar = 0>
   __device__ __forceinline__ void wait(int bar, unsigned bytes, unsigned parity) const {
     if constexpr (!kP2P) {
-      cluster_sync_all();
+      cluster_sync_v<kVar>();
     } else {
       __syncthreads();  // this CTA's own share (plain stores) is written
       if (threadIdx.x == 0)
@@ -417,7 +436,95 @@ __device__ __forceinline__ float2 row_stats_one_pass(double s, double q, double 
   const double var = fmax(q * inv_c - m * m, 0.0);
   return make_float2(static_cast<float>(m), static_cast<float>(rsqrt(var + static_cast<double>(eps))));
 }
-template <int KC>
+// mega14e's variants of the statistics (MINIGPT_MEGA_VARIANT & 3 = kLn): 0 the above; 1 float
+// two-pass (the mean by a float butterfly, then the centred squares by another; rsqrtf); 2 float
+// one-pass shifted by the row's first value `shift` (sum and sum of squares of v - shift, one
+// butterfly for both; rsqrtf); 3 the double sums as 0 (per-lane pairwise) with a float rsqrtf in
+// place of the double rsqrt. v: this lane's E values of the row (W lanes, xor neighbours).
+template <int E>
+__device__ __forceinline__ float tree_sum(const float (&a)[E]) {
+  if constexpr (E == 4)
+    return (a[0] + a[1]) + (a[2] + a[3]);
+  else if constexpr (E == 2)
+    return a[0] + a[1];
+  else {
+    float s = a[0];
+#pragma unroll
+    for (int e = 1; e < E; ++e) s += a[e];
+    return s;
+  }
+}
+template <int W>
+__device__ __forceinline__ float butterfly_sum(float s) {
+#pragma unroll
+  for (int off = W / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+  return s;
+}
+template <int W, int E, int kLn>
+__device__ __forceinline__ float2 row_stats(const float (&v)[E], int C, float eps, float shift) {
+  if constexpr (kLn == 0) {
+    double s = 0.0, q = 0.0;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const double dv = v[e];
+      s += dv;
+      q = fma(dv, dv, q);
+    }
+    return row_stats_one_pass<W>(s, q, 1.0 / static_cast<double>(C), eps);
+  } else if constexpr (kLn == 3) {
+    double dv[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) dv[e] = v[e];
+    double s, q;
+    if constexpr (E == 4) {
+      s = (dv[0] + dv[1]) + (dv[2] + dv[3]);
+      q = fma(dv[0], dv[0], dv[1] * dv[1]) + fma(dv[2], dv[2], dv[3] * dv[3]);
+    } else {
+      s = 0.0;
+      q = 0.0;
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        s += dv[e];
+        q = fma(dv[e], dv[e], q);
+      }
+    }
+#pragma unroll
+    for (int off = W / 2; off > 0; off >>= 1) {
+      s += __shfl_xor_sync(0xffffffffu, s, off);
+      q += __shfl_xor_sync(0xffffffffu, q, off);
+    }
+    const double inv_c = 1.0 / static_cast<double>(C);
+    const double m = s * inv_c;
+    const double var = fmax(q * inv_c - m * m, 0.0);
+    return make_float2(static_cast<float>(m), rsqrtf(static_cast<float>(var + static_cast<double>(eps))));
+  } else if constexpr (kLn == 1) {
+    const float inv_c = 1.0f / static_cast<float>(C);
+    const float m = butterfly_sum<W>(tree_sum(v)) * inv_c;
+    float d2[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) d2[e] = (v[e] - m) * (v[e] - m);
+    const float var = butterfly_sum<W>(tree_sum(d2)) * inv_c;
+    return make_float2(m, rsqrtf(var + eps));
+  } else {
+    const float inv_c = 1.0f / static_cast<float>(C);
+    float d[E], d2[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      d[e] = v[e] - shift;
+      d2[e] = d[e] * d[e];
+    }
+    float s = tree_sum(d), q = tree_sum(d2);
+#pragma unroll
+    for (int off = W / 2; off > 0; off >>= 1) {
+      s += __shfl_xor_sync(0xffffffffu, s, off);
+      q += __shfl_xor_sync(0xffffffffu, q, off);
+    }
+    const float md = s * inv_c;
+    const float var = fmaxf(q * inv_c - md * md, 0.0f);
+    return make_float2(shift + md, rsqrtf(var + eps));
+  }
+}
+template <int KC, int kLn = 0>
 __device__ __forceinline__ void layernorm_rows_t(const float* in, float* out, int r0, int r1, int C_, int ld,
                                                  const float* w, const float* b, float eps) {
   const int C = KC > 0 ? KC : C_;
@@ -426,17 +533,29 @@ __device__ __forceinline__ void layernorm_rows_t(const float* in, float* out, in
   for (int pair = r0 + 2 * static_cast<int>(threadIdx.x >> 5); pair < r1; pair += 2 * kWarps) {
     const int r = pair + static_cast<int>((threadIdx.x >> 4) & 1);
     const float* xr = in + (r < r1 ? r : r0) * ld;
-    double s = 0.0, q = 0.0;
+    if constexpr (KC > 0 && kLn != 0) {
+      constexpr int E = KC / 16;
+      float v[E];
 #pragma unroll
-    for (int c = sub; c < C; c += 16) {
-      const double dv = xr[c];
-      s += dv;
-      q = fma(dv, dv, q);
-    }
-    const float2 st = row_stats_one_pass<16>(s, q, 1.0 / static_cast<double>(C), eps);  // (mean, 1/sigma)
-    if (r < r1) {
+      for (int e = 0; e < E; ++e) v[e] = xr[sub + 16 * e];
+      const float2 st = row_stats<16, E, kLn>(v, KC, eps, kLn == 2 ? xr[0] : 0.0f);  // (mean, 1/sigma)
+      if (r < r1) {
 #pragma unroll
-      for (int c = sub; c < C; c += 16) out[r * ld + c] = (xr[c] - st.x) * st.y * w[c] + b[c];
+        for (int e = 0; e < E; ++e) out[r * ld + sub + 16 * e] = (v[e] - st.x) * st.y * w[sub + 16 * e] + b[sub + 16 * e];
+      }
+    } else {
+      double s = 0.0, q = 0.0;
+#pragma unroll
+      for (int c = sub; c < C; c += 16) {
+        const double dv = xr[c];
+        s += dv;
+        q = fma(dv, dv, q);
+      }
+      const float2 st = row_stats_one_pass<16>(s, q, 1.0 / static_cast<double>(C), eps);  // (mean, 1/sigma)
+      if (r < r1) {
+#pragma unroll
+        for (int c = sub; c < C; c += 16) out[r * ld + c] = (xr[c] - st.x) * st.y * w[c] + b[c];
+      }
     }
   }
 }
@@ -444,11 +563,11 @@ __device__ __noinline__ void layernorm_rows_generic(const float* in, float* out,
                                                     const float* w, const float* b, float eps) {
   layernorm_rows_t<0>(in, out, r0, r1, C, ld, w, b, eps);
 }
-template <int KC>
+template <int KC, int kLn = 0>
 __device__ __forceinline__ void layernorm_rows(const float* in, float* out, int r0, int r1, int C, int ld, const float* w,
                                                const float* b, float eps) {
   if constexpr (KC > 0)
-    layernorm_rows_t<KC>(in, out, r0, r1, C, ld, w, b, eps);
+    layernorm_rows_t<KC, kLn>(in, out, r0, r1, C, ld, w, b, eps);
   else
     layernorm_rows_generic(in, out, r0, r1, C, ld, w, b, eps);
 }
