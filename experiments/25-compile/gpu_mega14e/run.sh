@@ -11,7 +11,9 @@ O=$OUT; T0=$(date +%s); LIMIT=${LIMIT:-190}
 log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $O/steps.txt; }
 left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
 M=prebuilt/minigpt; TEST=prebuilt/model_cuda_test
-if ! ( $M --version && $TEST --gtest_list_tests ) > $O/prebuilt.txt 2>&1; then
+# the prebuilt test finds the shipped model and the probes under its MINIGPT_SOURCE_DIR
+[ -e /work/wt-mega14e ] || { mkdir -p /work && ln -s "$PWD" /work/wt-mega14e; } || log "no /work/wt-mega14e link"
+if ! ( $M --help && $TEST --gtest_list_tests && ls /work/wt-mega14e/models/grammar-minigpt.safetensors ) > $O/prebuilt.txt 2>&1; then
   log "prebuilt binaries do not run: building"
   (cmake --preset cuda >/dev/null && cmake --build build/cuda -j16 --target minigpt model_cuda_test) > $O/build.txt 2>&1 || { log "build failed"; tail -60 $O/build.txt; exit 1; }
   M=build/cuda/minigpt; TEST=$(find build/cuda -name model_cuda_test -type f | head -1); rm -f $O/build.txt
