@@ -11,6 +11,7 @@ O=$OUT; T0=$(date +%s); LIMIT=${LIMIT:-190}
 log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $O/steps.txt; }
 left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
 M=prebuilt/minigpt; TEST=prebuilt/model_cuda_test
+gunzip -f prebuilt/*.gz 2>/dev/null; chmod +x $M $TEST 2>/dev/null
 # the prebuilt test finds the shipped model and the probes under its MINIGPT_SOURCE_DIR
 [ -e /work/wt-mega14e ] || { mkdir -p /work && ln -s "$PWD" /work/wt-mega14e; } || log "no /work/wt-mega14e link"
 if ! ( $M --help && $TEST --gtest_list_tests && ls /work/wt-mega14e/models/grammar-minigpt.safetensors ) > $O/prebuilt.txt 2>&1; then
