@@ -141,7 +141,7 @@ __device__ __forceinline__ void gemm4(const float* a, int lda, int rows, const f
 // owning them only, a quarter of att's bytes at R = 16). The attention proper runs a warp per query
 // row: its scores (a lane per key), their softmax and its att columns, with no CTA barrier
 // between them (the row's values are the warp's own; T = 16: all 16 warps busy).
-template <class K, bool kSplit, bool kTrace, bool kP2P, int kVar>
+template <class K, bool kSplit, bool kTrace, bool kP2P>
 __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<kP2P>& net) {
   const MegaDims& d = c.d;
   const MegaLayout& S = c.S;
@@ -156,7 +156,7 @@ __device__ __forceinline__ void attention_stage(const Ctx& c, int l, const Net<k
   const float scale = 1.0f / sqrtf(static_cast<float>(dh));
   for (int item = c.r; item < d.B * d.H; item += R) {
     const int b = item / d.H, hh = item % d.H, row0 = b * T;
-    layernorm_rows<K::C, kVar & 3>(x, ln, row0, row0 + T, C, S.sC, base + S.ln1w, base + S.ln1b, c.p.eps);
+    layernorm_rows<K::C>(x, ln, row0, row0 + T, C, S.sC, base + S.ln1w, base + S.ln1b, c.p.eps);
     __syncthreads();
     stamp<kTrace>(c.r, trace_slot(l, 1));
     // q, k, v of the new rows: (t, 4 columns of the head's 3dh) per thread, t fastest over the
@@ -339,7 +339,7 @@ __device__ __forceinline__ void owner_sum_stage(const Ctx& c, const float* parts
 // 512 threads per CTA; none before or as a separate instance), and the forward measured ~1.3 us
 // slower (H200, 63.0 -> 64.4 us). kP2P: the stages hand over point to point (Net<true>,
 // mega_p2p: the forward of the shipped architecture); a forward's arithmetic is the same either way.
-template <class K, bool kSplit, bool kTrace = false, bool kP2P = false, int kVar = 0>
+template <class K, bool kSplit, bool kTrace = false, bool kP2P = false>
 __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_constant__ MegaParams p, int R) {
   extern __shared__ __align__(16) float sm[];
   const MegaDims d = fixed_dims<K>(p.dims);
@@ -490,12 +490,12 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     if (!kP2P || l == 0) __syncthreads();
     stamp<kTrace>(r, trace_slot(l, 0));
     const float* base = sm + l * S.layer;
-    attention_stage<K, kSplit, kTrace, kP2P, kVar>(c, l, net);
+    attention_stage<K, kSplit, kTrace, kP2P>(c, l, net);
     stamp<kTrace>(r, trace_slot(l, 4));
-    net.template wait<kVar>(kBarAtt, att_bytes, parity);
+    net.wait(kBarAtt, att_bytes, parity);
     if (kP2P && d.head_proj) {  // this CTA's columns of x1 = (the heads' partials in head order) + b + x
       owner_sum_stage(c, sm + S.pp, d.H, base + S.projb + r * S.pc, x, xm, net, kBarX1);
-      net.template wait<kVar>(kBarX1, x_bytes, parity);
+      net.wait(kBarX1, x_bytes, parity);
     } else if (d.head_proj) {  // x += (the heads' partials, summed in head order) + b, every CTA all of it
       const float* pp = sm + S.pp;
       for (int i = tid; i < N * C; i += kThreads) {
@@ -507,12 +507,12 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       __syncthreads();
     } else {
       residual_stage<kSplit>(c, sm + S.att, S.sC, C, base + S.proj, S.sC, base + S.projb, x, xm, net, kBarX1);
-      net.template wait<kVar>(kBarX1, x_bytes, parity);
+      net.wait(kBarX1, x_bytes, parity);
     }
     stamp<kTrace>(r, trace_slot(l, 5));
     float* ln = sm + S.ln;
     float* h = sm + S.h;
-    layernorm_rows<K::C, kVar & 3>(xm, ln, 0, N, C, S.sC, base + S.ln2w, base + S.ln2b, p.eps);
+    layernorm_rows<K::C>(xm, ln, 0, N, C, S.sC, base + S.ln2w, base + S.ln2b, p.eps);
     __syncthreads();
     stamp<kTrace>(r, trace_slot(l, 6));
     const int f0 = r * S.fc;
@@ -533,14 +533,14 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       fc2_partials(c, h, base + S.fc2, net);
     }
     stamp<kTrace>(r, trace_slot(l, 7));  // the trace's "fc1": with fc2 by k, fc1 + the partials
-    net.template wait<kVar>(kBarP2, p2_bytes, parity);
+    net.wait(kBarP2, p2_bytes, parity);
     stamp<kTrace>(r, trace_slot(l, 8));
     if (fc2k)
       owner_sum_stage(c, sm + S.p2, S.ns2, base + S.fc2b, xm, x, net, kBarX);
     else
       residual_stage<kSplit>(c, h, S.sF, d.F, base + S.fc2, S.sF, base + S.fc2b, xm, x, net, kBarX);
     stamp<kTrace>(r, trace_slot(l, 9));
-    net.template wait<kVar>(kBarX, x_bytes, parity);
+    net.wait(kBarX, x_bytes, parity);
     stamp<kTrace>(r, trace_slot(l, 10));
   }
 
@@ -551,7 +551,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
   const float* hd = sm;  // the head's offsets are absolute
   float* ln = sm + S.ln;
   float* lg = sm + S.lg;
-  layernorm_rows<K::C, kVar & 3>(x, ln, 0, N, C, S.sC, hd + S.lnfw, hd + S.lnfb, p.eps);
+  layernorm_rows<K::C>(x, ln, 0, N, C, S.sC, hd + S.lnfw, hd + S.lnfb, p.eps);
   __syncthreads();
   const int n0 = r * S.vc, vn = max(0, min(S.vc, d.V - n0)), groups = ceil_div(vn, 4);
   // logits into shared memory only: the global (or mapped host) stores come after the softmax's
@@ -602,7 +602,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
     if (m < N && sub < R) net.one2(stats + (r * N + m) * 2, make_float2(mx, sum), sub, kBarStats);
   }
   stamp<kTrace>(r, 62);
-  net.template wait<kVar>(kBarStats, static_cast<unsigned>((R - 1) * N) * 8u, 0u);
+  net.wait(kBarStats, static_cast<unsigned>((R - 1) * N) * 8u, 0u);
   stamp<kTrace>(r, 63);
   for (int pair = 2 * (tid >> 5); pair < N; pair += 2 * kWarps) {
     const int m = pair + ((tid >> 4) & 1), mr = m < N ? m : 0;
@@ -634,21 +634,7 @@ using MegaKernel = void (*)(MegaParams, int);
 MegaKernel kernel_for(const MegaDims& d) {
   static const bool trace = std::getenv("MINIGPT_MEGA_TRACE") != nullptr;  // diagnostics, read once
   using KF = Fixed<64, 4, 256>;
-  // mega14e's variants (MINIGPT_MEGA_VARIANT; 0 = main's form): bits 1 | 2 the LayerNorm's
-  // statistics (row_stats' kLn), 4 the decode step's cluster barriers with one fence per CTA
-  static const int var = std::getenv("MINIGPT_MEGA_VARIANT") ? std::atoi(std::getenv("MINIGPT_MEGA_VARIANT")) : 0;
   if (d.C == 64 && d.H == 4 && d.F == 256) {
-#define MEGA_V(V)                                                                                                     \
-  case V:                                                                                                             \
-    if (d.split_k) return trace ? gpt_mega_kernel<KF, true, true, false, V> : gpt_mega_kernel<KF, true, false, false, V>; \
-    if (mega_p2p(d))                                                                                                  \
-      return trace ? gpt_mega_kernel<KF, false, true, true, (V & 3)> : gpt_mega_kernel<KF, false, false, true, (V & 3)>; \
-    return gpt_mega_kernel<KF, false, false, false, V>;  /* (MINIGPT_MEGA_SPLITK=0: the tests' equality) */
-    switch (var) {
-      MEGA_V(1) MEGA_V(2) MEGA_V(3) MEGA_V(4) MEGA_V(5) MEGA_V(6) MEGA_V(7)
-      default: break;
-    }
-#undef MEGA_V
     if (d.split_k) return trace ? gpt_mega_kernel<KF, true, true> : gpt_mega_kernel<KF, true>;
     if (mega_p2p(d)) return trace ? gpt_mega_kernel<KF, false, true, true> : gpt_mega_kernel<KF, false, false, true>;
     return trace ? gpt_mega_kernel<KF, false, true> : gpt_mega_kernel<KF, false>;

@@ -54,41 +54,30 @@ __device__ __forceinline__ bool comes_first(float la, int ia, float lb, int ib) 
 
 // LayerNorm of one row of KC floats (v: lane's x[lane + 32 e]) by one warp, into out: mean and
 // variance in double in ONE pass as layernorm_rows_t (the sum and the sum of squares, a
-// butterfly each, side by side; 1/C as a product, exact for C a power of two; a double rsqrt),
-// over 32 lanes instead of 16 (the decode stage timestamps, against the two-pass form before:
-// ~1k -> ~0.4k cycles per LayerNorm, 9 per token). The sums over 32 lanes differ from the
-// 16-lane ones in double's last bits: the floats within an ulp.
-template <int KC, int kLn = 0>
+// butterfly each, side by side; 1/C as a product, exact for C a power of two; 1/sigma by a float
+// rsqrtf of the double variance: row_stats), over 32 lanes instead of 16 (the decode stage
+// timestamps, against the two-pass form before: ~1k -> ~0.4k cycles per LayerNorm, 9 per token).
+// The sums over 32 lanes differ from the 16-lane ones in double's last bits: the floats the same
+// (the test: the loop's logits are the step's, 0 apart) or within an ulp.
+template <int KC>
 __device__ __forceinline__ void warp_layernorm(const float (&v)[KC / 32], float* out, const float* w, const float* b,
                                                float eps) {
   static_assert(KC > 0 && KC % 32 == 0, "one warp, KC / 32 values per lane");
   constexpr int E = KC / 32;
   const int lane = threadIdx.x & 31;
-  float2 st;  // (mean, 1/sigma)
-  if constexpr (kLn == 0) {
-    double s = 0.0, q = 0.0;
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-      const double dv = v[e];
-      s += dv;
-      q = fma(dv, dv, q);
-    }
-    st = row_stats_one_pass<32>(s, q, 1.0 / KC, eps);
-  } else {
-    st = row_stats<32, E, kLn>(v, KC, eps, kLn == 2 ? __shfl_sync(0xffffffffu, v[0], 0) : 0.0f);
-  }
+  const float2 st = row_stats<32, E>(v, KC, eps);  // (mean, 1/sigma)
 #pragma unroll
   for (int e = 0; e < E; ++e) {
     const int cc = lane + 32 * e;
     out[cc] = (v[e] - st.x) * st.y * w[cc] + b[cc];
   }
 }
-template <int KC, int kLn = 0>
+template <int KC>
 __device__ __forceinline__ void warp_layernorm_row(const float* x, float* out, const float* w, const float* b, float eps) {
   float v[KC / 32];
 #pragma unroll
   for (int e = 0; e < KC / 32; ++e) v[e] = x[(threadIdx.x & 31) + 32 * e];
-  warp_layernorm<KC, kLn>(v, out, w, b, eps);
+  warp_layernorm<KC>(v, out, w, b, eps);
 }
 
 // Stage A of the decode loop's layer l (B = T = 1, proj by heads; attention_stage's decode step
@@ -96,7 +85,7 @@ __device__ __forceinline__ void warp_layernorm_row(const float* x, float* out, c
 // then ONE warp: the new row's scores, softmax and att (as attention_stage's split_k path) and
 // the head's part of proj, att proj.weight[:, head's columns]^T, kept in the warp (attention_stage
 // stores att, waits for the CTA and runs it on 16 threads), pushed to every CTA's pp[r].
-template <class K, int kVar, class Mark>
+template <class K, class Mark>
 __device__ __forceinline__ void decode_attention(const Ctx& c, int l, bool first, Mark mark) {
   constexpr int DH = K::C / K::H, G = DH / 4;  // the head's columns; lanes per key
   static_assert(K::C > 0 && DH % 4 == 0 && 32 % G == 0, "the shipped dims");
@@ -109,7 +98,7 @@ __device__ __forceinline__ void decode_attention(const Ctx& c, int l, bool first
   float* vs = ks + S.kv_rows * S.sd;
   if (has_head) {
     float* ln = c.sm + S.ln;
-    if (warp == 0) warp_layernorm_row<K::C, kVar & 3>(c.sm + S.x, ln, base + S.ln1w, base + S.ln1b, c.p.eps);
+    if (warp == 0) warp_layernorm_row<K::C>(c.sm + S.x, ln, base + S.ln1w, base + S.ln1b, c.p.eps);
     __syncthreads();
     mark(12);
     // k, v stay in shared memory: the launch writes every new row to the cache at its end (a
@@ -201,15 +190,15 @@ __device__ __forceinline__ void row_split(const float* a, int K, const float* w,
 // One decode layer of the loop at c.pos0 (B = T = 1, k split, proj by heads): gpt_mega_kernel's
 // layer body with decode_attention, x += proj + b and ln2 in one warp (registers), and fc1's and
 // fc2's epilogues on four lanes per group (row_split). The same sums as the step's.
-template <class K, int kVar, class Mark>
+template <class K, class Mark>
 __device__ __forceinline__ void decode_layer(const Ctx& c, int l, bool first, Mark mark) {
   const MegaLayout& S = c.S;
   const int tid = threadIdx.x, R = S.R;
   float* x = c.sm + S.x;
   const float* base = c.sm + l * S.layer;
-  decode_attention<K, kVar>(c, l, first, mark);
+  decode_attention<K>(c, l, first, mark);
   mark(2);
-  cluster_sync_v<kVar>();
+  cluster_sync_all();
   mark(3);
   float* ln = c.sm + S.ln;
   float* h = c.sm + S.h;
@@ -225,7 +214,7 @@ __device__ __forceinline__ void decode_layer(const Ctx& c, int l, bool first, Ma
       v[e] = (sum + base[S.projb + n]) + x[n];
       x[n] = v[e];
     }
-    warp_layernorm<K::C, kVar & 3>(v, ln, base + S.ln2w, base + S.ln2b, c.p.eps);
+    warp_layernorm<K::C>(v, ln, base + S.ln2w, base + S.ln2b, c.p.eps);
   }
   __syncthreads();
   mark(4);
@@ -234,11 +223,11 @@ __device__ __forceinline__ void decode_layer(const Ctx& c, int l, bool first, Ma
   row_split<split_width(K::C)>(ln, K::C, base + S.fc1, S.sC, base + S.fc1b, S.fc,
                                [&](int j, float v) { push1(h + f0 + j, gelu_erf(v), R); });
   mark(5);
-  cluster_sync_v<kVar>();
+  cluster_sync_all();
   mark(6);
   row_split<split_width(K::F)>(h, K::F, base + S.fc2, S.sF, base + S.fc2b, S.pc,
                                [&](int j, float v) { push1(x + n0 + j, v + x[n0 + j], R); });  // (sum + b) + x
-  cluster_sync_v<kVar>();
+  cluster_sync_all();
   mark(7);
 }
 
@@ -261,7 +250,6 @@ __device__ __forceinline__ void warp_first(float& v, int& id) {
 // combined by one warp: sl, sid and the flag are then warp 0's only (the draw's warp). kk > 1:
 // every CTA's local ranks counted by the whole CTA (a column's rank as the sum of its counts
 // over slices of the other columns), the union ranked by binary searches; every thread.
-template <int kVar>
 __device__ __forceinline__ bool gen_top(const Ctx& c, const GenLayout& G, const float* lg, int vn, int kk) {
   const int tid = threadIdx.x, lane = tid & 31, R = c.S.R, r = c.r, n0 = r * c.S.vc;
   float *cl = c.sm + G.cl, *cid = c.sm + G.cid, *cn = c.sm + G.cn, *sl = c.sm + G.sl;
@@ -287,7 +275,7 @@ __device__ __forceinline__ bool gen_top(const Ctx& c, const GenLayout& G, const 
         push1(cn + 2 * r + 1, __int_as_float(nan ? 1 : 0), R);
       }
     }
-    cluster_sync_v<kVar>();
+    cluster_sync_all();
     if (tid >= 32) return false;
     float v = -CUDART_INF_F;
     int id = INT_MAX;
@@ -329,7 +317,7 @@ __device__ __forceinline__ bool gen_top(const Ctx& c, const GenLayout& G, const 
     push1(cn + 2 * r, __int_as_float(min(kk, vn)), R);
     push1(cn + 2 * r + 1, __int_as_float(nan ? 1 : 0), R);
   }
-  cluster_sync_v<kVar>();
+  cluster_sync_all();
   bool any_nan = false;
   for (int q = 0; q < R; ++q) any_nan = any_nan || __float_as_int(cn[2 * q + 1]) != 0;
   for (int t = tid; t < R * kMegaGenMaxTopK; t += kThreads) {
@@ -402,7 +390,7 @@ __device__ __forceinline__ int gen_draw(const Ctx& c, const GenLayout& G, int kk
   return sid[first];
 }
 
-template <class K, int kVar = 0>
+template <class K>
 __global__ void __launch_bounds__(kThreads, 1)
     gpt_mega_generate_kernel(const __grid_constant__ MegaParams p, const __grid_constant__ MegaGenerate g, int R) {
   extern __shared__ __align__(16) float sm[];
@@ -429,11 +417,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* bars = reinterpret_cast<uint64_t*>(sm + S.bars);
   if (tid == 0) issue_weight_copies(sm, bars, S, d.L, p.image + static_cast<int64_t>(r) * S.x);
   __syncthreads();
-  // waited on in layer 0's attention stage (every CTA's shared memory exists)
-  if constexpr ((kVar & 4) != 0)
-    cluster_arrive_relaxed();
-  else
-    cluster_arrive();
+  cluster_arrive();  // waited on in layer 0's attention stage (every CTA's shared memory exists)
 
   // the earlier positions' k, v of this CTA's head, every layer (B = 1: item r, head r)
   int pos = p.position;
@@ -475,14 +459,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         wait_group(bars, l);
         __syncthreads();
       }
-      decode_layer<K, kVar>(c, l, first, mark);
+      decode_layer<K>(c, l, first, mark);
     }
     if (first) {
       wait_group(bars, d.L);
       __syncthreads();
     }
     const float* hd = sm;
-    if (tid < 32) warp_layernorm_row<K::C, kVar & 3>(x, ln, hd + S.lnfw, hd + S.lnfb, p.eps);
+    if (tid < 32) warp_layernorm_row<K::C>(x, ln, hd + S.lnfw, hd + S.lnfb, p.eps);
     __syncthreads();
     float* out = g.step_logits ? g.step_logits + static_cast<int64_t>(fed) * d.V + n0 : nullptr;
     gemm_split_any(ln, S.sC, 1, C, hd + S.lm, S.sC, hd + S.lmb, groups * 4, [&](int, int j0, float4 v) {
@@ -498,7 +482,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     mark(8);
     ++fed;
     if (count == g.n) break;  // the host loop feeds the n-th token too, then stops
-    const bool nan = gen_top<kVar>(c, G, lg, vn, kk);
+    const bool nan = gen_top(c, G, lg, vn, kk);
     mark(9);
     if (tid < 32) {
       int st = nan ? 1 : 0;
@@ -569,21 +553,7 @@ size_t gpt_mega_generate_smem(const MegaDims& d, int R) {
 
 namespace {
 using GenerateKernel = void (*)(MegaParams, MegaGenerate, int);
-GenerateKernel generate_kernel() {
-  // mega14e's variants (MINIGPT_MEGA_VARIANT, as gpt_mega.cu's kernel_for)
-  static const int var = std::getenv("MINIGPT_MEGA_VARIANT") ? std::atoi(std::getenv("MINIGPT_MEGA_VARIANT")) : 0;
-  using KF = Fixed<64, 4, 256>;
-  switch (var) {
-    case 1: return gpt_mega_generate_kernel<KF, 1>;
-    case 2: return gpt_mega_generate_kernel<KF, 2>;
-    case 3: return gpt_mega_generate_kernel<KF, 3>;
-    case 4: return gpt_mega_generate_kernel<KF, 4>;
-    case 5: return gpt_mega_generate_kernel<KF, 5>;
-    case 6: return gpt_mega_generate_kernel<KF, 6>;
-    case 7: return gpt_mega_generate_kernel<KF, 7>;
-    default: return gpt_mega_generate_kernel<KF>;
-  }
-}
+GenerateKernel generate_kernel() { return gpt_mega_generate_kernel<Fixed<64, 4, 256>>; }
 
 bool prepare_generate(int R, size_t smem) {
   const int optin = optin_smem();

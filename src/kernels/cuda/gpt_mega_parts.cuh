@@ -189,24 +189,6 @@ __device__ __forceinline__ void cluster_sync_all() {
   cluster_arrive();
   cluster_wait();
 }
-// mega14e variant (MINIGPT_MEGA_VARIANT bit 4): the same release/acquire cluster barrier with
-// ONE fence per CTA: __syncthreads (every thread's remote stores ordered before thread 0's
-// fence, which is cumulative over them, as cooperative groups' grid sync), thread 0's
-// fence.acq_rel.cluster, then a relaxed arrival by all (cluster_sync_all: a MEMBAR.ALL.GPU +
-// ERRBAR in every thread).
-__device__ __forceinline__ void cluster_sync_one_fence() {
-  __syncthreads();
-  if (threadIdx.x == 0) asm volatile("fence.acq_rel.cluster;\n" ::: "memory");
-  cluster_arrive_relaxed();
-  cluster_wait();
-}
-template <int kVar>
-__device__ __forceinline__ void cluster_sync_v() {
-  if constexpr ((kVar & 4) != 0)
-    cluster_sync_one_fence();
-  else
-    cluster_sync_all();
-}
 
 // ---- a stage's hand-over: cluster barriers, or point to point (mega_p2p) ----
 //
@@ -281,10 +263,9 @@ struct Net {
   // its own remote stores on every stage's critical path (H200: forward 42.8 -> 39.4 us with the
   // start's relaxed cluster arrival, gpt_mega.h "fences"). The wait's acquire at CTA scope (no
   // CCTL.IVALL) measured no faster, so it stays .cluster.
-  template <int kVar = 0>
   __device__ __forceinline__ void wait(int bar, unsigned bytes, unsigned parity) const {
     if constexpr (!kP2P) {
-      cluster_sync_v<kVar>();
+      cluster_sync_all();
     } else {
       __syncthreads();  // this CTA's own share (plain stores) is written
       if (threadIdx.x == 0)
@@ -414,14 +395,20 @@ __device__ __forceinline__ float4 att_row_split(const float* row, int n, const f
 // The statistics in double as layernorm.cuh's warp_row_stats, but in ONE pass, as the decode
 // loop's warp_layernorm (gpt_mega_generate.cu): each lane's sum and sum of squares side by side,
 // a 16-lane butterfly for both at once, the variance as E[x^2] - mean^2 (clamped at 0), 1/C as a
-// product (exact for C a power of two), and a double rsqrt: 4 shuffle steps
-// and one rsqrt where the two-pass form had 8 steps, three double divisions and a square root.
-// Double's last bits differ from the two-pass statistics; the floats stay within an ulp (mean,
-// 1/sigma). Measured (H200, stage timestamps): ~1.1-1.3k -> ~0.85-1.1k cycles per LayerNorm;
-// 8 lanes per row (3 steps, 8 values per lane) measured the same as 16 (forward 43.4 / 43.6 us
-// against 43.4 / 43.8), so not kept.
-// KC > 0: C == KC, inlined (the loops over a row unrolled); KC == 0: one not-inlined copy for the
-// generic kernel's three call sites.
+// product (exact for C a power of two), and 1/sigma as a float rsqrtf of the double variance
+// (+ eps) rounded to float: 4 shuffle steps and one MUFU where the two-pass form had 8 steps,
+// three double divisions and a square root. Double's last bits differ from the two-pass
+// statistics; the mean stays within an ulp, 1/sigma within rsqrtf's 2 ulps. Measured (H200, stage
+// timestamps): ~1.1-1.3k -> ~0.85-1.1k cycles per LayerNorm (one pass); the float rsqrtf and the
+// row's values kept in registers (not read again for the output): ln2 1.05k -> 0.9-0.94k, ln1
+// 0.88k -> 0.75k (gpt_mega.h "layernorm"). 8 lanes per row (3 steps, 8 values per lane) measured
+// the same as 16 (forward 43.4 / 43.6 us against 43.4 / 43.8), so not kept; float statistics
+// (two-pass, or one pass shifted by the row's first value) were faster still but not kept: their
+// rounding depends on the lanes' split, so the device loop's 32-lane LayerNorms no longer matched
+// the step's 16-lane ones (3.8e-6 / 4.8e-6 against the test's 1e-6), and the shifted one's
+// logits moved away from the CPU's (1.05e-5 -> 1.5e-5).
+// KC > 0: C == KC, inlined (the row's values in registers, the loops unrolled); KC == 0: one
+// not-inlined copy for the generic kernel's three call sites.
 // The one-pass statistics of a row spread over W lanes (xor-butterfly neighbours): each lane's
 // partial sum s and sum of squares q of its values in double -> (mean, 1/sigma) as floats, in
 // every lane. inv_c = 1 / C (exact for C a power of two).
@@ -434,97 +421,31 @@ __device__ __forceinline__ float2 row_stats_one_pass(double s, double q, double 
   }
   const double m = s * inv_c;
   const double var = fmax(q * inv_c - m * m, 0.0);
-  return make_float2(static_cast<float>(m), static_cast<float>(rsqrt(var + static_cast<double>(eps))));
+  return make_float2(static_cast<float>(m), rsqrtf(static_cast<float>(var + static_cast<double>(eps))));
 }
-// mega14e's variants of the statistics (MINIGPT_MEGA_VARIANT & 3 = kLn): 0 the above; 1 float
-// two-pass (the mean by a float butterfly, then the centred squares by another; rsqrtf); 2 float
-// one-pass shifted by the row's first value `shift` (sum and sum of squares of v - shift, one
-// butterfly for both; rsqrtf); 3 the double sums as 0 (per-lane pairwise) with a float rsqrtf in
-// place of the double rsqrt. v: this lane's E values of the row (W lanes, xor neighbours).
-template <int E>
-__device__ __forceinline__ float tree_sum(const float (&a)[E]) {
-  if constexpr (E == 4)
-    return (a[0] + a[1]) + (a[2] + a[3]);
-  else if constexpr (E == 2)
-    return a[0] + a[1];
-  else {
-    float s = a[0];
+// The same from this lane's E values v of the row (C values over W lanes): the lane's sums in
+// double, pairwise for E = 4 (sums of floats in double: exact but for exponents ~29 apart).
+template <int W, int E>
+__device__ __forceinline__ float2 row_stats(const float (&v)[E], int C, float eps) {
+  double dv[E];
 #pragma unroll
-    for (int e = 1; e < E; ++e) s += a[e];
-    return s;
-  }
-}
-template <int W>
-__device__ __forceinline__ float butterfly_sum(float s) {
-#pragma unroll
-  for (int off = W / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-  return s;
-}
-template <int W, int E, int kLn>
-__device__ __forceinline__ float2 row_stats(const float (&v)[E], int C, float eps, float shift) {
-  if constexpr (kLn == 0) {
-    double s = 0.0, q = 0.0;
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-      const double dv = v[e];
-      s += dv;
-      q = fma(dv, dv, q);
-    }
-    return row_stats_one_pass<W>(s, q, 1.0 / static_cast<double>(C), eps);
-  } else if constexpr (kLn == 3) {
-    double dv[E];
-#pragma unroll
-    for (int e = 0; e < E; ++e) dv[e] = v[e];
-    double s, q;
-    if constexpr (E == 4) {
-      s = (dv[0] + dv[1]) + (dv[2] + dv[3]);
-      q = fma(dv[0], dv[0], dv[1] * dv[1]) + fma(dv[2], dv[2], dv[3] * dv[3]);
-    } else {
-      s = 0.0;
-      q = 0.0;
-#pragma unroll
-      for (int e = 0; e < E; ++e) {
-        s += dv[e];
-        q = fma(dv[e], dv[e], q);
-      }
-    }
-#pragma unroll
-    for (int off = W / 2; off > 0; off >>= 1) {
-      s += __shfl_xor_sync(0xffffffffu, s, off);
-      q += __shfl_xor_sync(0xffffffffu, q, off);
-    }
-    const double inv_c = 1.0 / static_cast<double>(C);
-    const double m = s * inv_c;
-    const double var = fmax(q * inv_c - m * m, 0.0);
-    return make_float2(static_cast<float>(m), rsqrtf(static_cast<float>(var + static_cast<double>(eps))));
-  } else if constexpr (kLn == 1) {
-    const float inv_c = 1.0f / static_cast<float>(C);
-    const float m = butterfly_sum<W>(tree_sum(v)) * inv_c;
-    float d2[E];
-#pragma unroll
-    for (int e = 0; e < E; ++e) d2[e] = (v[e] - m) * (v[e] - m);
-    const float var = butterfly_sum<W>(tree_sum(d2)) * inv_c;
-    return make_float2(m, rsqrtf(var + eps));
+  for (int e = 0; e < E; ++e) dv[e] = v[e];
+  double s, q;
+  if constexpr (E == 4) {
+    s = (dv[0] + dv[1]) + (dv[2] + dv[3]);
+    q = fma(dv[0], dv[0], dv[1] * dv[1]) + fma(dv[2], dv[2], dv[3] * dv[3]);
   } else {
-    const float inv_c = 1.0f / static_cast<float>(C);
-    float d[E], d2[E];
+    s = 0.0;
+    q = 0.0;
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-      d[e] = v[e] - shift;
-      d2[e] = d[e] * d[e];
+      s += dv[e];
+      q = fma(dv[e], dv[e], q);
     }
-    float s = tree_sum(d), q = tree_sum(d2);
-#pragma unroll
-    for (int off = W / 2; off > 0; off >>= 1) {
-      s += __shfl_xor_sync(0xffffffffu, s, off);
-      q += __shfl_xor_sync(0xffffffffu, q, off);
-    }
-    const float md = s * inv_c;
-    const float var = fmaxf(q * inv_c - md * md, 0.0f);
-    return make_float2(shift + md, rsqrtf(var + eps));
   }
+  return row_stats_one_pass<W>(s, q, 1.0 / static_cast<double>(C), eps);
 }
-template <int KC, int kLn = 0>
+template <int KC>
 __device__ __forceinline__ void layernorm_rows_t(const float* in, float* out, int r0, int r1, int C_, int ld,
                                                  const float* w, const float* b, float eps) {
   const int C = KC > 0 ? KC : C_;
@@ -533,12 +454,12 @@ __device__ __forceinline__ void layernorm_rows_t(const float* in, float* out, in
   for (int pair = r0 + 2 * static_cast<int>(threadIdx.x >> 5); pair < r1; pair += 2 * kWarps) {
     const int r = pair + static_cast<int>((threadIdx.x >> 4) & 1);
     const float* xr = in + (r < r1 ? r : r0) * ld;
-    if constexpr (KC > 0 && kLn != 0) {
+    if constexpr (KC > 0) {
       constexpr int E = KC / 16;
       float v[E];
 #pragma unroll
       for (int e = 0; e < E; ++e) v[e] = xr[sub + 16 * e];
-      const float2 st = row_stats<16, E, kLn>(v, KC, eps, kLn == 2 ? xr[0] : 0.0f);  // (mean, 1/sigma)
+      const float2 st = row_stats<16, E>(v, KC, eps);  // (mean, 1/sigma)
       if (r < r1) {
 #pragma unroll
         for (int e = 0; e < E; ++e) out[r * ld + sub + 16 * e] = (v[e] - st.x) * st.y * w[sub + 16 * e] + b[sub + 16 * e];
@@ -563,11 +484,11 @@ __device__ __noinline__ void layernorm_rows_generic(const float* in, float* out,
                                                     const float* w, const float* b, float eps) {
   layernorm_rows_t<0>(in, out, r0, r1, C, ld, w, b, eps);
 }
-template <int KC, int kLn = 0>
+template <int KC>
 __device__ __forceinline__ void layernorm_rows(const float* in, float* out, int r0, int r1, int C, int ld, const float* w,
                                                const float* b, float eps) {
   if constexpr (KC > 0)
-    layernorm_rows_t<KC, kLn>(in, out, r0, r1, C, ld, w, b, eps);
+    layernorm_rows_t<KC>(in, out, r0, r1, C, ld, w, b, eps);
   else
     layernorm_rows_generic(in, out, r0, r1, C, ld, w, b, eps);
 }
