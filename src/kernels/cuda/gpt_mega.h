@@ -33,7 +33,7 @@
 // Numerics: sums over k in float in k order (fc2: by k, sixteen k-slices of 16 added in slice
 // order; the whole-layer kernels add four slices of 64; proj by heads: each head's 16 k in order,
 // the heads' partials added in head order), LayerNorm statistics in double in one pass (sum and
-// sum of squares; layernorm.cuh's are two-pass: double's last bits differ), exact-erf GELU: logits within ~1e-5 of the CPU engine; the work split (R)
+// sum of squares; layernorm.cuh's are two-pass: double's last bits differ; 1/sigma a float rsqrtf), exact-erf GELU: logits within ~1e-5 of the CPU engine; the work split (R)
 // changes who computes a value, never how (fc2's slices are 16 wide at every R), so logits are
 // the same bitwise for every cluster size. The probs' row total is a 16-lane butterfly of the
 // CTAs' terms, itself of the lanes' sums (a fixed order for each R; not bitwise across R, as
@@ -239,17 +239,40 @@
 //              layer ~15k: ln1 0.85-0.9k, q k v 1.7-1.85k, attention 2.1-2.35k, the slowest warp
 //              1.35-1.5k, wait + x1 + wait 1.42-1.5k, ln2 1.03-1.15k, fc1 + fc2 partials 3.25-3.3k,
 //              wait 0.82-1.05k, fc2 sums + x push 1.2-1.3k, wait 0.165k; head 4.1-4.3k, probs ~5k.
+//   layernorm  (issue 14, mega14e; H200, experiments/25-compile/gpu_mega14e, one build, variants
+//              picked by MINIGPT_MEGA_VARIANT, `minigpt bench model --device cuda --no-peers --runs
+//              1000 --warmup 100` alternated twice) 1/sigma as a float rsqrtf of the double variance
+//              (was a double rsqrt: MUFU.RSQ64H + 5 dependent DFMA/DMUL + a slow-path branch) and the
+//              row's values kept in registers (row_stats): forward graph (2, 16) 40.06 / 39.94 ->
+//              39.10 / 39.42 us (the same instance again: 39.30 / 39.30), 100 back to back 38.1 ->
+//              37.25; decode graph (R = 8) 26.43 / 26.18 -> 26.14 / 26.46, device loop greedy 18.39 /
+//              18.53 -> 18.15 / 18.38 us per token: unchanged. Trace ~72.2k -> ~70.0k cycles: ln1
+//              0.87-0.89k -> 0.74-0.77k (layer 0's 1.9-2.3k -> 0.8k), ln2 1.05-1.07k -> 0.9-0.94k.
+//              Logits vs the CPU at the bench's ids 1.05e-5 -> 7.63e-6, the 127 probes 6.68e-6 ->
+//              5.72e-6; all of model_cuda_test passed (decode with MINIGPT_MEGA_SPLITK=0 the forward's
+//              rows bitwise; the device loop the step's logits, 0 apart). Not kept: float statistics,
+//              two-pass (forward 39.42 / 39.30, decode graph 25.63 / 25.82, greedy 17.91 / 18.22) or
+//              one pass shifted by the row's first value (38.27 / 38.30, 25.76 / 25.76, 17.56 /
+//              17.59): their rounding depends on the lanes' split, so the device loop's 32-lane
+//              LayerNorms left the step's 16-lane ones by 3.8e-6 / 4.8e-6 (the test's bound 1e-6),
+//              and the shifted one's logits moved from the CPU's (1.5e-5 at the bench's ids). The
+//              decode step's and the loop's cluster barriers with one fence per CTA (__syncthreads,
+//              thread 0's fence.acq_rel.cluster, relaxed arrivals; the loop's start arrival
+//              relaxed): decode graph 26.85 / 26.78, greedy 18.69 / 18.63: slower, not kept.
 // Open (largest first), against issue 14's 20 us (the forward's figures above): the decode step's
 // cluster barriers (cluster_sync_all: a release.cluster arrival, MEMBAR.ALL.GPU + ERRBAR in every
-// thread, 4 per layer: st.async + mbarriers as the forward's Net<true> would drop them) and the
-// device loop's start arrival (gpt_mega_generate.cu, still .release); the stages'
+// thread, 4 per layer; each orders plain remote stores, and one fence per CTA measured slower
+// ("layernorm"): st.async + mbarriers as the forward's Net<true> would drop them) and the device
+// loop's start arrival (gpt_mega_generate.cu, still .release; relaxed only measured together with
+// the one-fence barriers); the stages'
 // remote stores and their waits (fewer bytes or more senders did not help, "start" above; to
 // try: bulk copies shared::cta -> shared::cluster of contiguous per-owner blocks, x stored as
 // (C/4, N, 4)); the attention CTAs' serial chain (8 of 16 CTAs, ~6.5k cycles per layer while the
 // others wait: fewer steps, as no split shortens a thread's chain); the start's remaining
 // ~2.4k cycles (the embedding's global loads, the copies' issue); the GEMM stages (rows and
 // columns per thread explored: only fewer instructions per output in the same order would help);
-// the LayerNorms (~0.9-1.1k each, 9 per forward);
+// the LayerNorms (~0.75-0.95k each, 9 per forward; float statistics measured ~0.1-1 us faster,
+// "layernorm": they would need the device loop's LayerNorms on the step's 16-lane split);
 // lm_head 4.0k; the probs' combine + stores 2.1-2.5k; the decode step's start (an mbarrier fence
 // each, as before: the forward's single fence unmeasured there) and attention.
 // What 20 us asks (an estimate from the stage costs above, not measured): ~40k cycles in all,

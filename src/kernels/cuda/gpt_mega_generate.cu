@@ -54,24 +54,18 @@ __device__ __forceinline__ bool comes_first(float la, int ia, float lb, int ib) 
 
 // LayerNorm of one row of KC floats (v: lane's x[lane + 32 e]) by one warp, into out: mean and
 // variance in double in ONE pass as layernorm_rows_t (the sum and the sum of squares, a
-// butterfly each, side by side; 1/C as a product, exact for C a power of two; a double rsqrt),
-// over 32 lanes instead of 16 (the decode stage timestamps, against the two-pass form before:
-// ~1k -> ~0.4k cycles per LayerNorm, 9 per token). The sums over 32 lanes differ from the
-// 16-lane ones in double's last bits: the floats within an ulp.
+// butterfly each, side by side; 1/C as a product, exact for C a power of two; 1/sigma by a float
+// rsqrtf of the double variance: row_stats), over 32 lanes instead of 16 (the decode stage
+// timestamps, against the two-pass form before: ~1k -> ~0.4k cycles per LayerNorm, 9 per token).
+// The sums over 32 lanes differ from the 16-lane ones in double's last bits: the floats the same
+// (the test: the loop's logits are the step's, 0 apart) or within an ulp.
 template <int KC>
 __device__ __forceinline__ void warp_layernorm(const float (&v)[KC / 32], float* out, const float* w, const float* b,
                                                float eps) {
   static_assert(KC > 0 && KC % 32 == 0, "one warp, KC / 32 values per lane");
   constexpr int E = KC / 32;
   const int lane = threadIdx.x & 31;
-  double s = 0.0, q = 0.0;
-#pragma unroll
-  for (int e = 0; e < E; ++e) {
-    const double dv = v[e];
-    s += dv;
-    q = fma(dv, dv, q);
-  }
-  const float2 st = row_stats_one_pass<32>(s, q, 1.0 / KC, eps);  // (mean, 1/sigma)
+  const float2 st = row_stats<32, E>(v, KC, eps);  // (mean, 1/sigma)
 #pragma unroll
   for (int e = 0; e < E; ++e) {
     const int cc = lane + 32 * e;

@@ -395,14 +395,20 @@ __device__ __forceinline__ float4 att_row_split(const float* row, int n, const f
 // The statistics in double as layernorm.cuh's warp_row_stats, but in ONE pass, as the decode
 // loop's warp_layernorm (gpt_mega_generate.cu): each lane's sum and sum of squares side by side,
 // a 16-lane butterfly for both at once, the variance as E[x^2] - mean^2 (clamped at 0), 1/C as a
-// product (exact for C a power of two), and a double rsqrt: 4 shuffle steps
-// and one rsqrt where the two-pass form had 8 steps, three double divisions and a square root.
-// Double's last bits differ from the two-pass statistics; the floats stay within an ulp (mean,
-// 1/sigma). Measured (H200, stage timestamps): ~1.1-1.3k -> ~0.85-1.1k cycles per LayerNorm;
-// 8 lanes per row (3 steps, 8 values per lane) measured the same as 16 (forward 43.4 / 43.6 us
-// against 43.4 / 43.8), so not kept.
-// KC > 0: C == KC, inlined (the loops over a row unrolled); KC == 0: one not-inlined copy for the
-// generic kernel's three call sites.
+// product (exact for C a power of two), and 1/sigma as a float rsqrtf of the double variance
+// (+ eps) rounded to float: 4 shuffle steps and one MUFU where the two-pass form had 8 steps,
+// three double divisions and a square root. Double's last bits differ from the two-pass
+// statistics; the mean stays within an ulp, 1/sigma within rsqrtf's 2 ulps. Measured (H200, stage
+// timestamps): ~1.1-1.3k -> ~0.85-1.1k cycles per LayerNorm (one pass); the float rsqrtf and the
+// row's values kept in registers (not read again for the output): ln2 1.05k -> 0.9-0.94k, ln1
+// 0.88k -> 0.75k (gpt_mega.h "layernorm"). 8 lanes per row (3 steps, 8 values per lane) measured
+// the same as 16 (forward 43.4 / 43.6 us against 43.4 / 43.8), so not kept; float statistics
+// (two-pass, or one pass shifted by the row's first value) were faster still but not kept: their
+// rounding depends on the lanes' split, so the device loop's 32-lane LayerNorms no longer matched
+// the step's 16-lane ones (3.8e-6 / 4.8e-6 against the test's 1e-6), and the shifted one's
+// logits moved away from the CPU's (1.05e-5 -> 1.5e-5).
+// KC > 0: C == KC, inlined (the row's values in registers, the loops unrolled); KC == 0: one
+// not-inlined copy for the generic kernel's three call sites.
 // The one-pass statistics of a row spread over W lanes (xor-butterfly neighbours): each lane's
 // partial sum s and sum of squares q of its values in double -> (mean, 1/sigma) as floats, in
 // every lane. inv_c = 1 / C (exact for C a power of two).
@@ -415,7 +421,29 @@ __device__ __forceinline__ float2 row_stats_one_pass(double s, double q, double 
   }
   const double m = s * inv_c;
   const double var = fmax(q * inv_c - m * m, 0.0);
-  return make_float2(static_cast<float>(m), static_cast<float>(rsqrt(var + static_cast<double>(eps))));
+  return make_float2(static_cast<float>(m), rsqrtf(static_cast<float>(var + static_cast<double>(eps))));
+}
+// The same from this lane's E values v of the row (C values over W lanes): the lane's sums in
+// double, pairwise for E = 4 (sums of floats in double: exact but for exponents ~29 apart).
+template <int W, int E>
+__device__ __forceinline__ float2 row_stats(const float (&v)[E], int C, float eps) {
+  double dv[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) dv[e] = v[e];
+  double s, q;
+  if constexpr (E == 4) {
+    s = (dv[0] + dv[1]) + (dv[2] + dv[3]);
+    q = fma(dv[0], dv[0], dv[1] * dv[1]) + fma(dv[2], dv[2], dv[3] * dv[3]);
+  } else {
+    s = 0.0;
+    q = 0.0;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      s += dv[e];
+      q = fma(dv[e], dv[e], q);
+    }
+  }
+  return row_stats_one_pass<W>(s, q, 1.0 / static_cast<double>(C), eps);
 }
 template <int KC>
 __device__ __forceinline__ void layernorm_rows_t(const float* in, float* out, int r0, int r1, int C_, int ld,
@@ -426,17 +454,29 @@ __device__ __forceinline__ void layernorm_rows_t(const float* in, float* out, in
   for (int pair = r0 + 2 * static_cast<int>(threadIdx.x >> 5); pair < r1; pair += 2 * kWarps) {
     const int r = pair + static_cast<int>((threadIdx.x >> 4) & 1);
     const float* xr = in + (r < r1 ? r : r0) * ld;
-    double s = 0.0, q = 0.0;
+    if constexpr (KC > 0) {
+      constexpr int E = KC / 16;
+      float v[E];
 #pragma unroll
-    for (int c = sub; c < C; c += 16) {
-      const double dv = xr[c];
-      s += dv;
-      q = fma(dv, dv, q);
-    }
-    const float2 st = row_stats_one_pass<16>(s, q, 1.0 / static_cast<double>(C), eps);  // (mean, 1/sigma)
-    if (r < r1) {
+      for (int e = 0; e < E; ++e) v[e] = xr[sub + 16 * e];
+      const float2 st = row_stats<16, E>(v, KC, eps);  // (mean, 1/sigma)
+      if (r < r1) {
 #pragma unroll
-      for (int c = sub; c < C; c += 16) out[r * ld + c] = (xr[c] - st.x) * st.y * w[c] + b[c];
+        for (int e = 0; e < E; ++e) out[r * ld + sub + 16 * e] = (v[e] - st.x) * st.y * w[sub + 16 * e] + b[sub + 16 * e];
+      }
+    } else {
+      double s = 0.0, q = 0.0;
+#pragma unroll
+      for (int c = sub; c < C; c += 16) {
+        const double dv = xr[c];
+        s += dv;
+        q = fma(dv, dv, q);
+      }
+      const float2 st = row_stats_one_pass<16>(s, q, 1.0 / static_cast<double>(C), eps);  // (mean, 1/sigma)
+      if (r < r1) {
+#pragma unroll
+        for (int c = sub; c < C; c += 16) out[r * ld + c] = (xr[c] - st.x) * st.y * w[c] + b[c];
+      }
     }
   }
 }
