@@ -21,6 +21,7 @@ bool same_space(const TensorInfo& a, const TensorInfo& b) {
 Graph fuse_pointwise(const Graph& src) {
   Graph g = src;
   for (size_t i = 0; i < g.nodes.size(); ++i) g.nodes[i].group = static_cast<int>(i);
+  const NodeUsers users(g);  // (only groups change below)
   for (size_t c = 0; c < g.nodes.size(); ++c) {
     if (!kLoopOps.contains(g.nodes[c].op)) continue;
     for (int in : g.nodes[c].inputs) {
@@ -28,7 +29,7 @@ Graph fuse_pointwise(const Graph& src) {
       if (p < 0 || !kLoopOps.contains(g.nodes[static_cast<size_t>(p)].op)) continue;
       if (!same_space(g.tensor(in), g.tensor(g.nodes[c].output))) continue;
       const int gp = g.nodes[static_cast<size_t>(p)].group, gc = g.nodes[c].group;
-      if (gp == gc || !can_merge(g, gp, gc)) continue;
+      if (gp == gc || !can_merge(g, gp, gc, users)) continue;
       for (Node& n : g.nodes)
         if (n.group == gc) n.group = gp;
     }

@@ -32,6 +32,7 @@ Graph fuse_reductions(const Graph& src) {
   bool changed = true;
   while (changed) {
     changed = false;
+    const NodeUsers users(g);  // (only groups change until normalize_groups)
     for (size_t c = 0; c < g.nodes.size(); ++c) {
       const Node& cn = g.nodes[c];
       for (int in : cn.inputs) {
@@ -43,7 +44,7 @@ Graph fuse_reductions(const Graph& src) {
                                     per_row(g.tensor(pn.output)) || per_row(g.tensor(cn.output));
         if (!reduction_edge || !rowwise_group(g, pn.group) || !rowwise_group(g, cn.group)) continue;
         if (!compatible(row_space(g, pn.group), row_space(g, cn.group))) continue;
-        if (!can_merge(g, pn.group, cn.group)) continue;
+        if (!can_merge(g, pn.group, cn.group, users)) continue;
         const int from = cn.group, to = pn.group;
         for (Node& n : g.nodes)
           if (n.group == from) n.group = to;

@@ -15,10 +15,11 @@ Graph matmul_epilogue(const Graph& src) {
   bool changed = true;
   while (changed) {
     changed = false;
+    const NodeUsers users(g);  // for this scan: it stops at the first fusion
     for (size_t i = 0; i < g.nodes.size() && !changed; ++i) {
       const Node mm = g.nodes[i];
       if (mm.op != Op::Matmul || g.is_graph_output(mm.output)) continue;
-      const std::vector<int> readers = g.consumers(mm.output);
+      const std::span<const int> readers = users.of(mm.output);
       if (readers.size() != 1) continue;
       Node& user = g.nodes[static_cast<size_t>(readers[0])];
       Node fused = mm;

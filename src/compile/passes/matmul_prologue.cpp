@@ -34,12 +34,13 @@ bool rowwise_only(const Graph& g, int group) {
 Graph matmul_prologue(const Graph& src, bool rowwise, bool attention) {
   Graph g = src;
   normalize_groups(g);  // every node in some group
+  NodeUsers users(g);   // indexed again whenever the nodes move
   for (size_t i = 0; i < g.nodes.size(); ++i) {  // restarts after every merge (nodes move)
     const Node& mm = g.nodes[i];
     if (mm.op != Op::Matmul) continue;
     const int x = mm.inputs[0];
     const TensorInfo& xt = g.tensor(x);
-    if (xt.producer < 0 || g.is_graph_output(x) || g.consumers(x).size() != 1) continue;
+    if (xt.producer < 0 || g.is_graph_output(x) || users.of(x).size() != 1) continue;
     const Node& pn = g.nodes[static_cast<size_t>(xt.producer)];
     const int pg = pn.group;
     if (pg == mm.group || xt.cols() > kPrologueMaxCols) continue;
@@ -58,11 +59,12 @@ Graph matmul_prologue(const Graph& src, bool rowwise, bool attention) {
       const int p = g.tensor(mm.inputs[a]).producer;
       reads_p |= p >= 0 && g.nodes[static_cast<size_t>(p)].group == pg;
     }
-    if (reads_p || !can_merge(g, pg, mm.group)) continue;
+    if (reads_p || !can_merge(g, pg, mm.group, users)) continue;
     const int from = mm.group;
     for (Node& n : g.nodes)
       if (n.group == from) n.group = pg;
     normalize_groups(g);  // the matmul follows P's nodes; x is no longer materialised
+    users = NodeUsers(g);
     i = static_cast<size_t>(-1);
   }
   return g;

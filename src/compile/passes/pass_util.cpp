@@ -5,11 +5,29 @@
 #include "core/error.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <map>
 #include <queue>
 #include <set>
 
 namespace minigpt::compile {
+
+NodeUsers::NodeUsers(const Graph& g) : start_(g.tensors.size() + 1, 0) {
+  // counting sort of (tensor, node) pairs by tensor; a node reading a tensor twice counts once
+  auto each_read = [&](auto&& f) {
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const std::vector<int>& in = g.nodes[i].inputs;
+      for (size_t a = 0; a < in.size(); ++a)
+        if (std::find(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(a), in[a]) == in.begin() + static_cast<std::ptrdiff_t>(a))
+          f(static_cast<size_t>(in[a]), static_cast<int>(i));
+    }
+  };
+  each_read([&](size_t t, int) { ++start_[t + 1]; });
+  for (size_t t = 1; t < start_.size(); ++t) start_[t] += start_[t - 1];
+  nodes_.resize(start_.back());
+  std::vector<size_t> at(start_.begin(), start_.end() - 1);
+  each_read([&](size_t t, int i) { nodes_[at[t]++] = i; });
+}
 
 void reindex(Graph& g) {
   for (TensorInfo& t : g.tensors) t.producer = -1;
@@ -84,11 +102,12 @@ void normalize_groups(Graph& g) {
   reindex(g);
   // materialised: read outside the producer's group, or a graph output, or in place
   for (TensorInfo& t : g.tensors) t.materialized = true;
+  const NodeUsers readers_of(g);  // (Graph::consumers per node was O(nodes^2), ~1 ms a call)
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const int out = g.nodes[i].output;
     TensorInfo& t = g.tensor(out);
     if (g.is_graph_output(out) || t.alias_of >= 0) continue;
-    const std::vector<int> readers = g.consumers(out);
+    const std::span<const int> readers = readers_of.of(out);
     bool outside = false, gemm_x = !readers.empty();
     for (int c : readers) {
       const Node& cn = g.nodes[static_cast<size_t>(c)];
@@ -104,27 +123,26 @@ void normalize_groups(Graph& g) {
   }
 }
 
-bool can_merge(const Graph& g, int a, int b) {
+bool can_merge(const Graph& g, int a, int b) { return can_merge(g, a, b, NodeUsers(g)); }
+
+bool can_merge(const Graph& g, int a, int b, const NodeUsers& users) {
   // Forward closure from the members of a and b through nodes of other groups; if a node
   // outside that is reached from inside feeds a member, a path leaves the merged group and
   // comes back: merging would make a cycle.
   const size_t n = g.nodes.size();
-  std::vector<std::vector<int>> users(g.tensors.size());
-  for (size_t i = 0; i < n; ++i)
-    for (int in : g.nodes[i].inputs) users[static_cast<size_t>(in)].push_back(static_cast<int>(i));
   auto member = [&](size_t i) { return g.nodes[i].group == a || g.nodes[i].group == b; };
   std::vector<char> seen(n, 0);
   std::vector<int> stack;
   for (size_t i = 0; i < n; ++i)
     if (member(i))
-      for (int c : users[static_cast<size_t>(g.nodes[i].output)])
+      for (int c : users.of(g.nodes[i].output))
         if (!member(static_cast<size_t>(c))) stack.push_back(c);
   while (!stack.empty()) {
     const size_t v = static_cast<size_t>(stack.back());
     stack.pop_back();
     if (seen[v]) continue;
     seen[v] = 1;
-    for (int c : users[static_cast<size_t>(g.nodes[v].output)]) {
+    for (int c : users.of(g.nodes[v].output)) {
       if (member(static_cast<size_t>(c))) return false;
       stack.push_back(c);
     }

@@ -25,6 +25,7 @@
 
 #include "compile/ir.h"
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -74,12 +75,29 @@ Graph run_passes(const Graph& g, const PassOptions& opt = {});
 
 // Recomputes every tensor's producer from the node list (passes reorder and drop nodes).
 void reindex(Graph& g);
+// Every tensor's readers at once: of(t) is Graph::consumers(t) (node ids in order, each once),
+// from one pass over the nodes into two flat arrays, for the helpers that ask for many tensors'
+// readers (Graph::consumers scans every node per call). Valid until g's nodes change.
+class NodeUsers {
+ public:
+  explicit NodeUsers(const Graph& g);
+  std::span<const int> of(int tensor) const {
+    const size_t t = static_cast<size_t>(tensor);
+    return {nodes_.data() + start_[t], start_[t + 1] - start_[t]};
+  }
+
+ private:
+  std::vector<size_t> start_;  // tensor t's readers: nodes_[start_[t], start_[t + 1])
+  std::vector<int> nodes_;
+};
 // Gives every node without a group its own; reorders nodes so that each group is contiguous
 // and groups come in a dependency order; renumbers groups 0.. in that order; recomputes which
 // tensors are materialised (read outside their group or a graph output).
 void normalize_groups(Graph& g);
 // Whether merging groups a and b keeps the group graph acyclic (no path a -> outside -> b).
 bool can_merge(const Graph& g, int a, int b);
+// The same with g's readers already indexed (NodeUsers(g), for a pass that asks many times).
+bool can_merge(const Graph& g, int a, int b, const NodeUsers& users);
 // Where a rowwise group iterates: rows R and columns C of its widest tensor.
 struct RowSpace {
   int64_t rows = 0, cols = 0;
