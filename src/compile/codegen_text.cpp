@@ -130,10 +130,14 @@ std::pair<std::string, std::string> split_leading_comment(const std::string& tex
 
 std::string indent_text(const std::string& text, const std::string& indent) {
   std::string out;
+  out.reserve(text.size() + text.size() / 16 * indent.size());
   size_t i = 0;
   while (i < text.size()) {
     const size_t j = text.find('\n', i);
-    out += indent + text.substr(i, j - i) + "\n";
+    out.append(indent);
+    out.append(text, i, j == std::string::npos ? std::string::npos : j - i);
+    out += '\n';
+    if (j == std::string::npos) break;  // a last line without '\n' gets one
     i = j + 1;
   }
   return out;

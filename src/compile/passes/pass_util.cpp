@@ -9,6 +9,7 @@
 #include <map>
 #include <queue>
 #include <set>
+#include <utility>
 
 namespace minigpt::compile {
 
@@ -94,9 +95,11 @@ void normalize_groups(Graph& g) {
     return rank[static_cast<size_t>(g.nodes[a].group)] < rank[static_cast<size_t>(g.nodes[b].group)];
   });
   std::vector<Node> nodes;
-  for (size_t i : order) {
-    nodes.push_back(g.nodes[i]);
-    nodes.back().group = rank[static_cast<size_t>(g.nodes[i].group)];
+  nodes.reserve(order.size());
+  for (size_t i : order) {  // (a permutation: each node moved once)
+    const int group = rank[static_cast<size_t>(g.nodes[i].group)];
+    nodes.push_back(std::move(g.nodes[i]));
+    nodes.back().group = group;
   }
   g.nodes = std::move(nodes);
   reindex(g);
