@@ -35,9 +35,9 @@ std::set<int> groups_of(const Graph& g, Op op) {
 }
 
 // The pipeline up to a pass, verified after each step.
-Graph through(Graph g, std::initializer_list<Graph (*)(const Graph&)> passes) {
+Graph through(Graph g, std::initializer_list<Graph (*)(Graph)> passes) {
   for (auto p : passes) {
-    g = p(g);
+    g = p(std::move(g));
     verify(g, "test pipeline");
   }
   return g;

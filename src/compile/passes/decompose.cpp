@@ -41,10 +41,10 @@ struct Emitter {
 
 }  // namespace
 
-Graph decompose(const Graph& src) {
-  Graph g = src;
+Graph decompose(Graph g) {
+  const std::vector<Node> before = std::move(g.nodes);
   std::vector<Node> nodes;
-  for (const Node& n : src.nodes) {
+  for (const Node& n : before) {
     if (!kComposite.contains(n.op)) {
       nodes.push_back(n);
       continue;

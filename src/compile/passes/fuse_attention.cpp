@@ -25,8 +25,7 @@ int single_use_producer(const Graph& g, int t, Op op) {
 
 }  // namespace
 
-Graph fuse_attention(const Graph& src) {
-  Graph g = src;
+Graph fuse_attention(Graph g) {
   std::vector<char> drop(g.nodes.size(), 0);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& merge = g.nodes[i];

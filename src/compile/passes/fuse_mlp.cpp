@@ -96,8 +96,7 @@ void merge_before_mlps(Graph& g, int (*pick)(const Graph&, int)) {
   }
 }
 
-Graph fuse_mlp(const Graph& src, bool proj, bool attention) {
-  Graph g = src;
+Graph fuse_mlp(Graph g, bool proj, bool attention) {
   normalize_groups(g);  // every node in some group
   for (size_t i = 0; i < g.nodes.size(); ++i) {  // restarts after every merge (nodes move)
     const Node& b = g.nodes[i];

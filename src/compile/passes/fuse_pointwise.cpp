@@ -18,8 +18,7 @@ bool same_space(const TensorInfo& a, const TensorInfo& b) {
 
 }  // namespace
 
-Graph fuse_pointwise(const Graph& src) {
-  Graph g = src;
+Graph fuse_pointwise(Graph g) {
   for (size_t i = 0; i < g.nodes.size(); ++i) g.nodes[i].group = static_cast<int>(i);
   const NodeUsers users(g);  // (only groups change below)
   for (size_t c = 0; c < g.nodes.size(); ++c) {

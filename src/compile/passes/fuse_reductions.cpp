@@ -26,8 +26,7 @@ bool compatible(const RowSpace& a, const RowSpace& b) {
 
 }  // namespace
 
-Graph fuse_reductions(const Graph& src) {
-  Graph g = src;
+Graph fuse_reductions(Graph g) {
   normalize_groups(g);  // every node in some group
   bool changed = true;
   while (changed) {

@@ -10,8 +10,7 @@
 
 namespace minigpt::compile {
 
-Graph matmul_epilogue(const Graph& src) {
-  Graph g = src;
+Graph matmul_epilogue(Graph g) {
   bool changed = true;
   while (changed) {
     changed = false;

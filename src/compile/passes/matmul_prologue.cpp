@@ -31,8 +31,7 @@ bool rowwise_only(const Graph& g, int group) {
 
 }  // namespace
 
-Graph matmul_prologue(const Graph& src, bool rowwise, bool attention) {
-  Graph g = src;
+Graph matmul_prologue(Graph g, bool rowwise, bool attention) {
   normalize_groups(g);  // every node in some group
   NodeUsers users(g);   // indexed again whenever the nodes move
   for (size_t i = 0; i < g.nodes.size(); ++i) {  // restarts after every merge (nodes move)

@@ -1,13 +1,15 @@
 // run_passes: the pass pipeline in order, the verifier after every pass (passes.h).
 #include "compile/passes/passes.h"
 
+#include <utility>
+
 namespace minigpt::compile {
 
 Graph run_passes(const Graph& captured, const PassOptions& opt) {
   verify(captured, "capture");
   Graph g = captured;
-  auto step = [&](Graph (*pass)(const Graph&), const char* name) {
-    g = pass(g);
+  auto step = [&](Graph (*pass)(Graph), const char* name) {
+    g = pass(std::move(g));
     verify(g, name);
   };
   if (opt.attention) step(fuse_attention, "fuse_attention");
@@ -19,11 +21,11 @@ Graph run_passes(const Graph& captured, const PassOptions& opt) {
     step(fuse_reductions, "fuse_reductions");
     if (opt.matmul_prologue || opt.attention_prologue) {
       const bool rowwise = opt.matmul_prologue, attention = opt.attention_prologue;
-      g = matmul_prologue(g, rowwise, attention);
+      g = matmul_prologue(std::move(g), rowwise, attention);
       verify(g, "matmul_prologue");
     }
     if (opt.fuse_mlp) {
-      g = fuse_mlp(g, opt.fuse_mlp_proj, opt.fuse_mlp_proj && opt.fuse_mlp_attention);
+      g = fuse_mlp(std::move(g), opt.fuse_mlp_proj, opt.fuse_mlp_proj && opt.fuse_mlp_attention);
       verify(g, "fuse_mlp");
     }
   } else {

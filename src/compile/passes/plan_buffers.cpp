@@ -22,8 +22,7 @@ struct Slot {
 
 }  // namespace
 
-Graph plan_buffers(const Graph& src) {
-  Graph g = src;
+Graph plan_buffers(Graph g) {
   normalize_groups(g);
   std::vector<Slot> slots;
   for (const Node& n : g.nodes) {

@@ -4,8 +4,7 @@
 
 namespace minigpt::compile {
 
-Graph remove_dead(const Graph& src) {
-  Graph g = src;
+Graph remove_dead(Graph g) {
   std::vector<char> live(g.tensors.size(), 0);
   for (int id : g.outputs) live[static_cast<size_t>(id)] = 1;
   std::vector<char> keep(g.nodes.size(), 0);
@@ -17,7 +16,7 @@ Graph remove_dead(const Graph& src) {
   }
   std::vector<Node> nodes;
   for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (keep[i]) nodes.push_back(g.nodes[i]);
+    if (keep[i]) nodes.push_back(std::move(g.nodes[i]));
   g.nodes = std::move(nodes);
   reindex(g);
   return g;
