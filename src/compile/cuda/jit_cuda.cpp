@@ -132,14 +132,16 @@ std::string nvrtc_version() {
 }
 
 std::string device_arch() {
-  int dev = 0;
-  cudaDeviceProp p{};
+  int dev = 0, major = 0, minor = 0;
   const cudaError_t st = cudaGetDevice(&dev);
   MINIGPT_CHECK(st == cudaSuccess, "jit (cuda): no CUDA device visible ({})", cudaGetErrorString(st));
-  const cudaError_t sp = cudaGetDeviceProperties(&p, dev);
-  MINIGPT_CHECK(sp == cudaSuccess, "jit (cuda): cannot read the device's properties ({})", cudaGetErrorString(sp));
+  // two attributes, not cudaGetDeviceProperties (which fills every field, some slow to query: it
+  // runs on every compile, cache hits included)
+  cudaError_t sp = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (sp == cudaSuccess) sp = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  MINIGPT_CHECK(sp == cudaSuccess, "jit (cuda): cannot read the device's compute capability ({})", cudaGetErrorString(sp));
   // Hopper: sm_90a (wgmma, setmaxnreg: code for exactly this architecture)
-  return fmt::format("sm_{}{}{}", p.major, p.minor, p.major == 9 && p.minor == 0 ? "a" : "");
+  return fmt::format("sm_{}{}{}", major, minor, major == 9 && minor == 0 ? "a" : "");
 }
 
 std::vector<std::string> nvrtc_options(const std::string& arch) {
