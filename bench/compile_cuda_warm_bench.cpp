@@ -53,7 +53,7 @@ CudaJitRequest request() {
   const CudaLowered l = lower_cuda(graph(), PassOptions{}, sm90_default());
   CudaJitRequest req;
   req.source = l.code.source;
-  req.key_extra = fmt::format("codegen_cuda v{} graph {} generated-gemm pdl", kCodegenCudaVersion, graph_hash(l.schedule.graph));
+  req.key_extra = fmt::format("codegen_cuda v{} graph {} generated-gemm pdl", kCodegenCudaVersion, l.code.graph_hash);
   req.name = graph().name;
   req.arch = "sm_90a";
   req.cache_dir = std::filesystem::temp_directory_path() / "minigpt_compile_cuda_warm_bench";
@@ -102,7 +102,7 @@ void BM_WholeHitCpuSide(benchmark::State& state) {
     const Graph g = capture_gpt(shipped_config(), 2, 16);
     const CudaLowered l = lower_cuda(g, PassOptions{}, sm90_default());
     req.source = l.code.source;
-    req.key_extra = fmt::format("codegen_cuda v{} graph {} generated-gemm pdl", kCodegenCudaVersion, graph_hash(l.schedule.graph));
+    req.key_extra = fmt::format("codegen_cuda v{} graph {} generated-gemm pdl", kCodegenCudaVersion, l.code.graph_hash);
     const CudaBinary b = cuda_jit_compile(req);
     if (!b.cache_hit) state.SkipWithError("not a cache hit");
     benchmark::DoNotOptimize(b);

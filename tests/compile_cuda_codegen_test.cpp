@@ -56,6 +56,21 @@ std::string code_only(const std::string& src) {
 
 }  // namespace
 
+TEST(CompileCudaCodegen, CodeCarriesThePlannedGraphsHash) {
+  // the runner keys its cubin cache on code.graph_hash (computed once, in generate_cuda)
+  const ModelConfig c = compile_tiny_config();
+  for (const Graph& g : {capture_tinyhead(2), capture_gpt(c, 2, 16), capture_gpt_decode(c)}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      CudaCodegenOptions cg;
+      cg.generated_gemm = variant > 0;
+      cg.megakernel = variant == 2;
+      const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
+      EXPECT_EQ(l.code.graph_hash, graph_hash(l.schedule.graph)) << g.name << " variant " << variant;
+      EXPECT_TRUE(contains(l.code.source, "(hash " + l.code.graph_hash + ")")) << g.name;
+    }
+  }
+}
+
 TEST(CompileCudaCodegen, TinyHeadIsAGeneratedFusedSoftmaxAfterCublas) {
   const CudaLowered l = lower_default(capture_tinyhead(2));
   ASSERT_EQ(l.schedule.kernels.size(), 2u);

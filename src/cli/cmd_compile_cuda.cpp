@@ -139,7 +139,7 @@ void run_compile_cuda(const CompileCudaRequest& r) {
     const CudaLowered l = lower_cuda(captured, PassOptions{}, cg);
     CudaJitRequest req;
     req.source = l.code.source;
-    req.key_extra = fmt::format("codegen_cuda v{} graph {} cli", kCodegenCudaVersion, graph_hash(l.schedule.graph));
+    req.key_extra = fmt::format("codegen_cuda v{} graph {} cli", kCodegenCudaVersion, l.code.graph_hash);
     req.name = captured.name;
     req.arch = "sm_90a";
     const CudaBinary b = cuda_jit_compile(req);

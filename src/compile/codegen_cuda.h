@@ -178,6 +178,7 @@ struct CudaCode {
   std::vector<CudaKernelText> kernels;  // one per scheduled kernel, for the debug files
   std::vector<CudaLaunch> launches;     // in order; scheduled kernel k's launches share its name
   bool pdl = false;                     // launch with programmatic stream serialization
+  std::string graph_hash;               // graph_hash(s.graph), as the source's first line names it
 };
 
 // The schedule's kernel names start "cpp_" (schedule.cpp names them for the C++ back end);

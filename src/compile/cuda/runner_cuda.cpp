@@ -389,7 +389,7 @@ void CudaCompiledGraph::build(const CudaCompileOptions& opt, const CudaCodegenOp
   const Graph& g = lowered_.schedule.graph;
   CudaJitRequest req;
   req.source = lowered_.code.source;
-  req.key_extra = fmt::format("codegen_cuda v{} graph {} {}", kCodegenCudaVersion, graph_hash(g), variant);
+  req.key_extra = fmt::format("codegen_cuda v{} graph {} {}", kCodegenCudaVersion, lowered_.code.graph_hash, variant);
   req.name = captured_.name;
   req.cache_dir = opt.cache_dir;
   const CudaBinary bin = cuda_jit_compile(req);
