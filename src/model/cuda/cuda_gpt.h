@@ -15,7 +15,7 @@
 //          runs the megakernel's decode LOOP instead: one launch for all the tokens, each chosen
 //          on the GPU (H200: 53.7k tokens/s greedy against step()'s 27k). The default
 //          because it measured fastest (H200: forward (2, 16) 63 us against Fused's 140, a
-//          decode step 34 us against 148; figures and what limits them in gpt_mega.h).
+//          decode step 34 us against 148; figures and what limits them in docs/MEGAKERNEL.md).
 //   Fused  kernels/cuda/gpt_layer.h: per layer (embedding + ln1 + qkv + attention) and
 //          (proj + residual + ln2 + fc1 + GELU + fc2 + residual), then (ln_f + lm_head + softmax):
 //          9 kernels for the shipped model. Falls back to PerOp where its shared memory does not
