@@ -248,9 +248,11 @@ print(f"{first:<56}{'B':>4}{'T':>4}{'median':>11}{'tokens/s':>12}{'ratio':>8}")
 for row in r["rows"]:
     med = row.get("median_us", row.get("median_ms"))
     unit = "us" if "median_us" in row else "ms"
+    if med is not None and unit == "us" and med >= 1e5:  # a first call (compile): seconds
+        med, unit = med / 1e6, "s"
     tps, ratio = row.get("tokens_per_s"), row.get("cpp_speedup")
     print(f"{str(row.get(first))[:55]:<56}{row.get('B'):>4}{row.get('T'):>4}"
-          f"{(f'{med:.4g} {unit}' if med is not None else '-'):>11}"
+          f"{(f' {med:.4g} {unit}' if med is not None else '-'):>11}"
           f"{(f'{tps:.0f}' if tps else '-'):>12}{(f'{ratio:.2f}' if ratio else '-'):>8}")
 PY
 done

@@ -181,7 +181,7 @@ __device__ __forceinline__ void store_remote4(float* local, float4 v, unsigned r
 // read) needs no ordering of this CTA's earlier stores, and the mbarriers' initialisation is
 // published by fence.mbarrier_init (CUTLASS's pairing: that fence, then a relaxed arrive). With
 // .release (MEMBAR.ALL.GPU + ERRBAR, every thread, after the embedding's global loads) it took
-// ~1.5k of the forward's first 4.1k cycles (H200, stage trace; gpt_mega.h "fences").
+// ~1.5k of the forward's first 4.1k cycles (H200, stage trace; docs/MEGAKERNEL.md "fences").
 __device__ __forceinline__ void cluster_arrive_relaxed() {
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 }
@@ -261,7 +261,7 @@ struct Net {
   // st.async's complete_tx, which the wait acquires at cluster scope). As release.cluster it cost
   // thread 0 a MEMBAR.ALL.GPU + ERRBAR + CGAERRBAR before every arrival, i.e. the round trip of
   // its own remote stores on every stage's critical path (H200: forward 42.8 -> 39.4 us with the
-  // start's relaxed cluster arrival, gpt_mega.h "fences"). The wait's acquire at CTA scope (no
+  // start's relaxed cluster arrival, docs/MEGAKERNEL.md "fences"). The wait's acquire at CTA scope (no
   // CCTL.IVALL) measured no faster, so it stays .cluster.
   __device__ __forceinline__ void wait(int bar, unsigned bytes, unsigned parity) const {
     if constexpr (!kP2P) {
@@ -401,7 +401,7 @@ __device__ __forceinline__ float4 att_row_split(const float* row, int n, const f
 // statistics; the mean stays within an ulp, 1/sigma within rsqrtf's 2 ulps. Measured (H200, stage
 // timestamps): ~1.1-1.3k -> ~0.85-1.1k cycles per LayerNorm (one pass); the float rsqrtf and the
 // row's values kept in registers (not read again for the output): ln2 1.05k -> 0.9-0.94k, ln1
-// 0.88k -> 0.75k (gpt_mega.h "layernorm"). 8 lanes per row (3 steps, 8 values per lane) measured
+// 0.88k -> 0.75k (docs/MEGAKERNEL.md "layernorm"). 8 lanes per row (3 steps, 8 values per lane) measured
 // the same as 16 (forward 43.4 / 43.6 us against 43.4 / 43.8), so not kept; float statistics
 // (two-pass, or one pass shifted by the row's first value) were faster still but not kept: their
 // rounding depends on the lanes' split, so the device loop's 32-lane LayerNorms no longer matched

@@ -538,7 +538,7 @@ void CudaGPT::forward(const int32_t* ids, int64_t B, int64_t T, Tensor& logits, 
 //     node update's host cost takes back most of the gain).
 //   step() waits with cudaStreamSynchronize. (Per-CTA done flags in mapped host memory that
 //     step() spun on measured no faster: the kernel's system-scope fence before the flag cost
-//     about what the wait saved; gpt_mega.h has the figures.)
+//     about what the wait saved; docs/MEGAKERNEL.md "now" has the figures.)
 
 struct CudaDecoder::Impl {
   const CudaGPT::Impl* model;

@@ -13,9 +13,10 @@
 //          kernel's arguments (its graph node updated per step) and writes its logits to mapped
 //          host memory: no copies in its graph (switches in cuda_gpt.cpp). CudaDecoder::generate
 //          runs the megakernel's decode LOOP instead: one launch for all the tokens, each chosen
-//          on the GPU (H200: 53.7k tokens/s greedy against step()'s 27k). The default
-//          because it measured fastest (H200: forward (2, 16) 63 us against Fused's 140, a
-//          decode step 34 us against 148; figures and what limits them in gpt_mega.h).
+//          on the GPU (H200: 55.1k tokens/s greedy against step()'s 30k). The default because
+//          it measured fastest (H200, experiments/25-compile/REPORT.md 7k: forward (2, 16) 39 us
+//          against Fused's 140, a decode step() 33 us against 148; figures and what limits them
+//          in docs/MEGAKERNEL.md).
 //   Fused  kernels/cuda/gpt_layer.h: per layer (embedding + ln1 + qkv + attention) and
 //          (proj + residual + ln2 + fc1 + GELU + fc2 + residual), then (ln_f + lm_head + softmax):
 //          9 kernels for the shipped model. Falls back to PerOp where its shared memory does not
