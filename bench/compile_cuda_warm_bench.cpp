@@ -15,6 +15,7 @@
 // load, arena, graph capture; 1.2-1.4 ms on the H200).
 #include "compile/capture.h"
 #include "compile/cuda/jit_cuda.h"
+#include "compile/cuda/runner_cuda.h"
 #include "compile/lower_cuda.h"
 #include "compile/passes/passes.h"
 #include "compile/schedule.h"
@@ -35,18 +36,15 @@ ModelConfig shipped_config() {
   return c;
 }
 
-// default_cuda_variant on sm_90 (every matmul at most kLaunchBoundRows rows)
-CudaCodegenOptions sm90_default() {
-  CudaCodegenOptions cg;
-  cg.generated_gemm = true;
-  cg.pdl = true;
-  cg.fuse_mlp = true;
-  return cg;
-}
-
 const Graph& graph() {
   static const Graph g = capture_gpt(shipped_config(), 2, 16);
   return g;
+}
+
+// the runner's default rule on sm_90 (every matmul at most kLaunchBoundRows rows: generated GEMMs, PDL, clusters)
+CudaCodegenOptions sm90_default() {
+  std::string why;
+  return default_cuda_variant_for(graph(), 9, why);
 }
 
 CudaJitRequest request() {

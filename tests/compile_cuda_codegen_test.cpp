@@ -71,6 +71,25 @@ TEST(CompileCudaCodegen, CodeCarriesThePlannedGraphsHash) {
   }
 }
 
+#ifdef MINIGPT_HAVE_CUDA_COMPILE
+TEST(CompileCudaCodegen, DefaultVariantRuleByRowsAndComputeCapability) {
+  // the runner's rule (default_cuda_variant on the GPU it finds), asked for a given architecture
+  const ModelConfig c = compile_tiny_config();
+  std::string why;
+  const CudaCodegenOptions hopper = default_cuda_variant_for(capture_gpt(c, 2, 16), 9, why);
+  EXPECT_TRUE(hopper.generated_gemm && hopper.pdl && hopper.fuse_mlp) << why;
+  EXPECT_TRUE(contains(why, "PDL")) << why;
+  const CudaCodegenOptions ampere = default_cuda_variant_for(capture_gpt(c, 2, 16), 8, why);
+  EXPECT_TRUE(ampere.generated_gemm) << why;
+  EXPECT_FALSE(ampere.pdl || ampere.fuse_mlp) << why;
+  // more rows than kLaunchBoundRows in a matmul: cuBLAS on any GPU
+  const int64_t B = kLaunchBoundRows / c.block_size + 1;
+  const CudaCodegenOptions big = default_cuda_variant_for(capture_gpt(c, B, c.block_size), 9, why);
+  EXPECT_FALSE(big.generated_gemm || big.pdl) << why;
+  EXPECT_TRUE(contains(why, "cuBLAS")) << why;
+}
+#endif
+
 TEST(CompileCudaCodegen, TinyHeadIsAGeneratedFusedSoftmaxAfterCublas) {
   const CudaLowered l = lower_default(capture_tinyhead(2));
   ASSERT_EQ(l.schedule.kernels.size(), 2u);

@@ -242,6 +242,10 @@ double time_captured_us(cudaStream_t stream, const std::function<void(cudaStream
 }
 
 CudaCodegenOptions default_cuda_variant(const Graph& captured, std::string& why) {
+  return default_cuda_variant_for(captured, device_cc_major(), why);
+}
+
+CudaCodegenOptions default_cuda_variant_for(const Graph& captured, int major, std::string& why) {
   int64_t rows = 0;
   for (const Node& n : captured.nodes)
     if (n.op == Op::Matmul) rows = std::max(rows, captured.tensor(n.inputs[0]).rows());
@@ -250,7 +254,6 @@ CudaCodegenOptions default_cuda_variant(const Graph& captured, std::string& why)
     why = fmt::format("default rule: a matmul of {} rows (> {}): cuBLAS", rows, kLaunchBoundRows);
     return cg;
   }
-  const int major = device_cc_major();
   cg.generated_gemm = true;
   cg.pdl = major >= 9;
   cg.fuse_mlp = major >= 9;  // the MLP kernel's clusters need sm_90 (its block form loses on the H200)

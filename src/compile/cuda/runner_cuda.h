@@ -78,6 +78,9 @@ struct CudaCompileStats {
 // (mlp_push: one cluster barrier, not two), 32.6 us against 34.0 pulled in the same run (7j).
 inline constexpr int64_t kLaunchBoundRows = 256;
 CudaCodegenOptions default_cuda_variant(const Graph& captured, std::string& why);
+// The same rule for a GPU of compute capability `cc_major` (asks no GPU: benches and tests on a
+// machine without one name the variant an H200 runs).
+CudaCodegenOptions default_cuda_variant_for(const Graph& captured, int cc_major, std::string& why);
 
 // Whether a CUDA GPU is visible (and the driver answers).
 bool cuda_gpu_visible();
