@@ -134,6 +134,15 @@ __device__ __forceinline__ void gemm4(const float* a, int lda, int rows, const f
   }
 }
 
+// Elements [e, e + 4) of a row's embedding: token `id`'s row of wte plus position ps's row of wpe;
+// an id outside [0, V) gives NaNs (the host checks ids first; a kernel never reads out of bounds).
+// Both the forward's overlapped start and the generic embedding (section 3 of the kernel) use it.
+__device__ __forceinline__ float4 embed4(const MegaParams& p, int id, int ps, int e, int C, int V) {
+  const float4 pe = __ldg(reinterpret_cast<const float4*>(p.wpe + static_cast<int64_t>(ps) * C + e));
+  if (id < 0 || id >= V) return make_float4(CUDART_NAN_F, CUDART_NAN_F, CUDART_NAN_F, CUDART_NAN_F);
+  return add4(__ldg(reinterpret_cast<const float4*>(p.wte + static_cast<int64_t>(id) * C + e)), pe);
+}
+
 // Stage A of layer l: every (sequence b, head hh) item of this CTA (items r, r + R, ...; all of
 // head r % H): ln1 of b's rows, the head's q, k, v, causal attention; att pushed to every CTA,
 // or (head_proj) kept here and its part of proj, att_h proj.weight[:, head's columns]^T for every
@@ -384,15 +393,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           const int f = f0 + j * kE, m = f * 4 / C, e = f * 4 % C;
-          v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-          if (f >= n4) continue;
-          const float4 pe = __ldg(reinterpret_cast<const float4*>(p.wpe + static_cast<int64_t>(pos0 + m % d.T) * C + e));
-          if (id[j] < 0 || id[j] >= d.V) {
-            v[j] = make_float4(CUDART_NAN_F, CUDART_NAN_F, CUDART_NAN_F, CUDART_NAN_F);
-          } else {
-            const float4 te = __ldg(reinterpret_cast<const float4*>(p.wte + static_cast<int64_t>(id[j]) * C + e));
-            v[j] = add4(te, pe);
-          }
+          v[j] = f < n4 ? embed4(p, id[j], pos0 + m % d.T, e, C, d.V) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
@@ -432,14 +433,8 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_kernel(const __grid_cons
       const int i = i0 + (j * kThreads + tid) * 4;
       v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
       if (i < N * C) {
-        const int m = i / C, e = i % C, id = ids[m], ps = pos0 + m % d.T;
-        if (id < 0 || id >= d.V) {
-          v[j] = make_float4(CUDART_NAN_F, CUDART_NAN_F, CUDART_NAN_F, CUDART_NAN_F);
-        } else {
-          const float4 te = __ldg(reinterpret_cast<const float4*>(p.wte + static_cast<int64_t>(id) * C + e));
-          const float4 pe = __ldg(reinterpret_cast<const float4*>(p.wpe + static_cast<int64_t>(ps) * C + e));
-          v[j] = add4(te, pe);
-        }
+        const int m = i / C;
+        v[j] = embed4(p, ids[m], pos0 + m % d.T, i % C, C, d.V);
       }
     }
 #pragma unroll
