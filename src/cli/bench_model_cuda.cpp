@@ -3,7 +3,8 @@
 // the PyTorch peer's reduce-overhead row is timed); the host-API rows are wall clock. Weights and
 // activations stay in L2 between calls (2.4 MB of weights in a 60 MB L2): the launch-bound
 // case the goal is about, not flushed. Rows: the default path (the megakernel where it takes the
-// shape), the megakernel at smaller clusters where they fit, and every other path.
+// shape), the megakernel at smaller clusters where they fit, the forward split by rows at 1, 2
+// and 4 rows per CTA, and every other path.
 #include "cli/bench_model_cuda.h"
 
 #include "core/error.h"
@@ -68,6 +69,7 @@ double forward_graph_us(const GrammarMiniGPT& model, CudaGPTOptions options, con
 // gpu-check summary shows 55 characters of a row's name)
 std::string forward_label(const CudaGPT& gpu, int64_t B, int64_t T) {
   const int R = gpu.mega_cluster_for(B, T);
+  if (const int rp = gpu.mega_rows_for(B, T)) return fmt::format("megakernel by rows, cluster {} ({} per CTA)", R, rp);
   if (R) return fmt::format("megakernel, cluster {}{}", R, gpu.mega_head_proj_for(B, T) ? ", proj by heads" : "");
   return path_name(gpu.path_for(B, T));
 }
@@ -131,6 +133,12 @@ CudaModelTimes bench_model_cuda(const GrammarMiniGPT& model, const std::vector<i
     if (small.mega_cluster_for(B, T) == R)
       forward_row(fmt::format("forward graph, megakernel, cluster {}", R),
                   forward_graph_us(model, small.options(), ids, B, T, runs, warmup, nullptr), runs);
+  }
+  for (int rp : {1, 2, 4}) {  // the forward split by rows (gpt_mega_rows.h), where it takes the shape
+    CudaGPT rows(model, {.path = Path::Mega, .mega_rows = rp});
+    if (rows.mega_rows_for(B, T) == rp)
+      forward_row(fmt::format("forward graph, megakernel by rows, cluster {} ({} per CTA)", rows.mega_cluster_for(B, T), rp),
+                  forward_graph_us(model, rows.options(), ids, B, T, runs, warmup, nullptr), runs);
   }
   {  // the other proj (by heads, or by columns where the default takes heads), where it fits
     using Proj = CudaGPTOptions::MegaProj;

@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace {
@@ -290,6 +291,93 @@ TEST(CudaModel, MegakernelGenericDimsMatchTheCpu) {
     const auto cpu = cpu_dec.step(ids[static_cast<size_t>(t)], pool);
     ASSERT_LE(max_abs_diff(g.data(), cpu.data(), g.size()), kLogitTol) << "decode position " << t;
   }
+}
+
+// The forward split by rows (kernels/cuda/gpt_mega_rows.h) at 1, 2 and 4 rows per CTA, on the
+// shipped model and on the small random one (the same architecture, V 50): logits and probs
+// within 1e-5 of the CPU at (2, 16) and the other shapes it takes, bitwise the same for every
+// rows per CTA (a row's arithmetic does not depend on which CTA runs it), the same top-1 as the
+// CPU on every probe; a T past 16 rows per CTA runs the weight-split plan instead.
+TEST(CudaModel, MegakernelByRowsMatchesTheCpu) {
+  REQUIRE_GPU();
+  if (!std::filesystem::exists(kShipped)) GTEST_SKIP() << "shipped model missing: " << kShipped;
+  ModelFile file = load_model(kShipped);
+  const Tokenizer tok(file.vocab);
+  GrammarMiniGPT shipped(file.config, std::move(file.weights));
+  const GrammarMiniGPT small(small_config(), ModelWeights::init_random(small_config(), 31));
+  ThreadPool pool(1);
+  using Shape2 = std::pair<int64_t, int64_t>;
+  for (const GrammarMiniGPT* model : {static_cast<const GrammarMiniGPT*>(&shipped), &small}) {
+    const int64_t V = model->config().vocab_size;
+    std::vector<std::vector<float>> first;  // per shape: rp = 1's logits and probs
+    for (int rp : {1, 2, 4}) {
+      SCOPED_TRACE("rows per CTA " + std::to_string(rp) + ", V " + std::to_string(V));
+      CudaGPT gpu(*model, {.path = CudaGPTOptions::Path::Mega, .mega_rows = rp});
+      size_t at = 0;
+      uint32_t seed = 40;
+      for (auto [B, T] : {Shape2{2, 16}, Shape2{1, 16}, Shape2{2, 8}, Shape2{4, 16}, Shape2{3, 5}, Shape2{1, 1}}) {
+        ASSERT_EQ(gpu.mega_rows_for(B, T), rp) << "B=" << B << " T=" << T;
+        EXPECT_EQ(gpu.mega_cluster_for(B, T), (T + rp - 1) / rp);
+        EXPECT_EQ(gpu.path_for(B, T), CudaGPTOptions::Path::Mega);
+        expect_forward_matches(*model, gpu, B, T, seed);
+        const auto ids = random_ids(B * T, static_cast<int32_t>(V), seed++);
+        Tensor logits, probs;
+        gpu.forward(ids.data(), B, T, logits, probs);
+        for (const Tensor* out : {&logits, &probs}) {
+          std::vector<float> v(out->data(), out->data() + out->numel());
+          if (rp == 1) first.push_back(v);
+          else EXPECT_EQ(v, first[at]) << "not bitwise rp = 1's at B=" << B << " T=" << T;
+          ++at;
+        }
+      }
+      // past 16 rows per CTA (the small model's block is 24): the weight-split megakernel
+      if (rp == 1) {
+        EXPECT_EQ(gpu.mega_rows_for(1, 24), 0);
+        EXPECT_GT(gpu.mega_cluster_for(1, 24), 0);
+        expect_forward_matches(*model, gpu, 1, 24, 50);
+      }
+    }
+  }
+  // every grammar probe and "Yesterday I" on the shipped model, one forward per prompt
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int32_t> yesterday = {Tokenizer::kBos};
+  for (int32_t id : tok.encode("Yesterday I").ids) yesterday.push_back(id);
+  prompts.push_back(yesterday);
+  for (const auto& probe : data::load_probes(std::string(MINIGPT_SOURCE_DIR) + "/tests/probes/grammar_probes.tsv"))
+    prompts.push_back(data::probe_input_ids(probe, tok));
+  const int64_t V = shipped.config().vocab_size;
+  CudaGPT gpu(shipped, {.path = CudaGPTOptions::Path::Mega, .mega_rows = 2});
+  double worst = 0.0;
+  int by_rows = 0;
+  for (const auto& ids : prompts) {
+    const int64_t T = static_cast<int64_t>(ids.size());
+    by_rows += gpu.mega_rows_for(1, T) == 2;
+    Tensor logits, probs, glogits, gprobs;
+    shipped.forward(ids.data(), 1, T, logits, probs, pool);
+    gpu.forward(ids.data(), 1, T, glogits, gprobs);
+    ASSERT_EQ(argmax(glogits.data() + (T - 1) * V, V), argmax(logits.data() + (T - 1) * V, V)) << "prompt of " << T;
+    worst = std::max(worst, max_abs_diff(glogits.data(), logits.data(), static_cast<size_t>(logits.numel())));
+    worst = std::max(worst, max_abs_diff(gprobs.data(), probs.data(), static_cast<size_t>(probs.numel())));
+  }
+  EXPECT_LE(worst, kLogitTol);
+  EXPECT_GT(by_rows, 0);
+  std::printf("megakernel by rows (2 per CTA): %zu prompts (%d by rows), same top-1, max |logit or prob diff| = %.3g\n",
+              prompts.size(), by_rows, worst);
+}
+
+// Options the row-split forward does not take are clear errors.
+TEST(CudaModel, MegakernelByRowsBadOptionsAreClearErrors) {
+  REQUIRE_GPU();
+  const ModelConfig c = small_config();
+  GrammarMiniGPT model(c, ModelWeights::init_random(c, 32));
+  EXPECT_ERROR(CudaGPT(model, {.mega_rows = 3}), "rows per CTA must be 1, 2 or 4");
+  setenv("MINIGPT_MEGA_ROWS", "5", 1);
+  EXPECT_ERROR(CudaGPT{model}, "MINIGPT_MEGA_ROWS=5");
+  setenv("MINIGPT_MEGA_ROWS", "2", 1);
+  CudaGPT by_env(model);
+  unsetenv("MINIGPT_MEGA_ROWS");
+  EXPECT_EQ(by_env.mega_rows_for(1, 16), 2);
+  expect_forward_matches(model, by_env, 1, 16, 34);
 }
 
 TEST(CudaModel, BadIdsAreClearErrors) {

@@ -134,15 +134,6 @@ __device__ __forceinline__ void gemm4(const float* a, int lda, int rows, const f
   }
 }
 
-// Elements [e, e + 4) of a row's embedding: token `id`'s row of wte plus position ps's row of wpe;
-// an id outside [0, V) gives NaNs (the host checks ids first; a kernel never reads out of bounds).
-// Both the forward's overlapped start and the generic embedding (section 3 of the kernel) use it.
-__device__ __forceinline__ float4 embed4(const MegaParams& p, int id, int ps, int e, int C, int V) {
-  const float4 pe = __ldg(reinterpret_cast<const float4*>(p.wpe + static_cast<int64_t>(ps) * C + e));
-  if (id < 0 || id >= V) return make_float4(CUDART_NAN_F, CUDART_NAN_F, CUDART_NAN_F, CUDART_NAN_F);
-  return add4(__ldg(reinterpret_cast<const float4*>(p.wte + static_cast<int64_t>(id) * C + e)), pe);
-}
-
 // Stage A of layer l: every (sequence b, head hh) item of this CTA (items r, r + R, ...; all of
 // head r % H): ln1 of b's rows, the head's q, k, v, causal attention; att pushed to every CTA,
 // or (head_proj) kept here and its part of proj, att_h proj.weight[:, head's columns]^T for every
@@ -635,23 +626,6 @@ MegaKernel kernel_for(const MegaDims& d) {
     return trace ? gpt_mega_kernel<KF, false, true> : gpt_mega_kernel<KF, false>;
   }
   return d.split_k ? gpt_mega_kernel<Fixed<0, 0, 0>, true> : gpt_mega_kernel<Fixed<0, 0, 0>, false>;
-}
-
-// Raises the kernel's limits to what (R, smem) need; false if the device cannot. The shared
-// memory limit is always set to the device's maximum: a graph captured with a larger launch
-// must stay valid after a smaller shape is prepared.
-bool prepare_kernel(MegaKernel kernel, int R, size_t smem) {
-  const int optin = optin_smem();
-  if (smem > static_cast<size_t>(optin)) return false;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  if (R > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return true;
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// The building blocks gpt_mega.h's two kernels share: gpt_mega.cu's forward / decode step
-// (gpt_mega_kernel) and gpt_mega_generate.cu's device decode loop. Internal: included by those two
-// files only; an unnamed namespace, so each gets its own copy (inline device code, the layout).
+// The building blocks gpt_mega.h's kernels share: gpt_mega.cu's forward / decode step
+// (gpt_mega_kernel), gpt_mega_generate.cu's device decode loop and gpt_mega_rows.cu's row-split
+// forward. Internal: included by those three files only; an unnamed namespace, so each gets its own copy (inline device code, the layout).
 // One cluster of R CTAs, 512 threads each.
 // Shared memory of every CTA (floats, every region 16-byte aligned; rows padded by 4 floats so
 // that 16-byte reads of 8 consecutive rows hit distinct banks):
@@ -219,6 +219,31 @@ __device__ __forceinline__ void st_async2(unsigned remote, float2 v, unsigned re
                "f"(v.x), "f"(v.y), "r"(remote_bar)
                : "memory");
 }
+__device__ __forceinline__ void st_async1(unsigned remote, float v, unsigned remote_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];\n" ::"r"(remote), "f"(v),
+               "r"(remote_bar)
+               : "memory");
+}
+// A hand-over's two halves (Net::wait below, gpt_mega_rows.cu's k, v exchange): one thread's
+// arrival announcing the `bytes` the other CTAs' st.async will complete on `bar` (relaxed: it
+// publishes nothing, see Net::wait), and every thread's wait for phase `parity`, acquiring the
+// remote stores at cluster scope.
+__device__ __forceinline__ void stage_arrive(uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(detail::smem_address(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void stage_wait(uint64_t* bar, unsigned parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(detail::smem_address(bar)),
+      "r"(parity)
+      : "memory");
+}
 template <bool kP2P>
 struct Net {
   uint64_t* bars;  // kP2P: this CTA's kNetBars stage mbarriers (the same offsets in every CTA)
@@ -268,20 +293,8 @@ struct Net {
       cluster_sync_all();
     } else {
       __syncthreads();  // this CTA's own share (plain stores) is written
-      if (threadIdx.x == 0)
-        asm volatile("mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(
-                         detail::smem_address(bars + bar)),
-                     "r"(bytes)
-                     : "memory");
-      asm volatile(
-          "{\n"
-          ".reg .pred done;\n"
-          "WAIT:\n"
-          "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-          "@!done bra WAIT;\n"
-          "}\n" ::"r"(detail::smem_address(bars + bar)),
-          "r"(parity)
-          : "memory");
+      if (threadIdx.x == 0) stage_arrive(bars + bar, bytes);
+      stage_wait(bars + bar, parity);
     }
   }
 };
@@ -573,6 +586,33 @@ cudaLaunchConfig_t launch_config(int R, size_t smem, cudaStream_t stream, cudaLa
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   return cfg;
+}
+
+// Elements [e, e + 4) of a row's embedding: token `id`'s row of wte plus position ps's row of wpe;
+// an id outside [0, V) gives NaNs (the host checks ids first; a kernel never reads out of bounds).
+// gpt_mega.cu's forward (its overlapped start and the generic embedding) and gpt_mega_rows.cu use it.
+__device__ __forceinline__ float4 embed4(const MegaParams& p, int id, int ps, int e, int C, int V) {
+  const float4 pe = __ldg(reinterpret_cast<const float4*>(p.wpe + static_cast<int64_t>(ps) * C + e));
+  if (id < 0 || id >= V) return make_float4(CUDART_NAN_F, CUDART_NAN_F, CUDART_NAN_F, CUDART_NAN_F);
+  return add4(__ldg(reinterpret_cast<const float4*>(p.wte + static_cast<int64_t>(id) * C + e)), pe);
+}
+
+// Raises the kernel's limits to what (R, smem) need; false if the device cannot. The shared
+// memory limit is always set to the device's maximum: a graph captured with a larger launch
+// must stay valid after a smaller shape is prepared.
+template <class Kernel>
+bool prepare_kernel(Kernel kernel, int R, size_t smem) {
+  const int optin = optin_smem();
+  if (smem > static_cast<size_t>(optin)) return false;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  if (R > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return true;
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gpt_layer.h"
 #include "kernels/cuda/gpt_mega.h"
+#include "kernels/cuda/gpt_mega_rows.h"
 #include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/linear.h"
 #include "kernels/cuda/softmax.h"
@@ -84,6 +85,17 @@ CudaGPTOptions::MegaProj mega_proj_from_env() {
   if (std::strcmp(v, "heads") == 0) return Proj::Heads;
   if (std::strcmp(v, "columns") == 0) return Proj::Columns;
   MINIGPT_FAIL("MINIGPT_MEGA_PROJ={}: expected heads or columns", v);
+}
+
+// MINIGPT_MEGA_ROWS=0|1|2|4: the row-split forward's rows per CTA for a CudaGPTOptions::mega_rows
+// of -1 (0: off), so that it can be set against the weight-split megakernel from any caller
+// without a rebuild; unset: off.
+int mega_rows_from_env() {
+  const char* v = std::getenv("MINIGPT_MEGA_ROWS");
+  if (!v || !*v) return 0;
+  for (int rp : {0, 1, 2, 4})
+    if (std::strcmp(v, std::to_string(rp).c_str()) == 0) return rp;
+  MINIGPT_FAIL("MINIGPT_MEGA_ROWS={}: expected 0, 1, 2 or 4 (rows per CTA)", v);
 }
 
 void check_config(const ModelConfig& c) {
@@ -197,6 +209,12 @@ struct MegaImage {
         data(arena.floats(static_cast<int64_t>(cuda::gpt_mega_image_floats(p.dims, R)), "megakernel weight image")) {
     cuda::gpt_mega_pack(p, R, data, st);
   }
+  // The row-split forward's image (gpt_mega_rows.h): one per model, every shape and rows per CTA.
+  MegaImage(const cuda::MegaParams& p, cudaStream_t st)
+      : arena(CudaArena::aligned(cuda::gpt_mega_rows_image_floats(p.dims) * sizeof(float))),
+        data(arena.floats(static_cast<int64_t>(cuda::gpt_mega_rows_image_floats(p.dims)), "row-split weight image")) {
+    cuda::gpt_mega_rows_pack(p, data, st);
+  }
 };
 
 // One forward shape: its arena (inputs, activations, outputs) and its graph.
@@ -207,6 +225,7 @@ struct ForwardShape {
   Scratch s;
   float* probs;
   int mega = 0;  // the megakernel's cluster size; 0: the fallback path's kernels
+  int rows = 0;  // with mega: the row-split forward's rows per CTA (gpt_mega_rows); 0: gpt_mega
   cuda::MegaDims mega_dims;
   std::unique_ptr<MegaImage> mega_image;  // with mega
   std::unique_ptr<cuda::CapturedLaunches> graph;
@@ -275,6 +294,8 @@ struct CudaGPT::Impl {
   std::unique_ptr<cuda::Cublas> blas;
   cuda::FusedConfig softmax_config;
   std::list<ForwardShape> shapes;  // most recently used first
+  std::unique_ptr<MegaImage> rows_image;  // the row-split forward's weights, with its first shape
+  int rows = 0;  // the row-split forward's rows per CTA (options.mega_rows resolved); 0: off
 
   Impl(const GrammarMiniGPT& model, CudaGPTOptions opts)
       : config(model.config()), options(opts), path(resolve_path(opts.path, model.config())),
@@ -284,6 +305,13 @@ struct CudaGPT::Impl {
               (fallback == CudaGPTOptions::Path::Fused ? transposed_bytes(model.config()) : 0)) {
     MINIGPT_CHECK(opts.mega_cluster >= 0 && opts.mega_cluster <= 16,
                   "the megakernel's cluster size must be in [1, 16] (0: automatic), got {}", opts.mega_cluster);
+    MINIGPT_CHECK(opts.mega_rows == -1 || opts.mega_rows == 0 || opts.mega_rows == 1 || opts.mega_rows == 2 ||
+                      opts.mega_rows == 4,
+                  "the row-split megakernel's rows per CTA must be 1, 2 or 4 (0: off, -1: automatic), got {}",
+                  opts.mega_rows);
+    rows = opts.mega_rows >= 0 ? opts.mega_rows
+           : opts.mega_cluster == 0 && opts.mega_proj == CudaGPTOptions::MegaProj::Auto ? mega_rows_from_env()
+                                                                                         : 0;
     weights = CudaWeights::allocate(config, arena);
     upload_weights(model.weights(), config, weights);
     if (path == CudaGPTOptions::Path::Cublas)
@@ -344,6 +372,17 @@ struct CudaGPT::Impl {
   }
   int mega_cluster(int64_t B, int64_t T, bool cache) const {
     return mega_plan(B, T, cache, options.mega_cluster).cluster;
+  }
+
+  // The row-split forward's plan for (B, T): `rows` per CTA and its cluster size; {0, 0} where it
+  // is off or does not take the shape (mega_plan's kernel runs it then).
+  struct RowsPlan {
+    int rows = 0, cluster = 0;
+  };
+  RowsPlan rows_plan(int64_t B, int64_t T) const {
+    if (path != CudaGPTOptions::Path::Mega || rows == 0 || B < 1 || T < 1 || B * T > 4096) return {};
+    const int R = cuda::gpt_mega_rows_cluster(mega_dims(B, T, false), rows);
+    return R ? RowsPlan{rows, R} : RowsPlan{};
   }
 
   // The megakernel's arguments: ids (B, T) at positions *pos + t (pos null: 0), k/v caches per
@@ -437,12 +476,22 @@ struct CudaGPT::Impl {
     shapes.emplace_front(B, T, config, blas != nullptr);
     ForwardShape& f = shapes.front();
     try {
-      const MegaPlan plan = mega_plan(B, T, false, options.mega_cluster);
-      f.mega = plan.cluster;
-      f.mega_dims = plan.dims;
-      if (f.mega)
-        f.mega_image = std::make_unique<MegaImage>(
-            mega_params(f.mega_dims, f.ids, nullptr, {}, {}, f.s.logits, f.probs, nullptr), f.mega, stream.s);
+      const RowsPlan by_rows = rows_plan(B, T);
+      if (by_rows.rows) {  // by rows: one image for every shape, packed with the first
+        f.mega = by_rows.cluster;
+        f.rows = by_rows.rows;
+        f.mega_dims = mega_dims(B, T, false);
+        if (!rows_image)
+          rows_image = std::make_unique<MegaImage>(
+              mega_params(f.mega_dims, f.ids, nullptr, {}, {}, f.s.logits, f.probs, nullptr), stream.s);
+      } else {
+        const MegaPlan plan = mega_plan(B, T, false, options.mega_cluster);
+        f.mega = plan.cluster;
+        f.mega_dims = plan.dims;
+        if (f.mega)
+          f.mega_image = std::make_unique<MegaImage>(
+              mega_params(f.mega_dims, f.ids, nullptr, {}, {}, f.s.logits, f.probs, nullptr), f.mega, stream.s);
+      }
       f.graph = std::make_unique<cuda::CapturedLaunches>(
           [&](cudaStream_t st) { enqueue_forward(f, st); }, 1, stream.s);
     } catch (...) {
@@ -454,6 +503,9 @@ struct CudaGPT::Impl {
 
   void enqueue_forward(ForwardShape& f, cudaStream_t st) {
     const int64_t N = f.B * f.T, V = config.vocab_size;
+    if (f.rows)
+      return cuda::gpt_mega_rows(
+          mega_params(f.mega_dims, f.ids, nullptr, {}, {}, f.s.logits, f.probs, rows_image.get()), f.rows, st);
     if (f.mega)
       return cuda::gpt_mega(
           mega_params(f.mega_dims, f.ids, nullptr, {}, {}, f.s.logits, f.probs, f.mega_image.get()), f.mega, st);
@@ -492,8 +544,13 @@ CudaGPTOptions::Path CudaGPT::path() const { return impl_->path; }
 CudaGPTOptions::Path CudaGPT::path_for(int64_t B, int64_t T) const {
   return mega_cluster_for(B, T) ? CudaGPTOptions::Path::Mega : impl_->fallback;
 }
-int CudaGPT::mega_cluster_for(int64_t B, int64_t T) const { return impl_->mega_cluster(B, T, false); }
+int CudaGPT::mega_cluster_for(int64_t B, int64_t T) const {
+  if (const Impl::RowsPlan rows = impl_->rows_plan(B, T); rows.rows) return rows.cluster;
+  return impl_->mega_cluster(B, T, false);
+}
+int CudaGPT::mega_rows_for(int64_t B, int64_t T) const { return impl_->rows_plan(B, T).rows; }
 bool CudaGPT::mega_head_proj_for(int64_t B, int64_t T) const {
+  if (impl_->rows_plan(B, T).rows) return false;
   const Impl::MegaPlan plan = impl_->mega_plan(B, T, false, impl_->options.mega_cluster);
   return plan.cluster && plan.dims.head_proj;
 }

@@ -60,6 +60,14 @@ struct CudaGPTOptions {
   // MINIGPT_MEGA_PROJ=heads|columns in the environment overrides Auto (bench/forward_accuracy.py).
   enum class MegaProj { Auto, Columns, Heads };
   MegaProj mega_proj = MegaProj::Auto;
+  // Mega forward split by rows (kernels/cuda/gpt_mega_rows.h: a cluster per sequence, each CTA
+  // `mega_rows` rows of it, the weights streamed to every CTA) instead of by weights, for the
+  // shapes it takes (the shipped architecture, T <= 16 mega_rows); the others run the plan above.
+  // 1, 2 or 4: rows per CTA; 0: never; -1 (automatic): MINIGPT_MEGA_ROWS=0|1|2|4 in the
+  // environment where set, else 0 (not the default: see docs/MEGAKERNEL.md "rows"), and only
+  // while mega_cluster and mega_proj are automatic (they name the weight-split plan). The
+  // decode step and loop always run the weight-split kernel.
+  int mega_rows = -1;
 };
 const char* path_name(CudaGPTOptions::Path path);  // "mega", "fused", "per-op", "cublas"
 
@@ -85,6 +93,7 @@ class CudaGPT {
   // fallback (Fused, or PerOp where Fused does not fit). mega_cluster_for: its cluster size, or 0.
   CudaGPTOptions::Path path_for(int64_t B, int64_t T) const;
   int mega_cluster_for(int64_t B, int64_t T) const;
+  int mega_rows_for(int64_t B, int64_t T) const;        // the row-split forward's rows per CTA, or 0
   bool mega_head_proj_for(int64_t B, int64_t T) const;  // Mega with proj by heads
 
   // GrammarMiniGPT::forward's contract: ids (B, T) host, checked; writes host logits and probs

@@ -26,6 +26,7 @@ const CudaGPTOptions& CudaGPT::options() const { no_cuda(); }
 CudaGPTOptions::Path CudaGPT::path() const { no_cuda(); }
 CudaGPTOptions::Path CudaGPT::path_for(int64_t, int64_t) const { no_cuda(); }
 int CudaGPT::mega_cluster_for(int64_t, int64_t) const { no_cuda(); }
+int CudaGPT::mega_rows_for(int64_t, int64_t) const { no_cuda(); }
 bool CudaGPT::mega_head_proj_for(int64_t, int64_t) const { no_cuda(); }
 void CudaGPT::forward(const int32_t*, int64_t, int64_t, Tensor&, Tensor&) { no_cuda(); }
 CudaGPT::DeviceForward CudaGPT::prepare(int64_t, int64_t) { no_cuda(); }

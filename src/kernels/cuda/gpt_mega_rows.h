@@ -1,0 +1,74 @@
+// The grammar MiniGPT's forward as one launch split by ROWS (issue 14): a variant of the
+// megakernel (gpt_mega.h) for the forward only. gpt_mega splits the WEIGHTS over one cluster
+// (each CTA a slice of every layer's columns), so every GEMM ends in an all-to-all hand-over of
+// all rows (~7 dependent stages per layer). Here each sequence b gets its own cluster of
+// R = ceil(T / rp) CTAs (grid B x R) and CTA r owns the rows t in [r rp, r rp + rp) of its
+// sequence; every stage but attention's keys and values is local to those rows:
+//
+//   start      one bulk copy of the small vectors (LayerNorms, biases); the first ring pieces;
+//              x = wte[id] + wpe[t] for the CTA's rows
+//   per layer  ln1 -> q, k, v (own rows, all heads) -> own k, v rows pushed to the LATER CTAs
+//              of the cluster (causal: CTA r's rows are keys of rows >= r rp only; st.async
+//              completing on the receiver's mbarrier, the one hand-over per layer) -> wait for
+//              the earlier CTAs' rows -> causal attention of own rows, a warp per (row, head) ->
+//              proj + residual -> ln2 -> fc1 + GELU -> fc2 + residual
+//   head       ln_f -> lm_head -> softmax over the vocabulary, a warp per own row: all local.
+//
+// Every CTA needs ALL the weights (196 KB per layer, lm_head 156 KB for V 611): they stream
+// through a ring of ns slots of shared memory (~190 KB) as 1-D bulk copies (cp.async.bulk,
+// the copy engine) in consumption order, 17 KB pieces (q, k, v, proj, fc1 x 4: 64 weight rows
+// of k = 64, rows padded to 68 floats; fc2 x 4: 16 rows of k = 256 as 4 slices of 64, each
+// padded to 68; lm_head in 64-row pieces), from a global image built once per model
+// (gpt_mega_rows_pack: it does not depend on B or T). A slot is refilled with the piece ns
+// later as soon as its stage's CTA barrier says it has been read: weights never wait for
+// activations. A stage's threads wait only for the pieces they read. A cluster barrier per
+// layer (arrived after attention, waited on before the next layer's k, v pushes) keeps a fast
+// CTA from writing keys into a slower one's buffer before it has read the previous layer's.
+//
+// Numerics (the megakernel's forward, and the CPU engine's, where the summation order allows):
+// every sum over k in float in k order from 0 (q, k, v, proj, fc1, lm_head: one FMA chain per
+// output; fc2: four slices of 64 in k order added in slice order, then + b, then + x, as the
+// whole-layer kernels), LayerNorm statistics in double in one pass with a float rsqrtf
+// (gpt_mega_parts.cuh's layernorm_rows, as gpt_mega), exact-erf GELU, scores q.k (e in order)
+// times 1/sqrt(dh), warp softmax, att in key order; residuals (sum + b) + x. Logits within ~1e-5
+// of the CPU engine (tests/cuda/model_cuda_test.cpp); bitwise the same for every rp (a row's
+// arithmetic does not depend on which CTA computes it) except the probs' row sums' order.
+//
+// Limits (gpt_mega_rows_cluster says whether a shape runs): the forward only (no KV cache: the
+// decode step and loop stay gpt_mega's), the shipped architecture (C 64, H 4, F 256),
+// rp in {1, 2, 4}, R = ceil(T / rp) <= 16, lm_head's pieces (ceil(V / 64)) no more than the
+// ring's slots (the shipped V 611: 10 of 10-11), T <= block size. Launchers check and never
+// synchronise.
+//
+// Measured: docs/MEGAKERNEL.md "rows" (H200, `minigpt bench model --device cuda`: the row
+// "forward graph, megakernel by rows").
+#pragma once
+
+#include "kernels/cuda/gpt_mega.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+namespace minigpt::cuda {
+
+// Rows per CTA the row-split forward is built for.
+constexpr int kMegaRowsChoices[] = {1, 2, 4};
+
+// The cluster size (ceil(T / rp)) the row-split forward runs dims with rp rows per CTA on the
+// current device, or 0 if it does not take the shape (see Limits) or cannot be resident.
+int gpt_mega_rows_cluster(const MegaDims& d, int rp);
+// Dynamic shared memory per CTA (bytes) for dims at rp rows per CTA (0: not taken).
+size_t gpt_mega_rows_smem(const MegaDims& d, int rp);
+// Floats of the weight image for dims' model (L, C, H, F, V; B and T do not matter), 0 if the
+// architecture is not the one it takes: ~0.97 M floats (3.9 MB) for the shipped model.
+size_t gpt_mega_rows_image_floats(const MegaDims& d);
+// Enqueues the writing of p's weights into `image` (gpt_mega_rows_image_floats floats, 16-byte
+// aligned): once per model, before the launches that read it.
+void gpt_mega_rows_pack(const MegaParams& p, float* image, cudaStream_t stream);
+// Enqueues the forward: p.ids (B, T) -> p.logits (and p.probs, if set), (B*T, V); p.image from
+// gpt_mega_rows_pack; p.dims a forward (no cache) from position 0. Error if the shape is not
+// taken at rp (gpt_mega_rows_cluster). An id outside [0, V) gives NaN rows (the host checks).
+void gpt_mega_rows(const MegaParams& p, int rp, cudaStream_t stream);
+
+}  // namespace minigpt::cuda
