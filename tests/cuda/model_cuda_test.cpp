@@ -293,6 +293,17 @@ TEST(CudaModel, MegakernelGenericDimsMatchTheCpu) {
   }
 }
 
+// "Yesterday I" (first) and every grammar probe of tests/probes/grammar_probes.tsv, as ids.
+std::vector<std::vector<int32_t>> probe_prompts(const Tokenizer& tok) {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int32_t> yesterday = {Tokenizer::kBos};
+  for (int32_t id : tok.encode("Yesterday I").ids) yesterday.push_back(id);
+  prompts.push_back(yesterday);
+  for (const auto& probe : data::load_probes(std::string(MINIGPT_SOURCE_DIR) + "/tests/probes/grammar_probes.tsv"))
+    prompts.push_back(data::probe_input_ids(probe, tok));
+  return prompts;
+}
+
 // The forward split by rows (kernels/cuda/gpt_mega_rows.h) at 1, 2 and 4 rows per CTA, on the
 // shipped model and on the small random one (the same architecture, V 50): logits and probs
 // within 1e-5 of the CPU at (2, 16) and the other shapes it takes, bitwise the same for every
@@ -339,12 +350,7 @@ TEST(CudaModel, MegakernelByRowsMatchesTheCpu) {
     }
   }
   // every grammar probe and "Yesterday I" on the shipped model, one forward per prompt
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<int32_t> yesterday = {Tokenizer::kBos};
-  for (int32_t id : tok.encode("Yesterday I").ids) yesterday.push_back(id);
-  prompts.push_back(yesterday);
-  for (const auto& probe : data::load_probes(std::string(MINIGPT_SOURCE_DIR) + "/tests/probes/grammar_probes.tsv"))
-    prompts.push_back(data::probe_input_ids(probe, tok));
+  const std::vector<std::vector<int32_t>> prompts = probe_prompts(tok);
   const int64_t V = shipped.config().vocab_size;
   CudaGPT gpu(shipped, {.path = CudaGPTOptions::Path::Mega, .mega_rows = 2});
   double worst = 0.0;
@@ -402,12 +408,8 @@ TEST(CudaModel, ShippedModelSameTop1AsTheCpuOnEveryProbe) {
   CudaGPT gpu(model);
   ThreadPool pool(1);
   const int64_t V = model.config().vocab_size;
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<int32_t> yesterday = {Tokenizer::kBos};
-  for (int32_t id : tok.encode("Yesterday I").ids) yesterday.push_back(id);
-  prompts.push_back(yesterday);
-  for (const auto& probe : data::load_probes(std::string(MINIGPT_SOURCE_DIR) + "/tests/probes/grammar_probes.tsv"))
-    prompts.push_back(data::probe_input_ids(probe, tok));
+  const std::vector<std::vector<int32_t>> prompts = probe_prompts(tok);
+  const std::vector<int32_t>& yesterday = prompts.front();
   ASSERT_GT(prompts.size(), 10u);
   double worst = 0.0;
   for (const auto& ids : prompts) {

@@ -165,6 +165,10 @@ __device__ __forceinline__ void push1(float* local, float v, int R) {
   for (int q = 0; q < R; ++q)
     asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(shared_addr_in(local, q)), "f"(v) : "memory");
 }
+// v into the slot `local` names in CTA `rank` only.
+__device__ __forceinline__ void store_remote1(float* local, float v, unsigned rank) {
+  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(shared_addr_in(local, rank)), "f"(v) : "memory");
+}
 // v into the slot `local` names in CTA `rank` only (8-byte aligned).
 __device__ __forceinline__ void store_remote2(float* local, float2 v, unsigned rank) {
   asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};\n" ::"r"(shared_addr_in(local, rank)), "f"(v.x), "f"(v.y)

@@ -6,6 +6,8 @@
 
 #include "kernels/cuda/gpt_mega_parts.cuh"
 
+#include <cstring>
+
 namespace minigpt::cuda {
 namespace {
 
@@ -33,12 +35,28 @@ bool rows_arch(const MegaDims& d) {
   return d.C == kC && d.H == kH && d.F == kF && d.L >= 1 && d.L <= kMegaMaxLayers && d.V >= 1;
 }
 
+// How the k, v rows are handed over (MINIGPT_MEGA_ROWS_KV=barrier selects the second, to measure
+// one against the other):
+//   point to point (default): st.async to the later CTAs, each waiting on its mbarrier for the
+//     bytes of the earlier CTAs only; a cluster barrier arrived after attention and waited on
+//     before the next layer's pushes (off the critical path) guards the one k, v buffer;
+//   barrier: plain remote stores, then a whole-cluster barrier (release / acquire) before
+//     attention; the k, v buffers alternate by layer (a fast CTA's next layer must not overwrite
+//     the keys a slow one still reads), no barrier after attention.
+bool kv_by_barrier() {
+  static const bool barrier = [] {
+    const char* v = std::getenv("MINIGPT_MEGA_ROWS_KV");
+    return v && std::strcmp(v, "barrier") == 0;
+  }();
+  return barrier;
+}
+
 // Offsets (floats) of a CTA's shared memory (host and device): the small vectors first (as the
 // image holds them), the activations, the mbarriers, then the ring (ns slots: as many as fit,
-// at most kMaxSlots).
+// at most kMaxSlots). kv2: the k, v buffers twice (by layer parity).
 struct RowsLayout {
-  int rp, R, lm_pieces, pieces, small, ldv, x, ln, q, ks, vs, att, h, sc, lg, bars, ring, ns, total;
-  __host__ __device__ RowsLayout(const MegaDims& d, int rows) {
+  int rp, R, lm_pieces, pieces, small, ldv, x, ln, q, ks, vs, kv_stride, att, h, sc, lg, bars, ring, ns, total;
+  __host__ __device__ RowsLayout(const MegaDims& d, int rows, bool kv2) {
     rp = rows;
     R = ceil_div(d.T, rp);
     lm_pieces = ceil_div(d.V, kPieceRows);
@@ -51,8 +69,9 @@ struct RowsLayout {
     x = take(rp * kLd);
     ln = take(rp * kLd);
     q = take(rp * kLd);
-    ks = take(d.T * kLd);  // every row's k, v of the sequence (the later ones unused)
-    vs = take(d.T * kLd);
+    kv_stride = kv2 ? d.T * kLd : 0;  // layer l's k, v at ks + (l & 1) kv_stride
+    ks = take((kv2 ? 2 : 1) * d.T * kLd);  // every row's k, v of the sequence (the later ones unused)
+    vs = take((kv2 ? 2 : 1) * d.T * kLd);
     att = take(rp * kLd);
     h = take(rp * kLdH);
     sc = take(rp * kH * (d.T + 1));  // a (row, head) item's scores
@@ -85,7 +104,7 @@ __host__ __device__ inline unsigned piece_bytes(const RowsLayout& S, int L, int 
 // Block 0: the small vectors; block 1 + i: piece i (the image is zeroed first: padding defined).
 __global__ void gpt_mega_rows_pack_kernel(const __grid_constant__ MegaParams p, float* image) {
   const MegaDims& d = p.dims;
-  const RowsLayout S(d, 1);
+  const RowsLayout S(d, 1, false);
   auto vec = [&](float* dst, const float* src, int n) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
   };
@@ -225,17 +244,17 @@ struct Stamps {
 // ---- the kernel ----
 // RP rows per CTA (compile time: the accumulators are registers); the cluster (R CTAs) is one
 // sequence, blockIdx.x / R.
-template <int RP, bool kTrace>
+template <int RP, bool kTrace, bool kBarrierKv>
 __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid_constant__ MegaParams p) {
   extern __shared__ __align__(16) float sm[];
   const MegaDims& d = p.dims;
-  const RowsLayout S(d, RP);
+  const RowsLayout S(d, RP, kBarrierKv);
   const int T = d.T, V = d.V, R = S.R, L = d.L;
   const int r = static_cast<int>(cluster_ctarank()), b = static_cast<int>(blockIdx.x) / R;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int t0 = r * RP, nr = min(RP, T - t0);
   const int64_t row0 = static_cast<int64_t>(b) * T + t0;  // global row of this CTA's first row
-  float *x = sm + S.x, *ln = sm + S.ln, *qs = sm + S.q, *ks = sm + S.ks, *vs = sm + S.vs, *att = sm + S.att;
+  float *x = sm + S.x, *ln = sm + S.ln, *qs = sm + S.q, *att = sm + S.att;
   float *h = sm + S.h, *lg = sm + S.lg;
   uint64_t* bars = reinterpret_cast<uint64_t*>(sm + S.bars);
   const Ring ring{sm + S.ring, bars, p.image, S, L, V};
@@ -270,6 +289,8 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   for (int l = 0; l < L; ++l) {
     const float* sw = sm + l * kSmallLayer;
     const int pi = l * kPiecesPerLayer;
+    float* ks = sm + S.ks + (l & 1) * S.kv_stride;
+    float* vs = sm + S.vs + (l & 1) * S.kv_stride;
     layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, sw + kLn1w, sw + kLn1b, p.eps);
     __syncthreads();
     stamp(2 + 8 * l);
@@ -277,7 +298,9 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     // q, k, v: a thread per output column (q 0..63, k 64..127, v 128..191) for all rows
     const bool qkv_thread = tid < 3 * kC;
     if (qkv_thread) dot_rows<RP, kC>(ln, kLd, ring.wait(pi + tid / kPieceRows) + (tid % kPieceRows) * kLd, acc);
-    cluster_wait();  // every CTA has read the previous layer's k, v (layer 0: every CTA runs)
+    // every CTA has read the previous layer's k, v (layer 0: every CTA runs); by barrier: the
+    // barrier of the previous layer's hand-over did that
+    if (!kBarrierKv || l == 0) cluster_wait();
     if (qkv_thread) {
       const int part = tid / kC, c = tid % kC;
       const float bias = sw[kQkvb + tid];
@@ -290,18 +313,29 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
         } else {  // to this CTA and every later one (their rows attend to it)
           float* dst = (part == 1 ? ks : vs) + (t0 + i) * kLd + c;
           *dst = v;
-          for (int q = r + 1; q < R; ++q) st_async1(shared_addr_in(dst, q), v, shared_addr_in(&bars[kBarKv], q));
+          for (int q = r + 1; q < R; ++q) {
+            if constexpr (kBarrierKv)
+              store_remote1(dst, v, static_cast<unsigned>(q));
+            else
+              st_async1(shared_addr_in(dst, q), v, shared_addr_in(&bars[kBarKv], q));
+          }
         }
       }
     }
     stamp(3 + 8 * l);
     // the earlier CTAs' rows: t0 rows of k and v
-    __syncthreads();
-    if (tid == 0) {
-      stage_arrive(&bars[kBarKv], static_cast<unsigned>(t0 * 2 * kC) * 4u);
+    if constexpr (kBarrierKv) {
+      cluster_arrive();  // release: this thread's stores, local and remote
+      cluster_wait();    // (every thread of this CTA has read q, k, v's pieces too)
       ring.refill(pi, pi + kPieceProj);
+    } else {
+      __syncthreads();
+      if (tid == 0) {
+        stage_arrive(&bars[kBarKv], static_cast<unsigned>(t0 * 2 * kC) * 4u);
+        ring.refill(pi, pi + kPieceProj);
+      }
+      stage_wait(&bars[kBarKv], static_cast<unsigned>(l & 1));
     }
-    stage_wait(&bars[kBarKv], static_cast<unsigned>(l & 1));
     stamp(4 + 8 * l);
 
     // attention: a warp per (own row i, head hh), keys 0..t
@@ -328,7 +362,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       }
     }
     __syncthreads();
-    if (l + 1 < L) cluster_arrive_relaxed();  // this CTA's k, v are read: the next layer's may come
+    if (!kBarrierKv && l + 1 < L) cluster_arrive_relaxed();  // this CTA's k, v are read: the next layer's may come
     stamp(5 + 8 * l);
 
     // proj + residual: a thread per output column, x = (att proj^T + b) + x
@@ -422,14 +456,19 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
 
 using RowsKernel = void (*)(MegaParams);
 
-RowsKernel rows_kernel_for(int rp) {
-  static const bool trace = std::getenv("MINIGPT_MEGA_TRACE") != nullptr;  // diagnostics, read once
+template <bool kTrace, bool kBarrierKv>
+RowsKernel rows_kernel_rp(int rp) {
   switch (rp) {
-    case 1: return trace ? gpt_mega_rows_kernel<1, true> : gpt_mega_rows_kernel<1, false>;
-    case 2: return trace ? gpt_mega_rows_kernel<2, true> : gpt_mega_rows_kernel<2, false>;
-    case 4: return trace ? gpt_mega_rows_kernel<4, true> : gpt_mega_rows_kernel<4, false>;
+    case 1: return gpt_mega_rows_kernel<1, kTrace, kBarrierKv>;
+    case 2: return gpt_mega_rows_kernel<2, kTrace, kBarrierKv>;
+    case 4: return gpt_mega_rows_kernel<4, kTrace, kBarrierKv>;
     default: return nullptr;
   }
+}
+RowsKernel rows_kernel_for(int rp) {
+  static const bool trace = std::getenv("MINIGPT_MEGA_TRACE") != nullptr;  // diagnostics, read once
+  if (kv_by_barrier()) return trace ? rows_kernel_rp<true, true>(rp) : rows_kernel_rp<false, true>(rp);
+  return trace ? rows_kernel_rp<true, false>(rp) : rows_kernel_rp<false, false>(rp);
 }
 
 // Whether the kernel takes dims at rp rows per CTA (shape only; residency is the device's).
@@ -437,7 +476,7 @@ bool rows_takes(const MegaDims& d, int rp) {
   if (!rows_kernel_for(rp) || !rows_arch(d) || d.cache || d.split_k || d.B < 1 || d.T < 1 || d.T > d.P ||
       d.capacity != d.T)
     return false;
-  const RowsLayout S(d, rp);
+  const RowsLayout S(d, rp, kv_by_barrier());
   return S.R <= 16 && S.fits() && static_cast<int64_t>(d.B) * S.R <= 65535;
 }
 
@@ -445,13 +484,13 @@ bool rows_takes(const MegaDims& d, int rp) {
 
 size_t gpt_mega_rows_smem(const MegaDims& d, int rp) {
   if (!rows_takes(d, rp)) return 0;
-  return static_cast<size_t>(RowsLayout(d, rp).total) * sizeof(float);
+  return static_cast<size_t>(RowsLayout(d, rp, kv_by_barrier()).total) * sizeof(float);
 }
 
 int gpt_mega_rows_cluster(const MegaDims& d, int rp) {
   const size_t smem = gpt_mega_rows_smem(d, rp);
   if (smem == 0) return 0;
-  const int R = RowsLayout(d, rp).R;
+  const int R = ceil_div(d.T, rp);
   if (!prepare_kernel(rows_kernel_for(rp), R, smem)) return 0;
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg = launch_config(R, smem, nullptr, attr);
@@ -465,7 +504,7 @@ int gpt_mega_rows_cluster(const MegaDims& d, int rp) {
 
 size_t gpt_mega_rows_image_floats(const MegaDims& d) {
   if (!rows_arch(d)) return 0;
-  const RowsLayout S(d, 1);
+  const RowsLayout S(d, 1, false);
   return static_cast<size_t>(piece_offset(S, S.pieces));
 }
 
@@ -474,7 +513,7 @@ void gpt_mega_rows_pack(const MegaParams& p, float* image, cudaStream_t stream) 
   MINIGPT_CUDA_REQUIRE(floats > 0 && image, "gpt_mega_rows_pack: the architecture (C=", p.dims.C, ", H=", p.dims.H,
                        ", F=", p.dims.F, ") is not the one it takes (C 64, H 4, F 256), or the image is null");
   MINIGPT_CUDA_CHECK(cudaMemsetAsync(image, 0, floats * sizeof(float), stream));
-  gpt_mega_rows_pack_kernel<<<1 + RowsLayout(p.dims, 1).pieces, 256, 0, stream>>>(p, image);
+  gpt_mega_rows_pack_kernel<<<1 + RowsLayout(p.dims, 1, false).pieces, 256, 0, stream>>>(p, image);
   MINIGPT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -486,7 +525,7 @@ void gpt_mega_rows(const MegaParams& p, int rp, cudaStream_t stream) {
   MINIGPT_CUDA_REQUIRE(p.image && (reinterpret_cast<uintptr_t>(p.image) & 15u) == 0,
                        "gpt_mega_rows: no weight image (gpt_mega_rows_pack), or one not 16-byte aligned");
   MINIGPT_CUDA_REQUIRE(p.ids && p.wte && p.wpe && p.logits, "gpt_mega_rows: null pointer");
-  const int R = RowsLayout(d, rp).R;
+  const int R = ceil_div(d.T, rp);
   MINIGPT_CUDA_REQUIRE(prepare_kernel(rows_kernel_for(rp), R, smem), "gpt_mega_rows: ", smem,
                        " bytes of shared memory at cluster size ", R, " do not fit the device");
   cudaLaunchAttribute attr[1];
