@@ -25,7 +25,7 @@ log test; timeout 110 $TEST > $O/test.txt 2>&1; log "test rc=$?"
 grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|megakernel|shipped|Failure|Expected|Which is|diff" $O/test.txt | head -80 > $O/test_summary.txt
 bench old1 MINIGPT_MEGA_ROWS=0
 bench rows1 MINIGPT_MEGA_ROWS=$ROWS
-late 200 || { log trace; MINIGPT_MEGA_TRACE=1 MINIGPT_MEGA_ROWS=$ROWS timeout 40 $M $A > $O/t.txt 2>&1; log "rc=$?"; grep -E "TRACE|^\| forward" $O/t.txt | head -150 > $O/trace.txt; }
+late 200 || { log trace; MINIGPT_MEGA_TRACE=1 MINIGPT_MEGA_ROWS=$ROWS timeout 40 $M $A > $O/t.txt 2>&1; log "rc=$?"; grep -E "TRACE|^\| forward" $O/t.txt | head -400 > $O/trace.txt; }
 bench kvbarrier MINIGPT_MEGA_ROWS=$ROWS MINIGPT_MEGA_ROWS_KV=barrier
 bench old2 MINIGPT_MEGA_ROWS=0
 bench rows2 MINIGPT_MEGA_ROWS=$ROWS
