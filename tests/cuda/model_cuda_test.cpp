@@ -371,7 +371,8 @@ TEST(CudaModel, MegakernelByRowsMatchesTheCpu) {
               prompts.size(), by_rows, worst);
 }
 
-// Options the row-split forward does not take are clear errors.
+// Options the row-split forward does not take are clear errors; the environment's choice and the
+// automatic one.
 TEST(CudaModel, MegakernelByRowsBadOptionsAreClearErrors) {
   REQUIRE_GPU();
   const ModelConfig c = small_config();
@@ -384,6 +385,16 @@ TEST(CudaModel, MegakernelByRowsBadOptionsAreClearErrors) {
   unsetenv("MINIGPT_MEGA_ROWS");
   EXPECT_EQ(by_env.mega_rows_for(1, 16), 2);
   expect_forward_matches(model, by_env, 1, 16, 34);
+  setenv("MINIGPT_MEGA_ROWS", "0", 1);
+  CudaGPT off(model);
+  unsetenv("MINIGPT_MEGA_ROWS");
+  EXPECT_EQ(off.mega_rows_for(2, 16), 0);
+  EXPECT_GT(off.mega_cluster_for(2, 16), 0);
+  // automatic (the default): the fewest rows per CTA that take the shape
+  CudaGPT automatic(model);
+  EXPECT_EQ(automatic.mega_rows_for(2, 16), 1);
+  EXPECT_EQ(automatic.mega_rows_for(1, 24), 2);
+  EXPECT_EQ(CudaGPT(model, {.mega_proj = CudaGPTOptions::MegaProj::Columns}).mega_rows_for(2, 16), 0);
 }
 
 TEST(CudaModel, BadIdsAreClearErrors) {

@@ -1,11 +1,12 @@
 #!/bin/bash
 # rows14 GPU call: build the cuda preset (minigpt, model_cuda_test), run model_cuda_test (all),
-# then `bench model` alternating the old default and the row-split forward (MINIGPT_MEGA_ROWS),
+# then `bench model` alternating the default and the weight-split megakernel (MINIGPT_MEGA_ROWS=0;
+# call 1: the old default and MINIGPT_MEGA_ROWS=2),
 # the k, v hand-over by cluster barrier (MINIGPT_MEGA_ROWS_KV=barrier), and a stage trace
 # (MINIGPT_MEGA_TRACE=1). Logs under $OUT; every step bounded, later steps skipped past ~270 s.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-O=$OUT; T0=$(date +%s); ROWS=${ROWS:-2}
+O=$OUT; T0=$(date +%s)
 log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $O/steps.txt; }
 late() { [ $(( $(date +%s) - T0 )) -gt ${1:-240} ]; }
 log build
@@ -23,10 +24,10 @@ bench() {  # $1: label, rest: env assignments
 }
 log test; timeout 110 $TEST > $O/test.txt 2>&1; log "test rc=$?"
 grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|megakernel|shipped|Failure|Expected|Which is|diff" $O/test.txt | head -80 > $O/test_summary.txt
+bench new1
 bench old1 MINIGPT_MEGA_ROWS=0
-bench rows1 MINIGPT_MEGA_ROWS=$ROWS
-late 200 || { log trace; MINIGPT_MEGA_TRACE=1 MINIGPT_MEGA_ROWS=$ROWS timeout 40 $M $A > $O/t.txt 2>&1; log "rc=$?"; grep -E "TRACE|^\| forward" $O/t.txt | head -400 > $O/trace.txt; }
-bench kvbarrier MINIGPT_MEGA_ROWS=$ROWS MINIGPT_MEGA_ROWS_KV=barrier
+late 200 || { log trace; MINIGPT_MEGA_TRACE=1 timeout 40 $M $A > $O/t.txt 2>&1; log "rc=$?"; grep -E "TRACE|^\| forward" $O/t.txt | head -400 > $O/trace.txt; }
+bench kvbarrier MINIGPT_MEGA_ROWS_KV=barrier
+bench new2
 bench old2 MINIGPT_MEGA_ROWS=0
-bench rows2 MINIGPT_MEGA_ROWS=$ROWS
 rm -f $O/b.txt $O/t.txt; log done

@@ -14,7 +14,7 @@ namespace {
 // ---- the shipped architecture, and the ring's pieces ----
 constexpr int kC = 64, kH = 4, kF = 256, kDh = kC / kH;
 constexpr int kLd = kC + 4;           // a row of k = 64 (weights and activations): 8 rows, 8 bank groups
-constexpr int kLdH = kF + 4;          // h's rows
+constexpr int kLdH = 4 * (kC + 4);    // h's rows: 4 slices of 64 (fc2's k), each padded to 68
 constexpr int kPieceRows = 64;        // weight rows (output columns) of a k = 64 piece
 constexpr int kFc2Rows = 16;          // fc2 rows per piece
 constexpr int kFc2Ld = 4 * kLd;       // an fc2 row: 4 slices of 64 k, each padded to 68
@@ -55,7 +55,7 @@ bool kv_by_barrier() {
 // image holds them), the activations, the mbarriers, then the ring (ns slots: as many as fit,
 // at most kMaxSlots). kv2: the k, v buffers twice (by layer parity).
 struct RowsLayout {
-  int rp, R, lm_pieces, pieces, small, ldv, x, ln, q, ks, vs, kv_stride, att, h, sc, lg, bars, ring, ns, total;
+  int rp, R, lm_pieces, pieces, small, ldv, x, ln, q, ks, vs, kv_stride, att, h, sc, red, bars, ring, ns, total;
   __host__ __device__ RowsLayout(const MegaDims& d, int rows, bool kv2) {
     rp = rows;
     R = ceil_div(d.T, rp);
@@ -75,7 +75,7 @@ struct RowsLayout {
     att = take(rp * kLd);
     h = take(rp * kLdH);
     sc = take(rp * kH * (d.T + 1));  // a (row, head) item's scores
-    lg = take(rp * ldv);
+    red = take(2 * rp * kWarps);  // the softmax's per-warp maxima and sums
     bars = take(2 * kBars);
     ring = o;
     const int fit = (kSmemBudget / 4 - o) / kSlot;
@@ -154,16 +154,86 @@ __global__ void gpt_mega_rows_pack_kernel(const __grid_constant__ MegaParams p, 
   }
 }
 
+// x[i] = ((((p0 + p1) + p2) + p3) + bias) + x[i] for the CTA's rows i < nr (row stride kLd), by
+// the lane holding p0 (owner), p1..p3 the sums of the lanes `d`, 2d, 3d above it (proj by heads
+// and fc2 by slices: 4 lanes per output column). The whole warp calls it (the shuffles).
+template <int RP>
+__device__ __forceinline__ void add_slices_residual(const float (&acc)[1][RP], int d, bool owner, float bias, float* x,
+                                                    int nr) {
+#pragma unroll
+  for (int i = 0; i < RP; ++i) {
+    const float p0 = acc[0][i], p1 = __shfl_down_sync(0xffffffffu, p0, d), p2 = __shfl_down_sync(0xffffffffu, p0, 2 * d),
+                p3 = __shfl_down_sync(0xffffffffu, p0, 3 * d);
+    if (owner && i < nr) x[i * kLd] = ((((p0 + p1) + p2) + p3) + bias) + x[i * kLd];
+  }
+}
+
+// ---- diagnostics: stage timestamps (MINIGPT_MEGA_TRACE=1 selects the kTrace instance). The
+// last CTA of cluster 0 (it waits for every other CTA's keys) stamps clock64 at each stage's end,
+// and the cycles its thread 0 spent waiting for weight pieces so far (Ring::wait); launch
+// kRowsTraceEvery / 2 of every kRowsTraceEvery prints the cycles per stage (and, in brackets,
+// the weight waits among them: thread 0 reads a piece of every GEMM stage). ----
+constexpr int kRowsTraceSlots = 2 + 8 * kMegaMaxLayers + 3;
+constexpr unsigned kRowsTraceEvery = 400;
+__device__ long long g_rows_trace[kRowsTraceSlots];
+__device__ long long g_rows_waited[kRowsTraceSlots];
+__device__ unsigned g_rows_trace_launches;
+
+template <bool kTrace>
+struct Stamps {
+  bool on;  // this CTA's thread 0 stamps
+  long long t0_ns = 0;
+  long long waited = 0;  // cycles in Ring::wait so far
+  __device__ __forceinline__ void operator()(int slot) const {
+    if constexpr (kTrace) {
+      if (on) {
+        g_rows_trace[slot] = clock64();
+        g_rows_waited[slot] = waited;
+      }
+    }
+  }
+  __device__ void report(int L, int R, int rp) const {
+    if constexpr (kTrace) {
+      if (!on) return;
+      long long ns;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+      const long long end = clock64();
+      if (atomicAdd(&g_rows_trace_launches, 1u) % kRowsTraceEvery != kRowsTraceEvery / 2) return;
+      const long long *t = g_rows_trace, *w = g_rows_waited;
+      printf("TRACE rows rp=%d R=%d (CTA %d) wall=%lld ns cycles=%lld (weights waited %lld) | start %lld\n", rp, R,
+             R - 1, ns - t0_ns, end - t[0], waited, t[1] - t[0]);
+      for (int l = 0; l < L; ++l) {
+        const int u = 2 + 8 * l;
+        printf("TRACE  layer %d: ln1 %lld qkv+push %lld (%lld) wait kv %lld attn %lld proj %lld (%lld) ln2 %lld fc1 %lld "
+               "(%lld) fc2 %lld (%lld)\n",
+               l, t[u] - t[u - 1], t[u + 1] - t[u], w[u + 1] - w[u], t[u + 2] - t[u + 1], t[u + 3] - t[u + 2],
+               t[u + 4] - t[u + 3], w[u + 4] - w[u + 3], t[u + 5] - t[u + 4], t[u + 6] - t[u + 5], w[u + 6] - w[u + 5],
+               t[u + 7] - t[u + 6], w[u + 7] - w[u + 6]);
+      }
+      const int h = 2 + 8 * L;
+      printf("TRACE  head: lnf %lld lm_head + softmax + stores %lld (%lld)\n", t[h] - t[h - 1], end - t[h],
+             waited - w[h]);
+    }
+  }
+};
+
 // ---- the ring of weight pieces ----
+template <bool kTrace>
 struct Ring {
   float* slots;
   uint64_t* bars;
   const float* img;
   const RowsLayout& S;
   int L, V;
+  Stamps<kTrace>& stamp;  // kTrace: the stamping thread counts its waits
   // Piece i's slot once it has landed (the calling thread waits).
   __device__ __forceinline__ const float* wait(int i) const {
+    long long t = 0;
+    if constexpr (kTrace) t = clock64();
     detail::mbarrier_wait(&bars[i % S.ns], static_cast<unsigned>((i / S.ns) & 1));
+    if constexpr (kTrace) {
+      if (stamp.on) stamp.waited += clock64() - t;
+    }
     return slots + (i % S.ns) * kSlot;
   }
   // One thread: piece i's bulk copy into its slot (nothing past the last piece).
@@ -174,72 +244,41 @@ struct Ring {
     detail::mbarrier_arrive_expect_tx(bar, bytes);
     detail::bulk_load(slots + (i % S.ns) * kSlot, img + piece_offset(S, i), bytes, bar);
   }
-  // Thread 0, after the CTA barrier that ends the reads of pieces [a, b): their slots take the
-  // pieces ns later.
+  // Every thread, after the CTA barrier that ends the reads of pieces [a, b): their slots take
+  // the pieces ns later, a copy per lane of warp 0 (one thread issuing them in turn kept the
+  // others waiting at the next barrier).
   __device__ __forceinline__ void refill(int a, int b) const {
-    if (threadIdx.x == 0)
-      for (int i = a; i < b; ++i) issue(i + S.ns);
+    if (static_cast<int>(threadIdx.x) < b - a) issue(a + static_cast<int>(threadIdx.x) + S.ns);
   }
 };
 
-// acc[i] = sum over k in [0, K) of a[i][k] * w[k], k in order from 0, for the RP rows of a
-// (row stride lda; every lane of a warp reads the same a: a broadcast) and one weight row w.
-template <int RP, int K>
-__device__ __forceinline__ void dot_rows(const float* a, int lda, const float* w, float (&acc)[RP]) {
+// acc[j][i] = sum over k in [0, K) of a[i][k] * w[j][k], k in order from 0, for the RP rows of
+// a (row stride lda; every lane of a warp reads the same a: a broadcast) and NW weight rows w[j]
+// (NW independent chains per row: a thread with two lm_head columns runs them side by side).
+template <int RP, int K, int NW = 1>
+__device__ __forceinline__ void dot_rows(const float* a, int lda, const float* const (&w)[NW], float (&acc)[NW][RP]) {
 #pragma unroll
-  for (int i = 0; i < RP; ++i) acc[i] = 0.0f;
+  for (int j = 0; j < NW; ++j)
+#pragma unroll
+    for (int i = 0; i < RP; ++i) acc[j][i] = 0.0f;
 #pragma unroll 4
   for (int k = 0; k < K; k += 4) {
-    const float4 wv = *reinterpret_cast<const float4*>(w + k);
+    float4 wv[NW];
+#pragma unroll
+    for (int j = 0; j < NW; ++j) wv[j] = *reinterpret_cast<const float4*>(w[j] + k);
 #pragma unroll
     for (int i = 0; i < RP; ++i) {
       const float4 av = *reinterpret_cast<const float4*>(a + i * lda + k);
-      acc[i] = fmaf(av.x, wv.x, acc[i]);
-      acc[i] = fmaf(av.y, wv.y, acc[i]);
-      acc[i] = fmaf(av.z, wv.z, acc[i]);
-      acc[i] = fmaf(av.w, wv.w, acc[i]);
+#pragma unroll
+      for (int j = 0; j < NW; ++j) {
+        acc[j][i] = fmaf(av.x, wv[j].x, acc[j][i]);
+        acc[j][i] = fmaf(av.y, wv[j].y, acc[j][i]);
+        acc[j][i] = fmaf(av.z, wv[j].z, acc[j][i]);
+        acc[j][i] = fmaf(av.w, wv[j].w, acc[j][i]);
+      }
     }
   }
 }
-
-// ---- diagnostics: stage timestamps (MINIGPT_MEGA_TRACE=1 selects the kTrace instance). The
-// last CTA of cluster 0 (it waits for every other CTA's keys) stamps clock64 at each stage's end;
-// launch kRowsTraceEvery / 2 of every kRowsTraceEvery prints the cycles per stage. ----
-constexpr int kRowsTraceSlots = 2 + 8 * kMegaMaxLayers + 3;
-constexpr unsigned kRowsTraceEvery = 400;
-__device__ long long g_rows_trace[kRowsTraceSlots];
-__device__ unsigned g_rows_trace_launches;
-
-template <bool kTrace>
-struct Stamps {
-  bool on;  // this CTA's thread 0 stamps
-  long long t0_ns = 0;
-  __device__ __forceinline__ void operator()(int slot) const {
-    if constexpr (kTrace) {
-      if (on) g_rows_trace[slot] = clock64();
-    }
-  }
-  __device__ void report(int L, int R, int rp) const {
-    if constexpr (kTrace) {
-      if (!on) return;
-      long long ns;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-      const long long end = clock64();
-      if (atomicAdd(&g_rows_trace_launches, 1u) % kRowsTraceEvery != kRowsTraceEvery / 2) return;
-      const long long* t = g_rows_trace;
-      printf("TRACE rows rp=%d R=%d (CTA %d) wall=%lld ns cycles=%lld | start %lld\n", rp, R, R - 1, ns - t0_ns,
-             end - t[0], t[1] - t[0]);
-      for (int l = 0; l < L; ++l) {
-        const long long* u = t + 2 + 8 * l;
-        printf("TRACE  layer %d: ln1 %lld qkv+push %lld wait kv %lld attn %lld proj %lld ln2 %lld fc1 %lld fc2 %lld\n", l,
-               u[0] - u[-1], u[1] - u[0], u[2] - u[1], u[3] - u[2], u[4] - u[3], u[5] - u[4],
-               u[6] - u[5], u[7] - u[6]);
-      }
-      const long long* h = t + 2 + 8 * L;
-      printf("TRACE  head: lnf %lld lm_head %lld softmax+stores %lld\n", h[0] - h[-1], h[1] - h[0], end - h[1]);
-    }
-  }
-};
 
 // ---- the kernel ----
 // RP rows per CTA (compile time: the accumulators are registers); the cluster (R CTAs) is one
@@ -255,25 +294,29 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   const int t0 = r * RP, nr = min(RP, T - t0);
   const int64_t row0 = static_cast<int64_t>(b) * T + t0;  // global row of this CTA's first row
   float *x = sm + S.x, *ln = sm + S.ln, *qs = sm + S.q, *att = sm + S.att;
-  float *h = sm + S.h, *lg = sm + S.lg;
+  float* h = sm + S.h;
   uint64_t* bars = reinterpret_cast<uint64_t*>(sm + S.bars);
-  const Ring ring{sm + S.ring, bars, p.image, S, L, V};
   Stamps<kTrace> stamp{b == 0 && r == R - 1 && tid == 0};
+  const Ring<kTrace> ring{sm + S.ring, bars, p.image, S, L, V, stamp};
   if constexpr (kTrace) {
     if (stamp.on) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(stamp.t0_ns));
   }
   stamp(0);
 
   // start: thread 0 initialises every mbarrier behind one fence and puts the small vectors'
-  // copy and the first ns pieces in flight; warps 1.. embed this CTA's rows meanwhile
-  if (tid == 0) {
-    for (int i = 0; i < kBars; ++i) detail::mbarrier_init_unfenced(&bars[i]);
-    detail::fence_mbarrier_init();
-    detail::mbarrier_arrive_expect_tx(&bars[kBarSmall], S.small * 4u);
-    detail::bulk_load(sm, p.image, S.small * 4u, &bars[kBarSmall]);
-    for (int i = 0; i < S.ns; ++i) ring.issue(i);
-  } else if (tid >= 32) {
-    for (int f = tid - 32; f < nr * (kC / 4); f += kThreads - 32) {
+  // copy in flight, then lane j of warp 0 the ring's piece j; warps 1.. embed this CTA's rows
+  // meanwhile
+  if (warp == 0) {
+    if (lane == 0) {
+      for (int i = 0; i < kBars; ++i) detail::mbarrier_init_unfenced(&bars[i]);
+      detail::fence_mbarrier_init();
+      detail::mbarrier_arrive_expect_tx(&bars[kBarSmall], S.small * 4u);
+      detail::bulk_load(sm, p.image, S.small * 4u, &bars[kBarSmall]);
+    }
+    __syncwarp();
+    if (lane < S.ns) ring.issue(lane);
+  } else {
+    for (int f = tid - 32; f < nr * (kC / 4); f += kThreads - 32) {  // (warps 1..)
       const int m = f / (kC / 4), e = (f % (kC / 4)) * 4;
       const int id = p.ids ? p.ids[row0 + m] : p.id;
       *reinterpret_cast<float4*>(x + m * kLd + e) = embed4(p, id, t0 + m, e, kC, V);
@@ -285,7 +328,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   stamp(1);
 
   const float scale = 1.0f / sqrtf(static_cast<float>(kDh));
-  float acc[RP];
+  float acc[1][RP];
   for (int l = 0; l < L; ++l) {
     const float* sw = sm + l * kSmallLayer;
     const int pi = l * kPiecesPerLayer;
@@ -297,7 +340,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
 
     // q, k, v: a thread per output column (q 0..63, k 64..127, v 128..191) for all rows
     const bool qkv_thread = tid < 3 * kC;
-    if (qkv_thread) dot_rows<RP, kC>(ln, kLd, ring.wait(pi + tid / kPieceRows) + (tid % kPieceRows) * kLd, acc);
+    if (qkv_thread) dot_rows<RP, kC>(ln, kLd, {ring.wait(pi + tid / kPieceRows) + (tid % kPieceRows) * kLd}, acc);
     // every CTA has read the previous layer's k, v (layer 0: every CTA runs); by barrier: the
     // barrier of the previous layer's hand-over did that
     if (!kBarrierKv || l == 0) cluster_wait();
@@ -307,7 +350,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
 #pragma unroll
       for (int i = 0; i < RP; ++i) {
         if (i >= nr) break;
-        const float v = acc[i] + bias;
+        const float v = acc[0][i] + bias;
         if (part == 0) {
           qs[i * kLd + c] = v;
         } else {  // to this CTA and every later one (their rows attend to it)
@@ -330,10 +373,8 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       ring.refill(pi, pi + kPieceProj);
     } else {
       __syncthreads();
-      if (tid == 0) {
-        stage_arrive(&bars[kBarKv], static_cast<unsigned>(t0 * 2 * kC) * 4u);
-        ring.refill(pi, pi + kPieceProj);
-      }
+      if (tid == 0) stage_arrive(&bars[kBarKv], static_cast<unsigned>(t0 * 2 * kC) * 4u);
+      ring.refill(pi, pi + kPieceProj);
       stage_wait(&bars[kBarKv], static_cast<unsigned>(l & 1));
     }
     stamp(4 + 8 * l);
@@ -365,13 +406,14 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     if (!kBarrierKv && l + 1 < L) cluster_arrive_relaxed();  // this CTA's k, v are read: the next layer's may come
     stamp(5 + 8 * l);
 
-    // proj + residual: a thread per output column, x = (att proj^T + b) + x
-    if (tid < kC) {
-      dot_rows<RP, kC>(att, kLd, ring.wait(pi + kPieceProj) + tid * kLd, acc);
-      const float bias = sw[kProjb + tid];
-#pragma unroll
-      for (int i = 0; i < RP; ++i)
-        if (i < nr) x[i * kLd + tid] = (acc[i] + bias) + x[i * kLd + tid];
+    // proj + residual: 4 lanes 8 apart per output column n (warp w: columns 8w..8w+7), lane s
+    // adding head s's 16 k in order; lane 0 adds the heads' sums in head order, then b, then x
+    // (gpt_mega's forward, proj by heads, adds in that order). A quarter-warp: one att address
+    // (a broadcast), 8 weight rows (8 bank groups).
+    if (tid < 4 * kC) {
+      const int s = lane >> 3, n = 8 * warp + (lane & 7);
+      dot_rows<RP, kDh>(att + s * kDh, kLd, {ring.wait(pi + kPieceProj) + n * kLd + s * kDh}, acc);
+      add_slices_residual<RP>(acc, 8, s == 0, sw[kProjb + n], x + n, nr);
     }
     __syncthreads();
     ring.refill(pi + kPieceProj, pi + kPieceFc1);
@@ -381,75 +423,98 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     __syncthreads();
     stamp(7 + 8 * l);
 
-    // fc1 + GELU: a thread per output column
+    // fc1 + GELU: a thread per output column f, into h as 4 slices of 64 columns (fc2's k), each
+    // padded to 68
     if (tid < kF) {
-      dot_rows<RP, kC>(ln, kLd, ring.wait(pi + kPieceFc1 + tid / kPieceRows) + (tid % kPieceRows) * kLd, acc);
+      dot_rows<RP, kC>(ln, kLd, {ring.wait(pi + kPieceFc1 + tid / kPieceRows) + (tid % kPieceRows) * kLd}, acc);
       const float bias = sw[kFc1b + tid];
 #pragma unroll
       for (int i = 0; i < RP; ++i)
-        if (i < nr) h[i * kLdH + tid] = gelu_erf(acc[i] + bias);
+        if (i < nr) h[i * kLdH + (tid / kC) * kLd + tid % kC] = gelu_erf(acc[0][i] + bias);
     }
     __syncthreads();
     ring.refill(pi + kPieceFc1, pi + kPieceFc2);
     stamp(8 + 8 * l);
 
     // fc2 + residual: 4 lanes per output column n, lane s adding k in [64 s, 64 s + 64) in
-    // order; lane 0 adds the slices' sums in slice order, then b, then x
+    // order; lane 0 adds the slices' sums in slice order, then b, then x. A quarter-warp reads
+    // 4 slices of h (68 apart: 4 bank groups, no conflict; 64 apart they took 4 wavefronts each,
+    // ~2k cycles per row per layer, H200 trace) and 8 weight rows (272 apart: 8 bank groups).
     if (tid < 4 * kC) {
       const int n = tid >> 2, s = tid & 3;
-      dot_rows<RP, kC>(h + s * kC, kLdH,
-                       ring.wait(pi + kPieceFc2 + n / kFc2Rows) + (n % kFc2Rows) * kFc2Ld + s * kLd, acc);
-      const float bias = sw[kFc2b + n];
-#pragma unroll
-      for (int i = 0; i < RP; ++i) {
-        const float p1 = __shfl_down_sync(0xffffffffu, acc[i], 1), p2 = __shfl_down_sync(0xffffffffu, acc[i], 2),
-                    p3 = __shfl_down_sync(0xffffffffu, acc[i], 3);
-        if (s == 0 && i < nr) x[i * kLd + n] = ((((acc[i] + p1) + p2) + p3) + bias) + x[i * kLd + n];
-      }
+      dot_rows<RP, kC>(h + s * kLd, kLdH,
+                       {ring.wait(pi + kPieceFc2 + n / kFc2Rows) + (n % kFc2Rows) * kFc2Ld + s * kLd}, acc);
+      add_slices_residual<RP>(acc, 1, s == 0, sw[kFc2b + n], x + n, nr);
     }
     __syncthreads();
     ring.refill(pi + kPieceFc2, pi + kPiecesPerLayer);
     stamp(9 + 8 * l);
   }
 
-  // head: ln_f, lm_head (a thread per vocabulary column), softmax a warp per row
+  // head: ln_f; lm_head, a thread per vocabulary column n = tid (and tid + kThreads: both
+  // chains side by side), the logits kept in registers; the softmax over the whole CTA: the
+  // row's max and then its sum of exp(l - max), each a warp butterfly and the warps' values in
+  // warp order (kWarps per row through shared memory, one CTA barrier each); a NaN logit makes
+  // the sum, so the row, NaN
   const float* hd = sm + L * kSmallLayer;
   layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, hd + kLnfw, hd + kLnfb, p.eps);
   __syncthreads();
   stamp(2 + 8 * L);
   const int pl = L * kPiecesPerLayer;
-  for (int n = tid; n < V; n += kThreads) {
-    dot_rows<RP, kC>(ln, kLd, ring.wait(pl + n / kPieceRows) + (n % kPieceRows) * kLd, acc);
-    const float bias = hd[kLmb + n];
+  const int n0 = tid, n1 = tid + kThreads;  // n1 < V only for V > kThreads
+  float lgt[2][RP];
+  if (n0 < V) {
+    const float* w0 = ring.wait(pl + n0 / kPieceRows) + (n0 % kPieceRows) * kLd;
+    const float* w1 = n1 < V ? ring.wait(pl + n1 / kPieceRows) + (n1 % kPieceRows) * kLd : w0;
+    dot_rows<RP, kC, 2>(ln, kLd, {w0, w1}, lgt);
 #pragma unroll
-    for (int i = 0; i < RP; ++i)
-      if (i < nr) lg[i * S.ldv + n] = acc[i] + bias;
+    for (int i = 0; i < RP; ++i) {
+      lgt[0][i] += hd[kLmb + n0];
+      lgt[1][i] += n1 < V ? hd[kLmb + n1] : 0.0f;
+    }
+  }
+  auto store = [&](float* out, int n, int i, float v) {
+    if (n < V && i < nr) out[(row0 + i) * V + n] = v;
+  };
+  if (!p.probs) {
+#pragma unroll
+    for (int i = 0; i < RP; ++i) {
+      store(p.logits, n0, i, lgt[0][i]);
+      store(p.logits, n1, i, lgt[1][i]);
+    }
+    stamp.report(L, R, RP);
+    return;
+  }
+  float* red = sm + S.red;  // (2, RP, kWarps): the warps' maxima, then their sums
+  float mx[RP], e[2][RP], sum[RP];
+#pragma unroll
+  for (int i = 0; i < RP; ++i) {
+    mx[i] = n0 < V ? lgt[0][i] : -CUDART_INF_F;
+    if (n1 < V) mx[i] = fmaxf(mx[i], lgt[1][i]);
+    for (int off = 16; off > 0; off >>= 1) mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], off));
+    if (lane == 0) red[i * kWarps + warp] = mx[i];
   }
   __syncthreads();
-  stamp(3 + 8 * L);
-  // the row's max, then exp(l - max) kept in place of the logit (stored first) and summed, then
-  // probs = exp * (1 / sum); a NaN logit makes the sum, so the row, NaN
-  for (int i = warp; i < nr; i += kWarps) {
-    float* row = lg + i * S.ldv;
-    float* lo = p.logits + (row0 + i) * V;
-    float mx = -CUDART_INF_F;
-    for (int j = lane; j < V; j += 32) mx = fmaxf(mx, row[j]);
-    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    if (!p.probs) {
-      for (int j = lane; j < V; j += 32) lo[j] = row[j];
-      continue;
-    }
-    float sum = 0.0f;
-    for (int j = lane; j < V; j += 32) {
-      const float v = row[j], e = expf(v - mx);
-      lo[j] = v;
-      row[j] = e;
-      sum += e;
-    }
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    const float inv = 1.0f / sum;
-    float* pr = p.probs + (row0 + i) * V;
-    for (int j = lane; j < V; j += 32) pr[j] = row[j] * inv;
+#pragma unroll
+  for (int i = 0; i < RP; ++i) {
+    float m = red[i * kWarps];
+    for (int w = 1; w < kWarps; ++w) m = fmaxf(m, red[i * kWarps + w]);
+    e[0][i] = n0 < V ? expf(lgt[0][i] - m) : 0.0f;
+    e[1][i] = n1 < V ? expf(lgt[1][i] - m) : 0.0f;
+    sum[i] = e[0][i] + e[1][i];
+    for (int off = 16; off > 0; off >>= 1) sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], off);
+    if (lane == 0) red[(RP + i) * kWarps + warp] = sum[i];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < RP; ++i) {
+    float total = red[(RP + i) * kWarps];
+    for (int w = 1; w < kWarps; ++w) total += red[(RP + i) * kWarps + w];
+    const float inv = 1.0f / total;
+    store(p.logits, n0, i, lgt[0][i]);
+    store(p.logits, n1, i, lgt[1][i]);
+    store(p.probs, n0, i, e[0][i] * inv);
+    store(p.probs, n1, i, e[1][i] * inv);
   }
   stamp.report(L, R, RP);
 }

@@ -21,14 +21,18 @@
 // padded to 68; lm_head in 64-row pieces), from a global image built once per model
 // (gpt_mega_rows_pack: it does not depend on B or T). A slot is refilled with the piece ns
 // later as soon as its stage's CTA barrier says it has been read: weights never wait for
-// activations. A stage's threads wait only for the pieces they read. A cluster barrier per
+// activations. A stage's threads wait only for the pieces they read; a sum runs as one chain of
+// 64 FMAs per thread (proj and fc2: 4 lanes per output, shuffles add their sums). The head keeps
+// the logits in registers (a thread per vocabulary column, two for V > 512) and reduces the
+// softmax's max and sum over the whole CTA. A cluster barrier per
 // layer (arrived after attention, waited on before the next layer's k, v pushes) keeps a fast
 // CTA from writing keys into a slower one's buffer before it has read the previous layer's.
 //
 // Numerics (the megakernel's forward, and the CPU engine's, where the summation order allows):
-// every sum over k in float in k order from 0 (q, k, v, proj, fc1, lm_head: one FMA chain per
-// output; fc2: four slices of 64 in k order added in slice order, then + b, then + x, as the
-// whole-layer kernels), LayerNorm statistics in double in one pass with a float rsqrtf
+// every sum over k in float in k order from 0 (q, k, v, fc1, lm_head: one FMA chain per output;
+// proj: each head's 16 k, the heads' sums added in head order, as gpt_mega's proj by heads;
+// fc2: four slices of 64 added in slice order, as the whole-layer kernels; then + b, then + x),
+// LayerNorm statistics in double in one pass with a float rsqrtf
 // (gpt_mega_parts.cuh's layernorm_rows, as gpt_mega), exact-erf GELU, scores q.k (e in order)
 // times 1/sqrt(dh), warp softmax, att in key order; residuals (sum + b) + x. Logits within ~1e-5
 // of the CPU engine (tests/cuda/model_cuda_test.cpp); bitwise the same for every rp (a row's

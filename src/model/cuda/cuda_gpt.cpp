@@ -88,11 +88,11 @@ CudaGPTOptions::MegaProj mega_proj_from_env() {
 }
 
 // MINIGPT_MEGA_ROWS=0|1|2|4: the row-split forward's rows per CTA for a CudaGPTOptions::mega_rows
-// of -1 (0: off), so that it can be set against the weight-split megakernel from any caller
-// without a rebuild; unset: off.
+// of -1 (0: off, the weight-split megakernel), so that the two can be set against each other
+// from any caller without a rebuild; unset: -1 (automatic).
 int mega_rows_from_env() {
   const char* v = std::getenv("MINIGPT_MEGA_ROWS");
-  if (!v || !*v) return 0;
+  if (!v || !*v) return -1;
   for (int rp : {0, 1, 2, 4})
     if (std::strcmp(v, std::to_string(rp).c_str()) == 0) return rp;
   MINIGPT_FAIL("MINIGPT_MEGA_ROWS={}: expected 0, 1, 2 or 4 (rows per CTA)", v);
@@ -295,7 +295,7 @@ struct CudaGPT::Impl {
   cuda::FusedConfig softmax_config;
   std::list<ForwardShape> shapes;  // most recently used first
   std::unique_ptr<MegaImage> rows_image;  // the row-split forward's weights, with its first shape
-  int rows = 0;  // the row-split forward's rows per CTA (options.mega_rows resolved); 0: off
+  int rows = 0;  // the row-split forward's rows per CTA (options.mega_rows resolved); 0: off, -1: automatic
 
   Impl(const GrammarMiniGPT& model, CudaGPTOptions opts)
       : config(model.config()), options(opts), path(resolve_path(opts.path, model.config())),
@@ -309,9 +309,10 @@ struct CudaGPT::Impl {
                       opts.mega_rows == 4,
                   "the row-split megakernel's rows per CTA must be 1, 2 or 4 (0: off, -1: automatic), got {}",
                   opts.mega_rows);
-    rows = opts.mega_rows >= 0 ? opts.mega_rows
-           : opts.mega_cluster == 0 && opts.mega_proj == CudaGPTOptions::MegaProj::Auto ? mega_rows_from_env()
-                                                                                         : 0;
+    // automatic only while the weight-split plan's choices are (options and MINIGPT_MEGA_PROJ)
+    const bool automatic = opts.mega_cluster == 0 && opts.mega_proj == CudaGPTOptions::MegaProj::Auto &&
+                           mega_proj_from_env() == CudaGPTOptions::MegaProj::Auto;
+    rows = opts.mega_rows >= 0 ? opts.mega_rows : automatic ? mega_rows_from_env() : 0;
     weights = CudaWeights::allocate(config, arena);
     upload_weights(model.weights(), config, weights);
     if (path == CudaGPTOptions::Path::Cublas)
@@ -374,15 +375,19 @@ struct CudaGPT::Impl {
     return mega_plan(B, T, cache, options.mega_cluster).cluster;
   }
 
-  // The row-split forward's plan for (B, T): `rows` per CTA and its cluster size; {0, 0} where it
-  // is off or does not take the shape (mega_plan's kernel runs it then).
+  // The row-split forward's plan for (B, T): `rows` per CTA (automatic: the fewest of 1, 2, 4
+  // that take the shape: the most CTAs, measured fastest, docs/MEGAKERNEL.md "rows") and its
+  // cluster size; {0, 0} where it is off or does not take the shape (mega_plan's kernel runs it).
   struct RowsPlan {
     int rows = 0, cluster = 0;
   };
   RowsPlan rows_plan(int64_t B, int64_t T) const {
     if (path != CudaGPTOptions::Path::Mega || rows == 0 || B < 1 || T < 1 || B * T > 4096) return {};
-    const int R = cuda::gpt_mega_rows_cluster(mega_dims(B, T, false), rows);
-    return R ? RowsPlan{rows, R} : RowsPlan{};
+    for (int rp : cuda::kMegaRowsChoices) {
+      if (rows > 0 && rp != rows) continue;
+      if (const int R = cuda::gpt_mega_rows_cluster(mega_dims(B, T, false), rp)) return {rp, R};
+    }
+    return {};
   }
 
   // The megakernel's arguments: ids (B, T) at positions *pos + t (pos null: 0), k/v caches per

@@ -63,10 +63,11 @@ struct CudaGPTOptions {
   // Mega forward split by rows (kernels/cuda/gpt_mega_rows.h: a cluster per sequence, each CTA
   // `mega_rows` rows of it, the weights streamed to every CTA) instead of by weights, for the
   // shapes it takes (the shipped architecture, T <= 16 mega_rows); the others run the plan above.
-  // 1, 2 or 4: rows per CTA; 0: never; -1 (automatic): MINIGPT_MEGA_ROWS=0|1|2|4 in the
-  // environment where set, else 0 (not the default: see docs/MEGAKERNEL.md "rows"), and only
-  // while mega_cluster and mega_proj are automatic (they name the weight-split plan). The
-  // decode step and loop always run the weight-split kernel.
+  // 1, 2 or 4: rows per CTA; 0: never; -1 (automatic, the default): MINIGPT_MEGA_ROWS=0|1|2|4
+  // in the environment where set, else the fewest rows per CTA that take the shape (H200, (2, 16):
+  // docs/MEGAKERNEL.md "rows"); automatic only while mega_cluster and mega_proj (and
+  // MINIGPT_MEGA_PROJ) are too: they name the weight-split plan. The decode step and loop always
+  // run the weight-split kernel.
   int mega_rows = -1;
 };
 const char* path_name(CudaGPTOptions::Path path);  // "mega", "fused", "per-op", "cublas"
