@@ -341,6 +341,11 @@ TEST(CudaModel, MegakernelByRowsMatchesTheCpu) {
           ++at;
         }
       }
+      // more than 32 keys (attention's scores through shared memory): the shipped model at T 40
+      if (rp == 4 && model == &shipped) {
+        ASSERT_EQ(gpu.mega_rows_for(1, 40), 4);
+        expect_forward_matches(*model, gpu, 1, 40, 51);
+      }
       // past 16 rows per CTA (the small model's block is 24): the weight-split megakernel
       if (rp == 1) {
         EXPECT_EQ(gpu.mega_rows_for(1, 24), 0);

@@ -353,14 +353,17 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
         const float v = acc[0][i] + bias;
         if (part == 0) {
           qs[i * kLd + c] = v;
-        } else {  // to this CTA and every later one (their rows attend to it)
+        } else {  // to this CTA and every later one (their rows attend to it): lane 4j sends
+                  // columns 4j..4j+3 as one 16-byte store (a warp is 32 columns of one part)
           float* dst = (part == 1 ? ks : vs) + (t0 + i) * kLd + c;
           *dst = v;
-          for (int q = r + 1; q < R; ++q) {
+          const float4 v4 = make_float4(v, __shfl_down_sync(0xffffffffu, v, 1), __shfl_down_sync(0xffffffffu, v, 2),
+                                        __shfl_down_sync(0xffffffffu, v, 3));
+          for (int q = r + 1; q < R && lane % 4 == 0; ++q) {
             if constexpr (kBarrierKv)
-              store_remote1(dst, v, static_cast<unsigned>(q));
+              store_remote4(dst, v4, static_cast<unsigned>(q));
             else
-              st_async1(shared_addr_in(dst, q), v, shared_addr_in(&bars[kBarKv], q));
+              st_async4(shared_addr_in(dst, q), v4, shared_addr_in(&bars[kBarKv], q));
           }
         }
       }
@@ -382,25 +385,41 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     // attention: a warp per (own row i, head hh), keys 0..t
     for (int item = warp; item < nr * kH; item += kWarps) {
       const int i = item / kH, hh = item % kH, n = t0 + i + 1;
-      float* row = sm + S.sc + item * (T + 1);
       const float* qt = qs + i * kLd + hh * kDh;
-      for (int k = lane; k < n; k += 32) row[k] = dot_qk(qt, ks + k * kLd + hh * kDh, kDh) * scale;
-      __syncwarp();
-      warp_softmax_inplace(row, n);
-      __syncwarp();
-      if (lane < kDh / 4) {  // att (4 of the head's columns) = probabilities times v, in key order
-        const int e = hh * kDh + lane * 4;
-        float4 a = {0.f, 0.f, 0.f, 0.f};
+      const int e = hh * kDh + (lane % (kDh / 4)) * 4;  // lanes < dh / 4: att's 4 columns e..e+3
+      float4 a = {0.f, 0.f, 0.f, 0.f};
+      // att = probabilities times v, in key order
+      auto add_key = [&](float pr, int k) {
+        const float4 vv = *reinterpret_cast<const float4*>(vs + k * kLd + e);
+        a.x = fmaf(pr, vv.x, a.x);
+        a.y = fmaf(pr, vv.y, a.y);
+        a.z = fmaf(pr, vv.z, a.z);
+        a.w = fmaf(pr, vv.w, a.w);
+      };
+      if (n <= 32) {
+        // a key per lane: warp_softmax_inplace's arithmetic in registers (the same values, no
+        // shared-memory round trips), each probability broadcast by a shuffle in key order
+        const float s = lane < n ? dot_qk(qt, ks + lane * kLd + hh * kDh, kDh) * scale : -CUDART_INF_F;
+        float m = s;
+        for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+        const float ex = lane < n ? expf(s - m) : 0.0f;
+        float sum = ex;
+        for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        const float pr = ex * (1.0f / sum);
         for (int k = 0; k < n; ++k) {
-          const float pr = row[k];
-          const float4 vv = *reinterpret_cast<const float4*>(vs + k * kLd + e);
-          a.x = fmaf(pr, vv.x, a.x);
-          a.y = fmaf(pr, vv.y, a.y);
-          a.z = fmaf(pr, vv.z, a.z);
-          a.w = fmaf(pr, vv.w, a.w);
+          const float pk = __shfl_sync(0xffffffffu, pr, k);
+          if (lane < kDh / 4) add_key(pk, k);
         }
-        *reinterpret_cast<float4*>(att + i * kLd + e) = a;
+      } else {  // the scores through shared memory
+        float* row = sm + S.sc + item * (T + 1);
+        for (int k = lane; k < n; k += 32) row[k] = dot_qk(qt, ks + k * kLd + hh * kDh, kDh) * scale;
+        __syncwarp();
+        warp_softmax_inplace(row, n);
+        __syncwarp();
+        if (lane < kDh / 4)
+          for (int k = 0; k < n; ++k) add_key(row[k], k);
       }
+      if (lane < kDh / 4) *reinterpret_cast<float4*>(att + i * kLd + e) = a;
     }
     __syncthreads();
     if (!kBarrierKv && l + 1 < L) cluster_arrive_relaxed();  // this CTA's k, v are read: the next layer's may come
