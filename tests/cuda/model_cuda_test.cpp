@@ -212,10 +212,14 @@ TEST(CudaModel, MegakernelEveryClusterSizeMatchesTheCpu) {
   EXPECT_GE(forwards, 2) << "the megakernel's forward ran at too few cluster sizes";
   EXPECT_GE(decodes, 2) << "the megakernel's decode step ran at too few cluster sizes";
   std::printf("megakernel: %d forwards and %d decoders checked\n", forwards, decodes);
-  // a shape too large for its shared memory runs the whole-layer kernels, still right
-  CudaGPT gpu(model);
+  // a shape too large for its shared memory runs the whole-layer kernels, still right (the
+  // weight-split plan: by default the forward split by rows takes the shape)
+  CudaGPT gpu(model, {.mega_rows = 0});
   EXPECT_EQ(gpu.path_for(5, 24), CudaGPTOptions::Path::Fused);
   expect_forward_matches(model, gpu, 5, 24, 13);
+  CudaGPT by_rows(model);
+  EXPECT_EQ(by_rows.mega_rows_for(5, 24), 2);
+  expect_forward_matches(model, by_rows, 5, 24, 13);
 }
 
 // The decode step's variants (cuda_gpt.cpp): MINIGPT_MEGA_STATE = params | mapped do the same
