@@ -165,10 +165,6 @@ __device__ __forceinline__ void push1(float* local, float v, int R) {
   for (int q = 0; q < R; ++q)
     asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(shared_addr_in(local, q)), "f"(v) : "memory");
 }
-// v into the slot `local` names in CTA `rank` only.
-__device__ __forceinline__ void store_remote1(float* local, float v, unsigned rank) {
-  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(shared_addr_in(local, rank)), "f"(v) : "memory");
-}
 // v into the slot `local` names in CTA `rank` only (8-byte aligned).
 __device__ __forceinline__ void store_remote2(float* local, float2 v, unsigned rank) {
   asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};\n" ::"r"(shared_addr_in(local, rank)), "f"(v.x), "f"(v.y)
@@ -221,11 +217,6 @@ __device__ __forceinline__ void st_async4(unsigned remote, float4 v, unsigned re
 __device__ __forceinline__ void st_async2(unsigned remote, float2 v, unsigned remote_bar) {
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];\n" ::"r"(remote),
                "f"(v.x), "f"(v.y), "r"(remote_bar)
-               : "memory");
-}
-__device__ __forceinline__ void st_async1(unsigned remote, float v, unsigned remote_bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];\n" ::"r"(remote), "f"(v),
-               "r"(remote_bar)
                : "memory");
 }
 // A hand-over's two halves (Net::wait below, gpt_mega_rows.cu's k, v exchange): one thread's

@@ -6,8 +6,6 @@
 
 #include "kernels/cuda/gpt_mega_parts.cuh"
 
-#include <cstring>
-
 namespace minigpt::cuda {
 namespace {
 
@@ -35,28 +33,12 @@ bool rows_arch(const MegaDims& d) {
   return d.C == kC && d.H == kH && d.F == kF && d.L >= 1 && d.L <= kMegaMaxLayers && d.V >= 1;
 }
 
-// How the k, v rows are handed over (MINIGPT_MEGA_ROWS_KV=barrier selects the second, to measure
-// one against the other):
-//   point to point (default): st.async to the later CTAs, each waiting on its mbarrier for the
-//     bytes of the earlier CTAs only; a cluster barrier arrived after attention and waited on
-//     before the next layer's pushes (off the critical path) guards the one k, v buffer;
-//   barrier: plain remote stores, then a whole-cluster barrier (release / acquire) before
-//     attention; the k, v buffers alternate by layer (a fast CTA's next layer must not overwrite
-//     the keys a slow one still reads), no barrier after attention.
-bool kv_by_barrier() {
-  static const bool barrier = [] {
-    const char* v = std::getenv("MINIGPT_MEGA_ROWS_KV");
-    return v && std::strcmp(v, "barrier") == 0;
-  }();
-  return barrier;
-}
-
 // Offsets (floats) of a CTA's shared memory (host and device): the small vectors first (as the
 // image holds them), the activations, the mbarriers, then the ring (ns slots: as many as fit,
-// at most kMaxSlots). kv2: the k, v buffers twice (by layer parity).
+// at most kMaxSlots).
 struct RowsLayout {
-  int rp, R, lm_pieces, pieces, small, ldv, x, ln, q, ks, vs, kv_stride, att, h, sc, red, bars, ring, ns, total;
-  __host__ __device__ RowsLayout(const MegaDims& d, int rows, bool kv2) {
+  int rp, R, lm_pieces, pieces, small, ldv, x, ln, q, ks, vs, att, h, sc, red, bars, ring, ns, total;
+  __host__ __device__ RowsLayout(const MegaDims& d, int rows) {
     rp = rows;
     R = ceil_div(d.T, rp);
     lm_pieces = ceil_div(d.V, kPieceRows);
@@ -69,9 +51,8 @@ struct RowsLayout {
     x = take(rp * kLd);
     ln = take(rp * kLd);
     q = take(rp * kLd);
-    kv_stride = kv2 ? d.T * kLd : 0;  // layer l's k, v at ks + (l & 1) kv_stride
-    ks = take((kv2 ? 2 : 1) * d.T * kLd);  // every row's k, v of the sequence (the later ones unused)
-    vs = take((kv2 ? 2 : 1) * d.T * kLd);
+    ks = take(d.T * kLd);  // every row's k, v of the sequence (the later ones unused)
+    vs = take(d.T * kLd);
     att = take(rp * kLd);
     h = take(rp * kLdH);
     sc = take(rp * kH * (d.T + 1));  // a (row, head) item's scores
@@ -104,7 +85,7 @@ __host__ __device__ inline unsigned piece_bytes(const RowsLayout& S, int L, int 
 // Block 0: the small vectors; block 1 + i: piece i (the image is zeroed first: padding defined).
 __global__ void gpt_mega_rows_pack_kernel(const __grid_constant__ MegaParams p, float* image) {
   const MegaDims& d = p.dims;
-  const RowsLayout S(d, 1, false);
+  const RowsLayout S(d, 1);
   auto vec = [&](float* dst, const float* src, int n) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
   };
@@ -283,11 +264,11 @@ __device__ __forceinline__ void dot_rows(const float* a, int lda, const float* c
 // ---- the kernel ----
 // RP rows per CTA (compile time: the accumulators are registers); the cluster (R CTAs) is one
 // sequence, blockIdx.x / R.
-template <int RP, bool kTrace, bool kBarrierKv>
+template <int RP, bool kTrace>
 __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid_constant__ MegaParams p) {
   extern __shared__ __align__(16) float sm[];
   const MegaDims& d = p.dims;
-  const RowsLayout S(d, RP, kBarrierKv);
+  const RowsLayout S(d, RP);
   const int T = d.T, V = d.V, R = S.R, L = d.L;
   const int r = static_cast<int>(cluster_ctarank()), b = static_cast<int>(blockIdx.x) / R;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -332,8 +313,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   for (int l = 0; l < L; ++l) {
     const float* sw = sm + l * kSmallLayer;
     const int pi = l * kPiecesPerLayer;
-    float* ks = sm + S.ks + (l & 1) * S.kv_stride;
-    float* vs = sm + S.vs + (l & 1) * S.kv_stride;
+    float *ks = sm + S.ks, *vs = sm + S.vs;
     layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, sw + kLn1w, sw + kLn1b, p.eps);
     __syncthreads();
     stamp(2 + 8 * l);
@@ -341,9 +321,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     // q, k, v: a thread per output column (q 0..63, k 64..127, v 128..191) for all rows
     const bool qkv_thread = tid < 3 * kC;
     if (qkv_thread) dot_rows<RP, kC>(ln, kLd, {ring.wait(pi + tid / kPieceRows) + (tid % kPieceRows) * kLd}, acc);
-    // every CTA has read the previous layer's k, v (layer 0: every CTA runs); by barrier: the
-    // barrier of the previous layer's hand-over did that
-    if (!kBarrierKv || l == 0) cluster_wait();
+    cluster_wait();  // every CTA has read the previous layer's k, v (layer 0: every CTA runs)
     if (qkv_thread) {
       const int part = tid / kC, c = tid % kC;
       const float bias = sw[kQkvb + tid];
@@ -359,27 +337,17 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
           *dst = v;
           const float4 v4 = make_float4(v, __shfl_down_sync(0xffffffffu, v, 1), __shfl_down_sync(0xffffffffu, v, 2),
                                         __shfl_down_sync(0xffffffffu, v, 3));
-          for (int q = r + 1; q < R && lane % 4 == 0; ++q) {
-            if constexpr (kBarrierKv)
-              store_remote4(dst, v4, static_cast<unsigned>(q));
-            else
-              st_async4(shared_addr_in(dst, q), v4, shared_addr_in(&bars[kBarKv], q));
-          }
+          for (int q = r + 1; q < R && lane % 4 == 0; ++q)
+            st_async4(shared_addr_in(dst, q), v4, shared_addr_in(&bars[kBarKv], q));
         }
       }
     }
     stamp(3 + 8 * l);
     // the earlier CTAs' rows: t0 rows of k and v
-    if constexpr (kBarrierKv) {
-      cluster_arrive();  // release: this thread's stores, local and remote
-      cluster_wait();    // (every thread of this CTA has read q, k, v's pieces too)
-      ring.refill(pi, pi + kPieceProj);
-    } else {
-      __syncthreads();
-      if (tid == 0) stage_arrive(&bars[kBarKv], static_cast<unsigned>(t0 * 2 * kC) * 4u);
-      ring.refill(pi, pi + kPieceProj);
-      stage_wait(&bars[kBarKv], static_cast<unsigned>(l & 1));
-    }
+    __syncthreads();
+    if (tid == 0) stage_arrive(&bars[kBarKv], static_cast<unsigned>(t0 * 2 * kC) * 4u);
+    ring.refill(pi, pi + kPieceProj);
+    stage_wait(&bars[kBarKv], static_cast<unsigned>(l & 1));
     stamp(4 + 8 * l);
 
     // attention: a warp per (own row i, head hh), keys 0..t
@@ -422,7 +390,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       if (lane < kDh / 4) *reinterpret_cast<float4*>(att + i * kLd + e) = a;
     }
     __syncthreads();
-    if (!kBarrierKv && l + 1 < L) cluster_arrive_relaxed();  // this CTA's k, v are read: the next layer's may come
+    if (l + 1 < L) cluster_arrive_relaxed();  // this CTA's k, v are read: the next layer's may come
     stamp(5 + 8 * l);
 
     // proj + residual: 4 lanes 8 apart per output column n (warp w: columns 8w..8w+7), lane s
@@ -540,19 +508,14 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
 
 using RowsKernel = void (*)(MegaParams);
 
-template <bool kTrace, bool kBarrierKv>
-RowsKernel rows_kernel_rp(int rp) {
-  switch (rp) {
-    case 1: return gpt_mega_rows_kernel<1, kTrace, kBarrierKv>;
-    case 2: return gpt_mega_rows_kernel<2, kTrace, kBarrierKv>;
-    case 4: return gpt_mega_rows_kernel<4, kTrace, kBarrierKv>;
-    default: return nullptr;
-  }
-}
 RowsKernel rows_kernel_for(int rp) {
   static const bool trace = std::getenv("MINIGPT_MEGA_TRACE") != nullptr;  // diagnostics, read once
-  if (kv_by_barrier()) return trace ? rows_kernel_rp<true, true>(rp) : rows_kernel_rp<false, true>(rp);
-  return trace ? rows_kernel_rp<true, false>(rp) : rows_kernel_rp<false, false>(rp);
+  switch (rp) {
+    case 1: return trace ? gpt_mega_rows_kernel<1, true> : gpt_mega_rows_kernel<1, false>;
+    case 2: return trace ? gpt_mega_rows_kernel<2, true> : gpt_mega_rows_kernel<2, false>;
+    case 4: return trace ? gpt_mega_rows_kernel<4, true> : gpt_mega_rows_kernel<4, false>;
+    default: return nullptr;
+  }
 }
 
 // Whether the kernel takes dims at rp rows per CTA (shape only; residency is the device's).
@@ -560,7 +523,7 @@ bool rows_takes(const MegaDims& d, int rp) {
   if (!rows_kernel_for(rp) || !rows_arch(d) || d.cache || d.split_k || d.B < 1 || d.T < 1 || d.T > d.P ||
       d.capacity != d.T)
     return false;
-  const RowsLayout S(d, rp, kv_by_barrier());
+  const RowsLayout S(d, rp);
   return S.R <= 16 && S.fits() && static_cast<int64_t>(d.B) * S.R <= 65535;
 }
 
@@ -568,7 +531,7 @@ bool rows_takes(const MegaDims& d, int rp) {
 
 size_t gpt_mega_rows_smem(const MegaDims& d, int rp) {
   if (!rows_takes(d, rp)) return 0;
-  return static_cast<size_t>(RowsLayout(d, rp, kv_by_barrier()).total) * sizeof(float);
+  return static_cast<size_t>(RowsLayout(d, rp).total) * sizeof(float);
 }
 
 int gpt_mega_rows_cluster(const MegaDims& d, int rp) {
@@ -588,7 +551,7 @@ int gpt_mega_rows_cluster(const MegaDims& d, int rp) {
 
 size_t gpt_mega_rows_image_floats(const MegaDims& d) {
   if (!rows_arch(d)) return 0;
-  const RowsLayout S(d, 1, false);
+  const RowsLayout S(d, 1);
   return static_cast<size_t>(piece_offset(S, S.pieces));
 }
 
@@ -597,7 +560,7 @@ void gpt_mega_rows_pack(const MegaParams& p, float* image, cudaStream_t stream) 
   MINIGPT_CUDA_REQUIRE(floats > 0 && image, "gpt_mega_rows_pack: the architecture (C=", p.dims.C, ", H=", p.dims.H,
                        ", F=", p.dims.F, ") is not the one it takes (C 64, H 4, F 256), or the image is null");
   MINIGPT_CUDA_CHECK(cudaMemsetAsync(image, 0, floats * sizeof(float), stream));
-  gpt_mega_rows_pack_kernel<<<1 + RowsLayout(p.dims, 1, false).pieces, 256, 0, stream>>>(p, image);
+  gpt_mega_rows_pack_kernel<<<1 + RowsLayout(p.dims, 1).pieces, 256, 0, stream>>>(p, image);
   MINIGPT_CUDA_CHECK(cudaGetLastError());
 }
 
