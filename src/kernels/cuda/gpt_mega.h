@@ -1,3 +1,5 @@
+// (The forward of the shipped architecture runs split by rows where that takes the shape:
+// gpt_mega_rows.h, 25.6 us at (2, 16) against this kernel's 38.7; CudaGPTOptions::mega_rows.)
 // The grammar MiniGPT's whole forward (or KV-cache decode step) as ONE kernel launch: a
 // "megakernel" run by one thread-block cluster of R CTAs (Hopper; R up to 16 with the
 // non-portable cluster size). For the launch-bound sizes (a decode step, a forward of a few dozen

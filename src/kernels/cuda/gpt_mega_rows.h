@@ -44,8 +44,15 @@
 // ring's slots (the shipped V 611: 10 of 10-11), T <= block size. Launchers check and never
 // synchronise.
 //
-// Measured: docs/MEGAKERNEL.md "rows" (H200, `minigpt bench model --device cuda`: the row
-// "forward graph, megakernel by rows").
+// Measured (H200, `minigpt bench model --device cuda --no-peers --runs 1000 --warmup 100`, the
+// shipped model, per graph launch with its latency; experiments/25-compile/gpu_rows14/call2):
+// forward (2, 16) 25.4-25.9 us at 1 row per CTA (clusters of 16), 29.7-30.1 at 2, 39.8-40.3 at 4,
+// against gpt_mega's 38.5-38.9 us in the same runs (100 back to back: 23.9-24.1 against 36.9-37.1).
+// Stage trace (1 row per CTA, the last CTA, ~44.4k cycles, 22.5 us inside the kernel): start
+// 1.6k; per layer ~9.3k: ln1 0.7k, q k v + push 1.15k, wait for k, v 0.6k, attention 1.5k, proj
+// 1.0k, ln2 0.63k, fc1 1.9k, fc2 1.8k; head 5.1k (lm_head + softmax + stores 4.4k). Its thread 0
+// waited 1.5k cycles in all for weight pieces: the weights stream in time; the stages' own
+// latency chains are what is left (docs/MEGAKERNEL.md "rows").
 #pragma once
 
 #include "kernels/cuda/gpt_mega.h"
