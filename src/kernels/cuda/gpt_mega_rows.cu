@@ -153,7 +153,8 @@ __device__ __forceinline__ void add_slices_residual(const float (&acc)[1][RP], i
 // last CTA of cluster 0 (it waits for every other CTA's keys) stamps clock64 at each stage's end,
 // and the cycles its thread 0 spent waiting for weight pieces so far (Ring::wait); launch
 // kRowsTraceEvery / 2 of every kRowsTraceEvery prints the cycles per stage (and, in brackets,
-// the weight waits among them: thread 0 reads a piece of every GEMM stage). ----
+// the weight waits among them: thread 0 reads the first piece of every GEMM stage, so a lower
+// bound: the stage's later pieces land after it). ----
 constexpr int kRowsTraceSlots = 2 + 8 * kMegaMaxLayers + 3;
 constexpr unsigned kRowsTraceEvery = 400;
 __device__ long long g_rows_trace[kRowsTraceSlots];

@@ -51,8 +51,9 @@
 // Stage trace (1 row per CTA, the last CTA, ~44.4k cycles, 22.5 us inside the kernel): start
 // 1.6k; per layer ~9.3k: ln1 0.7k, q k v + push 1.15k, wait for k, v 0.6k, attention 1.5k, proj
 // 1.0k, ln2 0.63k, fc1 1.9k, fc2 1.8k; head 5.1k (lm_head + softmax + stores 4.4k). Its thread 0
-// waited 1.5k cycles in all for weight pieces: the weights stream in time; the stages' own
-// latency chains are what is left (docs/MEGAKERNEL.md "rows").
+// waited 1.5k cycles in all for weight pieces (each stage's first piece only: a lower bound).
+// More rows per CTA measured slower (2: 53k cycles, 4: 73k): the stages' chains grow with them
+// (docs/MEGAKERNEL.md "rows").
 #pragma once
 
 #include "kernels/cuda/gpt_mega.h"
