@@ -7,12 +7,15 @@
 // MINIGPT_MEGA_SPLITK=0), the same top-1 token for "Yesterday I"
 // and for every grammar probe of tests/probes/grammar_probes.tsv with the shipped model,
 // decode == full forward at every position, graph replays reproducible, bad input a clear
-// Error. Tests skip without a GPU; the "no GPU / no CUDA" error runs everywhere.
+// Error; the forward split by rows (gpt_mega_rows.h, the default where it takes the shape) at
+// every rows per CTA, bitwise the same across them. Tests skip without a GPU; the "no GPU / no
+// CUDA" error runs everywhere.
 #include "core/thread_pool.h"
 #include "cuda/cuda_test_util.h"
 #include "data/probes.h"
 #include "data/tokenizer.h"
 #include "expect_error.h"
+#include "kernels/cuda/gpt_mega_rows.h"
 #include "model/cuda/cuda_gpt.h"
 #include "model/decoder.h"
 #include "model/gpt.h"
@@ -380,9 +383,17 @@ TEST(CudaModel, MegakernelByRowsMatchesTheCpu) {
               prompts.size(), by_rows, worst);
 }
 
-// Options the row-split forward does not take are clear errors; the environment's choice and the
-// automatic one.
+// Options and shapes the row-split forward does not take are clear errors; the environment's
+// choice and the automatic one.
 TEST(CudaModel, MegakernelByRowsBadOptionsAreClearErrors) {
+  // the launcher checks the shape before any CUDA call: C 32 is not the architecture it takes
+  cuda::MegaParams bad;
+  bad.dims = {.L = 4, .B = 1, .T = 16, .C = 32, .H = 2, .F = 128, .V = 50, .P = 24, .capacity = 16};
+  EXPECT_ERROR(cuda::gpt_mega_rows(bad, 1, nullptr), "is not taken at 1 rows per CTA");
+  bad.dims.C = 64;
+  bad.dims.H = 4;
+  bad.dims.F = 256;
+  EXPECT_ERROR(cuda::gpt_mega_rows(bad, 3, nullptr), "is not taken at 3 rows per CTA");
   REQUIRE_GPU();
   const ModelConfig c = small_config();
   GrammarMiniGPT model(c, ModelWeights::init_random(c, 32));
