@@ -790,3 +790,65 @@ TEST(CompileCudaJit, ASourceThatDoesNotCompileIsAnErrorAndKeptForTheReader) {
 }
 
 #endif  // MINIGPT_HAVE_CUDA_COMPILE
+
+
+// weights_plain, ln_weights_early and mlp_async (REPORT 7m): under PDL no const pointer keeps
+// __restrict__ (the weights' loads coherent, so that ptxas keeps them above the wait); every
+// layernorm prologue's gain and bias are loaded into registers (wreg) before the wait and read
+// there after it; the MLP kernel's cluster form pushes fc2's partials with st.async counted on
+// the receiving CTA's mbarrier (initialised before the cluster's arrive, waited on before pq is
+// read), with no whole cluster barrier. Each source compiles with NVRTC for sm_90a.
+TEST(CompileCudaNvrtc, WeightsPlainLayerNormWeightsEarlyAndAsyncPushCompile) {
+  ModelConfig shipped;
+  shipped.vocab_size = 611;
+  const ModelConfig tiny = compile_tiny_config();
+  for (const Graph& g : {capture_gpt(tiny, 3, 5), capture_gpt_decode(tiny), capture_gpt(shipped, 2, 16)}) {
+    for (int form = 0; form < 3; ++form) {  // 0 clusters with st.async; 1 the block form, 1-row tiles; 2 the MLP apart
+      CudaCodegenOptions cg;
+      cg.generated_gemm = true;
+      cg.pdl = true;
+      cg.weights_plain = cg.ln_weights_early = true;
+      cg.mlp_async = form == 0;
+      cg.mlp_cluster = form != 1;
+      cg.mlp_rows = form == 1 ? 1 : 4;
+      cg.fuse_mlp = form != 2;
+      const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
+      const std::string what = fmt::format("{} form {}", g.name, form);
+      for (const CudaLaunch& launch : l.code.launches) {
+        const std::vector<std::string> params = kernel_params(l.code.source, launch.function);
+        ASSERT_EQ(params.size(), launch.args.size()) << what << " " << launch.function;
+        for (size_t i = 0; i < params.size(); ++i) {
+          if (launch.args[i] >= 0 && contains(params[i], "const ")) {  // (a null pointer keeps it: nothing is read)
+            EXPECT_FALSE(contains(params[i], "__restrict__")) << what << " " << launch.function << ": " << params[i];
+          }
+        }
+      }
+      int lns = 0, mlps = 0;
+      for (const CudaKernelText& k : l.code.kernels) {
+        if (!contains(k.text, "__global__")) continue;
+        const std::string code = code_only(k.text);
+        const size_t wait = code.find("griddepcontrol.wait;");
+        if (contains(code, "prologue: warp w computes row") || contains(k.text, "prologue: warp w computes row")) {
+          ++lns;
+          ASSERT_NE(wait, std::string::npos) << what << " " << k.name;
+          EXPECT_LT(code.find("wreg"), wait) << what << " " << k.name << ": the gain and bias loaded before the wait";
+          EXPECT_GE(count_of(code.substr(wait), "wreg"), 2u) << what << " " << k.name << ": and read from registers after it";
+        }
+        if (form == 0 && contains(k.name, "mlp")) {
+          ++mlps;
+          EXPECT_TRUE(contains(code, "mg_cluster_st_async(&pq[rank][i][m % ")) << what;
+          EXPECT_FALSE(contains(code, "mg_cluster_barrier();")) << what << ": no whole cluster barrier";
+          EXPECT_LT(code.find("mg_mbar_init_tx(&pq_bar, "), code.find("mg_cluster_arrive();")) << what;
+          EXPECT_LT(code.find("mg_cluster_wait();"), code.find("mg_cluster_st_async(")) << what;
+          EXPECT_LT(code.find("mg_cluster_st_async("), code.find("mg_mbar_wait(&pq_bar, 0);")) << what;
+          EXPECT_LT(code.find("mg_mbar_wait(&pq_bar, 0);"), code.find("pq[0][i]")) << what;
+        }
+      }
+      EXPECT_GE(lns, 1) << what;
+      if (form == 0) {
+        EXPECT_GE(mlps, 1) << what;
+      }
+      ASSERT_NO_THROW(nvrtc_compile_ptx(l.code.source, "compute_90a", g.name)) << what;
+    }
+  }
+}

@@ -39,7 +39,7 @@
 
 namespace minigpt::compile {
 
-inline constexpr int kCodegenCudaVersion = 4;  // bump on any change to the generated text's meaning
+inline constexpr int kCodegenCudaVersion = 5;  // bump on any change to the generated text's meaning
 // Column steps per thread up to which a row is kept in registers between its loops.
 inline constexpr int kPersistentSteps = 32;
 
@@ -116,6 +116,12 @@ struct CudaCodegenOptions {
   // weight is __restrict__ now (codegen_cuda.cpp's coherent_reads). Off: 7e's pulled form
   // (max-autotune's "mlp-pull").
   bool mlp_push = true;
+  // With mlp_push: the partials written with st.async (each store's bytes counted on the
+  // receiving CTA's mbarrier) and each CTA's finishing threads waiting on their own mbarrier,
+  // instead of a whole cluster barrier (barrier.cluster.arrive.release: a MEMBAR.ALL.GPU in
+  // SASS, then every CTA waits for the slowest). Same sums in the same order. max-autotune's
+  // "mlp-async".
+  bool mlp_async = false;
   // With generated_gemm: a GEMM without a prologue first copies its tile's rows of x into shared
   // memory (coalesced, the whole block), and its K loop reads them there, as the prologue GEMMs
   // do; off: every lane reads x from global memory in the K loop (a broadcast per warp). H200:
@@ -133,6 +139,19 @@ struct CudaCodegenOptions {
   // (K = 256) does 64 shared-memory reads per thread instead of 256. Same sums in the same order.
   // Off by default: not yet measured (max-autotune's "smem-vec4" times it).
   bool smem_vec4 = false;
+  // Under PDL, the graph weights' pointers plain (not `const __restrict__`) too, so that their
+  // loads are coherent ones, which ptxas keeps where the source puts them: before
+  // griddepcontrol.wait. With __restrict__ (non-coherent loads) NVRTC 13.0's ptxas issues every
+  // weight load of the MLP kernel and of the layernorm + GEMM kernels AFTER the wait (SASS: the
+  // LDG.E.128.CONSTANTs follow ACQBULK), so weights_early's loads did not overlap the previous
+  // kernel; plain, all 17 of the MLP kernel's come before it (nvcc 13.0 sm_90a, cuobjdump).
+  // Same loads of the same values (a weight is never written). max-autotune's "weights-plain".
+  bool weights_plain = false;
+  // With generated_gemm: a layernorm prologue's gain and bias (graph weights of the row's width)
+  // loaded into registers at the kernel's top, before PDL's wait, instead of in the middle of the
+  // row's chain (after the row's sums: an L2 round trip on the kernel's critical path, in every
+  // layernorm + GEMM kernel and MLP kernel). Same values. max-autotune's "ln-early".
+  bool ln_weights_early = false;
   // Programmatic dependent launch (Hopper, sm_90+; with generated_gemm only, so that every
   // kernel of the graph is generated): each kernel starts with griddepcontrol.wait (the previous
   // kernel's writes are visible after it) then griddepcontrol.launch_dependents, and the runner
