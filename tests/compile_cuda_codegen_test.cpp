@@ -255,8 +255,9 @@ TEST(CompileCudaCodegen, GeneratedGemmsFuseEachMlpIntoOneKernel) {
                                                 std::to_string(4 * c.d_model / 8) + "];"))
         << g.name << ": the CTA's columns of h";
     EXPECT_TRUE(contains(fused.code.source, "*(const float4*)&hs[i][4 * u]")) << "fc2's K slice reads h from shared memory";
-    // (pushed by default, CudaCodegenOptions::mlp_push; the pulled form: FusedMlpCompilesAtEveryTileHeight)
-    EXPECT_TRUE(contains(fused.code.source, "mg_cluster_st(&pq[rank][i][m % ")) << "the slices' partial sums pushed to the CTAs that finish them";
+    // (pushed by default with st.async, CudaCodegenOptions::mlp_push and mlp_async; the pulled form and the
+    // synchronous push: FusedMlpCompilesAtEveryTileHeight)
+    EXPECT_TRUE(contains(fused.code.source, "mg_cluster_st_async(&pq[rank][i][m % ")) << "the slices' partial sums pushed to the CTAs that finish them";
     EXPECT_FALSE(contains(fused.code.source, "mg_cluster_ld(&pp")) << "nothing read remotely by default";
     for (const CudaLaunch& l : fused.code.launches) {
       if (contains(l.name, "mlp")) {
@@ -468,7 +469,8 @@ std::vector<std::string> kernel_params(const std::string& src, const std::string
 // through the non-coherent path, whose loads ptxas schedules across the wait (for sm_90a it put
 // the MLP kernel's residual load above it: wrong logits, REPORT.md 7j). So under PDL every
 // parameter of every launch whose tensor is not a graph weight is plain (`const float* x`), and
-// every weight keeps `__restrict__` (loaded before the wait on purpose); without PDL nothing
+// with weights_plain off every weight keeps `__restrict__` (with it on, the default since 7m,
+// nothing does: WeightsPlainLayerNormWeightsEarlyAndAsyncPushCompile); without PDL nothing
 // changes. Over the forward (tile heights that divide its rows and not), the decode step, the
 // shipped model's widths, and the forms of the MLP kernel (pushed, after the attention stage).
 TEST(CompileCudaCodegen, PdlKernelsReadEarlierKernelsOutputsWithoutRestrict) {
@@ -482,6 +484,8 @@ TEST(CompileCudaCodegen, PdlKernelsReadEarlierKernelsOutputsWithoutRestrict) {
       cg.fuse_mlp_attention = form == 1 || form == 2;
       cg.mlp_push = form == 1;
       cg.fuse_mlp = form != 3;
+      cg.weights_plain = false;  // (weights_plain drops it from the weights too: WeightsPlainLayerNormWeightsEarlyAndAsyncPushCompile)
+      cg.mlp_async = false;      // (7h's form: the synchronous push after the attention stage)
       for (bool pdl : {true, false}) {
         cg.pdl = pdl;
         const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
@@ -566,6 +570,7 @@ TEST(CompileCudaNvrtc, FusedMlpCompilesAtEveryTileHeight) {
         cg.fuse_mlp_proj = form == 4 || form == 5 || form >= 7;
         cg.fuse_mlp_attention = form < 7;
         cg.mlp_push = form == 8 || form == 5;
+        cg.mlp_async = false;  // (the push with st.async: WeightsPlainLayerNormWeightsEarlyAndAsyncPushCompile)
         cg.mlp_cluster = form >= 5;
         cg.mlp_rows = rows;
         cg.pdl = form != 3;

@@ -119,9 +119,10 @@ struct CudaCodegenOptions {
   // With mlp_push: the partials written with st.async (each store's bytes counted on the
   // receiving CTA's mbarrier) and each CTA's finishing threads waiting on their own mbarrier,
   // instead of a whole cluster barrier (barrier.cluster.arrive.release: a MEMBAR.ALL.GPU in
-  // SASS, then every CTA waits for the slowest). Same sums in the same order. max-autotune's
-  // "mlp-async".
-  bool mlp_async = false;
+  // SASS, then every CTA waits for the slowest). Same sums in the same order. H200 (REPORT 7m):
+  // the MLP kernel alone 3.5 -> 3.16 us, the whole forward 29.1 -> 27.5 us (with weights_plain
+  // and ln_weights_early; alone 32.4 -> 31.5). Off: max-autotune's "mlp-sync".
+  bool mlp_async = true;
   // With generated_gemm: a GEMM without a prologue first copies its tile's rows of x into shared
   // memory (coalesced, the whole block), and its K loop reads them there, as the prologue GEMMs
   // do; off: every lane reads x from global memory in the K loop (a broadcast per warp). H200:
@@ -145,13 +146,18 @@ struct CudaCodegenOptions {
   // weight load of the MLP kernel and of the layernorm + GEMM kernels AFTER the wait (SASS: the
   // LDG.E.128.CONSTANTs follow ACQBULK), so weights_early's loads did not overlap the previous
   // kernel; plain, all 17 of the MLP kernel's come before it (nvcc 13.0 sm_90a, cuobjdump).
-  // Same loads of the same values (a weight is never written). max-autotune's "weights-plain".
-  bool weights_plain = false;
+  // Same loads of the same values (a weight is never written). H200, 2026-12-02 (REPORT 7m): the
+  // MLP kernel alone 5.2 -> 3.5 us with ln_weights_early, the layernorm + GEMM kernels 1.65 ->
+  // 1.43; the whole forward at (2, 16) 32.4 -> 29.1 us (both), 29.4 alone. Off: max-autotune's
+  // "weights-restrict".
+  bool weights_plain = true;
   // With generated_gemm: a layernorm prologue's gain and bias (graph weights of the row's width)
   // loaded into registers at the kernel's top, before PDL's wait, instead of in the middle of the
   // row's chain (after the row's sums: an L2 round trip on the kernel's critical path, in every
-  // layernorm + GEMM kernel and MLP kernel). Same values. max-autotune's "ln-early".
-  bool ln_weights_early = false;
+  // layernorm + GEMM kernel and MLP kernel). Same values. H200 (REPORT 7m): 32.4 -> 32.4 us alone
+  // (ptxas issues the loads after the wait with __restrict__ anyway), 29.4 -> 29.1 with
+  // weights_plain. Off: max-autotune's "ln-late".
+  bool ln_weights_early = true;
   // Programmatic dependent launch (Hopper, sm_90+; with generated_gemm only, so that every
   // kernel of the graph is generated): each kernel starts with griddepcontrol.wait (the previous
   // kernel's writes are visible after it) then griddepcontrol.launch_dependents, and the runner

@@ -153,14 +153,15 @@ std::string variant_name(const CudaCodegenOptions& cg) {
 
 // MINIGPT_CUDA_VARIANT (a debugging and measuring aid, the default mode only): words of
 // variant_name's, each changing the generated GEMMs' options from the variant asked (the rule's):
-// "weights-plain", "ln-early", "mlp-async", "mlp-pull", "mlp-push", "no-cluster", "rowsN",
-// "smem-vec4", "proj-apart", "mlp-apart"; any other word is an error.
+// "weights-plain" / "weights-restrict", "ln-early" / "ln-late", "mlp-async" / "mlp-sync",
+// "mlp-pull" / "mlp-push", "no-cluster", "rowsN", "smem-vec4", "proj-apart", "mlp-apart"; any
+// other word is an error. ("weights-restrict ln-late mlp-sync" is 7l's default, main before 7m.)
 void apply_variant_words(CudaCodegenOptions& cg, const std::string& words) {
   std::istringstream in(words);
   for (std::string w; in >> w;) {
-    if (w == "weights-plain") cg.weights_plain = true;
-    else if (w == "ln-early") cg.ln_weights_early = true;
-    else if (w == "mlp-async") cg.mlp_async = true;
+    if (w == "weights-plain" || w == "weights-restrict") cg.weights_plain = w == "weights-plain";
+    else if (w == "ln-early" || w == "ln-late") cg.ln_weights_early = w == "ln-early";
+    else if (w == "mlp-async" || w == "mlp-sync") cg.mlp_async = w == "mlp-async";
     else if (w == "mlp-pull") cg.mlp_push = false;
     else if (w == "mlp-push") cg.mlp_push = true;
     else if (w == "no-cluster") cg.mlp_cluster = false;
@@ -168,8 +169,8 @@ void apply_variant_words(CudaCodegenOptions& cg, const std::string& words) {
     else if (w == "proj-apart") cg.fuse_mlp_proj = false;
     else if (w == "mlp-apart") cg.fuse_mlp = false;
     else if (w.starts_with("rows") && w.size() == 5 && w[4] >= '1' && w[4] <= '8') cg.mlp_rows = w[4] - '0';
-    else MINIGPT_FAIL("MINIGPT_CUDA_VARIANT: unknown word '{}' (weights-plain ln-early mlp-async mlp-pull mlp-push no-cluster rowsN smem-vec4 "
-                      "proj-apart mlp-apart)", w);
+    else MINIGPT_FAIL("MINIGPT_CUDA_VARIANT: unknown word '{}' (weights-plain weights-restrict ln-early ln-late mlp-async mlp-sync mlp-pull "
+                      "mlp-push no-cluster rowsN smem-vec4 proj-apart mlp-apart)", w);
   }
 }
 
@@ -292,7 +293,7 @@ CudaCodegenOptions default_cuda_variant_for(const Graph& captured, int major, st
   cg.pdl = major >= 9;
   cg.fuse_mlp = major >= 9;  // the MLP kernel's clusters need sm_90 (its block form loses on the H200)
   why = fmt::format("default rule: every matmul launch-bound (at most {} rows <= {}): generated GEMMs{}", rows, kLaunchBoundRows,
-                    cg.pdl ? " with PDL and the projection + MLP in 8-CTA clusters (sm_90+)" : "");
+                    cg.pdl ? " with PDL (the weights loaded before its wait) and the projection + MLP in 8-CTA clusters (sm_90+)" : "");
   return cg;
 }
 
@@ -350,27 +351,22 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
       });
       add(true, true, [](CudaCodegenOptions& c) { c.fuse_mlp = false; });
       add(true, true, [](CudaCodegenOptions& c) { c.smem_vec4 = true; });
-      // the weights really before PDL's wait (plain pointers; the layernorms' gain and bias at the
-      // top), fc2's partials with st.async, and the block form with every weight early
+      // each of 7m's three the other way ("weights-restrict": the weights' loads left to ptxas, which
+      // puts them after PDL's wait; "ln-late": the layernorms' gain and bias read in the row's
+      // chain; "mlp-sync": fc2's partials through a whole cluster barrier), the first two together,
+      // and all three (7l's default)
       add(true, true, [](CudaCodegenOptions& c) { c.weights_plain = !c.weights_plain; });
       add(true, true, [](CudaCodegenOptions& c) { c.ln_weights_early = !c.ln_weights_early; });
       add(true, true, [](CudaCodegenOptions& c) { c.mlp_async = !c.mlp_async; });
-      const CudaCodegenOptions base = opt.codegen;
-      auto early = [base](CudaCodegenOptions& c) {
-        c.weights_plain = !base.weights_plain;
-        c.ln_weights_early = !base.ln_weights_early;
-      };
-      add(true, true, early);
-      add(true, true, [early, base](CudaCodegenOptions& c) {
-        early(c);
-        c.mlp_async = !base.mlp_async;
+      add(true, true, [](CudaCodegenOptions& c) {
+        c.weights_plain = !c.weights_plain;
+        c.ln_weights_early = !c.ln_weights_early;
       });
-      for (int rows : {1, 2})
-        add(true, true, [early, rows](CudaCodegenOptions& c) {
-          early(c);
-          c.mlp_cluster = false;
-          c.mlp_rows = rows;
-        });
+      add(true, true, [](CudaCodegenOptions& c) {
+        c.weights_plain = !c.weights_plain;
+        c.ln_weights_early = !c.ln_weights_early;
+        c.mlp_async = !c.mlp_async;
+      });
       add(true, true, [](CudaCodegenOptions& c) { c.attention_prologue = true; });
       add(true, true, [](CudaCodegenOptions& c) { c.weights_early = false; });
       add(true, true, [](CudaCodegenOptions& c) { c.stage_x = false; });
