@@ -257,7 +257,8 @@ TEST(CompileCudaCodegen, GeneratedGemmsFuseEachMlpIntoOneKernel) {
     EXPECT_TRUE(contains(fused.code.source, "*(const float4*)&hs[i][4 * u]")) << "fc2's K slice reads h from shared memory";
     // (pushed by default with st.async, CudaCodegenOptions::mlp_push and mlp_async; the pulled form and the
     // synchronous push: FusedMlpCompilesAtEveryTileHeight)
-    EXPECT_TRUE(contains(fused.code.source, "mg_cluster_st_async(&pq[rank][i][m % ")) << "the slices' partial sums pushed to the CTAs that finish them";
+    EXPECT_TRUE(contains(fused.code.source, "mg_cluster_st_async(&pq[rank][i][m % "))
+        << "the slices' partial sums pushed to the CTAs that finish them";
     EXPECT_FALSE(contains(fused.code.source, "mg_cluster_ld(&pp")) << "nothing read remotely by default";
     for (const CudaLaunch& l : fused.code.launches) {
       if (contains(l.name, "mlp")) {

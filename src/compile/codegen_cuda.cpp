@@ -1017,8 +1017,11 @@ std::string rename_kernel(const std::string& name, const Kernel& k, bool generat
 // residual before the kernel two launches back had written it: wrong logits at (2, 16)
 // (experiments/25-compile/REPORT.md 7j). So every pointer parameter of a __global__ function in
 // `code` whose tensor (args, in parameter order) is not a graph weight loses `__restrict__`: its
-// loads are coherent and stay after the wait. Weights keep it: the graph never writes them, and
-// loading them before the wait is the point of weights_early.
+// loads are coherent and stay after the wait. Weights keep it unless `weights_too`
+// (CudaCodegenOptions::weights_plain, the default): the graph never writes them, and with
+// __restrict__ ptxas issued their loads AFTER the wait as well (REPORT.md 7m: every weight load of
+// the MLP and layernorm + GEMM kernels behind ACQBULK), while plain ones stay where the source puts
+// them, before it, which is the point of weights_early.
 std::string coherent_reads(std::string code, const Graph& g, const std::vector<int>& args, bool weights_too) {
   const size_t fn = code.find("__global__");
   if (fn == std::string::npos) return code;

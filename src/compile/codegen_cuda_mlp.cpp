@@ -185,15 +185,20 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
   p += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u) {{\n", HC / 4);
   p += "  const float4 hv = *(const float4*)&hs[i][4 * u], wv = w2c[u];\n";
   p += "  acc += hv.x * wv.x;\n  acc += hv.y * wv.y;\n  acc += hv.z * wv.z;\n  acc += hv.w * wv.w;\n}\n";
-  p += async  ? fmt::format("mg_cluster_st_async(&pq[rank][i][m % {}], &pq_bar, m / {}, acc);  // into the CTA of column m, counted on its pq_bar\n", MC, MC)
-       : push ? fmt::format("mg_cluster_st(&pq[rank][i][m % {}], m / {}, acc);  // into the CTA of column m\n", MC, MC)
-              : "pp[i][m] = acc;\n";
+  if (async)
+    p += fmt::format("mg_cluster_st_async(&pq[rank][i][m % {}], &pq_bar, m / {}, acc);  // into the CTA of column m, counted on its pq_bar\n",
+                     MC, MC);
+  else
+    p += push ? fmt::format("mg_cluster_st(&pq[rank][i][m % {}], m / {}, acc);  // into the CTA of column m\n", MC, MC) : "pp[i][m] = acc;\n";
   // (no guard when the tile's R M outputs fill the block: every thread sums one)
   b += R * M < kThreads ? fmt::format("if (threadIdx.x < {}) {{\n", R * M) + indent_text(p, "  ") + "}\n" : "{\n" + indent_text(p, "  ") + "}\n";
   if (!async)
-    b += push ? "mg_cluster_barrier();  // every CTA's partial sums in their outputs' CTAs\n" : "mg_cluster_barrier();  // every CTA's partial sums visible to the cluster\n";
+    b += push ? "mg_cluster_barrier();  // every CTA's partial sums in their outputs' CTAs\n"
+              : "mg_cluster_barrier();  // every CTA's partial sums visible to the cluster\n";
   b += fmt::format("if (threadIdx.x < {}) {{  // output (i, rank {} + l): the 8 K slices' partials in rank order, the epilogue\n", R * MC, MC);
-  std::string o = async ? fmt::format("mg_mbar_wait(&pq_bar, 0);  // the {} bytes of the cluster's partial sums for this CTA's outputs have landed\n", R * M * 4) : "";
+  std::string o =
+      async ? fmt::format("mg_mbar_wait(&pq_bar, 0);  // the {} bytes of the cluster's partial sums for this CTA's outputs have landed\n", R * M * 4)
+            : "";
   o += fmt::format("const int i = threadIdx.x / {}, m = rank * {} + threadIdx.x % {};\n", MC, MC, MC);
   o += push ? fmt::format("float v = pq[0][i][m % {0}];\n#pragma unroll\nfor (int c = 1; c < 8; ++c) v += pq[c][i][m % {0}];\n", MC)
             : "float v = mg_cluster_ld(&pp[i][m], 0);\n#pragma unroll\nfor (int c = 1; c < 8; ++c) v += mg_cluster_ld(&pp[i][m], c);\n";
@@ -375,7 +380,8 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   if (cluster) {
     if (async) {
       b += "__shared__ __align__(8) unsigned long long pq_bar;  // counts the bytes of the partial sums pushed into pq\n";
-      b += fmt::format("if (threadIdx.x == 0) mg_mbar_init_tx(&pq_bar, {});  // (before the arrive below: no CTA pushes before every CTA has arrived)\n",
+      b += fmt::format("if (threadIdx.x == 0) mg_mbar_init_tx(&pq_bar, {});  // (before the arrive below: no CTA pushes before every CTA "
+                       "has arrived)\n",
                        R * M * 4);
     }
     if (push) b += "mg_cluster_arrive();  // the first half of a barrier: this CTA has started (its pq may be written from now on)\n";
