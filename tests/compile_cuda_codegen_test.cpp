@@ -587,9 +587,9 @@ TEST(CompileCudaNvrtc, FusedMlpCompilesAtEveryTileHeight) {
           const bool proj = form == 4 || form == 5 || form >= 7, attn = (form == 4 || form == 5) && !contains(g.name, "decode");
           EXPECT_EQ(contains(k.name, "_proj_"), proj) << what;
           EXPECT_EQ(contains(k.name, "_attention_proj_"), attn) << what;
-          // (8 rows x 64 columns: more outputs than threads, the block form, saying why)
+          // (8 rows x 64 columns, more outputs than threads, in clusters too since 7m: two of one column per thread)
           const bool cl = form >= 5 && !contains(k.text, "not in clusters");
-          EXPECT_TRUE(cl || form < 5 || rows == 8) << what;
+          EXPECT_TRUE(cl || form < 5) << what;
           EXPECT_EQ(cl, contains(k.text, "mg_cluster_barrier();")) << what;
           if (cl) {  // pulled: two whole barriers, the partials read remotely; pushed: one, written remotely after the arrive and the wait
             const std::string code = code_only(k.text);
@@ -809,14 +809,16 @@ TEST(CompileCudaNvrtc, WeightsPlainLayerNormWeightsEarlyAndAsyncPushCompile) {
   shipped.vocab_size = 611;
   const ModelConfig tiny = compile_tiny_config();
   for (const Graph& g : {capture_gpt(tiny, 3, 5), capture_gpt_decode(tiny), capture_gpt(shipped, 2, 16)}) {
-    for (int form = 0; form < 3; ++form) {  // 0 clusters with st.async; 1 the block form, 1-row tiles; 2 the MLP apart
+    // 0 clusters with st.async; 1 the block form, 1-row tiles; 2 the MLP apart; 3 clusters of 8-row tiles
+    // (the shipped model's 8 x 64 outputs: two per thread)
+    for (int form = 0; form < 4; ++form) {
       CudaCodegenOptions cg;
       cg.generated_gemm = true;
       cg.pdl = true;
       cg.weights_plain = cg.ln_weights_early = true;
-      cg.mlp_async = form == 0;
+      cg.mlp_async = form == 0 || form == 3;
       cg.mlp_cluster = form != 1;
-      cg.mlp_rows = form == 1 ? 1 : 4;
+      cg.mlp_rows = form == 1 ? 1 : form == 3 ? 8 : 4;
       cg.fuse_mlp = form != 2;
       const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
       const std::string what = fmt::format("{} form {}", g.name, form);
@@ -840,8 +842,13 @@ TEST(CompileCudaNvrtc, WeightsPlainLayerNormWeightsEarlyAndAsyncPushCompile) {
           EXPECT_LT(code.find("wreg"), wait) << what << " " << k.name << ": the gain and bias loaded before the wait";
           EXPECT_GE(count_of(code.substr(wait), "wreg"), 2u) << what << " " << k.name << ": and read from registers after it";
         }
-        if (form == 0 && contains(k.name, "mlp")) {
+        if ((form == 0 || form == 3) && contains(k.name, "mlp")) {
           ++mlps;
+          EXPECT_FALSE(contains(k.text, "not in clusters")) << what;
+          if (form == 3) {  // fc2's partials: two outputs per thread where the tile has 8 x 64 (the shipped model's width)
+            EXPECT_EQ(contains(k.text, "// the thread's outputs (i, m) = ((t + 256 q) / 64, t % 64)"), contains(code, "threadIdx.x % 64"))
+                << what;
+          }
           EXPECT_TRUE(contains(code, "mg_cluster_st_async(&pq[rank][i][m % ")) << what;
           EXPECT_FALSE(contains(code, "mg_cluster_barrier();")) << what << ": no whole cluster barrier";
           EXPECT_LT(code.find("mg_mbar_init_tx(&pq_bar, "), code.find("mg_cluster_arrive();")) << what;
@@ -851,7 +858,7 @@ TEST(CompileCudaNvrtc, WeightsPlainLayerNormWeightsEarlyAndAsyncPushCompile) {
         }
       }
       EXPECT_GE(lns, 1) << what;
-      if (form == 0) {
+      if (form == 0 || form == 3) {
         EXPECT_GE(mlps, 1) << what;
       }
       ASSERT_NO_THROW(nvrtc_compile_ptx(l.code.source, "compute_90a", g.name)) << what;

@@ -75,7 +75,11 @@ struct CudaCodegenOptions {
   bool fuse_mlp = true;
   // fuse_mlp's rows per tile (1 to 8; at most the matmul's rows): (2, 16) has 32 rows, so 8
   // clusters of 8 CTAs. Measured (clusters, with the projection): 4 rows 35.1-35.9 us, 2 rows
-  // 40.8-41.4, 1 row 47.2-47.4 (more clusters than fit at once beside the other kernels' blocks).
+  // 40.8-41.4, 1 row 47.2-47.4 (more clusters than fit at once beside the other kernels' blocks);
+  // with 7m's defaults (REPORT 7m): 4 rows 27.5-27.8, 2 rows 32.9-33.3, 1 row 38.2-38.7 (fewer
+  // clusters, faster). 8 rows (4 clusters; at d = 64 two of fc2's outputs per thread) are in
+  // clusters since 7m too, tested bitwise in compile_cuda_test but not yet timed on a GPU:
+  // MINIGPT_CUDA_VARIANT=rows8 measures them.
   int mlp_rows = 4;
   // With fuse_mlp: the attention's output projection (bias, residual) too, as the MLP kernel's
   // first stage (PassOptions::fuse_mlp_proj): its rows computed into shared memory, where the
@@ -100,7 +104,8 @@ struct CudaCodegenOptions {
   // fc2's K slice c of every output, and the cluster adds the 8 slices' partial sums in order
   // through distributed shared memory; each CTA loads 1/8 of W1 and W2 (16 KB at d = 64, against
   // 128 KB for a block owning every column). Same sums, same order. Shapes it does not fit (a
-  // slice of h wider than a warp, more outputs per tile than threads) get the block form.
+  // slice of h wider than a warp, more outputs per tile than threads unless each thread's share
+  // are outputs of one column) get the block form.
   bool mlp_cluster = true;
   // With mlp_cluster: fc2's partial sums pushed into the CTA that finishes each output
   // (st.shared::cluster) instead of pulled from the 8 CTAs by it (ld.shared::cluster): one cluster

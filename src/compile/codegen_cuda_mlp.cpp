@@ -122,13 +122,17 @@ std::string cluster_early(const Graph& g, const Node& a, const Node& n, int R) {
   const std::string load = fmt::format("*(const float4*)(w1 + (i64)(hc0 + lane) * {} + warp * {} + 4 * u)", K1, KC1);
   b += mask.empty() ? fmt::format("  w1c[u] = {};\n}}\n", load) : fmt::format("  w1c[u] = {} ? {} : {};\n}}\n", mask, load, zero4);
   if (a.has_bias)
-    b += fmt::format("const float b1f = threadIdx.x < {} ? b1[hc0 + threadIdx.x % {}] : 0.0f;  // fc1's bias of the h value it finishes\n",
-                     R * HC, HC);
+    b += R * HC < kThreads
+             ? fmt::format("const float b1f = threadIdx.x < {} ? b1[hc0 + threadIdx.x % {}] : 0.0f;  // fc1's bias of the h value it finishes\n",
+                           R * HC, HC)
+             : fmt::format("const float b1f = b1[hc0 + threadIdx.x % {}];  // fc1's bias of the h value it finishes (one per thread)\n", HC);
   b += fmt::format("float4 w2c[{}];  // W2[m][hc0 ..] of the output (i, m) = (t / {}, t % {}) it sums, loaded first (a weight)\n", HC / 4, M, M);
   b += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u)\n", HC / 4);
   const std::string w2load = fmt::format("*(const float4*)(w2 + (i64)(threadIdx.x % {}) * {} + hc0 + 4 * u)", M, H);
-  b += R * M < kThreads ? fmt::format("  w2c[u] = threadIdx.x < {} ? {} : {};\n", R * M, w2load, zero4)
-                   : fmt::format("  w2c[u] = {};  // (the tile's {} outputs fill the block: every thread sums one)\n", w2load, R * M);
+  b += R * M < kThreads    ? fmt::format("  w2c[u] = threadIdx.x < {} ? {} : {};\n", R * M, w2load, zero4)
+       : R * M == kThreads ? fmt::format("  w2c[u] = {};  // (the tile's {} outputs fill the block: every thread sums one)\n", w2load, R * M)
+                           : fmt::format("  w2c[u] = {};  // (the tile's {} outputs: every thread sums {}, all of column t % {})\n", w2load,
+                                         R * M, R * M / kThreads, M);
   if (n.has_bias)
     b += fmt::format("const float b2f = threadIdx.x < {} ? b2[rank * {} + threadIdx.x % {}] : 0.0f;  // fc2's bias of the output it finishes\n",
                      R * MC, MC, MC);
@@ -169,7 +173,9 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
   f += "    acc[i] += xv.x * wv.x;\n    acc[i] += xv.y * wv.y;\n    acc[i] += xv.z * wv.z;\n    acc[i] += xv.w * wv.w;\n  }\n}\n";
   f += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) part[warp][i][lane] = acc[i];\n", R);
   b += "{\n" + indent_text(f, "  ") + "}\n__syncthreads();\n";
-  b += fmt::format("if (threadIdx.x < {}) {{  // h value (i, hc0 + l): the slices' partial sums in warp order, the epilogue\n", R * HC);
+  b += R * HC < kThreads
+           ? fmt::format("if (threadIdx.x < {}) {{  // h value (i, hc0 + l): the slices' partial sums in warp order, the epilogue\n", R * HC)
+           : "{  // h value (i, hc0 + l), one per thread: the slices' partial sums in warp order, the epilogue\n";
   std::string h = fmt::format("const int i = threadIdx.x / {}, l = threadIdx.x % {};\n", HC, HC);
   h += "float v = part[0][i][l];\n#pragma unroll\nfor (int s = 1; s < 8; ++s) v += part[s][i][l];\n";
   h += epilogue_code(a, "", "", a.has_bias ? "b1f" : "") + "hs[i][l] = v;\n";
@@ -190,8 +196,17 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
                      MC, MC);
   else
     p += push ? fmt::format("mg_cluster_st(&pq[rank][i][m % {}], m / {}, acc);  // into the CTA of column m\n", MC, MC) : "pp[i][m] = acc;\n";
-  // (no guard when the tile's R M outputs fill the block: every thread sums one)
-  b += R * M < kThreads ? fmt::format("if (threadIdx.x < {}) {{\n", R * M) + indent_text(p, "  ") + "}\n" : "{\n" + indent_text(p, "  ") + "}\n";
+  // (no guard when the tile's R M outputs fill the block: every thread sums one; more outputs than
+  // threads (R M a multiple of the block, the block of M): thread t sums outputs t + 256 q, all of
+  // column t % M, whose W2 slice w2c is)
+  if (R * M > kThreads) {
+    p.replace(0, p.find(";\n") + 2, fmt::format("const int i = (threadIdx.x + {} * q) / {}, m = threadIdx.x % {};\n", kThreads, M, M));
+    b += fmt::format("#pragma unroll\nfor (int q = 0; q < {}; ++q) {{  // the thread's outputs (i, m) = ((t + {} q) / {}, t % {})\n",
+                     R * M / kThreads, kThreads, M, M) +
+         indent_text(p, "  ") + "}\n";
+  } else {
+    b += R * M < kThreads ? fmt::format("if (threadIdx.x < {}) {{\n", R * M) + indent_text(p, "  ") + "}\n" : "{\n" + indent_text(p, "  ") + "}\n";
+  }
   if (!async)
     b += push ? "mg_cluster_barrier();  // every CTA's partial sums in their outputs' CTAs\n"
               : "mg_cluster_barrier();  // every CTA's partial sums visible to the cluster\n";
@@ -263,9 +278,12 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   constexpr int kCl = 8;
   const int64_t HC = H / kCl, MC = M / kCl;
   // the cluster form's shapes: h's slice within a warp's lanes, y's columns split 8 ways, the
-  // tile's outputs at most one per thread, float4 K loops, W1 and W2 graph weights (loaded before
-  // PDL's wait); otherwise (explicitly) the block form
-  const bool cluster = cluster_asked && H % kCl == 0 && HC <= 32 && HC % 4 == 0 && M % kCl == 0 && R * M <= kThreads && v1 &&
+  // tile's outputs at most one per thread or (below) several of one column, float4 K loops, W1 and
+  // W2 graph weights (loaded before PDL's wait); otherwise (explicitly) the block form
+  // (more outputs per tile than threads: R M a multiple of the block, the block a multiple of M, so that a
+  // thread's outputs share a column; the h values, R HC, and the outputs a CTA finishes, R MC, at most one per thread)
+  const bool outputs_fit = R * M <= kThreads || (R * M % kThreads == 0 && kThreads % M == 0 && R * HC <= kThreads && R * MC <= kThreads);
+  const bool cluster = cluster_asked && H % kCl == 0 && HC <= 32 && HC % 4 == 0 && M % kCl == 0 && outputs_fit && v1 &&
                        g.tensor(a.inputs[1]).kind == TensorKind::Weight && g.tensor(n.inputs[1]).kind == TensorKind::Weight &&
                        (!a.has_bias || g.tensor(a.inputs[2]).kind == TensorKind::Weight) &&
                        (!n.has_bias || g.tensor(n.inputs[2]).kind == TensorKind::Weight);

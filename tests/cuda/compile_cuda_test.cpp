@@ -243,6 +243,10 @@ constexpr MlpForm kMlpForms[] = {
      false, 1, true, true, false, true, true, true, true},
     {"MLP fused in clusters with the projection, rows 4, partials pushed with st.async, weights plain, layernorm weights early", true, true,
      false, 4, true, true, false, true, true, true, true},
+    // 8-row tiles in clusters (the shipped model's 8 x 64 outputs: two per thread; not yet run on a GPU)
+    {"MLP fused in clusters with the projection, rows 8, partials pushed with st.async, weights plain, layernorm weights early", true, true,
+     false, 8, true, true, false, true, true, true, true},
+    {"MLP fused in clusters with the projection, rows 8, partials pulled", true, true, false, 8, true, true, false, false, true, true, false},
 };
 void set_mlp_form(CudaCompileOptions& o, const MlpForm& form) {
   o.codegen.weights_early = form.weights_early;
