@@ -255,8 +255,10 @@ TEST(CompileCudaCodegen, GeneratedGemmsFuseEachMlpIntoOneKernel) {
                                                 std::to_string(4 * c.d_model / 8) + "];"))
         << g.name << ": the CTA's columns of h";
     EXPECT_TRUE(contains(fused.code.source, "*(const float4*)&hs[i][4 * u]")) << "fc2's K slice reads h from shared memory";
-    // (pushed by default, CudaCodegenOptions::mlp_push; the pulled form: FusedMlpCompilesAtEveryTileHeight)
-    EXPECT_TRUE(contains(fused.code.source, "mg_cluster_st(&pq[rank][i][m % ")) << "the slices' partial sums pushed to the CTAs that finish them";
+    // (pushed by default with st.async, CudaCodegenOptions::mlp_push and mlp_async; the pulled form and the
+    // synchronous push: FusedMlpCompilesAtEveryTileHeight)
+    EXPECT_TRUE(contains(fused.code.source, "mg_cluster_st_async(&pq[rank][i][m % "))
+        << "the slices' partial sums pushed to the CTAs that finish them";
     EXPECT_FALSE(contains(fused.code.source, "mg_cluster_ld(&pp")) << "nothing read remotely by default";
     for (const CudaLaunch& l : fused.code.launches) {
       if (contains(l.name, "mlp")) {
@@ -468,7 +470,8 @@ std::vector<std::string> kernel_params(const std::string& src, const std::string
 // through the non-coherent path, whose loads ptxas schedules across the wait (for sm_90a it put
 // the MLP kernel's residual load above it: wrong logits, REPORT.md 7j). So under PDL every
 // parameter of every launch whose tensor is not a graph weight is plain (`const float* x`), and
-// every weight keeps `__restrict__` (loaded before the wait on purpose); without PDL nothing
+// with weights_plain off every weight keeps `__restrict__` (with it on, the default since 7m,
+// nothing does: WeightsPlainLayerNormWeightsEarlyAndAsyncPushCompile); without PDL nothing
 // changes. Over the forward (tile heights that divide its rows and not), the decode step, the
 // shipped model's widths, and the forms of the MLP kernel (pushed, after the attention stage).
 TEST(CompileCudaCodegen, PdlKernelsReadEarlierKernelsOutputsWithoutRestrict) {
@@ -482,6 +485,8 @@ TEST(CompileCudaCodegen, PdlKernelsReadEarlierKernelsOutputsWithoutRestrict) {
       cg.fuse_mlp_attention = form == 1 || form == 2;
       cg.mlp_push = form == 1;
       cg.fuse_mlp = form != 3;
+      cg.weights_plain = false;  // (weights_plain drops it from the weights too: WeightsPlainLayerNormWeightsEarlyAndAsyncPushCompile)
+      cg.mlp_async = false;      // (7h's form: the synchronous push after the attention stage)
       for (bool pdl : {true, false}) {
         cg.pdl = pdl;
         const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
@@ -566,6 +571,7 @@ TEST(CompileCudaNvrtc, FusedMlpCompilesAtEveryTileHeight) {
         cg.fuse_mlp_proj = form == 4 || form == 5 || form >= 7;
         cg.fuse_mlp_attention = form < 7;
         cg.mlp_push = form == 8 || form == 5;
+        cg.mlp_async = false;  // (the push with st.async: WeightsPlainLayerNormWeightsEarlyAndAsyncPushCompile)
         cg.mlp_cluster = form >= 5;
         cg.mlp_rows = rows;
         cg.pdl = form != 3;
@@ -581,9 +587,9 @@ TEST(CompileCudaNvrtc, FusedMlpCompilesAtEveryTileHeight) {
           const bool proj = form == 4 || form == 5 || form >= 7, attn = (form == 4 || form == 5) && !contains(g.name, "decode");
           EXPECT_EQ(contains(k.name, "_proj_"), proj) << what;
           EXPECT_EQ(contains(k.name, "_attention_proj_"), attn) << what;
-          // (8 rows x 64 columns: more outputs than threads, the block form, saying why)
+          // (8 rows x 64 columns, more outputs than threads, in clusters too since 7m: two of one column per thread)
           const bool cl = form >= 5 && !contains(k.text, "not in clusters");
-          EXPECT_TRUE(cl || form < 5 || rows == 8) << what;
+          EXPECT_TRUE(cl || form < 5) << what;
           EXPECT_EQ(cl, contains(k.text, "mg_cluster_barrier();")) << what;
           if (cl) {  // pulled: two whole barriers, the partials read remotely; pushed: one, written remotely after the arrive and the wait
             const std::string code = code_only(k.text);
@@ -790,3 +796,72 @@ TEST(CompileCudaJit, ASourceThatDoesNotCompileIsAnErrorAndKeptForTheReader) {
 }
 
 #endif  // MINIGPT_HAVE_CUDA_COMPILE
+
+
+// weights_plain, ln_weights_early and mlp_async (REPORT 7m): under PDL no const pointer keeps
+// __restrict__ (the weights' loads coherent, so that ptxas keeps them above the wait); every
+// layernorm prologue's gain and bias are loaded into registers (wreg) before the wait and read
+// there after it; the MLP kernel's cluster form pushes fc2's partials with st.async counted on
+// the receiving CTA's mbarrier (initialised before the cluster's arrive, waited on before pq is
+// read), with no whole cluster barrier. Each source compiles with NVRTC for sm_90a.
+TEST(CompileCudaNvrtc, WeightsPlainLayerNormWeightsEarlyAndAsyncPushCompile) {
+  ModelConfig shipped;
+  shipped.vocab_size = 611;
+  const ModelConfig tiny = compile_tiny_config();
+  for (const Graph& g : {capture_gpt(tiny, 3, 5), capture_gpt_decode(tiny), capture_gpt(shipped, 2, 16)}) {
+    // 0 clusters with st.async; 1 the block form, 1-row tiles; 2 the MLP apart; 3 clusters of 8-row tiles
+    // (the shipped model's 8 x 64 outputs: two per thread)
+    for (int form = 0; form < 4; ++form) {
+      CudaCodegenOptions cg;
+      cg.generated_gemm = true;
+      cg.pdl = true;
+      cg.weights_plain = cg.ln_weights_early = true;
+      cg.mlp_async = form == 0 || form == 3;
+      cg.mlp_cluster = form != 1;
+      cg.mlp_rows = form == 1 ? 1 : form == 3 ? 8 : 4;
+      cg.fuse_mlp = form != 2;
+      const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
+      const std::string what = fmt::format("{} form {}", g.name, form);
+      for (const CudaLaunch& launch : l.code.launches) {
+        const std::vector<std::string> params = kernel_params(l.code.source, launch.function);
+        ASSERT_EQ(params.size(), launch.args.size()) << what << " " << launch.function;
+        for (size_t i = 0; i < params.size(); ++i) {
+          if (launch.args[i] >= 0 && contains(params[i], "const ")) {  // (a null pointer keeps it: nothing is read)
+            EXPECT_FALSE(contains(params[i], "__restrict__")) << what << " " << launch.function << ": " << params[i];
+          }
+        }
+      }
+      int lns = 0, mlps = 0;
+      for (const CudaKernelText& k : l.code.kernels) {
+        if (!contains(k.text, "__global__")) continue;
+        const std::string code = code_only(k.text);
+        const size_t wait = code.find("griddepcontrol.wait;");
+        if (contains(code, "prologue: warp w computes row") || contains(k.text, "prologue: warp w computes row")) {
+          ++lns;
+          ASSERT_NE(wait, std::string::npos) << what << " " << k.name;
+          EXPECT_LT(code.find("wreg"), wait) << what << " " << k.name << ": the gain and bias loaded before the wait";
+          EXPECT_GE(count_of(code.substr(wait), "wreg"), 2u) << what << " " << k.name << ": and read from registers after it";
+        }
+        if ((form == 0 || form == 3) && contains(k.name, "mlp")) {
+          ++mlps;
+          EXPECT_FALSE(contains(k.text, "not in clusters")) << what;
+          if (form == 3) {  // fc2's partials: two outputs per thread where the tile has 8 x 64 (the shipped model's width)
+            EXPECT_EQ(contains(k.text, "// the thread's outputs (i, m) = ((t + 256 q) / 64, t % 64)"), contains(code, "threadIdx.x % 64"))
+                << what;
+          }
+          EXPECT_TRUE(contains(code, "mg_cluster_st_async(&pq[rank][i][m % ")) << what;
+          EXPECT_FALSE(contains(code, "mg_cluster_barrier();")) << what << ": no whole cluster barrier";
+          EXPECT_LT(code.find("mg_mbar_init_tx(&pq_bar, "), code.find("mg_cluster_arrive();")) << what;
+          EXPECT_LT(code.find("mg_cluster_wait();"), code.find("mg_cluster_st_async(")) << what;
+          EXPECT_LT(code.find("mg_cluster_st_async("), code.find("mg_mbar_wait(&pq_bar, 0);")) << what;
+          EXPECT_LT(code.find("mg_mbar_wait(&pq_bar, 0);"), code.find("pq[0][i]")) << what;
+        }
+      }
+      EXPECT_GE(lns, 1) << what;
+      if (form == 0 || form == 3) {
+        EXPECT_GE(mlps, 1) << what;
+      }
+      ASSERT_NO_THROW(nvrtc_compile_ptx(l.code.source, "compute_90a", g.name)) << what;
+    }
+  }
+}

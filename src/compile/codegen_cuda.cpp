@@ -80,6 +80,35 @@ __device__ __forceinline__ void mg_cluster_st(float* p, unsigned rank, float v) 
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
   asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
 }
+// mlp_async: an mbarrier in this CTA's shared memory expecting `bytes` of st.async stores (one
+// arrival, this thread's, with the bytes expected), its init made visible to the cluster
+__device__ __forceinline__ void mg_mbar_init_tx(unsigned long long* bar, unsigned bytes) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(bar);
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(a) : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(a), "r"(bytes) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// v stored to CTA `rank`'s float at p's address asynchronously, its 4 bytes counted on that
+// CTA's mbarrier at bar's address
+__device__ __forceinline__ void mg_cluster_st_async(float* p, unsigned long long* bar, unsigned rank, float v) {
+  const unsigned lp = (unsigned)__cvta_generic_to_shared(p), lb = (unsigned)__cvta_generic_to_shared(bar);
+  unsigned rp, rb;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rp) : "r"(lp), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(lb), "r"(rank));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(rp), "r"(__float_as_uint(v)), "r"(rb)
+               : "memory");
+}
+// until the mbarrier's phase `parity` has completed (acquire, cluster scope: the stores it counted are visible)
+__device__ __forceinline__ void mg_mbar_wait(unsigned long long* bar, unsigned parity) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(bar);
+  unsigned done = 0;
+  do {
+    asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+                 : "=r"(done)
+                 : "r"(a), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
 __device__ __forceinline__ float mg_cluster_ld(const float* p, unsigned rank) {
   unsigned local = (unsigned)__cvta_generic_to_shared(p), remote;
   float v;
@@ -152,6 +181,25 @@ class RowwiseCuda {
   // The row of full-width input `t` read from the shared-memory row `smem_row` (`smem_row[c]`),
   // not from global memory (an MLP kernel's projection, computed in the same block).
   void read_from_shared(int t, std::string smem_row) { smem_in_[t] = std::move(smem_row); }
+  // The row's per-column weight vectors (a layernorm's gain and bias: graph weights of shape
+  // (C,)) loaded into registers by the statements returned, which the caller places at the
+  // kernel's top (before PDL's wait: no kernel writes a weight); body() then reads them there
+  // (wreg{t}[j]) instead of global memory in the middle of the row's chain. Persistent rows only
+  // (their loops run j over the thread's columns); otherwise nothing is hoisted.
+  std::string hoist_vector_weights() {
+    std::string b;
+    if (!persistent_) return b;
+    for (int t : k_.reads) {
+      const TensorInfo& ti = g_.tensor(t);
+      if (ti.kind != TensorKind::Weight || ti.dtype != DType::F32 || ti.shape.size() != 1 || ti.shape[0] != C_ || smem_in_.count(t)) continue;
+      early_[t] = fmt::format("wreg{}", t);
+      b += fmt::format("float wreg{}[{}];  // {}: the thread's columns, loaded first (a weight)\n", t, steps_, ti.name);
+      b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) ", steps_);
+      b += masked_ ? fmt::format("wreg{0}[j] = lane + j * {1} < {2} ? {3}[lane + j * {1}] : 0.0f;\n", t, tpr_, C_, ptr_.at(t))
+                   : fmt::format("wreg{}[j] = {}[lane + j * {}];\n", t, ptr_.at(t), tpr_);
+    }
+    return b;
+  }
   // The statements of one row: `lane` (its place in the row) and `r` (the row) defined before.
   std::string body();
   // The kernel's pointer parameters (reads, then writes other than a prologue's x), their
@@ -179,7 +227,7 @@ class RowwiseCuda {
       return smem_in_.count(t) ? fmt::format("{}[c]", smem_in_.at(t)) : fmt::format("{}[r * {} + c]", p, C_);
     }
     if (ti.cols() == 1 && ti.rows() == R_) return fmt::format("{}[r]", p);
-    if (ti.shape.size() == 1 && ti.shape[0] == C_ && !row) return fmt::format("{}[c]", p);
+    if (ti.shape.size() == 1 && ti.shape[0] == C_ && !row) return early_.count(t) ? early_.at(t) + "[j]" : fmt::format("{}[c]", p);
     MINIGPT_FAIL("codegen_cuda: {} cannot index {} {} in a ({}, {}) loop", k_.name, ti.name, shape_text(ti.shape), R_, C_);
   }
   std::string expr(int node, bool row) const {
@@ -275,6 +323,7 @@ class RowwiseCuda {
   int smem_x_ = -1;          // as_prologue: the tensor stored to shared memory
   std::string smem_row_, store_guard_;
   std::map<int, std::string> smem_in_;  // read_from_shared: input tensor -> its shared row
+  std::map<int, std::string> early_;    // hoist_vector_weights: weight -> its registers
 };
 
 void RowwiseCuda::parameters(std::vector<std::string>& sig, std::vector<std::string>& params, std::vector<int>& args) const {
@@ -326,7 +375,10 @@ std::string RowwiseCuda::body() {
       b += fmt::format("float x{}[{}];  // {}: row r in registers\n", t, steps_, ti.name);
       b += fmt::format("#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n", steps_);
       b += fmt::format("  const int c = lane + j * {};\n", tpr_);
-      const std::string load = smem_in_.count(t) ? fmt::format("{}[c]", smem_in_[t]) : fmt::format("{}[r * {} + c]", ptr_[t], C_);
+      // (a weight hoisted by hoist_vector_weights is a full-width input when the kernel has one row: r = 0)
+      const std::string load = early_.count(t)     ? early_[t] + "[j]"
+                               : smem_in_.count(t) ? fmt::format("{}[c]", smem_in_[t])
+                                                   : fmt::format("{}[r * {} + c]", ptr_[t], C_);
       b += fmt::format("  x{}[j] = {}{}{};\n", t, masked_ ? fmt::format("c < {} ? ", C_) : "", load, masked_ ? " : 0.0f" : "");
       b += "}\n";
     }
@@ -735,7 +787,7 @@ std::string attention_stage(const Graph& g, const Node& a, int R, int threads, c
 // `smem_in` (a tensor id, or -1): an input of the group read from the shared array ms (the
 // tile's rows), not from global memory.
 std::string rowwise_prologue(const Graph& g, const Kernel& k, int rows, int64_t tiles_m, std::vector<std::string>& sig,
-                             std::vector<std::string>& params, std::vector<int>& args, int smem_in) {
+                             std::vector<std::string>& params, std::vector<int>& args, int smem_in, std::string* early) {
   const Node& mm = g.nodes[static_cast<size_t>(k.nodes.back())];
   const int x = mm.inputs[0];
   const int64_t N = g.tensor(x).rows(), K = g.tensor(x).cols();
@@ -759,6 +811,7 @@ std::string rowwise_prologue(const Graph& g, const Kernel& k, int rows, int64_t 
   pro.as_prologue(x, "xs[warp]", tiles_m > 1 ? fmt::format("blockIdx.x % {} == 0", tiles_m) : "");
   if (smem_in >= 0) pro.read_from_shared(smem_in, "ms[warp]");
   pro.parameters(sig, params, args);
+  if (early) *early = pro.hoist_vector_weights();
   std::string b = fmt::format("// prologue: warp w computes row n0 + w of {} into xs[w]\n", g.tensor(x).name);
   b += fmt::format("__shared__ float xs[{}][{}];  // the tile's rows of x\n", rows, K);
   b += rows < 8 ? fmt::format("if (warp < {}) {{  // a warp per row of the tile\n", rows) : "{\n";
@@ -815,7 +868,8 @@ void align_shared(std::string& code, const std::string& name) {
 // sums are the same, in the same order.
 // smem_vec4 (x in shared memory, K % 4 == 0): the rows' arrays declared __align__(16) and read as
 // float4s in the K loop.
-std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, bool stage_x, bool weights_early, bool smem_vec4) {
+std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, bool stage_x, bool weights_early, bool smem_vec4,
+                          bool ln_early) {
   const bool fused = k.kind == KernelKind::PrologueMatmul;
   const Node& n = g.nodes[static_cast<size_t>(k.nodes.back())];
   const int64_t N = g.tensor(n.inputs[0]).rows(), K = g.tensor(n.inputs[0]).cols(), M = g.tensor(n.inputs[1]).shape[0];
@@ -830,11 +884,12 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
   launch.block = kThreads;
   std::vector<std::string> sig, params;
   std::string prologue;
+  std::string ln_w;  // ln_early: the prologue's layernorm gain and bias into registers, before PDL's wait
   const bool attention = fused && g.nodes[static_cast<size_t>(k.nodes[0])].op == Op::Attention;
   if (attention) {
     prologue = attention_prologue(g, g.nodes[static_cast<size_t>(k.nodes[0])], kRows, sig, params, launch.args);
   } else if (fused) {
-    prologue = rowwise_prologue(g, k, kRows, tiles_m, sig, params, launch.args);
+    prologue = rowwise_prologue(g, k, kRows, tiles_m, sig, params, launch.args, -1, ln_early ? &ln_w : nullptr);
   } else {
     sig.push_back("const float* __restrict__ x");
     launch.args.push_back(n.inputs[0]);
@@ -885,7 +940,8 @@ std::string generate_gemm(const Graph& g, const Kernel& k, CudaLaunch& launch, b
   }
   if (bias_early) b += M % kCols ? fmt::format("const float bias_m = m < {} ? bias[m] : 0.0f;  // loaded first (a weight)\n", M)
                                  : "const float bias_m = bias[m];  // loaded first (a weight)\n";
-  if (w_early || bias_early) b += kPdlWaitPoint;
+  b += ln_w;
+  if (w_early || bias_early || !ln_w.empty()) b += kPdlWaitPoint;
   if (weights_early && n.has_residual) {  // the thread's residual for the epilogue (row n0 + warp), loaded before the K loop
     std::string mask;
     if (N % kRows) mask = fmt::format("n0 + warp < {}", N);
@@ -961,9 +1017,12 @@ std::string rename_kernel(const std::string& name, const Kernel& k, bool generat
 // residual before the kernel two launches back had written it: wrong logits at (2, 16)
 // (experiments/25-compile/REPORT.md 7j). So every pointer parameter of a __global__ function in
 // `code` whose tensor (args, in parameter order) is not a graph weight loses `__restrict__`: its
-// loads are coherent and stay after the wait. Weights keep it: the graph never writes them, and
-// loading them before the wait is the point of weights_early.
-std::string coherent_reads(std::string code, const Graph& g, const std::vector<int>& args) {
+// loads are coherent and stay after the wait. Weights keep it unless `weights_too`
+// (CudaCodegenOptions::weights_plain, the default): the graph never writes them, and with
+// __restrict__ ptxas issued their loads AFTER the wait as well (REPORT.md 7m: every weight load of
+// the MLP and layernorm + GEMM kernels behind ACQBULK), while plain ones stay where the source puts
+// them, before it, which is the point of weights_early.
+std::string coherent_reads(std::string code, const Graph& g, const std::vector<int>& args, bool weights_too) {
   const size_t fn = code.find("__global__");
   if (fn == std::string::npos) return code;
   MINIGPT_CHECK(code.find("__global__", fn + 1) == std::string::npos, "codegen_cuda: coherent_reads takes one __global__ function");
@@ -980,7 +1039,8 @@ std::string coherent_reads(std::string code, const Graph& g, const std::vector<i
   for (size_t i = 0; i < params.size(); ++i) {
     std::string p = params[i];
     const size_t r = p.find("__restrict__ ");
-    if (r != std::string::npos && p.find("const ") != std::string::npos && args[i] >= 0 && g.tensor(args[i]).kind != TensorKind::Weight)
+    if (r != std::string::npos && p.find("const ") != std::string::npos && args[i] >= 0 &&
+        (weights_too || g.tensor(args[i]).kind != TensorKind::Weight))
       p.erase(r, std::string("__restrict__ ").size());
     list += (i ? "," : "") + p;
   }
@@ -1059,20 +1119,21 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
         MINIGPT_CHECK(opt.generated_gemm, "generate_cuda: {} has a prologue, which only a generated GEMM takes (cuBLAS cannot)", k.name);
         // an MLP (fuse_mlp: the nodes end in two matmuls) is a kernel of its own form
         code = mlp_parts(g, k).mlp
-                   ? generate_mlp(g, k, launch, opt.weights_early, opt.mlp_rows, opt.mlp_cluster && !opt.megakernel, opt.mlp_push)
-                   : generate_gemm(g, k, launch, opt.stage_x, opt.weights_early, opt.smem_vec4);
+                   ? generate_mlp(g, k, launch, opt.weights_early, opt.mlp_rows, opt.mlp_cluster && !opt.megakernel, opt.mlp_push,
+                                  opt.ln_weights_early, opt.mlp_async)
+                   : generate_gemm(g, k, launch, opt.stage_x, opt.weights_early, opt.smem_vec4, opt.ln_weights_early);
         out.launches.push_back(launch);
         break;
       case KernelKind::Matmul:
         if (opt.generated_gemm) {
-          code = generate_gemm(g, k, launch, opt.stage_x, opt.weights_early, opt.smem_vec4);
+          code = generate_gemm(g, k, launch, opt.stage_x, opt.weights_early, opt.smem_vec4, opt.ln_weights_early);
           out.launches.push_back(launch);
         } else {
           code = generate_cublas(g, k, out.launches);
         }
         break;
     }
-    if (opt.pdl) code = with_pdl_prologue(coherent_reads(std::move(code), g, launch.args));
+    if (opt.pdl) code = with_pdl_prologue(coherent_reads(std::move(code), g, launch.args, opt.weights_plain));
     if (!opt.megakernel) {
       // A kernel whose code is an earlier one's (the same op in another block: only the buffers
       // differ) is emitted once and launched under that name, as the C++ back end and Inductor

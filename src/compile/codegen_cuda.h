@@ -39,7 +39,7 @@
 
 namespace minigpt::compile {
 
-inline constexpr int kCodegenCudaVersion = 4;  // bump on any change to the generated text's meaning
+inline constexpr int kCodegenCudaVersion = 5;  // bump on any change to the generated text's meaning
 // Column steps per thread up to which a row is kept in registers between its loops.
 inline constexpr int kPersistentSteps = 32;
 
@@ -75,7 +75,11 @@ struct CudaCodegenOptions {
   bool fuse_mlp = true;
   // fuse_mlp's rows per tile (1 to 8; at most the matmul's rows): (2, 16) has 32 rows, so 8
   // clusters of 8 CTAs. Measured (clusters, with the projection): 4 rows 35.1-35.9 us, 2 rows
-  // 40.8-41.4, 1 row 47.2-47.4 (more clusters than fit at once beside the other kernels' blocks).
+  // 40.8-41.4, 1 row 47.2-47.4 (more clusters than fit at once beside the other kernels' blocks);
+  // with 7m's defaults (REPORT 7m): 4 rows 27.5-27.8, 2 rows 32.9-33.3, 1 row 38.2-38.7 (fewer
+  // clusters, faster). 8 rows (4 clusters; at d = 64 two of fc2's outputs per thread) are in
+  // clusters since 7m too, tested bitwise in compile_cuda_test but not yet timed on a GPU:
+  // MINIGPT_CUDA_VARIANT=rows8 measures them.
   int mlp_rows = 4;
   // With fuse_mlp: the attention's output projection (bias, residual) too, as the MLP kernel's
   // first stage (PassOptions::fuse_mlp_proj): its rows computed into shared memory, where the
@@ -100,7 +104,8 @@ struct CudaCodegenOptions {
   // fc2's K slice c of every output, and the cluster adds the 8 slices' partial sums in order
   // through distributed shared memory; each CTA loads 1/8 of W1 and W2 (16 KB at d = 64, against
   // 128 KB for a block owning every column). Same sums, same order. Shapes it does not fit (a
-  // slice of h wider than a warp, more outputs per tile than threads) get the block form.
+  // slice of h wider than a warp, more outputs per tile than threads unless each thread's share
+  // are outputs of one column) get the block form.
   bool mlp_cluster = true;
   // With mlp_cluster: fc2's partial sums pushed into the CTA that finishes each output
   // (st.shared::cluster) instead of pulled from the 8 CTAs by it (ld.shared::cluster): one cluster
@@ -116,6 +121,13 @@ struct CudaCodegenOptions {
   // weight is __restrict__ now (codegen_cuda.cpp's coherent_reads). Off: 7e's pulled form
   // (max-autotune's "mlp-pull").
   bool mlp_push = true;
+  // With mlp_push: the partials written with st.async (each store's bytes counted on the
+  // receiving CTA's mbarrier) and each CTA's finishing threads waiting on their own mbarrier,
+  // instead of a whole cluster barrier (barrier.cluster.arrive.release: a MEMBAR.ALL.GPU in
+  // SASS, then every CTA waits for the slowest). Same sums in the same order. H200 (REPORT 7m):
+  // the MLP kernel alone 3.5 -> 3.16 us, the whole forward 29.1 -> 27.5 us (with weights_plain
+  // and ln_weights_early; alone 32.4 -> 31.5). Off: max-autotune's "mlp-sync".
+  bool mlp_async = true;
   // With generated_gemm: a GEMM without a prologue first copies its tile's rows of x into shared
   // memory (coalesced, the whole block), and its K loop reads them there, as the prologue GEMMs
   // do; off: every lane reads x from global memory in the K loop (a broadcast per warp). H200:
@@ -133,6 +145,24 @@ struct CudaCodegenOptions {
   // (K = 256) does 64 shared-memory reads per thread instead of 256. Same sums in the same order.
   // Off by default: not yet measured (max-autotune's "smem-vec4" times it).
   bool smem_vec4 = false;
+  // Under PDL, the graph weights' pointers plain (not `const __restrict__`) too, so that their
+  // loads are coherent ones, which ptxas keeps where the source puts them: before
+  // griddepcontrol.wait. With __restrict__ (non-coherent loads) NVRTC 13.0's ptxas issues every
+  // weight load of the MLP kernel and of the layernorm + GEMM kernels AFTER the wait (SASS: the
+  // LDG.E.128.CONSTANTs follow ACQBULK), so weights_early's loads did not overlap the previous
+  // kernel; plain, all 17 of the MLP kernel's come before it (nvcc 13.0 sm_90a, cuobjdump).
+  // Same loads of the same values (a weight is never written). H200, 2026-12-02 (REPORT 7m): the
+  // MLP kernel alone 5.2 -> 3.5 us with ln_weights_early, the layernorm + GEMM kernels 1.65 ->
+  // 1.43; the whole forward at (2, 16) 32.4 -> 29.1 us (both), 29.4 alone. Off: max-autotune's
+  // "weights-restrict".
+  bool weights_plain = true;
+  // With generated_gemm: a layernorm prologue's gain and bias (graph weights of the row's width)
+  // loaded into registers at the kernel's top, before PDL's wait, instead of in the middle of the
+  // row's chain (after the row's sums: an L2 round trip on the kernel's critical path, in every
+  // layernorm + GEMM kernel and MLP kernel). Same values. H200 (REPORT 7m): 32.4 -> 32.4 us alone
+  // (ptxas issues the loads after the wait with __restrict__ anyway), 29.4 -> 29.1 with
+  // weights_plain. Off: max-autotune's "ln-late".
+  bool ln_weights_early = true;
   // Programmatic dependent launch (Hopper, sm_90+; with generated_gemm only, so that every
   // kernel of the graph is generated): each kernel starts with griddepcontrol.wait (the previous
   // kernel's writes are visible after it) then griddepcontrol.launch_dependents, and the runner

@@ -122,13 +122,17 @@ std::string cluster_early(const Graph& g, const Node& a, const Node& n, int R) {
   const std::string load = fmt::format("*(const float4*)(w1 + (i64)(hc0 + lane) * {} + warp * {} + 4 * u)", K1, KC1);
   b += mask.empty() ? fmt::format("  w1c[u] = {};\n}}\n", load) : fmt::format("  w1c[u] = {} ? {} : {};\n}}\n", mask, load, zero4);
   if (a.has_bias)
-    b += fmt::format("const float b1f = threadIdx.x < {} ? b1[hc0 + threadIdx.x % {}] : 0.0f;  // fc1's bias of the h value it finishes\n",
-                     R * HC, HC);
+    b += R * HC < kThreads
+             ? fmt::format("const float b1f = threadIdx.x < {} ? b1[hc0 + threadIdx.x % {}] : 0.0f;  // fc1's bias of the h value it finishes\n",
+                           R * HC, HC)
+             : fmt::format("const float b1f = b1[hc0 + threadIdx.x % {}];  // fc1's bias of the h value it finishes (one per thread)\n", HC);
   b += fmt::format("float4 w2c[{}];  // W2[m][hc0 ..] of the output (i, m) = (t / {}, t % {}) it sums, loaded first (a weight)\n", HC / 4, M, M);
   b += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u)\n", HC / 4);
   const std::string w2load = fmt::format("*(const float4*)(w2 + (i64)(threadIdx.x % {}) * {} + hc0 + 4 * u)", M, H);
-  b += R * M < kThreads ? fmt::format("  w2c[u] = threadIdx.x < {} ? {} : {};\n", R * M, w2load, zero4)
-                   : fmt::format("  w2c[u] = {};  // (the tile's {} outputs fill the block: every thread sums one)\n", w2load, R * M);
+  b += R * M < kThreads    ? fmt::format("  w2c[u] = threadIdx.x < {} ? {} : {};\n", R * M, w2load, zero4)
+       : R * M == kThreads ? fmt::format("  w2c[u] = {};  // (the tile's {} outputs fill the block: every thread sums one)\n", w2load, R * M)
+                           : fmt::format("  w2c[u] = {};  // (the tile's {} outputs: every thread sums {}, all of column t % {})\n", w2load,
+                                         R * M, R * M / kThreads, M);
   if (n.has_bias)
     b += fmt::format("const float b2f = threadIdx.x < {} ? b2[rank * {} + threadIdx.x % {}] : 0.0f;  // fc2's bias of the output it finishes\n",
                      R * MC, MC, MC);
@@ -147,8 +151,13 @@ std::string cluster_early(const Graph& g, const Node& a, const Node& n, int R) {
 // finishes its output instead (st.shared::cluster, after the wait half of a barrier whose arrive
 // half is at the kernel's top: every CTA has started), one cluster barrier, the 8 partials read
 // from the CTA's own pq in rank order (the same sums in the same order), no last barrier.
+// `async` (with push; CudaCodegenOptions::mlp_async): each partial written with st.async, which
+// counts its bytes on the receiving CTA's mbarrier pq_bar (initialised at the kernel's top to
+// expect the R M partials of its outputs, R M 4 bytes); the CTA's finishing threads wait on
+// pq_bar alone instead of a whole cluster barrier (no release fence, no waiting for CTAs whose
+// partials it does not need). Same values in the same order.
 std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, const std::string& res, const std::string& row_guard,
-                           bool push) {
+                           bool push, bool async) {
   constexpr int kCl = 8, kThreads = 256;
   const int64_t K1 = g.tensor(a.inputs[0]).cols(), H = g.tensor(a.output).cols(), M = g.tensor(n.inputs[1]).shape[0];
   const int64_t KC1 = (K1 + 7) / 8, HC = H / kCl, MC = M / kCl;
@@ -164,7 +173,9 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
   f += "    acc[i] += xv.x * wv.x;\n    acc[i] += xv.y * wv.y;\n    acc[i] += xv.z * wv.z;\n    acc[i] += xv.w * wv.w;\n  }\n}\n";
   f += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) part[warp][i][lane] = acc[i];\n", R);
   b += "{\n" + indent_text(f, "  ") + "}\n__syncthreads();\n";
-  b += fmt::format("if (threadIdx.x < {}) {{  // h value (i, hc0 + l): the slices' partial sums in warp order, the epilogue\n", R * HC);
+  b += R * HC < kThreads
+           ? fmt::format("if (threadIdx.x < {}) {{  // h value (i, hc0 + l): the slices' partial sums in warp order, the epilogue\n", R * HC)
+           : "{  // h value (i, hc0 + l), one per thread: the slices' partial sums in warp order, the epilogue\n";
   std::string h = fmt::format("const int i = threadIdx.x / {}, l = threadIdx.x % {};\n", HC, HC);
   h += "float v = part[0][i][l];\n#pragma unroll\nfor (int s = 1; s < 8; ++s) v += part[s][i][l];\n";
   h += epilogue_code(a, "", "", a.has_bias ? "b1f" : "") + "hs[i][l] = v;\n";
@@ -180,12 +191,30 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
   p += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u) {{\n", HC / 4);
   p += "  const float4 hv = *(const float4*)&hs[i][4 * u], wv = w2c[u];\n";
   p += "  acc += hv.x * wv.x;\n  acc += hv.y * wv.y;\n  acc += hv.z * wv.z;\n  acc += hv.w * wv.w;\n}\n";
-  p += push ? fmt::format("mg_cluster_st(&pq[rank][i][m % {}], m / {}, acc);  // into the CTA of column m\n", MC, MC) : "pp[i][m] = acc;\n";
-  // (no guard when the tile's R M outputs fill the block: every thread sums one)
-  b += R * M < kThreads ? fmt::format("if (threadIdx.x < {}) {{\n", R * M) + indent_text(p, "  ") + "}\n" : "{\n" + indent_text(p, "  ") + "}\n";
-  b += push ? "mg_cluster_barrier();  // every CTA's partial sums in their outputs' CTAs\n" : "mg_cluster_barrier();  // every CTA's partial sums visible to the cluster\n";
+  if (async)
+    p += fmt::format("mg_cluster_st_async(&pq[rank][i][m % {}], &pq_bar, m / {}, acc);  // into the CTA of column m, counted on its pq_bar\n",
+                     MC, MC);
+  else
+    p += push ? fmt::format("mg_cluster_st(&pq[rank][i][m % {}], m / {}, acc);  // into the CTA of column m\n", MC, MC) : "pp[i][m] = acc;\n";
+  // (no guard when the tile's R M outputs fill the block: every thread sums one; more outputs than
+  // threads (R M a multiple of the block, the block of M): thread t sums outputs t + 256 q, all of
+  // column t % M, whose W2 slice w2c is)
+  if (R * M > kThreads) {
+    p.replace(0, p.find(";\n") + 2, fmt::format("const int i = (threadIdx.x + {} * q) / {}, m = threadIdx.x % {};\n", kThreads, M, M));
+    b += fmt::format("#pragma unroll\nfor (int q = 0; q < {}; ++q) {{  // the thread's outputs (i, m) = ((t + {} q) / {}, t % {})\n",
+                     R * M / kThreads, kThreads, M, M) +
+         indent_text(p, "  ") + "}\n";
+  } else {
+    b += R * M < kThreads ? fmt::format("if (threadIdx.x < {}) {{\n", R * M) + indent_text(p, "  ") + "}\n" : "{\n" + indent_text(p, "  ") + "}\n";
+  }
+  if (!async)
+    b += push ? "mg_cluster_barrier();  // every CTA's partial sums in their outputs' CTAs\n"
+              : "mg_cluster_barrier();  // every CTA's partial sums visible to the cluster\n";
   b += fmt::format("if (threadIdx.x < {}) {{  // output (i, rank {} + l): the 8 K slices' partials in rank order, the epilogue\n", R * MC, MC);
-  std::string o = fmt::format("const int i = threadIdx.x / {}, m = rank * {} + threadIdx.x % {};\n", MC, MC, MC);
+  std::string o =
+      async ? fmt::format("mg_mbar_wait(&pq_bar, 0);  // the {} bytes of the cluster's partial sums for this CTA's outputs have landed\n", R * M * 4)
+            : "";
+  o += fmt::format("const int i = threadIdx.x / {}, m = rank * {} + threadIdx.x % {};\n", MC, MC, MC);
   o += push ? fmt::format("float v = pq[0][i][m % {0}];\n#pragma unroll\nfor (int c = 1; c < 8; ++c) v += pq[c][i][m % {0}];\n", MC)
             : "float v = mg_cluster_ld(&pp[i][m], 0);\n#pragma unroll\nfor (int c = 1; c < 8; ++c) v += mg_cluster_ld(&pp[i][m], c);\n";
   const std::string res_at = res.empty() ? "" : res == "ms" ? "ms[i][m]" : "resc";
@@ -224,7 +253,8 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
 // CTAs per tile, the same projection and prologue in every CTA, then cluster_early's weights and
 // cluster_stages: CTA c computes an eighth of h and fc2's K slice c, the cluster adds the slices;
 // the same sums in the same order. Its weights are always loaded before PDL's wait.
-std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked, bool push) {
+std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked, bool push,
+                         bool ln_early, bool async) {
   const Node& a = g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])];  // fc1
   const Node& n = g.nodes[static_cast<size_t>(k.nodes.back())];                // fc2
   const MlpParts parts = mlp_parts(g, k);
@@ -248,13 +278,17 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   constexpr int kCl = 8;
   const int64_t HC = H / kCl, MC = M / kCl;
   // the cluster form's shapes: h's slice within a warp's lanes, y's columns split 8 ways, the
-  // tile's outputs at most one per thread, float4 K loops, W1 and W2 graph weights (loaded before
-  // PDL's wait); otherwise (explicitly) the block form
-  const bool cluster = cluster_asked && H % kCl == 0 && HC <= 32 && HC % 4 == 0 && M % kCl == 0 && R * M <= kThreads && v1 &&
+  // tile's outputs at most one per thread or (below) several of one column, float4 K loops, W1 and
+  // W2 graph weights (loaded before PDL's wait); otherwise (explicitly) the block form
+  // (more outputs per tile than threads: R M a multiple of the block, the block a multiple of M, so that a
+  // thread's outputs share a column; the h values, R HC, and the outputs a CTA finishes, R MC, at most one per thread)
+  const bool outputs_fit = R * M <= kThreads || (R * M % kThreads == 0 && kThreads % M == 0 && R * HC <= kThreads && R * MC <= kThreads);
+  const bool cluster = cluster_asked && H % kCl == 0 && HC <= 32 && HC % 4 == 0 && M % kCl == 0 && outputs_fit && v1 &&
                        g.tensor(a.inputs[1]).kind == TensorKind::Weight && g.tensor(n.inputs[1]).kind == TensorKind::Weight &&
                        (!a.has_bias || g.tensor(a.inputs[2]).kind == TensorKind::Weight) &&
                        (!n.has_bias || g.tensor(n.inputs[2]).kind == TensorKind::Weight);
   push = push && cluster;  // fc2's partials pushed (mlp_push): the cluster form only
+  async = async && push;    // ... with st.async and an mbarrier (mlp_async)
   launch.function = k.name;
   launch.grid = static_cast<int>(cluster ? tiles * kCl : tiles);
   launch.cluster_dim = cluster ? kCl : 0;
@@ -262,6 +296,7 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   std::vector<std::string> sig, params;
   const std::string row_guard = N % R ? fmt::format("n0 + i < {}", N) : "";
   std::string prologue;
+  std::string ln_w;  // ln_early: the layernorm's gain and bias into registers, before PDL's wait
   MlpStage ps;  // the projection's stage
   if (proj) {
     const int64_t KP = g.tensor(pn->inputs[0]).cols();
@@ -295,7 +330,7 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
       k1.nodes.erase(k1.nodes.begin(), k1.nodes.begin() + (attn ? 2 : 1));
       k1.reads.push_back(pn->output);
     }
-    prologue += rowwise_prologue(g, k1, R, 1, sig, params, launch.args, proj ? pn->output : -1);
+    prologue += rowwise_prologue(g, k1, R, 1, sig, params, launch.args, proj ? pn->output : -1, ln_early ? &ln_w : nullptr);
   } else {
     sig.push_back("const float* __restrict__ x");
     launch.args.push_back(a.inputs[0]);
@@ -338,7 +373,8 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
                                                           "warps splitting K into slices, lane = column)",
                                                           launch.grid, R, kThreads, proj ? "the projection and " : ""));
   if (cluster && push)
-    code += "//   fc2's partial sums pushed into the CTAs that finish them (distributed shared memory stores): one cluster barrier\n";
+    code += async ? "//   fc2's partial sums pushed into the CTAs that finish them with st.async, each CTA waiting on its own mbarrier for them\n"
+                  : "//   fc2's partial sums pushed into the CTAs that finish them (distributed shared memory stores): one cluster barrier\n";
   if (cluster_asked && !cluster)
     code += fmt::format("//   (not in clusters: H {}, M {}, K1 {}, {} rows per tile do not fit the cluster form; a block per tile)\n", H, M, K1, R);
   code += fmt::format("//   the MLP as one kernel: {} its {} rows of {}x (the prologue), of h = fc1's result\n"
@@ -360,6 +396,12 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   // ---- weights first
   const std::string zero4 = "make_float4(0.0f, 0.0f, 0.0f, 0.0f)";
   if (cluster) {
+    if (async) {
+      b += "__shared__ __align__(8) unsigned long long pq_bar;  // counts the bytes of the partial sums pushed into pq\n";
+      b += fmt::format("if (threadIdx.x == 0) mg_mbar_init_tx(&pq_bar, {});  // (before the arrive below: no CTA pushes before every CTA "
+                       "has arrived)\n",
+                       R * M * 4);
+    }
     if (push) b += "mg_cluster_arrive();  // the first half of a barrier: this CTA has started (its pq may be written from now on)\n";
     b += cluster_early(g, a, n, R);
   } else if (w1_early) {
@@ -375,8 +417,8 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
     b += H % kThreads ? fmt::format("b1r[j] = threadIdx.x + {0} * j < {1} ? b1[threadIdx.x + {0} * j] : 0.0f;\n", kThreads, H)
                       : fmt::format("b1r[j] = b1[threadIdx.x + {} * j];\n", kThreads);
   }
-  b += ps.early + fc2.early;
-  if (w1_early || b1_early || !ps.early.empty() || !fc2.early.empty() || cluster) b += kPdlWaitPoint;
+  b += ps.early + fc2.early + ln_w;
+  if (w1_early || b1_early || !ps.early.empty() || !fc2.early.empty() || !ln_w.empty() || cluster) b += kPdlWaitPoint;
   // residuals from earlier kernels (P's; fc2's unless it is P's result), loaded right after the wait
   auto residuals = [&](const std::string& name, const std::string& ptr) {
     std::string r = fmt::format("float {}[{}];  // the residuals of the outputs the thread stores, loaded right after the wait\n", name, E);
@@ -396,7 +438,7 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   }
   b += prologue;
   if (cluster) {
-    b += cluster_stages(g, a, n, R, n.has_residual ? (res_in ? "ms" : "resc") : "", row_guard, push);
+    b += cluster_stages(g, a, n, R, n.has_residual ? (res_in ? "ms" : "resc") : "", row_guard, push, async);
     return code + indent_text(b, "  ") + "}\n";
   }
   // ---- fc1

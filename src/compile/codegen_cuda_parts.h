@@ -34,8 +34,11 @@ std::string epilogue_code(const Node& n, const std::string& index, const std::st
 
 // A GEMM's row-wise prologue (a layernorm, with what fuse_reductions put before it) computing
 // the tile's `rows` rows of x into shared memory, a warp per row; its parameters appended.
+// `early` (CudaCodegenOptions::ln_weights_early): the row's per-column weights (the layernorm's
+// gain and bias) are read from registers that the statements put into *early load; the caller
+// places those at the kernel's top, before PDL's wait.
 std::string rowwise_prologue(const Graph& g, const Kernel& k, int rows, int64_t tiles_m, std::vector<std::string>& sig,
-                             std::vector<std::string>& params, std::vector<int>& args, int smem_in = -1);
+                             std::vector<std::string>& params, std::vector<int>& args, int smem_in = -1, std::string* early = nullptr);
 // The prefill attention as a kernel's first stage (fuse_mlp_attention): the tile's rows of its
 // output into the shared array `out`; its parameters appended.
 std::string attention_stage(const Graph& g, const Node& a, int R, int threads, const std::string& out, std::vector<std::string>& sig,
@@ -48,6 +51,9 @@ void align_shared(std::string& code, const std::string& name);
 // The MLP kernel (codegen_cuda_mlp.cpp): kernel k, an MLP group of fuse_mlp, on tiles of R rows,
 // in 8-CTA clusters when cluster_asked and the shapes fit (else a block per tile), fc2's partial
 // sums pushed to the CTAs that finish them (push) or pulled by them; its launch.
-std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked, bool push);
+// ln_early: the layernorm prologue's gain and bias loaded at the top (rowwise_prologue's `early`);
+// async: the pushed partials with st.async and an mbarrier (CudaCodegenOptions::mlp_async).
+std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked, bool push,
+                         bool ln_early = false, bool async = false);
 
 }  // namespace minigpt::compile::cuda_gen

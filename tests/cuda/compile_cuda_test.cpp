@@ -204,6 +204,7 @@ struct MlpForm {
   int mlp_rows;
   bool proj, cluster, attention;
   bool push = false;  // mlp_push: fc2's partials pushed to the CTAs that finish them (else pulled by them)
+  bool plain = false, ln_early = false, async = false;  // weights_plain, ln_weights_early, mlp_async
 };
 constexpr MlpForm kMlpForms[] = {
     {"weights late", false, false, false, 2, false, false, false},
@@ -231,6 +232,21 @@ constexpr MlpForm kMlpForms[] = {
     {"MLP fused in clusters with the attention and the projection, rows 1, partials pushed", true, true, false, 1, true, true, true, true},
     {"MLP fused in clusters with the attention and the projection, rows 2, partials pushed", true, true, false, 2, true, true, true, true},
     {"MLP fused in clusters with the attention and the projection, rows 4, partials pushed", true, true, false, 4, true, true, true, true},
+    {"weights plain, layernorm weights early (MLP apart)", true, false, false, 2, false, false, false, false, true, true},
+    {"MLP fused with the projection, rows 1, weights plain, layernorm weights early", true, true, false, 1, true, false, false, false, true, true},
+    {"MLP fused with the projection, rows 2, weights plain, layernorm weights early", true, true, false, 2, true, false, false, false, true, true},
+    {"MLP fused in clusters with the projection, rows 4, partials pushed, weights plain, layernorm weights early", true, true, false, 4, true, true,
+     false, true, true, true},
+    {"MLP fused in clusters with the projection, rows 4, partials pushed with st.async", true, true, false, 4, true, true, false, true, false,
+     false, true},
+    {"MLP fused in clusters with the projection, rows 1, partials pushed with st.async, weights plain, layernorm weights early", true, true,
+     false, 1, true, true, false, true, true, true, true},
+    {"MLP fused in clusters with the projection, rows 4, partials pushed with st.async, weights plain, layernorm weights early", true, true,
+     false, 4, true, true, false, true, true, true, true},
+    // 8-row tiles in clusters (the shipped model's 8 x 64 outputs: two per thread; not yet run on a GPU)
+    {"MLP fused in clusters with the projection, rows 8, partials pushed with st.async, weights plain, layernorm weights early", true, true,
+     false, 8, true, true, false, true, true, true, true},
+    {"MLP fused in clusters with the projection, rows 8, partials pulled", true, true, false, 8, true, true, false, false, true, true, false},
 };
 void set_mlp_form(CudaCompileOptions& o, const MlpForm& form) {
   o.codegen.weights_early = form.weights_early;
@@ -241,6 +257,9 @@ void set_mlp_form(CudaCompileOptions& o, const MlpForm& form) {
   o.codegen.mlp_cluster = form.cluster;
   o.codegen.fuse_mlp_attention = form.attention;
   o.codegen.mlp_push = form.push;
+  o.codegen.weights_plain = form.plain;
+  o.codegen.ln_weights_early = form.ln_early;
+  o.codegen.mlp_async = form.async;
 }
 
 // The weights loaded before PDL's wait (weights_early), the MLP as one kernel (fuse_mlp,
@@ -248,7 +267,9 @@ void set_mlp_form(CudaCompileOptions& o, const MlpForm& form) {
 // (fuse_mlp_proj) and the attention before it (fuse_mlp_attention: its values are the attention
 // kernel's), as 8-CTA clusters (mlp_cluster) or a block per tile, x read from shared memory as
 // float4s (smem_vec4), and in clusters fc2's partials pushed to the CTAs that finish them
-// (mlp_push) or pulled by them, compute every sum as before, in the same order: the logits and
+// (mlp_push) or pulled by them, pushed with st.async onto an mbarrier (mlp_async), the weights'
+// pointers plain (weights_plain) and the layernorms' gain and bias loaded before PDL's wait
+// (ln_weights_early), compute every sum as before, in the same order: the logits and
 // the probs equal those of the generated GEMMs without them (weights early, each MLP two
 // kernels) bitwise, on random ids at
 // (2, 16) and on the grammar probes (B = 126, T = 7: 882 rows, which tiles of 4 do not divide).

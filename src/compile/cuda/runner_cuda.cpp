@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <sstream>
 
 namespace minigpt::compile {
 
@@ -132,11 +134,44 @@ std::string variant_name(const CudaCodegenOptions& cg) {
                                    : "") +
                               (cg.generated_gemm && cg.fuse_mlp && !cg.mlp_cluster && !cg.megakernel ? " no-cluster" : "") +
                               (cg.generated_gemm && cg.smem_vec4 ? " smem-vec4" : "") +
+                              (cg.generated_gemm && cg.fuse_mlp && cg.mlp_cluster && cg.mlp_push && !cg.megakernel &&
+                                       cg.mlp_async != CudaCodegenOptions{}.mlp_async
+                                   ? (cg.mlp_async ? " mlp-async" : " mlp-sync")
+                                   : "") +
+                              (cg.generated_gemm && cg.pdl && cg.weights_plain != CudaCodegenOptions{}.weights_plain
+                                   ? (cg.weights_plain ? " weights-plain" : " weights-restrict")
+                                   : "") +
+                              (cg.generated_gemm && cg.ln_weights_early != CudaCodegenOptions{}.ln_weights_early
+                                   ? (cg.ln_weights_early ? " ln-early" : " ln-late")
+                                   : "") +
                               (cg.generated_gemm && cg.fuse_mlp && cg.mlp_cluster && !cg.megakernel && cg.mlp_push != CudaCodegenOptions{}.mlp_push
                                    ? (cg.mlp_push ? " mlp-push" : " mlp-pull")
                                    : "");
   if (cg.megakernel) return (cg.megakernel_threads > 0 ? fmt::format("megakernel {}", cg.megakernel_threads) : "megakernel") + unfused;
   return std::string(cg.generated_gemm ? "generated-gemm" : "cublas") + (cg.pdl ? " pdl" : "") + unfused;
+}
+
+// MINIGPT_CUDA_VARIANT (a debugging and measuring aid, the default mode only): words of
+// variant_name's, each changing the generated GEMMs' options from the variant asked (the rule's):
+// "weights-plain" / "weights-restrict", "ln-early" / "ln-late", "mlp-async" / "mlp-sync",
+// "mlp-pull" / "mlp-push", "no-cluster", "rowsN", "smem-vec4", "proj-apart", "mlp-apart"; any
+// other word is an error. ("weights-restrict ln-late mlp-sync" is 7l's default, main before 7m.)
+void apply_variant_words(CudaCodegenOptions& cg, const std::string& words) {
+  std::istringstream in(words);
+  for (std::string w; in >> w;) {
+    if (w == "weights-plain" || w == "weights-restrict") cg.weights_plain = w == "weights-plain";
+    else if (w == "ln-early" || w == "ln-late") cg.ln_weights_early = w == "ln-early";
+    else if (w == "mlp-async" || w == "mlp-sync") cg.mlp_async = w == "mlp-async";
+    else if (w == "mlp-pull") cg.mlp_push = false;
+    else if (w == "mlp-push") cg.mlp_push = true;
+    else if (w == "no-cluster") cg.mlp_cluster = false;
+    else if (w == "smem-vec4") cg.smem_vec4 = true;
+    else if (w == "proj-apart") cg.fuse_mlp_proj = false;
+    else if (w == "mlp-apart") cg.fuse_mlp = false;
+    else if (w.starts_with("rows") && w.size() == 5 && w[4] >= '1' && w[4] <= '8') cg.mlp_rows = w[4] - '0';
+    else MINIGPT_FAIL("MINIGPT_CUDA_VARIANT: unknown word '{}' (weights-plain weights-restrict ln-early ln-late mlp-async mlp-sync mlp-pull "
+                      "mlp-push no-cluster rowsN smem-vec4 proj-apart mlp-apart)", w);
+  }
 }
 
 constexpr size_t kAlign = 256;
@@ -258,7 +293,7 @@ CudaCodegenOptions default_cuda_variant_for(const Graph& captured, int major, st
   cg.pdl = major >= 9;
   cg.fuse_mlp = major >= 9;  // the MLP kernel's clusters need sm_90 (its block form loses on the H200)
   why = fmt::format("default rule: every matmul launch-bound (at most {} rows <= {}): generated GEMMs{}", rows, kLaunchBoundRows,
-                    cg.pdl ? " with PDL and the projection + MLP in 8-CTA clusters (sm_90+)" : "");
+                    cg.pdl ? " with PDL (the weights loaded before its wait) and the projection + MLP in 8-CTA clusters (sm_90+)" : "");
   return cg;
 }
 
@@ -316,6 +351,22 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
       });
       add(true, true, [](CudaCodegenOptions& c) { c.fuse_mlp = false; });
       add(true, true, [](CudaCodegenOptions& c) { c.smem_vec4 = true; });
+      // each of 7m's three the other way ("weights-restrict": the weights' loads left to ptxas, which
+      // puts them after PDL's wait; "ln-late": the layernorms' gain and bias read in the row's
+      // chain; "mlp-sync": fc2's partials through a whole cluster barrier), the first two together,
+      // and all three (7l's default)
+      add(true, true, [](CudaCodegenOptions& c) { c.weights_plain = !c.weights_plain; });
+      add(true, true, [](CudaCodegenOptions& c) { c.ln_weights_early = !c.ln_weights_early; });
+      add(true, true, [](CudaCodegenOptions& c) { c.mlp_async = !c.mlp_async; });
+      add(true, true, [](CudaCodegenOptions& c) {
+        c.weights_plain = !c.weights_plain;
+        c.ln_weights_early = !c.ln_weights_early;
+      });
+      add(true, true, [](CudaCodegenOptions& c) {
+        c.weights_plain = !c.weights_plain;
+        c.ln_weights_early = !c.ln_weights_early;
+        c.mlp_async = !c.mlp_async;
+      });
       add(true, true, [](CudaCodegenOptions& c) { c.attention_prologue = true; });
       add(true, true, [](CudaCodegenOptions& c) { c.weights_early = false; });
       add(true, true, [](CudaCodegenOptions& c) { c.stage_x = false; });
@@ -352,6 +403,10 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     CudaCodegenOptions cg = opt.codegen;
     if (opt.variant_by_rule) cg = default_cuda_variant(captured, stats_.why);
     else stats_.why = "as the caller asked";
+    if (const char* v = std::getenv("MINIGPT_CUDA_VARIANT"); v && *v) {
+      apply_variant_words(cg, v);
+      stats_.why += fmt::format("; then MINIGPT_CUDA_VARIANT=\"{}\"", v);
+    }
     build(opt, cg, variant_name(cg));
   }
   stats_.total_s = t0.elapsed_s();
