@@ -644,6 +644,56 @@ TEST(CompileCudaNvrtc, FusedMlpCompilesAtEveryTileHeight) {
 // smem_vec4: the K loop reads x's rows from shared memory as one float4 each (the arrays
 // 16-byte aligned); with the MLP fused and in the megakernel too (whose shared-array rewrite
 // drops the __align__: its slices start at multiples of 16). Each compiles with NVRTC.
+// The two measuring aids of REPORT 7n (never candidates): pad_launches puts an empty kernel,
+// under PDL with its wait and trigger, after every kernel but the last, under that kernel's
+// name (the explain table then times the two together) and touches nothing else; mlp_mbar_cta
+// changes only the MLP kernel's mbarrier wait (acquire at CTA scope). Neither is in the default's
+// launches or code. Each source compiles with NVRTC for sm_90a.
+TEST(CompileCudaNvrtc, PadLaunchesAndCtaScopeMbarrierWaitCompile) {
+  ModelConfig shipped;
+  shipped.vocab_size = 611;
+  const Graph g = capture_gpt(shipped, 2, 16);
+  CudaCodegenOptions base;
+  base.generated_gemm = base.pdl = true;
+  const CudaLowered d = lower_cuda(g, PassOptions{}, base);
+  EXPECT_FALSE(contains(d.code.source, "cuda_pad_launch"));
+  EXPECT_FALSE(contains(d.code.source, "mg_mbar_wait_cta(&"));
+  CudaCodegenOptions pad = base;
+  pad.pad_launches = true;
+  const CudaLowered p = lower_cuda(g, PassOptions{}, pad);
+  ASSERT_EQ(p.code.launches.size(), 2 * d.code.launches.size() - 1);
+  for (size_t i = 0; i < p.code.launches.size(); ++i) {
+    const CudaLaunch& l = p.code.launches[i];
+    if (i % 2) {
+      EXPECT_EQ(l.function, "cuda_pad_launch");
+      EXPECT_EQ(l.name, p.code.launches[i - 1].name);  // (timed with the kernel before it)
+      EXPECT_TRUE(l.args.empty());
+      EXPECT_EQ(l.grid, 1);
+      EXPECT_EQ(l.block, 32);
+    } else {
+      EXPECT_EQ(l.function, d.code.launches[i / 2].function);
+      EXPECT_EQ(l.args, d.code.launches[i / 2].args);
+    }
+  }
+  const size_t at = p.code.source.find("cuda_pad_launch() {");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_TRUE(contains(p.code.source.substr(at, 300), "griddepcontrol.wait;"));
+  EXPECT_TRUE(contains(p.code.source.substr(at, 300), "griddepcontrol.launch_dependents;"));
+  ASSERT_NO_THROW(nvrtc_compile_ptx(p.code.source, "compute_90a", g.name)) << "pad-launches";
+  CudaCodegenOptions cta = base;
+  cta.mlp_mbar_cta = true;
+  const CudaLowered c = lower_cuda(g, PassOptions{}, cta);
+  int mlps = 0;
+  for (const CudaKernelText& k : c.code.kernels) {
+    if (!contains(k.name, "mlp") || !contains(k.text, "__global__")) continue;
+    ++mlps;
+    EXPECT_TRUE(contains(code_only(k.text), "mg_mbar_wait_cta(&pq_bar, 0);")) << k.name;
+    EXPECT_FALSE(contains(code_only(k.text), "mg_mbar_wait(&pq_bar, 0);")) << k.name;
+  }
+  EXPECT_GE(mlps, 1);
+  ASSERT_NO_THROW(nvrtc_compile_ptx(c.code.source, "compute_90a", g.name)) << "mbar-cta";
+}
+
 TEST(CompileCudaNvrtc, SharedRowsReadAsFloat4Compile) {
   for (const Graph& g : {capture_gpt(compile_tiny_config(), 2, 16), capture_gpt(compile_tiny_config(), 3, 5),
                          capture_gpt_decode(compile_tiny_config())}) {

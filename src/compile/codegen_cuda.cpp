@@ -109,6 +109,18 @@ __device__ __forceinline__ void mg_mbar_wait(unsigned long long* bar, unsigned p
                  : "memory");
   } while (!done);
 }
+// mg_mbar_wait with acquire at CTA scope (CudaCodegenOptions::mlp_mbar_cta, a measuring aid: the
+// PTX memory model does not promise the st.async stores of other CTAs visible after it)
+__device__ __forceinline__ void mg_mbar_wait_cta(unsigned long long* bar, unsigned parity) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(bar);
+  unsigned done = 0;
+  do {
+    asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+                 : "=r"(done)
+                 : "r"(a), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
 __device__ __forceinline__ float mg_cluster_ld(const float* p, unsigned rank) {
   unsigned local = (unsigned)__cvta_generic_to_shared(p), remote;
   float v;
@@ -1120,7 +1132,7 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
         // an MLP (fuse_mlp: the nodes end in two matmuls) is a kernel of its own form
         code = mlp_parts(g, k).mlp
                    ? generate_mlp(g, k, launch, opt.weights_early, opt.mlp_rows, opt.mlp_cluster && !opt.megakernel, opt.mlp_push,
-                                  opt.ln_weights_early, opt.mlp_async)
+                                  opt.ln_weights_early, opt.mlp_async, opt.mlp_mbar_cta)
                    : generate_gemm(g, k, launch, opt.stage_x, opt.weights_early, opt.smem_vec4, opt.ln_weights_early);
         out.launches.push_back(launch);
         break;
@@ -1158,6 +1170,20 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
     }
     out.kernels.push_back({k.name, code});
     src += "\n" + code;
+    if (opt.pad_launches && &k != &s.kernels.back()) {  // (a measuring aid: one more launch boundary, under the kernel's name)
+      CudaLaunch pad;
+      pad.name = k.name;
+      pad.function = "cuda_pad_launch";
+      pad.block = 32;
+      out.launches.push_back(pad);
+    }
+  }
+  if (opt.pad_launches && !opt.megakernel) {
+    const std::string pad =
+        "// pad_launches (a measuring aid, MINIGPT_CUDA_VARIANT=pad-launches): launched after every kernel but the last, it\n"
+        "// does nothing but, under PDL, wait for the previous kernel and let the next one launch: one more launch boundary\n"
+        "extern \"C\" __global__ void __launch_bounds__(32) cuda_pad_launch() {\n}\n";
+    src += "\n" + (opt.pdl ? with_pdl_prologue(pad) : pad);
   }
   if (opt.megakernel) {
     CudaLaunch mega;

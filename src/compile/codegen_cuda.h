@@ -39,7 +39,7 @@
 
 namespace minigpt::compile {
 
-inline constexpr int kCodegenCudaVersion = 5;  // bump on any change to the generated text's meaning
+inline constexpr int kCodegenCudaVersion = 6;  // bump on any change to the generated text's meaning
 // Column steps per thread up to which a row is kept in registers between its loops.
 inline constexpr int kPersistentSteps = 32;
 
@@ -128,6 +128,15 @@ struct CudaCodegenOptions {
   // the MLP kernel alone 3.5 -> 3.16 us, the whole forward 29.1 -> 27.5 us (with weights_plain
   // and ln_weights_early; alone 32.4 -> 31.5). Off: max-autotune's "mlp-sync".
   bool mlp_async = true;
+  // With mlp_async: the finishing threads' wait on their mbarrier with acquire at CTA scope
+  // instead of cluster scope (mbarrier.try_wait.parity.acquire.cta: no L1 invalidate). A
+  // MEASURING AID ONLY ("mbar-cta"), never a max-autotune candidate nor a default: the PTX
+  // memory model does not promise the data. st.async's stores are weak and its complete_tx on the
+  // receiving mbarrier has release semantics at cluster scope; a release synchronizes with an
+  // acquire only when the two are morally strong, i.e. each one's scope includes the other's
+  // thread, and a CTA-scope acquire does not include the pushing thread of another CTA. It
+  // measures what the cluster-scope acquire costs (REPORT 7n).
+  bool mlp_mbar_cta = false;
   // With generated_gemm: a GEMM without a prologue first copies its tile's rows of x into shared
   // memory (coalesced, the whole block), and its K loop reads them there, as the prologue GEMMs
   // do; off: every lane reads x from global memory in the K loop (a broadcast per warp). H200:
@@ -170,6 +179,13 @@ struct CudaCodegenOptions {
   // Its pointers to anything but graph weights are not __restrict__ (codegen_cuda.cpp's
   // coherent_reads: ptxas may move a non-coherent load above the wait).
   bool pdl = false;
+  // A MEASURING AID ("pad-launches"; never a candidate nor a default): an empty kernel (one block
+  // of 32 threads, no parameters) launched after every kernel but the last, under PDL with its
+  // griddepcontrol.wait and launch_dependents like every kernel, so the graph has one more
+  // launch boundary per kernel and nothing else (the values are untouched). The whole forward's
+  // time against the default's, divided by the pads, is what one launch boundary costs in the
+  // graph: what fusing two kernels into one can save at most, beside the work itself (REPORT 7n).
+  bool pad_launches = false;
   // Megakernel (sm_90+; with generated_gemm, without pdl): every kernel becomes a __device__
   // function of a virtual block and ONE __global__ kernel runs them in order as stages of one
   // thread-block cluster, a cluster barrier between stages: the whole graph is one launch

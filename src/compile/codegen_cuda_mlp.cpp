@@ -157,7 +157,7 @@ std::string cluster_early(const Graph& g, const Node& a, const Node& n, int R) {
 // pq_bar alone instead of a whole cluster barrier (no release fence, no waiting for CTAs whose
 // partials it does not need). Same values in the same order.
 std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, const std::string& res, const std::string& row_guard,
-                           bool push, bool async) {
+                           bool push, bool async, bool mbar_cta) {
   constexpr int kCl = 8, kThreads = 256;
   const int64_t K1 = g.tensor(a.inputs[0]).cols(), H = g.tensor(a.output).cols(), M = g.tensor(n.inputs[1]).shape[0];
   const int64_t KC1 = (K1 + 7) / 8, HC = H / kCl, MC = M / kCl;
@@ -212,8 +212,12 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
               : "mg_cluster_barrier();  // every CTA's partial sums visible to the cluster\n";
   b += fmt::format("if (threadIdx.x < {}) {{  // output (i, rank {} + l): the 8 K slices' partials in rank order, the epilogue\n", R * MC, MC);
   std::string o =
-      async ? fmt::format("mg_mbar_wait(&pq_bar, 0);  // the {} bytes of the cluster's partial sums for this CTA's outputs have landed\n", R * M * 4)
-            : "";
+      !async     ? ""
+      : mbar_cta ? fmt::format("mg_mbar_wait_cta(&pq_bar, 0);  // the {} bytes have landed (acquire at CTA scope: a measuring aid, see "
+                               "CudaCodegenOptions::mlp_mbar_cta)\n",
+                               R * M * 4)
+                 : fmt::format("mg_mbar_wait(&pq_bar, 0);  // the {} bytes of the cluster's partial sums for this CTA's outputs have landed\n",
+                               R * M * 4);
   o += fmt::format("const int i = threadIdx.x / {}, m = rank * {} + threadIdx.x % {};\n", MC, MC, MC);
   o += push ? fmt::format("float v = pq[0][i][m % {0}];\n#pragma unroll\nfor (int c = 1; c < 8; ++c) v += pq[c][i][m % {0}];\n", MC)
             : "float v = mg_cluster_ld(&pp[i][m], 0);\n#pragma unroll\nfor (int c = 1; c < 8; ++c) v += mg_cluster_ld(&pp[i][m], c);\n";
@@ -254,7 +258,7 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
 // cluster_stages: CTA c computes an eighth of h and fc2's K slice c, the cluster adds the slices;
 // the same sums in the same order. Its weights are always loaded before PDL's wait.
 std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked, bool push,
-                         bool ln_early, bool async) {
+                         bool ln_early, bool async, bool mbar_cta) {
   const Node& a = g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])];  // fc1
   const Node& n = g.nodes[static_cast<size_t>(k.nodes.back())];                // fc2
   const MlpParts parts = mlp_parts(g, k);
@@ -438,7 +442,7 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   }
   b += prologue;
   if (cluster) {
-    b += cluster_stages(g, a, n, R, n.has_residual ? (res_in ? "ms" : "resc") : "", row_guard, push, async);
+    b += cluster_stages(g, a, n, R, n.has_residual ? (res_in ? "ms" : "resc") : "", row_guard, push, async, mbar_cta);
     return code + indent_text(b, "  ") + "}\n";
   }
   // ---- fc1

@@ -52,8 +52,9 @@ void align_shared(std::string& code, const std::string& name);
 // in 8-CTA clusters when cluster_asked and the shapes fit (else a block per tile), fc2's partial
 // sums pushed to the CTAs that finish them (push) or pulled by them; its launch.
 // ln_early: the layernorm prologue's gain and bias loaded at the top (rowwise_prologue's `early`);
-// async: the pushed partials with st.async and an mbarrier (CudaCodegenOptions::mlp_async).
+// async: the pushed partials with st.async and an mbarrier (CudaCodegenOptions::mlp_async);
+// mbar_cta: that mbarrier waited on at CTA scope (mlp_mbar_cta, a measuring aid).
 std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked, bool push,
-                         bool ln_early = false, bool async = false);
+                         bool ln_early = false, bool async = false, bool mbar_cta = false);
 
 }  // namespace minigpt::compile::cuda_gen

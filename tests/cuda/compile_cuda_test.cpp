@@ -205,6 +205,7 @@ struct MlpForm {
   bool proj, cluster, attention;
   bool push = false;  // mlp_push: fc2's partials pushed to the CTAs that finish them (else pulled by them)
   bool plain = false, ln_early = false, async = false;  // weights_plain, ln_weights_early, mlp_async
+  bool mbar_cta = false, pad = false;                   // the measuring aids mlp_mbar_cta and pad_launches (REPORT 7n)
 };
 constexpr MlpForm kMlpForms[] = {
     {"weights late", false, false, false, 2, false, false, false},
@@ -247,6 +248,13 @@ constexpr MlpForm kMlpForms[] = {
     {"MLP fused in clusters with the projection, rows 8, partials pushed with st.async, weights plain, layernorm weights early", true, true,
      false, 8, true, true, false, true, true, true, true},
     {"MLP fused in clusters with the projection, rows 8, partials pulled", true, true, false, 8, true, true, false, false, true, true, false},
+    // REPORT 7n's measuring aids on the default (7m's) form: the mbarrier waited on at CTA scope
+    // (not promised by the PTX memory model: this checks the values it gave, it proves nothing), an
+    // empty kernel after every kernel
+    {"MLP fused in clusters with the projection, rows 4, st.async, mbarrier waited at CTA scope", true, true, false, 4, true, true, false, true,
+     true, true, true, true, false},
+    {"MLP fused in clusters with the projection, rows 4, st.async, an empty kernel after each", true, true, false, 4, true, true, false, true,
+     true, true, true, false, true},
 };
 void set_mlp_form(CudaCompileOptions& o, const MlpForm& form) {
   o.codegen.weights_early = form.weights_early;
@@ -260,6 +268,8 @@ void set_mlp_form(CudaCompileOptions& o, const MlpForm& form) {
   o.codegen.weights_plain = form.plain;
   o.codegen.ln_weights_early = form.ln_early;
   o.codegen.mlp_async = form.async;
+  o.codegen.mlp_mbar_cta = form.mbar_cta;
+  o.codegen.pad_launches = form.pad;
 }
 
 // The weights loaded before PDL's wait (weights_early), the MLP as one kernel (fuse_mlp,
