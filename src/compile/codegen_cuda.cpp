@@ -98,27 +98,20 @@ __device__ __forceinline__ void mg_cluster_st_async(float* p, unsigned long long
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(rp), "r"(__float_as_uint(v)), "r"(rb)
                : "memory");
 }
-// until the mbarrier's phase `parity` has completed (acquire, cluster scope: the stores it counted are visible)
+// until the mbarrier's phase `parity` has completed: acquire at cluster scope (the stores it
+// counted, other CTAs' st.async, are visible); kCluster false (CudaCodegenOptions::mlp_mbar_cta,
+// a measuring aid) at CTA scope, which the PTX memory model does not promise that for
+template <bool kCluster = true>
 __device__ __forceinline__ void mg_mbar_wait(unsigned long long* bar, unsigned parity) {
   const unsigned a = (unsigned)__cvta_generic_to_shared(bar);
   unsigned done = 0;
   do {
-    asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-                 : "=r"(done)
-                 : "r"(a), "r"(parity)
-                 : "memory");
-  } while (!done);
-}
-// mg_mbar_wait with acquire at CTA scope (CudaCodegenOptions::mlp_mbar_cta, a measuring aid: the
-// PTX memory model does not promise the st.async stores of other CTAs visible after it)
-__device__ __forceinline__ void mg_mbar_wait_cta(unsigned long long* bar, unsigned parity) {
-  const unsigned a = (unsigned)__cvta_generic_to_shared(bar);
-  unsigned done = 0;
-  do {
-    asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-                 : "=r"(done)
-                 : "r"(a), "r"(parity)
-                 : "memory");
+    if (kCluster)
+      asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+                   : "=r"(done) : "r"(a), "r"(parity) : "memory");
+    else
+      asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+                   : "=r"(done) : "r"(a), "r"(parity) : "memory");
   } while (!done);
 }
 __device__ __forceinline__ float mg_cluster_ld(const float* p, unsigned rank) {
@@ -1179,11 +1172,16 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
     }
   }
   if (opt.pad_launches && !opt.megakernel) {
-    const std::string pad =
-        "// pad_launches (a measuring aid, MINIGPT_CUDA_VARIANT=pad-launches): launched after every kernel but the last, it\n"
-        "// does nothing but, under PDL, wait for the previous kernel and let the next one launch: one more launch boundary\n"
-        "extern \"C\" __global__ void __launch_bounds__(32) cuda_pad_launch() {\n}\n";
-    src += "\n" + (opt.pdl ? with_pdl_prologue(pad) : pad);
+    // (under PDL the trigger BEFORE the wait, unlike with_pdl_prologue's kernels: the next kernel
+    // launches, and loads its weights, while the previous one still runs, as without the pad; its
+    // wait then holds it until this kernel has finished, which is after the previous one has)
+    src += "\n// pad_launches (a measuring aid, MINIGPT_CUDA_VARIANT=pad-launches): launched after every kernel but the last, it\n"
+           "// does nothing but, under PDL, let the next kernel launch and wait for the previous one: one more launch boundary\n"
+           "extern \"C\" __global__ void __launch_bounds__(32) cuda_pad_launch() {\n";
+    if (opt.pdl)
+      src += "  asm volatile(\"griddepcontrol.launch_dependents;\");  // PDL: the next kernel may launch now\n"
+             "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");  // PDL: the previous kernel has finished, its writes visible\n";
+    src += "}\n";
   }
   if (opt.megakernel) {
     CudaLaunch mega;

@@ -180,9 +180,10 @@ struct CudaCodegenOptions {
   // coherent_reads: ptxas may move a non-coherent load above the wait).
   bool pdl = false;
   // A MEASURING AID ("pad-launches"; never a candidate nor a default): an empty kernel (one block
-  // of 32 threads, no parameters) launched after every kernel but the last, under PDL with its
-  // griddepcontrol.wait and launch_dependents like every kernel, so the graph has one more
-  // launch boundary per kernel and nothing else (the values are untouched). The whole forward's
+  // of 32 threads, no parameters) launched after every kernel but the last, under PDL with
+  // griddepcontrol.launch_dependents then griddepcontrol.wait (so the next kernel still launches
+  // and loads its weights while the previous one runs), so the graph has one more launch
+  // boundary per kernel and nothing else (the values are untouched). The whole forward's
   // time against the default's, divided by the pads, is what one launch boundary costs in the
   // graph: what fusing two kernels into one can save at most, beside the work itself (REPORT 7n).
   bool pad_launches = false;

@@ -213,7 +213,7 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
   b += fmt::format("if (threadIdx.x < {}) {{  // output (i, rank {} + l): the 8 K slices' partials in rank order, the epilogue\n", R * MC, MC);
   std::string o =
       !async     ? ""
-      : mbar_cta ? fmt::format("mg_mbar_wait_cta(&pq_bar, 0);  // the {} bytes have landed (acquire at CTA scope: a measuring aid, see "
+      : mbar_cta ? fmt::format("mg_mbar_wait<false>(&pq_bar, 0);  // the {} bytes have landed (acquire at CTA scope: a measuring aid, see "
                                "CudaCodegenOptions::mlp_mbar_cta)\n",
                                R * M * 4)
                  : fmt::format("mg_mbar_wait(&pq_bar, 0);  // the {} bytes of the cluster's partial sums for this CTA's outputs have landed\n",
