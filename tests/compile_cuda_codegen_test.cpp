@@ -696,6 +696,44 @@ TEST(CompileCudaNvrtc, PadLaunchesAndCtaScopeMbarrierWaitCompile) {
   ASSERT_NO_THROW(nvrtc_compile_ptx(c.code.source, "compute_90a", g.name)) << "mbar-cta";
 }
 
+// fuse_mlp_next ("mlp-next", REPORT 7n): the next block's layernorm and qkv matmul as the MLP
+// kernel's tail, so the 4-block model at (2, 16) is 11 kernels instead of 14 (3 layernorm + qkv
+// kernels gone; the last MLP keeps ln_f + the LM head apart: 611 columns), the decode step 3
+// fewer too. In the tail: y's rows pushed into every CTA (st.async on ys_bar), waited on before
+// the layernorm reads them from ys, qkv's columns c % 8 == rank stored by CTA rank; its weights
+// loaded before PDL's wait. Each source compiles with NVRTC for sm_90a.
+TEST(CompileCudaNvrtc, MlpWithTheNextLayerNormAndQkvCompiles) {
+  ModelConfig shipped;
+  shipped.vocab_size = 611;
+  const ModelConfig tiny = compile_tiny_config();
+  for (const Graph& g : {capture_gpt(shipped, 2, 16), capture_gpt(tiny, 3, 5), capture_gpt_decode(tiny), capture_gpt(shipped, 1, 1)}) {
+    for (int rows : {4, 8, 1}) {
+      CudaCodegenOptions cg;
+      cg.generated_gemm = cg.pdl = true;
+      cg.mlp_rows = rows;
+      const CudaLowered d = lower_cuda(g, PassOptions{}, cg);
+      cg.fuse_mlp_next = true;
+      const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
+      const std::string what = fmt::format("{} rows {}", g.name, rows);
+      int tails = 0;
+      for (const CudaKernelText& k : l.code.kernels) {
+        if (!contains(k.name, "_mlp_next_")) continue;
+        ++tails;
+        const std::string code = code_only(k.text);
+        EXPECT_LT(code.find("mg_mbar_init_tx(&ys_bar, "), code.find("mg_cluster_arrive();")) << what;
+        EXPECT_LT(code.find("nxt_w["), code.find("griddepcontrol.wait;")) << what << ": qkv's weights before the wait";
+        EXPECT_LT(code.find("nx_ptr0[lane"), code.find("griddepcontrol.wait;")) << what << ": the layernorm's gain before the wait";
+        EXPECT_LT(code.find("mg_cluster_st_async(&ys[i][m], &ys_bar, c, v);"), code.find("mg_mbar_wait(&ys_bar, 0);")) << what;
+        EXPECT_NE(code.find("ms[warp]", code.find("mg_mbar_wait(&ys_bar, 0);")), std::string::npos) << what << ": the layernorm after the wait";
+        EXPECT_TRUE(contains(code, "m % 8 == rank")) << what;
+      }
+      EXPECT_GE(tails, 1) << what;
+      EXPECT_EQ(l.code.launches.size() + static_cast<size_t>(tails), d.code.launches.size()) << what << ": a launch fewer per tail";
+      ASSERT_NO_THROW(nvrtc_compile_ptx(l.code.source, "compute_90a", g.name)) << what;
+    }
+  }
+}
+
 TEST(CompileCudaNvrtc, SharedRowsReadAsFloat4Compile) {
   for (const Graph& g : {capture_gpt(compile_tiny_config(), 2, 16), capture_gpt(compile_tiny_config(), 3, 5),
                          capture_gpt_decode(compile_tiny_config())}) {

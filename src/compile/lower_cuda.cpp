@@ -16,6 +16,9 @@ CudaLowered lower_cuda(const Graph& captured, const PassOptions& passes, const C
   popt.fuse_mlp = passes.fuse_mlp || (codegen.generated_gemm && codegen.fuse_mlp);
   popt.fuse_mlp_proj = popt.fuse_mlp && (passes.fuse_mlp_proj || (codegen.generated_gemm && codegen.fuse_mlp_proj));
   popt.fuse_mlp_attention = popt.fuse_mlp_proj && (passes.fuse_mlp_attention || (codegen.generated_gemm && codegen.fuse_mlp_attention && !codegen.megakernel));
+  // the next block's layernorm and qkv in the MLP kernel: its cluster form only (not the megakernel's stages)
+  popt.fuse_mlp_next = popt.fuse_mlp_proj && (passes.fuse_mlp_next || (codegen.generated_gemm && codegen.fuse_mlp_next && codegen.mlp_cluster &&
+                                                                         codegen.mlp_push && codegen.mlp_async && !codegen.megakernel));
   const Graph planned = run_passes(captured, popt);
   // (the CPU schedule's GEMM choice only names its matmul kernels; cuda_schedule renames them)
   const GemmBackend gemm = codegen.generated_gemm ? GemmBackend::kGenerated : GemmBackend::kEngine;

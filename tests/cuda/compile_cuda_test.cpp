@@ -206,6 +206,7 @@ struct MlpForm {
   bool push = false;  // mlp_push: fc2's partials pushed to the CTAs that finish them (else pulled by them)
   bool plain = false, ln_early = false, async = false;  // weights_plain, ln_weights_early, mlp_async
   bool mbar_cta = false, pad = false;                   // the measuring aids mlp_mbar_cta and pad_launches (REPORT 7n)
+  bool next = false;                                    // fuse_mlp_next: the next block's layernorm and qkv in the MLP kernel
 };
 constexpr MlpForm kMlpForms[] = {
     {"weights late", false, false, false, 2, false, false, false},
@@ -255,6 +256,13 @@ constexpr MlpForm kMlpForms[] = {
      true, true, true, true, false},
     {"MLP fused in clusters with the projection, rows 4, st.async, an empty kernel after each", true, true, false, 4, true, true, false, true,
      true, true, true, false, true},
+    // REPORT 7n: the next block's layernorm and qkv as the MLP kernel's tail (not yet run on a GPU when written)
+    {"MLP fused in clusters with the projection and the next layernorm + qkv, rows 4, st.async", true, true, false, 4, true, true, false, true,
+     true, true, true, false, false, true},
+    {"MLP fused in clusters with the projection and the next layernorm + qkv, rows 8, st.async", true, true, false, 8, true, true, false, true,
+     true, true, true, false, false, true},
+    {"MLP fused in clusters with the projection and the next layernorm + qkv, rows 1, st.async", true, true, false, 1, true, true, false, true,
+     true, true, true, false, false, true},
 };
 void set_mlp_form(CudaCompileOptions& o, const MlpForm& form) {
   o.codegen.weights_early = form.weights_early;
@@ -270,6 +278,7 @@ void set_mlp_form(CudaCompileOptions& o, const MlpForm& form) {
   o.codegen.mlp_async = form.async;
   o.codegen.mlp_mbar_cta = form.mbar_cta;
   o.codegen.pad_launches = form.pad;
+  o.codegen.fuse_mlp_next = form.next;
 }
 
 // The weights loaded before PDL's wait (weights_early), the MLP as one kernel (fuse_mlp,
