@@ -700,21 +700,24 @@ TEST(CompileCudaNvrtc, PadLaunchesAndCtaScopeMbarrierWaitCompile) {
 // kernel's tail, so the 4-block model at (2, 16) is 11 kernels instead of 14 (3 layernorm + qkv
 // kernels gone; the last MLP keeps ln_f + the LM head apart: 611 columns), the decode step 3
 // fewer too. In the tail: y's rows pushed into every CTA (st.async on ys_bar), waited on before
-// the layernorm reads them from ys, qkv's columns c % 8 == rank stored by CTA rank; its weights
-// loaded before PDL's wait. Each source compiles with NVRTC for sm_90a.
+// the layernorm reads them from ys; CTA c computes qkv's columns [c MQ/8, (c + 1) MQ/8)
+// (mlp_next_split) or all of them, storing c % 8 == rank; its weights loaded before PDL's wait.
+// Each source compiles with NVRTC for sm_90a.
 TEST(CompileCudaNvrtc, MlpWithTheNextLayerNormAndQkvCompiles) {
   ModelConfig shipped;
   shipped.vocab_size = 611;
   const ModelConfig tiny = compile_tiny_config();
   for (const Graph& g : {capture_gpt(shipped, 2, 16), capture_gpt(tiny, 3, 5), capture_gpt_decode(tiny), capture_gpt(shipped, 1, 1)}) {
-    for (int rows : {4, 8, 1}) {
+    for (int form : {4, 8, 1, -4}) {  // the rows per tile; -4: 4, every CTA all of qkv's columns (mlp_next_split off)
+      const int rows = std::abs(form);
       CudaCodegenOptions cg;
       cg.generated_gemm = cg.pdl = true;
       cg.mlp_rows = rows;
+      cg.mlp_next_split = form > 0;
       const CudaLowered d = lower_cuda(g, PassOptions{}, cg);
       cg.fuse_mlp_next = true;
       const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
-      const std::string what = fmt::format("{} rows {}", g.name, rows);
+      const std::string what = fmt::format("{} form {}", g.name, form);
       int tails = 0;
       for (const CudaKernelText& k : l.code.kernels) {
         if (!contains(k.name, "_mlp_next_")) continue;
@@ -725,7 +728,8 @@ TEST(CompileCudaNvrtc, MlpWithTheNextLayerNormAndQkvCompiles) {
         EXPECT_LT(code.find("nx_ptr0[lane"), code.find("griddepcontrol.wait;")) << what << ": the layernorm's gain before the wait";
         EXPECT_LT(code.find("mg_cluster_st_async(&ys[i][m], &ys_bar, c, v);"), code.find("mg_mbar_wait(&ys_bar, 0);")) << what;
         EXPECT_NE(code.find("ms[warp]", code.find("mg_mbar_wait(&ys_bar, 0);")), std::string::npos) << what << ": the layernorm after the wait";
-        EXPECT_TRUE(contains(code, "m % 8 == rank")) << what;
+        EXPECT_EQ(contains(code, "m % 8 == rank"), form < 0) << what << ": every CTA all of qkv, storing its share";
+        EXPECT_EQ(contains(code, "nxt_w[u] = "), form > 0) << what << ": CTA c qkv's columns [c MQ/8, (c + 1) MQ/8), a K slice per warp";
       }
       EXPECT_GE(tails, 1) << what;
       EXPECT_EQ(l.code.launches.size() + static_cast<size_t>(tails), d.code.launches.size()) << what << ": a launch fewer per tail";

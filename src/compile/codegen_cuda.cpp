@@ -1125,7 +1125,7 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
         // an MLP (fuse_mlp: the nodes end in two matmuls) is a kernel of its own form
         code = mlp_parts(g, k).mlp
                    ? generate_mlp(g, k, launch, opt.weights_early, opt.mlp_rows, opt.mlp_cluster && !opt.megakernel, opt.mlp_push,
-                                  opt.ln_weights_early, opt.mlp_async, opt.mlp_mbar_cta)
+                                  opt.ln_weights_early, opt.mlp_async, opt.mlp_mbar_cta, opt.mlp_next_split)
                    : generate_gemm(g, k, launch, opt.stage_x, opt.weights_early, opt.smem_vec4, opt.ln_weights_early);
         out.launches.push_back(launch);
         break;

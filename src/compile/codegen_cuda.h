@@ -141,11 +141,13 @@ struct CudaCodegenOptions {
   // matmul as the MLP kernel's tail (PassOptions::fuse_mlp_next; "mlp-next"): after fc2 each CTA
   // pushes its y values (its columns of the tile's rows, also stored: the next block's residual)
   // into every CTA of the cluster (st.async, a second mbarrier), then every CTA computes the
-  // layernorm of the tile's rows (a warp per row, as its kernel) and the qkv GEMM stage
-  // (mlp_gemm_stage: generate_gemm's order) and stores its share of qkv's columns (c % 8 == rank).
+  // layernorm of the tile's rows (a warp per row, as its kernel) and, with mlp_next_split, CTA c
+  // qkv's columns [c MQ/8, (c + 1) MQ/8) (lane = column, warp = K slice: generate_gemm's order);
+  // without it ("next-all") every CTA all of qkv's columns (mlp_gemm_stage), storing c % 8 == rank.
   // Same sums in the same order; 3 fewer launches in the 4-block model (14 -> 11). Not yet run on
   // a GPU (REPORT 7n): not a candidate until FusedMlpAndEarlyWeightsChangeNoBit has passed.
   bool fuse_mlp_next = false;
+  bool mlp_next_split = true;
   // With generated_gemm: a GEMM without a prologue first copies its tile's rows of x into shared
   // memory (coalesced, the whole block), and its K loop reads them there, as the prologue GEMMs
   // do; off: every lane reads x from global memory in the K loop (a broadcast per warp). H200:

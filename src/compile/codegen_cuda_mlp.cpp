@@ -260,7 +260,7 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
 // cluster_stages: CTA c computes an eighth of h and fc2's K slice c, the cluster adds the slices;
 // the same sums in the same order. Its weights are always loaded before PDL's wait.
 std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked, bool push,
-                         bool ln_early, bool async, bool mbar_cta) {
+                         bool ln_early, bool async, bool mbar_cta, bool next_split) {
   const MlpParts parts = mlp_parts(g, k);
   MINIGPT_CHECK(parts.mlp, "codegen_cuda: {} is not an MLP (its nodes do not end in two matmuls)", k.name);
   const Node& a = g.nodes[static_cast<size_t>(k.nodes[parts.fc1])];      // fc1
@@ -386,9 +386,39 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
     launch.args.insert(launch.args.end(), {qn->inputs[1], qn->has_bias ? qn->inputs[2] : -1, qn->output});
     params.push_back(fmt::format("Wq = {}", describe(g, qn->inputs[1])));
     if (qn->has_bias) params.push_back(fmt::format("bq = {}", describe(g, qn->inputs[2])));
-    params.push_back(fmt::format("yq = {} = {} (the next block's, this CTA's columns c % 8 == rank)", describe(g, qn->output), epilogue_text(*qn)));
-    qs = mlp_gemm_stage(g, *qn, "wq", "bq", "nxt", R, true, "xs", "", fmt::format("yq[(n0 + i) * {} + m] = v;", MQ),
-                        row_guard.empty() ? "m % 8 == rank" : "m % 8 == rank && " + row_guard);
+    params.push_back(fmt::format("yq = {} = {} (the next block's qkv: this CTA's share of its columns)", describe(g, qn->output), epilogue_text(*qn)));
+    const int64_t KQ = g.tensor(qn->inputs[0]).cols(), KCQ = (KQ + kWarps - 1) / kWarps, QC = MQ / kCl;  // its K, K slice, columns per CTA
+    next_split = next_split && MQ % kCl == 0 && QC <= 32 && KQ % 4 == 0 && KCQ % 4 == 0 && KCQ * kWarps == KQ && R * QC <= kThreads;
+    if (next_split) {  // CTA rank: qkv's columns [rank QC, (rank + 1) QC), lane = column, warp = K slice (cluster_stages' fc1 layout)
+      qs.early = fmt::format("float4 nxt_w[{}];  // Wq[rank {} + lane][warp {} ..]: the lane's column's K slice, loaded first (a weight)\n",
+                             KCQ / 4, QC, KCQ);
+      qs.early += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u)\n", KCQ / 4);
+      const std::string load = fmt::format("*(const float4*)(wq + (i64)(rank * {} + lane) * {} + warp * {} + 4 * u)", QC, KQ, KCQ);
+      qs.early += QC < 32 ? fmt::format("  nxt_w[u] = lane < {} ? {} : make_float4(0.0f, 0.0f, 0.0f, 0.0f);\n", QC, load)
+                          : fmt::format("  nxt_w[u] = {};\n", load);
+      if (qn->has_bias)
+        qs.early += fmt::format("const float nxt_bf = threadIdx.x < {} ? bq[rank * {} + threadIdx.x % {}] : 0.0f;  // the bias of the qkv value it finishes\n",
+                                R * QC, QC, QC);
+      std::string f = fmt::format("float acc[{}];\n#pragma unroll\nfor (int i = 0; i < {}; ++i) acc[i] = 0.0f;\n", R, R);
+      f += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u) {{\n  const int k = warp * {} + 4 * u;\n  const float4 wv = nxt_w[u];\n", KCQ / 4, KCQ);
+      f += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) {{\n", R);
+      f += "    const float4 xv = *(const float4*)&xs[i][k];  // the same for every lane\n";
+      f += "    acc[i] += xv.x * wv.x;\n    acc[i] += xv.y * wv.y;\n    acc[i] += xv.z * wv.z;\n    acc[i] += xv.w * wv.w;\n  }\n}\n";
+      f += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) part[warp][i][lane] = acc[i];\n", R);
+      qs.stage = fmt::format("// {}: qkv's columns [rank {}, (rank + 1) {}) of the tile's {} rows; warp w = the K slice w, lane = column\n",
+                             epilogue_text(*qn), QC, QC, R);
+      qs.stage += "{\n" + indent_text(f, "  ") + "}\n__syncthreads();\n";
+      qs.stage += fmt::format("if (threadIdx.x < {}) {{  // value (i, rank {} + l): the slices' partial sums in warp order, the epilogue\n", R * QC, QC);
+      std::string o = fmt::format("const int i = threadIdx.x / {0}, l = threadIdx.x % {0}, m = rank * {0} + l;\n", QC);
+      o += "float v = part[0][i][l];\n#pragma unroll\nfor (int s = 1; s < 8; ++s) v += part[s][i][l];\n";
+      o += epilogue_code(*qn, "", "m", qn->has_bias ? "nxt_bf" : "");
+      const std::string st = fmt::format("yq[(n0 + i) * {} + m] = v;\n", MQ);
+      o += row_guard.empty() ? st : fmt::format("if ({}) {}", row_guard, st);
+      qs.stage += indent_text(o, "  ") + "}\n";
+    } else {  // every CTA all of qkv's columns of the tile (generate_gemm's layout), storing its share c % 8 == rank
+      qs = mlp_gemm_stage(g, *qn, "wq", "bq", "nxt", R, true, "xs", "", fmt::format("yq[(n0 + i) * {} + m] = v;", MQ),
+                          row_guard.empty() ? "m % 8 == rank" : "m % 8 == rank && " + row_guard);
+    }
     tail = fmt::format("// the next block's layernorm of the tile's rows of y (every CTA: ys holds them) and its matmul\n"
                        "mg_mbar_wait(&ys_bar, 0);  // the {} bytes of the tile's rows of y have landed\n",
                        R * M * 4);
@@ -410,7 +440,8 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   // the GEMM stages' partial sums, part[warp][row][column], declared once at the top (every stage
   // uses it in turn): the block form's widest stage (fc2's M or P's columns), the cluster form's
   // (fc1's slice of h, a warp wide, or P's columns)
-  const int64_t part_cols = cluster ? 32 * std::max<int64_t>(1, (std::max(proj ? MP : 1, MQ) + 31) / 32) : 32 * ((std::max(M, MP) + 31) / 32);
+  const int64_t part_cols =
+      cluster ? 32 * std::max<int64_t>(1, (std::max(proj ? MP : 1, next_split ? 1 : MQ) + 31) / 32) : 32 * ((std::max(M, MP) + 31) / 32);
   std::string code = kernel_comment(g, k, params,
                                     cluster ? fmt::format("grid {} (row tiles of {}, a cluster of {} CTAs each: CTA c owns h's columns "
                                                           "[c {}, (c + 1) {}) and fc2's K slice c), block {}",
@@ -423,8 +454,9 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
                   : "//   fc2's partial sums pushed into the CTAs that finish them (distributed shared memory stores): one cluster barrier\n";
   if (next)
     code += fmt::format("//   then the next block's layernorm and its matmul ({} columns): y's rows pushed into every CTA of the cluster (st.async),\n"
-                        "//   every CTA the layernorm of the tile's rows and the matmul's sums, storing its columns c % 8 == rank\n",
-                        MQ);
+                        "//   every CTA the layernorm of the tile's rows, then {}\n",
+                        MQ, next_split ? fmt::format("CTA c the matmul's columns [c {}, (c + 1) {})", MQ / kCl, MQ / kCl)
+                                       : "every CTA all of the matmul's sums, storing its columns c % 8 == rank");
   if (cluster_asked && !cluster)
     code += fmt::format("//   (not in clusters: H {}, M {}, K1 {}, {} rows per tile do not fit the cluster form; a block per tile)\n", H, M, K1, R);
   code += fmt::format("//   the MLP as one kernel: {} its {} rows of {}x (the prologue), of h = fc1's result\n"

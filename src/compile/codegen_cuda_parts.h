@@ -53,8 +53,10 @@ void align_shared(std::string& code, const std::string& name);
 // sums pushed to the CTAs that finish them (push) or pulled by them; its launch.
 // ln_early: the layernorm prologue's gain and bias loaded at the top (rowwise_prologue's `early`);
 // async: the pushed partials with st.async and an mbarrier (CudaCodegenOptions::mlp_async);
-// mbar_cta: that mbarrier waited on at CTA scope (mlp_mbar_cta, a measuring aid).
+// mbar_cta: that mbarrier waited on at CTA scope (mlp_mbar_cta, a measuring aid). next_split
+// (with the next block's layernorm and qkv in the kernel, fuse_mlp_next): qkv's columns split
+// across the cluster (mlp_next_split), else every CTA computes all of them.
 std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked, bool push,
-                         bool ln_early = false, bool async = false, bool mbar_cta = false);
+                         bool ln_early = false, bool async = false, bool mbar_cta = false, bool next_split = true);
 
 }  // namespace minigpt::compile::cuda_gen

@@ -207,6 +207,7 @@ struct MlpForm {
   bool plain = false, ln_early = false, async = false;  // weights_plain, ln_weights_early, mlp_async
   bool mbar_cta = false, pad = false;                   // the measuring aids mlp_mbar_cta and pad_launches (REPORT 7n)
   bool next = false;                                    // fuse_mlp_next: the next block's layernorm and qkv in the MLP kernel
+  bool next_all = false;                                // ... every CTA all of qkv's columns (mlp_next_split off)
 };
 constexpr MlpForm kMlpForms[] = {
     {"weights late", false, false, false, 2, false, false, false},
@@ -263,6 +264,8 @@ constexpr MlpForm kMlpForms[] = {
      true, true, true, false, false, true},
     {"MLP fused in clusters with the projection and the next layernorm + qkv, rows 1, st.async", true, true, false, 1, true, true, false, true,
      true, true, true, false, false, true},
+    {"MLP fused in clusters with the projection and the next layernorm + qkv (all its columns in every CTA), rows 4, st.async", true, true,
+     false, 4, true, true, false, true, true, true, true, false, false, true, true},
 };
 void set_mlp_form(CudaCompileOptions& o, const MlpForm& form) {
   o.codegen.weights_early = form.weights_early;
@@ -279,6 +282,7 @@ void set_mlp_form(CudaCompileOptions& o, const MlpForm& form) {
   o.codegen.mlp_mbar_cta = form.mbar_cta;
   o.codegen.pad_launches = form.pad;
   o.codegen.fuse_mlp_next = form.next;
+  o.codegen.mlp_next_split = !form.next_all;
 }
 
 // The weights loaded before PDL's wait (weights_early), the MLP as one kernel (fuse_mlp,

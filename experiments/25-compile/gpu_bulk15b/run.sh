@@ -3,7 +3,7 @@
 # caller has built `minigpt compile_cuda_test compile_cuda_codegen_test` in build/cuda. In order:
 # compile_cuda_codegen_test's 7m/7n NVRTC tests in the background (CPU only); the CLI with --explain
 # and a fresh MINIGPT_CACHE_DIR for the default (7m) and each variant (MINIGPT_CUDA_VARIANT=mlp-next,
-# =rows8, ="mlp-next rows8", =pad-launches, =mbar-cta), alternating, twice; then compile_cuda_test's
+# ="mlp-next next-all", =rows8, =pad-launches, =mbar-cta), alternating, twice; then compile_cuda_test's
 # bitwise forms (FusedMlpAndEarlyWeightsChangeNoBit: mlp-next, rows8, mbar-cta and pad-launches
 # are forms of it) and two quick default checks. About 110 s. Logs under $OUT/bulk15b (or
 # ./out/bulk15b).
@@ -23,7 +23,7 @@ export MINIGPT_CACHE_DIR=$(mktemp -d)  # fresh: every variant compiles cold on p
 {
   for pass in 1 2; do
     echo "=== default (7m), pass $pass"; timeout 15 $M compile --device cuda --explain --runs 200
-    for v in mlp-next rows8 "mlp-next rows8" pad-launches mbar-cta; do
+    for v in mlp-next "mlp-next next-all" rows8 pad-launches mbar-cta; do
       echo "=== MINIGPT_CUDA_VARIANT=\"$v\", pass $pass"; MINIGPT_CUDA_VARIANT="$v" timeout 15 $M compile --device cuda --explain --runs 200
     done
   done
