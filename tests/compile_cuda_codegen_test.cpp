@@ -736,6 +736,18 @@ TEST(CompileCudaNvrtc, MlpWithTheNextLayerNormAndQkvCompiles) {
       ASSERT_NO_THROW(nvrtc_compile_ptx(l.code.source, "compute_90a", g.name)) << what;
     }
   }
+  // where the MLP does not fit the cluster form (d = 160: H / 8 = 80 columns of h per CTA, wider
+  // than a warp), lower_cuda plans again without the tail: the same launches as without the option
+  ModelConfig wide = tiny;
+  wide.d_model = 160;
+  const Graph g = capture_gpt(wide, 2, 5);
+  CudaCodegenOptions cg;
+  cg.generated_gemm = cg.pdl = true;
+  const CudaLowered d = lower_cuda(g, PassOptions{}, cg);
+  cg.fuse_mlp_next = true;
+  const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
+  EXPECT_FALSE(contains(l.code.source, "_mlp_next_"));
+  EXPECT_EQ(l.code.launches.size(), d.code.launches.size());
 }
 
 TEST(CompileCudaNvrtc, SharedRowsReadAsFloat4Compile) {

@@ -235,6 +235,23 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
 
 }  // namespace
 
+bool mlp_cluster_fits(const Graph& g, const Kernel& k, int R) {
+  const MlpParts parts = mlp_parts(g, k);
+  if (!parts.mlp) return false;
+  const Node& a = g.nodes[static_cast<size_t>(k.nodes[parts.fc1])];      // fc1
+  const Node& n = g.nodes[static_cast<size_t>(k.nodes[parts.fc1 + 1])];  // fc2
+  constexpr int kCl = 8, kThreads = 256;
+  const int64_t N = g.tensor(a.inputs[0]).rows(), K1 = g.tensor(a.inputs[0]).cols(), H = g.tensor(a.output).cols(),
+                M = g.tensor(n.inputs[1]).shape[0], KC1 = (K1 + 7) / 8, HC = H / kCl, MC = M / kCl;
+  R = static_cast<int>(std::min<int64_t>(R, N));
+  const bool v1 = K1 % 4 == 0 && KC1 % 4 == 0;
+  const bool outputs_fit = R * M <= kThreads || (R * M % kThreads == 0 && kThreads % M == 0 && R * HC <= kThreads && R * MC <= kThreads);
+  return H % kCl == 0 && HC <= 32 && HC % 4 == 0 && M % kCl == 0 && outputs_fit && v1 && g.tensor(a.inputs[1]).kind == TensorKind::Weight &&
+         g.tensor(n.inputs[1]).kind == TensorKind::Weight && (!a.has_bias || g.tensor(a.inputs[2]).kind == TensorKind::Weight) &&
+         (!n.has_bias || g.tensor(n.inputs[2]).kind == TensorKind::Weight) &&
+         (!parts.next || (parts.proj && n.has_residual && !n.gelu));  // (the tail: after the projection's kernel form)
+}
+
 // An MLP as one kernel (passes.h's fuse_mlp; KernelKind::PrologueMatmul whose nodes end in two
 // matmuls): fc1 (N, K1) -> h (N, H) with its epilogue (bias, GELU), then fc2 h -> y (N, M) with
 // its epilogue (bias, residual); with fuse_mlp_proj first the projection P (N, KP) -> mid (N, M)
@@ -291,11 +308,7 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   // W2 graph weights (loaded before PDL's wait); otherwise (explicitly) the block form
   // (more outputs per tile than threads: R M a multiple of the block, the block a multiple of M, so that a
   // thread's outputs share a column; the h values, R HC, and the outputs a CTA finishes, R MC, at most one per thread)
-  const bool outputs_fit = R * M <= kThreads || (R * M % kThreads == 0 && kThreads % M == 0 && R * HC <= kThreads && R * MC <= kThreads);
-  const bool cluster = cluster_asked && H % kCl == 0 && HC <= 32 && HC % 4 == 0 && M % kCl == 0 && outputs_fit && v1 &&
-                       g.tensor(a.inputs[1]).kind == TensorKind::Weight && g.tensor(n.inputs[1]).kind == TensorKind::Weight &&
-                       (!a.has_bias || g.tensor(a.inputs[2]).kind == TensorKind::Weight) &&
-                       (!n.has_bias || g.tensor(n.inputs[2]).kind == TensorKind::Weight);
+  const bool cluster = cluster_asked && mlp_cluster_fits(g, k, R);
   push = push && cluster;  // fc2's partials pushed (mlp_push): the cluster form only
   async = async && push;    // ... with st.async and an mbarrier (mlp_async)
   MINIGPT_CHECK(!next || (async && proj && n.has_residual && !n.gelu),
