@@ -644,6 +644,112 @@ TEST(CompileCudaNvrtc, FusedMlpCompilesAtEveryTileHeight) {
 // smem_vec4: the K loop reads x's rows from shared memory as one float4 each (the arrays
 // 16-byte aligned); with the MLP fused and in the megakernel too (whose shared-array rewrite
 // drops the __align__: its slices start at multiples of 16). Each compiles with NVRTC.
+// The two measuring aids of REPORT 7n (never candidates): pad_launches puts an empty kernel,
+// under PDL with its trigger then its wait, after every kernel but the last, under that kernel's
+// name (the explain table then times the two together) and touches nothing else; mlp_mbar_cta
+// changes only the MLP kernel's mbarrier wait (acquire at CTA scope). Neither is in the default's
+// launches or code. Each source compiles with NVRTC for sm_90a.
+TEST(CompileCudaNvrtc, PadLaunchesAndCtaScopeMbarrierWaitCompile) {
+  ModelConfig shipped;
+  shipped.vocab_size = 611;
+  const Graph g = capture_gpt(shipped, 2, 16);
+  CudaCodegenOptions base;
+  base.generated_gemm = base.pdl = true;
+  const CudaLowered d = lower_cuda(g, PassOptions{}, base);
+  EXPECT_FALSE(contains(d.code.source, "cuda_pad_launch"));
+  EXPECT_FALSE(contains(d.code.source, "mg_mbar_wait<false>"));
+  CudaCodegenOptions pad = base;
+  pad.pad_launches = true;
+  const CudaLowered p = lower_cuda(g, PassOptions{}, pad);
+  ASSERT_EQ(p.code.launches.size(), 2 * d.code.launches.size() - 1);
+  for (size_t i = 0; i < p.code.launches.size(); ++i) {
+    const CudaLaunch& l = p.code.launches[i];
+    if (i % 2) {
+      EXPECT_EQ(l.function, "cuda_pad_launch");
+      EXPECT_EQ(l.name, p.code.launches[i - 1].name);  // (timed with the kernel before it)
+      EXPECT_TRUE(l.args.empty());
+      EXPECT_EQ(l.grid, 1);
+      EXPECT_EQ(l.block, 32);
+    } else {
+      EXPECT_EQ(l.function, d.code.launches[i / 2].function);
+      EXPECT_EQ(l.args, d.code.launches[i / 2].args);
+    }
+  }
+  const size_t at = p.code.source.find("cuda_pad_launch() {");
+  ASSERT_NE(at, std::string::npos);
+  const std::string body = p.code.source.substr(at, p.code.source.find("\n}\n", at) - at);
+  ASSERT_NE(body.find("griddepcontrol.wait;"), std::string::npos);
+  EXPECT_LT(body.find("griddepcontrol.launch_dependents;"), body.find("griddepcontrol.wait;"))
+      << "the trigger first: the next kernel's weight loads overlap the previous kernel, as without the pad";
+  ASSERT_NO_THROW(nvrtc_compile_ptx(p.code.source, "compute_90a", g.name)) << "pad-launches";
+  CudaCodegenOptions cta = base;
+  cta.mlp_mbar_cta = true;
+  const CudaLowered c = lower_cuda(g, PassOptions{}, cta);
+  int mlps = 0;
+  for (const CudaKernelText& k : c.code.kernels) {
+    if (!contains(k.name, "mlp") || !contains(k.text, "__global__")) continue;
+    ++mlps;
+    EXPECT_TRUE(contains(code_only(k.text), "mg_mbar_wait<false>(&pq_bar, 0);")) << k.name;
+    EXPECT_FALSE(contains(code_only(k.text), "mg_mbar_wait(&pq_bar, 0);")) << k.name;
+  }
+  EXPECT_GE(mlps, 1);
+  ASSERT_NO_THROW(nvrtc_compile_ptx(c.code.source, "compute_90a", g.name)) << "mbar-cta";
+}
+
+// fuse_mlp_next ("mlp-next", REPORT 7n): the next block's layernorm and qkv matmul as the MLP
+// kernel's tail, so the 4-block model at (2, 16) is 11 kernels instead of 14 (3 layernorm + qkv
+// kernels gone; the last MLP keeps ln_f + the LM head apart: 611 columns), the decode step 3
+// fewer too. In the tail: y's rows pushed into every CTA (st.async on ys_bar), waited on before
+// the layernorm reads them from ys; CTA c computes qkv's columns [c MQ/8, (c + 1) MQ/8)
+// (mlp_next_split) or all of them, storing c % 8 == rank; its weights loaded before PDL's wait.
+// Each source compiles with NVRTC for sm_90a.
+TEST(CompileCudaNvrtc, MlpWithTheNextLayerNormAndQkvCompiles) {
+  ModelConfig shipped;
+  shipped.vocab_size = 611;
+  const ModelConfig tiny = compile_tiny_config();
+  for (const Graph& g : {capture_gpt(shipped, 2, 16), capture_gpt(tiny, 3, 5), capture_gpt_decode(tiny), capture_gpt(shipped, 1, 1)}) {
+    for (int form : {4, 8, 1, -4}) {  // the rows per tile; -4: 4, every CTA all of qkv's columns (mlp_next_split off)
+      const int rows = std::abs(form);
+      CudaCodegenOptions cg;
+      cg.generated_gemm = cg.pdl = true;
+      cg.mlp_rows = rows;
+      cg.mlp_next_split = form > 0;
+      const CudaLowered d = lower_cuda(g, PassOptions{}, cg);
+      cg.fuse_mlp_next = true;
+      const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
+      const std::string what = fmt::format("{} form {}", g.name, form);
+      int tails = 0;
+      for (const CudaKernelText& k : l.code.kernels) {
+        if (!contains(k.name, "_mlp_next_")) continue;
+        ++tails;
+        const std::string code = code_only(k.text);
+        EXPECT_LT(code.find("mg_mbar_init_tx(&ys_bar, "), code.find("mg_cluster_arrive();")) << what;
+        EXPECT_LT(code.find("nxt_w["), code.find("griddepcontrol.wait;")) << what << ": qkv's weights before the wait";
+        EXPECT_LT(code.find("nx_ptr0[lane"), code.find("griddepcontrol.wait;")) << what << ": the layernorm's gain before the wait";
+        EXPECT_LT(code.find("mg_cluster_st_async(&ys[i][m], &ys_bar, c, v);"), code.find("mg_mbar_wait(&ys_bar, 0);")) << what;
+        EXPECT_NE(code.find("ms[warp]", code.find("mg_mbar_wait(&ys_bar, 0);")), std::string::npos) << what << ": the layernorm after the wait";
+        EXPECT_EQ(contains(code, "m % 8 == rank"), form < 0) << what << ": every CTA all of qkv, storing its share";
+        EXPECT_EQ(contains(code, "nxt_w[u] = "), form > 0) << what << ": CTA c qkv's columns [c MQ/8, (c + 1) MQ/8), a K slice per warp";
+      }
+      EXPECT_GE(tails, 1) << what;
+      EXPECT_EQ(l.code.launches.size() + static_cast<size_t>(tails), d.code.launches.size()) << what << ": a launch fewer per tail";
+      ASSERT_NO_THROW(nvrtc_compile_ptx(l.code.source, "compute_90a", g.name)) << what;
+    }
+  }
+  // where the MLP does not fit the cluster form (d = 160: H / 8 = 80 columns of h per CTA, wider
+  // than a warp), lower_cuda plans again without the tail: the same launches as without the option
+  ModelConfig wide = tiny;
+  wide.d_model = 160;
+  const Graph g = capture_gpt(wide, 2, 5);
+  CudaCodegenOptions cg;
+  cg.generated_gemm = cg.pdl = true;
+  const CudaLowered d = lower_cuda(g, PassOptions{}, cg);
+  cg.fuse_mlp_next = true;
+  const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
+  EXPECT_FALSE(contains(l.code.source, "_mlp_next_"));
+  EXPECT_EQ(l.code.launches.size(), d.code.launches.size());
+}
+
 TEST(CompileCudaNvrtc, SharedRowsReadAsFloat4Compile) {
   for (const Graph& g : {capture_gpt(compile_tiny_config(), 2, 16), capture_gpt(compile_tiny_config(), 3, 5),
                          capture_gpt_decode(compile_tiny_config())}) {

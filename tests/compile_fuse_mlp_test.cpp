@@ -179,3 +179,47 @@ TEST(CompileFuseMlp, ThePrefillAttentionJoinsBeforeTheProjection) {
   for (const Kernel& k : schedule(run_passes(capture_gpt(c, 2, 5), no_proj)).kernels)
     EXPECT_EQ(k.name.find("_attention_proj_"), std::string::npos) << k.name;
 }
+
+// fuse_mlp_next (REPORT 7n): the next block's layernorm (ln1) and qkv matmul join every MLP group
+// but the last (its y is read by ln_f alone: no other reader would keep it stored, so mlp_next
+// refuses; the LM head stays apart); y stays stored (the next block's residual reads it), the
+// layernorm's rows do not; one kernel fewer per joined block; mlp_parts finds fc1 and fc2 before
+// the tail.
+TEST(CompileFuseMlp, TheNextLayerNormAndQkvJoinTheMlp) {
+  const ModelConfig c = compile_tiny_config();
+  for (bool decode : {false, true}) {
+    SCOPED_TRACE(decode ? "decode step" : "forward (2, 5)");
+    const Graph captured = decode ? capture_gpt_decode(c) : capture_gpt(c, 2, 5);
+    PassOptions proj = mlp_options(true);
+    proj.fuse_mlp_proj = true;
+    PassOptions next = proj;
+    next.fuse_mlp_next = true;
+    const Schedule before = schedule(run_passes(captured, proj));
+    const Graph g = run_passes(captured, next);  // verified after every pass
+    const Schedule s = schedule(g);
+    int tails = 0;
+    for (const Kernel& k : s.kernels) {
+      const MlpParts parts = mlp_parts(g, k);
+      if (!parts.next) continue;
+      ++tails;
+      EXPECT_NE(k.name.find("_mlp_next_"), std::string::npos) << k.name;
+      const Node& fc1 = g.nodes[static_cast<size_t>(k.nodes[parts.fc1])];
+      const Node& fc2 = g.nodes[static_cast<size_t>(k.nodes[parts.fc1 + 1])];
+      const Node& qkv = g.nodes[static_cast<size_t>(k.nodes.back())];
+      EXPECT_EQ(fc1.op, Op::Matmul);
+      EXPECT_EQ(fc2.inputs[0], fc1.output);
+      EXPECT_TRUE(parts.proj);
+      EXPECT_TRUE(g.tensor(fc2.output).materialized) << "y: the next block's residual";
+      EXPECT_FALSE(g.tensor(qkv.inputs[0]).materialized) << "the layernorm's rows live in the kernel's shared memory";
+      EXPECT_TRUE(g.tensor(qkv.output).materialized);
+      EXPECT_EQ(g.tensor(qkv.output).cols(), 3 * c.d_model) << "the qkv projection";
+    }
+    EXPECT_EQ(tails, c.n_layer - 1) << print_schedule(s);
+    EXPECT_EQ(s.kernels.size() + static_cast<size_t>(tails), before.kernels.size());
+  }
+  // off without the projection in the group (lower_cuda asks for both)
+  PassOptions no_proj = mlp_options(true);
+  no_proj.fuse_mlp_next = true;
+  const Graph g = run_passes(capture_gpt(c, 2, 5), no_proj);
+  for (const Kernel& k : schedule(g).kernels) EXPECT_FALSE(mlp_parts(g, k).next) << k.name;
+}

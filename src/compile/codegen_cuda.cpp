@@ -98,15 +98,20 @@ __device__ __forceinline__ void mg_cluster_st_async(float* p, unsigned long long
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(rp), "r"(__float_as_uint(v)), "r"(rb)
                : "memory");
 }
-// until the mbarrier's phase `parity` has completed (acquire, cluster scope: the stores it counted are visible)
+// until the mbarrier's phase `parity` has completed: acquire at cluster scope (the stores it
+// counted, other CTAs' st.async, are visible); kCluster false (CudaCodegenOptions::mlp_mbar_cta,
+// a measuring aid) at CTA scope, which the PTX memory model does not promise that for
+template <bool kCluster = true>
 __device__ __forceinline__ void mg_mbar_wait(unsigned long long* bar, unsigned parity) {
   const unsigned a = (unsigned)__cvta_generic_to_shared(bar);
   unsigned done = 0;
   do {
-    asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-                 : "=r"(done)
-                 : "r"(a), "r"(parity)
-                 : "memory");
+    if (kCluster)
+      asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+                   : "=r"(done) : "r"(a), "r"(parity) : "memory");
+    else
+      asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+                   : "=r"(done) : "r"(a), "r"(parity) : "memory");
   } while (!done);
 }
 __device__ __forceinline__ float mg_cluster_ld(const float* p, unsigned rank) {
@@ -1120,7 +1125,7 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
         // an MLP (fuse_mlp: the nodes end in two matmuls) is a kernel of its own form
         code = mlp_parts(g, k).mlp
                    ? generate_mlp(g, k, launch, opt.weights_early, opt.mlp_rows, opt.mlp_cluster && !opt.megakernel, opt.mlp_push,
-                                  opt.ln_weights_early, opt.mlp_async)
+                                  opt.ln_weights_early, opt.mlp_async, opt.mlp_mbar_cta, opt.mlp_next_split)
                    : generate_gemm(g, k, launch, opt.stage_x, opt.weights_early, opt.smem_vec4, opt.ln_weights_early);
         out.launches.push_back(launch);
         break;
@@ -1158,6 +1163,25 @@ CudaCode generate_cuda(const Schedule& s, const CudaCodegenOptions& opt) {
     }
     out.kernels.push_back({k.name, code});
     src += "\n" + code;
+    if (opt.pad_launches && &k != &s.kernels.back()) {  // (a measuring aid: one more launch boundary, under the kernel's name)
+      CudaLaunch pad;
+      pad.name = k.name;
+      pad.function = "cuda_pad_launch";
+      pad.block = 32;
+      out.launches.push_back(pad);
+    }
+  }
+  if (opt.pad_launches && !opt.megakernel) {
+    // (under PDL the trigger BEFORE the wait, unlike with_pdl_prologue's kernels: the next kernel
+    // launches, and loads its weights, while the previous one still runs, as without the pad; its
+    // wait then holds it until this kernel has finished, which is after the previous one has)
+    src += "\n// pad_launches (a measuring aid, MINIGPT_CUDA_VARIANT=pad-launches): launched after every kernel but the last, it\n"
+           "// does nothing but, under PDL, let the next kernel launch and wait for the previous one: one more launch boundary\n"
+           "extern \"C\" __global__ void __launch_bounds__(32) cuda_pad_launch() {\n";
+    if (opt.pdl)
+      src += "  asm volatile(\"griddepcontrol.launch_dependents;\");  // PDL: the next kernel may launch now\n"
+             "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");  // PDL: the previous kernel has finished, its writes visible\n";
+    src += "}\n";
   }
   if (opt.megakernel) {
     CudaLaunch mega;

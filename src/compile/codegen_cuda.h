@@ -39,7 +39,7 @@
 
 namespace minigpt::compile {
 
-inline constexpr int kCodegenCudaVersion = 5;  // bump on any change to the generated text's meaning
+inline constexpr int kCodegenCudaVersion = 6;  // bump on any change to the generated text's meaning
 // Column steps per thread up to which a row is kept in registers between its loops.
 inline constexpr int kPersistentSteps = 32;
 
@@ -78,8 +78,8 @@ struct CudaCodegenOptions {
   // 40.8-41.4, 1 row 47.2-47.4 (more clusters than fit at once beside the other kernels' blocks);
   // with 7m's defaults (REPORT 7m): 4 rows 27.5-27.8, 2 rows 32.9-33.3, 1 row 38.2-38.7 (fewer
   // clusters, faster). 8 rows (4 clusters; at d = 64 two of fc2's outputs per thread) are in
-  // clusters since 7m too, tested bitwise in compile_cuda_test but not yet timed on a GPU:
-  // MINIGPT_CUDA_VARIANT=rows8 measures them.
+  // clusters since 7m too: slower (REPORT 7n: 29.65 / 29.66 us against 27.54 / 27.73; the MLP
+  // kernel alone faster, 2.80-2.85 against 3.13). MINIGPT_CUDA_VARIANT=rows8 measures them.
   int mlp_rows = 4;
   // With fuse_mlp: the attention's output projection (bias, residual) too, as the MLP kernel's
   // first stage (PassOptions::fuse_mlp_proj): its rows computed into shared memory, where the
@@ -128,6 +128,30 @@ struct CudaCodegenOptions {
   // the MLP kernel alone 3.5 -> 3.16 us, the whole forward 29.1 -> 27.5 us (with weights_plain
   // and ln_weights_early; alone 32.4 -> 31.5). Off: max-autotune's "mlp-sync".
   bool mlp_async = true;
+  // With mlp_async: the finishing threads' wait on their mbarrier with acquire at CTA scope
+  // instead of cluster scope (mbarrier.try_wait.parity.acquire.cta: no L1 invalidate). A
+  // MEASURING AID ONLY ("mbar-cta"), never a max-autotune candidate nor a default: the PTX
+  // memory model does not promise the data. st.async's stores are weak and its complete_tx on the
+  // receiving mbarrier has release semantics at cluster scope; a release synchronizes with an
+  // acquire only when the two are morally strong, i.e. each one's scope includes the other's
+  // thread, and a CTA-scope acquire does not include the pushing thread of another CTA. It
+  // measures what the cluster-scope acquire costs (REPORT 7n): nothing measurable, 27.54 / 27.57
+  // us against 27.73 / 27.54.
+  bool mlp_mbar_cta = false;
+  // With mlp_async (the cluster form, fuse_mlp_proj): the NEXT block's layernorm (ln1) and qkv
+  // matmul as the MLP kernel's tail (PassOptions::fuse_mlp_next; "mlp-next"): after fc2 each CTA
+  // pushes its y values (its columns of the tile's rows, also stored: the next block's residual)
+  // into every CTA of the cluster (st.async, a second mbarrier), then every CTA computes the
+  // layernorm of the tile's rows (a warp per row, as its kernel) and, with mlp_next_split, CTA c
+  // qkv's columns [c MQ/8, (c + 1) MQ/8) (lane = column, warp = K slice: generate_gemm's order);
+  // without it ("next-all") every CTA all of qkv's columns (mlp_gemm_stage), storing c % 8 == rank.
+  // Same sums in the same order; 3 fewer launches in the 4-block model (14 -> 11). H200
+  // (REPORT 7n, one run, two alternations): 27.51 / 27.38 us against 27.73 / 27.54 for the default
+  // (the fused kernel 4.22 us alone against 3.14 + 1.43 apart); next-all 32.6-32.7. Off: its
+  // bitwise test (FusedMlpWithTheNextLayerNormChangeNoBit) had not finished on a GPU; not a
+  // max-autotune candidate until it has.
+  bool fuse_mlp_next = false;
+  bool mlp_next_split = true;
   // With generated_gemm: a GEMM without a prologue first copies its tile's rows of x into shared
   // memory (coalesced, the whole block), and its K loop reads them there, as the prologue GEMMs
   // do; off: every lane reads x from global memory in the K loop (a broadcast per warp). H200:
@@ -170,6 +194,15 @@ struct CudaCodegenOptions {
   // Its pointers to anything but graph weights are not __restrict__ (codegen_cuda.cpp's
   // coherent_reads: ptxas may move a non-coherent load above the wait).
   bool pdl = false;
+  // A MEASURING AID ("pad-launches"; never a candidate nor a default): an empty kernel (one block
+  // of 32 threads, no parameters) launched after every kernel but the last, under PDL with
+  // griddepcontrol.launch_dependents then griddepcontrol.wait (so the next kernel still launches
+  // and loads its weights while the previous one runs), so the graph has one more launch
+  // boundary per kernel and nothing else (the values are untouched). The whole forward's
+  // time against the default's, divided by the pads, is what one launch boundary costs in the
+  // graph: what fusing two kernels into one can save at most, beside the work itself. H200
+  // (REPORT 7n): 30.82 / 30.89 us against 27.73 / 27.54, ~0.25 us a boundary.
+  bool pad_launches = false;
   // Megakernel (sm_90+; with generated_gemm, without pdl): every kernel becomes a __device__
   // function of a virtual block and ONE __global__ kernel runs them in order as stages of one
   // thread-block cluster, a cluster barrier between stages: the whole graph is one launch

@@ -157,7 +157,7 @@ std::string cluster_early(const Graph& g, const Node& a, const Node& n, int R) {
 // pq_bar alone instead of a whole cluster barrier (no release fence, no waiting for CTAs whose
 // partials it does not need). Same values in the same order.
 std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, const std::string& res, const std::string& row_guard,
-                           bool push, bool async) {
+                           bool push, bool async, bool mbar_cta, bool next) {
   constexpr int kCl = 8, kThreads = 256;
   const int64_t K1 = g.tensor(a.inputs[0]).cols(), H = g.tensor(a.output).cols(), M = g.tensor(n.inputs[1]).shape[0];
   const int64_t KC1 = (K1 + 7) / 8, HC = H / kCl, MC = M / kCl;
@@ -212,8 +212,12 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
               : "mg_cluster_barrier();  // every CTA's partial sums visible to the cluster\n";
   b += fmt::format("if (threadIdx.x < {}) {{  // output (i, rank {} + l): the 8 K slices' partials in rank order, the epilogue\n", R * MC, MC);
   std::string o =
-      async ? fmt::format("mg_mbar_wait(&pq_bar, 0);  // the {} bytes of the cluster's partial sums for this CTA's outputs have landed\n", R * M * 4)
-            : "";
+      !async     ? ""
+      : mbar_cta ? fmt::format("mg_mbar_wait<false>(&pq_bar, 0);  // the {} bytes have landed (acquire at CTA scope: a measuring aid, see "
+                               "CudaCodegenOptions::mlp_mbar_cta)\n",
+                               R * M * 4)
+                 : fmt::format("mg_mbar_wait(&pq_bar, 0);  // the {} bytes of the cluster's partial sums for this CTA's outputs have landed\n",
+                               R * M * 4);
   o += fmt::format("const int i = threadIdx.x / {}, m = rank * {} + threadIdx.x % {};\n", MC, MC, MC);
   o += push ? fmt::format("float v = pq[0][i][m % {0}];\n#pragma unroll\nfor (int c = 1; c < 8; ++c) v += pq[c][i][m % {0}];\n", MC)
             : "float v = mg_cluster_ld(&pp[i][m], 0);\n#pragma unroll\nfor (int c = 1; c < 8; ++c) v += mg_cluster_ld(&pp[i][m], c);\n";
@@ -221,6 +225,8 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
   o += epilogue_code(n, "", "m", n.has_bias ? "b2f" : "", res_at);
   const std::string store = fmt::format("y[(n0 + i) * {} + m] = v;\n", M);
   o += row_guard.empty() ? store : fmt::format("if ({}) {}", row_guard, store);
+  if (next)  // (every row of the tile, those past N too: ys_bar counts R M floats)
+    o += "#pragma unroll\nfor (int c = 0; c < 8; ++c) mg_cluster_st_async(&ys[i][m], &ys_bar, c, v);  // y's row into every CTA (the next layernorm)\n";
   b += indent_text(o, "  ") + "}\n";
   // pull: no CTA may exit while another reads its pp; push: nothing remote is read, none waits
   if (!push) b += "mg_cluster_barrier();  // no CTA exits while another reads its partial sums\n";
@@ -228,6 +234,23 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
 }
 
 }  // namespace
+
+bool mlp_cluster_fits(const Graph& g, const Kernel& k, int R) {
+  const MlpParts parts = mlp_parts(g, k);
+  if (!parts.mlp) return false;
+  const Node& a = g.nodes[static_cast<size_t>(k.nodes[parts.fc1])];      // fc1
+  const Node& n = g.nodes[static_cast<size_t>(k.nodes[parts.fc1 + 1])];  // fc2
+  constexpr int kCl = 8, kThreads = 256;
+  const int64_t N = g.tensor(a.inputs[0]).rows(), K1 = g.tensor(a.inputs[0]).cols(), H = g.tensor(a.output).cols(),
+                M = g.tensor(n.inputs[1]).shape[0], KC1 = (K1 + 7) / 8, HC = H / kCl, MC = M / kCl;
+  R = static_cast<int>(std::min<int64_t>(R, N));
+  const bool v1 = K1 % 4 == 0 && KC1 % 4 == 0;
+  const bool outputs_fit = R * M <= kThreads || (R * M % kThreads == 0 && kThreads % M == 0 && R * HC <= kThreads && R * MC <= kThreads);
+  return H % kCl == 0 && HC <= 32 && HC % 4 == 0 && M % kCl == 0 && outputs_fit && v1 && g.tensor(a.inputs[1]).kind == TensorKind::Weight &&
+         g.tensor(n.inputs[1]).kind == TensorKind::Weight && (!a.has_bias || g.tensor(a.inputs[2]).kind == TensorKind::Weight) &&
+         (!n.has_bias || g.tensor(n.inputs[2]).kind == TensorKind::Weight) &&
+         (!parts.next || (parts.proj && n.has_residual && !n.gelu));  // (the tail: after the projection's kernel form)
+}
 
 // An MLP as one kernel (passes.h's fuse_mlp; KernelKind::PrologueMatmul whose nodes end in two
 // matmuls): fc1 (N, K1) -> h (N, H) with its epilogue (bias, GELU), then fc2 h -> y (N, M) with
@@ -254,11 +277,14 @@ std::string cluster_stages(const Graph& g, const Node& a, const Node& n, int R, 
 // cluster_stages: CTA c computes an eighth of h and fc2's K slice c, the cluster adds the slices;
 // the same sums in the same order. Its weights are always loaded before PDL's wait.
 std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked, bool push,
-                         bool ln_early, bool async) {
-  const Node& a = g.nodes[static_cast<size_t>(k.nodes[k.nodes.size() - 2])];  // fc1
-  const Node& n = g.nodes[static_cast<size_t>(k.nodes.back())];                // fc2
+                         bool ln_early, bool async, bool mbar_cta, bool next_split) {
   const MlpParts parts = mlp_parts(g, k);
   MINIGPT_CHECK(parts.mlp, "codegen_cuda: {} is not an MLP (its nodes do not end in two matmuls)", k.name);
+  const Node& a = g.nodes[static_cast<size_t>(k.nodes[parts.fc1])];      // fc1
+  const Node& n = g.nodes[static_cast<size_t>(k.nodes[parts.fc1 + 1])];  // fc2
+  const bool next = parts.next;  // the next block's layernorm and qkv after fc2 (fuse_mlp_next)
+  const Node* qn = next ? &g.nodes[static_cast<size_t>(k.nodes.back())] : nullptr;  // its qkv matmul
+  const int64_t MQ = next ? g.tensor(qn->output).cols() : 0;
   const bool attn = parts.attention, proj = parts.proj;  // the attention before P; the projection P
   const Node* pn = proj ? &g.nodes[static_cast<size_t>(k.nodes[attn ? 1 : 0])] : nullptr;  // the projection P
   const int64_t N = g.tensor(a.inputs[0]).rows(), K1 = g.tensor(a.inputs[0]).cols(), H = g.tensor(a.output).cols(),
@@ -282,13 +308,11 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   // W2 graph weights (loaded before PDL's wait); otherwise (explicitly) the block form
   // (more outputs per tile than threads: R M a multiple of the block, the block a multiple of M, so that a
   // thread's outputs share a column; the h values, R HC, and the outputs a CTA finishes, R MC, at most one per thread)
-  const bool outputs_fit = R * M <= kThreads || (R * M % kThreads == 0 && kThreads % M == 0 && R * HC <= kThreads && R * MC <= kThreads);
-  const bool cluster = cluster_asked && H % kCl == 0 && HC <= 32 && HC % 4 == 0 && M % kCl == 0 && outputs_fit && v1 &&
-                       g.tensor(a.inputs[1]).kind == TensorKind::Weight && g.tensor(n.inputs[1]).kind == TensorKind::Weight &&
-                       (!a.has_bias || g.tensor(a.inputs[2]).kind == TensorKind::Weight) &&
-                       (!n.has_bias || g.tensor(n.inputs[2]).kind == TensorKind::Weight);
+  const bool cluster = cluster_asked && mlp_cluster_fits(g, k, R);
   push = push && cluster;  // fc2's partials pushed (mlp_push): the cluster form only
   async = async && push;    // ... with st.async and an mbarrier (mlp_async)
+  MINIGPT_CHECK(!next || (async && proj && n.has_residual && !n.gelu),
+                "codegen_cuda: {}: the next block's layernorm and qkv (fuse_mlp_next) need the cluster form with st.async and the projection", k.name);
   launch.function = k.name;
   launch.grid = static_cast<int>(cluster ? tiles * kCl : tiles);
   launch.cluster_dim = cluster ? kCl : 0;
@@ -322,10 +346,15 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
     prologue += fmt::format("__shared__ __align__(16) float ms[{}][{}];  // the projection's rows: fc1's layernorm and fc2's residual read them\n", R, MP);
     prologue += ps.stage + "__syncthreads();\n";
   }
-  if (k.nodes.size() > 2) {  // fc1's prologue: the kernel without fc2 (and P) is a prologue GEMM of its own
+  if (parts.fc1 > 0) {  // fc1's prologue: the kernel without fc2 (and P, and the next layernorm and qkv) is a prologue GEMM of its own
     Kernel k1 = k;
-    k1.nodes.pop_back();
-    k1.writes.erase(std::remove(k1.writes.begin(), k1.writes.end(), n.output), k1.writes.end());
+    k1.nodes.resize(parts.fc1 + 1);
+    k1.writes.erase(std::remove_if(k1.writes.begin(), k1.writes.end(),
+                                   [&](int t) {
+                                     return t == n.output ||
+                                            std::find(k1.nodes.begin(), k1.nodes.end(), g.tensor(t).producer) == k1.nodes.end();
+                                   }),
+                    k1.writes.end());
     if (proj) {  // its input mid from ms
       k1.nodes.erase(k1.nodes.begin(), k1.nodes.begin() + (attn ? 2 : 1));
       k1.reads.push_back(pn->output);
@@ -350,6 +379,66 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   }
   sig.push_back("float* __restrict__ y");
   launch.args.push_back(n.output);
+  std::string tail;  // fuse_mlp_next: the next layernorm (from ys) and the qkv stage
+  std::string ln_next_w;  // ... its gain and bias into registers before PDL's wait (ln_early)
+  MlpStage qs;
+  if (next) {
+    Kernel kt = k;  // the next layernorm and qkv as a prologue GEMM of their own, reading y from shared memory
+    kt.nodes.assign(k.nodes.begin() + static_cast<std::ptrdiff_t>(parts.fc1) + 2, k.nodes.end());
+    kt.reads.push_back(n.output);
+    kt.writes = {qn->output};
+    std::vector<std::string> tsig, tparams;
+    std::string ln = rowwise_prologue(g, kt, R, 1, tsig, tparams, launch.args, n.output, ln_early ? &ln_next_w : nullptr);
+    // (its parameters renamed: fc1's prologue has its own in_ptr0 ..)
+    const std::regex in_ptr(R"(\bin_ptr(\d+)\b)");
+    ln = std::regex_replace(ln, in_ptr, "nx_ptr$1");
+    ln_next_w = std::regex_replace(ln_next_w, in_ptr, "nx_ptr$1");
+    for (std::string& t : tsig) sig.push_back(std::regex_replace(t, in_ptr, "nx_ptr$1"));
+    for (std::string& t : tparams) params.push_back(std::regex_replace(t, in_ptr, "nx_ptr$1"));
+    for (const char* p : {"const float* __restrict__ wq", "const float* __restrict__ bq", "float* __restrict__ yq"}) sig.push_back(p);
+    launch.args.insert(launch.args.end(), {qn->inputs[1], qn->has_bias ? qn->inputs[2] : -1, qn->output});
+    params.push_back(fmt::format("Wq = {}", describe(g, qn->inputs[1])));
+    if (qn->has_bias) params.push_back(fmt::format("bq = {}", describe(g, qn->inputs[2])));
+    params.push_back(fmt::format("yq = {} = {} (the next block's qkv: this CTA's share of its columns)", describe(g, qn->output), epilogue_text(*qn)));
+    const int64_t KQ = g.tensor(qn->inputs[0]).cols(), KCQ = (KQ + kWarps - 1) / kWarps, QC = MQ / kCl;  // its K, K slice, columns per CTA
+    next_split = next_split && MQ % kCl == 0 && QC <= 32 && KQ % 4 == 0 && KCQ % 4 == 0 && KCQ * kWarps == KQ && R * QC <= kThreads;
+    if (next_split) {  // CTA rank: qkv's columns [rank QC, (rank + 1) QC), lane = column, warp = K slice (cluster_stages' fc1 layout)
+      qs.early = fmt::format("float4 nxt_w[{}];  // Wq[rank {} + lane][warp {} ..]: the lane's column's K slice, loaded first (a weight)\n",
+                             KCQ / 4, QC, KCQ);
+      qs.early += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u)\n", KCQ / 4);
+      const std::string load = fmt::format("*(const float4*)(wq + (i64)(rank * {} + lane) * {} + warp * {} + 4 * u)", QC, KQ, KCQ);
+      qs.early += QC < 32 ? fmt::format("  nxt_w[u] = lane < {} ? {} : make_float4(0.0f, 0.0f, 0.0f, 0.0f);\n", QC, load)
+                          : fmt::format("  nxt_w[u] = {};\n", load);
+      if (qn->has_bias)
+        qs.early += fmt::format("const float nxt_bf = threadIdx.x < {} ? bq[rank * {} + threadIdx.x % {}] : 0.0f;  // the bias of the qkv value it finishes\n",
+                                R * QC, QC, QC);
+      std::string f = fmt::format("float acc[{}];\n#pragma unroll\nfor (int i = 0; i < {}; ++i) acc[i] = 0.0f;\n", R, R);
+      f += fmt::format("#pragma unroll\nfor (int u = 0; u < {}; ++u) {{\n  const int k = warp * {} + 4 * u;\n  const float4 wv = nxt_w[u];\n", KCQ / 4, KCQ);
+      f += fmt::format("#pragma unroll\n  for (int i = 0; i < {}; ++i) {{\n", R);
+      f += "    const float4 xv = *(const float4*)&xs[i][k];  // the same for every lane\n";
+      f += "    acc[i] += xv.x * wv.x;\n    acc[i] += xv.y * wv.y;\n    acc[i] += xv.z * wv.z;\n    acc[i] += xv.w * wv.w;\n  }\n}\n";
+      f += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) part[warp][i][lane] = acc[i];\n", R);
+      qs.stage = fmt::format("// {}: qkv's columns [rank {}, (rank + 1) {}) of the tile's {} rows; warp w = the K slice w, lane = column\n",
+                             epilogue_text(*qn), QC, QC, R);
+      qs.stage += "{\n" + indent_text(f, "  ") + "}\n__syncthreads();\n";
+      qs.stage += fmt::format("if (threadIdx.x < {}) {{  // value (i, rank {} + l): the slices' partial sums in warp order, the epilogue\n", R * QC, QC);
+      std::string o = fmt::format("const int i = threadIdx.x / {0}, l = threadIdx.x % {0}, m = rank * {0} + l;\n", QC);
+      o += "float v = part[0][i][l];\n#pragma unroll\nfor (int s = 1; s < 8; ++s) v += part[s][i][l];\n";
+      o += epilogue_code(*qn, "", "m", qn->has_bias ? "nxt_bf" : "");
+      const std::string st = fmt::format("yq[(n0 + i) * {} + m] = v;\n", MQ);
+      o += row_guard.empty() ? st : fmt::format("if ({}) {}", row_guard, st);
+      qs.stage += indent_text(o, "  ") + "}\n";
+    } else {  // every CTA all of qkv's columns of the tile (generate_gemm's layout), storing its share c % 8 == rank
+      qs = mlp_gemm_stage(g, *qn, "wq", "bq", "nxt", R, true, "xs", "", fmt::format("yq[(n0 + i) * {} + m] = v;", MQ),
+                          row_guard.empty() ? "m % 8 == rank" : "m % 8 == rank && " + row_guard);
+    }
+    tail = fmt::format("// the next block's layernorm of the tile's rows of y (every CTA: ys holds them) and its matmul\n"
+                       "mg_mbar_wait(&ys_bar, 0);  // the {} bytes of the tile's rows of y have landed\n",
+                       R * M * 4);
+    std::string t = fmt::format("float (*ms)[{}] = ys;  // (the layernorm reads its input here)\n", M) + ln + qs.stage;
+    align_shared(t, "xs");
+    tail += "{\n" + indent_text(t, "  ") + "}\n";
+  }
   params.push_back(fmt::format("W1 = {}", describe(g, a.inputs[1])));
   if (a.has_bias) params.push_back(fmt::format("b1 = {}", describe(g, a.inputs[2])));
   params.push_back(fmt::format("h = {} = {} (fc1, kept in shared memory)", describe(g, a.output), epilogue_text(a)));
@@ -364,7 +453,8 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   // the GEMM stages' partial sums, part[warp][row][column], declared once at the top (every stage
   // uses it in turn): the block form's widest stage (fc2's M or P's columns), the cluster form's
   // (fc1's slice of h, a warp wide, or P's columns)
-  const int64_t part_cols = cluster ? 32 * std::max<int64_t>(1, (proj ? MP + 31 : 1) / 32) : 32 * ((std::max(M, MP) + 31) / 32);
+  const int64_t part_cols =
+      cluster ? 32 * std::max<int64_t>(1, (std::max(proj ? MP : 1, next_split ? 1 : MQ) + 31) / 32) : 32 * ((std::max(M, MP) + 31) / 32);
   std::string code = kernel_comment(g, k, params,
                                     cluster ? fmt::format("grid {} (row tiles of {}, a cluster of {} CTAs each: CTA c owns h's columns "
                                                           "[c {}, (c + 1) {}) and fc2's K slice c), block {}",
@@ -375,6 +465,11 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   if (cluster && push)
     code += async ? "//   fc2's partial sums pushed into the CTAs that finish them with st.async, each CTA waiting on its own mbarrier for them\n"
                   : "//   fc2's partial sums pushed into the CTAs that finish them (distributed shared memory stores): one cluster barrier\n";
+  if (next)
+    code += fmt::format("//   then the next block's layernorm and its matmul ({} columns): y's rows pushed into every CTA of the cluster (st.async),\n"
+                        "//   every CTA the layernorm of the tile's rows, then {}\n",
+                        MQ, next_split ? fmt::format("CTA c the matmul's columns [c {}, (c + 1) {})", MQ / kCl, MQ / kCl)
+                                       : "every CTA all of the matmul's sums, storing its columns c % 8 == rank");
   if (cluster_asked && !cluster)
     code += fmt::format("//   (not in clusters: H {}, M {}, K1 {}, {} rows per tile do not fit the cluster form; a block per tile)\n", H, M, K1, R);
   code += fmt::format("//   the MLP as one kernel: {} its {} rows of {}x (the prologue), of h = fc1's result\n"
@@ -402,6 +497,11 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
                        "has arrived)\n",
                        R * M * 4);
     }
+    if (next) {
+      b += fmt::format("__shared__ __align__(16) float ys[{}][{}];  // the tile's rows of y, pushed by the cluster (the next layernorm's input)\n", R, M);
+      b += "__shared__ __align__(8) unsigned long long ys_bar;  // counts the bytes of y pushed into ys\n";
+      b += fmt::format("if (threadIdx.x == 0) mg_mbar_init_tx(&ys_bar, {});\n", R * M * 4);
+    }
     if (push) b += "mg_cluster_arrive();  // the first half of a barrier: this CTA has started (its pq may be written from now on)\n";
     b += cluster_early(g, a, n, R);
   } else if (w1_early) {
@@ -417,7 +517,7 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
     b += H % kThreads ? fmt::format("b1r[j] = threadIdx.x + {0} * j < {1} ? b1[threadIdx.x + {0} * j] : 0.0f;\n", kThreads, H)
                       : fmt::format("b1r[j] = b1[threadIdx.x + {} * j];\n", kThreads);
   }
-  b += ps.early + fc2.early + ln_w;
+  b += ps.early + fc2.early + ln_w + qs.early + ln_next_w;
   if (w1_early || b1_early || !ps.early.empty() || !fc2.early.empty() || !ln_w.empty() || cluster) b += kPdlWaitPoint;
   // residuals from earlier kernels (P's; fc2's unless it is P's result), loaded right after the wait
   auto residuals = [&](const std::string& name, const std::string& ptr) {
@@ -438,8 +538,8 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
   }
   b += prologue;
   if (cluster) {
-    b += cluster_stages(g, a, n, R, n.has_residual ? (res_in ? "ms" : "resc") : "", row_guard, push, async);
-    return code + indent_text(b, "  ") + "}\n";
+    b += cluster_stages(g, a, n, R, n.has_residual ? (res_in ? "ms" : "resc") : "", row_guard, push, async, mbar_cta, next);
+    return code + indent_text(b + tail, "  ") + "}\n";
   }
   // ---- fc1
   b += fmt::format("// fc1: h = {} of the tile's {} rows into hs, a thread per column of h\n", epilogue_text(a), R);

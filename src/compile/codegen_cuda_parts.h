@@ -48,12 +48,18 @@ std::string staged_x(int64_t N, int64_t K, int rows, int threads, const std::str
 // The shared array `name`'s declarations in code made __align__(16) (float4 reads).
 void align_shared(std::string& code, const std::string& name);
 
+// Whether MLP kernel k (mlp_parts) fits the cluster form at tiles of R rows (with the next
+// block's layernorm and qkv too when k has them): lower_cuda asks it to drop fuse_mlp_next where not.
+bool mlp_cluster_fits(const Graph& g, const Kernel& k, int R);
 // The MLP kernel (codegen_cuda_mlp.cpp): kernel k, an MLP group of fuse_mlp, on tiles of R rows,
 // in 8-CTA clusters when cluster_asked and the shapes fit (else a block per tile), fc2's partial
 // sums pushed to the CTAs that finish them (push) or pulled by them; its launch.
 // ln_early: the layernorm prologue's gain and bias loaded at the top (rowwise_prologue's `early`);
-// async: the pushed partials with st.async and an mbarrier (CudaCodegenOptions::mlp_async).
+// async: the pushed partials with st.async and an mbarrier (CudaCodegenOptions::mlp_async);
+// mbar_cta: that mbarrier waited on at CTA scope (mlp_mbar_cta, a measuring aid). next_split
+// (with the next block's layernorm and qkv in the kernel, fuse_mlp_next): qkv's columns split
+// across the cluster (mlp_next_split), else every CTA computes all of them.
 std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bool weights_early, int R, bool cluster_asked, bool push,
-                         bool ln_early = false, bool async = false);
+                         bool ln_early = false, bool async = false, bool mbar_cta = false, bool next_split = true);
 
 }  // namespace minigpt::compile::cuda_gen

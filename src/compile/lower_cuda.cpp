@@ -1,6 +1,8 @@
 // The CUDA back end's pipeline and debug files (lower_cuda.h).
 #include "compile/lower_cuda.h"
 
+#include "compile/codegen_cuda_parts.h"
+
 #include "core/timer.h"
 #include "io/atomic_file.h"
 
@@ -16,9 +18,21 @@ CudaLowered lower_cuda(const Graph& captured, const PassOptions& passes, const C
   popt.fuse_mlp = passes.fuse_mlp || (codegen.generated_gemm && codegen.fuse_mlp);
   popt.fuse_mlp_proj = popt.fuse_mlp && (passes.fuse_mlp_proj || (codegen.generated_gemm && codegen.fuse_mlp_proj));
   popt.fuse_mlp_attention = popt.fuse_mlp_proj && (passes.fuse_mlp_attention || (codegen.generated_gemm && codegen.fuse_mlp_attention && !codegen.megakernel));
-  const Graph planned = run_passes(captured, popt);
+  // the next block's layernorm and qkv in the MLP kernel: its cluster form only (not the megakernel's stages)
+  popt.fuse_mlp_next = popt.fuse_mlp_proj && (passes.fuse_mlp_next || (codegen.generated_gemm && codegen.fuse_mlp_next && codegen.mlp_cluster &&
+                                                                         codegen.mlp_push && codegen.mlp_async && !codegen.megakernel));
+  Graph planned = run_passes(captured, popt);
   // (the CPU schedule's GEMM choice only names its matmul kernels; cuda_schedule renames them)
   const GemmBackend gemm = codegen.generated_gemm ? GemmBackend::kGenerated : GemmBackend::kEngine;
+  if (popt.fuse_mlp_next) {  // the tail is the cluster form's: where an MLP kernel does not fit it, planned again without
+    const Schedule s = schedule(planned, gemm);
+    for (const Kernel& k : s.kernels)
+      if (mlp_parts(planned, k).next && !cuda_gen::mlp_cluster_fits(planned, k, codegen.mlp_rows)) {
+        popt.fuse_mlp_next = false;
+        planned = run_passes(captured, popt);
+        break;
+      }
+  }
   l.schedule = cuda_schedule(schedule(planned, gemm), codegen.generated_gemm);
   l.passes_s = t0.elapsed_s();
   const Timer t1;

@@ -46,10 +46,19 @@ MlpParts mlp_parts(const Graph& g, const Kernel& k) {
   const size_t n = k.nodes.size();
   auto op = [&](size_t i) { return g.nodes[static_cast<size_t>(k.nodes[i])].op; };
   p.mlp = n >= 2 && op(n - 1) == Op::Matmul && op(n - 2) == Op::Matmul;
+  p.fc1 = n - 2;
+  if (!p.mlp && n >= 4 && op(n - 1) == Op::Matmul) {  // fc1, fc2, the next layernorm's row-wise nodes, its matmul
+    size_t j = n - 2;
+    while (j > 0 && kRowwise.contains(op(j))) --j;
+    if (j + 2 < n && j >= 1 && op(j) == Op::Matmul && op(j - 1) == Op::Matmul) {
+      p.mlp = p.next = true;
+      p.fc1 = j - 1;
+    }
+  }
   // attention, projection, the layernorm's nodes (at least one), fc1, fc2
-  p.attention = p.mlp && n > 4 && op(0) == Op::Attention;
+  p.attention = p.mlp && p.fc1 > 2 && op(0) == Op::Attention;
   // projection, the layernorm's nodes, fc1, fc2
-  p.proj = p.mlp && n > (p.attention ? 4u : 3u) && op(p.attention ? 1 : 0) == Op::Matmul;
+  p.proj = p.mlp && p.fc1 > (p.attention ? 2u : 1u) && op(p.attention ? 1 : 0) == Op::Matmul;
   return p;
 }
 
@@ -74,13 +83,13 @@ std::string kernel_stem(const Graph& g, const Kernel& k, GemmBackend gemm, const
   const MlpParts parts = mlp_parts(g, k);
   const bool mlp = parts.mlp, attn = parts.attention, proj = parts.proj;
   std::set<std::string> names;
-  for (size_t i = proj ? (attn ? 2 : 1) : 0; i < k.nodes.size() - (prologue ? 1 : 0) - (mlp ? 1 : 0); ++i) {
+  for (size_t i = proj ? (attn ? 2 : 1) : 0; i < (mlp ? parts.fc1 : k.nodes.size() - (prologue ? 1 : 0)); ++i) {
     const Node& n = g.nodes[static_cast<size_t>(k.nodes[i])];
     names.insert(n.origin.empty() ? std::string(op_name(n.op)) : n.origin);
   }
   std::string s = attn ? "cpp_fused_attention_proj" : proj ? "cpp_fused_proj" : "cpp_fused";
   for (const std::string& n : names) s += "_" + n;
-  return mlp ? s + "_mlp" : prologue ? s + "_matmul" : s;
+  return mlp ? s + (parts.next ? "_mlp_next" : "_mlp") : prologue ? s + "_matmul" : s;
 }
 
 }  // namespace
@@ -124,7 +133,7 @@ Schedule schedule(const Graph& fused, GemmBackend gemm, const std::vector<GemmPi
       if (k.kind == KernelKind::PrologueMatmul) {
         // an attention alone before the GEMM, or first before an MLP's projection (fuse_mlp_attention)
         const bool attention = n.op == Op::Attention && (k.nodes.size() == 2 || (parts.attention && i == k.nodes[0]));
-        const bool fc1 = mlp && i == k.nodes[k.nodes.size() - 2];  // an MLP's first matmul
+        const bool fc1 = mlp && (i == k.nodes[parts.fc1] || (parts.next && i == k.nodes[parts.fc1 + 1]));  // an MLP's fc1 (fc2 too when not last)
         // the projection before its layernorm
         const bool proj = parts.proj && i == k.nodes[parts.attention ? 1 : 0];
         MINIGPT_CHECK(kRowwise.contains(n.op) || attention || fc1 || proj || i == k.nodes.back(),
@@ -171,7 +180,7 @@ Schedule schedule(const Graph& fused, GemmBackend gemm, const std::vector<GemmPi
       k.rows = rs.rows;
       k.cols = rs.cols;
     } else if (k.kind == KernelKind::PrologueMatmul) {  // the prologue's rows: the (first) GEMM's x
-      const Node& mm = g.nodes[static_cast<size_t>(k.nodes[mlp ? k.nodes.size() - 2 : k.nodes.size() - 1])];
+      const Node& mm = g.nodes[static_cast<size_t>(k.nodes[mlp ? parts.fc1 : k.nodes.size() - 1])];
       k.rows = g.tensor(mm.inputs[0]).rows();
       k.cols = g.tensor(mm.inputs[0]).cols();
     }

@@ -41,8 +41,12 @@ struct Kernel {
 // matmuls (fc1, fc2); `proj` when the attention's projection comes first, `attention` when the
 // prefill attention comes before that. All false for any other kernel. The schedule, its names
 // and the CUDA generator (codegen_cuda_mlp.cpp) all ask this one function.
+// `next` (fuse_mlp_next): after fc2 the next block's layernorm (row-wise nodes reading fc2's
+// result) and the matmul it feeds (the qkv projection) end the kernel; fc1 and fc2 are then the
+// last two consecutive matmuls before those, at k.nodes[fc1] and k.nodes[fc1 + 1].
 struct MlpParts {
-  bool mlp = false, proj = false, attention = false;
+  bool mlp = false, proj = false, attention = false, next = false;
+  size_t fc1 = 0;  // fc1's index in k.nodes (fc2's: fc1 + 1)
 };
 MlpParts mlp_parts(const Graph& g, const Kernel& k);
 

@@ -146,7 +146,15 @@ std::string variant_name(const CudaCodegenOptions& cg) {
                                    : "") +
                               (cg.generated_gemm && cg.fuse_mlp && cg.mlp_cluster && !cg.megakernel && cg.mlp_push != CudaCodegenOptions{}.mlp_push
                                    ? (cg.mlp_push ? " mlp-push" : " mlp-pull")
-                                   : "");
+                                   : "") +
+                              (cg.generated_gemm && cg.fuse_mlp && cg.mlp_cluster && cg.mlp_push && cg.mlp_async && !cg.megakernel && cg.mlp_mbar_cta
+                                   ? " mbar-cta"
+                                   : "") +
+                              (cg.generated_gemm && cg.fuse_mlp && cg.fuse_mlp_proj && cg.mlp_cluster && cg.mlp_push && cg.mlp_async && !cg.megakernel &&
+                                       cg.fuse_mlp_next
+                                   ? (cg.mlp_next_split ? " mlp-next" : " mlp-next next-all")
+                                   : "") +
+                              (cg.pad_launches && !cg.megakernel ? " pad-launches" : "");
   if (cg.megakernel) return (cg.megakernel_threads > 0 ? fmt::format("megakernel {}", cg.megakernel_threads) : "megakernel") + unfused;
   return std::string(cg.generated_gemm ? "generated-gemm" : "cublas") + (cg.pdl ? " pdl" : "") + unfused;
 }
@@ -154,8 +162,10 @@ std::string variant_name(const CudaCodegenOptions& cg) {
 // MINIGPT_CUDA_VARIANT (a debugging and measuring aid, the default mode only): words of
 // variant_name's, each changing the generated GEMMs' options from the variant asked (the rule's):
 // "weights-plain" / "weights-restrict", "ln-early" / "ln-late", "mlp-async" / "mlp-sync",
-// "mlp-pull" / "mlp-push", "no-cluster", "rowsN", "smem-vec4", "proj-apart", "mlp-apart"; any
-// other word is an error. ("weights-restrict ln-late mlp-sync" is 7l's default, main before 7m.)
+// "mlp-pull" / "mlp-push", "no-cluster", "rowsN", "smem-vec4", "proj-apart", "mlp-apart", "mlp-next", "next-all",
+// "mbar-cta", "pad-launches"; any other word is an error. ("weights-restrict ln-late mlp-sync" is 7l's default, main before 7m.)
+// Two are measuring aids only, never candidates: "mbar-cta" (CudaCodegenOptions::mlp_mbar_cta)
+// and "pad-launches" (pad_launches).
 void apply_variant_words(CudaCodegenOptions& cg, const std::string& words) {
   std::istringstream in(words);
   for (std::string w; in >> w;) {
@@ -168,9 +178,13 @@ void apply_variant_words(CudaCodegenOptions& cg, const std::string& words) {
     else if (w == "smem-vec4") cg.smem_vec4 = true;
     else if (w == "proj-apart") cg.fuse_mlp_proj = false;
     else if (w == "mlp-apart") cg.fuse_mlp = false;
+    else if (w == "mbar-cta") cg.mlp_mbar_cta = true;
+    else if (w == "pad-launches") cg.pad_launches = true;
+    else if (w == "mlp-next") cg.fuse_mlp_next = true;
+    else if (w == "next-all") cg.mlp_next_split = false;
     else if (w.starts_with("rows") && w.size() == 5 && w[4] >= '1' && w[4] <= '8') cg.mlp_rows = w[4] - '0';
     else MINIGPT_FAIL("MINIGPT_CUDA_VARIANT: unknown word '{}' (weights-plain weights-restrict ln-early ln-late mlp-async mlp-sync mlp-pull "
-                      "mlp-push no-cluster rowsN smem-vec4 proj-apart mlp-apart)", w);
+                      "mlp-push no-cluster rowsN smem-vec4 proj-apart mlp-apart mbar-cta pad-launches mlp-next next-all)", w);
   }
 }
 

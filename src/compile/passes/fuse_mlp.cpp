@@ -26,6 +26,10 @@
 // not a graph output, the merge keeping the kernels acyclic: the group is A, P, the layernorm's
 // nodes, fc1, fc2; A's result is no longer materialised (plan_buffers' rule: an attention whose
 // reader in its group is a GEMM's x). A transformer block is then two kernels.
+//
+// With `next` (fuse_mlp_next, CUDA's cluster form only), last, the next block's layernorm and the
+// matmul it feeds (qkv) after fc2 (mlp_next): the group ends P, ln2, fc1, fc2, ln1', qkv'; fc2's
+// result stays stored (the next block's residual reads it).
 #include "compile/passes/passes.h"
 
 namespace minigpt::compile {
@@ -96,7 +100,40 @@ void merge_before_mlps(Graph& g, int (*pick)(const Graph&, int)) {
   }
 }
 
-Graph fuse_mlp(Graph g, bool proj, bool attention) {
+// The group after MLP group `gi` (its last node fc2) that fuse_mlp_next may take in, or -1: the
+// next block's layernorm and the matmul it feeds (row-wise nodes, then one matmul without a
+// residual or GELU, at most kMlpMaxNextCols columns), whose row-wise nodes read only fc2's result y
+// and weights, y also read by a third group (so still stored: the next block's residual), the
+// merge keeping the kernels acyclic.
+int mlp_next(const Graph& g, int gi) {
+  const std::vector<int> m = members(g, gi);
+  const Node& fc2 = g.nodes[static_cast<size_t>(m.back())];
+  if (m.size() < 2 || fc2.op != Op::Matmul || g.nodes[static_cast<size_t>(m[m.size() - 2])].op != Op::Matmul) return -1;
+  const int y = fc2.output;
+  int next = -1;
+  bool elsewhere = false;
+  for (int c : g.consumers(y)) {
+    const Node& cn = g.nodes[static_cast<size_t>(c)];
+    if (!kRowwise.contains(cn.op)) elsewhere = true;
+    else if (next < 0 || next == cn.group) next = cn.group;
+    else elsewhere = true;
+  }
+  if (next < 0 || !elsewhere) return -1;
+  const std::vector<int> n = members(g, next);
+  const Node& mm = g.nodes[static_cast<size_t>(n.back())];
+  if (n.size() < 2 || mm.op != Op::Matmul || mm.has_residual || mm.gelu || g.tensor(mm.output).cols() > kMlpMaxNextCols) return -1;
+  for (size_t i = 0; i + 1 < n.size(); ++i) {
+    const Node& r = g.nodes[static_cast<size_t>(n[i])];
+    if (!kRowwise.contains(r.op)) return -1;
+    for (int in : r.inputs) {
+      const int p = g.tensor(in).producer;
+      if (in != y && (p < 0 ? g.tensor(in).kind != TensorKind::Weight : g.nodes[static_cast<size_t>(p)].group != next)) return -1;
+    }
+  }
+  return can_merge(g, gi, next) ? next : -1;
+}
+
+Graph fuse_mlp(Graph g, bool proj, bool attention, bool next) {
   normalize_groups(g);  // every node in some group
   for (size_t i = 0; i < g.nodes.size(); ++i) {  // restarts after every merge (nodes move)
     const Node& b = g.nodes[i];
@@ -125,6 +162,18 @@ Graph fuse_mlp(Graph g, bool proj, bool attention) {
   }
   if (proj) merge_before_mlps(g, mlp_proj);  // P first, then the layernorm, fc1, fc2
   if (proj && attention) merge_before_mlps(g, mlp_attention);  // the attention first, then P, ...
+  if (next) {  // the next block's layernorm and qkv after fc2 (fuse_mlp_next); restarts after every merge
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& b = g.nodes[i];
+      if (b.op != Op::Matmul || i < 1 || g.nodes[i - 1].op != Op::Matmul || g.nodes[i - 1].group != b.group) continue;
+      const int to = b.group, from = mlp_next(g, to);
+      if (from < 0) continue;
+      for (Node& n : g.nodes)
+        if (n.group == from) n.group = to;
+      normalize_groups(g);
+      i = static_cast<size_t>(-1);
+    }
+  }
   return g;
 }
 

@@ -41,7 +41,7 @@ Graph fuse_reductions(Graph g);
 // rowwise: fold row-wise groups (layernorms); attention: fold prefill attentions.
 Graph matmul_prologue(Graph g, bool rowwise = true, bool attention = true);
 // proj: also the matmul whose result the MLP's layernorm reads (the attention's projection)
-Graph fuse_mlp(Graph g, bool proj = false, bool attention = false);
+Graph fuse_mlp(Graph g, bool proj = false, bool attention = false, bool next = false);
 Graph remove_dead(Graph g);
 Graph plan_buffers(Graph g);
 
@@ -61,6 +61,8 @@ struct PassOptions {
   bool fuse_mlp_proj = false;
   // with fuse_mlp_proj: a prefill's attention before that projection in the group too
   bool fuse_mlp_attention = false;
+  // with fuse_mlp_proj: the next block's layernorm and the matmul it feeds after fc2 (fuse_mlp.cpp's mlp_next)
+  bool fuse_mlp_next = false;
 };
 
 // The widest rows matmul_prologue folds into a GEMM (a tile's rows live in shared memory).
@@ -69,6 +71,8 @@ inline constexpr int64_t kPrologueMaxCols = 1024;
 inline constexpr int64_t kPrologueMaxHeadDim = 32, kPrologueMaxKeys = 256;
 // fuse_mlp's limits: h's tile (8 rows of H) and fc1's x tile (8 rows of its K) in shared memory.
 inline constexpr int64_t kMlpMaxHidden = 1024, kMlpMaxIn = 256;
+// fuse_mlp_next's widest matmul after the MLP (its tile's partial sums in shared memory)
+inline constexpr int64_t kMlpMaxNextCols = 256;
 
 // The pipeline above, the verifier after every pass.
 Graph run_passes(const Graph& g, const PassOptions& opt = {});

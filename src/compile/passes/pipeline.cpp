@@ -25,7 +25,7 @@ Graph run_passes(const Graph& captured, const PassOptions& opt) {
       verify(g, "matmul_prologue");
     }
     if (opt.fuse_mlp) {
-      g = fuse_mlp(std::move(g), opt.fuse_mlp_proj, opt.fuse_mlp_proj && opt.fuse_mlp_attention);
+      g = fuse_mlp(std::move(g), opt.fuse_mlp_proj, opt.fuse_mlp_proj && opt.fuse_mlp_attention, opt.fuse_mlp_proj && opt.fuse_mlp_next);
       verify(g, "fuse_mlp");
     }
   } else {
