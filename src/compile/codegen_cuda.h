@@ -78,7 +78,7 @@ struct CudaCodegenOptions {
   // 40.8-41.4, 1 row 47.2-47.4 (more clusters than fit at once beside the other kernels' blocks);
   // with 7m's defaults (REPORT 7m): 4 rows 27.5-27.8, 2 rows 32.9-33.3, 1 row 38.2-38.7 (fewer
   // clusters, faster). 8 rows (4 clusters; at d = 64 two of fc2's outputs per thread) are in
-  // clusters since 7m too: slower (REPORT 7n: 29.65 / 29.66 us against 27.54 / 27.73; the MLP
+  // clusters since 7m too: slower (REPORT 7o: 29.65 / 29.66 us against 27.54 / 27.73; the MLP
   // kernel alone faster, 2.80-2.85 against 3.13). MINIGPT_CUDA_VARIANT=rows8 measures them.
   int mlp_rows = 4;
   // With fuse_mlp: the attention's output projection (bias, residual) too, as the MLP kernel's
@@ -135,7 +135,7 @@ struct CudaCodegenOptions {
   // receiving mbarrier has release semantics at cluster scope; a release synchronizes with an
   // acquire only when the two are morally strong, i.e. each one's scope includes the other's
   // thread, and a CTA-scope acquire does not include the pushing thread of another CTA. It
-  // measures what the cluster-scope acquire costs (REPORT 7n): nothing measurable, 27.54 / 27.57
+  // measures what the cluster-scope acquire costs (REPORT 7o): nothing measurable, 27.54 / 27.57
   // us against 27.73 / 27.54.
   bool mlp_mbar_cta = false;
   // With mlp_async (the cluster form, fuse_mlp_proj): the NEXT block's layernorm (ln1) and qkv
@@ -146,7 +146,7 @@ struct CudaCodegenOptions {
   // qkv's columns [c MQ/8, (c + 1) MQ/8) (lane = column, warp = K slice: generate_gemm's order);
   // without it ("next-all") every CTA all of qkv's columns (mlp_gemm_stage), storing c % 8 == rank.
   // Same sums in the same order; 3 fewer launches in the 4-block model (14 -> 11). H200
-  // (REPORT 7n, one run, two alternations): 27.51 / 27.38 us against 27.73 / 27.54 for the default
+  // (REPORT 7o, one run, two alternations): 27.51 / 27.38 us against 27.73 / 27.54 for the default
   // (the fused kernel 4.22 us alone against 3.14 + 1.43 apart); next-all 32.6-32.7. Off: its
   // bitwise test (FusedMlpWithTheNextLayerNormChangeNoBit) had not finished on a GPU; not a
   // max-autotune candidate until it has.
@@ -201,7 +201,7 @@ struct CudaCodegenOptions {
   // boundary per kernel and nothing else (the values are untouched). The whole forward's
   // time against the default's, divided by the pads, is what one launch boundary costs in the
   // graph: what fusing two kernels into one can save at most, beside the work itself. H200
-  // (REPORT 7n): 30.82 / 30.89 us against 27.73 / 27.54, ~0.25 us a boundary.
+  // (REPORT 7o): 30.82 / 30.89 us against 27.73 / 27.54, ~0.25 us a boundary.
   bool pad_launches = false;
   // Megakernel (sm_90+; with generated_gemm, without pdl): every kernel becomes a __device__
   // function of a virtual block and ONE __global__ kernel runs them in order as stages of one
