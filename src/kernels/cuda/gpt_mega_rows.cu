@@ -6,6 +6,9 @@
 
 #include "kernels/cuda/gpt_mega_parts.cuh"
 
+#include <cstring>
+#include <iterator>
+
 namespace minigpt::cuda {
 namespace {
 
@@ -28,6 +31,13 @@ constexpr int kSmallLayer = 832;
 constexpr int kLnfw = 0, kLnfb = 64, kLmb = 128;
 // mbarriers: the ring's slots [0, kMaxSlots), then the small vectors' copy, then k, v
 constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots + 2;
+// Variants (issue 14's leads, MINIGPT_MEGA_ROWS_VARIANT; 1 row per CTA only, other rp run the
+// base): bit kVarW15, the ring's refills issued by the last warp (idle in every GEMM stage)
+// instead of warp 0 (which starts the next stage); bit kVarHead, lm_head split over the
+// cluster's CTAs by vocabulary columns for all rows of the sequence (ln_f rows exchanged by
+// st.async, the softmax's per-CTA (max, sum) combined in CTA order), so each CTA streams
+// ceil(V / R) lm_head rows instead of all V.
+constexpr int kVarW15 = 1, kVarHead = 2;
 
 bool rows_arch(const MegaDims& d) {
   return d.C == kC && d.H == kH && d.F == kF && d.L >= 1 && d.L <= kMegaMaxLayers && d.V >= 1;
@@ -153,8 +163,10 @@ __device__ __forceinline__ void add_slices_residual(const float (&acc)[1][RP], i
 // last CTA of cluster 0 (it waits for every other CTA's keys) stamps clock64 at each stage's end,
 // and the cycles its thread 0 spent waiting for weight pieces so far (Ring::wait); launch
 // kRowsTraceEvery / 2 of every kRowsTraceEvery prints the cycles per stage (and, in brackets,
-// the weight waits among them: thread 0 reads the first piece of every GEMM stage, so a lower
-// bound: the stage's later pieces land after it). ----
+// the weight waits among them: in the trace instance thread 0 first waits for the stage's LAST
+// piece (Ring::probe), so the bracket is the time from the stage's start until all its weights
+// had landed; the stage minus the bracket is its arithmetic after the last piece. The probe
+// delays thread 0's own chain by that wait, at most the stage's weight wait). ----
 constexpr int kRowsTraceSlots = 2 + 8 * kMegaMaxLayers + 3;
 constexpr unsigned kRowsTraceEvery = 400;
 __device__ long long g_rows_trace[kRowsTraceSlots];
@@ -200,7 +212,7 @@ struct Stamps {
 };
 
 // ---- the ring of weight pieces ----
-template <bool kTrace>
+template <bool kTrace, int kVar>
 struct Ring {
   float* slots;
   uint64_t* bars;
@@ -208,6 +220,15 @@ struct Ring {
   const RowsLayout& S;
   int L, V;
   Stamps<kTrace>& stamp;  // kTrace: the stamping thread counts its waits
+  int pieces;             // S.pieces; with the split head L * kPiecesPerLayer + 1
+  int head_c0 = 0, head_n = -1;  // split head: this CTA's lm_head rows [c0, c0 + n) as the last piece
+  __device__ __forceinline__ float* slot(int i) const { return slots + (i % S.ns) * kSlot; }
+  // The stamping thread (trace instance only) waits for piece `last` of the stage to come.
+  __device__ __forceinline__ void probe(int last) const {
+    if constexpr (kTrace) {
+      if (stamp.on) wait(last);
+    }
+  }
   // Piece i's slot once it has landed (the calling thread waits).
   __device__ __forceinline__ const float* wait(int i) const {
     long long t = 0;
@@ -220,17 +241,24 @@ struct Ring {
   }
   // One thread: piece i's bulk copy into its slot (nothing past the last piece).
   __device__ __forceinline__ void issue(int i) const {
-    if (i >= S.pieces) return;
+    if (i >= pieces) return;
     uint64_t* bar = &bars[i % S.ns];
+    if (head_n >= 0 && i == L * kPiecesPerLayer) {  // the split head's rows (none: the phase completes)
+      const unsigned bytes = static_cast<unsigned>(head_n * kLd) * 4u;
+      detail::mbarrier_arrive_expect_tx(bar, bytes);
+      if (bytes > 0) detail::bulk_load(slot(i), img + piece_offset(S, i) + head_c0 * kLd, bytes, bar);
+      return;
+    }
     const unsigned bytes = piece_bytes(S, L, V, i);
     detail::mbarrier_arrive_expect_tx(bar, bytes);
-    detail::bulk_load(slots + (i % S.ns) * kSlot, img + piece_offset(S, i), bytes, bar);
+    detail::bulk_load(slot(i), img + piece_offset(S, i), bytes, bar);
   }
   // Every thread, after the CTA barrier that ends the reads of pieces [a, b): their slots take
   // the pieces ns later, a copy per lane of warp 0 (one thread issuing them in turn kept the
-  // others waiting at the next barrier).
+  // others waiting at the next barrier; kVarW15: of the last warp).
   __device__ __forceinline__ void refill(int a, int b) const {
-    if (static_cast<int>(threadIdx.x) < b - a) issue(a + static_cast<int>(threadIdx.x) + S.ns);
+    const int k = static_cast<int>(threadIdx.x) - ((kVar & kVarW15) ? kThreads - 32 : 0);
+    if (k >= 0 && k < b - a) issue(a + k + S.ns);
   }
 };
 
@@ -262,10 +290,94 @@ __device__ __forceinline__ void dot_rows(const float* a, int lda, const float* c
   }
 }
 
+// ---- the split head (kVarHead, 1 row per CTA: R = T) ----
+// CTA r: the logits of vocabulary columns [c0, c0 + n) (ring.head_c0, head_n; n = ceil(V / R)
+// or fewer, 0 for the last CTAs of a small V) for ALL T rows of the sequence. Every CTA's ln_f
+// row goes to every CTA (st.async on kBarKv, phase L: the layers' hand-over's next); a thread
+// per (row, column), each logit one FMA chain in k order then + b (bitwise the base's logits);
+// per row the CTA's (max, sum of exp(l - max)) over its columns go to every CTA (st.async on
+// kBarSmall, phase 1), combined in CTA order: M = max of the maxima, S = sum of s_c exp(m_c - M),
+// probs exp(l - M) / S (the base's formula; S in another order, so probs within rounding).
+// Buffers in ring slots no copy writes any more: the ln_f rows in piece (pieces - ns)'s slot (a
+// q, k, v piece of the last layer: every CTA has read it before the cluster arrival after its
+// last attention, which the senders wait for), the CTA's logits and the received (max, sum) in
+// the slots of the last fc2 pieces (every CTA has read them before sending its ln_f row).
+template <bool kTrace, int kVar>
+__device__ __forceinline__ void head_split(const MegaParams& p, const RowsLayout& S, const Ring<kTrace, kVar>& ring,
+                                           const float* ln, const float* hd, uint64_t* bars, int b, int r) {
+  const MegaDims& d = p.dims;
+  const int T = d.T, V = d.V, R = S.R, L = d.L, pl = L * kPiecesPerLayer;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int c0 = ring.head_c0, n = ring.head_n;
+  float* lnall = ring.slot(ring.pieces - S.ns);  // (T, kLd): the sequence's ln_f rows
+  float* lg = ring.slot(pl - 2);                  // (T, n): this CTA's logits
+  float* st = ring.slot(pl - 1);                  // (R, T, 2): every CTA's (max, sum) per row
+  cluster_wait();  // every CTA has read the slot lnall is in
+  if (warp == 0 && lane < kC / 4) {
+    const float4 v = *reinterpret_cast<const float4*>(ln + lane * 4);
+    float* dst = lnall + r * kLd + lane * 4;
+    *reinterpret_cast<float4*>(dst) = v;
+    for (int q = 0; q < R; ++q)
+      if (q != r) st_async4(shared_addr_in(dst, q), v, shared_addr_in(&bars[kBarKv], q));
+  }
+  __syncthreads();
+  if (tid == 0) stage_arrive(&bars[kBarKv], static_cast<unsigned>((T - 1) * kC) * 4u);
+  stage_wait(&bars[kBarKv], static_cast<unsigned>(L & 1));
+  ring.probe(pl);
+  const int items = T * n;
+  float lv[2];
+  const float* w = tid < items ? ring.wait(pl) : nullptr;
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    const int item = tid + u * kThreads;
+    lv[u] = -CUDART_INF_F;
+    if (item < items) {
+      const int i = item / n, j = item % n;
+      float acc[1][1];
+      dot_rows<1, kC>(lnall + i * kLd, kLd, {w + j * kLd}, acc);
+      lv[u] = acc[0][0] + hd[kLmb + c0 + j];
+      lg[i * n + j] = lv[u];
+      p.logits[(static_cast<int64_t>(b) * T + i) * V + c0 + j] = lv[u];
+    }
+  }
+  if (!p.probs) return;
+  __syncthreads();
+  if (warp < T) {  // warp i: row i's (max, sum) over this CTA's columns, to every CTA's st[r][i]
+    const int i = warp;
+    const float a0 = lane < n ? lg[i * n + lane] : -CUDART_INF_F;
+    const float a1 = lane + 32 < n ? lg[i * n + lane + 32] : -CUDART_INF_F;
+    float m = fmaxf(a0, a1);
+    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    float s = (lane < n ? expf(a0 - m) : 0.0f) + (lane + 32 < n ? expf(a1 - m) : 0.0f);
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    float* dst = st + (r * T + i) * 2;
+    if (lane == r) *reinterpret_cast<float2*>(dst) = make_float2(m, s);
+    else if (lane < R) st_async2(shared_addr_in(dst, lane), make_float2(m, s), shared_addr_in(&bars[kBarSmall], lane));
+  }
+  __syncthreads();
+  if (tid == 0) stage_arrive(&bars[kBarSmall], static_cast<unsigned>((R - 1) * T * 2) * 4u);
+  stage_wait(&bars[kBarSmall], 1u);
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    const int item = tid + u * kThreads;
+    if (item < items) {
+      const int i = item / n, j = item % n;
+      float M = st[i * 2];
+      for (int c = 1; c < R; ++c) M = fmaxf(M, st[(c * T + i) * 2]);
+      float total = 0.0f;
+      for (int c = 0; c < R; ++c) {
+        const float mc = st[(c * T + i) * 2], sc = st[(c * T + i) * 2 + 1];
+        total += sc * expf(mc - M);  // an empty CTA: 0 * 0; a NaN logit's sum makes the row NaN
+      }
+      p.probs[(static_cast<int64_t>(b) * T + i) * V + c0 + j] = expf(lv[u] - M) * (1.0f / total);
+    }
+  }
+}
+
 // ---- the kernel ----
 // RP rows per CTA (compile time: the accumulators are registers); the cluster (R CTAs) is one
 // sequence, blockIdx.x / R.
-template <int RP, bool kTrace>
+template <int RP, bool kTrace, int kVar>
 __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid_constant__ MegaParams p) {
   extern __shared__ __align__(16) float sm[];
   const MegaDims& d = p.dims;
@@ -279,7 +391,14 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   float* h = sm + S.h;
   uint64_t* bars = reinterpret_cast<uint64_t*>(sm + S.bars);
   Stamps<kTrace> stamp{b == 0 && r == R - 1 && tid == 0};
-  const Ring<kTrace> ring{sm + S.ring, bars, p.image, S, L, V, stamp};
+  // kVarHead: the split head where a CTA's share of lm_head fits a slot and the ring is deep
+  // enough that the slot of piece pieces - ns (a q, k, v piece of the last layer, read before
+  // that layer's cluster arrival) can take the other CTAs' ln_f rows
+  const int hcols = ceil_div(V, R);
+  const bool split = (kVar & kVarHead) != 0 && RP == 1 && S.ns >= 11 && hcols <= kPieceRows;
+  const int hc0 = split ? r * hcols : 0, hn = split ? max(0, min(hcols, V - hc0)) : -1;
+  const Ring<kTrace, kVar> ring{sm + S.ring, bars, p.image, S, L, V, stamp,
+                                split ? L * kPiecesPerLayer + 1 : S.pieces, hc0, hn};
   if constexpr (kTrace) {
     if (stamp.on) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(stamp.t0_ns));
   }
@@ -321,6 +440,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
 
     // q, k, v: a thread per output column (q 0..63, k 64..127, v 128..191) for all rows
     const bool qkv_thread = tid < 3 * kC;
+    ring.probe(pi + kPieceProj - 1);
     if (qkv_thread) dot_rows<RP, kC>(ln, kLd, {ring.wait(pi + tid / kPieceRows) + (tid % kPieceRows) * kLd}, acc);
     cluster_wait();  // every CTA has read the previous layer's k, v (layer 0: every CTA runs)
     if (qkv_thread) {
@@ -391,13 +511,15 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       if (lane < kDh / 4) *reinterpret_cast<float4*>(att + i * kLd + e) = a;
     }
     __syncthreads();
-    if (l + 1 < L) cluster_arrive_relaxed();  // this CTA's k, v are read: the next layer's may come
+    // this CTA's k, v are read: the next layer's may come (the split head: its ln_f rows)
+    if (l + 1 < L || split) cluster_arrive_relaxed();
     stamp(5 + 8 * l);
 
     // proj + residual: 4 lanes 8 apart per output column n (warp w: columns 8w..8w+7), lane s
     // adding head s's 16 k in order; lane 0 adds the heads' sums in head order, then b, then x
     // (gpt_mega's forward, proj by heads, adds in that order). A quarter-warp: one att address
     // (a broadcast), 8 weight rows (8 bank groups).
+    ring.probe(pi + kPieceProj);
     if (tid < 4 * kC) {
       const int s = lane >> 3, n = 8 * warp + (lane & 7);
       dot_rows<RP, kDh>(att + s * kDh, kLd, {ring.wait(pi + kPieceProj) + n * kLd + s * kDh}, acc);
@@ -413,6 +535,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
 
     // fc1 + GELU: a thread per output column f, into h as 4 slices of 64 columns (fc2's k), each
     // padded to 68
+    ring.probe(pi + kPieceFc2 - 1);
     if (tid < kF) {
       dot_rows<RP, kC>(ln, kLd, {ring.wait(pi + kPieceFc1 + tid / kPieceRows) + (tid % kPieceRows) * kLd}, acc);
       const float bias = sw[kFc1b + tid];
@@ -428,6 +551,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     // order; lane 0 adds the slices' sums in slice order, then b, then x. A quarter-warp reads
     // 4 slices of h (68 apart: 4 bank groups, no conflict; 64 apart they took 4 wavefronts each,
     // ~2k cycles per row per layer, H200 trace) and 8 weight rows (272 apart: 8 bank groups).
+    ring.probe(pi + kPiecesPerLayer - 1);
     if (tid < 4 * kC) {
       const int n = tid >> 2, s = tid & 3;
       dot_rows<RP, kC>(h + s * kLd, kLdH,
@@ -449,6 +573,14 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   __syncthreads();
   stamp(2 + 8 * L);
   const int pl = L * kPiecesPerLayer;
+  if constexpr (RP == 1 && (kVar & kVarHead) != 0) {
+    if (split) {
+      head_split(p, S, ring, ln, hd, bars, b, r);
+      stamp.report(L, R, RP);
+      return;
+    }
+  }
+  ring.probe(pl + S.lm_pieces - 1);
   const int n0 = tid, n1 = tid + kThreads;  // n1 < V only for V > kThreads
   float lgt[2][RP];
   if (n0 < V) {
@@ -509,12 +641,37 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
 
 using RowsKernel = void (*)(MegaParams);
 
+template <int kVar>
+RowsKernel rows1_kernel(bool trace) {
+  return trace ? gpt_mega_rows_kernel<1, true, kVar> : gpt_mega_rows_kernel<1, false, kVar>;
+}
+
+}  // namespace
+
+int gpt_mega_rows_variant() {
+  const char* v = std::getenv("MINIGPT_MEGA_ROWS_VARIANT");
+  if (!v || !*v) return 0;
+  for (int i = 0; i < static_cast<int>(std::size(kMegaRowsVariants)); ++i)
+    if (std::strcmp(v, kMegaRowsVariants[i]) == 0) return i;
+  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected base, w15, head or w15head");
+  return 0;
+}
+
+namespace {
+
+// The instance for rp rows per CTA (the variants: rp 1 only; their index is their kVar bits).
 RowsKernel rows_kernel_for(int rp) {
   static const bool trace = std::getenv("MINIGPT_MEGA_TRACE") != nullptr;  // diagnostics, read once
   switch (rp) {
-    case 1: return trace ? gpt_mega_rows_kernel<1, true> : gpt_mega_rows_kernel<1, false>;
-    case 2: return trace ? gpt_mega_rows_kernel<2, true> : gpt_mega_rows_kernel<2, false>;
-    case 4: return trace ? gpt_mega_rows_kernel<4, true> : gpt_mega_rows_kernel<4, false>;
+    case 1:
+      switch (gpt_mega_rows_variant()) {
+        case kVarW15: return rows1_kernel<kVarW15>(trace);
+        case kVarHead: return rows1_kernel<kVarHead>(trace);
+        case kVarW15 | kVarHead: return rows1_kernel<kVarW15 | kVarHead>(trace);
+        default: return rows1_kernel<0>(trace);
+      }
+    case 2: return trace ? gpt_mega_rows_kernel<2, true, 0> : gpt_mega_rows_kernel<2, false, 0>;
+    case 4: return trace ? gpt_mega_rows_kernel<4, true, 0> : gpt_mega_rows_kernel<4, false, 0>;
     default: return nullptr;
   }
 }

@@ -66,6 +66,16 @@ namespace minigpt::cuda {
 
 // Rows per CTA the row-split forward is built for.
 constexpr int kMegaRowsChoices[] = {1, 2, 4};
+// Variants of the 1-row-per-CTA kernel (issue 14's leads), by MINIGPT_MEGA_ROWS_VARIANT=name
+// (unset: base), read at every launch: w15, the ring's refills issued by the last warp (idle in
+// the GEMM stages) instead of warp 0; head, lm_head split over the cluster's CTAs by vocabulary
+// columns for all the sequence's rows (each CTA streams ceil(V / R) lm_head rows instead of V;
+// the softmax's per-CTA max and sum combined in CTA order; where ceil(V / R) <= 64, else the
+// base head); w15head, both. Logits bitwise the base's; probs within rounding (the sum's order).
+inline constexpr const char* kMegaRowsVariants[] = {"base", "w15", "head", "w15head"};
+// The variant MINIGPT_MEGA_ROWS_VARIANT names (kMegaRowsVariants' index; unset or empty: 0,
+// the base); an unknown name is an Error. Read at every launch (tests switch it).
+int gpt_mega_rows_variant();
 
 // The cluster size (ceil(T / rp)) the row-split forward runs dims with rp rows per CTA on the
 // current device, or 0 if it does not take the shape (see Limits) or cannot be resident.
