@@ -1,9 +1,9 @@
 #!/bin/bash
 # rows14b GPU call (the coordinator builds `minigpt model_cuda_test` in build/cuda first; no build
 # here): the row-split tests (every MINIGPT_MEGA_ROWS_VARIANT), then `bench model` for the
-# default (base) and each variant (w15, head, w15head), alternating twice, then a stage trace
-# (MINIGPT_MEGA_TRACE=1: each GEMM stage's bracket is the wait for its LAST weight piece) of the
-# base and of w15head. Logs under $OUT/rows14b; bounded to ~110 s (later steps skipped past it).
+# default (base) and the variants all, head, lnfuse, w15 (w15head left out: time), alternating
+# twice, then a stage trace (MINIGPT_MEGA_TRACE=1: each GEMM stage's bracket is the wait for its
+# LAST weight piece) of the base and of all. Logs under $OUT/rows14b; bounded to ~110 s (later steps skipped past it).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 O=$OUT/rows14b; mkdir -p $O; T0=$(date +%s)
@@ -26,8 +26,8 @@ trace() {  # $1: variant name
 }
 log test; timeout 30 $TEST --gtest_filter='*ByRows*' > $O/test.txt 2>&1; log "test rc=$?"
 grep -E "^\[  (FAILED|PASSED|SKIPPED|     OK) |tests ran|Failure|Expected|Which is|diff|variant" $O/test.txt | head -80 > $O/test_summary.txt
-for v in "" w15 head w15head; do bench $v; done
-for v in "" w15 head w15head; do bench $v; done
+for v in "" all head lnfuse w15; do bench $v; done
+for v in "" all head lnfuse w15; do bench $v; done
 trace ""
-trace w15head
+trace all
 rm -f $O/b.txt $O/t.txt; log done

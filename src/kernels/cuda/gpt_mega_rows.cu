@@ -36,8 +36,11 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // instead of warp 0 (which starts the next stage); bit kVarHead, lm_head split over the
 // cluster's CTAs by vocabulary columns for all rows of the sequence (ln_f rows exchanged by
 // st.async, the softmax's per-CTA (max, sum) combined in CTA order), so each CTA streams
-// ceil(V / R) lm_head rows instead of all V.
-constexpr int kVarW15 = 1, kVarHead = 2;
+// ceil(V / R) lm_head rows instead of all V; bit kVarLn, each LayerNorm fused into the stage
+// that reads it: every warp of that stage normalises the CTA's row itself (the same arithmetic
+// as layernorm_rows, so bitwise the same; the warps write the same values to ln) and syncs only
+// itself: no CTA barrier between the LayerNorm and its GEMM.
+constexpr int kVarW15 = 1, kVarHead = 2, kVarLn = 4;
 
 bool rows_arch(const MegaDims& d) {
   return d.C == kC && d.H == kH && d.F == kF && d.L >= 1 && d.L <= kMegaMaxLayers && d.V >= 1;
@@ -290,6 +293,23 @@ __device__ __forceinline__ void dot_rows(const float* a, int lda, const float* c
   }
 }
 
+// kVarLn, 1 row per CTA: the calling warp writes layernorm_rows's ln of row 0 (lanes 0..15, the
+// 16-lane statistics of layernorm_rows_t; lanes 16..31 compute the same and write nothing), then
+// syncs itself. Several warps may write the same values at once.
+__device__ __forceinline__ void layernorm_row_warp(const float* x, float* ln, const float* w, const float* b, float eps) {
+  const int sub = threadIdx.x & 15;
+  constexpr int E = kC / 16;
+  float v[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) v[e] = x[sub + 16 * e];
+  const float2 st = row_stats<16, E>(v, kC, eps);
+  if ((threadIdx.x & 31) < 16) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) ln[sub + 16 * e] = (v[e] - st.x) * st.y * w[sub + 16 * e] + b[sub + 16 * e];
+  }
+  __syncwarp();
+}
+
 // ---- the split head (kVarHead, 1 row per CTA: R = T) ----
 // CTA r: the logits of vocabulary columns [c0, c0 + n) (ring.head_c0, head_n; n = ceil(V / R)
 // or fewer, 0 for the last CTAs of a small V) for ALL T rows of the sequence. Every CTA's ln_f
@@ -383,6 +403,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   const MegaDims& d = p.dims;
   const RowsLayout S(d, RP);
   const int T = d.T, V = d.V, R = S.R, L = d.L;
+  constexpr bool kLnFused = RP == 1 && (kVar & kVarLn) != 0;
   const int r = static_cast<int>(cluster_ctarank()), b = static_cast<int>(blockIdx.x) / R;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int t0 = r * RP, nr = min(RP, T - t0);
@@ -434,12 +455,15 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     const float* sw = sm + l * kSmallLayer;
     const int pi = l * kPiecesPerLayer;
     float *ks = sm + S.ks, *vs = sm + S.vs;
-    layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, sw + kLn1w, sw + kLn1b, p.eps);
-    __syncthreads();
-    stamp(2 + 8 * l);
-
     // q, k, v: a thread per output column (q 0..63, k 64..127, v 128..191) for all rows
     const bool qkv_thread = tid < 3 * kC;
+    if (kLnFused) {
+      if (qkv_thread) layernorm_row_warp(x, ln, sw + kLn1w, sw + kLn1b, p.eps);
+    } else {
+      layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, sw + kLn1w, sw + kLn1b, p.eps);
+      __syncthreads();
+    }
+    stamp(2 + 8 * l);
     ring.probe(pi + kPieceProj - 1);
     if (qkv_thread) dot_rows<RP, kC>(ln, kLd, {ring.wait(pi + tid / kPieceRows) + (tid % kPieceRows) * kLd}, acc);
     cluster_wait();  // every CTA has read the previous layer's k, v (layer 0: every CTA runs)
@@ -529,8 +553,12 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     ring.refill(pi + kPieceProj, pi + kPieceFc1);
     stamp(6 + 8 * l);
 
-    layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, sw + kLn2w, sw + kLn2b, p.eps);
-    __syncthreads();
+    if (kLnFused) {
+      if (tid < kF) layernorm_row_warp(x, ln, sw + kLn2w, sw + kLn2b, p.eps);
+    } else {
+      layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, sw + kLn2w, sw + kLn2b, p.eps);
+      __syncthreads();
+    }
     stamp(7 + 8 * l);
 
     // fc1 + GELU: a thread per output column f, into h as 4 slices of 64 columns (fc2's k), each
@@ -569,8 +597,12 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   // warp order (kWarps per row through shared memory, one CTA barrier each); a NaN logit makes
   // the sum, so the row, NaN
   const float* hd = sm + L * kSmallLayer;
-  layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, hd + kLnfw, hd + kLnfb, p.eps);
-  __syncthreads();
+  if (kLnFused) {  // every warp reads ln in the head (the split head: warp 0 sends it)
+    layernorm_row_warp(x, ln, hd + kLnfw, hd + kLnfb, p.eps);
+  } else {
+    layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, hd + kLnfw, hd + kLnfb, p.eps);
+    __syncthreads();
+  }
   stamp(2 + 8 * L);
   const int pl = L * kPiecesPerLayer;
   if constexpr (RP == 1 && (kVar & kVarHead) != 0) {
@@ -653,7 +685,7 @@ int gpt_mega_rows_variant() {
   if (!v || !*v) return 0;
   for (int i = 0; i < static_cast<int>(std::size(kMegaRowsVariants)); ++i)
     if (std::strcmp(v, kMegaRowsVariants[i]) == 0) return i;
-  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected base, w15, head or w15head");
+  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected base, w15, head, w15head, lnfuse or all");
   return 0;
 }
 
@@ -664,10 +696,12 @@ RowsKernel rows_kernel_for(int rp) {
   static const bool trace = std::getenv("MINIGPT_MEGA_TRACE") != nullptr;  // diagnostics, read once
   switch (rp) {
     case 1:
-      switch (gpt_mega_rows_variant()) {
-        case kVarW15: return rows1_kernel<kVarW15>(trace);
-        case kVarHead: return rows1_kernel<kVarHead>(trace);
-        case kVarW15 | kVarHead: return rows1_kernel<kVarW15 | kVarHead>(trace);
+      switch (gpt_mega_rows_variant()) {  // kMegaRowsVariants' order
+        case 1: return rows1_kernel<kVarW15>(trace);
+        case 2: return rows1_kernel<kVarHead>(trace);
+        case 3: return rows1_kernel<kVarW15 | kVarHead>(trace);
+        case 4: return rows1_kernel<kVarLn>(trace);
+        case 5: return rows1_kernel<kVarW15 | kVarHead | kVarLn>(trace);
         default: return rows1_kernel<0>(trace);
       }
     case 2: return trace ? gpt_mega_rows_kernel<2, true, 0> : gpt_mega_rows_kernel<2, false, 0>;

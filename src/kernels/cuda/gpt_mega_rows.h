@@ -71,8 +71,10 @@ constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // the GEMM stages) instead of warp 0; head, lm_head split over the cluster's CTAs by vocabulary
 // columns for all the sequence's rows (each CTA streams ceil(V / R) lm_head rows instead of V;
 // the softmax's per-CTA max and sum combined in CTA order; where ceil(V / R) <= 64, else the
-// base head); w15head, both. Logits bitwise the base's; probs within rounding (the sum's order).
-inline constexpr const char* kMegaRowsVariants[] = {"base", "w15", "head", "w15head"};
+// base head); w15head, both; lnfuse, each LayerNorm computed by every warp of the stage that
+// reads it (no CTA barrier between them); all, the three. Logits bitwise the base's; probs
+// within rounding (the split head's sum order).
+inline constexpr const char* kMegaRowsVariants[] = {"base", "w15", "head", "w15head", "lnfuse", "all"};
 // The variant MINIGPT_MEGA_ROWS_VARIANT names (kMegaRowsVariants' index; unset or empty: 0,
 // the base); an unknown name is an Error. Read at every launch (tests switch it).
 int gpt_mega_rows_variant();
