@@ -11,15 +11,20 @@ log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $O/steps.txt; }
 late() { [ $(( $(date +%s) - T0 )) -gt ${1:-95} ]; }
 M=build/cuda/minigpt; TEST=$(find build/cuda -name model_cuda_test -type f | head -1)
 A="bench model --device cuda --no-peers --runs 1000 --warmup 100"
+HUNG=" "  # variants whose bench ran past its timeout: not run again
 bench() {  # $1: variant name ("" = the default)
-  local name=${1:-default}
+  local name=${1:-default} rc
   late 92 && { log "skip bench $name"; return; }
+  [[ "$HUNG" == *" $name "* ]] && { log "skip bench $name (timed out before)"; return; }
   log "bench $name"; echo "=== $name (MINIGPT_MEGA_ROWS_VARIANT=${1:-})" >> $O/bench.txt
-  MINIGPT_MEGA_ROWS_VARIANT=${1:-} timeout 20 $M $A > $O/b.txt 2>&1; log "rc=$?"
+  MINIGPT_MEGA_ROWS_VARIANT=${1:-} timeout 20 $M $A > $O/b.txt 2>&1; rc=$?; log "rc=$rc"
+  [ $rc = 124 ] && HUNG="$HUNG$name "
   grep -E "^\| forward|max \|logit" $O/b.txt >> $O/bench.txt
+  [ $rc = 0 ] || tail -5 $O/b.txt >> $O/bench.txt
 }
 trace() {  # $1: variant name
   late 100 && { log "skip trace ${1:-default}"; return; }
+  [[ "$HUNG" == *" ${1:-default} "* ]] && { log "skip trace ${1:-default} (timed out before)"; return; }
   log "trace ${1:-default}"; echo "=== trace ${1:-default}" >> $O/trace.txt
   MINIGPT_MEGA_TRACE=1 MINIGPT_MEGA_ROWS_VARIANT=${1:-} timeout 15 $M $A > $O/t.txt 2>&1; log "rc=$?"
   grep -E "TRACE rows rp=1|TRACE  (layer|head)" $O/t.txt | head -12 >> $O/trace.txt
