@@ -39,8 +39,10 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // ceil(V / R) lm_head rows instead of all V; bit kVarLn, each LayerNorm fused into the stage
 // that reads it: every warp of that stage normalises the CTA's row itself (the same arithmetic
 // as layernorm_rows, so bitwise the same; the warps write the same values to ln) and syncs only
-// itself: no CTA barrier between the LayerNorm and its GEMM.
-constexpr int kVarW15 = 1, kVarHead = 2, kVarLn = 4;
+// itself: no CTA barrier between the LayerNorm and its GEMM; bit kVarSend, a k, v row's 16-byte
+// st.async to the later CTAs spread over the 4 lanes of its column group (lane j: receivers
+// r + 1 + j, r + 5 + j, ...) instead of its first lane sending to all (CTA 0: 15 in turn).
+constexpr int kVarW15 = 1, kVarHead = 2, kVarLn = 4, kVarSend = 8;
 
 bool rows_arch(const MegaDims& d) {
   return d.C == kC && d.H == kH && d.F == kF && d.L >= 1 && d.L <= kMegaMaxLayers && d.V >= 1;
@@ -480,10 +482,18 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
                   // columns 4j..4j+3 as one 16-byte store (a warp is 32 columns of one part)
           float* dst = (part == 1 ? ks : vs) + (t0 + i) * kLd + c;
           *dst = v;
-          const float4 v4 = make_float4(v, __shfl_down_sync(0xffffffffu, v, 1), __shfl_down_sync(0xffffffffu, v, 2),
-                                        __shfl_down_sync(0xffffffffu, v, 3));
-          for (int q = r + 1; q < R && lane % 4 == 0; ++q)
-            st_async4(shared_addr_in(dst, q), v4, shared_addr_in(&bars[kBarKv], q));
+          if constexpr ((kVar & kVarSend) != 0) {  // the group's 4 lanes share the receivers
+            const int g = lane & ~3, j = lane & 3;
+            const float4 v4 = make_float4(__shfl_sync(0xffffffffu, v, g), __shfl_sync(0xffffffffu, v, g + 1),
+                                          __shfl_sync(0xffffffffu, v, g + 2), __shfl_sync(0xffffffffu, v, g + 3));
+            for (int q = r + 1 + j; q < R; q += 4)
+              st_async4(shared_addr_in(dst - j, q), v4, shared_addr_in(&bars[kBarKv], q));
+          } else {
+            const float4 v4 = make_float4(v, __shfl_down_sync(0xffffffffu, v, 1), __shfl_down_sync(0xffffffffu, v, 2),
+                                          __shfl_down_sync(0xffffffffu, v, 3));
+            for (int q = r + 1; q < R && lane % 4 == 0; ++q)
+              st_async4(shared_addr_in(dst, q), v4, shared_addr_in(&bars[kBarKv], q));
+          }
         }
       }
     }
@@ -685,7 +695,7 @@ int gpt_mega_rows_variant() {
   if (!v || !*v) return 0;
   for (int i = 0; i < static_cast<int>(std::size(kMegaRowsVariants)); ++i)
     if (std::strcmp(v, kMegaRowsVariants[i]) == 0) return i;
-  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected base, w15, head, w15head, lnfuse or all");
+  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected base, w15, head, w15head, lnfuse, send4 or all");
   return 0;
 }
 
@@ -701,7 +711,8 @@ RowsKernel rows_kernel_for(int rp) {
         case 2: return rows1_kernel<kVarHead>(trace);
         case 3: return rows1_kernel<kVarW15 | kVarHead>(trace);
         case 4: return rows1_kernel<kVarLn>(trace);
-        case 5: return rows1_kernel<kVarW15 | kVarHead | kVarLn>(trace);
+        case 5: return rows1_kernel<kVarSend>(trace);
+        case 6: return rows1_kernel<kVarW15 | kVarHead | kVarLn | kVarSend>(trace);
         default: return rows1_kernel<0>(trace);
       }
     case 2: return trace ? gpt_mega_rows_kernel<2, true, 0> : gpt_mega_rows_kernel<2, false, 0>;

@@ -72,9 +72,10 @@ constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // columns for all the sequence's rows (each CTA streams ceil(V / R) lm_head rows instead of V;
 // the softmax's per-CTA max and sum combined in CTA order; where ceil(V / R) <= 64, else the
 // base head); w15head, both; lnfuse, each LayerNorm computed by every warp of the stage that
-// reads it (no CTA barrier between them); all, the three. Logits bitwise the base's; probs
-// within rounding (the split head's sum order).
-inline constexpr const char* kMegaRowsVariants[] = {"base", "w15", "head", "w15head", "lnfuse", "all"};
+// reads it (no CTA barrier between them); send4, a k, v row's sends to the later CTAs spread over
+// 4 lanes; all, the four. Logits bitwise the base's; probs within rounding (the split head's sum
+// order).
+inline constexpr const char* kMegaRowsVariants[] = {"base", "w15", "head", "w15head", "lnfuse", "send4", "all"};
 // The variant MINIGPT_MEGA_ROWS_VARIANT names (kMegaRowsVariants' index; unset or empty: 0,
 // the base); an unknown name is an Error. Read at every launch (tests switch it).
 int gpt_mega_rows_variant();
