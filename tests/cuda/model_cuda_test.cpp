@@ -393,6 +393,9 @@ TEST(CudaModel, MegakernelByRowsVariantsMatchTheCpu) {
   ModelFile file = load_model(kShipped);
   GrammarMiniGPT shipped(file.config, std::move(file.weights));
   const GrammarMiniGPT small(small_config(), ModelWeights::init_random(small_config(), 33));
+  struct UnsetAfter {  // an ASSERT leaving the loop must not leave a variant to the other tests
+    ~UnsetAfter() { unsetenv("MINIGPT_MEGA_ROWS_VARIANT"); }
+  } unset_after;
   using Shape2 = std::pair<int64_t, int64_t>;
   const Shape2 shapes[] = {{2, 16}, {1, 16}, {3, 12}, {2, 10}, {2, 9}, {3, 5}, {1, 1}};
   for (const GrammarMiniGPT* model : {static_cast<const GrammarMiniGPT*>(&shipped), &small}) {
