@@ -384,9 +384,8 @@ TEST(CudaModel, MegakernelByRowsMatchesTheCpu) {
 }
 
 // The 1-row-per-CTA kernel's variants (MINIGPT_MEGA_ROWS_VARIANT, gpt_mega_rows.h): on the
-// shipped model (V 611: the split head at T >= 10, the base head below) and the small one (V 50:
-// split at every T), logits bitwise the base's, logits and probs within 1e-5 of the CPU; an
-// unknown name is a clear error.
+// shipped model and the small one, logits bitwise the base's, logits and probs within 1e-5 of
+// the CPU; an unknown name is a clear error.
 TEST(CudaModel, MegakernelByRowsVariantsMatchTheCpu) {
   REQUIRE_GPU();
   if (!std::filesystem::exists(kShipped)) GTEST_SKIP() << "shipped model missing: " << kShipped;

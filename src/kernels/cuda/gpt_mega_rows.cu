@@ -32,17 +32,14 @@ constexpr int kLnfw = 0, kLnfb = 64, kLmb = 128;
 // mbarriers: the ring's slots [0, kMaxSlots), then the small vectors' copy, then k, v
 constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots + 2;
 // Variants (issue 14's leads, MINIGPT_MEGA_ROWS_VARIANT; 1 row per CTA only, other rp run the
-// base): bit kVarW15, the ring's refills issued by the last warp (idle in every GEMM stage)
-// instead of warp 0 (which starts the next stage); bit kVarHead, lm_head split over the
-// cluster's CTAs by vocabulary columns for all rows of the sequence (ln_f rows exchanged by
-// st.async, the softmax's per-CTA (max, sum) combined in CTA order), so each CTA streams
-// ceil(V / R) lm_head rows instead of all V; bit kVarLn, each LayerNorm fused into the stage
+// base): bit kVarW15 (the default since rows14b), the ring's refills issued by the last warp
+// (idle in every GEMM stage) instead of warp 0 (which starts the next stage); bit kVarLn, each LayerNorm fused into the stage
 // that reads it: every warp of that stage normalises the CTA's row itself (the same arithmetic
 // as layernorm_rows, so bitwise the same; the warps write the same values to ln) and syncs only
-// itself: no CTA barrier between the LayerNorm and its GEMM; bit kVarSend, a k, v row's 16-byte
-// st.async to the later CTAs spread over the 4 lanes of its column group (lane j: receivers
-// r + 1 + j, r + 5 + j, ...) instead of its first lane sending to all (CTA 0: 15 in turn).
-constexpr int kVarW15 = 1, kVarHead = 2, kVarLn = 4, kVarSend = 8;
+// itself: no CTA barrier between the LayerNorm and its GEMM. (rows14b also measured, and removed:
+// lm_head split over the cluster's CTAs with a cross-CTA softmax, 28.6-28.8 us against the base's
+// 25.6; a k, v row's sends spread over 4 lanes, 25.6-25.7: docs/MEGAKERNEL.md "rows".)
+constexpr int kVarW15 = 1, kVarLn = 4;
 
 bool rows_arch(const MegaDims& d) {
   return d.C == kC && d.H == kH && d.F == kF && d.L >= 1 && d.L <= kMegaMaxLayers && d.V >= 1;
@@ -225,8 +222,6 @@ struct Ring {
   const RowsLayout& S;
   int L, V;
   Stamps<kTrace>& stamp;  // kTrace: the stamping thread counts its waits
-  int pieces;             // S.pieces; with the split head L * kPiecesPerLayer + 1
-  int head_c0 = 0, head_n = -1;  // split head: this CTA's lm_head rows [c0, c0 + n) as the last piece
   __device__ __forceinline__ float* slot(int i) const { return slots + (i % S.ns) * kSlot; }
   // The stamping thread (trace instance only) waits for piece `last` of the stage to come.
   __device__ __forceinline__ void probe(int last) const {
@@ -246,14 +241,8 @@ struct Ring {
   }
   // One thread: piece i's bulk copy into its slot (nothing past the last piece).
   __device__ __forceinline__ void issue(int i) const {
-    if (i >= pieces) return;
+    if (i >= S.pieces) return;
     uint64_t* bar = &bars[i % S.ns];
-    if (head_n >= 0 && i == L * kPiecesPerLayer) {  // the split head's rows (none: the phase completes)
-      const unsigned bytes = static_cast<unsigned>(head_n * kLd) * 4u;
-      detail::mbarrier_arrive_expect_tx(bar, bytes);
-      if (bytes > 0) detail::bulk_load(slot(i), img + piece_offset(S, i) + head_c0 * kLd, bytes, bar);
-      return;
-    }
     const unsigned bytes = piece_bytes(S, L, V, i);
     detail::mbarrier_arrive_expect_tx(bar, bytes);
     detail::bulk_load(slot(i), img + piece_offset(S, i), bytes, bar);
@@ -312,90 +301,6 @@ __device__ __forceinline__ void layernorm_row_warp(const float* x, float* ln, co
   __syncwarp();
 }
 
-// ---- the split head (kVarHead, 1 row per CTA: R = T) ----
-// CTA r: the logits of vocabulary columns [c0, c0 + n) (ring.head_c0, head_n; n = ceil(V / R)
-// or fewer, 0 for the last CTAs of a small V) for ALL T rows of the sequence. Every CTA's ln_f
-// row goes to every CTA (st.async on kBarKv, phase L: the layers' hand-over's next); a thread
-// per (row, column), each logit one FMA chain in k order then + b (bitwise the base's logits);
-// per row the CTA's (max, sum of exp(l - max)) over its columns go to every CTA (st.async on
-// kBarSmall, phase 1), combined in CTA order: M = max of the maxima, S = sum of s_c exp(m_c - M),
-// probs exp(l - M) / S (the base's formula; S in another order, so probs within rounding).
-// Buffers in ring slots no copy writes any more: the ln_f rows in piece (pieces - ns)'s slot (a
-// q, k, v piece of the last layer: every CTA has read it before the cluster arrival after its
-// last attention, which the senders wait for), the CTA's logits and the received (max, sum) in
-// the slots of the last fc2 pieces (every CTA has read them before sending its ln_f row).
-template <bool kTrace, int kVar>
-__device__ __forceinline__ void head_split(const MegaParams& p, const RowsLayout& S, const Ring<kTrace, kVar>& ring,
-                                           const float* ln, const float* hd, uint64_t* bars, int b, int r) {
-  const MegaDims& d = p.dims;
-  const int T = d.T, V = d.V, R = S.R, L = d.L, pl = L * kPiecesPerLayer;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int c0 = ring.head_c0, n = ring.head_n;
-  float* lnall = ring.slot(ring.pieces - S.ns);  // (T, kLd): the sequence's ln_f rows
-  float* lg = ring.slot(pl - 2);                  // (T, n): this CTA's logits
-  float* st = ring.slot(pl - 1);                  // (R, T, 2): every CTA's (max, sum) per row
-  cluster_wait();  // every CTA has read the slot lnall is in
-  if (warp == 0 && lane < kC / 4) {
-    const float4 v = *reinterpret_cast<const float4*>(ln + lane * 4);
-    float* dst = lnall + r * kLd + lane * 4;
-    *reinterpret_cast<float4*>(dst) = v;
-    for (int q = 0; q < R; ++q)
-      if (q != r) st_async4(shared_addr_in(dst, q), v, shared_addr_in(&bars[kBarKv], q));
-  }
-  __syncthreads();
-  if (tid == 0) stage_arrive(&bars[kBarKv], static_cast<unsigned>((T - 1) * kC) * 4u);
-  stage_wait(&bars[kBarKv], static_cast<unsigned>(L & 1));
-  ring.probe(pl);
-  const int items = T * n;
-  float lv[2];
-  const float* w = tid < items ? ring.wait(pl) : nullptr;
-#pragma unroll
-  for (int u = 0; u < 2; ++u) {
-    const int item = tid + u * kThreads;
-    lv[u] = -CUDART_INF_F;
-    if (item < items) {
-      const int i = item / n, j = item % n;
-      float acc[1][1];
-      dot_rows<1, kC>(lnall + i * kLd, kLd, {w + j * kLd}, acc);
-      lv[u] = acc[0][0] + hd[kLmb + c0 + j];
-      lg[i * n + j] = lv[u];
-      p.logits[(static_cast<int64_t>(b) * T + i) * V + c0 + j] = lv[u];
-    }
-  }
-  if (!p.probs) return;
-  __syncthreads();
-  if (warp < T) {  // warp i: row i's (max, sum) over this CTA's columns, to every CTA's st[r][i]
-    const int i = warp;
-    const float a0 = lane < n ? lg[i * n + lane] : -CUDART_INF_F;
-    const float a1 = lane + 32 < n ? lg[i * n + lane + 32] : -CUDART_INF_F;
-    float m = fmaxf(a0, a1);
-    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-    float s = (lane < n ? expf(a0 - m) : 0.0f) + (lane + 32 < n ? expf(a1 - m) : 0.0f);
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-    float* dst = st + (r * T + i) * 2;
-    if (lane == r) *reinterpret_cast<float2*>(dst) = make_float2(m, s);
-    else if (lane < R) st_async2(shared_addr_in(dst, lane), make_float2(m, s), shared_addr_in(&bars[kBarSmall], lane));
-  }
-  __syncthreads();
-  if (tid == 0) stage_arrive(&bars[kBarSmall], static_cast<unsigned>((R - 1) * T * 2) * 4u);
-  stage_wait(&bars[kBarSmall], 1u);
-#pragma unroll
-  for (int u = 0; u < 2; ++u) {
-    const int item = tid + u * kThreads;
-    if (item < items) {
-      const int i = item / n, j = item % n;
-      float M = st[i * 2];
-      for (int c = 1; c < R; ++c) M = fmaxf(M, st[(c * T + i) * 2]);
-      float total = 0.0f;
-      for (int c = 0; c < R; ++c) {
-        const float mc = st[(c * T + i) * 2], sc = st[(c * T + i) * 2 + 1];
-        total += sc * expf(mc - M);  // an empty CTA: 0 * 0; a NaN logit's sum makes the row NaN
-      }
-      p.probs[(static_cast<int64_t>(b) * T + i) * V + c0 + j] = expf(lv[u] - M) * (1.0f / total);
-    }
-  }
-}
-
 // ---- the kernel ----
 // RP rows per CTA (compile time: the accumulators are registers); the cluster (R CTAs) is one
 // sequence, blockIdx.x / R.
@@ -414,14 +319,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   float* h = sm + S.h;
   uint64_t* bars = reinterpret_cast<uint64_t*>(sm + S.bars);
   Stamps<kTrace> stamp{b == 0 && r == R - 1 && tid == 0};
-  // kVarHead: the split head where a CTA's share of lm_head fits a slot and the ring is deep
-  // enough that the slot of piece pieces - ns (a q, k, v piece of the last layer, read before
-  // that layer's cluster arrival) can take the other CTAs' ln_f rows
-  const int hcols = ceil_div(V, R);
-  const bool split = (kVar & kVarHead) != 0 && RP == 1 && S.ns >= 11 && hcols <= kPieceRows;
-  const int hc0 = split ? r * hcols : 0, hn = split ? max(0, min(hcols, V - hc0)) : -1;
-  const Ring<kTrace, kVar> ring{sm + S.ring, bars, p.image, S, L, V, stamp,
-                                split ? L * kPiecesPerLayer + 1 : S.pieces, hc0, hn};
+  const Ring<kTrace, kVar> ring{sm + S.ring, bars, p.image, S, L, V, stamp};
   if constexpr (kTrace) {
     if (stamp.on) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(stamp.t0_ns));
   }
@@ -482,18 +380,10 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
                   // columns 4j..4j+3 as one 16-byte store (a warp is 32 columns of one part)
           float* dst = (part == 1 ? ks : vs) + (t0 + i) * kLd + c;
           *dst = v;
-          if constexpr ((kVar & kVarSend) != 0) {  // the group's 4 lanes share the receivers
-            const int g = lane & ~3, j = lane & 3;
-            const float4 v4 = make_float4(__shfl_sync(0xffffffffu, v, g), __shfl_sync(0xffffffffu, v, g + 1),
-                                          __shfl_sync(0xffffffffu, v, g + 2), __shfl_sync(0xffffffffu, v, g + 3));
-            for (int q = r + 1 + j; q < R; q += 4)
-              st_async4(shared_addr_in(dst - j, q), v4, shared_addr_in(&bars[kBarKv], q));
-          } else {
-            const float4 v4 = make_float4(v, __shfl_down_sync(0xffffffffu, v, 1), __shfl_down_sync(0xffffffffu, v, 2),
-                                          __shfl_down_sync(0xffffffffu, v, 3));
-            for (int q = r + 1; q < R && lane % 4 == 0; ++q)
-              st_async4(shared_addr_in(dst, q), v4, shared_addr_in(&bars[kBarKv], q));
-          }
+          const float4 v4 = make_float4(v, __shfl_down_sync(0xffffffffu, v, 1), __shfl_down_sync(0xffffffffu, v, 2),
+                                        __shfl_down_sync(0xffffffffu, v, 3));
+          for (int q = r + 1; q < R && lane % 4 == 0; ++q)
+            st_async4(shared_addr_in(dst, q), v4, shared_addr_in(&bars[kBarKv], q));
         }
       }
     }
@@ -545,8 +435,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       if (lane < kDh / 4) *reinterpret_cast<float4*>(att + i * kLd + e) = a;
     }
     __syncthreads();
-    // this CTA's k, v are read: the next layer's may come (the split head: its ln_f rows)
-    if (l + 1 < L || split) cluster_arrive_relaxed();
+    if (l + 1 < L) cluster_arrive_relaxed();  // this CTA's k, v are read: the next layer's may come
     stamp(5 + 8 * l);
 
     // proj + residual: 4 lanes 8 apart per output column n (warp w: columns 8w..8w+7), lane s
@@ -607,7 +496,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   // warp order (kWarps per row through shared memory, one CTA barrier each); a NaN logit makes
   // the sum, so the row, NaN
   const float* hd = sm + L * kSmallLayer;
-  if (kLnFused) {  // every warp reads ln in the head (the split head: warp 0 sends it)
+  if (kLnFused) {  // every warp reads ln in the head
     layernorm_row_warp(x, ln, hd + kLnfw, hd + kLnfb, p.eps);
   } else {
     layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, hd + kLnfw, hd + kLnfb, p.eps);
@@ -615,13 +504,6 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   }
   stamp(2 + 8 * L);
   const int pl = L * kPiecesPerLayer;
-  if constexpr (RP == 1 && (kVar & kVarHead) != 0) {
-    if (split) {
-      head_split(p, S, ring, ln, hd, bars, b, r);
-      stamp.report(L, R, RP);
-      return;
-    }
-  }
   ring.probe(pl + S.lm_pieces - 1);
   const int n0 = tid, n1 = tid + kThreads;  // n1 < V only for V > kThreads
   float lgt[2][RP];
@@ -692,10 +574,10 @@ RowsKernel rows1_kernel(bool trace) {
 
 int gpt_mega_rows_variant() {
   const char* v = std::getenv("MINIGPT_MEGA_ROWS_VARIANT");
-  if (!v || !*v) return 0;
+  if (!v || !*v) return 1;  // w15: faster than the base in both rounds of rows14b's call
   for (int i = 0; i < static_cast<int>(std::size(kMegaRowsVariants)); ++i)
     if (std::strcmp(v, kMegaRowsVariants[i]) == 0) return i;
-  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected base, w15, head, w15head, lnfuse, send4 or all");
+  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected base, w15 or lnfuse");
   return 0;
 }
 
@@ -708,11 +590,7 @@ RowsKernel rows_kernel_for(int rp) {
     case 1:
       switch (gpt_mega_rows_variant()) {  // kMegaRowsVariants' order
         case 1: return rows1_kernel<kVarW15>(trace);
-        case 2: return rows1_kernel<kVarHead>(trace);
-        case 3: return rows1_kernel<kVarW15 | kVarHead>(trace);
-        case 4: return rows1_kernel<kVarLn>(trace);
-        case 5: return rows1_kernel<kVarSend>(trace);
-        case 6: return rows1_kernel<kVarW15 | kVarHead | kVarLn | kVarSend>(trace);
+        case 2: return rows1_kernel<kVarLn>(trace);
         default: return rows1_kernel<0>(trace);
       }
     case 2: return trace ? gpt_mega_rows_kernel<2, true, 0> : gpt_mega_rows_kernel<2, false, 0>;

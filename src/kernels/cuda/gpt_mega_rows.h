@@ -66,18 +66,15 @@ namespace minigpt::cuda {
 
 // Rows per CTA the row-split forward is built for.
 constexpr int kMegaRowsChoices[] = {1, 2, 4};
-// Variants of the 1-row-per-CTA kernel (issue 14's leads), by MINIGPT_MEGA_ROWS_VARIANT=name
-// (unset: base), read at every launch: w15, the ring's refills issued by the last warp (idle in
-// the GEMM stages) instead of warp 0; head, lm_head split over the cluster's CTAs by vocabulary
-// columns for all the sequence's rows (each CTA streams ceil(V / R) lm_head rows instead of V;
-// the softmax's per-CTA max and sum combined in CTA order; where ceil(V / R) <= 64, else the
-// base head); w15head, both; lnfuse, each LayerNorm computed by every warp of the stage that
-// reads it (no CTA barrier between them); send4, a k, v row's sends to the later CTAs spread over
-// 4 lanes; all, the four. Logits bitwise the base's; probs within rounding (the split head's sum
-// order).
-inline constexpr const char* kMegaRowsVariants[] = {"base", "w15", "head", "w15head", "lnfuse", "send4", "all"};
-// The variant MINIGPT_MEGA_ROWS_VARIANT names (kMegaRowsVariants' index; unset or empty: 0,
-// the base); an unknown name is an Error. Read at every launch (tests switch it).
+// Variants of the 1-row-per-CTA kernel (issue 14's leads), by MINIGPT_MEGA_ROWS_VARIANT=name,
+// read at every launch: base, the ring's refills issued by warp 0 after each stage's CTA barrier;
+// w15 (the default: unset or empty), by the last warp, idle in the GEMM stages (H200, (2, 16):
+// 24.13 / 23.94 us against the base's 25.66 / 25.60, experiments/25-compile/gpu_rows14b);
+// lnfuse, the base with each LayerNorm computed by every warp of the stage that reads it, no
+// CTA barrier between them (25.06 / 24.90). All three compute bitwise the same.
+inline constexpr const char* kMegaRowsVariants[] = {"base", "w15", "lnfuse"};
+// The variant MINIGPT_MEGA_ROWS_VARIANT names (kMegaRowsVariants' index; unset or empty: 1,
+// w15); an unknown name is an Error. Read at every launch (tests switch it).
 int gpt_mega_rows_variant();
 
 // The cluster size (ceil(T / rp)) the row-split forward runs dims with rp rows per CTA on the
