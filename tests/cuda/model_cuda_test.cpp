@@ -383,6 +383,49 @@ TEST(CudaModel, MegakernelByRowsMatchesTheCpu) {
               prompts.size(), by_rows, worst);
 }
 
+// The 1-row-per-CTA kernel's variants (MINIGPT_MEGA_ROWS_VARIANT, gpt_mega_rows.h): on the
+// shipped model and the small one, logits bitwise the base's, logits and probs within 1e-5 of
+// the CPU; an unknown name is a clear error.
+TEST(CudaModel, MegakernelByRowsVariantsMatchTheCpu) {
+  REQUIRE_GPU();
+  if (!std::filesystem::exists(kShipped)) GTEST_SKIP() << "shipped model missing: " << kShipped;
+  ModelFile file = load_model(kShipped);
+  GrammarMiniGPT shipped(file.config, std::move(file.weights));
+  const GrammarMiniGPT small(small_config(), ModelWeights::init_random(small_config(), 33));
+  struct UnsetAfter {  // an ASSERT leaving the loop must not leave a variant to the other tests
+    ~UnsetAfter() { unsetenv("MINIGPT_MEGA_ROWS_VARIANT"); }
+  } unset_after;
+  using Shape2 = std::pair<int64_t, int64_t>;
+  const Shape2 shapes[] = {{2, 16}, {1, 16}, {3, 12}, {2, 10}, {2, 9}, {3, 5}, {1, 1}};
+  for (const GrammarMiniGPT* model : {static_cast<const GrammarMiniGPT*>(&shipped), &small}) {
+    const int64_t V = model->config().vocab_size;
+    std::vector<std::vector<float>> base;  // per shape: the base's logits
+    for (const char* variant : cuda::kMegaRowsVariants) {
+      SCOPED_TRACE(std::string("variant ") + variant + ", V " + std::to_string(V));
+      setenv("MINIGPT_MEGA_ROWS_VARIANT", variant, 1);
+      CudaGPT gpu(*model, {.path = CudaGPTOptions::Path::Mega, .mega_rows = 1});
+      uint32_t seed = 60;
+      size_t at = 0;
+      for (auto [B, T] : shapes) {
+        ASSERT_EQ(gpu.mega_rows_for(B, T), 1) << "B=" << B << " T=" << T;
+        expect_forward_matches(*model, gpu, B, T, seed);
+        const auto ids = random_ids(B * T, static_cast<int32_t>(V), seed++);
+        Tensor logits, probs;
+        gpu.forward(ids.data(), B, T, logits, probs);
+        std::vector<float> v(logits.data(), logits.data() + logits.numel());
+        if (std::string(variant) == "base") base.push_back(v);
+        else EXPECT_EQ(v, base[at]) << "logits not bitwise the base's at B=" << B << " T=" << T;
+        ++at;
+      }
+    }
+    unsetenv("MINIGPT_MEGA_ROWS_VARIANT");
+  }
+  setenv("MINIGPT_MEGA_ROWS_VARIANT", "nope", 1);
+  const CudaGPTOptions by_rows{.path = CudaGPTOptions::Path::Mega, .mega_rows = 1};
+  EXPECT_ERROR(CudaGPT(small, by_rows), "MINIGPT_MEGA_ROWS_VARIANT=nope");  // checked when built
+  unsetenv("MINIGPT_MEGA_ROWS_VARIANT");
+}
+
 // Options and shapes the row-split forward does not take are clear errors; the environment's
 // choice and the automatic one.
 TEST(CudaModel, MegakernelByRowsBadOptionsAreClearErrors) {

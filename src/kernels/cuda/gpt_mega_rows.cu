@@ -6,6 +6,9 @@
 
 #include "kernels/cuda/gpt_mega_parts.cuh"
 
+#include <cstring>
+#include <iterator>
+
 namespace minigpt::cuda {
 namespace {
 
@@ -28,6 +31,15 @@ constexpr int kSmallLayer = 832;
 constexpr int kLnfw = 0, kLnfb = 64, kLmb = 128;
 // mbarriers: the ring's slots [0, kMaxSlots), then the small vectors' copy, then k, v
 constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots + 2;
+// Variants (issue 14's leads, MINIGPT_MEGA_ROWS_VARIANT; 1 row per CTA only, other rp run the
+// base): bit kVarW15 (the default since rows14b), the ring's refills issued by the last warp
+// (idle in every GEMM stage) instead of warp 0 (which starts the next stage); bit kVarLn, each LayerNorm fused into the stage
+// that reads it: every warp of that stage normalises the CTA's row itself (the same arithmetic
+// as layernorm_rows, so bitwise the same; the warps write the same values to ln) and syncs only
+// itself: no CTA barrier between the LayerNorm and its GEMM. (rows14b also measured, and removed:
+// lm_head split over the cluster's CTAs with a cross-CTA softmax, 28.6-28.8 us against the base's
+// 25.6; a k, v row's sends spread over 4 lanes, 25.6-25.7: docs/MEGAKERNEL.md "rows".)
+constexpr int kVarW15 = 1, kVarLn = 4;
 
 bool rows_arch(const MegaDims& d) {
   return d.C == kC && d.H == kH && d.F == kF && d.L >= 1 && d.L <= kMegaMaxLayers && d.V >= 1;
@@ -153,8 +165,10 @@ __device__ __forceinline__ void add_slices_residual(const float (&acc)[1][RP], i
 // last CTA of cluster 0 (it waits for every other CTA's keys) stamps clock64 at each stage's end,
 // and the cycles its thread 0 spent waiting for weight pieces so far (Ring::wait); launch
 // kRowsTraceEvery / 2 of every kRowsTraceEvery prints the cycles per stage (and, in brackets,
-// the weight waits among them: thread 0 reads the first piece of every GEMM stage, so a lower
-// bound: the stage's later pieces land after it). ----
+// the weight waits among them: in the trace instance thread 0 first waits for the stage's LAST
+// piece (Ring::probe), so the bracket is the time from the stage's start until all its weights
+// had landed; the stage minus the bracket is its arithmetic after the last piece. The probe
+// delays thread 0's own chain by that wait, at most the stage's weight wait). ----
 constexpr int kRowsTraceSlots = 2 + 8 * kMegaMaxLayers + 3;
 constexpr unsigned kRowsTraceEvery = 400;
 __device__ long long g_rows_trace[kRowsTraceSlots];
@@ -200,7 +214,7 @@ struct Stamps {
 };
 
 // ---- the ring of weight pieces ----
-template <bool kTrace>
+template <bool kTrace, int kVar>
 struct Ring {
   float* slots;
   uint64_t* bars;
@@ -208,6 +222,13 @@ struct Ring {
   const RowsLayout& S;
   int L, V;
   Stamps<kTrace>& stamp;  // kTrace: the stamping thread counts its waits
+  __device__ __forceinline__ float* slot(int i) const { return slots + (i % S.ns) * kSlot; }
+  // The stamping thread (trace instance only) waits for piece `last` of the stage to come.
+  __device__ __forceinline__ void probe(int last) const {
+    if constexpr (kTrace) {
+      if (stamp.on) wait(last);
+    }
+  }
   // Piece i's slot once it has landed (the calling thread waits).
   __device__ __forceinline__ const float* wait(int i) const {
     long long t = 0;
@@ -224,13 +245,14 @@ struct Ring {
     uint64_t* bar = &bars[i % S.ns];
     const unsigned bytes = piece_bytes(S, L, V, i);
     detail::mbarrier_arrive_expect_tx(bar, bytes);
-    detail::bulk_load(slots + (i % S.ns) * kSlot, img + piece_offset(S, i), bytes, bar);
+    detail::bulk_load(slot(i), img + piece_offset(S, i), bytes, bar);
   }
   // Every thread, after the CTA barrier that ends the reads of pieces [a, b): their slots take
   // the pieces ns later, a copy per lane of warp 0 (one thread issuing them in turn kept the
-  // others waiting at the next barrier).
+  // others waiting at the next barrier; kVarW15: of the last warp).
   __device__ __forceinline__ void refill(int a, int b) const {
-    if (static_cast<int>(threadIdx.x) < b - a) issue(a + static_cast<int>(threadIdx.x) + S.ns);
+    const int k = static_cast<int>(threadIdx.x) - ((kVar & kVarW15) ? kThreads - 32 : 0);
+    if (k >= 0 && k < b - a) issue(a + k + S.ns);
   }
 };
 
@@ -262,15 +284,33 @@ __device__ __forceinline__ void dot_rows(const float* a, int lda, const float* c
   }
 }
 
+// kVarLn, 1 row per CTA: the calling warp writes layernorm_rows's ln of row 0 (lanes 0..15, the
+// 16-lane statistics of layernorm_rows_t; lanes 16..31 compute the same and write nothing), then
+// syncs itself. Several warps may write the same values at once.
+__device__ __forceinline__ void layernorm_row_warp(const float* x, float* ln, const float* w, const float* b, float eps) {
+  const int sub = threadIdx.x & 15;
+  constexpr int E = kC / 16;
+  float v[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) v[e] = x[sub + 16 * e];
+  const float2 st = row_stats<16, E>(v, kC, eps);
+  if ((threadIdx.x & 31) < 16) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) ln[sub + 16 * e] = (v[e] - st.x) * st.y * w[sub + 16 * e] + b[sub + 16 * e];
+  }
+  __syncwarp();
+}
+
 // ---- the kernel ----
 // RP rows per CTA (compile time: the accumulators are registers); the cluster (R CTAs) is one
 // sequence, blockIdx.x / R.
-template <int RP, bool kTrace>
+template <int RP, bool kTrace, int kVar>
 __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid_constant__ MegaParams p) {
   extern __shared__ __align__(16) float sm[];
   const MegaDims& d = p.dims;
   const RowsLayout S(d, RP);
   const int T = d.T, V = d.V, R = S.R, L = d.L;
+  constexpr bool kLnFused = RP == 1 && (kVar & kVarLn) != 0;
   const int r = static_cast<int>(cluster_ctarank()), b = static_cast<int>(blockIdx.x) / R;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int t0 = r * RP, nr = min(RP, T - t0);
@@ -279,7 +319,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   float* h = sm + S.h;
   uint64_t* bars = reinterpret_cast<uint64_t*>(sm + S.bars);
   Stamps<kTrace> stamp{b == 0 && r == R - 1 && tid == 0};
-  const Ring<kTrace> ring{sm + S.ring, bars, p.image, S, L, V, stamp};
+  const Ring<kTrace, kVar> ring{sm + S.ring, bars, p.image, S, L, V, stamp};
   if constexpr (kTrace) {
     if (stamp.on) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(stamp.t0_ns));
   }
@@ -315,12 +355,16 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     const float* sw = sm + l * kSmallLayer;
     const int pi = l * kPiecesPerLayer;
     float *ks = sm + S.ks, *vs = sm + S.vs;
-    layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, sw + kLn1w, sw + kLn1b, p.eps);
-    __syncthreads();
-    stamp(2 + 8 * l);
-
     // q, k, v: a thread per output column (q 0..63, k 64..127, v 128..191) for all rows
     const bool qkv_thread = tid < 3 * kC;
+    if (kLnFused) {
+      if (qkv_thread) layernorm_row_warp(x, ln, sw + kLn1w, sw + kLn1b, p.eps);
+    } else {
+      layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, sw + kLn1w, sw + kLn1b, p.eps);
+      __syncthreads();
+    }
+    stamp(2 + 8 * l);
+    ring.probe(pi + kPieceProj - 1);
     if (qkv_thread) dot_rows<RP, kC>(ln, kLd, {ring.wait(pi + tid / kPieceRows) + (tid % kPieceRows) * kLd}, acc);
     cluster_wait();  // every CTA has read the previous layer's k, v (layer 0: every CTA runs)
     if (qkv_thread) {
@@ -398,6 +442,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     // adding head s's 16 k in order; lane 0 adds the heads' sums in head order, then b, then x
     // (gpt_mega's forward, proj by heads, adds in that order). A quarter-warp: one att address
     // (a broadcast), 8 weight rows (8 bank groups).
+    ring.probe(pi + kPieceProj);
     if (tid < 4 * kC) {
       const int s = lane >> 3, n = 8 * warp + (lane & 7);
       dot_rows<RP, kDh>(att + s * kDh, kLd, {ring.wait(pi + kPieceProj) + n * kLd + s * kDh}, acc);
@@ -407,12 +452,17 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     ring.refill(pi + kPieceProj, pi + kPieceFc1);
     stamp(6 + 8 * l);
 
-    layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, sw + kLn2w, sw + kLn2b, p.eps);
-    __syncthreads();
+    if (kLnFused) {
+      if (tid < kF) layernorm_row_warp(x, ln, sw + kLn2w, sw + kLn2b, p.eps);
+    } else {
+      layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, sw + kLn2w, sw + kLn2b, p.eps);
+      __syncthreads();
+    }
     stamp(7 + 8 * l);
 
     // fc1 + GELU: a thread per output column f, into h as 4 slices of 64 columns (fc2's k), each
     // padded to 68
+    ring.probe(pi + kPieceFc2 - 1);
     if (tid < kF) {
       dot_rows<RP, kC>(ln, kLd, {ring.wait(pi + kPieceFc1 + tid / kPieceRows) + (tid % kPieceRows) * kLd}, acc);
       const float bias = sw[kFc1b + tid];
@@ -428,6 +478,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     // order; lane 0 adds the slices' sums in slice order, then b, then x. A quarter-warp reads
     // 4 slices of h (68 apart: 4 bank groups, no conflict; 64 apart they took 4 wavefronts each,
     // ~2k cycles per row per layer, H200 trace) and 8 weight rows (272 apart: 8 bank groups).
+    ring.probe(pi + kPiecesPerLayer - 1);
     if (tid < 4 * kC) {
       const int n = tid >> 2, s = tid & 3;
       dot_rows<RP, kC>(h + s * kLd, kLdH,
@@ -445,10 +496,15 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   // warp order (kWarps per row through shared memory, one CTA barrier each); a NaN logit makes
   // the sum, so the row, NaN
   const float* hd = sm + L * kSmallLayer;
-  layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, hd + kLnfw, hd + kLnfb, p.eps);
-  __syncthreads();
+  if (kLnFused) {  // every warp reads ln in the head
+    layernorm_row_warp(x, ln, hd + kLnfw, hd + kLnfb, p.eps);
+  } else {
+    layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, hd + kLnfw, hd + kLnfb, p.eps);
+    __syncthreads();
+  }
   stamp(2 + 8 * L);
   const int pl = L * kPiecesPerLayer;
+  ring.probe(pl + S.lm_pieces - 1);
   const int n0 = tid, n1 = tid + kThreads;  // n1 < V only for V > kThreads
   float lgt[2][RP];
   if (n0 < V) {
@@ -509,12 +565,36 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
 
 using RowsKernel = void (*)(MegaParams);
 
+template <int kVar>
+RowsKernel rows1_kernel(bool trace) {
+  return trace ? gpt_mega_rows_kernel<1, true, kVar> : gpt_mega_rows_kernel<1, false, kVar>;
+}
+
+}  // namespace
+
+int gpt_mega_rows_variant() {
+  const char* v = std::getenv("MINIGPT_MEGA_ROWS_VARIANT");
+  if (!v || !*v) return 1;  // w15: faster than the base in both rounds of rows14b's call
+  for (int i = 0; i < static_cast<int>(std::size(kMegaRowsVariants)); ++i)
+    if (std::strcmp(v, kMegaRowsVariants[i]) == 0) return i;
+  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected base, w15 or lnfuse");
+  return 0;
+}
+
+namespace {
+
+// The instance for rp rows per CTA (the variants: rp 1 only; their index is their kVar bits).
 RowsKernel rows_kernel_for(int rp) {
   static const bool trace = std::getenv("MINIGPT_MEGA_TRACE") != nullptr;  // diagnostics, read once
   switch (rp) {
-    case 1: return trace ? gpt_mega_rows_kernel<1, true> : gpt_mega_rows_kernel<1, false>;
-    case 2: return trace ? gpt_mega_rows_kernel<2, true> : gpt_mega_rows_kernel<2, false>;
-    case 4: return trace ? gpt_mega_rows_kernel<4, true> : gpt_mega_rows_kernel<4, false>;
+    case 1:
+      switch (gpt_mega_rows_variant()) {  // kMegaRowsVariants' order
+        case 1: return rows1_kernel<kVarW15>(trace);
+        case 2: return rows1_kernel<kVarLn>(trace);
+        default: return rows1_kernel<0>(trace);
+      }
+    case 2: return trace ? gpt_mega_rows_kernel<2, true, 0> : gpt_mega_rows_kernel<2, false, 0>;
+    case 4: return trace ? gpt_mega_rows_kernel<4, true, 0> : gpt_mega_rows_kernel<4, false, 0>;
     default: return nullptr;
   }
 }

@@ -313,6 +313,7 @@ struct CudaGPT::Impl {
     const bool automatic = opts.mega_cluster == 0 && opts.mega_proj == CudaGPTOptions::MegaProj::Auto &&
                            mega_proj_from_env() == CudaGPTOptions::MegaProj::Auto;
     rows = opts.mega_rows >= 0 ? opts.mega_rows : automatic ? mega_rows_from_env() : 0;
+    if (rows != 0) cuda::gpt_mega_rows_variant();  // an unknown MINIGPT_MEGA_ROWS_VARIANT fails here
     weights = CudaWeights::allocate(config, arena);
     upload_weights(model.weights(), config, weights);
     if (path == CudaGPTOptions::Path::Cublas)
