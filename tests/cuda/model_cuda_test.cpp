@@ -37,6 +37,12 @@ using namespace minigpt;
 using namespace minigpt::cudatest;
 
 constexpr double kLogitTol = 1e-5;
+// The forward split by rows (gpt_mega_rows.h) sums proj by heads (each head's 16 k in order, then
+// the heads in head order), not over all 64 k in order as the CPU engine: another reduction
+// order, for which issue 14 allows 1e-4, stated. Measured on the H200 (gpu_check_606c2d9):
+// 7.15e-6 on the probes, 9.54e-6 at the bench's ids, 1.19e-5 at (3, 12) with seed 60 (~6 ulps of
+// a logit near 10). The probes, fixed data, stay held to kLogitTol.
+constexpr double kReorderedLogitTol = 1e-4;
 const std::string kShipped = std::string(MINIGPT_SOURCE_DIR) + "/models/grammar-minigpt.safetensors";
 
 ModelConfig small_config() {
@@ -61,7 +67,7 @@ int32_t argmax(const float* v, int64_t n) {
 }
 
 void expect_forward_matches(const GrammarMiniGPT& cpu_model, CudaGPT& gpu, int64_t B, int64_t T,
-                            uint32_t seed) {
+                            uint32_t seed, double tol = kLogitTol) {
   ThreadPool pool(1);
   const auto ids = random_ids(B * T, cpu_model.config().vocab_size, seed);
   Tensor logits, probs, glogits, gprobs;
@@ -69,8 +75,8 @@ void expect_forward_matches(const GrammarMiniGPT& cpu_model, CudaGPT& gpu, int64
   gpu.forward(ids.data(), B, T, glogits, gprobs);
   ASSERT_EQ(glogits.shape(), logits.shape());
   const size_t n = static_cast<size_t>(logits.numel());
-  EXPECT_LE(max_abs_diff(glogits.data(), logits.data(), n), kLogitTol) << "logits B=" << B << " T=" << T;
-  EXPECT_LE(max_abs_diff(gprobs.data(), probs.data(), n), kLogitTol) << "probs B=" << B << " T=" << T;
+  EXPECT_LE(max_abs_diff(glogits.data(), logits.data(), n), tol) << "logits B=" << B << " T=" << T;
+  EXPECT_LE(max_abs_diff(gprobs.data(), probs.data(), n), tol) << "probs B=" << B << " T=" << T;
 }
 
 TEST(CudaModel, WithoutAGpuOrCudaTheErrorSaysSo) {
@@ -222,7 +228,7 @@ TEST(CudaModel, MegakernelEveryClusterSizeMatchesTheCpu) {
   expect_forward_matches(model, gpu, 5, 24, 13);
   CudaGPT by_rows(model);
   EXPECT_EQ(by_rows.mega_rows_for(5, 24), 2);
-  expect_forward_matches(model, by_rows, 5, 24, 13);
+  expect_forward_matches(model, by_rows, 5, 24, 13, kReorderedLogitTol);
 }
 
 // The decode step's variants (cuda_gpt.cpp): MINIGPT_MEGA_STATE = params | mapped do the same
@@ -337,7 +343,7 @@ TEST(CudaModel, MegakernelByRowsMatchesTheCpu) {
         ASSERT_EQ(gpu.mega_rows_for(B, T), rp) << "B=" << B << " T=" << T;
         EXPECT_EQ(gpu.mega_cluster_for(B, T), (T + rp - 1) / rp);
         EXPECT_EQ(gpu.path_for(B, T), CudaGPTOptions::Path::Mega);
-        expect_forward_matches(*model, gpu, B, T, seed);
+        expect_forward_matches(*model, gpu, B, T, seed, kReorderedLogitTol);
         const auto ids = random_ids(B * T, static_cast<int32_t>(V), seed++);
         Tensor logits, probs;
         gpu.forward(ids.data(), B, T, logits, probs);
@@ -351,7 +357,7 @@ TEST(CudaModel, MegakernelByRowsMatchesTheCpu) {
       // more than 32 keys (attention's scores through shared memory): the shipped model at T 40
       if (rp == 4 && model == &shipped) {
         ASSERT_EQ(gpu.mega_rows_for(1, 40), 4);
-        expect_forward_matches(*model, gpu, 1, 40, 51);
+        expect_forward_matches(*model, gpu, 1, 40, 51, kReorderedLogitTol);
       }
       // past 16 rows per CTA (the small model's block is 24): the weight-split megakernel
       if (rp == 1) {
@@ -408,7 +414,7 @@ TEST(CudaModel, MegakernelByRowsVariantsMatchTheCpu) {
       size_t at = 0;
       for (auto [B, T] : shapes) {
         ASSERT_EQ(gpu.mega_rows_for(B, T), 1) << "B=" << B << " T=" << T;
-        expect_forward_matches(*model, gpu, B, T, seed);
+        expect_forward_matches(*model, gpu, B, T, seed, kReorderedLogitTol);
         const auto ids = random_ids(B * T, static_cast<int32_t>(V), seed++);
         Tensor logits, probs;
         gpu.forward(ids.data(), B, T, logits, probs);
@@ -447,7 +453,7 @@ TEST(CudaModel, MegakernelByRowsBadOptionsAreClearErrors) {
   CudaGPT by_env(model);
   unsetenv("MINIGPT_MEGA_ROWS");
   EXPECT_EQ(by_env.mega_rows_for(1, 16), 2);
-  expect_forward_matches(model, by_env, 1, 16, 34);
+  expect_forward_matches(model, by_env, 1, 16, 34, kReorderedLogitTol);
   setenv("MINIGPT_MEGA_ROWS", "0", 1);
   CudaGPT off(model);
   unsetenv("MINIGPT_MEGA_ROWS");
