@@ -54,6 +54,8 @@
 // waited 1.5k cycles in all for weight pieces (each stage's first piece only: a lower bound).
 // More rows per CTA measured slower (2: 53k cycles, 4: 73k): the stages' chains grow with them
 // (docs/MEGAKERNEL.md "rows").
+// With w15 (the default, below): 24.10 us, 22.33 back to back (the lead's gpu-check of 606c2d9,
+// experiments/25-compile/REPORT.md 7p; the weight-split megakernel 39.1 in that run).
 #pragma once
 
 #include "kernels/cuda/gpt_mega.h"
