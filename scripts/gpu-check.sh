@@ -259,7 +259,7 @@ done
 [[ -s $RESULTS/forward_accuracy.txt ]] && echo "--- forward_accuracy.txt" && cat "$RESULTS/forward_accuracy.txt"
 # issue 15's figures: per mode, the graph, the compile times, the forward as one graph, the softmax
 [[ -s $RESULTS/compile_cuda_explain.txt ]] && echo "--- compile_cuda_explain.txt" &&
-  grep -E "^graph |^compile: |per replay|generated / best" "$RESULTS/compile_cuda_explain.txt" | cut -c1-150
+  grep -E "^graph |^compile: |per replay|generated / best" "$RESULTS/compile_cuda_explain.txt"
 fails=0
 for i in "${!NAMES[@]}"; do
   printf '%-22s %-16s %5ss\n' "${NAMES[$i]}" "${STATUS[$i]}" "${SECS[$i]}"
