@@ -154,8 +154,9 @@ std::string kernel_comment(const Graph& g, const Kernel& k, const std::vector<st
 
 class RowwiseCuda {
  public:
-  RowwiseCuda(const Graph& g, const Kernel& k) : g_(g), k_(k), R_(k.rows), C_(k.cols) {
-    for (size_t i = 0; i < k.reads.size(); ++i) ptr_[k.reads[i]] = fmt::format("in_ptr{}", i);
+  // in_prefix: the inputs' parameter names (in_ptr0, ..; a second group in one kernel takes another)
+  RowwiseCuda(const Graph& g, const Kernel& k, const char* in_prefix = "in_ptr") : g_(g), k_(k), R_(k.rows), C_(k.cols) {
+    for (size_t i = 0; i < k.reads.size(); ++i) ptr_[k.reads[i]] = fmt::format("{}{}", in_prefix, i);
     for (size_t i = 0; i < k.writes.size(); ++i) out_[k.writes[i]] = fmt::format("out_ptr{}", i);
     for (int i : k.nodes) in_group_.insert(g_.nodes[static_cast<size_t>(i)].output);
     // threads per row: a warp while each thread has at most kPersistentSteps columns, else the
@@ -792,7 +793,8 @@ std::string attention_stage(const Graph& g, const Node& a, int R, int threads, c
 // `smem_in` (a tensor id, or -1): an input of the group read from the shared array ms (the
 // tile's rows), not from global memory.
 std::string rowwise_prologue(const Graph& g, const Kernel& k, int rows, int64_t tiles_m, std::vector<std::string>& sig,
-                             std::vector<std::string>& params, std::vector<int>& args, int smem_in, std::string* early) {
+                             std::vector<std::string>& params, std::vector<int>& args, int smem_in, std::string* early,
+                             const char* in_prefix) {
   const Node& mm = g.nodes[static_cast<size_t>(k.nodes.back())];
   const int x = mm.inputs[0];
   const int64_t N = g.tensor(x).rows(), K = g.tensor(x).cols();
@@ -811,7 +813,7 @@ std::string rowwise_prologue(const Graph& g, const Kernel& k, int rows, int64_t 
   for (int t : k.writes)
     if (t != mm.output) pk.writes.push_back(t);
   pk.writes.push_back(x);
-  RowwiseCuda pro(g, pk);
+  RowwiseCuda pro(g, pk, in_prefix);
   MINIGPT_CHECK(pro.threads_per_row() == 32, "codegen_cuda: {}: a prologue row of {} columns needs more than a warp", k.name, K);
   pro.as_prologue(x, "xs[warp]", tiles_m > 1 ? fmt::format("blockIdx.x % {} == 0", tiles_m) : "");
   if (smem_in >= 0) pro.read_from_shared(smem_in, "ms[warp]");

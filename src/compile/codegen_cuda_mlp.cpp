@@ -387,14 +387,9 @@ std::string generate_mlp(const Graph& g, const Kernel& k, CudaLaunch& launch, bo
     kt.nodes.assign(k.nodes.begin() + static_cast<std::ptrdiff_t>(parts.fc1) + 2, k.nodes.end());
     kt.reads.push_back(n.output);
     kt.writes = {qn->output};
-    std::vector<std::string> tsig, tparams;
-    std::string ln = rowwise_prologue(g, kt, R, 1, tsig, tparams, launch.args, n.output, ln_early ? &ln_next_w : nullptr);
-    // (its parameters renamed: fc1's prologue has its own in_ptr0 ..)
-    const std::regex in_ptr(R"(\bin_ptr(\d+)\b)");
-    ln = std::regex_replace(ln, in_ptr, "nx_ptr$1");
-    ln_next_w = std::regex_replace(ln_next_w, in_ptr, "nx_ptr$1");
-    for (std::string& t : tsig) sig.push_back(std::regex_replace(t, in_ptr, "nx_ptr$1"));
-    for (std::string& t : tparams) params.push_back(std::regex_replace(t, in_ptr, "nx_ptr$1"));
+    // its inputs named nx_ptr0, ..: fc1's prologue has its own in_ptr0 ..
+    const std::string ln =
+        rowwise_prologue(g, kt, R, 1, sig, params, launch.args, n.output, ln_early ? &ln_next_w : nullptr, "nx_ptr");
     for (const char* p : {"const float* __restrict__ wq", "const float* __restrict__ bq", "float* __restrict__ yq"}) sig.push_back(p);
     launch.args.insert(launch.args.end(), {qn->inputs[1], qn->has_bias ? qn->inputs[2] : -1, qn->output});
     params.push_back(fmt::format("Wq = {}", describe(g, qn->inputs[1])));

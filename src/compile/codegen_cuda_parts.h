@@ -36,9 +36,11 @@ std::string epilogue_code(const Node& n, const std::string& index, const std::st
 // the tile's `rows` rows of x into shared memory, a warp per row; its parameters appended.
 // `early` (CudaCodegenOptions::ln_weights_early): the row's per-column weights (the layernorm's
 // gain and bias) are read from registers that the statements put into *early load; the caller
-// places those at the kernel's top, before PDL's wait.
+// places those at the kernel's top, before PDL's wait. `in_prefix`: its inputs' parameter names
+// (a second prologue in one kernel takes another, e.g. the MLP kernel's next-layer tail).
 std::string rowwise_prologue(const Graph& g, const Kernel& k, int rows, int64_t tiles_m, std::vector<std::string>& sig,
-                             std::vector<std::string>& params, std::vector<int>& args, int smem_in = -1, std::string* early = nullptr);
+                             std::vector<std::string>& params, std::vector<int>& args, int smem_in = -1, std::string* early = nullptr,
+                             const char* in_prefix = "in_ptr");
 // The prefill attention as a kernel's first stage (fuse_mlp_attention): the tile's rows of its
 // output into the shared array `out`; its parameters appended.
 std::string attention_stage(const Graph& g, const Node& a, int R, int threads, const std::string& out, std::vector<std::string>& sig,

@@ -24,16 +24,17 @@ CudaLowered lower_cuda(const Graph& captured, const PassOptions& passes, const C
   Graph planned = run_passes(captured, popt);
   // (the CPU schedule's GEMM choice only names its matmul kernels; cuda_schedule renames them)
   const GemmBackend gemm = codegen.generated_gemm ? GemmBackend::kGenerated : GemmBackend::kEngine;
+  Schedule s = schedule(planned, gemm);
   if (popt.fuse_mlp_next) {  // the tail is the cluster form's: where an MLP kernel does not fit it, planned again without
-    const Schedule s = schedule(planned, gemm);
     for (const Kernel& k : s.kernels)
       if (mlp_parts(planned, k).next && !cuda_gen::mlp_cluster_fits(planned, k, codegen.mlp_rows)) {
         popt.fuse_mlp_next = false;
         planned = run_passes(captured, popt);
+        s = schedule(planned, gemm);
         break;
       }
   }
-  l.schedule = cuda_schedule(schedule(planned, gemm), codegen.generated_gemm);
+  l.schedule = cuda_schedule(s, codegen.generated_gemm);
   l.passes_s = t0.elapsed_s();
   const Timer t1;
   l.code = generate_cuda(l.schedule, codegen);

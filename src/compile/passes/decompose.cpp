@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 namespace minigpt::compile {
 
 namespace {
@@ -42,11 +44,11 @@ struct Emitter {
 }  // namespace
 
 Graph decompose(Graph g) {
-  const std::vector<Node> before = std::move(g.nodes);
+  std::vector<Node> before = std::move(g.nodes);
   std::vector<Node> nodes;
-  for (const Node& n : before) {
+  for (Node& n : before) {
     if (!kComposite.contains(n.op)) {
-      nodes.push_back(n);
+      nodes.push_back(std::move(n));  // kept as it is: moved, not copied
       continue;
     }
     Emitter e{g, nodes, n};
