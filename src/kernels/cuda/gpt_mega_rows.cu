@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/gpt_mega_parts.cuh"
 
+#include <algorithm>
 #include <cstring>
 #include <iterator>
 
@@ -583,7 +584,8 @@ int gpt_mega_rows_variant() {
 
 namespace {
 
-// The instance for rp rows per CTA (the variants: rp 1 only; their index is their kVar bits).
+// The instance for rp rows per CTA (the variants, MINIGPT_MEGA_ROWS_VARIANT: rp 1 only; base
+// kVar 0, w15 kVarW15, lnfuse kVarLn). Reads the environment: called once per launch or query.
 RowsKernel rows_kernel_for(int rp) {
   static const bool trace = std::getenv("MINIGPT_MEGA_TRACE") != nullptr;  // diagnostics, read once
   switch (rp) {
@@ -601,7 +603,7 @@ RowsKernel rows_kernel_for(int rp) {
 
 // Whether the kernel takes dims at rp rows per CTA (shape only; residency is the device's).
 bool rows_takes(const MegaDims& d, int rp) {
-  if (!rows_kernel_for(rp) || !rows_arch(d) || d.cache || d.split_k || d.B < 1 || d.T < 1 || d.T > d.P ||
+  if (std::find(std::begin(kMegaRowsChoices), std::end(kMegaRowsChoices), rp) == std::end(kMegaRowsChoices) || !rows_arch(d) || d.cache || d.split_k || d.B < 1 || d.T < 1 || d.T > d.P ||
       d.capacity != d.T)
     return false;
   const RowsLayout S(d, rp);
@@ -619,11 +621,12 @@ int gpt_mega_rows_cluster(const MegaDims& d, int rp) {
   const size_t smem = gpt_mega_rows_smem(d, rp);
   if (smem == 0) return 0;
   const int R = ceil_div(d.T, rp);
-  if (!prepare_kernel(rows_kernel_for(rp), R, smem)) return 0;
+  const RowsKernel kernel = rows_kernel_for(rp);
+  if (!prepare_kernel(kernel, R, smem)) return 0;
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg = launch_config(R, smem, nullptr, attr);
   int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, rows_kernel_for(rp), &cfg) != cudaSuccess || clusters < 1) {
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess || clusters < 1) {
     cudaGetLastError();
     return 0;
   }
@@ -654,12 +657,13 @@ void gpt_mega_rows(const MegaParams& p, int rp, cudaStream_t stream) {
                        "gpt_mega_rows: no weight image (gpt_mega_rows_pack), or one not 16-byte aligned");
   MINIGPT_CUDA_REQUIRE(p.ids && p.wte && p.wpe && p.logits, "gpt_mega_rows: null pointer");
   const int R = ceil_div(d.T, rp);
-  MINIGPT_CUDA_REQUIRE(prepare_kernel(rows_kernel_for(rp), R, smem), "gpt_mega_rows: ", smem,
+  const RowsKernel kernel = rows_kernel_for(rp);
+  MINIGPT_CUDA_REQUIRE(prepare_kernel(kernel, R, smem), "gpt_mega_rows: ", smem,
                        " bytes of shared memory at cluster size ", R, " do not fit the device");
   cudaLaunchAttribute attr[1];
   cudaLaunchConfig_t cfg = launch_config(R, smem, stream, attr);
   cfg.gridDim = dim3(static_cast<unsigned>(d.B * R));  // a cluster per sequence
-  MINIGPT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, rows_kernel_for(rp), p));
+  MINIGPT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
 
 }  // namespace minigpt::cuda

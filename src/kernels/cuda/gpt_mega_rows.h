@@ -70,14 +70,15 @@ namespace minigpt::cuda {
 // Rows per CTA the row-split forward is built for.
 constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // Variants of the 1-row-per-CTA kernel (issue 14's leads), by MINIGPT_MEGA_ROWS_VARIANT=name,
-// read at every launch: base, the ring's refills issued by warp 0 after each stage's CTA barrier;
+// read whenever a launch is prepared (a CudaGPT captures each shape's graph once, so a shape keeps
+// the variant it was captured with): base, the ring's refills issued by warp 0 after each stage's CTA barrier;
 // w15 (the default: unset or empty), by the last warp, idle in the GEMM stages (H200, (2, 16):
 // 24.13 / 23.94 us against the base's 25.66 / 25.60, experiments/25-compile/gpu_rows14b);
 // lnfuse, the base with each LayerNorm computed by every warp of the stage that reads it, no
 // CTA barrier between them (25.06 / 24.90). All three compute bitwise the same.
 inline constexpr const char* kMegaRowsVariants[] = {"base", "w15", "lnfuse"};
 // The variant MINIGPT_MEGA_ROWS_VARIANT names (kMegaRowsVariants' index; unset or empty: 1,
-// w15); an unknown name is an Error. Read at every launch (tests switch it).
+// w15); an unknown name is an Error. Read at each call (tests switch it between models).
 int gpt_mega_rows_variant();
 
 // The cluster size (ceil(T / rp)) the row-split forward runs dims with rp rows per CTA on the
