@@ -10,7 +10,8 @@
 // free a slot (an atomic counter per slot in CTA slot % 16) issues its refill; the kernel's
 // planned variant, here also checked: the pieces' first and last floats are verified).
 //
-// Build: nvcc -O3 -std=c++17 -arch=sm_90a ringbench.cu -o ringbench; run: ./ringbench
+// Build: nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a ringbench.cu -o ringbench; run:
+// ./ringbench [image bytes] [b: call 2's set, pieces of 17-102 KB]
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -130,6 +131,37 @@ __global__ void ring_kernel(const float* img, int pieces, int piece_bytes, int s
   }
 }
 
+// "burst": N copies of P bytes issued at once (lane k of warp 0 issues copy k, as the kernel's start
+// and refills do), each completion stamped by the lane waiting for it: in issue order ~450 cycles
+// apart (one copy served after another) or all near the end (copies served side by side)?
+__global__ void burst_kernel(const float* img, int n, int piece_bytes, long long* done) {
+  extern __shared__ __align__(128) unsigned char sm[];
+  __shared__ __align__(8) uint64_t bars[32];
+  const int k = threadIdx.x;
+  if (k < n) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(sa(&bars[k])) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  __syncwarp();
+  const long long t0 = clock64();
+  if (k < n) {
+    expect_arrive(&bars[k], piece_bytes);
+    load(sm + static_cast<size_t>(k) * piece_bytes, reinterpret_cast<const char*>(img) + static_cast<size_t>(k) * piece_bytes,
+         piece_bytes, &bars[k]);
+    wait_parity(&bars[k], 0);
+    done[blockIdx.x * 32 + k] = clock64() - t0;
+  }
+}
+
+void burst(const float* img, long long* done, int G, int n, int P) {
+  CK(cudaFuncSetAttribute(burst_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, n * P));
+  for (int w = 0; w < 3; ++w) burst_kernel<<<G, 32, n * P>>>(img, n, P, done);
+  CK(cudaDeviceSynchronize());
+  std::vector<long long> h(G * 32);
+  CK(cudaMemcpy(h.data(), done, G * 32 * sizeof(long long), cudaMemcpyDeviceToHost));
+  std::printf("burst CTAs %d, %d copies of %d bytes issued at once, cycles to each completion (CTA 0):", G, n, P);
+  for (int k = 0; k < n; ++k) std::printf(" %lld", h[k]);
+  std::printf("\n");
+}
+
 int main(int argc, char** argv) {
   const size_t image_bytes = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 942 * 1024;
   const size_t max_bytes = 64ull << 20;
@@ -145,7 +177,8 @@ int main(int argc, char** argv) {
   CK(cudaMemset(bad, 0, sizeof(unsigned)));
   int clk_khz = 0;
   CK(cudaDeviceGetAttribute(&clk_khz, cudaDevAttrClockRate, 0));
-  const int smem_max = 200 * 1024;
+  const bool big = argc > 2 && argv[2][0] == 'b';  // rows14c call 2: bigger pieces, 1 and 32 CTAs, no multicast
+  const int smem_max = 210 * 1024;
   CK(cudaFuncSetAttribute(ring_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max));
   CK(cudaFuncSetAttribute(ring_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max));
   CK(cudaFuncSetAttribute(ring_kernel<true>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
@@ -155,9 +188,16 @@ int main(int argc, char** argv) {
   std::printf("image %zu bytes, clock %d MHz (attribute)\n", image_bytes, clk_khz / 1000);
   std::printf("%-4s %5s %6s %5s %9s %9s %9s %8s %9s %s\n", "mode", "CTAs", "piece", "slots", "cyc_avg", "cyc_max",
               "B/clk/SM", "us", "GB/s_all", "errors");
-  const int piece_list[] = {8192, 17408, 32768};
-  const int grid_list[] = {1, 16, 32, 128};
-  for (int mc = 0; mc < 2; ++mc)
+  if (big) {
+    burst(img, cyc, 1, 11, 17408);
+    burst(img, cyc, 32, 11, 17408);
+    burst(img, cyc, 1, 5, 34816);
+    burst(img, cyc, 1, 3, 69632);
+  }
+  const std::vector<int> piece_list =
+      big ? std::vector<int>{17408, 34816, 52224, 69632, 104448} : std::vector<int>{8192, 17408, 32768};
+  const std::vector<int> grid_list = big ? std::vector<int>{1, 32} : std::vector<int>{1, 16, 32, 128};
+  for (int mc = 0; mc < (big ? 1 : 2); ++mc)
     for (int G : grid_list) {
       if (mc && G < 16) continue;
       for (int P : piece_list) {

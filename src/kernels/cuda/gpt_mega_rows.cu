@@ -40,15 +40,12 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // itself: no CTA barrier between the LayerNorm and its GEMM. (rows14b also measured, and removed:
 // lm_head split over the cluster's CTAs with a cross-CTA softmax, 28.6-28.8 us against the base's
 // 25.6; a k, v row's sends spread over 4 lanes, 25.6-25.7: docs/MEGAKERNEL.md "rows".)
-// bit kVarMc: the ring's refills as MULTICAST copies, one L2 read per cluster (not per CTA) for
-// every piece after the first ns: each CTA, having read a slot, announces the piece's bytes on its
-// own mbarrier and adds 1 to the slot's counter (in CTA slot % R, atom.acq_rel.cluster); the CTA
-// whose add completes the count (the last to free the slot) issues the piece into every CTA of
-// the cluster (cp.async.bulk .multicast::cluster, complete_tx on each CTA's mbarrier at the same
-// offset). A piece's bytes may land before a CTA's announcement: its phase cannot complete before
-// that CTA's one arrival. No CTA leaves before every CTA has all its pieces (a cluster barrier
-// arrived after the head's last wait for a piece, waited on at the end).
-constexpr int kVarW15 = 1, kVarLn = 4, kVarMc = 8;
+// bit kVarPair: the ring's copies two pieces each (34 KB; the ring then holds ns / 2 of them, an
+// mbarrier each): an SM's bulk copies are served one after another at ~450 cycles each for 8-32 KB
+// (H200, experiments/25-compile/gpu_rows14c's ringbench: 17 KB pieces stream at ~39 bytes per
+// cycle per SM whatever the copies in flight or the CTAs, 32 KB ones at ~71), so half the copies
+// deliver the same weights in about half the time. A copy is refilled once both its pieces are read.
+constexpr int kVarW15 = 1, kVarLn = 4, kVarPair = 16;
 
 bool rows_arch(const MegaDims& d) {
   return d.C == kC && d.H == kH && d.F == kF && d.L >= 1 && d.L <= kMegaMaxLayers && d.V >= 1;
@@ -58,7 +55,7 @@ bool rows_arch(const MegaDims& d) {
 // image holds them), the activations, the mbarriers, then the ring (ns slots: as many as fit,
 // at most kMaxSlots).
 struct RowsLayout {
-  int rp, R, lm_pieces, pieces, small, ldv, x, ln, q, ks, vs, att, h, sc, red, bars, cnt, ring, ns, total;
+  int rp, R, lm_pieces, pieces, small, ldv, x, ln, q, ks, vs, att, h, sc, red, bars, ring, ns, total;
   __host__ __device__ RowsLayout(const MegaDims& d, int rows) {
     rp = rows;
     R = ceil_div(d.T, rp);
@@ -79,15 +76,14 @@ struct RowsLayout {
     sc = take(rp * kH * (d.T + 1));  // a (row, head) item's scores
     red = take(2 * rp * kWarps);  // the softmax's per-warp maxima and sums
     bars = take(2 * kBars);
-    cnt = take(kMaxSlots);  // kVarMc: the slots' counters (unsigned)
     ring = o;
     const int fit = (kSmemBudget / 4 - o) / kSlot;
     ns = fit < kMaxSlots ? fit : kMaxSlots;
     total = o + (ns > 0 ? ns : 0) * kSlot;
   }
-  // Whether the ring can stream the model: every stage's pieces in the ring at once (qkv 3,
-  // fc1 and fc2 4, lm_head all of its pieces)
-  __host__ __device__ bool fits() const { return ns >= 4 && lm_pieces <= ns; }
+  // Whether the ring can stream the model in copies of g pieces (its ns / g copies): every
+  // stage's copies in the ring at once (fc1 and fc2: 4 pieces, lm_head all of its pieces)
+  __host__ __device__ bool fits(int g) const { return ns / g >= ceil_div(4, g) && ceil_div(lm_pieces, g) <= ns / g; }
 };
 
 // Piece i of the stream: where it starts in the image, and its bytes (every piece at i kSlot
@@ -232,66 +228,46 @@ struct Ring {
   const RowsLayout& S;
   int L, V;
   Stamps<kTrace>& stamp;  // kTrace: the stamping thread counts its waits
-  unsigned* counters;     // kVarMc: slot s's counter is counters[s] of CTA s % R
-  int R;
-  __device__ __forceinline__ float* slot(int i) const { return slots + (i % S.ns) * kSlot; }
+  static constexpr int kG = (kVar & kVarPair) ? 2 : 1;  // pieces per copy
+  // copies the ring holds (a copy's pieces in consecutive slots, never across the ring's end)
+  __device__ __forceinline__ int copies() const { return S.ns / kG; }
+  __device__ __forceinline__ float* slot(int i) const {
+    return slots + (((i / kG) % copies()) * kG + i % kG) * kSlot;
+  }
   // The stamping thread (trace instance only) waits for piece `last` of the stage to come.
   __device__ __forceinline__ void probe(int last) const {
     if constexpr (kTrace) {
       if (stamp.on) wait(last);
     }
   }
-  // Piece i's slot once it has landed (the calling thread waits).
+  // Piece i's slot once it has landed (the calling thread waits for its copy).
   __device__ __forceinline__ const float* wait(int i) const {
     long long t = 0;
     if constexpr (kTrace) t = clock64();
-    detail::mbarrier_wait(&bars[i % S.ns], static_cast<unsigned>((i / S.ns) & 1));
+    const int c = i / kG;
+    detail::mbarrier_wait(&bars[c % copies()], static_cast<unsigned>((c / copies()) & 1));
     if constexpr (kTrace) {
       if (stamp.on) stamp.waited += clock64() - t;
     }
-    return slots + (i % S.ns) * kSlot;
+    return slot(i);
   }
-  // One thread: piece i's bulk copy into its slot (nothing past the last piece).
-  __device__ __forceinline__ void issue(int i) const {
+  // One thread: copy c (pieces c kG .. c kG + kG - 1, those that exist) into its slots.
+  __device__ __forceinline__ void issue(int c) const {
+    const int i = c * kG;
     if (i >= S.pieces) return;
-    uint64_t* bar = &bars[i % S.ns];
-    const unsigned bytes = piece_bytes(S, L, V, i);
+    uint64_t* bar = &bars[c % copies()];
+    unsigned bytes = piece_bytes(S, L, V, i);
+    if (kG == 2 && i + 1 < S.pieces) bytes += piece_bytes(S, L, V, i + 1);
     detail::mbarrier_arrive_expect_tx(bar, bytes);
     detail::bulk_load(slot(i), img + piece_offset(S, i), bytes, bar);
   }
-  // kVarMc, one thread of every CTA, once this CTA has read piece i - ns: piece i's bytes
-  // announced here; the last CTA to free the slot issues it into all (see kVarMc).
-  __device__ __forceinline__ void issue_multicast(int i) const {
-    if (i >= S.pieces) return;
-    const int s = i % S.ns;
-    uint64_t* bar = &bars[s];
-    const unsigned bytes = piece_bytes(S, L, V, i);
-    detail::mbarrier_arrive_expect_tx(bar, bytes);
-    unsigned old;
-    asm volatile("atom.acq_rel.cluster.shared::cluster.add.u32 %0, [%1], 1;\n"
-                 : "=r"(old)
-                 : "r"(shared_addr_in(&counters[s], static_cast<unsigned>(s % R)))
-                 : "memory");
-    if (old % static_cast<unsigned>(R) != static_cast<unsigned>(R - 1)) return;
-    const uint16_t mask = static_cast<uint16_t>((1u << R) - 1u);
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], "
-        "%4;\n" ::"r"(detail::smem_address(slot(i))),
-        "l"(img + piece_offset(S, i)), "r"(bytes), "r"(detail::smem_address(bar)), "h"(mask)
-        : "memory");
-  }
-  // Every thread, after the CTA barrier that ends the reads of pieces [a, b): their slots take
-  // the pieces ns later, a copy per lane of warp 0 (one thread issuing them in turn kept the
-  // others waiting at the next barrier; kVarW15: of the last warp; kVarMc: multicast).
+  // Every thread, after the CTA barrier that ends the reads of pieces [a, b): the copies whose
+  // last piece is among them, [a / kG, b / kG) (kG 2: copy c's last piece 2c + 1 is in [a, b)),
+  // take the copies a ring later, one per lane of warp 0 (one thread issuing
+  // them in turn kept the others waiting at the next barrier; kVarW15: of the last warp).
   __device__ __forceinline__ void refill(int a, int b) const {
     const int k = static_cast<int>(threadIdx.x) - ((kVar & kVarW15) ? kThreads - 32 : 0);
-    if (k >= 0 && k < b - a) {
-      if constexpr ((kVar & kVarMc) != 0) {
-        issue_multicast(a + k + S.ns);
-      } else {
-        issue(a + k + S.ns);
-      }
-    }
+    if (k >= 0 && k < b / kG - a / kG) issue(a / kG + k + copies());
   }
 };
 
@@ -358,8 +334,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   float* h = sm + S.h;
   uint64_t* bars = reinterpret_cast<uint64_t*>(sm + S.bars);
   Stamps<kTrace> stamp{b == 0 && r == R - 1 && tid == 0};
-  constexpr bool kMc = RP == 1 && (kVar & kVarMc) != 0;
-  const Ring<kTrace, kVar> ring{sm + S.ring, bars, p.image, S, L, V, stamp, reinterpret_cast<unsigned*>(sm + S.cnt), R};
+  const Ring<kTrace, kVar> ring{sm + S.ring, bars, p.image, S, L, V, stamp};
   if constexpr (kTrace) {
     if (stamp.on) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(stamp.t0_ns));
   }
@@ -372,15 +347,11 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     if (lane == 0) {
       for (int i = 0; i < kBars; ++i) detail::mbarrier_init_unfenced(&bars[i]);
       detail::fence_mbarrier_init();
-      if constexpr (kMc) {  // the counters, published before the start's cluster arrival
-        for (int i = 0; i < kMaxSlots; ++i) ring.counters[i] = 0;
-        asm volatile("fence.acq_rel.cluster;\n" ::: "memory");
-      }
       detail::mbarrier_arrive_expect_tx(&bars[kBarSmall], S.small * 4u);
       detail::bulk_load(sm, p.image, S.small * 4u, &bars[kBarSmall]);
     }
     __syncwarp();
-    if (lane < S.ns) ring.issue(lane);
+    if (lane < ring.copies()) ring.issue(lane);
   } else {
     for (int f = tid - 32; f < nr * (kC / 4); f += kThreads - 32) {  // (warps 1..)
       const int m = f / (kC / 4), e = (f % (kC / 4)) * 4;
@@ -561,11 +532,6 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       lgt[1][i] += n1 < V ? hd[kLmb + n1] : 0.0f;
     }
   }
-  if constexpr (kMc) cluster_arrive_relaxed();  // every piece has landed here (see kVarMc)
-  auto finish = [&] {
-    if constexpr (kMc) cluster_wait();  // every CTA has all its pieces: no multicast or counter add left
-    stamp.report(L, R, RP);
-  };
   auto store = [&](float* out, int n, int i, float v) {
     if (n < V && i < nr) out[(row0 + i) * V + n] = v;
   };
@@ -575,7 +541,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       store(p.logits, n0, i, lgt[0][i]);
       store(p.logits, n1, i, lgt[1][i]);
     }
-    finish();
+    stamp.report(L, R, RP);
     return;
   }
   float* red = sm + S.red;  // (2, RP, kWarps): the warps' maxima, then their sums
@@ -609,7 +575,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     store(p.probs, n0, i, e[0][i] * inv);
     store(p.probs, n1, i, e[1][i] * inv);
   }
-  finish();
+  stamp.report(L, R, RP);
 }
 
 using RowsKernel = void (*)(MegaParams);
@@ -626,25 +592,29 @@ int gpt_mega_rows_variant() {
   if (!v || !*v) return 1;  // w15: faster than the base in both rounds of rows14b's call
   for (int i = 0; i < static_cast<int>(std::size(kMegaRowsVariants)); ++i)
     if (std::strcmp(v, kMegaRowsVariants[i]) == 0) return i;
-  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected base, w15, lnfuse, w15ln, mc or mcln");
+  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected base, w15, lnfuse, w15ln, pair or pairln");
   return 0;
 }
 
 namespace {
 
-// The instance for rp rows per CTA (the variants, MINIGPT_MEGA_ROWS_VARIANT: rp 1 only; base
-// kVar 0, w15 kVarW15, lnfuse kVarLn). Reads the environment: called once per launch or query.
+// kVar of each of kMegaRowsVariants (rp 1 only; other rp run the base).
+constexpr int kVariantBits[] = {0, kVarW15, kVarLn, kVarW15 | kVarLn, kVarW15 | kVarPair, kVarW15 | kVarPair | kVarLn};
+static_assert(std::size(kVariantBits) == std::size(kMegaRowsVariants), "a kVar per variant name");
+
+// The instance for rp rows per CTA (the variants, MINIGPT_MEGA_ROWS_VARIANT: rp 1 only).
+// Reads the environment: called once per launch or query.
 RowsKernel rows_kernel_for(int rp) {
   static const bool trace = std::getenv("MINIGPT_MEGA_TRACE") != nullptr;  // diagnostics, read once
   switch (rp) {
     case 1:
       switch (gpt_mega_rows_variant()) {  // kMegaRowsVariants' order
-        case 1: return rows1_kernel<kVarW15>(trace);
-        case 2: return rows1_kernel<kVarLn>(trace);
-        case 3: return rows1_kernel<kVarW15 | kVarLn>(trace);
-        case 4: return rows1_kernel<kVarW15 | kVarMc>(trace);
-        case 5: return rows1_kernel<kVarW15 | kVarMc | kVarLn>(trace);
-        default: return rows1_kernel<0>(trace);
+        case 1: return rows1_kernel<kVariantBits[1]>(trace);
+        case 2: return rows1_kernel<kVariantBits[2]>(trace);
+        case 3: return rows1_kernel<kVariantBits[3]>(trace);
+        case 4: return rows1_kernel<kVariantBits[4]>(trace);
+        case 5: return rows1_kernel<kVariantBits[5]>(trace);
+        default: return rows1_kernel<kVariantBits[0]>(trace);
       }
     case 2: return trace ? gpt_mega_rows_kernel<2, true, 0> : gpt_mega_rows_kernel<2, false, 0>;
     case 4: return trace ? gpt_mega_rows_kernel<4, true, 0> : gpt_mega_rows_kernel<4, false, 0>;
@@ -658,7 +628,8 @@ bool rows_takes(const MegaDims& d, int rp) {
       d.capacity != d.T)
     return false;
   const RowsLayout S(d, rp);
-  return S.R <= 16 && S.fits() && static_cast<int64_t>(d.B) * S.R <= 65535;
+  const int g = rp == 1 && (kVariantBits[gpt_mega_rows_variant()] & kVarPair) ? 2 : 1;  // pieces per copy
+  return S.R <= 16 && S.fits(g) && static_cast<int64_t>(d.B) * S.R <= 65535;
 }
 
 }  // namespace

@@ -76,9 +76,9 @@ constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // 24.13 / 23.94 us against the base's 25.66 / 25.60, experiments/25-compile/gpu_rows14b);
 // lnfuse, the base with each LayerNorm computed by every warp of the stage that reads it, no
 // CTA barrier between them (25.06 / 24.90). All three compute bitwise the same.
-// rows14c (being measured): w15ln = w15 + lnfuse; mc = w15 + the refills as multicast copies, one L2
-// read per cluster (gpt_mega_rows.cu, kVarMc); mcln = mc + lnfuse.
-inline constexpr const char* kMegaRowsVariants[] = {"base", "w15", "lnfuse", "w15ln", "mc", "mcln"};
+// rows14c (being measured): w15ln = w15 + lnfuse; pair = w15 with the ring's copies two pieces
+// each (gpt_mega_rows.cu, kVarPair); pairln = pair + lnfuse.
+inline constexpr const char* kMegaRowsVariants[] = {"base", "w15", "lnfuse", "w15ln", "pair", "pairln"};
 // The variant MINIGPT_MEGA_ROWS_VARIANT names (kMegaRowsVariants' index; unset or empty: 1,
 // w15); an unknown name is an Error. Read at each call (tests switch it between models).
 int gpt_mega_rows_variant();
