@@ -133,31 +133,56 @@ __global__ void ring_kernel(const float* img, int pieces, int piece_bytes, int s
 
 // "burst": N copies of P bytes issued at once (lane k of warp 0 issues copy k, as the kernel's start
 // and refills do), each completion stamped by the lane waiting for it: in issue order ~450 cycles
-// apart (one copy served after another) or all near the end (copies served side by side)?
-__global__ void burst_kernel(const float* img, int n, int piece_bytes, long long* done) {
+// apart (one copy served after another) or all near the end (copies served side by side)? Modes:
+// 0 warp 0 alone; 1 warps 1..15 spinning on the last copy's mbarrier meanwhile (the kernel's
+// stages wait so); 2 warps 1..15 reading 16 KB of other shared memory as LDS.128 meanwhile (the
+// kernel's GEMMs do): do waiters or shared-memory reads slow the copies down?
+__global__ void burst_kernel(const float* img, int n, int piece_bytes, int mode, long long* done, float* sink) {
   extern __shared__ __align__(128) unsigned char sm[];
   __shared__ __align__(8) uint64_t bars[32];
+  __shared__ volatile int finished;
   const int k = threadIdx.x;
   if (k < n) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(sa(&bars[k])) : "memory");
+  if (k == 0) finished = 0;
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  __syncwarp();
+  __syncthreads();
   const long long t0 = clock64();
-  if (k < n) {
-    expect_arrive(&bars[k], piece_bytes);
-    load(sm + static_cast<size_t>(k) * piece_bytes, reinterpret_cast<const char*>(img) + static_cast<size_t>(k) * piece_bytes,
-         piece_bytes, &bars[k]);
-    wait_parity(&bars[k], 0);
-    done[blockIdx.x * 32 + k] = clock64() - t0;
+  if (k < 32) {
+    if (k < n) {
+      expect_arrive(&bars[k], piece_bytes);
+      load(sm + static_cast<size_t>(k) * piece_bytes,
+           reinterpret_cast<const char*>(img) + static_cast<size_t>(k) * piece_bytes, piece_bytes, &bars[k]);
+      wait_parity(&bars[k], 0);
+      done[blockIdx.x * 32 + k] = clock64() - t0;
+      if (k == n - 1) finished = 1;
+    }
+  } else if (mode == 1) {
+    wait_parity(&bars[n - 1], 0);
+  } else if (mode == 2) {
+    const float4* other = reinterpret_cast<const float4*>(sm + static_cast<size_t>(n) * piece_bytes);
+    float acc = 0.f;
+    int i = k;
+    while (!finished) {
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const float4 v = other[(i + 64 * u) & 1023];
+        acc += v.x + v.y + v.z + v.w;
+      }
+      i += 17;
+    }
+    if (acc == 12345.f) *sink = acc;
   }
 }
 
-void burst(const float* img, long long* done, int G, int n, int P) {
-  CK(cudaFuncSetAttribute(burst_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, n * P));
-  for (int w = 0; w < 3; ++w) burst_kernel<<<G, 32, n * P>>>(img, n, P, done);
+void burst(const float* img, long long* done, float* sink, int G, int n, int P, int mode) {
+  const int smem = n * P + 16384;
+  CK(cudaFuncSetAttribute(burst_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  for (int w = 0; w < 3; ++w) burst_kernel<<<G, 512, smem>>>(img, n, P, mode, done, sink);
   CK(cudaDeviceSynchronize());
   std::vector<long long> h(G * 32);
   CK(cudaMemcpy(h.data(), done, G * 32 * sizeof(long long), cudaMemcpyDeviceToHost));
-  std::printf("burst CTAs %d, %d copies of %d bytes issued at once, cycles to each completion (CTA 0):", G, n, P);
+  std::printf("burst mode %d, CTAs %d, %d copies of %d bytes issued at once, cycles to each completion (CTA 0):", mode, G,
+              n, P);
   for (int k = 0; k < n; ++k) std::printf(" %lld", h[k]);
   std::printf("\n");
 }
@@ -189,10 +214,14 @@ int main(int argc, char** argv) {
   std::printf("%-4s %5s %6s %5s %9s %9s %9s %8s %9s %s\n", "mode", "CTAs", "piece", "slots", "cyc_avg", "cyc_max",
               "B/clk/SM", "us", "GB/s_all", "errors");
   if (big) {
-    burst(img, cyc, 1, 11, 17408);
-    burst(img, cyc, 32, 11, 17408);
-    burst(img, cyc, 1, 5, 34816);
-    burst(img, cyc, 1, 3, 69632);
+    float* sink;
+    CK(cudaMalloc(&sink, sizeof(float)));
+    for (int mode = 0; mode < 3; ++mode) {
+      burst(img, cyc, sink, 1, 11, 17408, mode);
+      burst(img, cyc, sink, 32, 11, 17408, mode);
+      burst(img, cyc, sink, 1, 5, 34816, mode);
+      burst(img, cyc, sink, 1, 3, 69632, mode);
+    }
   }
   const std::vector<int> piece_list =
       big ? std::vector<int>{17408, 34816, 52224, 69632, 104448} : std::vector<int>{8192, 17408, 32768};
