@@ -32,20 +32,21 @@ constexpr int kSmallLayer = 832;
 constexpr int kLnfw = 0, kLnfb = 64, kLmb = 128;
 // mbarriers: the ring's slots [0, kMaxSlots), then the small vectors' copy, then k, v
 constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots + 2;
-// Variants (issue 14's leads, MINIGPT_MEGA_ROWS_VARIANT; 1 row per CTA only, other rp run the
-// base): bit kVarW15 (the default since rows14b), the ring's refills issued by the last warp
-// (idle in every GEMM stage) instead of warp 0 (which starts the next stage); bit kVarLn, each LayerNorm fused into the stage
-// that reads it: every warp of that stage normalises the CTA's row itself (the same arithmetic
-// as layernorm_rows, so bitwise the same; the warps write the same values to ln) and syncs only
-// itself: no CTA barrier between the LayerNorm and its GEMM. (rows14b also measured, and removed:
-// lm_head split over the cluster's CTAs with a cross-CTA softmax, 28.6-28.8 us against the base's
-// 25.6; a k, v row's sends spread over 4 lanes, 25.6-25.7: docs/MEGAKERNEL.md "rows".)
-// bit kVarPair: the ring's copies two pieces each (34 KB; the ring then holds ns / 2 of them, an
-// mbarrier each): an SM's bulk copies are served one after another at ~450 cycles each for 8-32 KB
-// (H200, experiments/25-compile/gpu_rows14c's ringbench: 17 KB pieces stream at ~39 bytes per
-// cycle per SM whatever the copies in flight or the CTAs, 32 KB ones at ~71), so half the copies
-// deliver the same weights in about half the time. A copy is refilled once both its pieces are read.
-constexpr int kVarW15 = 1, kVarLn = 4, kVarPair = 16;
+// Variants (issue 14's leads, MINIGPT_MEGA_ROWS_VARIANT; 1 row per CTA only, other rp run kVar
+// 0: the ring's refills issued by warp 0, which starts the next stage). Bit kVarW15 (both rp 1
+// variants), the refills issued by the last warp, idle in every GEMM stage. Bit kVarPair (the
+// variant pair), the ring's copies two pieces each (34 KB; the ring then holds ns / 2 of them, an
+// mbarrier each; a copy is refilled once both its pieces are read): half the copies, so twice the
+// stream's headroom (gpu_rows14c's ringbench: one thread running a ring of 17 KB copies gets ~39
+// bytes per cycle per SM, of 34 KB ~75; copies issued at once by lanes land ~250-300 cycles apart
+// at 17 KB, ~350-450 at 34 KB), but the forward measured the same (rows14c call 2: 24.10 / 24.29
+// / 23.84 us against w15's 24.13 / 24.29 / 24.22), its stage trace without the head's and the
+// start's weight waits (the head 4.6k cycles against 5.0-7.1k): the stream is not what bounds it.
+// Measured and removed (docs/MEGAKERNEL.md "rows"): each LayerNorm computed by every warp of the
+// stage that reads it, no CTA barrier (lnfuse; with w15 24.16 / 24.16 / 23.78 us, with pair
+// 23.94 / 24.19 / 24.26: no gain); the refills as multicast copies, one L2 read per cluster (31.6
+// us); lm_head split over the cluster (28.6-28.8); a k, v row's sends over 4 lanes (no change).
+constexpr int kVarW15 = 1, kVarPair = 16;
 
 bool rows_arch(const MegaDims& d) {
   return d.C == kC && d.H == kH && d.F == kF && d.L >= 1 && d.L <= kMegaMaxLayers && d.V >= 1;
@@ -299,23 +300,6 @@ __device__ __forceinline__ void dot_rows(const float* a, int lda, const float* c
   }
 }
 
-// kVarLn, 1 row per CTA: the calling warp writes layernorm_rows's ln of row 0 (lanes 0..15, the
-// 16-lane statistics of layernorm_rows_t; lanes 16..31 compute the same and write nothing), then
-// syncs itself. Several warps may write the same values at once.
-__device__ __forceinline__ void layernorm_row_warp(const float* x, float* ln, const float* w, const float* b, float eps) {
-  const int sub = threadIdx.x & 15;
-  constexpr int E = kC / 16;
-  float v[E];
-#pragma unroll
-  for (int e = 0; e < E; ++e) v[e] = x[sub + 16 * e];
-  const float2 st = row_stats<16, E>(v, kC, eps);
-  if ((threadIdx.x & 31) < 16) {
-#pragma unroll
-    for (int e = 0; e < E; ++e) ln[sub + 16 * e] = (v[e] - st.x) * st.y * w[sub + 16 * e] + b[sub + 16 * e];
-  }
-  __syncwarp();
-}
-
 // ---- the kernel ----
 // RP rows per CTA (compile time: the accumulators are registers); the cluster (R CTAs) is one
 // sequence, blockIdx.x / R.
@@ -325,7 +309,6 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   const MegaDims& d = p.dims;
   const RowsLayout S(d, RP);
   const int T = d.T, V = d.V, R = S.R, L = d.L;
-  constexpr bool kLnFused = RP == 1 && (kVar & kVarLn) != 0;
   const int r = static_cast<int>(cluster_ctarank()), b = static_cast<int>(blockIdx.x) / R;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int t0 = r * RP, nr = min(RP, T - t0);
@@ -372,12 +355,8 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     float *ks = sm + S.ks, *vs = sm + S.vs;
     // q, k, v: a thread per output column (q 0..63, k 64..127, v 128..191) for all rows
     const bool qkv_thread = tid < 3 * kC;
-    if (kLnFused) {
-      if (qkv_thread) layernorm_row_warp(x, ln, sw + kLn1w, sw + kLn1b, p.eps);
-    } else {
-      layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, sw + kLn1w, sw + kLn1b, p.eps);
-      __syncthreads();
-    }
+    layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, sw + kLn1w, sw + kLn1b, p.eps);
+    __syncthreads();
     stamp(2 + 8 * l);
     ring.probe(pi + kPieceProj - 1);
     if (qkv_thread) dot_rows<RP, kC>(ln, kLd, {ring.wait(pi + tid / kPieceRows) + (tid % kPieceRows) * kLd}, acc);
@@ -467,12 +446,8 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     ring.refill(pi + kPieceProj, pi + kPieceFc1);
     stamp(6 + 8 * l);
 
-    if (kLnFused) {
-      if (tid < kF) layernorm_row_warp(x, ln, sw + kLn2w, sw + kLn2b, p.eps);
-    } else {
-      layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, sw + kLn2w, sw + kLn2b, p.eps);
-      __syncthreads();
-    }
+    layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, sw + kLn2w, sw + kLn2b, p.eps);
+    __syncthreads();
     stamp(7 + 8 * l);
 
     // fc1 + GELU: a thread per output column f, into h as 4 slices of 64 columns (fc2's k), each
@@ -511,12 +486,8 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   // warp order (kWarps per row through shared memory, one CTA barrier each); a NaN logit makes
   // the sum, so the row, NaN
   const float* hd = sm + L * kSmallLayer;
-  if (kLnFused) {  // every warp reads ln in the head
-    layernorm_row_warp(x, ln, hd + kLnfw, hd + kLnfb, p.eps);
-  } else {
-    layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, hd + kLnfw, hd + kLnfb, p.eps);
-    __syncthreads();
-  }
+  layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, hd + kLnfw, hd + kLnfb, p.eps);
+  __syncthreads();
   stamp(2 + 8 * L);
   const int pl = L * kPiecesPerLayer;
   ring.probe(pl + S.lm_pieces - 1);
@@ -589,17 +560,17 @@ RowsKernel rows1_kernel(bool trace) {
 
 int gpt_mega_rows_variant() {
   const char* v = std::getenv("MINIGPT_MEGA_ROWS_VARIANT");
-  if (!v || !*v) return 1;  // w15: faster than the base in both rounds of rows14b's call
+  if (!v || !*v) return 0;  // w15 (pair measured the same, rows14c call 2)
   for (int i = 0; i < static_cast<int>(std::size(kMegaRowsVariants)); ++i)
     if (std::strcmp(v, kMegaRowsVariants[i]) == 0) return i;
-  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected base, w15, lnfuse, w15ln, pair or pairln");
+  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected w15 or pair");
   return 0;
 }
 
 namespace {
 
-// kVar of each of kMegaRowsVariants (rp 1 only; other rp run the base).
-constexpr int kVariantBits[] = {0, kVarW15, kVarLn, kVarW15 | kVarLn, kVarW15 | kVarPair, kVarW15 | kVarPair | kVarLn};
+// kVar of each of kMegaRowsVariants (rp 1 only; other rp run kVar 0).
+constexpr int kVariantBits[] = {kVarW15, kVarW15 | kVarPair};
 static_assert(std::size(kVariantBits) == std::size(kMegaRowsVariants), "a kVar per variant name");
 
 // The instance for rp rows per CTA (the variants, MINIGPT_MEGA_ROWS_VARIANT: rp 1 only).
@@ -610,10 +581,6 @@ RowsKernel rows_kernel_for(int rp) {
     case 1:
       switch (gpt_mega_rows_variant()) {  // kMegaRowsVariants' order
         case 1: return rows1_kernel<kVariantBits[1]>(trace);
-        case 2: return rows1_kernel<kVariantBits[2]>(trace);
-        case 3: return rows1_kernel<kVariantBits[3]>(trace);
-        case 4: return rows1_kernel<kVariantBits[4]>(trace);
-        case 5: return rows1_kernel<kVariantBits[5]>(trace);
         default: return rows1_kernel<kVariantBits[0]>(trace);
       }
     case 2: return trace ? gpt_mega_rows_kernel<2, true, 0> : gpt_mega_rows_kernel<2, false, 0>;

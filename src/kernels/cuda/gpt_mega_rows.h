@@ -42,7 +42,7 @@
 // Limits (gpt_mega_rows_cluster says whether a shape runs): the forward only (no KV cache: the
 // decode step and loop stay gpt_mega's), the shipped architecture (C 64, H 4, F 256),
 // rp in {1, 2, 4}, R = ceil(T / rp) <= 16, lm_head's pieces (ceil(V / 64)) no more than the
-// ring's slots (the shipped V 611: 10 of 10-11), T <= block size. Launchers check and never
+// ring's slots (the shipped V 611: 10 of 10-11; pair: its copies, 5 of 5), T <= block size. Launchers check and never
 // synchronise.
 //
 // Measured (H200, `minigpt bench model --device cuda --no-peers --runs 1000 --warmup 100`, the
@@ -57,6 +57,27 @@
 // (docs/MEGAKERNEL.md "rows").
 // With w15 (the default, below): 24.10 us, 22.33 back to back (the lead's gpu-check of 606c2d9,
 // experiments/25-compile/REPORT.md 7p; the weight-split megakernel 39.1 in that run).
+// What bounds it (rows14c, experiments/25-compile/gpu_rows14c, two H200 calls, the same bench
+// command): NOT the weights' delivery. The forward is flat in B (B 1, 2, 4: 24.83, 25.09, 25.15
+// us; B 8 49.9: 8 clusters of 16 are not co-resident, two waves), so no L2 limit; ringbench (a
+// ring of bulk copies of the image per CTA run by one thread, no arithmetic) streams 17 KB pieces
+// at ~39 bytes per cycle per SM whatever the CTAs (1-128, 13 TB/s together) or copies in flight
+// (its loop's ~450 cycles a piece), 34 KB at ~75, 52-102 KB at ~95-99 (the SM's port), while the
+// forward draws ~22 on average (~1 MB in ~44k cycles); copies issued at once by lanes land
+// ~250-300 cycles apart (17 KB); 15 warps spinning on an mbarrier or reading shared memory
+// meanwhile do not slow them. pair (half the copies) took
+// the same time as w15, and multicast copies (one L2 read per cluster) 31.6 us. Stage trace
+// (w15, the last CTA, 44-46k cycles, MINIGPT_MEGA_TRACE=1 whose brackets time each GEMM stage
+// until its LAST piece): start 3.3k; per layer ~9.2k: ln1 0.73k, q k v + push 1.33k, wait for k,
+// v 0.2k, attention 1.6k, proj 0.89k, ln2 0.64k, fc1 1.54k, fc2 1.68k; head 5.0-7.1k, of which
+// 2.4-3.9k waiting for lm_head's last pieces (issued after the last fc2). With pair: 42k cycles,
+// start 1.3k, head 4.6k (0.66k waits), the GEMM stages as before, each still with a ~0.43k
+// bracket: the cost of thread 0's two mbarrier try_waits per stage (~0.2k each though the copy
+// landed long before; the head's three: 0.66k), which every GEMM thread also pays once, on the
+// stage's path (~17 per forward). The ~9 dependent stages per layer (CTA barriers, ~0.2k waits,
+// 64-FMA chains, LayerNorms' ~0.65k latency on one row) bound it; next leads: the idle last warp
+// waiting for the next stage's copies before the CTA barrier that precedes it (the GEMM threads
+// then not waiting), fewer stages per layer.
 #pragma once
 
 #include "kernels/cuda/gpt_mega.h"
@@ -71,15 +92,14 @@ namespace minigpt::cuda {
 constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // Variants of the 1-row-per-CTA kernel (issue 14's leads), by MINIGPT_MEGA_ROWS_VARIANT=name,
 // read whenever a launch is prepared (a CudaGPT captures each shape's graph once, so a shape keeps
-// the variant it was captured with): base, the ring's refills issued by warp 0 after each stage's CTA barrier;
-// w15 (the default: unset or empty), by the last warp, idle in the GEMM stages (H200, (2, 16):
-// 24.13 / 23.94 us against the base's 25.66 / 25.60, experiments/25-compile/gpu_rows14b);
-// lnfuse, the base with each LayerNorm computed by every warp of the stage that reads it, no
-// CTA barrier between them (25.06 / 24.90). All three compute bitwise the same.
-// rows14c (being measured): w15ln = w15 + lnfuse; pair = w15 with the ring's copies two pieces
-// each (gpt_mega_rows.cu, kVarPair); pairln = pair + lnfuse.
-inline constexpr const char* kMegaRowsVariants[] = {"base", "w15", "lnfuse", "w15ln", "pair", "pairln"};
-// The variant MINIGPT_MEGA_ROWS_VARIANT names (kMegaRowsVariants' index; unset or empty: 1,
+// the variant it was captured with): w15 (the default: unset or empty), the ring's refills issued
+// by the last warp, idle in the GEMM stages (rows14b: 24.13 / 23.94 us against 25.66 / 25.60 with
+// warp 0, which starts the next stage); pair, w15 with the ring's copies two pieces (34 KB) each:
+// half the copies, the same time (rows14c call 2: 24.10 / 24.29 / 23.84 against 24.13 / 24.29 /
+// 24.22), kept as the form with the stream's headroom doubled for when the stages shorten (see
+// Measured). Both compute bitwise the same (other rp: the refills by warp 0, single pieces).
+inline constexpr const char* kMegaRowsVariants[] = {"w15", "pair"};
+// The variant MINIGPT_MEGA_ROWS_VARIANT names (kMegaRowsVariants' index; unset or empty: 0,
 // w15); an unknown name is an Error. Read at each call (tests switch it between models).
 int gpt_mega_rows_variant();
 
@@ -89,7 +109,7 @@ int gpt_mega_rows_cluster(const MegaDims& d, int rp);
 // Dynamic shared memory per CTA (bytes) for dims at rp rows per CTA (0: not taken).
 size_t gpt_mega_rows_smem(const MegaDims& d, int rp);
 // Floats of the weight image for dims' model (L, C, H, F, V; B and T do not matter), 0 if the
-// architecture is not the one it takes: ~0.97 M floats (3.9 MB) for the shipped model.
+// architecture is not the one it takes: ~0.26 M floats (1.0 MB) for the shipped model.
 size_t gpt_mega_rows_image_floats(const MegaDims& d);
 // Enqueues the writing of p's weights into `image` (gpt_mega_rows_image_floats floats, 16-byte
 // aligned): once per model, before the launches that read it.
