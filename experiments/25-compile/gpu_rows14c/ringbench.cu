@@ -7,8 +7,8 @@
 //
 // Modes: "own" (every CTA issues its own copies, as the kernel); "mc" (clusters of 16, every
 // piece issued ONCE per cluster as a multicast copy into all 16 CTAs: the CTA that is the last to
-// free a slot (an atomic counter per slot in CTA slot % 16) issues its refill; the kernel's
-// planned variant, here also checked: the pieces' first and last floats are verified).
+// free a slot (an atomic counter per slot in CTA slot % 16) issues its refill; call 1's kernel
+// variant mc, removed after it; the pieces' first and last floats are checked in every mode).
 //
 // Build: nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a ringbench.cu -o ringbench; run:
 // ./ringbench [image bytes] [b: call 2's set, pieces of 17-102 KB]
