@@ -12,6 +12,8 @@ float64 column says which one is nearer the exact result.
 
     PYTHONPATH=python:build/default/python python3 bench/forward_accuracy.py [model]
 
+FORWARD_ACCURACY_ROWS_VARIANTS="w15 pwsplit" adds a row per named MINIGPT_MEGA_ROWS_VARIANT of
+the default plan (at (2, 16) the row-split forward, kernels/cuda/gpt_mega_rows.h).
 Each GPU setting runs in its own process (the plan, with its proj, is made once per shape).
 """
 import os
@@ -36,9 +38,10 @@ def engine_logits(path, device):
     return np.asarray(logits, dtype=np.float64)
 
 
-def gpu_logits_in_child(path, proj):
-    """The GPU's logits with MINIGPT_MEGA_PROJ=proj ("" = the default plan), from a child process."""
-    env = dict(os.environ, MINIGPT_MEGA_PROJ=proj)
+def gpu_logits_in_child(path, proj, rows_variant=""):
+    """The GPU's logits with MINIGPT_MEGA_PROJ=proj ("" = the default plan) and
+    MINIGPT_MEGA_ROWS_VARIANT=rows_variant ("" = the default), from a child process."""
+    env = dict(os.environ, MINIGPT_MEGA_PROJ=proj, MINIGPT_MEGA_ROWS_VARIANT=rows_variant)
     out = subprocess.run([sys.executable, __file__, "--child", path], env=env, check=True,
                          stdout=subprocess.PIPE).stdout
     return np.frombuffer(out, dtype=np.float64).reshape(IDS.shape + (-1,))
@@ -67,6 +70,8 @@ def main():
         for label, proj in (("GPU default plan", ""), ("GPU megakernel, proj by columns", "columns"),
                             ("GPU megakernel, proj by heads", "heads")):
             rows.append((label, gpu_logits_in_child(path, proj)))
+        for variant in os.environ.get("FORWARD_ACCURACY_ROWS_VARIANTS", "").split():
+            rows.append((f"GPU default plan, rows {variant}", gpu_logits_in_child(path, "", variant)))
     print(f"forward (B, T) = {IDS.shape}, max |logit difference|")
     print(f"{'':34} {'vs float64':>11} {'vs CPU engine':>14}")
     for label, logits in rows:

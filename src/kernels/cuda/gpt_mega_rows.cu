@@ -46,7 +46,30 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // stage that reads it, no CTA barrier (lnfuse; with w15 24.16 / 24.16 / 23.78 us, with pair
 // 23.94 / 24.19 / 24.26: no gain); the refills as multicast copies, one L2 read per cluster (31.6
 // us); lm_head split over the cluster (28.6-28.8); a k, v row's sends over 4 lanes (no change).
-constexpr int kVarW15 = 1, kVarPair = 16;
+// Awaiting measurement (rows14d; each computes what w15 computes unless said):
+// kVarPrewait: the GEMM threads never wait on the ring's mbarriers. Lane j of the last warp (idle
+// in the stage before every GEMM stage: the LayerNorms, attention, fc1) waits for the next
+// stage's piece j BEFORE the CTA barrier that precedes that stage, so the barrier certifies the
+// pieces landed and the stage reads its slots at once (Ring::prewait, Ring::get). rows14c's trace:
+// each GEMM thread's try_wait cost ~0.2k cycles on the stage's path even for a copy landed long
+// before (~17 per forward); the waiter's overlap the previous stage's work. Memory model: a bulk
+// copy's writes are made visible to a thread that observes its mbarrier phase complete
+// (try_wait, .acquire at CTA scope: the complete-tx mechanism needs no proxy fence for the
+// waiter); that thread's bar.sync then orders everything it observed before every other
+// participant's accesses after the barrier (bar.sync orders memory among its participants as a
+// CTA-scope fence, and PTX causality order is transitive through it; the fallback, should that
+// reading fail on the device: one waiter per warp + __syncwarp, or every reader waiting as w15).
+// Needs ns >= kPrewaitSlots (fc2's last piece is issued after proj's refill).
+// kVarKeys: attention's key loop (n <= 32) fully unrolled to 16 or 32 keys: every key's
+// probability shuffle and v load unconditional (row min(k, n - 1)), only the FMAs under k < n, so
+// the loads issue ahead of the chain instead of one key per ~shuffle + load latency; the same
+// FMAs in the same order (bitwise).
+// kVarSplit (NOT bitwise w15): q, k, v and fc1 over two lanes 16 apart per output column (qkv on
+// 384 threads, fc1 on all 512, where one lane per column left 320 and 256 idle), each a 32-term
+// FMA chain (k 0..31 and 32..63), added by one shuffle: (first + second) + b, halving the chains;
+// fc2's pieces are then pre-waited during ln2 (the last warp computes in fc1).
+constexpr int kVarW15 = 1, kVarPrewait = 2, kVarKeys = 4, kVarSplit = 8, kVarPair = 16;
+constexpr int kPrewaitSlots = 8;  // the ring's slots kVarPrewait needs (see above)
 
 bool rows_arch(const MegaDims& d) {
   return d.C == kC && d.H == kH && d.F == kF && d.L >= 1 && d.L <= kMegaMaxLayers && d.V >= 1;
@@ -241,6 +264,20 @@ struct Ring {
       if (stamp.on) wait(last);
     }
   }
+  // kVarPrewait: lane k of the last warp waits for piece a + k (k < b - a; the lanes' waits
+  // overlap), before the CTA barrier that precedes the pieces' stage; other variants: nothing.
+  __device__ __forceinline__ void prewait(int a, int b) const {
+    if constexpr ((kVar & kVarPrewait) != 0) {
+      const int k = static_cast<int>(threadIdx.x) - (kThreads - 32);
+      if (k >= 0 && k < b - a) wait(a + k);
+    }
+  }
+  // A GEMM thread's piece i: its slot (kVarPrewait: a CTA barrier after prewait(.., > i) has
+  // passed), or wait(i).
+  __device__ __forceinline__ const float* get(int i) const {
+    if constexpr ((kVar & kVarPrewait) != 0) return slot(i);
+    return wait(i);
+  }
   // Piece i's slot once it has landed (the calling thread waits for its copy).
   __device__ __forceinline__ const float* wait(int i) const {
     long long t = 0;
@@ -300,6 +337,43 @@ __device__ __forceinline__ void dot_rows(const float* a, int lda, const float* c
   }
 }
 
+// acc = a's RP rows (stride kLd) times the weight row w over k = 64, in k order from 0: one
+// 64-FMA chain per thread, or (kSplit; whole warps, lane and lane ^ 16 on the same w) two 32-term
+// chains, k 0..31 in lanes < 16 and 32..63 in lanes >= 16, added by a shuffle: both lanes end with
+// first + second (a float sum is commutative bitwise).
+template <int RP, bool kSplit>
+__device__ __forceinline__ void dot64(const float* a, const float* w, int lane, float (&acc)[1][RP]) {
+  if constexpr (!kSplit) {
+    dot_rows<RP, kC>(a, kLd, {w}, acc);
+  } else {
+    const int k0 = (lane >> 4) * (kC / 2);
+    dot_rows<RP, kC / 2>(a + k0, kLd, {w + k0}, acc);
+#pragma unroll
+    for (int i = 0; i < RP; ++i) acc[0][i] += __shfl_xor_sync(0xffffffffu, acc[0][i], 16);
+  }
+}
+
+// One (row, head)'s att columns e..e+3 over keys 0..n-1 (n <= KMAX, the whole warp): key k's
+// probability from lane k (pr), times v row k (rows kLd apart), in key order, fully unrolled;
+// every shuffle and load unconditional (row min(k, n - 1): the rows exist), only the FMAs under
+// k < n, so the loads can issue ahead of the chain (kVarKeys; the FMAs of the plain loop).
+template <int KMAX>
+__device__ __forceinline__ float4 att_keys_unrolled(float pr, const float* vs, int e, int n) {
+  float4 a = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int k = 0; k < KMAX; ++k) {
+    const float pk = __shfl_sync(0xffffffffu, pr, k);
+    const float4 vv = *reinterpret_cast<const float4*>(vs + min(k, n - 1) * kLd + e);
+    if (k < n) {
+      a.x = fmaf(pk, vv.x, a.x);
+      a.y = fmaf(pk, vv.y, a.y);
+      a.z = fmaf(pk, vv.z, a.z);
+      a.w = fmaf(pk, vv.w, a.w);
+    }
+  }
+  return a;
+}
+
 // ---- the kernel ----
 // RP rows per CTA (compile time: the accumulators are registers); the cluster (R CTAs) is one
 // sequence, blockIdx.x / R.
@@ -318,6 +392,11 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   uint64_t* bars = reinterpret_cast<uint64_t*>(sm + S.bars);
   Stamps<kTrace> stamp{b == 0 && r == R - 1 && tid == 0};
   const Ring<kTrace, kVar> ring{sm + S.ring, bars, p.image, S, L, V, stamp};
+  constexpr bool kSplit = (kVar & kVarSplit) != 0;
+  constexpr int kLanes = kSplit ? 2 : 1;  // lanes per q, k, v or fc1 column (dot64)
+  // kSplit: column 16 warp + lane % 16, its two lanes 16 apart, the lower one writing
+  const int split_col = 16 * warp + (lane & 15);
+  const bool writer = !kSplit || lane < 16;
   if constexpr (kTrace) {
     if (stamp.on) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(stamp.t0_ns));
   }
@@ -354,29 +433,33 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     const int pi = l * kPiecesPerLayer;
     float *ks = sm + S.ks, *vs = sm + S.vs;
     // q, k, v: a thread per output column (q 0..63, k 64..127, v 128..191) for all rows
-    const bool qkv_thread = tid < 3 * kC;
+    // (kSplit: two lanes per column, whole warps)
+    const bool qkv_thread = tid < kLanes * 3 * kC;
+    const int qcol = kSplit ? split_col : tid;
     layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, sw + kLn1w, sw + kLn1b, p.eps);
+    ring.prewait(pi, pi + kPieceProj);
     __syncthreads();
     stamp(2 + 8 * l);
     ring.probe(pi + kPieceProj - 1);
-    if (qkv_thread) dot_rows<RP, kC>(ln, kLd, {ring.wait(pi + tid / kPieceRows) + (tid % kPieceRows) * kLd}, acc);
+    if (qkv_thread) dot64<RP, kSplit>(ln, ring.get(pi + qcol / kPieceRows) + (qcol % kPieceRows) * kLd, lane, acc);
     cluster_wait();  // every CTA has read the previous layer's k, v (layer 0: every CTA runs)
     if (qkv_thread) {
-      const int part = tid / kC, c = tid % kC;
-      const float bias = sw[kQkvb + tid];
+      const int part = qcol / kC, c = qcol % kC;
+      const float bias = sw[kQkvb + qcol];
 #pragma unroll
       for (int i = 0; i < RP; ++i) {
         if (i >= nr) break;
         const float v = acc[0][i] + bias;
         if (part == 0) {
-          qs[i * kLd + c] = v;
+          if (writer) qs[i * kLd + c] = v;
         } else {  // to this CTA and every later one (their rows attend to it): lane 4j sends
-                  // columns 4j..4j+3 as one 16-byte store (a warp is 32 columns of one part)
+                  // columns 4j..4j+3 as one 16-byte store (a warp is 32 columns of one part;
+                  // kSplit: lanes 0..15 16 columns, the upper half the same again)
           float* dst = (part == 1 ? ks : vs) + (t0 + i) * kLd + c;
-          *dst = v;
+          if (writer) *dst = v;
           const float4 v4 = make_float4(v, __shfl_down_sync(0xffffffffu, v, 1), __shfl_down_sync(0xffffffffu, v, 2),
                                         __shfl_down_sync(0xffffffffu, v, 3));
-          for (int q = r + 1; q < R && lane % 4 == 0; ++q)
+          for (int q = r + 1; q < R && writer && lane % 4 == 0; ++q)
             st_async4(shared_addr_in(dst, q), v4, shared_addr_in(&bars[kBarKv], q));
         }
       }
@@ -413,9 +496,13 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
         float sum = ex;
         for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
         const float pr = ex * (1.0f / sum);
-        for (int k = 0; k < n; ++k) {
-          const float pk = __shfl_sync(0xffffffffu, pr, k);
-          if (lane < kDh / 4) add_key(pk, k);
+        if constexpr ((kVar & kVarKeys) != 0) {
+          a = n <= 16 ? att_keys_unrolled<16>(pr, vs, e, n) : att_keys_unrolled<32>(pr, vs, e, n);
+        } else {
+          for (int k = 0; k < n; ++k) {
+            const float pk = __shfl_sync(0xffffffffu, pr, k);
+            if (lane < kDh / 4) add_key(pk, k);
+          }
         }
       } else {  // the scores through shared memory
         float* row = sm + S.sc + item * (T + 1);
@@ -428,6 +515,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       }
       if (lane < kDh / 4) *reinterpret_cast<float4*>(att + i * kLd + e) = a;
     }
+    ring.prewait(pi + kPieceProj, pi + kPieceFc1);
     __syncthreads();
     if (l + 1 < L) cluster_arrive_relaxed();  // this CTA's k, v are read: the next layer's may come
     stamp(5 + 8 * l);
@@ -439,7 +527,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     ring.probe(pi + kPieceProj);
     if (tid < 4 * kC) {
       const int s = lane >> 3, n = 8 * warp + (lane & 7);
-      dot_rows<RP, kDh>(att + s * kDh, kLd, {ring.wait(pi + kPieceProj) + n * kLd + s * kDh}, acc);
+      dot_rows<RP, kDh>(att + s * kDh, kLd, {ring.get(pi + kPieceProj) + n * kLd + s * kDh}, acc);
       add_slices_residual<RP>(acc, 8, s == 0, sw[kProjb + n], x + n, nr);
     }
     __syncthreads();
@@ -447,19 +535,22 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     stamp(6 + 8 * l);
 
     layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, sw + kLn2w, sw + kLn2b, p.eps);
+    ring.prewait(pi + kPieceFc1, kSplit ? pi + kPiecesPerLayer : pi + kPieceFc2);  // kSplit: fc2's too
     __syncthreads();
     stamp(7 + 8 * l);
 
-    // fc1 + GELU: a thread per output column f, into h as 4 slices of 64 columns (fc2's k), each
-    // padded to 68
+    // fc1 + GELU: a thread per output column f (kSplit: two lanes), into h as 4 slices of 64
+    // columns (fc2's k), each padded to 68
     ring.probe(pi + kPieceFc2 - 1);
-    if (tid < kF) {
-      dot_rows<RP, kC>(ln, kLd, {ring.wait(pi + kPieceFc1 + tid / kPieceRows) + (tid % kPieceRows) * kLd}, acc);
-      const float bias = sw[kFc1b + tid];
+    if (tid < kLanes * kF) {
+      const int f = kSplit ? split_col : tid;
+      dot64<RP, kSplit>(ln, ring.get(pi + kPieceFc1 + f / kPieceRows) + (f % kPieceRows) * kLd, lane, acc);
+      const float bias = sw[kFc1b + f];
 #pragma unroll
       for (int i = 0; i < RP; ++i)
-        if (i < nr) h[i * kLdH + (tid / kC) * kLd + tid % kC] = gelu_erf(acc[0][i] + bias);
+        if (i < nr && writer) h[i * kLdH + (f / kC) * kLd + f % kC] = gelu_erf(acc[0][i] + bias);
     }
+    if constexpr (!kSplit) ring.prewait(pi + kPieceFc2, pi + kPiecesPerLayer);  // the last warp is idle in fc1
     __syncthreads();
     ring.refill(pi + kPieceFc1, pi + kPieceFc2);
     stamp(8 + 8 * l);
@@ -472,7 +563,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     if (tid < 4 * kC) {
       const int n = tid >> 2, s = tid & 3;
       dot_rows<RP, kC>(h + s * kLd, kLdH,
-                       {ring.wait(pi + kPieceFc2 + n / kFc2Rows) + (n % kFc2Rows) * kFc2Ld + s * kLd}, acc);
+                       {ring.get(pi + kPieceFc2 + n / kFc2Rows) + (n % kFc2Rows) * kFc2Ld + s * kLd}, acc);
       add_slices_residual<RP>(acc, 1, s == 0, sw[kFc2b + n], x + n, nr);
     }
     __syncthreads();
@@ -487,15 +578,16 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   // the sum, so the row, NaN
   const float* hd = sm + L * kSmallLayer;
   layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, hd + kLnfw, hd + kLnfb, p.eps);
+  const int pl = L * kPiecesPerLayer;
+  ring.prewait(pl, pl + S.lm_pieces);
   __syncthreads();
   stamp(2 + 8 * L);
-  const int pl = L * kPiecesPerLayer;
   ring.probe(pl + S.lm_pieces - 1);
   const int n0 = tid, n1 = tid + kThreads;  // n1 < V only for V > kThreads
   float lgt[2][RP];
   if (n0 < V) {
-    const float* w0 = ring.wait(pl + n0 / kPieceRows) + (n0 % kPieceRows) * kLd;
-    const float* w1 = n1 < V ? ring.wait(pl + n1 / kPieceRows) + (n1 % kPieceRows) * kLd : w0;
+    const float* w0 = ring.get(pl + n0 / kPieceRows) + (n0 % kPieceRows) * kLd;
+    const float* w1 = n1 < V ? ring.get(pl + n1 / kPieceRows) + (n1 % kPieceRows) * kLd : w0;
     dot_rows<RP, kC, 2>(ln, kLd, {w0, w1}, lgt);
 #pragma unroll
     for (int i = 0; i < RP; ++i) {
@@ -563,14 +655,15 @@ int gpt_mega_rows_variant() {
   if (!v || !*v) return 0;  // w15 (pair measured the same, rows14c call 2)
   for (int i = 0; i < static_cast<int>(std::size(kMegaRowsVariants)); ++i)
     if (std::strcmp(v, kMegaRowsVariants[i]) == 0) return i;
-  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected w15 or pair");
+  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected w15, pair, prewait, pwkeys or pwsplit");
   return 0;
 }
 
 namespace {
 
 // kVar of each of kMegaRowsVariants (rp 1 only; other rp run kVar 0).
-constexpr int kVariantBits[] = {kVarW15, kVarW15 | kVarPair};
+constexpr int kVariantBits[] = {kVarW15, kVarW15 | kVarPair, kVarW15 | kVarPrewait, kVarW15 | kVarPrewait | kVarKeys,
+                                kVarW15 | kVarPrewait | kVarKeys | kVarSplit};
 static_assert(std::size(kVariantBits) == std::size(kMegaRowsVariants), "a kVar per variant name");
 
 // The instance for rp rows per CTA (the variants, MINIGPT_MEGA_ROWS_VARIANT: rp 1 only).
@@ -581,6 +674,9 @@ RowsKernel rows_kernel_for(int rp) {
     case 1:
       switch (gpt_mega_rows_variant()) {  // kMegaRowsVariants' order
         case 1: return rows1_kernel<kVariantBits[1]>(trace);
+        case 2: return rows1_kernel<kVariantBits[2]>(trace);
+        case 3: return rows1_kernel<kVariantBits[3]>(trace);
+        case 4: return rows1_kernel<kVariantBits[4]>(trace);
         default: return rows1_kernel<kVariantBits[0]>(trace);
       }
     case 2: return trace ? gpt_mega_rows_kernel<2, true, 0> : gpt_mega_rows_kernel<2, false, 0>;
@@ -595,8 +691,10 @@ bool rows_takes(const MegaDims& d, int rp) {
       d.capacity != d.T)
     return false;
   const RowsLayout S(d, rp);
-  const int g = rp == 1 && (kVariantBits[gpt_mega_rows_variant()] & kVarPair) ? 2 : 1;  // pieces per copy
-  return S.R <= 16 && S.fits(g) && static_cast<int64_t>(d.B) * S.R <= 65535;
+  const int bits = rp == 1 ? kVariantBits[gpt_mega_rows_variant()] : 0;
+  const int g = (bits & kVarPair) ? 2 : 1;  // pieces per copy
+  return S.R <= 16 && S.fits(g) && (!(bits & kVarPrewait) || S.ns >= kPrewaitSlots) &&
+         static_cast<int64_t>(d.B) * S.R <= 65535;
 }
 
 }  // namespace

@@ -85,6 +85,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <iterator>
 
 namespace minigpt::cuda {
 
@@ -98,7 +99,17 @@ constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // half the copies, the same time (rows14c call 2: 24.10 / 24.29 / 23.84 against 24.13 / 24.29 /
 // 24.22), kept as the form with the stream's headroom doubled for when the stages shorten (see
 // Measured). Both compute bitwise the same (other rp: the refills by warp 0, single pieces).
-inline constexpr const char* kMegaRowsVariants[] = {"w15", "pair"};
+// AWAITING MEASUREMENT (rows14d, experiments/25-compile/gpu_rows14d; gpt_mega_rows.cu's kVar
+// comments have the reasoning), each w15 plus: prewait, the ring's mbarriers waited on by the
+// last warp's lanes before the CTA barrier preceding each GEMM stage, never by the GEMM threads
+// (~17 try_waits of ~0.2k cycles off the path; bitwise w15); pwkeys, prewait + attention's key
+// loop fully unrolled (the shuffles and v loads ahead of the FMA chain; bitwise w15); pwsplit,
+// pwkeys + q, k, v and fc1 over two lanes per column (32-term chains, the halves added: NOT
+// bitwise w15, within kReorderedLogitTol of the CPU, the probes within 1e-5 in the test).
+inline constexpr const char* kMegaRowsVariants[] = {"w15", "pair", "prewait", "pwkeys", "pwsplit"};
+// Whether each variant's logits are bitwise w15's (model_cuda_test holds those to it).
+inline constexpr bool kMegaRowsVariantBitwise[] = {true, true, true, true, false};
+static_assert(std::size(kMegaRowsVariantBitwise) == std::size(kMegaRowsVariants), "a flag per variant");
 // The variant MINIGPT_MEGA_ROWS_VARIANT names (kMegaRowsVariants' index; unset or empty: 0,
 // w15); an unknown name is an Error. Read at each call (tests switch it between models).
 int gpt_mega_rows_variant();
