@@ -62,8 +62,9 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // Needs ns >= kPrewaitSlots (fc2's last piece is issued after proj's refill).
 // kVarKeys: attention's key loop (n <= 32) fully unrolled to 16 or 32 keys: every key's
 // probability shuffle and v load unconditional (row min(k, n - 1)), only the FMAs under k < n, so
-// the loads issue ahead of the chain instead of one key per ~shuffle + load latency; the same
-// FMAs in the same order (bitwise).
+// the loads issue ahead of the chain (w15's loop: unrolled by 4, a runtime trip count); the same
+// FMAs in the same order (bitwise); and for n <= 16 the softmax's butterflies over 16 lanes
+// (key_prob: the same values in the lanes read).
 // kVarSplit (NOT bitwise w15): q, k, v and fc1 over two lanes 16 apart per output column (qkv on
 // 384 threads, fc1 on all 512, where one lane per column left 320 and 256 idle), each a 32-term
 // FMA chain (k 0..31 and 32..63), added by one shuffle: (first + second) + b, halving the chains;
@@ -353,6 +354,22 @@ __device__ __forceinline__ void dot64(const float* a, const float* w, int lane, 
   }
 }
 
+// Lane k's probability of key k < n (s: its score, -inf in lanes >= n; the whole warp): the
+// scores' max and the sum of exp(s - max) by xor butterflies from offset TOP down (TOP 16: all 32
+// lanes; TOP 8 for n <= 16, kVarKeys: lanes 16.. hold -inf and 0, so the step over 16 changes no
+// value in lanes < 16, the only ones read: the same values there, one shuffle step fewer on each).
+template <int TOP>
+__device__ __forceinline__ float key_prob(float s, int lane, int n) {
+  float m = s;
+#pragma unroll
+  for (int off = TOP; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  const float ex = lane < n ? expf(s - m) : 0.0f;
+  float sum = ex;
+#pragma unroll
+  for (int off = TOP; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  return ex * (1.0f / sum);
+}
+
 // One (row, head)'s att columns e..e+3 over keys 0..n-1 (n <= KMAX, the whole warp): key k's
 // probability from lane k (pr), times v row k (rows kLd apart), in key order, fully unrolled;
 // every shuffle and load unconditional (row min(k, n - 1): the rows exist), only the FMAs under
@@ -490,15 +507,11 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
         // a key per lane: warp_softmax_inplace's arithmetic in registers (the same values, no
         // shared-memory round trips), each probability broadcast by a shuffle in key order
         const float s = lane < n ? dot_qk(qt, ks + lane * kLd + hh * kDh, kDh) * scale : -CUDART_INF_F;
-        float m = s;
-        for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-        const float ex = lane < n ? expf(s - m) : 0.0f;
-        float sum = ex;
-        for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-        const float pr = ex * (1.0f / sum);
         if constexpr ((kVar & kVarKeys) != 0) {
-          a = n <= 16 ? att_keys_unrolled<16>(pr, vs, e, n) : att_keys_unrolled<32>(pr, vs, e, n);
+          a = n <= 16 ? att_keys_unrolled<16>(key_prob<8>(s, lane, n), vs, e, n)
+                      : att_keys_unrolled<32>(key_prob<16>(s, lane, n), vs, e, n);
         } else {
+          const float pr = key_prob<16>(s, lane, n);
           for (int k = 0; k < n; ++k) {
             const float pk = __shfl_sync(0xffffffffu, pr, k);
             if (lane < kDh / 4) add_key(pk, k);

@@ -103,7 +103,8 @@ constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // comments have the reasoning), each w15 plus: prewait, the ring's mbarriers waited on by the
 // last warp's lanes before the CTA barrier preceding each GEMM stage, never by the GEMM threads
 // (~17 try_waits of ~0.2k cycles off the path; bitwise w15); pwkeys, prewait + attention's key
-// loop fully unrolled (the shuffles and v loads ahead of the FMA chain; bitwise w15); pwsplit,
+// loop fully unrolled (the shuffles and v loads ahead of the FMA chain) and its softmax's
+// butterflies over 16 lanes for n <= 16 (bitwise w15); pwsplit,
 // pwkeys + q, k, v and fc1 over two lanes per column (32-term chains, the halves added: NOT
 // bitwise w15, within kReorderedLogitTol of the CPU, the probes within 1e-5 in the test).
 inline constexpr const char* kMegaRowsVariants[] = {"w15", "pair", "prewait", "pwkeys", "pwsplit"};
