@@ -68,7 +68,9 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // kVarSplit (NOT bitwise w15): q, k, v and fc1 over two lanes 16 apart per output column (qkv on
 // 384 threads, fc1 on all 512, where one lane per column left 320 and 256 idle), each a 32-term
 // FMA chain (k 0..31 and 32..63), added by one shuffle: (first + second) + b, halving the chains;
-// fc2's pieces are then pre-waited during ln2 (the last warp computes in fc1).
+// fc2 likewise on all 512 (8 lanes per column: each 64-k slice as its two 32-term halves added,
+// then the slices in order, + b, + x). fc2's pieces are then pre-waited during ln2 (the last
+// warp computes in fc1).
 constexpr int kVarW15 = 1, kVarPrewait = 2, kVarKeys = 4, kVarSplit = 8, kVarPair = 16;
 constexpr int kPrewaitSlots = 8;  // the ring's slots kVarPrewait needs (see above)
 
@@ -338,17 +340,17 @@ __device__ __forceinline__ void dot_rows(const float* a, int lda, const float* c
   }
 }
 
-// acc = a's RP rows (stride kLd) times the weight row w over k = 64, in k order from 0: one
+// acc = a's RP rows (stride lda) times the weight row w over k = 64, in k order from 0: one
 // 64-FMA chain per thread, or (kSplit; whole warps, lane and lane ^ 16 on the same w) two 32-term
 // chains, k 0..31 in lanes < 16 and 32..63 in lanes >= 16, added by a shuffle: both lanes end with
 // first + second (a float sum is commutative bitwise).
 template <int RP, bool kSplit>
-__device__ __forceinline__ void dot64(const float* a, const float* w, int lane, float (&acc)[1][RP]) {
+__device__ __forceinline__ void dot64(const float* a, int lda, const float* w, int lane, float (&acc)[1][RP]) {
   if constexpr (!kSplit) {
-    dot_rows<RP, kC>(a, kLd, {w}, acc);
+    dot_rows<RP, kC>(a, lda, {w}, acc);
   } else {
     const int k0 = (lane >> 4) * (kC / 2);
-    dot_rows<RP, kC / 2>(a + k0, kLd, {w + k0}, acc);
+    dot_rows<RP, kC / 2>(a + k0, lda, {w + k0}, acc);
 #pragma unroll
     for (int i = 0; i < RP; ++i) acc[0][i] += __shfl_xor_sync(0xffffffffu, acc[0][i], 16);
   }
@@ -458,7 +460,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     __syncthreads();
     stamp(2 + 8 * l);
     ring.probe(pi + kPieceProj - 1);
-    if (qkv_thread) dot64<RP, kSplit>(ln, ring.get(pi + qcol / kPieceRows) + (qcol % kPieceRows) * kLd, lane, acc);
+    if (qkv_thread) dot64<RP, kSplit>(ln, kLd, ring.get(pi + qcol / kPieceRows) + (qcol % kPieceRows) * kLd, lane, acc);
     cluster_wait();  // every CTA has read the previous layer's k, v (layer 0: every CTA runs)
     if (qkv_thread) {
       const int part = qcol / kC, c = qcol % kC;
@@ -557,7 +559,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     ring.probe(pi + kPieceFc2 - 1);
     if (tid < kLanes * kF) {
       const int f = kSplit ? split_col : tid;
-      dot64<RP, kSplit>(ln, ring.get(pi + kPieceFc1 + f / kPieceRows) + (f % kPieceRows) * kLd, lane, acc);
+      dot64<RP, kSplit>(ln, kLd, ring.get(pi + kPieceFc1 + f / kPieceRows) + (f % kPieceRows) * kLd, lane, acc);
       const float bias = sw[kFc1b + f];
 #pragma unroll
       for (int i = 0; i < RP; ++i)
@@ -572,12 +574,15 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     // order; lane 0 adds the slices' sums in slice order, then b, then x. A quarter-warp reads
     // 4 slices of h (68 apart: 4 bank groups, no conflict; 64 apart they took 4 wavefronts each,
     // ~2k cycles per row per layer, H200 trace) and 8 weight rows (272 apart: 8 bank groups).
+    // kSplit: 8 lanes per column on all 512 threads, u = 16 warp + lane % 16 as the 4 lanes'
+    // tid above, each slice's 64 k as two 32-term halves in lanes 16 apart (dot64), the lower
+    // lanes adding the slices
     ring.probe(pi + kPiecesPerLayer - 1);
-    if (tid < 4 * kC) {
-      const int n = tid >> 2, s = tid & 3;
-      dot_rows<RP, kC>(h + s * kLd, kLdH,
-                       {ring.get(pi + kPieceFc2 + n / kFc2Rows) + (n % kFc2Rows) * kFc2Ld + s * kLd}, acc);
-      add_slices_residual<RP>(acc, 1, s == 0, sw[kFc2b + n], x + n, nr);
+    if (tid < kLanes * 4 * kC) {
+      const int u = kSplit ? split_col : tid, n = u >> 2, s = u & 3;
+      dot64<RP, kSplit>(h + s * kLd, kLdH, ring.get(pi + kPieceFc2 + n / kFc2Rows) + (n % kFc2Rows) * kFc2Ld + s * kLd,
+                        lane, acc);
+      add_slices_residual<RP>(acc, 1, s == 0 && writer, sw[kFc2b + n], x + n, nr);
     }
     __syncthreads();
     ring.refill(pi + kPieceFc2, pi + kPiecesPerLayer);

@@ -105,8 +105,8 @@ constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // (~17 try_waits of ~0.2k cycles off the path; bitwise w15); pwkeys, prewait + attention's key
 // loop fully unrolled (the shuffles and v loads ahead of the FMA chain) and its softmax's
 // butterflies over 16 lanes for n <= 16 (bitwise w15); pwsplit,
-// pwkeys + q, k, v and fc1 over two lanes per column (32-term chains, the halves added: NOT
-// bitwise w15, within kReorderedLogitTol of the CPU, the probes within 1e-5 in the test).
+// pwkeys + q, k, v, fc1 and fc2's slices over two lanes each (32-term chains, the halves added:
+// NOT bitwise w15, within kReorderedLogitTol of the CPU, the probes within 1e-5 in the test).
 inline constexpr const char* kMegaRowsVariants[] = {"w15", "pair", "prewait", "pwkeys", "pwsplit"};
 // Whether each variant's logits are bitwise w15's (model_cuda_test holds those to it).
 inline constexpr bool kMegaRowsVariantBitwise[] = {true, true, true, true, false};
