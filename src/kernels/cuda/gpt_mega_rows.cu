@@ -52,13 +52,15 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // stage's piece j BEFORE the CTA barrier that precedes that stage, so the barrier certifies the
 // pieces landed and the stage reads its slots at once (Ring::prewait, Ring::get). rows14c's trace:
 // each GEMM thread's try_wait cost ~0.2k cycles on the stage's path even for a copy landed long
-// before (~17 per forward); the waiter's overlap the previous stage's work. Memory model: a bulk
-// copy's writes are made visible to a thread that observes its mbarrier phase complete
-// (try_wait, .acquire at CTA scope: the complete-tx mechanism needs no proxy fence for the
-// waiter); that thread's bar.sync then orders everything it observed before every other
-// participant's accesses after the barrier (bar.sync orders memory among its participants as a
-// CTA-scope fence, and PTX causality order is transitive through it; the fallback, should that
-// reading fail on the device: one waiter per warp + __syncwarp, or every reader waiting as w15).
+// before (~17 per forward); the waiter's overlap the previous stage's work. Memory model (PTX
+// ISA): try_wait returning true makes the phase's cp.async.bulk operations "performed and made
+// visible to the executing thread" (mbarrier.try_wait), and a bulk copy's completion "is followed
+// by an implicit generic-async proxy fence ... made visible to the generic proxy as soon as its
+// completion is observed" (9.7.9.25.2, Async Proxy): once the waiter has observed it, the data
+// are ordinary generic-proxy writes visible to it, and its bar.sync orders what it observed
+// before the other participants' reads after the barrier (the barrier's memory ordering among
+// its participants is cumulative). Fallback, should the device disagree: one waiter per warp +
+// __syncwarp, or every reader waiting as w15.
 // Needs ns >= kPrewaitSlots (fc2's last piece is issued after proj's refill).
 // kVarKeys: attention's key loop (n <= 32) fully unrolled to 16 or 32 keys: every key's
 // probability shuffle and v load unconditional (row min(k, n - 1)), only the FMAs under k < n, so
