@@ -263,9 +263,11 @@ struct Ring {
   __device__ __forceinline__ float* slot(int i) const {
     return slots + (((i / kG) % copies()) * kG + i % kG) * kSlot;
   }
-  // The stamping thread (trace instance only) waits for piece `last` of the stage to come.
+  // The stamping thread (trace instance only) waits for piece `last` of the stage to come
+  // (kVarPrewait: nothing; the stage's CTA barrier has certified its pieces, so its trace shows
+  // no weight brackets, and thread 0's chain is the untraced one's).
   __device__ __forceinline__ void probe(int last) const {
-    if constexpr (kTrace) {
+    if constexpr (kTrace && (kVar & kVarPrewait) == 0) {
       if (stamp.on) wait(last);
     }
   }
