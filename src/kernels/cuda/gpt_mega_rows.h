@@ -77,7 +77,7 @@
 // stage's path (~17 per forward). The ~9 dependent stages per layer (CTA barriers, ~0.2k waits,
 // 64-FMA chains, LayerNorms' ~0.65k latency on one row) bound it; next leads: the idle last warp
 // waiting for the next stage's copies before the CTA barrier that precedes it (the GEMM threads
-// then not waiting), fewer stages per layer.
+// then not waiting: rows14d's prewait, below, awaiting measurement), fewer stages per layer.
 #pragma once
 
 #include "kernels/cuda/gpt_mega.h"
