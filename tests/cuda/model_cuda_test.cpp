@@ -352,7 +352,7 @@ TEST(CudaModel, MegakernelByRowsMatchesTheCpu) {
   GrammarMiniGPT shipped(file.config, std::move(file.weights));
   const GrammarMiniGPT small(small_config(), ModelWeights::init_random(small_config(), 31));
   using Shape2 = std::pair<int64_t, int64_t>;
-  const bool same_numerics = cuda::kMegaRowsVariantBitwise[cuda::gpt_mega_rows_variant()];  // rp 1's as w15's
+  const bool same_numerics = cuda::kMegaRowsVariantBitwise[cuda::gpt_mega_rows_variant()];  // rp 1's as the default's
   for (const GrammarMiniGPT* model : {static_cast<const GrammarMiniGPT*>(&shipped), &small}) {
     const int64_t V = model->config().vocab_size;
     std::vector<std::vector<float>> first;  // per shape: rp = 1's logits and probs
@@ -404,7 +404,7 @@ TEST(CudaModel, MegakernelByRowsMatchesTheCpu) {
 
 // The 1-row-per-CTA kernel's variants (MINIGPT_MEGA_ROWS_VARIANT, gpt_mega_rows.h): on the
 // shipped model and the small one, logits and probs within kReorderedLogitTol of the CPU, logits
-// bitwise the first variant's (w15) for the variants that keep its numerics
+// bitwise the first variant's (pwkeys, the default) for the variants that keep its numerics
 // (kMegaRowsVariantBitwise); on the shipped model every grammar probe within kLogitTol of the CPU
 // with the same top-1 (each variant's worst printed); an unknown name is a clear error.
 TEST(CudaModel, MegakernelByRowsVariantsMatchTheCpu) {

@@ -33,47 +33,35 @@ constexpr int kLnfw = 0, kLnfb = 64, kLmb = 128;
 // mbarriers: the ring's slots [0, kMaxSlots), then the small vectors' copy, then k, v
 constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots + 2;
 // Variants (issue 14's leads, MINIGPT_MEGA_ROWS_VARIANT; 1 row per CTA only, other rp run kVar
-// 0: the ring's refills issued by warp 0, which starts the next stage). Bit kVarW15 (both rp 1
-// variants), the refills issued by the last warp, idle in every GEMM stage. Bit kVarPair (the
-// variant pair), the ring's copies two pieces each (34 KB; the ring then holds ns / 2 of them, an
-// mbarrier each; a copy is refilled once both its pieces are read): half the copies, so twice the
-// stream's headroom (gpu_rows14c's ringbench: one thread running a ring of 17 KB copies gets ~39
-// bytes per cycle per SM, of 34 KB ~75; copies issued at once by lanes land ~250-300 cycles apart
-// at 17 KB, ~350-450 at 34 KB), but the forward measured the same (rows14c call 2: 24.10 / 24.29
-// / 23.84 us against w15's 24.13 / 24.29 / 24.22), its stage trace without the head's and the
-// start's weight waits (the head 4.6k cycles against 5.0-7.1k): the stream is not what bounds it.
+// 0: the ring's refills issued by warp 0, which starts the next stage). Bit kVarW15 (every rp 1
+// variant), the refills issued by the last warp, idle in every GEMM stage.
 // Measured and removed (docs/MEGAKERNEL.md "rows"): each LayerNorm computed by every warp of the
 // stage that reads it, no CTA barrier (lnfuse; with w15 24.16 / 24.16 / 23.78 us, with pair
 // 23.94 / 24.19 / 24.26: no gain); the refills as multicast copies, one L2 read per cluster (31.6
-// us); lm_head split over the cluster (28.6-28.8); a k, v row's sends over 4 lanes (no change).
-// Awaiting measurement (rows14d; each computes what w15 computes unless said):
-// kVarPrewait: the GEMM threads never wait on the ring's mbarriers. Lane j of the last warp (idle
-// in the stage before every GEMM stage: the LayerNorms, attention, fc1) waits for the next
-// stage's piece j BEFORE the CTA barrier that precedes that stage, so the barrier certifies the
-// pieces landed and the stage reads its slots at once (Ring::prewait, Ring::get). rows14c's trace:
-// each GEMM thread's try_wait cost ~0.2k cycles on the stage's path even for a copy landed long
-// before (~17 per forward); the waiter's overlap the previous stage's work. Memory model (PTX
-// ISA): try_wait returning true makes the phase's cp.async.bulk operations "performed and made
-// visible to the executing thread" (mbarrier.try_wait), and a bulk copy's completion "is followed
-// by an implicit generic-async proxy fence ... made visible to the generic proxy as soon as its
-// completion is observed" (9.7.9.25.2, Async Proxy): once the waiter has observed it, the data
-// are ordinary generic-proxy writes visible to it, and its bar.sync orders what it observed
-// before the other participants' reads after the barrier (the barrier's memory ordering among
-// its participants is cumulative). Fallback, should the device disagree: one waiter per warp +
-// __syncwarp, or every reader waiting as w15.
-// Needs ns >= kPrewaitSlots (fc2's last piece is issued after proj's refill).
-// kVarKeys: attention's key loop (n <= 32) fully unrolled to 16 or 32 keys: every key's
-// probability shuffle and v load unconditional (row min(k, n - 1)), only the FMAs under k < n, so
-// the loads issue ahead of the chain (w15's loop: unrolled by 4, a runtime trip count); the same
-// FMAs in the same order (bitwise); and for n <= 16 the softmax's butterflies over 16 lanes
-// (key_prob: the same values in the lanes read).
-// kVarSplit (NOT bitwise w15): q, k, v and fc1 over two lanes 16 apart per output column (qkv on
-// 384 threads, fc1 on all 512, where one lane per column left 320 and 256 idle), each a 32-term
-// FMA chain (k 0..31 and 32..63), added by one shuffle: (first + second) + b, halving the chains;
-// fc2 likewise on all 512 (8 lanes per column: each 64-k slice as its two 32-term halves added,
-// then the slices in order, + b, + x). fc2's pieces are then pre-waited during ln2 (the last
-// warp computes in fc1).
-constexpr int kVarW15 = 1, kVarPrewait = 2, kVarKeys = 4, kVarSplit = 8, kVarPair = 16;
+// us); lm_head split over the cluster (28.6-28.8); a k, v row's sends over 4 lanes (no change);
+// pair, the ring's copies two pieces (34 KB) each (half the copies, the same time: rows14c call 2,
+// 24.10 / 24.29 / 23.84 against 24.13 / 24.29 / 24.22); pwsplit, q, k, v, fc1 and fc2's slices
+// over two lanes each (32-term chains, the halves added; not bitwise: 25.5 against 23.78, the
+// shorter chains cost more lanes than they save; rows14d call 1); prewait alone (24.03, w15's
+// time: kept inside the default, pwkeys).
+// kVarPrewait (in the default): the GEMM threads never wait on the ring's mbarriers. Lane j of
+// the last warp (idle in the stage before every GEMM stage: the LayerNorms, attention, fc1) waits
+// for the next stage's piece j BEFORE the CTA barrier that precedes that stage, so the barrier
+// certifies the pieces landed and the stage reads its slots at once (Ring::prewait, Ring::get).
+// Memory model (PTX ISA): try_wait returning true makes the phase's cp.async.bulk operations
+// "performed and made visible to the executing thread" (mbarrier.try_wait), and a bulk copy's
+// completion "is followed by an implicit generic-async proxy fence ... made visible to the
+// generic proxy as soon as its completion is observed" (9.7.9.25.2, Async Proxy): once the waiter
+// has observed it, the data are ordinary generic-proxy writes visible to it, and its bar.sync
+// orders what it observed before the other participants' reads after the barrier. Needs ns >=
+// kPrewaitSlots (fc2's last piece is issued after proj's refill).
+// kVarKeys (in the default): attention's key loop (n <= 32) fully unrolled to 16 or 32 keys:
+// every key's probability shuffle and v load unconditional (row min(k, n - 1)), only the FMAs
+// under k < n, so the loads issue ahead of the chain (w15's loop: unrolled by 4, a runtime trip
+// count); the same FMAs in the same order (bitwise); and for n <= 16 the softmax's butterflies
+// over 16 lanes (key_prob: the same values in the lanes read). rows14d call 1: 23.78 us against
+// w15's 24.03 (medians of 3 alternated rounds).
+constexpr int kVarW15 = 1, kVarPrewait = 2, kVarKeys = 4;
 constexpr int kPrewaitSlots = 8;  // the ring's slots kVarPrewait needs (see above)
 
 bool rows_arch(const MegaDims& d) {
@@ -110,9 +98,9 @@ struct RowsLayout {
     ns = fit < kMaxSlots ? fit : kMaxSlots;
     total = o + (ns > 0 ? ns : 0) * kSlot;
   }
-  // Whether the ring can stream the model in copies of g pieces (its ns / g copies): every
-  // stage's copies in the ring at once (fc1 and fc2: 4 pieces, lm_head all of its pieces)
-  __host__ __device__ bool fits(int g) const { return ns / g >= ceil_div(4, g) && ceil_div(lm_pieces, g) <= ns / g; }
+  // Whether the ring can stream the model: every stage's pieces in the ring at once (fc1 and
+  // fc2: 4 pieces, lm_head all of its pieces)
+  __host__ __device__ bool fits() const { return ns >= 4 && lm_pieces <= ns; }
 };
 
 // Piece i of the stream: where it starts in the image, and its bytes (every piece at i kSlot
@@ -257,12 +245,9 @@ struct Ring {
   const RowsLayout& S;
   int L, V;
   Stamps<kTrace>& stamp;  // kTrace: the stamping thread counts its waits
-  static constexpr int kG = (kVar & kVarPair) ? 2 : 1;  // pieces per copy
-  // copies the ring holds (a copy's pieces in consecutive slots, never across the ring's end)
-  __device__ __forceinline__ int copies() const { return S.ns / kG; }
-  __device__ __forceinline__ float* slot(int i) const {
-    return slots + (((i / kG) % copies()) * kG + i % kG) * kSlot;
-  }
+  // copies the ring holds (a piece each)
+  __device__ __forceinline__ int copies() const { return S.ns; }
+  __device__ __forceinline__ float* slot(int i) const { return slots + (i % S.ns) * kSlot; }
   // The stamping thread (trace instance only) waits for piece `last` of the stage to come
   // (kVarPrewait: nothing; the stage's CTA barrier has certified its pieces, so its trace shows
   // no weight brackets, and thread 0's chain is the untraced one's).
@@ -289,30 +274,26 @@ struct Ring {
   __device__ __forceinline__ const float* wait(int i) const {
     long long t = 0;
     if constexpr (kTrace) t = clock64();
-    const int c = i / kG;
-    detail::mbarrier_wait(&bars[c % copies()], static_cast<unsigned>((c / copies()) & 1));
+    detail::mbarrier_wait(&bars[i % S.ns], static_cast<unsigned>((i / S.ns) & 1));
     if constexpr (kTrace) {
       if (stamp.on) stamp.waited += clock64() - t;
     }
     return slot(i);
   }
-  // One thread: copy c (pieces c kG .. c kG + kG - 1, those that exist) into its slots.
-  __device__ __forceinline__ void issue(int c) const {
-    const int i = c * kG;
+  // One thread: piece i (if it exists) into its slot.
+  __device__ __forceinline__ void issue(int i) const {
     if (i >= S.pieces) return;
-    uint64_t* bar = &bars[c % copies()];
-    unsigned bytes = piece_bytes(S, L, V, i);
-    if (kG == 2 && i + 1 < S.pieces) bytes += piece_bytes(S, L, V, i + 1);
+    uint64_t* bar = &bars[i % S.ns];
+    const unsigned bytes = piece_bytes(S, L, V, i);
     detail::mbarrier_arrive_expect_tx(bar, bytes);
     detail::bulk_load(slot(i), img + piece_offset(S, i), bytes, bar);
   }
-  // Every thread, after the CTA barrier that ends the reads of pieces [a, b): the copies whose
-  // last piece is among them, [a / kG, b / kG) (kG 2: copy c's last piece 2c + 1 is in [a, b)),
-  // take the copies a ring later, one per lane of warp 0 (one thread issuing
-  // them in turn kept the others waiting at the next barrier; kVarW15: of the last warp).
+  // Every thread, after the CTA barrier that ends the reads of pieces [a, b): their slots take
+  // the pieces a ring later, one per lane of warp 0 (one thread issuing them in turn kept the
+  // others waiting at the next barrier; kVarW15: of the last warp).
   __device__ __forceinline__ void refill(int a, int b) const {
     const int k = static_cast<int>(threadIdx.x) - ((kVar & kVarW15) ? kThreads - 32 : 0);
-    if (k >= 0 && k < b / kG - a / kG) issue(a / kG + k + copies());
+    if (k >= 0 && k < b - a) issue(a + k + S.ns);
   }
 };
 
@@ -345,19 +326,10 @@ __device__ __forceinline__ void dot_rows(const float* a, int lda, const float* c
 }
 
 // acc = a's RP rows (stride lda) times the weight row w over k = 64, in k order from 0: one
-// 64-FMA chain per thread, or (kSplit; whole warps, lane and lane ^ 16 on the same w) two 32-term
-// chains, k 0..31 in lanes < 16 and 32..63 in lanes >= 16, added by a shuffle: both lanes end with
-// first + second (a float sum is commutative bitwise).
-template <int RP, bool kSplit>
-__device__ __forceinline__ void dot64(const float* a, int lda, const float* w, int lane, float (&acc)[1][RP]) {
-  if constexpr (!kSplit) {
-    dot_rows<RP, kC>(a, lda, {w}, acc);
-  } else {
-    const int k0 = (lane >> 4) * (kC / 2);
-    dot_rows<RP, kC / 2>(a + k0, lda, {w + k0}, acc);
-#pragma unroll
-    for (int i = 0; i < RP; ++i) acc[0][i] += __shfl_xor_sync(0xffffffffu, acc[0][i], 16);
-  }
+// 64-FMA chain per thread.
+template <int RP>
+__device__ __forceinline__ void dot64(const float* a, int lda, const float* w, float (&acc)[1][RP]) {
+  dot_rows<RP, kC>(a, lda, {w}, acc);
 }
 
 // Lane k's probability of key k < n (s: its score, -inf in lanes >= n; the whole warp): the
@@ -415,11 +387,6 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   uint64_t* bars = reinterpret_cast<uint64_t*>(sm + S.bars);
   Stamps<kTrace> stamp{b == 0 && r == R - 1 && tid == 0};
   const Ring<kTrace, kVar> ring{sm + S.ring, bars, p.image, S, L, V, stamp};
-  constexpr bool kSplit = (kVar & kVarSplit) != 0;
-  constexpr int kLanes = kSplit ? 2 : 1;  // lanes per q, k, v or fc1 column (dot64)
-  // kSplit: column 16 warp + lane % 16, its two lanes 16 apart, the lower one writing
-  const int split_col = 16 * warp + (lane & 15);
-  const bool writer = !kSplit || lane < 16;
   if constexpr (kTrace) {
     if (stamp.on) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(stamp.t0_ns));
   }
@@ -456,15 +423,14 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     const int pi = l * kPiecesPerLayer;
     float *ks = sm + S.ks, *vs = sm + S.vs;
     // q, k, v: a thread per output column (q 0..63, k 64..127, v 128..191) for all rows
-    // (kSplit: two lanes per column, whole warps)
-    const bool qkv_thread = tid < kLanes * 3 * kC;
-    const int qcol = kSplit ? split_col : tid;
+    const bool qkv_thread = tid < 3 * kC;
+    const int qcol = tid;
     layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, sw + kLn1w, sw + kLn1b, p.eps);
     ring.prewait(pi, pi + kPieceProj);
     __syncthreads();
     stamp(2 + 8 * l);
     ring.probe(pi + kPieceProj - 1);
-    if (qkv_thread) dot64<RP, kSplit>(ln, kLd, ring.get(pi + qcol / kPieceRows) + (qcol % kPieceRows) * kLd, lane, acc);
+    if (qkv_thread) dot64<RP>(ln, kLd, ring.get(pi + qcol / kPieceRows) + (qcol % kPieceRows) * kLd, acc);
     cluster_wait();  // every CTA has read the previous layer's k, v (layer 0: every CTA runs)
     if (qkv_thread) {
       const int part = qcol / kC, c = qcol % kC;
@@ -474,15 +440,14 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
         if (i >= nr) break;
         const float v = acc[0][i] + bias;
         if (part == 0) {
-          if (writer) qs[i * kLd + c] = v;
+          qs[i * kLd + c] = v;
         } else {  // to this CTA and every later one (their rows attend to it): lane 4j sends
-                  // columns 4j..4j+3 as one 16-byte store (a warp is 32 columns of one part;
-                  // kSplit: lanes 0..15 16 columns, the upper half the same again)
+                  // columns 4j..4j+3 as one 16-byte store (a warp is 32 columns of one part)
           float* dst = (part == 1 ? ks : vs) + (t0 + i) * kLd + c;
-          if (writer) *dst = v;
+          *dst = v;
           const float4 v4 = make_float4(v, __shfl_down_sync(0xffffffffu, v, 1), __shfl_down_sync(0xffffffffu, v, 2),
                                         __shfl_down_sync(0xffffffffu, v, 3));
-          for (int q = r + 1; q < R && writer && lane % 4 == 0; ++q)
+          for (int q = r + 1; q < R && lane % 4 == 0; ++q)
             st_async4(shared_addr_in(dst, q), v4, shared_addr_in(&bars[kBarKv], q));
         }
       }
@@ -554,22 +519,22 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     stamp(6 + 8 * l);
 
     layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, sw + kLn2w, sw + kLn2b, p.eps);
-    ring.prewait(pi + kPieceFc1, kSplit ? pi + kPiecesPerLayer : pi + kPieceFc2);  // kSplit: fc2's too
+    ring.prewait(pi + kPieceFc1, pi + kPieceFc2);
     __syncthreads();
     stamp(7 + 8 * l);
 
-    // fc1 + GELU: a thread per output column f (kSplit: two lanes), into h as 4 slices of 64
+    // fc1 + GELU: a thread per output column f, into h as 4 slices of 64
     // columns (fc2's k), each padded to 68
     ring.probe(pi + kPieceFc2 - 1);
-    if (tid < kLanes * kF) {
-      const int f = kSplit ? split_col : tid;
-      dot64<RP, kSplit>(ln, kLd, ring.get(pi + kPieceFc1 + f / kPieceRows) + (f % kPieceRows) * kLd, lane, acc);
+    if (tid < kF) {
+      const int f = tid;
+      dot64<RP>(ln, kLd, ring.get(pi + kPieceFc1 + f / kPieceRows) + (f % kPieceRows) * kLd, acc);
       const float bias = sw[kFc1b + f];
 #pragma unroll
       for (int i = 0; i < RP; ++i)
-        if (i < nr && writer) h[i * kLdH + (f / kC) * kLd + f % kC] = gelu_erf(acc[0][i] + bias);
+        if (i < nr) h[i * kLdH + (f / kC) * kLd + f % kC] = gelu_erf(acc[0][i] + bias);
     }
-    if constexpr (!kSplit) ring.prewait(pi + kPieceFc2, pi + kPiecesPerLayer);  // the last warp is idle in fc1
+    ring.prewait(pi + kPieceFc2, pi + kPiecesPerLayer);  // the last warp is idle in fc1
     __syncthreads();
     ring.refill(pi + kPieceFc1, pi + kPieceFc2);
     stamp(8 + 8 * l);
@@ -578,15 +543,11 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     // order; lane 0 adds the slices' sums in slice order, then b, then x. A quarter-warp reads
     // 4 slices of h (68 apart: 4 bank groups, no conflict; 64 apart they took 4 wavefronts each,
     // ~2k cycles per row per layer, H200 trace) and 8 weight rows (272 apart: 8 bank groups).
-    // kSplit: 8 lanes per column on all 512 threads, u = 16 warp + lane % 16 as the 4 lanes'
-    // tid above, each slice's 64 k as two 32-term halves in lanes 16 apart (dot64), the lower
-    // lanes adding the slices
     ring.probe(pi + kPiecesPerLayer - 1);
-    if (tid < kLanes * 4 * kC) {
-      const int u = kSplit ? split_col : tid, n = u >> 2, s = u & 3;
-      dot64<RP, kSplit>(h + s * kLd, kLdH, ring.get(pi + kPieceFc2 + n / kFc2Rows) + (n % kFc2Rows) * kFc2Ld + s * kLd,
-                        lane, acc);
-      add_slices_residual<RP>(acc, 1, s == 0 && writer, sw[kFc2b + n], x + n, nr);
+    if (tid < 4 * kC) {
+      const int n = tid >> 2, s = tid & 3;
+      dot64<RP>(h + s * kLd, kLdH, ring.get(pi + kPieceFc2 + n / kFc2Rows) + (n % kFc2Rows) * kFc2Ld + s * kLd, acc);
+      add_slices_residual<RP>(acc, 1, s == 0, sw[kFc2b + n], x + n, nr);
     }
     __syncthreads();
     ring.refill(pi + kPieceFc2, pi + kPiecesPerLayer);
@@ -674,18 +635,17 @@ RowsKernel rows1_kernel(bool trace) {
 
 int gpt_mega_rows_variant() {
   const char* v = std::getenv("MINIGPT_MEGA_ROWS_VARIANT");
-  if (!v || !*v) return 0;  // w15 (pair measured the same, rows14c call 2)
+  if (!v || !*v) return 0;  // pwkeys (rows14d call 1: 23.78 us against w15's 24.03)
   for (int i = 0; i < static_cast<int>(std::size(kMegaRowsVariants)); ++i)
     if (std::strcmp(v, kMegaRowsVariants[i]) == 0) return i;
-  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected w15, pair, prewait, pwkeys or pwsplit");
+  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected pwkeys or w15");
   return 0;
 }
 
 namespace {
 
 // kVar of each of kMegaRowsVariants (rp 1 only; other rp run kVar 0).
-constexpr int kVariantBits[] = {kVarW15, kVarW15 | kVarPair, kVarW15 | kVarPrewait, kVarW15 | kVarPrewait | kVarKeys,
-                                kVarW15 | kVarPrewait | kVarKeys | kVarSplit};
+constexpr int kVariantBits[] = {kVarW15 | kVarPrewait | kVarKeys, kVarW15};
 static_assert(std::size(kVariantBits) == std::size(kMegaRowsVariants), "a kVar per variant name");
 
 // The instance for rp rows per CTA (the variants, MINIGPT_MEGA_ROWS_VARIANT: rp 1 only).
@@ -696,9 +656,6 @@ RowsKernel rows_kernel_for(int rp) {
     case 1:
       switch (gpt_mega_rows_variant()) {  // kMegaRowsVariants' order
         case 1: return rows1_kernel<kVariantBits[1]>(trace);
-        case 2: return rows1_kernel<kVariantBits[2]>(trace);
-        case 3: return rows1_kernel<kVariantBits[3]>(trace);
-        case 4: return rows1_kernel<kVariantBits[4]>(trace);
         default: return rows1_kernel<kVariantBits[0]>(trace);
       }
     case 2: return trace ? gpt_mega_rows_kernel<2, true, 0> : gpt_mega_rows_kernel<2, false, 0>;
@@ -714,8 +671,7 @@ bool rows_takes(const MegaDims& d, int rp) {
     return false;
   const RowsLayout S(d, rp);
   const int bits = rp == 1 ? kVariantBits[gpt_mega_rows_variant()] : 0;
-  const int g = (bits & kVarPair) ? 2 : 1;  // pieces per copy
-  return S.R <= 16 && S.fits(g) && (!(bits & kVarPrewait) || S.ns >= kPrewaitSlots) &&
+  return S.R <= 16 && S.fits() && (!(bits & kVarPrewait) || S.ns >= kPrewaitSlots) &&
          static_cast<int64_t>(d.B) * S.R <= 65535;
 }
 

@@ -42,7 +42,7 @@
 // Limits (gpt_mega_rows_cluster says whether a shape runs): the forward only (no KV cache: the
 // decode step and loop stay gpt_mega's), the shipped architecture (C 64, H 4, F 256),
 // rp in {1, 2, 4}, R = ceil(T / rp) <= 16, lm_head's pieces (ceil(V / 64)) no more than the
-// ring's slots (the shipped V 611: 10 of 10-11; pair: its copies, 5 of 5), T <= block size. Launchers check and never
+// ring's slots (the shipped V 611: 10 of 10-11), T <= block size. Launchers check and never
 // synchronise.
 //
 // Measured (H200, `minigpt bench model --device cuda --no-peers --runs 1000 --warmup 100`, the
@@ -55,7 +55,7 @@
 // waited 1.5k cycles in all for weight pieces (each stage's first piece only: a lower bound).
 // More rows per CTA measured slower (2: 53k cycles, 4: 73k): the stages' chains grow with them
 // (docs/MEGAKERNEL.md "rows").
-// With w15 (the default, below): 24.10 us, 22.33 back to back (the lead's gpu-check of 606c2d9,
+// With w15 (the default then; now pwkeys, below): 24.10 us, 22.33 back to back (the lead's gpu-check of 606c2d9,
 // experiments/25-compile/REPORT.md 7p; the weight-split megakernel 39.1 in that run).
 // What bounds it (rows14c, experiments/25-compile/gpu_rows14c, two H200 calls, the same bench
 // command): NOT the weights' delivery. The forward is flat in B (B 1, 2, 4: 24.83, 25.09, 25.15
@@ -77,7 +77,7 @@
 // stage's path (~17 per forward). The ~9 dependent stages per layer (CTA barriers, ~0.2k waits,
 // 64-FMA chains, LayerNorms' ~0.65k latency on one row) bound it; next leads: the idle last warp
 // waiting for the next stage's copies before the CTA barrier that precedes it (the GEMM threads
-// then not waiting: rows14d's prewait, below, awaiting measurement), fewer stages per layer.
+// then not waiting: rows14d's prewait, measured no gain alone), fewer stages per layer.
 #pragma once
 
 #include "kernels/cuda/gpt_mega.h"
@@ -93,26 +93,23 @@ namespace minigpt::cuda {
 constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // Variants of the 1-row-per-CTA kernel (issue 14's leads), by MINIGPT_MEGA_ROWS_VARIANT=name,
 // read whenever a launch is prepared (a CudaGPT captures each shape's graph once, so a shape keeps
-// the variant it was captured with): w15 (the default: unset or empty), the ring's refills issued
-// by the last warp, idle in the GEMM stages (rows14b: 24.13 / 23.94 us against 25.66 / 25.60 with
-// warp 0, which starts the next stage); pair, w15 with the ring's copies two pieces (34 KB) each:
-// half the copies, the same time (rows14c call 2: 24.10 / 24.29 / 23.84 against 24.13 / 24.29 /
-// 24.22), kept as the form with the stream's headroom doubled for when the stages shorten (see
-// Measured). Both compute bitwise the same (other rp: the refills by warp 0, single pieces).
-// AWAITING MEASUREMENT (rows14d, experiments/25-compile/gpu_rows14d; gpt_mega_rows.cu's kVar
-// comments have the reasoning), each w15 plus: prewait, the ring's mbarriers waited on by the
-// last warp's lanes before the CTA barrier preceding each GEMM stage, never by the GEMM threads
-// (~17 try_waits of ~0.2k cycles off the path; bitwise w15); pwkeys, prewait + attention's key
-// loop fully unrolled (the shuffles and v loads ahead of the FMA chain) and its softmax's
-// butterflies over 16 lanes for n <= 16 (bitwise w15); pwsplit,
-// pwkeys + q, k, v, fc1 and fc2's slices over two lanes each (32-term chains, the halves added:
-// NOT bitwise w15, within kReorderedLogitTol of the CPU, the probes within 1e-5 in the test).
-inline constexpr const char* kMegaRowsVariants[] = {"w15", "pair", "prewait", "pwkeys", "pwsplit"};
-// Whether each variant's logits are bitwise w15's (model_cuda_test holds those to it).
-inline constexpr bool kMegaRowsVariantBitwise[] = {true, true, true, true, false};
+// the variant it was captured with). pwkeys (the default: unset or empty; rows14d call 1, medians
+// of 3 alternated rounds at (2, 16): 23.78 us against w15's 24.03): the ring's refills issued by
+// the last warp, idle in the GEMM stages; the ring's mbarriers waited on by the last warp's lanes
+// before the CTA barrier preceding each GEMM stage, never by the GEMM threads (prewait); and
+// attention's key loop fully unrolled, the softmax's butterflies over 16 lanes for n <= 16.
+// w15: the refills by the last warp only (rows14b: 24.13 / 23.94 us against 25.66 / 25.60 with
+// warp 0), kept as the A/B baseline. Both compute bitwise the same (other rp: the refills by
+// warp 0, single pieces, the plain key loop; the same arithmetic).
+// Measured and removed (gpt_mega_rows.cu's kVar comments, docs/MEGAKERNEL.md "rows"): pair (the
+// ring's copies two pieces each: w15's time, rows14c call 2), prewait alone (24.03: w15's time),
+// pwsplit (q, k, v, fc1, fc2 over two lanes per output, not bitwise: 25.5, slower).
+inline constexpr const char* kMegaRowsVariants[] = {"pwkeys", "w15"};
+// Whether each variant's logits are bitwise the default's (model_cuda_test holds those to it).
+inline constexpr bool kMegaRowsVariantBitwise[] = {true, true};
 static_assert(std::size(kMegaRowsVariantBitwise) == std::size(kMegaRowsVariants), "a flag per variant");
 // The variant MINIGPT_MEGA_ROWS_VARIANT names (kMegaRowsVariants' index; unset or empty: 0,
-// w15); an unknown name is an Error. Read at each call (tests switch it between models).
+// pwkeys); an unknown name is an Error. Read at each call (tests switch it between models).
 int gpt_mega_rows_variant();
 
 // The cluster size (ceil(T / rp)) the row-split forward runs dims with rp rows per CTA on the
