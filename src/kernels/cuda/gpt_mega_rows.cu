@@ -61,7 +61,25 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // count); the same FMAs in the same order (bitwise); and for n <= 16 the softmax's butterflies
 // over 16 lanes (key_prob: the same values in the lanes read). rows14d call 1: 23.78 us against
 // w15's 24.03 (medians of 3 alternated rounds).
-constexpr int kVarW15 = 1, kVarPrewait = 2, kVarKeys = 4;
+// kVarRedux (rows14e, awaiting measurement; bitwise the default): the softmax's max over the
+// keys by ONE redux.sync (the scores mapped to ints in the floats' order: a max is exact, so any
+// order gives the same value) where the default runs 4 (n <= 16) or 5 dependent shuffle +
+// fmaxf steps: ~3 shuffle latencies (~25-30 cycles each) off attention's chain per layer, ~0.3k
+// cycles per forward at (2, 16). The sum of the exponentials keeps its butterfly (a float sum's
+// value depends on its order), the reciprocal 1 / sum stays IEEE.
+// kVarLnPart (rows14e, awaiting measurement; NOT guaranteed bitwise the default): the statistics
+// of the LayerNorms after proj and fc2 (ln2, ln1 of layers 1.., ln_f) from the producers'
+// partials: each of the 8 warps writing x's columns 8w..8w+7 (proj and fc2 alike) sums its 8
+// values and their squares in double (3 xor steps among its 8 owner lanes, a fixed tree) into
+// part[w] before the stage's CTA barrier; the LayerNorm (warp 0's lanes 0..15, the output as the
+// default's) adds the 8 partials in a fixed tree ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)): its
+// chain loses the conversions, the lane sums and the 4 butterfly steps of (sum, sum of squares)
+// (4 double shuffles each) for one broadcast load and 3 double adds; the producer's chain gains
+// 3 steps. The double sums' order changes: the sum of 64 floats in double is exact (so the same)
+// unless their exponents span ~29 binades, the sum of squares may differ in its last bits, which
+// the float mean and rsqrtf of the float variance almost never show. Layer 0's ln1 (after the
+// embedding) keeps the default's.
+constexpr int kVarW15 = 1, kVarPrewait = 2, kVarKeys = 4, kVarRedux = 8, kVarLnPart = 16;
 constexpr int kPrewaitSlots = 8;  // the ring's slots kVarPrewait needs (see above)
 
 bool rows_arch(const MegaDims& d) {
@@ -72,7 +90,7 @@ bool rows_arch(const MegaDims& d) {
 // image holds them), the activations, the mbarriers, then the ring (ns slots: as many as fit,
 // at most kMaxSlots).
 struct RowsLayout {
-  int rp, R, lm_pieces, pieces, small, ldv, x, ln, q, ks, vs, att, h, sc, red, bars, ring, ns, total;
+  int rp, R, lm_pieces, pieces, small, ldv, x, ln, q, ks, vs, att, h, sc, red, part, bars, ring, ns, total;
   __host__ __device__ RowsLayout(const MegaDims& d, int rows) {
     rp = rows;
     R = ceil_div(d.T, rp);
@@ -92,6 +110,7 @@ struct RowsLayout {
     h = take(rp * kLdH);
     sc = take(rp * kH * (d.T + 1));  // a (row, head) item's scores
     red = take(2 * rp * kWarps);  // the softmax's per-warp maxima and sums
+    part = take(4 * kWarps);      // kVarLnPart: x's partial (sum, sum of squares) per warp, double2
     bars = take(2 * kBars);
     ring = o;
     const int fit = (kSmemBudget / 4 - o) / kSlot;
@@ -173,15 +192,54 @@ __global__ void gpt_mega_rows_pack_kernel(const __grid_constant__ MegaParams p, 
 // x[i] = ((((p0 + p1) + p2) + p3) + bias) + x[i] for the CTA's rows i < nr (row stride kLd), by
 // the lane holding p0 (owner), p1..p3 the sums of the lanes `d`, 2d, 3d above it (proj by heads
 // and fc2 by slices: 4 lanes per output column). The whole warp calls it (the shuffles).
+// Returns the owner's last row's new x (0 elsewhere: kVarLnPart's partials, rp 1).
 template <int RP>
-__device__ __forceinline__ void add_slices_residual(const float (&acc)[1][RP], int d, bool owner, float bias, float* x,
-                                                    int nr) {
+__device__ __forceinline__ float add_slices_residual(const float (&acc)[1][RP], int d, bool owner, float bias, float* x,
+                                                     int nr) {
+  float last = 0.0f;
 #pragma unroll
   for (int i = 0; i < RP; ++i) {
     const float p0 = acc[0][i], p1 = __shfl_down_sync(0xffffffffu, p0, d), p2 = __shfl_down_sync(0xffffffffu, p0, 2 * d),
                 p3 = __shfl_down_sync(0xffffffffu, p0, 3 * d);
-    if (owner && i < nr) x[i * kLd] = ((((p0 + p1) + p2) + p3) + bias) + x[i * kLd];
+    if (owner && i < nr) {
+      last = ((((p0 + p1) + p2) + p3) + bias) + x[i * kLd];
+      x[i * kLd] = last;
+    }
   }
+  return last;
+}
+
+// kVarLnPart's producer side (a whole warp of the 8 writing x's columns 8w..8w+7, rp 1): v the
+// lane's new x value (0 in the lanes that own none); the sum and sum of squares in double over
+// the 8 owner lanes d apart (lanes 0, d, .., 7d: xor steps d, 2d, 4d, a fixed tree) into part[w]
+// by lane 0.
+__device__ __forceinline__ void row_partial(float v, int d, double2* part, int warp, int lane) {
+  double s = v, q = s * s;  // a float's square in double: exact
+#pragma unroll
+  for (int off = d; off < 8 * d; off <<= 1) {
+    s += __shfl_xor_sync(0xffffffffu, s, off);
+    q += __shfl_xor_sync(0xffffffffu, q, off);
+  }
+  if (lane == 0) part[warp] = make_double2(s, q);
+}
+
+// kVarLnPart's LayerNorm of the CTA's one row (warp 0's lanes 0..15, each 4 values 16 apart, the
+// output as layernorm_rows'): the statistics from the 8 partials added in a fixed tree.
+__device__ __forceinline__ void layernorm_from_parts(const float* x, float* out, const double2* part, const float* w,
+                                                     const float* b, float eps) {
+  if (threadIdx.x >= 16) return;
+  const int sub = threadIdx.x;
+  float v[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) v[e] = x[sub + 16 * e];
+  double2 pp[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) pp[k] = part[k];
+  const double s = ((pp[0].x + pp[1].x) + (pp[2].x + pp[3].x)) + ((pp[4].x + pp[5].x) + (pp[6].x + pp[7].x));
+  const double q = ((pp[0].y + pp[1].y) + (pp[2].y + pp[3].y)) + ((pp[4].y + pp[5].y) + (pp[6].y + pp[7].y));
+  const float2 st = row_stats_one_pass<1>(s, q, 1.0 / static_cast<double>(kC), eps);  // (mean, 1/sigma)
+#pragma unroll
+  for (int e = 0; e < 4; ++e) out[sub + 16 * e] = (v[e] - st.x) * st.y * w[sub + 16 * e] + b[sub + 16 * e];
 }
 
 // ---- diagnostics: stage timestamps (MINIGPT_MEGA_TRACE=1 selects the kTrace instance). The
@@ -336,11 +394,21 @@ __device__ __forceinline__ void dot64(const float* a, int lda, const float* w, f
 // scores' max and the sum of exp(s - max) by xor butterflies from offset TOP down (TOP 16: all 32
 // lanes; TOP 8 for n <= 16, kVarKeys: lanes 16.. hold -inf and 0, so the step over 16 changes no
 // value in lanes < 16, the only ones read: the same values there, one shuffle step fewer on each).
-template <int TOP>
+// kRedux (kVarRedux): the max by one redux.sync over the whole warp (lanes >= n hold -inf, no
+// NaN scores but from NaN inputs, whose rows are NaN either way: the sum is then NaN).
+template <int TOP, bool kRedux = false>
 __device__ __forceinline__ float key_prob(float s, int lane, int n) {
   float m = s;
+  if constexpr (kRedux) {
+    // a float's bits as an int in the floats' order: non-negative ones as they are, negative
+    // ones with the magnitude bits flipped (-0 just below +0: either is a max of 0, s - m the same)
+    const int bits = __float_as_int(s);
+    const int key = __reduce_max_sync(0xffffffffu, bits >= 0 ? bits : bits ^ 0x7fffffff);
+    m = __int_as_float(key >= 0 ? key : key ^ 0x7fffffff);
+  } else {
 #pragma unroll
-  for (int off = TOP; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    for (int off = TOP; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  }
   const float ex = lane < n ? expf(s - m) : 0.0f;
   float sum = ex;
 #pragma unroll
@@ -386,6 +454,16 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   float* h = sm + S.h;
   uint64_t* bars = reinterpret_cast<uint64_t*>(sm + S.bars);
   Stamps<kTrace> stamp{b == 0 && r == R - 1 && tid == 0};
+  static_assert(RP == 1 || (kVar & kVarLnPart) == 0, "kVarLnPart: one row per CTA");
+  constexpr bool kLnPart = (kVar & kVarLnPart) != 0;
+  double2* part = reinterpret_cast<double2*>(sm + S.part);
+  // The LayerNorm of the CTA's rows of x into ln (kVarLnPart and `parts`: from the partials)
+  auto layernorm = [&](bool parts, const float* w, const float* bb) {
+    if (kLnPart && parts)
+      layernorm_from_parts(x, ln, part, w, bb, p.eps);
+    else
+      layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, w, bb, p.eps);
+  };
   const Ring<kTrace, kVar> ring{sm + S.ring, bars, p.image, S, L, V, stamp};
   if constexpr (kTrace) {
     if (stamp.on) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(stamp.t0_ns));
@@ -425,7 +503,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     // q, k, v: a thread per output column (q 0..63, k 64..127, v 128..191) for all rows
     const bool qkv_thread = tid < 3 * kC;
     const int qcol = tid;
-    layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, sw + kLn1w, sw + kLn1b, p.eps);
+    layernorm(l > 0, sw + kLn1w, sw + kLn1b);
     ring.prewait(pi, pi + kPieceProj);
     __syncthreads();
     stamp(2 + 8 * l);
@@ -479,8 +557,9 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
         // shared-memory round trips), each probability broadcast by a shuffle in key order
         const float s = lane < n ? dot_qk(qt, ks + lane * kLd + hh * kDh, kDh) * scale : -CUDART_INF_F;
         if constexpr ((kVar & kVarKeys) != 0) {
-          a = n <= 16 ? att_keys_unrolled<16>(key_prob<8>(s, lane, n), vs, e, n)
-                      : att_keys_unrolled<32>(key_prob<16>(s, lane, n), vs, e, n);
+          constexpr bool kRedux = (kVar & kVarRedux) != 0;
+          a = n <= 16 ? att_keys_unrolled<16>(key_prob<8, kRedux>(s, lane, n), vs, e, n)
+                      : att_keys_unrolled<32>(key_prob<16, kRedux>(s, lane, n), vs, e, n);
         } else {
           const float pr = key_prob<16>(s, lane, n);
           for (int k = 0; k < n; ++k) {
@@ -512,13 +591,14 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     if (tid < 4 * kC) {
       const int s = lane >> 3, n = 8 * warp + (lane & 7);
       dot_rows<RP, kDh>(att + s * kDh, kLd, {ring.get(pi + kPieceProj) + n * kLd + s * kDh}, acc);
-      add_slices_residual<RP>(acc, 8, s == 0, sw[kProjb + n], x + n, nr);
+      const float xn = add_slices_residual<RP>(acc, 8, s == 0, sw[kProjb + n], x + n, nr);
+      if constexpr (kLnPart) row_partial(xn, 1, part, warp, lane);  // owners: lanes 0..7
     }
     __syncthreads();
     ring.refill(pi + kPieceProj, pi + kPieceFc1);
     stamp(6 + 8 * l);
 
-    layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, sw + kLn2w, sw + kLn2b, p.eps);
+    layernorm(true, sw + kLn2w, sw + kLn2b);
     ring.prewait(pi + kPieceFc1, pi + kPieceFc2);
     __syncthreads();
     stamp(7 + 8 * l);
@@ -547,7 +627,8 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     if (tid < 4 * kC) {
       const int n = tid >> 2, s = tid & 3;
       dot64<RP>(h + s * kLd, kLdH, ring.get(pi + kPieceFc2 + n / kFc2Rows) + (n % kFc2Rows) * kFc2Ld + s * kLd, acc);
-      add_slices_residual<RP>(acc, 1, s == 0, sw[kFc2b + n], x + n, nr);
+      const float xn = add_slices_residual<RP>(acc, 1, s == 0, sw[kFc2b + n], x + n, nr);
+      if constexpr (kLnPart) row_partial(xn, 4, part, warp, lane);  // owners: lanes 0, 4, .., 28
     }
     __syncthreads();
     ring.refill(pi + kPieceFc2, pi + kPiecesPerLayer);
@@ -560,7 +641,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   // warp order (kWarps per row through shared memory, one CTA barrier each); a NaN logit makes
   // the sum, so the row, NaN
   const float* hd = sm + L * kSmallLayer;
-  layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, hd + kLnfw, hd + kLnfb, p.eps);
+  layernorm(true, hd + kLnfw, hd + kLnfb);
   const int pl = L * kPiecesPerLayer;
   ring.prewait(pl, pl + S.lm_pieces);
   __syncthreads();
@@ -638,14 +719,16 @@ int gpt_mega_rows_variant() {
   if (!v || !*v) return 0;  // pwkeys (rows14d call 1: 23.78 us against w15's 24.03)
   for (int i = 0; i < static_cast<int>(std::size(kMegaRowsVariants)); ++i)
     if (std::strcmp(v, kMegaRowsVariants[i]) == 0) return i;
-  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected pwkeys or w15");
+  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected pwkeys, w15, redux, lnpart or rxlp");
   return 0;
 }
 
 namespace {
 
 // kVar of each of kMegaRowsVariants (rp 1 only; other rp run kVar 0).
-constexpr int kVariantBits[] = {kVarW15 | kVarPrewait | kVarKeys, kVarW15};
+constexpr int kDefaultBits = kVarW15 | kVarPrewait | kVarKeys;
+constexpr int kVariantBits[] = {kDefaultBits, kVarW15, kDefaultBits | kVarRedux, kDefaultBits | kVarLnPart,
+                                kDefaultBits | kVarRedux | kVarLnPart};
 static_assert(std::size(kVariantBits) == std::size(kMegaRowsVariants), "a kVar per variant name");
 
 // The instance for rp rows per CTA (the variants, MINIGPT_MEGA_ROWS_VARIANT: rp 1 only).
@@ -656,6 +739,9 @@ RowsKernel rows_kernel_for(int rp) {
     case 1:
       switch (gpt_mega_rows_variant()) {  // kMegaRowsVariants' order
         case 1: return rows1_kernel<kVariantBits[1]>(trace);
+        case 2: return rows1_kernel<kVariantBits[2]>(trace);
+        case 3: return rows1_kernel<kVariantBits[3]>(trace);
+        case 4: return rows1_kernel<kVariantBits[4]>(trace);
         default: return rows1_kernel<kVariantBits[0]>(trace);
       }
     case 2: return trace ? gpt_mega_rows_kernel<2, true, 0> : gpt_mega_rows_kernel<2, false, 0>;

@@ -104,9 +104,15 @@ constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // Measured and removed (gpt_mega_rows.cu's kVar comments, docs/MEGAKERNEL.md "rows"): pair (the
 // ring's copies two pieces each: w15's time, rows14c call 2), prewait alone (24.03: w15's time),
 // pwsplit (q, k, v, fc1, fc2 over two lanes per output, not bitwise: 25.5, slower).
-inline constexpr const char* kMegaRowsVariants[] = {"pwkeys", "w15"};
+// AWAITING MEASUREMENT (rows14e, experiments/25-compile/gpu_rows14e; gpt_mega_rows.cu's kVar
+// comments have the reasoning), each pwkeys plus: redux, the attention softmax's max over the
+// keys by one redux.sync instead of a shuffle butterfly (bitwise); lnpart, the LayerNorms after
+// proj and fc2 from per-warp partial (sum, sum of squares) written by the producing warps (their
+// double sums in another fixed order: not guaranteed bitwise, the tests hold it to the CPU's
+// tolerances); rxlp, both.
+inline constexpr const char* kMegaRowsVariants[] = {"pwkeys", "w15", "redux", "lnpart", "rxlp"};
 // Whether each variant's logits are bitwise the default's (model_cuda_test holds those to it).
-inline constexpr bool kMegaRowsVariantBitwise[] = {true, true};
+inline constexpr bool kMegaRowsVariantBitwise[] = {true, true, true, false, false};
 static_assert(std::size(kMegaRowsVariantBitwise) == std::size(kMegaRowsVariants), "a flag per variant");
 // The variant MINIGPT_MEGA_ROWS_VARIANT names (kMegaRowsVariants' index; unset or empty: 0,
 // pwkeys); an unknown name is an Error. Read at each call (tests switch it between models).
