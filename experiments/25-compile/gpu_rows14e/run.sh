@@ -5,19 +5,19 @@
 # gpu_rows14d; a bench starting past 100 s is skipped and says so). Writes $OUT/rows14e/ (3 files):
 #   tests.log  model_cuda_test's row-split tests (the variants test runs every
 #              MINIGPT_MEGA_ROWS_VARIANT: bitwise the default, pwkeys, where kMegaRowsVariantBitwise
-#              says so (w15, redux), every variant's probes within 1e-5, each worst printed), then
-#              the forward tests with lnpart and with rxlp (not guaranteed bitwise) as the
+#              says so (w15, bitw), every variant's probes within 1e-5, each worst printed), then
+#              the forward tests with lnpart and with bwlp (not guaranteed bitwise) as the
 #              process's variant
 #   bench.log  `minigpt bench model --device cuda --no-peers --runs 1000 --warmup 100`'s by-rows
 #              lines (and back to back, and the logits' diff from the CPU), pwkeys (the default) /
-#              redux / lnpart / rxlp alternated, 3 rounds, then the medians of the 1-row-per-CTA line
+#              bitw / lnpart / bwlp alternated, 3 rounds, then the medians of the 1-row-per-CTA line
 #   trace.log  MINIGPT_MEGA_TRACE=1 stage trace of the best variant by rounds 1-2 (pwkeys':
 #              gpu_rows14d/call1/trace.log)
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 O=${OUT:?set OUT}/rows14e; mkdir -p "$O"
 T0=$(date +%s)
-VARIANTS="pwkeys redux lnpart rxlp"
+VARIANTS="pwkeys bitw lnpart bwlp"
 M=build/cuda/minigpt; TEST=build/cuda/tests/model_cuda_test
 A="bench model --device cuda --no-peers --runs 1000 --warmup 100"
 ROWS1="forward graph, megakernel by rows, cluster 16 \(1 per CTA\)"
@@ -28,7 +28,7 @@ for f in "$M" "$TEST"; do [ -x "$f" ] || { echo "missing $f (build first)" | tee
 {
   echo "=== [$(el)s] model_cuda_test --gtest_filter='*ByRows*' (every variant in the variants test)"
   timeout 40 "$TEST" --gtest_filter='*ByRows*' 2>&1; echo "rc=$?"
-  for v in lnpart rxlp; do
+  for v in lnpart bwlp; do
     echo "=== [$(el)s] MINIGPT_MEGA_ROWS_VARIANT=$v, the forward tests"
     MINIGPT_MEGA_ROWS_VARIANT=$v timeout 30 "$TEST" \
       --gtest_filter='*ForwardMatches*:*GraphReplays*:*MegakernelByRowsMatchesTheCpu*:*Probe*' 2>&1; echo "rc=$?"

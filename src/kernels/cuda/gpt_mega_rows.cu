@@ -79,7 +79,22 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // unless their exponents span ~29 binades, the sum of squares may differ in its last bits, which
 // the float mean and rsqrtf of the float variance almost never show. Layer 0's ln1 (after the
 // embedding) keeps the default's.
-constexpr int kVarW15 = 1, kVarPrewait = 2, kVarKeys = 4, kVarRedux = 8, kVarLnPart = 16;
+// kVarSlots (rows14e, awaiting measurement; bitwise): the GEMM threads' ring slot of a piece
+// without an integer division. The default's slot (i % ns, ns known at run time) compiled to a
+// ~25-instruction division (I2F.RP, MUFU.RCP, F2I, IMAD.HI, fix-ups; sm_90a SASS of the default
+// instance) that every GEMM stage (qkv, proj, fc1, fc2, lm_head: 17 per forward) ran right
+// after its CTA barrier, before its first weight load: ~80-100 cycles each on the path. Here the
+// kernel keeps pos = pi % ns by additions (one wrap per layer) and a stage's slot is pos + j
+// wrapped by two compare-subtracts (j < 12 and ns >= kPrewaitSlots; lm_head: j < lm_pieces <= ns).
+// Needs kVarPrewait (no mbarrier wait on the GEMM threads' side).
+// kVarLnHoist (rows14e, awaiting measurement; bitwise): the one-row LayerNorm's gain and bias
+// loaded with the row, before the statistics. layernorm_rows' output loop loads w[c] and b[c]
+// after its statistics and after the previous element's store (its pointers may alias the
+// output, so the compiler keeps the order): 4 dependent shared-memory round trips (~30 cycles
+// each) at the end of every LayerNorm's chain (9 per forward); here the same arithmetic
+// (row_stats<16, 4>, (v - mean) * rstd * w + b) with the loads issued first.
+constexpr int kVarW15 = 1, kVarPrewait = 2, kVarKeys = 4, kVarRedux = 8, kVarLnPart = 16, kVarSlots = 32,
+              kVarLnHoist = 64;
 constexpr int kPrewaitSlots = 8;  // the ring's slots kVarPrewait needs (see above)
 
 bool rows_arch(const MegaDims& d) {
@@ -232,6 +247,12 @@ __device__ __forceinline__ void layernorm_from_parts(const float* x, float* out,
   float v[4];
 #pragma unroll
   for (int e = 0; e < 4; ++e) v[e] = x[sub + 16 * e];
+  float wv[4], bv[4];  // loaded with the row (kVarLnHoist's reason)
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    wv[e] = w[sub + 16 * e];
+    bv[e] = b[sub + 16 * e];
+  }
   double2 pp[8];
 #pragma unroll
   for (int k = 0; k < 8; ++k) pp[k] = part[k];
@@ -239,7 +260,27 @@ __device__ __forceinline__ void layernorm_from_parts(const float* x, float* out,
   const double q = ((pp[0].y + pp[1].y) + (pp[2].y + pp[3].y)) + ((pp[4].y + pp[5].y) + (pp[6].y + pp[7].y));
   const float2 st = row_stats_one_pass<1>(s, q, 1.0 / static_cast<double>(kC), eps);  // (mean, 1/sigma)
 #pragma unroll
-  for (int e = 0; e < 4; ++e) out[sub + 16 * e] = (v[e] - st.x) * st.y * w[sub + 16 * e] + b[sub + 16 * e];
+  for (int e = 0; e < 4; ++e) out[sub + 16 * e] = (v[e] - st.x) * st.y * wv[e] + bv[e];
+}
+
+// kVarLnHoist's LayerNorm of the CTA's one row: layernorm_rows' arithmetic for one row (warp 0,
+// lanes 0..15 each 4 values 16 apart, the 16-lane butterflies in both halves; lanes 16.. write
+// nothing), the gain and bias loaded with the row.
+__device__ __forceinline__ void layernorm_row1(const float* x, float* out, const float* w, const float* b, float eps) {
+  if (threadIdx.x >= 32) return;
+  const int sub = threadIdx.x & 15;
+  float v[4], wv[4], bv[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    v[e] = x[sub + 16 * e];
+    wv[e] = w[sub + 16 * e];
+    bv[e] = b[sub + 16 * e];
+  }
+  const float2 st = row_stats<16, 4>(v, kC, eps);  // (mean, 1/sigma)
+  if (threadIdx.x < 16) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) out[sub + 16 * e] = (v[e] - st.x) * st.y * wv[e] + bv[e];
+  }
 }
 
 // ---- diagnostics: stage timestamps (MINIGPT_MEGA_TRACE=1 selects the kTrace instance). The
@@ -327,6 +368,15 @@ struct Ring {
   __device__ __forceinline__ const float* get(int i) const {
     if constexpr ((kVar & kVarPrewait) != 0) return slot(i);
     return wait(i);
+  }
+  // kVarSlots: piece pi + j's slot, pos = pi % ns (a CTA barrier after prewait(.., > pi + j) has
+  // passed); pos + j < 3 ns (j < 12 <= 2 ns - 4; lm_head: j < lm_pieces <= ns).
+  __device__ __forceinline__ const float* at(int pos, int j) const {
+    static_assert((kVar & kVarPrewait) != 0, "kVarSlots reads pieces the last warp has waited for");
+    int k = pos + j;
+    k = k >= S.ns ? k - S.ns : k;
+    k = k >= S.ns ? k - S.ns : k;
+    return slots + k * kSlot;
   }
   // Piece i's slot once it has landed (the calling thread waits for its copy).
   __device__ __forceinline__ const float* wait(int i) const {
@@ -461,10 +511,22 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   auto layernorm = [&](bool parts, const float* w, const float* bb) {
     if (kLnPart && parts)
       layernorm_from_parts(x, ln, part, w, bb, p.eps);
+    else if constexpr ((kVar & kVarLnHoist) != 0)
+      layernorm_row1(x, ln, w, bb, p.eps);
     else
       layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, w, bb, p.eps);
   };
   const Ring<kTrace, kVar> ring{sm + S.ring, bars, p.image, S, L, V, stamp};
+  static_assert(RP == 1 || (kVar & (kVarLnHoist | kVarSlots)) == 0, "kVarLnHoist, kVarSlots: one row per CTA");
+  // A GEMM stage's piece i0 + j (i0 = pi, the layer's first piece, or the head's; kVarSlots:
+  // from pos = i0 % ns without a division)
+  int pos = 0;
+  auto piece = [&](int i0, int j) -> const float* {
+    if constexpr ((kVar & kVarSlots) != 0)
+      return ring.at(pos, j);
+    else
+      return ring.get(i0 + j);
+  };
   if constexpr (kTrace) {
     if (stamp.on) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(stamp.t0_ns));
   }
@@ -508,7 +570,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     __syncthreads();
     stamp(2 + 8 * l);
     ring.probe(pi + kPieceProj - 1);
-    if (qkv_thread) dot64<RP>(ln, kLd, ring.get(pi + qcol / kPieceRows) + (qcol % kPieceRows) * kLd, acc);
+    if (qkv_thread) dot64<RP>(ln, kLd, piece(pi, qcol / kPieceRows) + (qcol % kPieceRows) * kLd, acc);
     cluster_wait();  // every CTA has read the previous layer's k, v (layer 0: every CTA runs)
     if (qkv_thread) {
       const int part = qcol / kC, c = qcol % kC;
@@ -590,7 +652,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     ring.probe(pi + kPieceProj);
     if (tid < 4 * kC) {
       const int s = lane >> 3, n = 8 * warp + (lane & 7);
-      dot_rows<RP, kDh>(att + s * kDh, kLd, {ring.get(pi + kPieceProj) + n * kLd + s * kDh}, acc);
+      dot_rows<RP, kDh>(att + s * kDh, kLd, {piece(pi, kPieceProj) + n * kLd + s * kDh}, acc);
       const float xn = add_slices_residual<RP>(acc, 8, s == 0, sw[kProjb + n], x + n, nr);
       if constexpr (kLnPart) row_partial(xn, 1, part, warp, lane);  // owners: lanes 0..7
     }
@@ -608,7 +670,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     ring.probe(pi + kPieceFc2 - 1);
     if (tid < kF) {
       const int f = tid;
-      dot64<RP>(ln, kLd, ring.get(pi + kPieceFc1 + f / kPieceRows) + (f % kPieceRows) * kLd, acc);
+      dot64<RP>(ln, kLd, piece(pi, kPieceFc1 + f / kPieceRows) + (f % kPieceRows) * kLd, acc);
       const float bias = sw[kFc1b + f];
 #pragma unroll
       for (int i = 0; i < RP; ++i)
@@ -626,13 +688,17 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     ring.probe(pi + kPiecesPerLayer - 1);
     if (tid < 4 * kC) {
       const int n = tid >> 2, s = tid & 3;
-      dot64<RP>(h + s * kLd, kLdH, ring.get(pi + kPieceFc2 + n / kFc2Rows) + (n % kFc2Rows) * kFc2Ld + s * kLd, acc);
+      dot64<RP>(h + s * kLd, kLdH, piece(pi, kPieceFc2 + n / kFc2Rows) + (n % kFc2Rows) * kFc2Ld + s * kLd, acc);
       const float xn = add_slices_residual<RP>(acc, 1, s == 0, sw[kFc2b + n], x + n, nr);
       if constexpr (kLnPart) row_partial(xn, 4, part, warp, lane);  // owners: lanes 0, 4, .., 28
     }
     __syncthreads();
     ring.refill(pi + kPieceFc2, pi + kPiecesPerLayer);
     stamp(9 + 8 * l);
+    if constexpr ((kVar & kVarSlots) != 0) {  // pos = the next layer's (or the head's) pi % ns
+      pos += kPiecesPerLayer;
+      while (pos >= S.ns) pos -= S.ns;
+    }
   }
 
   // head: ln_f; lm_head, a thread per vocabulary column n = tid (and tid + kThreads: both
@@ -650,8 +716,8 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   const int n0 = tid, n1 = tid + kThreads;  // n1 < V only for V > kThreads
   float lgt[2][RP];
   if (n0 < V) {
-    const float* w0 = ring.get(pl + n0 / kPieceRows) + (n0 % kPieceRows) * kLd;
-    const float* w1 = n1 < V ? ring.get(pl + n1 / kPieceRows) + (n1 % kPieceRows) * kLd : w0;
+    const float* w0 = piece(pl, n0 / kPieceRows) + (n0 % kPieceRows) * kLd;
+    const float* w1 = n1 < V ? piece(pl, n1 / kPieceRows) + (n1 % kPieceRows) * kLd : w0;
     dot_rows<RP, kC, 2>(ln, kLd, {w0, w1}, lgt);
 #pragma unroll
     for (int i = 0; i < RP; ++i) {
@@ -719,7 +785,7 @@ int gpt_mega_rows_variant() {
   if (!v || !*v) return 0;  // pwkeys (rows14d call 1: 23.78 us against w15's 24.03)
   for (int i = 0; i < static_cast<int>(std::size(kMegaRowsVariants)); ++i)
     if (std::strcmp(v, kMegaRowsVariants[i]) == 0) return i;
-  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected pwkeys, w15, redux, lnpart or rxlp");
+  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected pwkeys, w15, bitw, lnpart or bwlp");
   return 0;
 }
 
@@ -727,8 +793,8 @@ namespace {
 
 // kVar of each of kMegaRowsVariants (rp 1 only; other rp run kVar 0).
 constexpr int kDefaultBits = kVarW15 | kVarPrewait | kVarKeys;
-constexpr int kVariantBits[] = {kDefaultBits, kVarW15, kDefaultBits | kVarRedux, kDefaultBits | kVarLnPart,
-                                kDefaultBits | kVarRedux | kVarLnPart};
+constexpr int kBitwBits = kDefaultBits | kVarRedux | kVarSlots | kVarLnHoist;  // the bitwise rows14e changes
+constexpr int kVariantBits[] = {kDefaultBits, kVarW15, kBitwBits, kDefaultBits | kVarLnPart, kBitwBits | kVarLnPart};
 static_assert(std::size(kVariantBits) == std::size(kMegaRowsVariants), "a kVar per variant name");
 
 // The instance for rp rows per CTA (the variants, MINIGPT_MEGA_ROWS_VARIANT: rp 1 only).

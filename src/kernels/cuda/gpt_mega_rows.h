@@ -105,12 +105,15 @@ constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // ring's copies two pieces each: w15's time, rows14c call 2), prewait alone (24.03: w15's time),
 // pwsplit (q, k, v, fc1, fc2 over two lanes per output, not bitwise: 25.5, slower).
 // AWAITING MEASUREMENT (rows14e, experiments/25-compile/gpu_rows14e; gpt_mega_rows.cu's kVar
-// comments have the reasoning), each pwkeys plus: redux, the attention softmax's max over the
-// keys by one redux.sync instead of a shuffle butterfly (bitwise); lnpart, the LayerNorms after
-// proj and fc2 from per-warp partial (sum, sum of squares) written by the producing warps (their
-// double sums in another fixed order: not guaranteed bitwise, the tests hold it to the CPU's
-// tolerances); rxlp, both.
-inline constexpr const char* kMegaRowsVariants[] = {"pwkeys", "w15", "redux", "lnpart", "rxlp"};
+// comments have the reasoning), each pwkeys plus: bitw (bitwise), the GEMM stages' ring slot
+// without an integer division (the default's i % ns: ~25 instructions after every GEMM stage's
+// barrier, before its first weight load, in the sm_90a SASS), each one-row LayerNorm's gain and
+// bias loaded with the row (the default's loaded them after the statistics, one store apart), and
+// the attention softmax's max over the keys by one redux.sync instead of a shuffle butterfly;
+// lnpart, the LayerNorms after proj and fc2 from per-warp partial (sum, sum of squares) written by
+// the producing warps (their double sums in another fixed order: not guaranteed bitwise, the
+// tests hold it to the CPU's tolerances); bwlp, both.
+inline constexpr const char* kMegaRowsVariants[] = {"pwkeys", "w15", "bitw", "lnpart", "bwlp"};
 // Whether each variant's logits are bitwise the default's (model_cuda_test holds those to it).
 inline constexpr bool kMegaRowsVariantBitwise[] = {true, true, true, false, false};
 static_assert(std::size(kMegaRowsVariantBitwise) == std::size(kMegaRowsVariants), "a flag per variant");
