@@ -434,10 +434,27 @@ __device__ __forceinline__ void dot_rows(const float* a, int lda, const float* c
 }
 
 // acc = a's RP rows (stride lda) times the weight row w over k = 64, in k order from 0: one
-// 64-FMA chain per thread.
-template <int RP>
+// 64-FMA chain per thread. kFull (kVarSlots' instances, one row): the k loop fully unrolled, so
+// the compiler can issue the later float4 loads while the chain runs (dot_rows' `unroll 4` ran 4
+// iterations of 8 LDS.128 then 16 dependent FMAs, each iteration's loads after the previous
+// chain: sm_90a SASS); the same FMAs in the same order.
+template <int RP, bool kFull = false>
 __device__ __forceinline__ void dot64(const float* a, int lda, const float* w, float (&acc)[1][RP]) {
-  dot_rows<RP, kC>(a, lda, {w}, acc);
+  if constexpr (kFull && RP == 1) {
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kC; k += 4) {
+      const float4 wv = *reinterpret_cast<const float4*>(w + k);
+      const float4 av = *reinterpret_cast<const float4*>(a + k);
+      s = fmaf(av.x, wv.x, s);
+      s = fmaf(av.y, wv.y, s);
+      s = fmaf(av.z, wv.z, s);
+      s = fmaf(av.w, wv.w, s);
+    }
+    acc[0][0] = s;
+  } else {
+    dot_rows<RP, kC>(a, lda, {w}, acc);
+  }
 }
 
 // Lane k's probability of key k < n (s: its score, -inf in lanes >= n; the whole warp): the
@@ -521,6 +538,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   // A GEMM stage's piece i0 + j (i0 = pi, the layer's first piece, or the head's; kVarSlots:
   // from pos = i0 % ns without a division)
   int pos = 0;
+  constexpr bool kSlotsOn = (kVar & kVarSlots) != 0;  // (and dot64's full unroll)
   auto piece = [&](int i0, int j) -> const float* {
     if constexpr ((kVar & kVarSlots) != 0)
       return ring.at(pos, j);
@@ -570,7 +588,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     __syncthreads();
     stamp(2 + 8 * l);
     ring.probe(pi + kPieceProj - 1);
-    if (qkv_thread) dot64<RP>(ln, kLd, piece(pi, qcol / kPieceRows) + (qcol % kPieceRows) * kLd, acc);
+    if (qkv_thread) dot64<RP, kSlotsOn>(ln, kLd, piece(pi, qcol / kPieceRows) + (qcol % kPieceRows) * kLd, acc);
     cluster_wait();  // every CTA has read the previous layer's k, v (layer 0: every CTA runs)
     if (qkv_thread) {
       const int part = qcol / kC, c = qcol % kC;
@@ -670,7 +688,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     ring.probe(pi + kPieceFc2 - 1);
     if (tid < kF) {
       const int f = tid;
-      dot64<RP>(ln, kLd, piece(pi, kPieceFc1 + f / kPieceRows) + (f % kPieceRows) * kLd, acc);
+      dot64<RP, kSlotsOn>(ln, kLd, piece(pi, kPieceFc1 + f / kPieceRows) + (f % kPieceRows) * kLd, acc);
       const float bias = sw[kFc1b + f];
 #pragma unroll
       for (int i = 0; i < RP; ++i)
@@ -688,7 +706,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     ring.probe(pi + kPiecesPerLayer - 1);
     if (tid < 4 * kC) {
       const int n = tid >> 2, s = tid & 3;
-      dot64<RP>(h + s * kLd, kLdH, piece(pi, kPieceFc2 + n / kFc2Rows) + (n % kFc2Rows) * kFc2Ld + s * kLd, acc);
+      dot64<RP, kSlotsOn>(h + s * kLd, kLdH, piece(pi, kPieceFc2 + n / kFc2Rows) + (n % kFc2Rows) * kFc2Ld + s * kLd, acc);
       const float xn = add_slices_residual<RP>(acc, 1, s == 0, sw[kFc2b + n], x + n, nr);
       if constexpr (kLnPart) row_partial(xn, 4, part, warp, lane);  // owners: lanes 0, 4, .., 28
     }

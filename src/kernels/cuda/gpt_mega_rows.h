@@ -109,8 +109,8 @@ constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // without an integer division (the default's i % ns: ~25 instructions after every GEMM stage's
 // barrier, before its first weight load, in the sm_90a SASS), each one-row LayerNorm's gain and
 // bias loaded with the row (the default's loaded them after the statistics, one store apart), and
-// the attention softmax's max over the keys by one redux.sync instead of a shuffle butterfly;
-// lnpart, the LayerNorms after proj and fc2 from per-warp partial (sum, sum of squares) written by
+// the attention softmax's max over the keys by one redux.sync instead of a shuffle butterfly,
+// and the 64-k dot loops fully unrolled (their loads overlap the FMA chain); lnpart, the LayerNorms after proj and fc2 from per-warp partial (sum, sum of squares) written by
 // the producing warps (their double sums in another fixed order: not guaranteed bitwise, the
 // tests hold it to the CPU's tolerances); bwlp, both.
 inline constexpr const char* kMegaRowsVariants[] = {"pwkeys", "w15", "bitw", "lnpart", "bwlp"};
