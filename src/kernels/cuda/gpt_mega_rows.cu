@@ -86,7 +86,8 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // after its CTA barrier, before its first weight load: ~80-100 cycles each on the path. Here the
 // kernel keeps pos = pi % ns by additions (one wrap per layer) and a stage's slot is pos + j
 // wrapped by two compare-subtracts (j < 12 and ns >= kPrewaitSlots; lm_head: j < lm_pieces <= ns).
-// Needs kVarPrewait (no mbarrier wait on the GEMM threads' side).
+// Needs kVarPrewait (no mbarrier wait on the GEMM threads' side). Its instances also run dot64
+// fully unrolled (see there).
 // kVarLnHoist (rows14e, awaiting measurement; bitwise): the one-row LayerNorm's gain and bias
 // loaded with the row, before the statistics. layernorm_rows' output loop loads w[c] and b[c]
 // after its statistics and after the previous element's store (its pointers may alias the
@@ -408,13 +409,15 @@ struct Ring {
 // acc[j][i] = sum over k in [0, K) of a[i][k] * w[j][k], k in order from 0, for the RP rows of
 // a (row stride lda; every lane of a warp reads the same a: a broadcast) and NW weight rows w[j]
 // (NW independent chains per row: a thread with two lm_head columns runs them side by side).
-template <int RP, int K, int NW = 1>
+// kUnroll: the k loop's unroll (in steps of 4 k; kVarSlots' lm_head: all of it, its later loads
+// then overlap the chains).
+template <int RP, int K, int NW = 1, int kUnroll = 4>
 __device__ __forceinline__ void dot_rows(const float* a, int lda, const float* const (&w)[NW], float (&acc)[NW][RP]) {
 #pragma unroll
   for (int j = 0; j < NW; ++j)
 #pragma unroll
     for (int i = 0; i < RP; ++i) acc[j][i] = 0.0f;
-#pragma unroll 4
+#pragma unroll kUnroll
   for (int k = 0; k < K; k += 4) {
     float4 wv[NW];
 #pragma unroll
@@ -736,7 +739,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   if (n0 < V) {
     const float* w0 = piece(pl, n0 / kPieceRows) + (n0 % kPieceRows) * kLd;
     const float* w1 = n1 < V ? piece(pl, n1 / kPieceRows) + (n1 % kPieceRows) * kLd : w0;
-    dot_rows<RP, kC, 2>(ln, kLd, {w0, w1}, lgt);
+    dot_rows<RP, kC, 2, kSlotsOn ? kC / 4 : 4>(ln, kLd, {w0, w1}, lgt);
 #pragma unroll
     for (int i = 0; i < RP; ++i) {
       lgt[0][i] += hd[kLmb + n0];

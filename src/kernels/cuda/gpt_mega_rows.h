@@ -110,9 +110,10 @@ constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // barrier, before its first weight load, in the sm_90a SASS), each one-row LayerNorm's gain and
 // bias loaded with the row (the default's loaded them after the statistics, one store apart), and
 // the attention softmax's max over the keys by one redux.sync instead of a shuffle butterfly,
-// and the 64-k dot loops fully unrolled (their loads overlap the FMA chain); lnpart, the LayerNorms after proj and fc2 from per-warp partial (sum, sum of squares) written by
-// the producing warps (their double sums in another fixed order: not guaranteed bitwise, the
-// tests hold it to the CPU's tolerances); bwlp, both.
+// and the 64-k dot loops fully unrolled (their loads overlap the FMA chain); lnpart, the
+// LayerNorms after proj and fc2 from per-warp partial (sum, sum of squares) written by the
+// producing warps (their double sums in another fixed order: not guaranteed bitwise, the tests
+// hold it to the CPU's tolerances); bwlp, both.
 inline constexpr const char* kMegaRowsVariants[] = {"pwkeys", "w15", "bitw", "lnpart", "bwlp"};
 // Whether each variant's logits are bitwise the default's (model_cuda_test holds those to it).
 inline constexpr bool kMegaRowsVariantBitwise[] = {true, true, true, false, false};
