@@ -87,7 +87,7 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // kernel keeps pos = pi % ns by additions (one wrap per layer) and a stage's slot is pos + j
 // wrapped by two compare-subtracts (j < 12 and ns >= kPrewaitSlots; lm_head: j < lm_pieces <= ns).
 // Needs kVarPrewait (no mbarrier wait on the GEMM threads' side). Its instances also run dot64
-// fully unrolled (see there).
+// and lm_head's dot_rows fully unrolled (see there; 117 registers, no spills, sm_90a).
 // kVarLnHoist (rows14e, awaiting measurement; bitwise): the one-row LayerNorm's gain and bias
 // loaded with the row, before the statistics. layernorm_rows' output loop loads w[c] and b[c]
 // after its statistics and after the previous element's store (its pointers may alias the
