@@ -437,27 +437,13 @@ __device__ __forceinline__ void dot_rows(const float* a, int lda, const float* c
 }
 
 // acc = a's RP rows (stride lda) times the weight row w over k = 64, in k order from 0: one
-// 64-FMA chain per thread. kFull (kVarSlots' instances, one row): the k loop fully unrolled, so
+// 64-FMA chain per thread. kFull (kVarSlots' instances): the k loop fully unrolled, so
 // the compiler can issue the later float4 loads while the chain runs (dot_rows' `unroll 4` ran 4
 // iterations of 8 LDS.128 then 16 dependent FMAs, each iteration's loads after the previous
 // chain: sm_90a SASS); the same FMAs in the same order.
 template <int RP, bool kFull = false>
 __device__ __forceinline__ void dot64(const float* a, int lda, const float* w, float (&acc)[1][RP]) {
-  if constexpr (kFull && RP == 1) {
-    float s = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kC; k += 4) {
-      const float4 wv = *reinterpret_cast<const float4*>(w + k);
-      const float4 av = *reinterpret_cast<const float4*>(a + k);
-      s = fmaf(av.x, wv.x, s);
-      s = fmaf(av.y, wv.y, s);
-      s = fmaf(av.z, wv.z, s);
-      s = fmaf(av.w, wv.w, s);
-    }
-    acc[0][0] = s;
-  } else {
-    dot_rows<RP, kC>(a, lda, {w}, acc);
-  }
+  dot_rows<RP, kC, 1, kFull ? kC / 4 : 4>(a, lda, {w}, acc);
 }
 
 // Lane k's probability of key k < n (s: its score, -inf in lanes >= n; the whole warp): the
