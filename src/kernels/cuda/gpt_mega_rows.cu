@@ -80,7 +80,7 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // the float mean and rsqrtf of the float variance almost never show. Layer 0's ln1 (after the
 // embedding) keeps the default's.
 // kVarSlots (rows14e, awaiting measurement; bitwise): the GEMM threads' ring slot of a piece
-// without an integer division. The default's slot (i % ns, ns known at run time) compiled to a
+// without an integer division (and the last warp's prewaits and refills likewise). The default's slot (i % ns, ns known at run time) compiled to a
 // ~25-instruction division (I2F.RP, MUFU.RCP, F2I, IMAD.HI, fix-ups; sm_90a SASS of the default
 // instance) that every GEMM stage (qkv, proj, fc1, fc2, lm_head: 17 per forward) ran right
 // after its CTA barrier, before its first weight load: ~80-100 cycles each on the path. Here the
@@ -370,32 +370,61 @@ struct Ring {
     if constexpr ((kVar & kVarPrewait) != 0) return slot(i);
     return wait(i);
   }
-  // kVarSlots: piece pi + j's slot, pos = pi % ns (a CTA barrier after prewait(.., > pi + j) has
-  // passed); pos + j < 3 ns (j < 12 <= 2 ns - 4; lm_head: j < lm_pieces <= ns).
+  // kVarSlots: piece i0 + j's slot (x = (i0 + j) % ns) and copy count (y = (i0 + j) / ns) from
+  // pos = i0 % ns and lap = i0 / ns without a division: pos + j < 3 ns (j < 12 <= 2 ns - 4 as ns
+  // >= kPrewaitSlots; lm_head: j < lm_pieces <= ns).
+  __device__ __forceinline__ int2 slot_lap(int pos, int lap, int j) const {
+    int k = pos + j;
+    if (k >= S.ns) {
+      k -= S.ns;
+      ++lap;
+    }
+    if (k >= S.ns) {
+      k -= S.ns;
+      ++lap;
+    }
+    return make_int2(k, lap);
+  }
+  // kVarSlots: a GEMM thread's piece i0 + j (a CTA barrier after prewait_at(.., > j) has passed).
   __device__ __forceinline__ const float* at(int pos, int j) const {
     static_assert((kVar & kVarPrewait) != 0, "kVarSlots reads pieces the last warp has waited for");
-    int k = pos + j;
-    k = k >= S.ns ? k - S.ns : k;
-    k = k >= S.ns ? k - S.ns : k;
-    return slots + k * kSlot;
+    return slots + slot_lap(pos, 0, j).x * kSlot;
+  }
+  // kVarSlots: prewait(i0 + ja, i0 + jb) without a division.
+  __device__ __forceinline__ void prewait_at(int pos, int lap, int ja, int jb) const {
+    static_assert((kVar & kVarPrewait) != 0, "kVarSlots: the last warp waits");
+    const int k = static_cast<int>(threadIdx.x) - (kThreads - 32);
+    if (k >= 0 && k < jb - ja) {
+      const int2 sl = slot_lap(pos, lap, ja + k);
+      wait_slot(sl.x, sl.y);
+    }
+  }
+  // kVarSlots: refill(i0 + ja, i0 + jb) without a division.
+  __device__ __forceinline__ void refill_at(int pos, int i0, int ja, int jb) const {
+    const int k = static_cast<int>(threadIdx.x) - ((kVar & kVarW15) ? kThreads - 32 : 0);
+    if (k >= 0 && k < jb - ja) issue_to(slot_lap(pos, 0, ja + k).x, i0 + ja + k + S.ns);
   }
   // Piece i's slot once it has landed (the calling thread waits for its copy).
-  __device__ __forceinline__ const float* wait(int i) const {
+  __device__ __forceinline__ const float* wait(int i) const { return wait_slot(i % S.ns, i / S.ns); }
+  // The slot k's copy number c (piece c ns + k) once it has landed.
+  __device__ __forceinline__ const float* wait_slot(int k, int c) const {
     long long t = 0;
     if constexpr (kTrace) t = clock64();
-    detail::mbarrier_wait(&bars[i % S.ns], static_cast<unsigned>((i / S.ns) & 1));
+    detail::mbarrier_wait(&bars[k], static_cast<unsigned>(c & 1));
     if constexpr (kTrace) {
       if (stamp.on) stamp.waited += clock64() - t;
     }
-    return slot(i);
+    return slots + k * kSlot;
   }
   // One thread: piece i (if it exists) into its slot.
-  __device__ __forceinline__ void issue(int i) const {
+  __device__ __forceinline__ void issue(int i) const { issue_to(i % S.ns, i); }
+  // One thread: piece i (if it exists) into slot k = i % ns.
+  __device__ __forceinline__ void issue_to(int k, int i) const {
     if (i >= S.pieces) return;
-    uint64_t* bar = &bars[i % S.ns];
+    uint64_t* bar = &bars[k];
     const unsigned bytes = piece_bytes(S, L, V, i);
     detail::mbarrier_arrive_expect_tx(bar, bytes);
-    detail::bulk_load(slot(i), img + piece_offset(S, i), bytes, bar);
+    detail::bulk_load(slots + k * kSlot, img + piece_offset(S, i), bytes, bar);
   }
   // Every thread, after the CTA barrier that ends the reads of pieces [a, b): their slots take
   // the pieces a ring later, one per lane of warp 0 (one thread issuing them in turn kept the
@@ -526,13 +555,26 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   static_assert(RP == 1 || (kVar & (kVarLnHoist | kVarSlots)) == 0, "kVarLnHoist, kVarSlots: one row per CTA");
   // A GEMM stage's piece i0 + j (i0 = pi, the layer's first piece, or the head's; kVarSlots:
   // from pos = i0 % ns without a division)
-  int pos = 0;
+  int pos = 0, lap = 0;  // kVarSlots: pi = lap ns + pos
   constexpr bool kSlotsOn = (kVar & kVarSlots) != 0;  // (and dot64's full unroll)
   auto piece = [&](int i0, int j) -> const float* {
-    if constexpr ((kVar & kVarSlots) != 0)
+    if constexpr (kSlotsOn)
       return ring.at(pos, j);
     else
       return ring.get(i0 + j);
+  };
+  // the ring's prewait and refill of pieces [i0 + ja, i0 + jb) (kVarSlots: without a division)
+  auto prewait = [&](int i0, int ja, int jb) {
+    if constexpr (kSlotsOn)
+      ring.prewait_at(pos, lap, ja, jb);
+    else
+      ring.prewait(i0 + ja, i0 + jb);
+  };
+  auto refill = [&](int i0, int ja, int jb) {
+    if constexpr (kSlotsOn)
+      ring.refill_at(pos, i0, ja, jb);
+    else
+      ring.refill(i0 + ja, i0 + jb);
   };
   if constexpr (kTrace) {
     if (stamp.on) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(stamp.t0_ns));
@@ -573,7 +615,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     const bool qkv_thread = tid < 3 * kC;
     const int qcol = tid;
     layernorm(l > 0, sw + kLn1w, sw + kLn1b);
-    ring.prewait(pi, pi + kPieceProj);
+    prewait(pi, 0, kPieceProj);
     __syncthreads();
     stamp(2 + 8 * l);
     ring.probe(pi + kPieceProj - 1);
@@ -603,7 +645,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     // the earlier CTAs' rows: t0 rows of k and v
     __syncthreads();
     if (tid == 0) stage_arrive(&bars[kBarKv], static_cast<unsigned>(t0 * 2 * kC) * 4u);
-    ring.refill(pi, pi + kPieceProj);
+    refill(pi, 0, kPieceProj);
     stage_wait(&bars[kBarKv], static_cast<unsigned>(l & 1));
     stamp(4 + 8 * l);
 
@@ -647,7 +689,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       }
       if (lane < kDh / 4) *reinterpret_cast<float4*>(att + i * kLd + e) = a;
     }
-    ring.prewait(pi + kPieceProj, pi + kPieceFc1);
+    prewait(pi, kPieceProj, kPieceFc1);
     __syncthreads();
     if (l + 1 < L) cluster_arrive_relaxed();  // this CTA's k, v are read: the next layer's may come
     stamp(5 + 8 * l);
@@ -664,11 +706,11 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       if constexpr (kLnPart) row_partial(xn, 1, part, warp, lane);  // owners: lanes 0..7
     }
     __syncthreads();
-    ring.refill(pi + kPieceProj, pi + kPieceFc1);
+    refill(pi, kPieceProj, kPieceFc1);
     stamp(6 + 8 * l);
 
     layernorm(true, sw + kLn2w, sw + kLn2b);
-    ring.prewait(pi + kPieceFc1, pi + kPieceFc2);
+    prewait(pi, kPieceFc1, kPieceFc2);
     __syncthreads();
     stamp(7 + 8 * l);
 
@@ -683,9 +725,9 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       for (int i = 0; i < RP; ++i)
         if (i < nr) h[i * kLdH + (f / kC) * kLd + f % kC] = gelu_erf(acc[0][i] + bias);
     }
-    ring.prewait(pi + kPieceFc2, pi + kPiecesPerLayer);  // the last warp is idle in fc1
+    prewait(pi, kPieceFc2, kPiecesPerLayer);  // the last warp is idle in fc1
     __syncthreads();
-    ring.refill(pi + kPieceFc1, pi + kPieceFc2);
+    refill(pi, kPieceFc1, kPieceFc2);
     stamp(8 + 8 * l);
 
     // fc2 + residual: 4 lanes per output column n, lane s adding k in [64 s, 64 s + 64) in
@@ -700,11 +742,14 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       if constexpr (kLnPart) row_partial(xn, 4, part, warp, lane);  // owners: lanes 0, 4, .., 28
     }
     __syncthreads();
-    ring.refill(pi + kPieceFc2, pi + kPiecesPerLayer);
+    refill(pi, kPieceFc2, kPiecesPerLayer);
     stamp(9 + 8 * l);
-    if constexpr ((kVar & kVarSlots) != 0) {  // pos = the next layer's (or the head's) pi % ns
+    if constexpr (kSlotsOn) {  // pos, lap: the next layer's (or the head's) pi % ns, pi / ns
       pos += kPiecesPerLayer;
-      while (pos >= S.ns) pos -= S.ns;
+      while (pos >= S.ns) {
+        pos -= S.ns;
+        ++lap;
+      }
     }
   }
 
@@ -716,7 +761,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   const float* hd = sm + L * kSmallLayer;
   layernorm(true, hd + kLnfw, hd + kLnfb);
   const int pl = L * kPiecesPerLayer;
-  ring.prewait(pl, pl + S.lm_pieces);
+  prewait(pl, 0, S.lm_pieces);
   __syncthreads();
   stamp(2 + 8 * L);
   ring.probe(pl + S.lm_pieces - 1);
