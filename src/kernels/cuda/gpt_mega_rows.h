@@ -107,7 +107,8 @@ constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // AWAITING MEASUREMENT (rows14e, experiments/25-compile/gpu_rows14e; gpt_mega_rows.cu's kVar
 // comments have the reasoning), each pwkeys plus: bitw (bitwise), the GEMM stages' ring slot
 // without an integer division (the default's i % ns: ~25 instructions after every GEMM stage's
-// barrier, before its first weight load, in the sm_90a SASS), each one-row LayerNorm's gain and
+// barrier, before its first weight load, in the sm_90a SASS; the last warp's prewaits and
+// refills likewise), each one-row LayerNorm's gain and
 // bias loaded with the row (the default's loaded them after the statistics, one store apart), and
 // the attention softmax's max over the keys by one redux.sync instead of a shuffle butterfly,
 // and the 64-k dot loops fully unrolled (their loads overlap the FMA chain); lnpart, the
