@@ -503,8 +503,8 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
   std::string body, plan;
   auto sm = [](int64_t off) { return fmt::format("sm + {}", off); };
   // a pointwise tree's value at column c (row `row`, position t)
-  std::function<std::string(int)> expr = [&](int t) -> std::string {
-    if (buf.count(t)) {  // an earlier stage's row
+  std::function<std::string(int, bool)> expr = [&](int t, bool root) -> std::string {
+    if (!root && buf.count(t)) {  // an earlier stage's row
       const TensorInfo& ti = g.tensor(t);
       return ti.cols() == 1 ? fmt::format("sm[{}]", buf[t]) : fmt::format("sm[{} + c]", buf[t]);
     }
@@ -513,7 +513,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
     MINIGPT_CHECK(pr >= 0, "rows: tensor '{}' has no value in the stage", g.tensor(t).name);
     const Node& n = g.nodes[static_cast<size_t>(pr)];
     const int64_t C = g.tensor(n.output).cols();
-    auto a = [&](size_t i) { return expr(n.inputs[i]); };
+    auto a = [&](size_t i) { return expr(n.inputs[i], false); };
     switch (n.op) {
       case Op::Embedding:
         return fmt::format("rw_gather({}, {}[row], {}, {}, c)", pname[n.inputs[1]], pname[n.inputs[0]], g.tensor(n.inputs[1]).rows(), C);
@@ -563,7 +563,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
       case RowsStage::Kind::Pointwise: {
         flops = static_cast<int64_t>(st.nodes.size()) * to.cols();
         b += fmt::format("  // stage {}: {} -> '{}' (1, {}); {} FLOPs per row; sources: {}\n", s, ops, to.name, to.cols(), flops, srcs);
-        const std::string e = expr(out);
+        const std::string e = expr(out, true);
         for (int k : st.nodes)
           for (int t : g.nodes[static_cast<size_t>(k)].inputs)
             if (small_at.count(t)) wait_small(b);
@@ -758,7 +758,7 @@ __device__ __forceinline__ float rw_gather(const float* __restrict__ table, int 
   src += fmt::format(
       "\n// ---- cuda_rows_forward: the whole forward as ONE launch of B x T = {} x {} CTAs, a cluster of {} per sequence --------\n"
       "// CTA t of a cluster owns row t of its sequence; every stage is row-local but the attentions' k, v (pushed\n"
-      "// to the later CTAs). {} threads per CTA; {} B of dynamic shared memory: the small vectors [0, {}), the\n"
+      "// to the later CTAs). {} threads per CTA; {} B of dynamic shared memory, in floats: the small vectors [0, {}), the\n"
       "// activation rows [{}, {}) (reused by liveness), k and v of the sequence [{}, {}), the softmax's warp values\n"
       "// [{}, {}), {} mbarriers [{}, {}), the ring of {} slots of {} B [{}, ...). Weight image: {} floats ({} B; the\n"
       "// small vectors {} floats, then {} pieces), each CTA streaming {} B of weights; {} FLOPs per row.\n",

@@ -11,7 +11,10 @@
 // builds and times cuBLAS, generated GEMMs, generated GEMMs with PDL (also with each MLP and the
 // projection before it one kernel, in clusters or a block per tile, with the attention fused
 // into its projection's GEMM, with x read from global memory, and as before the GEMM prologues)
-// and the megakernel (one cluster launch; 256- and 1024-thread CTAs) and keeps the fastest. The
+// the megakernel (one cluster launch; 256- and 1024-thread CTAs) and the rows form where its
+// analysis takes the graph (codegen_cuda_rows.h: a cluster of T CTAs per sequence; its weight
+// image packed on the host once and copied into the arena after the other slots) and keeps the
+// fastest. The
 // megakernel's cluster: the largest of 16, 8, 4, 2, 1 CTAs the GPU co-schedules
 // (cuOccupancyMaxActiveClusters). A launch may also be a grid of clusters (the MLP kernel's),
 // with PDL.
@@ -145,6 +148,7 @@ class CudaCompiledGraph {
   std::map<int, size_t> offset_;  // tensor id -> byte offset in the arena
   char* arena_ = nullptr;
   size_t arena_bytes_ = 0;
+  size_t image_at_ = 0;  // the rows form's weight image in the arena (CudaCode::image_floats)
   void* cublas_ = nullptr;  // cublasHandle_t
   void* workspace_ = nullptr;
   cudaStream_t stream_ = nullptr;
