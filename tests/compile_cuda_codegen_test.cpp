@@ -1078,6 +1078,10 @@ TEST(CompileCudaNvrtc, RowsFormCompilesForSm90a) {
   shipped.vocab_size = 611;
   const ModelConfig tiny = compile_tiny_config();
   for (const Graph& g : {capture_gpt(shipped, 2, 16), capture_gpt(shipped, 3, 5), capture_gpt(tiny, 2, 16), capture_gpt(shipped, 1, 1)}) {
+    CudaCodegenOptions wide;  // rows-wide: the k-slices over up to 512 threads (fc1 by 2, fc2 by 8)
+    wide.rows = true;
+    wide.rows_slice_threads = 512;
+    ASSERT_NO_THROW(nvrtc_compile_ptx(lower_cuda(g, PassOptions{}, wide).code.source, "compute_90a", g.name)) << g.name << " rows-wide";
     const CudaLowered l = lower_rows(g);
     ASSERT_EQ(l.code.launches.size(), 1u) << g.name << ": " << l.note;
     std::string ptx;

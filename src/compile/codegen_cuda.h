@@ -216,6 +216,11 @@ struct CudaCodegenOptions {
   // per sequence, one row per CTA, the weights streamed through a shared-memory ring. A graph the
   // analysis refuses falls back to the options below (lower_cuda's CudaLowered::note says why).
   bool rows = false;
+  // With rows: the threads a matmul stage's k-slices may occupy (codegen_cuda_rows.cpp's
+  // slices_for). 256, the hand-written kernel's split (proj and fc2 4 slices, the rest one chain):
+  // its numerics. 512 ("rows-wide", a measuring aid until measured): fc1 by 2 slices and fc2 by 8,
+  // shorter chains, other sums' order (within the CPU tolerance, not bitwise the hand-written's).
+  int rows_slice_threads = 256;
 };
 
 // A launch argument that is not a graph tensor: the rows form's packed weight image (the runner

@@ -221,17 +221,18 @@ std::string row_local_refusal(const Graph& g, int64_t& B, int64_t& T) {
 
 namespace {
 
-// S k-slices per output for a matmul of M outputs over K: the hand-written kernel's choice (at most
-// 256 threads in the sliced form; slices of at least 16 k, a multiple of 4); 1: one chain.
-int slices_for(int64_t K, int64_t M) {
-  for (int s : {4, 2})
-    if (M * s <= 256 && K % (4 * s) == 0 && K / s >= 16) return s;
+// S k-slices per output for a matmul of M outputs over K: at most `threads` threads in the sliced
+// form (256: the hand-written kernel's choice, proj and fc2 by 4 slices; 512, "rows-wide": fc1 by
+// 2, fc2 by 8), slices of at least 16 k, a multiple of 4; 1: one chain.
+int slices_for(int64_t K, int64_t M, int threads) {
+  for (int s : {8, 4, 2})
+    if (M * s <= threads && K % (4 * s) == 0 && K / s >= 16) return s;
   return 1;
 }
 
 }  // namespace
 
-RowsPlan plan_rows(const Graph& captured) {
+RowsPlan plan_rows(const Graph& captured, int slice_threads) {
   RowsPlan p;
   Graph g = captured;
   verify(g, "capture");
@@ -302,7 +303,7 @@ RowsPlan plan_rows(const Graph& captured) {
           if (g.nodes[static_cast<size_t>(u)].op == Op::Attention)
             return refuse(fmt::format("{}: the attention's qkv is read by other ops too", node_text(g, st.node)));
       if (st.K % 32 != 0) return refuse(fmt::format("{}: K = {} (a multiple of 32 needed)", node_text(g, st.node), st.K));
-      st.slices = st.kv ? 1 : slices_for(st.K, st.M);
+      st.slices = st.kv ? 1 : slices_for(st.K, st.M, slice_threads);
       st.ld = static_cast<int>(st.K + 4);  // 8 consecutive rows: 8 distinct 16-byte bank groups
       st.rows_per_piece = static_cast<int>(std::min<int64_t>(st.M, kRowsSlotFloats / st.ld));
       if (st.rows_per_piece < 1) return refuse(fmt::format("{}: a weight row of {} floats exceeds a ring slot", node_text(g, st.node), st.K));
@@ -544,6 +545,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
     b += "  rw_wait(&bars[kBarSmall], 0);  // the small vectors (first use)\n";
   };
   int64_t total_flops = 0, total_wbytes = 0;
+  std::string overlap0;  // the first stage's loop, run by warps 1.. during the start (empty: none)
   for (size_t s = 0; s < p.stages.size(); ++s) {
     const RowsStage& st = p.stages[s];
     const Node& n = g.nodes[static_cast<size_t>(st.node)];
@@ -564,9 +566,16 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
         flops = static_cast<int64_t>(st.nodes.size()) * to.cols();
         b += fmt::format("  // stage {}: {} -> '{}' (1, {}); {} FLOPs per row; sources: {}\n", s, ops, to.name, to.cols(), flops, srcs);
         const std::string e = expr(out, true);
+        bool reads_small = false;
         for (int k : st.nodes)
-          for (int t : g.nodes[static_cast<size_t>(k)].inputs)
-            if (small_at.count(t)) wait_small(b);
+          for (int t : g.nodes[static_cast<size_t>(k)].inputs) reads_small = reads_small || small_at.count(t) > 0;
+        if (s == 0 && !reads_small) {  // the first stage (the embedding): by warps 1.. while warp 0 starts the copies
+          b += "  // (computed by warps 1.. during the start, above)\n";
+          overlap0 = fmt::format("    for (int c = tid - 32; c < {}; c += {}) {{\n      const float v = {};\n      {}\n    }}\n", to.cols(), NT - 32, e,
+                                 store_out(out, "c", "v"));
+          break;
+        }
+        if (reads_small) wait_small(b);
         b += fmt::format("  for (int c = tid; c < {}; c += {}) {{\n    const float v = {};\n    {}\n  }}\n  __syncthreads();\n", to.cols(), NT,
                          e, store_out(out, "c", "v"));
         break;
@@ -784,10 +793,10 @@ __device__ __forceinline__ float rw_gather(const float* __restrict__ table, int 
       "    }}\n"
       "    __syncwarp();\n"
       "    if (lane < kNs) rw_issue(ring, bars, rw_image, lane);\n"
-      "  }}\n"
+      "  }}{}\n"
       "  __syncthreads();\n"
       "  rw_cluster_arrive();  // waited on before the first k, v push: this CTA's mbarriers exist\n",
-      nbars, small * 4, small * 4);
+      nbars, small * 4, small * 4, overlap0.empty() ? "" : " else {  // stage 0\n" + overlap0 + "  }");
   if (p.attentions == 0) src += "  rw_cluster_wait();\n";
   src += body;
   src += "}\n";

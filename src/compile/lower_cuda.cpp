@@ -16,7 +16,7 @@ CudaLowered lower_cuda(const Graph& captured, const PassOptions& passes, const C
   const Timer t0;
   CudaCodegenOptions codegen = asked;
   if (codegen.rows) {
-    RowsPlan rp = plan_rows(captured);
+    RowsPlan rp = plan_rows(captured, codegen.rows_slice_threads);
     if (rp.refused.empty()) {
       l.passes_s = t0.elapsed_s();
       const Timer t1;
