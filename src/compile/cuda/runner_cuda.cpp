@@ -183,7 +183,8 @@ std::string variant_name(const CudaCodegenOptions& cg) {
 // "mlp-pull" / "mlp-push", "no-cluster", "rowsN", "smem-vec4", "proj-apart", "mlp-apart", "mlp-next", "next-all",
 // "mbar-cta", "pad-launches", "rows" (the rows form, codegen_cuda_rows.h: one cluster kernel,
 // a row per CTA; a graph it refuses keeps the rest's form, --explain says why), "rows-wide" (the
-// rows form, its matmuls' k-slices over up to 512 threads: rows_slice_threads); any other word is an error. ("weights-restrict ln-late mlp-sync" is 7l's default, main before 7m.)
+// rows form, its matmuls' k-slices over up to 512 threads: rows_slice_threads), "no-rows" (not the
+// rows form, where the rule would choose it); any other word is an error. ("weights-restrict ln-late mlp-sync" is 7l's default, main before 7m.)
 // Two are measuring aids only, never candidates: "mbar-cta" (CudaCodegenOptions::mlp_mbar_cta)
 // and "pad-launches" (pad_launches).
 void apply_variant_words(CudaCodegenOptions& cg, const std::string& words) {
@@ -204,9 +205,10 @@ void apply_variant_words(CudaCodegenOptions& cg, const std::string& words) {
     else if (w == "next-all") cg.mlp_next_split = false;
     else if (w == "rows") cg.rows = true;
     else if (w == "rows-wide") cg.rows = true, cg.rows_slice_threads = 512;
+    else if (w == "no-rows") cg.rows = false;
     else if (w.starts_with("rows") && w.size() == 5 && w[4] >= '1' && w[4] <= '8') cg.mlp_rows = w[4] - '0';
     else MINIGPT_FAIL("MINIGPT_CUDA_VARIANT: unknown word '{}' (weights-plain weights-restrict ln-early ln-late mlp-async mlp-sync mlp-pull "
-                      "mlp-push no-cluster rowsN smem-vec4 proj-apart mlp-apart mbar-cta pad-launches mlp-next next-all rows rows-wide)", w);
+                      "mlp-push no-cluster rowsN smem-vec4 proj-apart mlp-apart mbar-cta pad-launches mlp-next next-all rows rows-wide no-rows)", w);
   }
 }
 
