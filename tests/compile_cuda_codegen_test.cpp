@@ -81,9 +81,12 @@ TEST(CompileCudaCodegen, DefaultVariantRuleByRowsAndComputeCapability) {
   const CudaCodegenOptions hopper = default_cuda_variant_for(capture_gpt(c, 2, 16), 9, why);
   EXPECT_TRUE(hopper.generated_gemm && hopper.pdl && hopper.fuse_mlp) << why;
   EXPECT_TRUE(contains(why, "PDL")) << why;
+  EXPECT_TRUE(hopper.rows) << "a forward the rows form takes, on sm_90: the rows form (measured faster): " << why;
+  EXPECT_FALSE(default_cuda_variant_for(capture_gpt_decode(c), 9, why).rows) << why;
+  EXPECT_TRUE(contains(why, "not the rows form")) << why;
   const CudaCodegenOptions ampere = default_cuda_variant_for(capture_gpt(c, 2, 16), 8, why);
   EXPECT_TRUE(ampere.generated_gemm) << why;
-  EXPECT_FALSE(ampere.pdl || ampere.fuse_mlp) << why;
+  EXPECT_FALSE(ampere.pdl || ampere.fuse_mlp || ampere.rows) << why;
   // more rows than kLaunchBoundRows in a matmul: cuBLAS on any GPU
   const int64_t B = kLaunchBoundRows / c.block_size + 1;
   const CudaCodegenOptions big = default_cuda_variant_for(capture_gpt(c, B, c.block_size), 9, why);

@@ -332,6 +332,19 @@ CudaCodegenOptions default_cuda_variant_for(const Graph& captured, int major, st
   cg.fuse_mlp = major >= 9;  // the MLP kernel's clusters need sm_90 (its block form loses on the H200)
   why = fmt::format("default rule: every matmul launch-bound (at most {} rows <= {}): generated GEMMs{}", rows, kLaunchBoundRows,
                     cg.pdl ? " with PDL (the weights loaded before its wait) and the projection + MLP in 8-CTA clusters (sm_90+)" : "");
+  if (major >= 9) {
+    // the rows form where its analysis takes the graph (a forward of whole sequences of at most 16
+    // rows): measured faster than the form above in the same run (H200, experiments/25-compile/
+    // gpu_rows15/call1: 22.59 / 22.37 us per replay alone against 29.47 / 29.44; 100 back to back
+    // 20.43 / 20.40 against 27.65 / 27.61); MINIGPT_CUDA_VARIANT=no-rows keeps the form above
+    if (const RowsPlan rp = plan_rows(captured); rp.refused.empty()) {
+      cg.rows = true;
+      why += "; then the rows form (one kernel, a cluster of T CTAs per sequence: codegen_cuda_rows.h), measured faster than "
+             "those on the H200 in the same run (22.4-22.6 us per replay against 29.4-29.5, experiments/25-compile/gpu_rows15)";
+    } else {
+      why += fmt::format("; not the rows form ({})", rp.refused);
+    }
+  }
   return cg;
 }
 

@@ -79,6 +79,10 @@ struct CudaCompileStats {
 // 25-compile/REPORT.md section 7d); with the projection and the MLP one cluster kernel, 14
 // launches, 35.1 us (7e; a block per tile lost to the MLP apart); with fc2's partials pushed
 // (mlp_push: one cluster barrier, not two), 32.6 us against 34.0 pulled in the same run (7j).
+// On sm_90+, a graph the rows form's analysis takes (plan_rows: a forward of whole sequences, T <=
+// 16) gets the rows form on top (CudaCodegenOptions::rows: one kernel, a cluster of T CTAs per
+// sequence): 22.4-22.6 us per replay against 29.4-29.5 for the 14-kernel form in the same run
+// (experiments/25-compile/gpu_rows15/call1); `why` says which, or why not.
 inline constexpr int64_t kLaunchBoundRows = 256;
 CudaCodegenOptions default_cuda_variant(const Graph& captured, std::string& why);
 // The same rule for a GPU of compute capability `cc_major` (asks no GPU: benches and tests on a
