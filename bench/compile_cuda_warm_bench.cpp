@@ -1,7 +1,9 @@
 // The CUDA back end's warm compile (a cache hit) on the CPU side, stage by stage, for the shipped
 // model's graph at (B = 2, T = 16) with the variant the GPU runner picks by default on sm_90
-// (runner_cuda.cpp's default_cuda_variant: generated GEMMs, PDL, the projection + MLP in 8-CTA
-// clusters, every other codegen option at its default). Needs no GPU: the architecture is given
+// (runner_cuda.cpp's default_cuda_variant: since gpu_rows15 the rows form, codegen_cuda_rows.h, one
+// kernel; before it generated GEMMs, PDL, the projection + MLP in 8-CTA clusters). The passes and
+// codegen stages below time run_passes + schedule and generate_cuda (the 14-kernel form's path);
+// lower and the whole hit time the default's (plan_rows + generate_rows). Needs no GPU: the architecture is given
 // ("sm_90a"), NVRTC compiles the cubin once into a private cache folder, then every timed
 // cuda_jit_compile is a hit.
 //
@@ -51,7 +53,7 @@ CudaJitRequest request() {
   const CudaLowered l = lower_cuda(graph(), PassOptions{}, sm90_default());
   CudaJitRequest req;
   req.source = l.code.source;
-  req.key_extra = fmt::format("codegen_cuda v{} graph {} generated-gemm pdl", kCodegenCudaVersion, l.code.graph_hash);
+  req.key_extra = fmt::format("codegen_cuda v{} graph {} rows", kCodegenCudaVersion, l.code.graph_hash);
   req.name = graph().name;
   req.arch = "sm_90a";
   req.cache_dir = std::filesystem::temp_directory_path() / "minigpt_compile_cuda_warm_bench";
@@ -100,7 +102,7 @@ void BM_WholeHitCpuSide(benchmark::State& state) {
     const Graph g = capture_gpt(shipped_config(), 2, 16);
     const CudaLowered l = lower_cuda(g, PassOptions{}, sm90_default());
     req.source = l.code.source;
-    req.key_extra = fmt::format("codegen_cuda v{} graph {} generated-gemm pdl", kCodegenCudaVersion, l.code.graph_hash);
+    req.key_extra = fmt::format("codegen_cuda v{} graph {} rows", kCodegenCudaVersion, l.code.graph_hash);
     const CudaBinary b = cuda_jit_compile(req);
     if (!b.cache_hit) state.SkipWithError("not a cache hit");
     benchmark::DoNotOptimize(b);

@@ -4,6 +4,8 @@
 // (miss, hit, corrupt, truncated and stale entries, concurrent compiles, compile errors).
 #include "compile/capture.h"
 #include "compile/codegen_cuda_mega.h"
+#include "compile/codegen_cuda_rows.h"
+#include "compile/passes/passes.h"
 #include "compile/lower_cuda.h"
 #include "compile_jit_test_util.h"
 #include "compile_test_config.h"
@@ -79,9 +81,12 @@ TEST(CompileCudaCodegen, DefaultVariantRuleByRowsAndComputeCapability) {
   const CudaCodegenOptions hopper = default_cuda_variant_for(capture_gpt(c, 2, 16), 9, why);
   EXPECT_TRUE(hopper.generated_gemm && hopper.pdl && hopper.fuse_mlp) << why;
   EXPECT_TRUE(contains(why, "PDL")) << why;
+  EXPECT_TRUE(hopper.rows) << "a forward the rows form takes, on sm_90: the rows form (measured faster): " << why;
+  EXPECT_FALSE(default_cuda_variant_for(capture_gpt_decode(c), 9, why).rows) << why;
+  EXPECT_TRUE(contains(why, "not the rows form")) << why;
   const CudaCodegenOptions ampere = default_cuda_variant_for(capture_gpt(c, 2, 16), 8, why);
   EXPECT_TRUE(ampere.generated_gemm) << why;
-  EXPECT_FALSE(ampere.pdl || ampere.fuse_mlp) << why;
+  EXPECT_FALSE(ampere.pdl || ampere.fuse_mlp || ampere.rows) << why;
   // more rows than kLaunchBoundRows in a matmul: cuBLAS on any GPU
   const int64_t B = kLaunchBoundRows / c.block_size + 1;
   const CudaCodegenOptions big = default_cuda_variant_for(capture_gpt(c, B, c.block_size), 9, why);
@@ -971,3 +976,124 @@ TEST(CompileCudaNvrtc, WeightsPlainLayerNormWeightsEarlyAndAsyncPushCompile) {
     }
   }
 }
+
+// ---- the rows form (codegen_cuda_rows.h) ----
+
+namespace {
+CudaLowered lower_rows(const Graph& g) {
+  CudaCodegenOptions cg;
+  cg.generated_gemm = true;
+  cg.rows = true;
+  return lower_cuda(g, PassOptions{}, cg);
+}
+}  // namespace
+
+TEST(CompileCudaRows, AnalysisTakesTheForwardAndRefusesWhatIsNotRowLocal) {
+  ModelConfig shipped;
+  shipped.vocab_size = 611;
+  const RowsPlan p = plan_rows(capture_gpt(shipped, 2, 16));
+  ASSERT_EQ(p.refused, "");
+  EXPECT_EQ(p.B, 2);
+  EXPECT_EQ(p.T, 16);
+  EXPECT_EQ(p.attentions, shipped.n_layer);
+  // per layer: ln1, qkv, attention, proj, ln2, fc1, fc2; the embedding, ln_f, lm_head, softmax
+  ASSERT_EQ(p.stages.size(), static_cast<size_t>(7 * shipped.n_layer + 4));
+  EXPECT_EQ(p.stages[0].kind, RowsStage::Kind::Pointwise);
+  EXPECT_EQ(p.stages[0].nodes.size(), 3u) << "wte[id] + wpe[t]: the gathers inlined into the add";
+  int kv = 0, pieces = 0;
+  for (const RowsStage& s : p.stages) {
+    if (s.kind != RowsStage::Kind::Matmul) continue;
+    EXPECT_EQ(s.first_piece, pieces) << "pieces in consumption order";
+    pieces += s.pieces;
+    kv += s.kv;
+    EXPECT_EQ(s.slices, s.M == 64 ? 4 : 1) << "proj and fc2: 4 k-slices, as the hand-written kernel";
+  }
+  EXPECT_EQ(kv, shipped.n_layer);
+  EXPECT_EQ(pieces, 12 * shipped.n_layer + 10) << "the hand-written kernel's 12 pieces per layer and 10 of lm_head";
+  // the decode step (a KV cache, a runtime position) is not row-local
+  const RowsPlan d = plan_rows(capture_gpt_decode(shipped));
+  EXPECT_NE(d.refused, "");
+  EXPECT_TRUE(contains(d.refused, "node %")) << d.refused;
+  // more rows than a cluster holds
+  const RowsPlan longer = plan_rows(capture_gpt(shipped, 1, 17));
+  EXPECT_TRUE(contains(longer.refused, "T = 17")) << longer.refused;
+  // the analysis itself: an attention from a later position is not the causal attention over a
+  // whole sequence, nor is a matmul of a weight by a weight row-local
+  Graph g = fuse_attention(capture_gpt(shipped, 2, 4));
+  int64_t B = 0, T = 0;
+  EXPECT_EQ(row_local_refusal(matmul_epilogue(g), B, T), "");
+  for (Node& n : g.nodes)
+    if (n.op == Op::Attention) n.offset = 3;
+  EXPECT_TRUE(contains(row_local_refusal(g, B, T), "an attention from position 3")) << row_local_refusal(g, B, T);
+  // the fallback: lower_cuda says why and generates the other form
+  const CudaLowered l = lower_rows(capture_gpt_decode(shipped));
+  EXPECT_TRUE(contains(l.note, "rows form refused")) << l.note;
+  EXPECT_GT(l.code.launches.size(), 1u);
+}
+
+TEST(CompileCudaRows, ShippedModelIsOneKernelOfGeneratedStages) {
+  ModelConfig shipped;
+  shipped.vocab_size = 611;
+  const Graph g = capture_gpt(shipped, 2, 16);
+  const CudaLowered l = lower_rows(g);
+  const std::string& src = l.code.source;
+  ASSERT_EQ(l.code.launches.size(), 1u);
+  const CudaLaunch& k = l.code.launches[0];
+  EXPECT_EQ(k.function, "cuda_rows_forward");
+  EXPECT_EQ(k.grid, 32);
+  EXPECT_EQ(k.cluster_dim, 16);
+  EXPECT_EQ(k.block, kRowsThreads);
+  EXPECT_LE(k.smem, kRowsSmemBudget);
+  EXPECT_EQ(k.args.back(), kCudaImageArg);
+  EXPECT_EQ(count_of(src, "__global__"), 1u);
+  EXPECT_EQ(l.schedule.kernels.size(), 1u);
+  // every stage commented with its sources, in order; every matmul streams its pieces
+  for (int s = 0; s < 7 * shipped.n_layer + 4; ++s) EXPECT_TRUE(contains(src, fmt::format("  // stage {}: ", s))) << s;
+  EXPECT_TRUE(contains(src, "blocks.3.mlp.fc2")) << "a stage names its source op";
+  EXPECT_EQ(count_of(code_only(src), "rw_refill(ring, bars, rw_image,"), static_cast<size_t>(4 * shipped.n_layer + 1)) << "after every matmul stage";
+  EXPECT_EQ(count_of(code_only(src), "rw_kv_wait(&bars[kBarKv]"), static_cast<size_t>(shipped.n_layer));
+  EXPECT_EQ(count_of(code_only(src), "  rw_cluster_arrive();"), static_cast<size_t>(shipped.n_layer)) << "the start's and one per layer but the last";
+  EXPECT_EQ(count_of(code_only(src), "rw_layernorm<64>"), static_cast<size_t>(2 * shipped.n_layer + 1));
+  EXPECT_TRUE(contains(src, "rw_gelu(")) << "fc1's GELU epilogue";
+  // the image: the small vectors then 58 pieces, each row padded to K + 4
+  EXPECT_EQ(count_of(src, "__constant__ int rw_piece_off[59]"), 1u);
+  int64_t weights = 0;
+  for (const CudaImageCopy& c : l.code.image) weights += c.rows * c.cols;
+  int64_t expect = 0;
+  for (int t : l.schedule.graph.weights) {
+    const std::string& n = l.schedule.graph.tensor(t).name;
+    if (n != "wte.weight" && n != "wpe.weight") expect += l.schedule.graph.tensor(t).numel();
+  }
+  EXPECT_EQ(weights, expect) << "every weight but the gathers' tables once in the image";
+  // packing puts a weight's row where the piece says
+  const CudaImageCopy& last = l.code.image.back();
+  std::vector<float> lm(static_cast<size_t>(l.schedule.graph.tensor(last.tensor).numel()));
+  for (size_t i = 0; i < lm.size(); ++i) lm[i] = static_cast<float>(i);
+  const std::vector<float> img = pack_rows_image(l.code, [&](int) { return lm.data(); });
+  ASSERT_EQ(static_cast<int64_t>(img.size()), l.code.image_floats);
+  EXPECT_EQ(img[static_cast<size_t>(last.dst + last.dst_ld + 5)], static_cast<float>((last.src_row0 + 1) * last.cols + 5));
+  EXPECT_EQ(img[static_cast<size_t>(last.dst + last.cols)], 0.0f) << "padding zero";
+}
+
+#ifdef MINIGPT_HAVE_CUDA_COMPILE
+TEST(CompileCudaNvrtc, RowsFormCompilesForSm90a) {
+  ModelConfig shipped;
+  shipped.vocab_size = 611;
+  const ModelConfig tiny = compile_tiny_config();
+  for (const Graph& g : {capture_gpt(shipped, 2, 16), capture_gpt(shipped, 3, 5), capture_gpt(tiny, 2, 16), capture_gpt(shipped, 1, 1)}) {
+    CudaCodegenOptions wide;  // rows-wide: the k-slices over up to 512 threads (fc1 by 2, fc2 by 8)
+    wide.rows = true;
+    wide.rows_slice_threads = 512;
+    ASSERT_NO_THROW(nvrtc_compile_ptx(lower_cuda(g, PassOptions{}, wide).code.source, "compute_90a", g.name)) << g.name << " rows-wide";
+    const CudaLowered l = lower_rows(g);
+    ASSERT_EQ(l.code.launches.size(), 1u) << g.name << ": " << l.note;
+    std::string ptx;
+    ASSERT_NO_THROW(ptx = nvrtc_compile_ptx(l.code.source, "compute_90a", g.name)) << g.name;
+    EXPECT_TRUE(contains(ptx, ".entry cuda_rows_forward(")) << g.name;
+    EXPECT_TRUE(contains(ptx, "cp.async.bulk")) << g.name;
+    if (g.name != "gpt_B1_T1") {
+      EXPECT_TRUE(contains(ptx, "st.async")) << g.name;
+    }
+  }
+}
+#endif

@@ -211,6 +211,27 @@ struct CudaCodegenOptions {
   // The megakernel's threads per CTA: 0 = its widest stage's block; more lets a CTA run several
   // virtual blocks of a stage side by side (fewer rounds over a stage's virtual blocks).
   int megakernel_threads = 0;
+  // The rows form (codegen_cuda_rows.h; MINIGPT_CUDA_VARIANT=rows, max-autotune's "rows"): a
+  // forward whose ops are row-local but for the causal attention as ONE kernel, a cluster of T CTAs
+  // per sequence, one row per CTA, the weights streamed through a shared-memory ring. A graph the
+  // analysis refuses falls back to the options below (lower_cuda's CudaLowered::note says why).
+  bool rows = false;
+  // With rows: the threads a matmul stage's k-slices may occupy (codegen_cuda_rows.cpp's
+  // slices_for). 256, the hand-written kernel's split (proj and fc2 4 slices, the rest one chain):
+  // its numerics. 512 ("rows-wide", a measuring aid until measured): fc1 by 2 slices and fc2 by 8,
+  // shorter chains, other sums' order (within the CPU tolerance, not bitwise the hand-written's).
+  int rows_slice_threads = 256;
+};
+
+// A launch argument that is not a graph tensor: the rows form's packed weight image (the runner
+// places it in the arena after everything else).
+inline constexpr int kCudaImageArg = -2;
+
+// One piece of a packed weight image (the rows form): rows x cols floats of weight tensor
+// `tensor` from (src_row0, src_col0) (row stride: its columns) to dst (row stride dst_ld), floats.
+struct CudaImageCopy {
+  int tensor = -1;
+  int64_t src_row0 = 0, src_col0 = 0, rows = 0, cols = 0, dst = 0, dst_ld = 0;
 };
 
 // One step of the host's call sequence.
@@ -242,6 +263,9 @@ struct CudaCode {
   std::vector<CudaLaunch> launches;     // in order; scheduled kernel k's launches share its name
   bool pdl = false;                     // launch with programmatic stream serialization
   std::string graph_hash;               // graph_hash(s.graph), as the source's first line names it
+  // the rows form: the weight image the kernel streams (kCudaImageArg), packed once by the runner
+  std::vector<CudaImageCopy> image;
+  int64_t image_floats = 0;
 };
 
 // The schedule's kernel names start "cpp_" (schedule.cpp names them for the C++ back end);

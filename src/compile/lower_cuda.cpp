@@ -2,15 +2,32 @@
 #include "compile/lower_cuda.h"
 
 #include "compile/codegen_cuda_parts.h"
+#include "compile/codegen_cuda_rows.h"
 
 #include "core/timer.h"
+
+#include <fmt/format.h>
 #include "io/atomic_file.h"
 
 namespace minigpt::compile {
 
-CudaLowered lower_cuda(const Graph& captured, const PassOptions& passes, const CudaCodegenOptions& codegen) {
+CudaLowered lower_cuda(const Graph& captured, const PassOptions& passes, const CudaCodegenOptions& asked) {
   CudaLowered l;
   const Timer t0;
+  CudaCodegenOptions codegen = asked;
+  if (codegen.rows) {
+    RowsPlan rp = plan_rows(captured, codegen.rows_slice_threads);
+    if (rp.refused.empty()) {
+      l.passes_s = t0.elapsed_s();
+      const Timer t1;
+      l.code = generate_rows(rp, l.schedule);
+      l.codegen_s = t1.elapsed_s();
+      l.note = fmt::format("rows form: {} stages, one cluster of {} CTAs per sequence", rp.stages.size(), rp.T);
+      return l;
+    }
+    l.note = fmt::format("rows form refused ({}); the other options' form instead", rp.refused);
+    codegen.rows = false;
+  }
   // a GEMM takes a row-wise prologue when it is generated (a cuBLAS call cannot)
   PassOptions popt = passes;
   popt.matmul_prologue = passes.matmul_prologue || (codegen.generated_gemm && codegen.matmul_prologue);

@@ -19,8 +19,12 @@ struct CudaLowered {
   Schedule schedule;  // kernels named cuda_*
   CudaCode code;
   double passes_s = 0, codegen_s = 0;
+  // what the lowering decided beyond the options (the rows form refused: why, and what runs instead)
+  std::string note;
 };
 
+// codegen.rows: the rows form (codegen_cuda_rows.h) when plan_rows takes the graph; otherwise the
+// options without it, `note` saying why.
 // passes.matmul_prologue and attention_prologue are turned on where the codegen options allow
 // them (generated GEMMs with CudaCodegenOptions::matmul_prologue / attention_prologue, the
 // default for them).

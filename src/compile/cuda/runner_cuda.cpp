@@ -1,6 +1,7 @@
 // The compiled call on the GPU (runner_cuda.h): the arena, the module, the captured graph.
 #include "compile/cuda/runner_cuda.h"
 
+#include "compile/codegen_cuda_rows.h"
 #include "compile/cuda/jit_cuda.h"
 #include "core/error.h"
 #include "core/timer.h"
@@ -116,6 +117,22 @@ int pick_cluster_size(CUfunction f, CudaLaunch l) {
   MINIGPT_FAIL("compile (cuda): the GPU cannot run {} as a cluster ({} threads, {} B shared memory)", l.function, l.block, l.smem);
 }
 
+// A grid of clusters of l.cluster_dim CTAs (the MLP kernel's clusters, the rows form's clusters
+// of T): its shared memory above the 48 KB default and a non-portable cluster size (> 8) allowed,
+// and an Error if the GPU cannot co-schedule one cluster.
+void prepare_cluster_grid(CUfunction f, const CudaLaunch& l) {
+  if (l.smem > 48 * 1024) MG_CU(driver().func_set_attribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, l.smem));
+  if (l.cluster_dim > 8) MG_CU(driver().func_set_attribute(f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1));
+  CUlaunchAttribute a = cluster_attribute(l.cluster_dim);
+  CudaLaunch one = l;
+  one.grid = l.cluster_dim;
+  const CUlaunchConfig cfg = launch_config(one, nullptr, &a);
+  int clusters = 0;
+  MINIGPT_CHECK(driver().occupancy_max_active_clusters(&clusters, f, &cfg) == CUDA_SUCCESS && clusters >= 1,
+                "compile (cuda): the GPU cannot run {} in clusters of {} CTAs ({} threads, {} B shared memory)", l.function, l.cluster_dim,
+                l.block, l.smem);
+}
+
 // "cublas", "generated-gemm", "generated-gemm pdl", "megakernel": the variant's name in stats
 // and in its cache key.
 std::string variant_name(const CudaCodegenOptions& cg) {
@@ -155,6 +172,7 @@ std::string variant_name(const CudaCodegenOptions& cg) {
                                    ? (cg.mlp_next_split ? " mlp-next" : " mlp-next next-all")
                                    : "") +
                               (cg.pad_launches && !cg.megakernel ? " pad-launches" : "");
+  if (cg.rows) return cg.rows_slice_threads == CudaCodegenOptions{}.rows_slice_threads ? "rows" : "rows rows-wide";  // (the GEMM options do not apply)
   if (cg.megakernel) return (cg.megakernel_threads > 0 ? fmt::format("megakernel {}", cg.megakernel_threads) : "megakernel") + unfused;
   return std::string(cg.generated_gemm ? "generated-gemm" : "cublas") + (cg.pdl ? " pdl" : "") + unfused;
 }
@@ -163,7 +181,10 @@ std::string variant_name(const CudaCodegenOptions& cg) {
 // variant_name's, each changing the generated GEMMs' options from the variant asked (the rule's):
 // "weights-plain" / "weights-restrict", "ln-early" / "ln-late", "mlp-async" / "mlp-sync",
 // "mlp-pull" / "mlp-push", "no-cluster", "rowsN", "smem-vec4", "proj-apart", "mlp-apart", "mlp-next", "next-all",
-// "mbar-cta", "pad-launches"; any other word is an error. ("weights-restrict ln-late mlp-sync" is 7l's default, main before 7m.)
+// "mbar-cta", "pad-launches", "rows" (the rows form, codegen_cuda_rows.h: one cluster kernel,
+// a row per CTA; a graph it refuses keeps the rest's form, --explain says why), "rows-wide" (the
+// rows form, its matmuls' k-slices over up to 512 threads: rows_slice_threads), "no-rows" (not the
+// rows form, where the rule would choose it); any other word is an error. ("weights-restrict ln-late mlp-sync" is 7l's default, main before 7m.)
 // Two are measuring aids only, never candidates: "mbar-cta" (CudaCodegenOptions::mlp_mbar_cta)
 // and "pad-launches" (pad_launches).
 void apply_variant_words(CudaCodegenOptions& cg, const std::string& words) {
@@ -182,9 +203,12 @@ void apply_variant_words(CudaCodegenOptions& cg, const std::string& words) {
     else if (w == "pad-launches") cg.pad_launches = true;
     else if (w == "mlp-next") cg.fuse_mlp_next = true;
     else if (w == "next-all") cg.mlp_next_split = false;
+    else if (w == "rows") cg.rows = true;
+    else if (w == "rows-wide") cg.rows = true, cg.rows_slice_threads = 512;
+    else if (w == "no-rows") cg.rows = false;
     else if (w.starts_with("rows") && w.size() == 5 && w[4] >= '1' && w[4] <= '8') cg.mlp_rows = w[4] - '0';
     else MINIGPT_FAIL("MINIGPT_CUDA_VARIANT: unknown word '{}' (weights-plain weights-restrict ln-early ln-late mlp-async mlp-sync mlp-pull "
-                      "mlp-push no-cluster rowsN smem-vec4 proj-apart mlp-apart mbar-cta pad-launches mlp-next next-all)", w);
+                      "mlp-push no-cluster rowsN smem-vec4 proj-apart mlp-apart mbar-cta pad-launches mlp-next next-all rows rows-wide no-rows)", w);
   }
 }
 
@@ -308,6 +332,19 @@ CudaCodegenOptions default_cuda_variant_for(const Graph& captured, int major, st
   cg.fuse_mlp = major >= 9;  // the MLP kernel's clusters need sm_90 (its block form loses on the H200)
   why = fmt::format("default rule: every matmul launch-bound (at most {} rows <= {}): generated GEMMs{}", rows, kLaunchBoundRows,
                     cg.pdl ? " with PDL (the weights loaded before its wait) and the projection + MLP in 8-CTA clusters (sm_90+)" : "");
+  if (major >= 9) {
+    // the rows form where its analysis takes the graph (a forward of whole sequences of at most 16
+    // rows): measured faster than the form above in the same run (H200, experiments/25-compile/
+    // gpu_rows15/call1: 22.59 / 22.37 us per replay alone against 29.47 / 29.44; 100 back to back
+    // 20.43 / 20.40 against 27.65 / 27.61); MINIGPT_CUDA_VARIANT=no-rows keeps the form above
+    if (const RowsPlan rp = plan_rows(captured); rp.refused.empty()) {
+      cg.rows = true;
+      why += "; then the rows form (one kernel, a cluster of T CTAs per sequence: codegen_cuda_rows.h), measured faster than "
+             "those on the H200 in the same run (22.4-22.6 us per replay against 29.4-29.5, experiments/25-compile/gpu_rows15)";
+    } else {
+      why += fmt::format("; not the rows form ({})", rp.refused);
+    }
+  }
   return cg;
 }
 
@@ -390,6 +427,10 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
         c.megakernel = true;
         c.megakernel_threads = 1024;
       });
+      // the rows form (codegen_cuda_rows.h), where its analysis takes the graph (else it would
+      // time the fallback's form twice)
+      if (const RowsPlan rp = plan_rows(captured); rp.refused.empty()) add(true, false, [](CudaCodegenOptions& c) { c.rows = true; });
+      else if (!opt.quiet) fmt::print(stderr, "minigpt compile: max-autotune: no rows candidate: {}\n", rp.refused);
     }
     double best = 1e30;
     const CudaCodegenOptions* pick = nullptr;
@@ -458,6 +499,12 @@ void CudaCompiledGraph::build(const CudaCompileOptions& opt, const CudaCodegenOp
   stats_.passes_s = lowered_.passes_s;
   stats_.codegen_s = lowered_.codegen_s;
   stats_.variant = variant;
+  if (codegen.rows && lowered_.code.image_floats == 0) {  // refused: the rest of the options' form
+    CudaCodegenOptions rest = codegen;
+    rest.rows = false;
+    stats_.variant = variant_name(rest) + " (rows refused)";
+  }
+  if (!lowered_.note.empty() && stats_.why.find(lowered_.note) == std::string::npos) stats_.why += "; " + lowered_.note;
   const Graph& g = lowered_.schedule.graph;
   CudaJitRequest req;
   req.source = lowered_.code.source;
@@ -484,6 +531,8 @@ void CudaCompiledGraph::build(const CudaCompileOptions& opt, const CudaCodegenOp
   for (int t : g.outputs) place(t);
   const size_t inter = at;
   at += align_up(static_cast<size_t>(std::max<int64_t>(g.arena_bytes, 0)));
+  image_at_ = at;  // the rows form's packed weight image (kCudaImageArg), after everything
+  at += align_up(static_cast<size_t>(lowered_.code.image_floats) * sizeof(float));
   for (const Node& n : g.nodes) {
     const TensorInfo& ti = g.tensor(n.output);
     if (ti.arena_offset >= 0) offset_[n.output] = inter + static_cast<size_t>(ti.arena_offset);
@@ -500,6 +549,16 @@ void CudaCompiledGraph::build(const CudaCompileOptions& opt, const CudaCodegenOp
                   ti.name);
     MG_CUDA(cudaMemcpyAsync(arena_ + offset_[t], it->second, static_cast<size_t>(ti.bytes()), cudaMemcpyHostToDevice, stream_));
   }
+  std::vector<float> image;  // (kept until the stream's synchronisation below)
+  if (lowered_.code.image_floats > 0) {
+    image = pack_rows_image(lowered_.code, [&](int t) -> const float* {
+      const auto it = weights_->values.find(g.tensor(t).name);
+      MINIGPT_CHECK(it != weights_->values.end(), "compile: graph {} needs weight '{}', which the model does not have", captured_.name,
+                    g.tensor(t).name);
+      return it->second;
+    });
+    MG_CUDA(cudaMemcpyAsync(arena_ + image_at_, image.data(), image.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  }
   position_caps_.clear();
   for (size_t k = 0; k < g.inputs.size(); ++k)
     if (const int64_t cap = position_capacity(g, g.inputs[k]); cap > 0) position_caps_.emplace_back(k, cap);
@@ -514,7 +573,8 @@ void CudaCompiledGraph::build(const CudaCompileOptions& opt, const CudaCodegenOp
     if (l.kind != CudaLaunch::Kind::Kernel) continue;
     functions_[i] = module_->function(l.function);
     if (l.cluster > 0) launches[i].grid = pick_cluster_size(static_cast<CUfunction>(functions_[i]), l);
-    for (int t : l.args) params_[i].push_back(t < 0 ? nullptr : slot(t));
+    if (l.cluster_dim > 0) prepare_cluster_grid(static_cast<CUfunction>(functions_[i]), l);
+    for (int t : l.args) params_[i].push_back(t == kCudaImageArg ? arena_ + image_at_ : t < 0 ? nullptr : slot(t));
     for (void*& v : params_[i]) param_ptrs_[i].push_back(&v);
   }
   MG_CUDA(cudaStreamSynchronize(stream_));

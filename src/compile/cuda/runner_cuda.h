@@ -11,7 +11,10 @@
 // builds and times cuBLAS, generated GEMMs, generated GEMMs with PDL (also with each MLP and the
 // projection before it one kernel, in clusters or a block per tile, with the attention fused
 // into its projection's GEMM, with x read from global memory, and as before the GEMM prologues)
-// and the megakernel (one cluster launch; 256- and 1024-thread CTAs) and keeps the fastest. The
+// the megakernel (one cluster launch; 256- and 1024-thread CTAs) and the rows form where its
+// analysis takes the graph (codegen_cuda_rows.h: a cluster of T CTAs per sequence; its weight
+// image packed on the host once and copied into the arena after the other slots) and keeps the
+// fastest. The
 // megakernel's cluster: the largest of 16, 8, 4, 2, 1 CTAs the GPU co-schedules
 // (cuOccupancyMaxActiveClusters). A launch may also be a grid of clusters (the MLP kernel's),
 // with PDL.
@@ -76,6 +79,10 @@ struct CudaCompileStats {
 // 25-compile/REPORT.md section 7d); with the projection and the MLP one cluster kernel, 14
 // launches, 35.1 us (7e; a block per tile lost to the MLP apart); with fc2's partials pushed
 // (mlp_push: one cluster barrier, not two), 32.6 us against 34.0 pulled in the same run (7j).
+// On sm_90+, a graph the rows form's analysis takes (plan_rows: a forward of whole sequences, T <=
+// 16) gets the rows form on top (CudaCodegenOptions::rows: one kernel, a cluster of T CTAs per
+// sequence): 22.4-22.6 us per replay against 29.4-29.5 for the 14-kernel form in the same run
+// (experiments/25-compile/gpu_rows15/call1); `why` says which, or why not.
 inline constexpr int64_t kLaunchBoundRows = 256;
 CudaCodegenOptions default_cuda_variant(const Graph& captured, std::string& why);
 // The same rule for a GPU of compute capability `cc_major` (asks no GPU: benches and tests on a
@@ -145,6 +152,7 @@ class CudaCompiledGraph {
   std::map<int, size_t> offset_;  // tensor id -> byte offset in the arena
   char* arena_ = nullptr;
   size_t arena_bytes_ = 0;
+  size_t image_at_ = 0;  // the rows form's weight image in the arena (CudaCode::image_floats)
   void* cublas_ = nullptr;  // cublasHandle_t
   void* workspace_ = nullptr;
   cudaStream_t stream_ = nullptr;

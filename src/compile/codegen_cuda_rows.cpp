@@ -1,0 +1,858 @@
+// The rows form of the CUDA back end (codegen_cuda_rows.h): the row-locality analysis, the
+// stage plan, the generated kernel text and the weight image's layout.
+#include "compile/codegen_cuda_rows.h"
+
+#include "compile/passes/passes.h"
+#include "core/error.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace minigpt::compile {
+
+namespace {
+
+// The device helpers every generated rows kernel starts with (NVRTC cannot include the project's
+// headers: these are the ideas of kernels/cuda/bulk_copy.cuh and gpt_mega_parts.cuh written again,
+// in the same arithmetic, as codegen_cuda_mega.cpp's kMegaPrelude is for the megakernel form).
+const char* kRowsPrelude = R"(
+// ---- rows form helpers (sm_90: thread-block clusters, mbarriers, bulk copies, st.async) -----
+#define RW_FULL 0xffffffffu
+__device__ __forceinline__ unsigned rw_smem(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ unsigned rw_rank() { unsigned r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r; }
+// mbarriers: one arrival per phase; bulk copies and st.async complete their bytes on them
+__device__ __forceinline__ void rw_bar_init(unsigned long long* b) { asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(rw_smem(b)) : "memory"); }
+__device__ __forceinline__ void rw_fence_bar_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ __forceinline__ void rw_expect(unsigned long long* b, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(rw_smem(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void rw_wait(unsigned long long* b, unsigned parity) {
+  asm volatile("{\n.reg .pred done;\nRW_WAIT:\nmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n@!done bra RW_WAIT;\n}\n"
+               ::"r"(rw_smem(b)), "r"(parity) : "memory");
+}
+// the k, v hand-over: one relaxed arrival announcing the bytes the other CTAs' st.async bring,
+// and every thread's wait acquiring them at cluster scope
+__device__ __forceinline__ void rw_kv_arrive(unsigned long long* b, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64 _, [%0], %1;" ::"r"(rw_smem(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void rw_kv_wait(unsigned long long* b, unsigned parity) {
+  asm volatile("{\n.reg .pred done;\nRW_KVWAIT:\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n@!done bra RW_KVWAIT;\n}\n"
+               ::"r"(rw_smem(b)), "r"(parity) : "memory");
+}
+// `bytes` (a multiple of 16) from global src into shared dst by the copy engine, completing on b
+__device__ __forceinline__ void rw_bulk(void* dst, const void* src, unsigned bytes, unsigned long long* b) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(rw_smem(dst)), "l"(src), "r"(bytes), "r"(rw_smem(b)) : "memory");
+}
+__device__ __forceinline__ unsigned rw_mapa(const void* local, unsigned rank) {
+  unsigned r; asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(rw_smem(local)), "r"(rank)); return r;
+}
+__device__ __forceinline__ void rw_st_async4(unsigned remote, float4 v, unsigned remote_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];"
+               ::"r"(remote), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(remote_bar) : "memory");
+}
+// cluster barrier halves: the arrival relaxed (it announces that this CTA is done reading its k, v
+// buffers, or that its mbarriers exist: fence.mbarrier_init publishes those), the wait acquiring
+__device__ __forceinline__ void rw_cluster_arrive() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+__device__ __forceinline__ void rw_cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
+// exact-erf GELU (as kernels/cuda/gelu.cuh)
+__device__ __forceinline__ float rw_gelu(float x) {
+  if (x == -CUDART_INF_F) return -0.0f;
+  return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f));
+}
+// sum over k in [0, K) of a[k] * w_j[k] for J weight rows side by side, k in order from 0, one FMA
+// chain each (a: a broadcast over the warp; w: 16-byte aligned)
+template <int K, int J>
+__device__ __forceinline__ void rw_dot(const float* a, const float* const (&w)[J], float (&acc)[J]) {
+#pragma unroll
+  for (int j = 0; j < J; ++j) acc[j] = 0.0f;
+#pragma unroll 4
+  for (int k = 0; k < K; k += 4) {
+    const float4 av = *reinterpret_cast<const float4*>(a + k);
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const float4 wv = *reinterpret_cast<const float4*>(w[j] + k);
+      acc[j] = fmaf(av.x, wv.x, acc[j]);
+      acc[j] = fmaf(av.y, wv.y, acc[j]);
+      acc[j] = fmaf(av.z, wv.z, acc[j]);
+      acc[j] = fmaf(av.w, wv.w, acc[j]);
+    }
+  }
+}
+// LayerNorm of one row of C (a multiple of 16) by a half-warp (the calling warp; lanes 16..31
+// compute the same and write nothing): the statistics in double in one pass, a 16-lane butterfly,
+// the variance E[x^2] - mean^2 clamped at 0, 1/sigma a float rsqrtf (gpt_mega_parts.cuh's
+// layernorm_rows_t and row_stats, the same arithmetic)
+template <int C>
+__device__ __forceinline__ void rw_layernorm(const float* x, float* out, const float* w, const float* b, float eps) {
+  constexpr int E = C / 16;
+  const int sub = threadIdx.x & 15;
+  float v[E];
+  double dv[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) { v[e] = x[sub + 16 * e]; dv[e] = v[e]; }
+  double s, q;
+  if constexpr (E == 4) {
+    s = (dv[0] + dv[1]) + (dv[2] + dv[3]);
+    q = fma(dv[0], dv[0], dv[1] * dv[1]) + fma(dv[2], dv[2], dv[3] * dv[3]);
+  } else {
+    s = 0.0; q = 0.0;
+#pragma unroll
+    for (int e = 0; e < E; ++e) { s += dv[e]; q = fma(dv[e], dv[e], q); }
+  }
+#pragma unroll
+  for (int off = 8; off > 0; off >>= 1) {
+    s += __shfl_xor_sync(RW_FULL, s, off);
+    q += __shfl_xor_sync(RW_FULL, q, off);
+  }
+  const double inv_c = 1.0 / static_cast<double>(C);
+  const double m = s * inv_c;
+  const double var = fmax(q * inv_c - m * m, 0.0);
+  const float mean = static_cast<float>(m), rstd = rsqrtf(static_cast<float>(var + static_cast<double>(eps)));
+  if ((threadIdx.x & 31) < 16) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) out[sub + 16 * e] = (v[e] - mean) * rstd * w[sub + 16 * e] + b[sub + 16 * e];
+  }
+}
+// a score before its scale: q . k over dh (a multiple of 4) in e order, one FMA chain
+template <int DH>
+__device__ __forceinline__ float rw_dot_qk(const float* q, const float* k) {
+  float s = 0.0f;
+#pragma unroll
+  for (int e = 0; e < DH; e += 4) {
+    const float4 qv = *reinterpret_cast<const float4*>(q + e);
+    const float4 kv = *reinterpret_cast<const float4*>(k + e);
+    s = fmaf(qv.x, kv.x, s); s = fmaf(qv.y, kv.y, s); s = fmaf(qv.z, kv.z, s); s = fmaf(qv.w, kv.w, s);
+  }
+  return s;
+}
+)";
+
+// ---- the analysis ----
+
+enum class Kind : uint8_t { None, Row, Weight, Ids };
+
+std::string node_text(const Graph& g, int i) {
+  const Node& n = g.nodes[static_cast<size_t>(i)];
+  return fmt::format("node %{} {} ('{}')", n.output, op_name(n.op), g.tensor(n.output).name);
+}
+
+}  // namespace
+
+std::string row_local_refusal(const Graph& g, int64_t& B, int64_t& T) {
+  // the rows N: the graph's outputs' (every output is a row tensor)
+  MINIGPT_CHECK(!g.outputs.empty(), "rows: a graph without outputs");
+  const int64_t N = g.tensor(g.outputs[0]).rows();
+  B = T = 0;
+  for (const Node& n : g.nodes) {
+    if (n.op == Op::Attention && T == 0 && g.tensor(n.inputs[0]).shape.size() == 3) {
+      B = g.tensor(n.inputs[0]).shape[0];
+      T = g.tensor(n.inputs[0]).shape[1];
+    }
+  }
+  if (T == 0)
+    for (const Node& n : g.nodes)
+      if (n.op == Op::PosEmbedding && T == 0) T = n.period;
+  if (T == 0) T = 1;  // no sequence: every row alone
+  if (N <= 0 || N % T != 0) return fmt::format("{} output rows are not sequences of {} rows", N, T);
+  B = N / T;
+  // each tensor's kind: a row tensor (N rows, row n produced from row n), a whole weight, the ids
+  std::vector<Kind> kind(g.tensors.size(), Kind::None);
+  for (int t : g.weights) kind[static_cast<size_t>(t)] = Kind::Weight;
+  for (int t : g.inputs) {
+    const TensorInfo& ti = g.tensor(t);
+    if (ti.dtype == DType::I32 && ti.numel() == N) kind[static_cast<size_t>(t)] = Kind::Ids;  // else None: a node reading it is refused
+  }
+  auto is = [&](int t, Kind k) { return kind[static_cast<size_t>(t)] == k; };
+  auto row = [&](int t) { return is(t, Kind::Row) && g.tensor(t).rows() == N; };
+  // a weight of one value per column of `cols` (a bias, a gain)
+  auto column_vector = [&](int t, int64_t cols) { return is(t, Kind::Weight) && g.tensor(t).numel() == cols; };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    const int out = n.output;
+    const int64_t cols = g.tensor(out).cols();
+    std::string why;
+    if (n.runtime_offset) {
+      why = "a runtime position (a decode step) is not a forward over whole sequences";
+    } else if (n.op == Op::Embedding) {
+      if (!is(n.inputs[0], Kind::Ids) || !is(n.inputs[1], Kind::Weight)) why = "a gather not by the row's token id from a weight";
+    } else if (n.op == Op::PosEmbedding) {
+      if (n.period != T || n.offset != 0 || !is(n.inputs[0], Kind::Weight) || g.tensor(out).rows() != N)
+        why = fmt::format("a position gather of period {} offset {}: not row n's position n % {}", n.period, n.offset, T);
+    } else if (n.op == Op::Matmul) {
+      // out row n = x row n times a whole weight (+ bias, + residual row n)
+      const int64_t M = cols;
+      size_t k = 2;
+      if (!row(n.inputs[0]) || !is(n.inputs[1], Kind::Weight)) why = "a matmul not of a row tensor by a weight";
+      if (why.empty() && n.has_bias && !column_vector(n.inputs[k++], M)) why = "a matmul bias that is not a weight vector";
+      if (why.empty() && n.has_residual && (!row(n.inputs[k]) || g.tensor(n.inputs[k]).cols() != M)) why = "a residual that is not a row tensor";
+    } else if (kPointwise.contains(n.op)) {
+      for (size_t a = 0; a < n.inputs.size() && why.empty(); ++a) {
+        const int t = n.inputs[a];
+        const bool same_row = row(t) && (g.tensor(t).cols() == cols || g.tensor(t).cols() == 1);
+        if (!same_row && !column_vector(t, cols)) why = fmt::format("operand '{}' is neither row n of a row tensor nor a column vector", g.tensor(t).name);
+      }
+    } else if (kReduction.contains(n.op) || n.op == Op::Softmax) {
+      if (!row(n.inputs[0])) why = "a row reduction of a tensor that is not a row tensor";
+    } else if (n.op == Op::LayerNorm) {
+      const int64_t C = g.tensor(n.inputs[0]).cols();
+      if (!row(n.inputs[0]) || !column_vector(n.inputs[1], C) || !column_vector(n.inputs[2], C)) why = "a layernorm not of a row tensor by weight vectors";
+    } else if (n.op == Op::Attention) {
+      // the one exception: row t of a sequence reads rows 0..t of its qkv (causal, from position 0)
+      const TensorInfo& q = g.tensor(n.inputs[0]);
+      if (data_inputs(n) != 1) why = "an attention over a KV cache (a decode step)";
+      else if (n.offset != 0) why = fmt::format("an attention from position {} (not a whole sequence)", n.offset);
+      else if (!row(n.inputs[0]) || q.shape.size() != 3 || q.shape[0] != B || q.shape[1] != T) why = "an attention whose qkv is not (B, T, 3C) of row tensors";
+    } else {
+      why = "not a row-local op (nor the causal attention)";
+    }
+    if (!why.empty()) return fmt::format("{}: {}", node_text(g, static_cast<int>(i)), why);
+    kind[static_cast<size_t>(out)] = Kind::Row;
+  }
+  for (int t : g.outputs)
+    if (!row(t)) return fmt::format("output '{}' is not a row tensor", g.tensor(t).name);
+  return "";
+}
+
+namespace {
+
+// S k-slices per output for a matmul of M outputs over K: at most `threads` threads in the sliced
+// form (256: the hand-written kernel's choice, proj and fc2 by 4 slices; 512, "rows-wide": fc1 by
+// 2, fc2 by 8), slices of at least 16 k, a multiple of 4; 1: one chain.
+int slices_for(int64_t K, int64_t M, int threads) {
+  for (int s : {8, 4, 2})
+    if (M * s <= threads && K % (4 * s) == 0 && K / s >= 16) return s;
+  return 1;
+}
+
+}  // namespace
+
+RowsPlan plan_rows(const Graph& captured, int slice_threads) {
+  RowsPlan p;
+  Graph g = captured;
+  verify(g, "capture");
+  g = fuse_attention(std::move(g));
+  verify(g, "fuse_attention");
+  g = matmul_epilogue(std::move(g));
+  verify(g, "matmul_epilogue");
+  g = remove_dead(std::move(g));
+  verify(g, "remove_dead");
+  p.refused = row_local_refusal(g, p.B, p.T);
+  p.N = p.B * p.T;
+  if (!p.refused.empty()) {
+    p.graph = std::move(g);
+    return p;
+  }
+  auto refuse = [&](std::string why) {
+    p.refused = std::move(why);
+    p.stages.clear();
+    return p;
+  };
+  if (p.T > kRowsMaxCluster) return refuse(fmt::format("T = {} rows per sequence: a cluster holds at most {} CTAs (one row each)", p.T, kRowsMaxCluster));
+  if (p.N > 65535) return refuse(fmt::format("{} rows: more CTAs than a grid of clusters takes", p.N));
+  // the stages: pointwise nodes read by exactly one pointwise node (and not outputs) are inlined
+  // into it; every other node is a stage
+  const NodeUsers users(g);
+  auto inlined = [&](const Node& n) {
+    if (!kPointwise.contains(n.op) && !kGather.contains(n.op)) return false;
+    if (g.is_graph_output(n.output)) return false;
+    const auto us = users.of(n.output);
+    return us.size() == 1 && kPointwise.contains(g.nodes[static_cast<size_t>(us[0])].op);
+  };
+  int piece = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (inlined(n)) continue;
+    RowsStage st;
+    st.node = static_cast<int>(i);
+    const int64_t cols = g.tensor(n.output).cols();
+    // the nodes of an inlined tree: walk back from the root
+    std::vector<int> todo{static_cast<int>(i)};
+    std::set<int> tree;
+    while (!todo.empty()) {
+      const int k = todo.back();
+      todo.pop_back();
+      tree.insert(k);
+      for (int t : g.nodes[static_cast<size_t>(k)].inputs) {
+        const int pr = g.tensor(t).producer;
+        if (pr >= 0 && inlined(g.nodes[static_cast<size_t>(pr)])) todo.push_back(pr);
+      }
+    }
+    st.nodes.assign(tree.begin(), tree.end());
+    if (kPointwise.contains(n.op) || kGather.contains(n.op)) {
+      st.kind = RowsStage::Kind::Pointwise;
+    } else if (n.op == Op::LayerNorm) {
+      st.kind = RowsStage::Kind::LayerNorm;
+      if (cols % 16 != 0) return refuse(fmt::format("{}: a layernorm of {} columns (a multiple of 16 needed)", node_text(g, st.node), cols));
+    } else if (n.op == Op::Softmax) {
+      st.kind = RowsStage::Kind::Softmax;
+    } else if (n.op == Op::Matmul) {
+      st.kind = RowsStage::Kind::Matmul;
+      st.K = g.tensor(n.inputs[0]).cols();
+      st.M = cols;
+      const auto us = users.of(n.output);
+      st.kv = us.size() == 1 && g.nodes[static_cast<size_t>(us[0])].op == Op::Attention;
+      if (st.kv && (n.gelu || n.has_residual)) return refuse(fmt::format("{}: a qkv matmul with a GELU or residual", node_text(g, st.node)));
+      if (!st.kv)
+        for (int u : us)
+          if (g.nodes[static_cast<size_t>(u)].op == Op::Attention)
+            return refuse(fmt::format("{}: the attention's qkv is read by other ops too", node_text(g, st.node)));
+      if (st.K % 32 != 0) return refuse(fmt::format("{}: K = {} (a multiple of 32 needed)", node_text(g, st.node), st.K));
+      st.slices = st.kv ? 1 : slices_for(st.K, st.M, slice_threads);
+      st.ld = static_cast<int>(st.K + 4);  // 8 consecutive rows: 8 distinct 16-byte bank groups
+      st.rows_per_piece = static_cast<int>(std::min<int64_t>(st.M, kRowsSlotFloats / st.ld));
+      if (st.rows_per_piece < 1) return refuse(fmt::format("{}: a weight row of {} floats exceeds a ring slot", node_text(g, st.node), st.K));
+      st.pieces = static_cast<int>((st.M + st.rows_per_piece - 1) / st.rows_per_piece);
+      st.first_piece = piece;
+      piece += st.pieces;
+    } else if (n.op == Op::Attention) {
+      st.kind = RowsStage::Kind::Attention;
+      st.attention = p.attentions++;
+      const int64_t C = cols, dh = C / n.heads;
+      if (C % 32 != 0 || C % n.heads != 0 || dh % 4 != 0 || dh / 4 > 32 || n.heads > kRowsThreads / 32)
+        return refuse(fmt::format("{}: C = {}, {} heads: C a multiple of 32 and heads of a multiple of 4 columns needed", node_text(g, st.node), C, n.heads));
+      // the qkv matmul before it hands over k and v
+      const int qkv = g.tensor(n.inputs[0]).producer;
+      bool found = false;
+      for (RowsStage& s : p.stages)
+        if (s.node == qkv && s.kind == RowsStage::Kind::Matmul && s.kv) s.attention = st.attention, found = true;
+      if (!found) return refuse(fmt::format("{}: its qkv is not a matmul of its own", node_text(g, st.node)));
+      if (3 * C > kRowsThreads) return refuse(fmt::format("{}: 3C = {} outputs exceed the CTA's threads", node_text(g, st.node), 3 * C));
+    } else {
+      return refuse(fmt::format("{}: row-local, but the rows generator has no stage for it", node_text(g, st.node)));
+    }
+    p.stages.push_back(st);
+  }
+  p.graph = std::move(g);
+  return p;
+}
+
+// ---- the generator ----
+
+namespace {
+
+std::string ident(const std::string& name) {
+  std::string s;
+  for (char c : name) s += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) s = "t_" + s;
+  return s;
+}
+
+int64_t round4(int64_t n) { return (n + 3) / 4 * 4; }
+
+// Shared memory for the activation rows: first fit over blocks freed by earlier stages.
+struct RowAlloc {
+  struct Block {
+    int64_t at, size;
+  };
+  std::vector<Block> free;
+  int64_t end = 0;
+  int64_t take(int64_t n) {
+    n = round4(n);
+    for (size_t i = 0; i < free.size(); ++i)
+      if (free[i].size >= n) {
+        const int64_t at = free[i].at;
+        free[i].at += n;
+        free[i].size -= n;
+        if (free[i].size == 0) free.erase(free.begin() + static_cast<std::ptrdiff_t>(i));
+        return at;
+      }
+    const int64_t at = end;
+    end += n;
+    return at;
+  }
+  void give(int64_t at, int64_t n) { free.push_back({at, round4(n)}); }
+};
+
+}  // namespace
+
+CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
+  MINIGPT_CHECK(p.refused.empty(), "generate_rows: the graph was refused: {}", p.refused);
+  const Graph& g = p.graph;
+  const int NT = kRowsThreads, NW = NT / 32;
+  CudaCode code;
+  code.graph_hash = graph_hash(g);
+
+  // which stage computes each tensor, and which stages read it (the inlined trees' leaves)
+  std::map<int, int> stage_of;  // tensor -> stage
+  for (size_t s = 0; s < p.stages.size(); ++s) stage_of[g.nodes[static_cast<size_t>(p.stages[s].node)].output] = static_cast<int>(s);
+  std::map<int, int> last_use;  // tensor -> the last stage reading it
+  std::vector<std::vector<int>> reads(p.stages.size());
+  for (size_t s = 0; s < p.stages.size(); ++s) {
+    std::set<int> inside;
+    for (int k : p.stages[s].nodes) inside.insert(g.nodes[static_cast<size_t>(k)].output);
+    for (int k : p.stages[s].nodes)
+      for (int t : g.nodes[static_cast<size_t>(k)].inputs)
+        if (!inside.count(t) && stage_of.count(t)) {
+          last_use[t] = static_cast<int>(s);
+          reads[s].push_back(t);
+        }
+  }
+
+  // the image: every 1-D weight a stage reads (in first-use order) in the small block, then the
+  // matmuls' pieces in consumption order
+  std::map<int, int64_t> small_at;
+  int64_t small = 0;
+  auto add_small = [&](int t) {
+    if (small_at.count(t)) return;
+    small_at[t] = small;
+    const int64_t n = g.tensor(t).numel();
+    code.image.push_back({t, 0, 0, 1, n, small, n});
+    small += round4(n);
+  };
+  for (const RowsStage& st : p.stages)
+    for (int k : st.nodes) {
+      const Node& n = g.nodes[static_cast<size_t>(k)];
+      if (n.op == Op::Embedding || n.op == Op::PosEmbedding) continue;  // tables: read from global memory
+      for (size_t a = 0; a < n.inputs.size(); ++a) {
+        const int t = n.inputs[a];
+        if (g.tensor(t).kind == TensorKind::Weight && !(n.op == Op::Matmul && a == 1)) add_small(t);
+      }
+    }
+  small = round4(small);
+  std::vector<int64_t> piece_off;
+  int64_t at = small;
+  for (const RowsStage& st : p.stages) {
+    if (st.kind != RowsStage::Kind::Matmul) continue;
+    const int w = g.nodes[static_cast<size_t>(st.node)].inputs[1];
+    for (int pc = 0; pc < st.pieces; ++pc) {
+      const int64_t r0 = static_cast<int64_t>(pc) * st.rows_per_piece, rows = std::min<int64_t>(st.rows_per_piece, st.M - r0);
+      piece_off.push_back(at);
+      code.image.push_back({w, r0, 0, rows, st.K, at, st.ld});
+      at += rows * st.ld;
+    }
+  }
+  piece_off.push_back(at);
+  code.image_floats = at;
+  const int pieces = static_cast<int>(piece_off.size()) - 1;
+
+  // shared memory (floats): the small block, the activation rows, k and v of every row of the
+  // sequence, the softmax's per-warp values, the mbarriers, then the ring
+  int64_t C_att = 0;
+  for (const RowsStage& st : p.stages)
+    if (st.kind == RowsStage::Kind::Attention) C_att = g.tensor(g.nodes[static_cast<size_t>(st.node)].output).cols();
+  const int64_t ldk = C_att + 4;
+  RowAlloc alloc;
+  alloc.end = small;
+  std::map<int, int64_t> buf;  // tensor -> its row in shared memory
+  std::vector<int64_t> q_at(p.stages.size(), -1);
+  for (size_t s = 0; s < p.stages.size(); ++s) {
+    const RowsStage& st = p.stages[s];
+    const int out = g.nodes[static_cast<size_t>(st.node)].output;
+    if (st.kind == RowsStage::Kind::Matmul && st.kv) {
+      q_at[s] = alloc.take(st.M / 3);  // q only: k and v go to the sequence's rows below
+      buf[out] = q_at[s];
+    } else if (last_use.count(out)) {
+      buf[out] = alloc.take(g.tensor(out).cols());
+    }
+    for (int t : reads[s])
+      if (last_use[t] == static_cast<int>(s) && buf.count(t)) alloc.give(buf[t], st.kind == RowsStage::Kind::Attention ? C_att : g.tensor(t).cols());
+  }
+  int64_t o = round4(alloc.end);
+  const int64_t ks = o;
+  o += p.attentions ? p.T * ldk : 0;
+  const int64_t vs = o;
+  o += p.attentions ? p.T * ldk : 0;
+  const int64_t red = o;
+  o += 2 * NW;
+  const int64_t bars = o;
+  const int kBarSmall = kRowsMaxSlots, kBarKv = kRowsMaxSlots + 1, nbars = kRowsMaxSlots + 2;
+  o += 2 * nbars;
+  const int64_t ring = round4(o);
+  const int64_t fit = (kRowsSmemBudget / 4 - ring) / kRowsSlotFloats;
+  const int ns = static_cast<int>(std::min<int64_t>(fit, kRowsMaxSlots));
+  int most = 1;
+  for (const RowsStage& st : p.stages) most = std::max(most, st.pieces);
+  MINIGPT_CHECK(ns >= most, "rows: a stage reads {} weight pieces but only {} ring slots fit beside {} B of activations", most, ns, ring * 4);
+  const int64_t smem_bytes = (ring + static_cast<int64_t>(ns) * kRowsSlotFloats) * 4;
+
+  // kernel parameters: the ids and the gathers' tables, the outputs, the image
+  std::vector<int> args;
+  std::map<int, std::string> pname;
+  auto param = [&](int t) {
+    if (pname.count(t)) return pname[t];
+    std::string nm = ident(g.tensor(t).name);
+    for (const auto& [k, v] : pname)
+      if (v == nm) nm += fmt::format("_{}", t);
+    pname[t] = nm;
+    args.push_back(t);
+    return nm;
+  };
+  for (const RowsStage& st : p.stages)
+    for (int k : st.nodes) {
+      const Node& n = g.nodes[static_cast<size_t>(k)];
+      if (n.op == Op::Embedding) param(n.inputs[0]), param(n.inputs[1]);
+      if (n.op == Op::PosEmbedding) param(n.inputs[0]);
+    }
+  for (int t : g.outputs) param(t);
+  std::string sig;
+  for (int t : args) {
+    const TensorInfo& ti = g.tensor(t);
+    const bool in = ti.kind != TensorKind::Output && !g.is_graph_output(t);
+    sig += fmt::format("{}    {}{}* {}{}", sig.empty() ? "" : ",\n", in ? "const " : "", ti.dtype == DType::I32 ? "int" : "float",
+                       in ? "__restrict__ " : "", pname[t]);
+  }
+  sig += ",\n    const float* __restrict__ rw_image";
+  args.push_back(kCudaImageArg);
+
+  // ---- the stages' code ----
+  std::string body, plan;
+  auto sm = [](int64_t off) { return fmt::format("sm + {}", off); };
+  // a pointwise tree's value at column c (row `row`, position t)
+  std::function<std::string(int, bool)> expr = [&](int t, bool root) -> std::string {
+    if (!root && buf.count(t)) {  // an earlier stage's row
+      const TensorInfo& ti = g.tensor(t);
+      return ti.cols() == 1 ? fmt::format("sm[{}]", buf[t]) : fmt::format("sm[{} + c]", buf[t]);
+    }
+    if (small_at.count(t)) return fmt::format("sm[{} + c]", small_at[t]);
+    const int pr = g.tensor(t).producer;
+    MINIGPT_CHECK(pr >= 0, "rows: tensor '{}' has no value in the stage", g.tensor(t).name);
+    const Node& n = g.nodes[static_cast<size_t>(pr)];
+    const int64_t C = g.tensor(n.output).cols();
+    auto a = [&](size_t i) { return expr(n.inputs[i], false); };
+    switch (n.op) {
+      case Op::Embedding:
+        return fmt::format("rw_gather({}, {}[row], {}, {}, c)", pname[n.inputs[1]], pname[n.inputs[0]], g.tensor(n.inputs[1]).rows(), C);
+      case Op::PosEmbedding: return fmt::format("__ldg({} + (t + {}) * {} + c)", pname[n.inputs[0]], n.offset, C);
+      case Op::Add:
+      case Op::BiasAdd: return fmt::format("({} + {})", a(0), a(1));
+      case Op::Sub: return fmt::format("({} - {})", a(0), a(1));
+      case Op::Mul: return fmt::format("({} * {})", a(0), a(1));
+      case Op::Div: return fmt::format("({} / {})", a(0), a(1));
+      case Op::AddScalar: return fmt::format("({} + {:.9g}f)", a(0), n.alpha);
+      case Op::MulScalar: return fmt::format("({} * {:.9g}f)", a(0), n.alpha);
+      case Op::Exp: return fmt::format("expf({})", a(0));
+      case Op::Rsqrt: return fmt::format("static_cast<float>(1.0 / sqrt(static_cast<double>({})))", a(0));
+      case Op::Gelu: return fmt::format("rw_gelu({})", a(0));
+      default: MINIGPT_FAIL("rows: no expression for op {}", op_name(n.op));
+    }
+  };
+  auto store_out = [&](int t, const std::string& idx, const std::string& v) {
+    std::string s;
+    if (buf.count(t)) s += fmt::format("sm[{} + {}] = {}; ", buf[t], idx, v);
+    if (g.is_graph_output(t)) s += fmt::format("{}[row * {} + {}] = {};", pname[t], g.tensor(t).cols(), idx, v);
+    return s;
+  };
+  bool small_waited = false;
+  auto wait_small = [&](std::string& b) {
+    if (small_waited) return;
+    small_waited = true;
+    b += "  rw_wait(&bars[kBarSmall], 0);  // the small vectors (first use)\n";
+  };
+  int64_t total_flops = 0, total_wbytes = 0;
+  std::string overlap0;  // the first stage's loop, run by warps 1.. during the start (empty: none)
+  for (size_t s = 0; s < p.stages.size(); ++s) {
+    const RowsStage& st = p.stages[s];
+    const Node& n = g.nodes[static_cast<size_t>(st.node)];
+    const int out = n.output;
+    const TensorInfo& to = g.tensor(out);
+    std::string srcs, ops;
+    std::set<std::string> seen;
+    for (int k : st.nodes) {
+      const Node& m = g.nodes[static_cast<size_t>(k)];
+      ops += fmt::format("{}{}", ops.empty() ? "" : " ", op_name(m.op));
+      const std::string src = m.source.empty() ? std::string(op_name(m.op)) : m.source;
+      if (seen.insert(src).second) srcs += (srcs.empty() ? "" : "; ") + src;
+    }
+    std::string b;
+    int64_t flops = 0, wbytes = 0;
+    switch (st.kind) {
+      case RowsStage::Kind::Pointwise: {
+        flops = static_cast<int64_t>(st.nodes.size()) * to.cols();
+        b += fmt::format("  // stage {}: {} -> '{}' (1, {}); {} FLOPs per row; sources: {}\n", s, ops, to.name, to.cols(), flops, srcs);
+        const std::string e = expr(out, true);
+        bool reads_small = false;
+        for (int k : st.nodes)
+          for (int t : g.nodes[static_cast<size_t>(k)].inputs) reads_small = reads_small || small_at.count(t) > 0;
+        if (s == 0 && !reads_small) {  // the first stage (the embedding): by warps 1.. while warp 0 starts the copies
+          b += "  // (computed by warps 1.. during the start, above)\n";
+          overlap0 = fmt::format("    for (int c = tid - 32; c < {}; c += {}) {{\n      const float v = {};\n      {}\n    }}\n", to.cols(), NT - 32, e,
+                                 store_out(out, "c", "v"));
+          break;
+        }
+        if (reads_small) wait_small(b);
+        b += fmt::format("  for (int c = tid; c < {}; c += {}) {{\n    const float v = {};\n    {}\n  }}\n  __syncthreads();\n", to.cols(), NT,
+                         e, store_out(out, "c", "v"));
+        break;
+      }
+      case RowsStage::Kind::LayerNorm: {
+        const int64_t C = to.cols();
+        flops = 8 * C;
+        b += fmt::format("  // stage {}: layernorm (1, {}) -> '{}', eps {:.9g}; ~{} FLOPs per row; source: {}\n", s, C, to.name, n.alpha, flops, srcs);
+        wait_small(b);
+        b += fmt::format("  if (warp == 0) rw_layernorm<{}>({}, {}, {}, {}, {:.9g}f);\n  __syncthreads();\n", C, sm(buf.at(n.inputs[0])),
+                         sm(buf.at(out)), sm(small_at.at(n.inputs[1])), sm(small_at.at(n.inputs[2])), n.alpha);
+        if (g.is_graph_output(out)) b += fmt::format("  for (int c = tid; c < {}; c += {}) {}[row * {} + c] = sm[{} + c];\n", C, NT, pname[out], C, buf.at(out));
+        break;
+      }
+      case RowsStage::Kind::Matmul: {
+        const int64_t K = st.K, M = st.M;
+        flops = 2 * K * M;
+        wbytes = K * M * 4;
+        const std::string epi = std::string(n.has_bias ? " + b" : "") + (n.gelu ? ", GELU" : "") + (n.has_residual ? ", + residual" : "");
+        b += fmt::format("  // stage {}: matmul (1, {}) x ({}, {})^T{}{} -> '{}'; {} FLOPs and {} weight bytes per row (each CTA streams\n"
+                         "  //   them: pieces [{}, {}) of {} rows, rows {} floats apart); {}; source: {}\n",
+                         s, K, M, K, epi, st.kv ? " -> q kept, k and v pushed to the later CTAs" : "", to.name, flops, wbytes,
+                         st.first_piece, st.first_piece + st.pieces, st.rows_per_piece, st.ld,
+                         st.slices > 1 ? fmt::format("{} lanes per output, each a k-slice of {}, the slices added in order", st.slices, K / st.slices)
+                                       : "a thread per output, one chain over k",
+                         srcs);
+        size_t k = 2;
+        const int bias = n.has_bias ? n.inputs[k++] : -1;
+        const int res = n.has_residual ? n.inputs[k] : -1;
+        if (bias >= 0) wait_small(b);
+        const std::string a = sm(buf.at(n.inputs[0]));
+        auto finish = [&](const std::string& idx, const std::string& acc) {
+          std::string v = acc;
+          if (bias >= 0) v = fmt::format("({} + sm[{} + {}])", v, small_at.at(bias), idx);
+          if (n.gelu) v = fmt::format("rw_gelu({})", v);
+          if (res >= 0) v = fmt::format("({} + sm[{} + {}])", v, buf.at(res), idx);
+          return v;
+        };
+        auto wptr = [&](const std::string& nidx, const std::string& koff) {
+          return fmt::format("rw_piece(ring, bars, {} + {} / {}) + ({} % {}) * {}{}", st.first_piece, nidx, st.rows_per_piece, nidx,
+                             st.rows_per_piece, st.ld, koff);
+        };
+        if (st.kv) {
+          const int64_t C = M / 3;
+          b += fmt::format("  float acc_kv[1];\n  if (tid < {}) rw_dot<{}, 1>({}, {{{}}}, acc_kv);\n", M, K, a, wptr("tid", ""));
+          b += fmt::format("  rw_cluster_wait();  // every CTA of the cluster has read the previous attention's k, v (the first: runs)\n");
+          b += fmt::format("  if (tid < {}) {{\n    const int part = tid / {}, c = tid % {};\n    const float v = {};\n", M, C, C, finish("tid", "acc_kv[0]"));
+          b += fmt::format("    if (part == 0) {{\n      sm[{} + c] = v;\n    }} else {{  // lane 4j sends columns 4j..4j+3 to every later CTA as one 16-byte st.async\n", q_at[s]);
+          b += fmt::format("      float* dst = sm + (part == 1 ? {} : {}) + t * {} + c;\n      *dst = v;\n", ks, vs, ldk);
+          b += "      const float4 v4 = make_float4(v, __shfl_down_sync(RW_FULL, v, 1), __shfl_down_sync(RW_FULL, v, 2), __shfl_down_sync(RW_FULL, v, 3));\n";
+          b += "      for (int q = t + 1; q < kT && lane % 4 == 0; ++q) rw_st_async4(rw_mapa(dst, q), v4, rw_mapa(&bars[kBarKv], q));\n    }\n  }\n";
+          b += "  __syncthreads();\n";
+          b += fmt::format("  if (tid == 0) rw_kv_arrive(&bars[kBarKv], static_cast<unsigned>(t * {}) * 4u);  // the earlier rows' k and v\n", 2 * C);
+          b += fmt::format("  rw_refill(ring, bars, rw_image, {}, {});\n", st.first_piece, st.first_piece + st.pieces);
+          b += fmt::format("  rw_kv_wait(&bars[kBarKv], {}u);\n", st.attention & 1);
+        } else if (st.slices > 1) {
+          const int S = st.slices, D = 32 / S;
+          const int64_t ks_ = K / S;
+          const int64_t warps = (M * S + 31) / 32;
+          b += fmt::format("  if (warp < {}) {{\n    const int n = {} * warp + (lane % {}), s = lane / {};\n    float acc[1] = {{0.0f}};\n", warps, D, D, D);
+          b += fmt::format("    if (n < {}) rw_dot<{}, 1>({} + s * {}, {{{}}}, acc);\n", M, ks_, a, ks_, wptr("n", fmt::format(" + s * {}", ks_)));
+          std::string sum = "acc[0]";
+          for (int j = 1; j < S; ++j) {
+            b += fmt::format("    const float p{} = __shfl_down_sync(RW_FULL, acc[0], {});\n", j, j * D);
+            sum = fmt::format("({} + p{})", sum, j);
+          }
+          b += fmt::format("    if (s == 0 && n < {}) {{\n      const float v = {};\n      {}\n    }}\n  }}\n", M, finish("n", sum), store_out(out, "n", "v"));
+          b += "  __syncthreads();\n";
+          b += fmt::format("  rw_refill(ring, bars, rw_image, {}, {});\n", st.first_piece, st.first_piece + st.pieces);
+        } else {
+          const int J = static_cast<int>((M + NT - 1) / NT);
+          std::string ws;
+          for (int j = 0; j < J; ++j) {
+            const std::string nj = j ? fmt::format("(tid + {})", j * NT) : "tid";
+            ws += (j ? ", " : "") + (j ? fmt::format("{} < {} ? {} : w0", nj, M, wptr(nj, "")) : std::string("w0"));
+          }
+          b += fmt::format("  if (tid < {}) {{\n    const float* w0 = {};\n    float acc[{}];\n    rw_dot<{}, {}>({}, {{{}}}, acc);\n", M, wptr("tid", ""),
+                           J, K, J, a, ws);
+          for (int j = 0; j < J; ++j) {
+            const std::string nj = j ? fmt::format("(tid + {})", j * NT) : "tid";
+            b += fmt::format("    {{\n      const int n = {};\n      if (n < {}) {{\n        const float v = {};\n        {}\n      }}\n    }}\n", nj, M,
+                             finish("n", fmt::format("acc[{}]", j)), store_out(out, "n", "v"));
+          }
+          b += "  }\n  __syncthreads();\n";
+          b += fmt::format("  rw_refill(ring, bars, rw_image, {}, {});\n", st.first_piece, st.first_piece + st.pieces);
+        }
+        break;
+      }
+      case RowsStage::Kind::Attention: {
+        const int64_t C = to.cols(), H = n.heads, dh = C / H;
+        flops = 4 * dh * H * p.T;  // per row, at most (the last row's T keys)
+        b += fmt::format("  // stage {}: causal attention, {} heads of {}, row t over keys 0..t (k, v of the earlier rows from\n"
+                         "  //   the earlier CTAs) -> '{}' (1, {}); <= {} FLOPs per row; a warp per head; source: {}\n",
+                         s, H, dh, to.name, C, flops, srcs);
+        // q: the kv matmul's q row
+        int64_t q = -1;
+        for (size_t j = 0; j < s; ++j)
+          if (p.stages[j].kv && p.stages[j].attention == st.attention) q = q_at[j];
+        MINIGPT_CHECK(q >= 0, "rows: attention {} without its qkv stage", st.attention);
+        b += fmt::format("  if (warp < {}) {{\n    const int hh = warp, nk = t + 1;\n    const float* qt = sm + {} + hh * {};\n", H, q, dh);
+        b += fmt::format("    const int e = hh * {} + (lane % {}) * 4;  // lanes < dh / 4: att's columns e..e+3\n", dh, dh / 4);
+        b += fmt::format("    const float sc = lane < nk ? rw_dot_qk<{}>(qt, sm + {} + lane * {} + hh * {}) * {:.9g}f : -CUDART_INF_F;\n", dh, ks, ldk, dh,
+                         1.0f / std::sqrt(static_cast<float>(dh)));
+        b += "    float m = sc;\n    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(RW_FULL, m, off));\n";
+        b += "    const float ex = lane < nk ? expf(sc - m) : 0.0f;\n    float sum = ex;\n";
+        b += "    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(RW_FULL, sum, off);\n";
+        b += "    const float pr = ex * (1.0f / sum);\n    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);\n";
+        b += fmt::format("    for (int k = 0; k < nk; ++k) {{  // att = probabilities times v, in key order\n      const float pk = __shfl_sync(RW_FULL, pr, k);\n"
+                         "      if (lane < {}) {{\n        const float4 vv = *reinterpret_cast<const float4*>(sm + {} + k * {} + e);\n"
+                         "        acc.x = fmaf(pk, vv.x, acc.x); acc.y = fmaf(pk, vv.y, acc.y); acc.z = fmaf(pk, vv.z, acc.z); acc.w = fmaf(pk, vv.w, acc.w);\n      }}\n    }}\n",
+                         dh / 4, vs, ldk);
+        b += fmt::format("    if (lane < {}) *reinterpret_cast<float4*>(sm + {} + e) = acc;\n  }}\n  __syncthreads();\n", dh / 4, buf.at(out));
+        if (st.attention + 1 < p.attentions) b += "  rw_cluster_arrive();  // this CTA's k, v are read: the next layer's may come\n";
+        if (g.is_graph_output(out)) b += fmt::format("  for (int c = tid; c < {}; c += {}) {}[row * {} + c] = sm[{} + c];\n", C, NT, pname[out], C, buf.at(out));
+        break;
+      }
+      case RowsStage::Kind::Softmax: {
+        const int64_t C = to.cols();
+        const int J = static_cast<int>((C + NT - 1) / NT);
+        flops = 4 * C;
+        b += fmt::format("  // stage {}: softmax over (1, {}) -> '{}': the max and the sum of exp over the CTA (warp butterflies, the\n"
+                         "  //   warps' values in warp order), then exp / sum; {} FLOPs per row; source: {}\n",
+                         s, C, to.name, flops, srcs);
+        const std::string in = sm(buf.at(n.inputs[0]));
+        b += fmt::format("  {{\n    const float* in = {};\n    float mx = -CUDART_INF_F, ev[{}], sum = 0.0f;\n", in, J);
+        b += fmt::format("    for (int j = 0; j < {}; ++j) if (tid + j * {} < {}) mx = fmaxf(mx, in[tid + j * {}]);\n", J, NT, C, NT);
+        b += "    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(RW_FULL, mx, off));\n";
+        b += fmt::format("    if (lane == 0) sm[{} + warp] = mx;\n    __syncthreads();\n    mx = sm[{}];\n    for (int w = 1; w < {}; ++w) mx = fmaxf(mx, sm[{} + w]);\n", red, red, NW, red);
+        b += fmt::format("    for (int j = 0; j < {}; ++j) {{ ev[j] = tid + j * {} < {} ? expf(in[tid + j * {}] - mx) : 0.0f; sum += ev[j]; }}\n", J, NT, C, NT);
+        b += "    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(RW_FULL, sum, off);\n";
+        b += fmt::format("    if (lane == 0) sm[{} + warp] = sum;\n    __syncthreads();\n    float total = sm[{}];\n    for (int w = 1; w < {}; ++w) total += sm[{} + w];\n",
+                         red + NW, red + NW, NW, red + NW);
+        b += fmt::format("    for (int j = 0; j < {}; ++j) {{\n      const int c = tid + j * {};\n      if (c < {}) {{ const float v = ev[j] / total; {} }}\n    }}\n  }}\n", J,
+                         NT, C, store_out(out, "c", "v"));
+        if (buf.count(out)) b += "  __syncthreads();\n";
+        break;
+      }
+    }
+    total_flops += flops;
+    total_wbytes += wbytes;
+    plan += fmt::format("//   stage {:2}: {:<9} {} -> {} {}{}\n", s,
+                        st.kind == RowsStage::Kind::Matmul      ? "matmul"
+                        : st.kind == RowsStage::Kind::LayerNorm ? "layernorm"
+                        : st.kind == RowsStage::Kind::Attention ? "attention"
+                        : st.kind == RowsStage::Kind::Softmax   ? "softmax"
+                                                                : "pointwise",
+                        ops, to.name, shape_text({1, to.cols()}),
+                        st.kind == RowsStage::Kind::Matmul ? fmt::format(", pieces [{}, {})", st.first_piece, st.first_piece + st.pieces) : "");
+    body += "  {\n" + b + "  }\n";
+  }
+
+  // ---- the kernel ----
+  std::string src = fmt::format("// graph {} ({}): the rows form (codegen_cuda_rows.h)\n", g.name, code.graph_hash);
+  src += "#define CUDART_INF_F __int_as_float(0x7f800000)\n";
+  src += kRowsPrelude;
+  src += fmt::format(
+      "\n// ---- the ring: pieces of the weight image, in consumption order ----\n"
+      "constexpr int kNs = {}, kSlot = {}, kPieces = {}, kBarSmall = {}, kBarKv = {}, kT = {};\n",
+      ns, kRowsSlotFloats, pieces, kBarSmall, kBarKv, p.T);
+  std::string offs;
+  for (size_t i = 0; i < piece_off.size(); ++i) offs += fmt::format("{}{}", i ? ", " : "", piece_off[i]);
+  src += fmt::format("// piece i: floats [rw_piece_off[i], rw_piece_off[i + 1]) of the image\n__constant__ int rw_piece_off[{}] = {{{}}};\n",
+                     piece_off.size(), offs);
+  src += R"(// one thread: piece i's bulk copy into its slot (i % kNs; nothing past the last piece)
+__device__ __forceinline__ void rw_issue(float* ring, unsigned long long* bars, const float* img, int i) {
+  if (i >= kPieces) return;
+  unsigned long long* bar = &bars[i % kNs];
+  const unsigned bytes = static_cast<unsigned>(rw_piece_off[i + 1] - rw_piece_off[i]) * 4u;
+  rw_expect(bar, bytes);
+  rw_bulk(ring + (i % kNs) * kSlot, img + rw_piece_off[i], bytes, bar);
+}
+// piece i's slot, once it has landed (phase (i / kNs) & 1 of the slot's mbarrier)
+__device__ __forceinline__ const float* rw_piece(float* ring, unsigned long long* bars, int i) {
+  rw_wait(&bars[i % kNs], static_cast<unsigned>((i / kNs) & 1));
+  return ring + (i % kNs) * kSlot;
+}
+// every thread, after the CTA barrier that ends the reads of pieces [a, b): their slots take the
+// pieces kNs later, a copy per lane of the last warp
+__device__ __forceinline__ void rw_refill(float* ring, unsigned long long* bars, const float* img, int a, int b) {
+  const int k = static_cast<int>(threadIdx.x) - )" +
+         std::to_string(NT - 32) + R"(;
+  if (k >= 0 && k < b - a) rw_issue(ring, bars, img, a + k + kNs);
+}
+// an embedding row's column c: table[id] (an id outside [0, V): NaN)
+__device__ __forceinline__ float rw_gather(const float* __restrict__ table, int id, int V, int C, int c) {
+  return id < 0 || id >= V ? __int_as_float(0x7fc00000) : __ldg(table + static_cast<long long>(id) * C + c);
+}
+)";
+  src += fmt::format(
+      "\n// ---- cuda_rows_forward: the whole forward as ONE launch of B x T = {} x {} CTAs, a cluster of {} per sequence --------\n"
+      "// CTA t of a cluster owns row t of its sequence; every stage is row-local but the attentions' k, v (pushed\n"
+      "// to the later CTAs). {} threads per CTA; {} B of dynamic shared memory, in floats: the small vectors [0, {}), the\n"
+      "// activation rows [{}, {}) (reused by liveness), k and v of the sequence [{}, {}), the softmax's warp values\n"
+      "// [{}, {}), {} mbarriers [{}, {}), the ring of {} slots of {} B [{}, ...). Weight image: {} floats ({} B; the\n"
+      "// small vectors {} floats, then {} pieces), each CTA streaming {} B of weights; {} FLOPs per row.\n",
+      p.B, p.T, p.T, NT, smem_bytes, small, small, ks, ks, red, red, bars, nbars, bars, ring, ns, kRowsSlotFloats * 4, ring,
+      code.image_floats, code.image_floats * 4, small, pieces, total_wbytes, total_flops);
+  src += plan;
+  src += fmt::format("extern \"C\" __global__ void __launch_bounds__({}, 1) cuda_rows_forward(\n{}) {{\n", NT, sig);
+  src += "  extern __shared__ __align__(16) float sm[];\n";
+  src += "  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;\n";
+  src += "  const int t = static_cast<int>(rw_rank());  // this CTA's row in its sequence\n";
+  src += "  const long long row = blockIdx.x;          // its row of the batch: b T + t\n";
+  src += fmt::format("  unsigned long long* bars = reinterpret_cast<unsigned long long*>(sm + {});\n  float* ring = sm + {};\n", bars, ring);
+  src += fmt::format("  (void)lane; (void)row;\n");
+  src += fmt::format(
+      "  // start: thread 0 initialises the mbarriers behind one fence and puts the small vectors' copy in\n"
+      "  // flight; lanes of warp 0 the ring's first pieces\n"
+      "  if (warp == 0) {{\n"
+      "    if (lane == 0) {{\n"
+      "      for (int i = 0; i < {}; ++i) rw_bar_init(&bars[i]);\n"
+      "      rw_fence_bar_init();\n"
+      "      rw_expect(&bars[kBarSmall], {}u);\n"
+      "      rw_bulk(sm, rw_image, {}u, &bars[kBarSmall]);\n"
+      "    }}\n"
+      "    __syncwarp();\n"
+      "    if (lane < kNs) rw_issue(ring, bars, rw_image, lane);\n"
+      "  }}{}\n"
+      "  __syncthreads();\n"
+      "  rw_cluster_arrive();  // waited on before the first k, v push: this CTA's mbarriers exist\n",
+      nbars, small * 4, small * 4, overlap0.empty() ? "" : " else {  // stage 0\n" + overlap0 + "  }");
+  if (p.attentions == 0) src += "  rw_cluster_wait();\n";
+  src += body;
+  src += "}\n";
+  code.source = src;
+
+  CudaLaunch l;
+  l.name = l.function = "cuda_rows_forward";
+  l.grid = static_cast<int>(p.N);
+  l.block = NT;
+  l.smem = static_cast<int>(smem_bytes);
+  l.cluster_dim = static_cast<int>(p.T);
+  l.args = args;
+  code.launches = {l};
+  code.kernels = {{l.name, src}};
+
+  // the schedule: one kernel of every node
+  sched = Schedule{};
+  sched.graph = g;
+  Kernel k;
+  k.name = l.name;
+  k.kind = KernelKind::Rowwise;
+  k.group = 0;
+  k.rows = p.N;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    k.nodes.push_back(static_cast<int>(i));
+    const Node& n = g.nodes[i];
+    sched.graph.nodes[i].group = 0;
+    if (!g.is_graph_output(n.output)) {
+      k.removed.push_back(n.output);
+      sched.graph.tensor(n.output).materialized = false;
+    }
+    const std::string src_op = n.source.empty() ? std::string(op_name(n.op)) : n.source;
+    if (std::find(k.sources.begin(), k.sources.end(), src_op) == k.sources.end()) k.sources.push_back(src_op);
+  }
+  for (int t : args)
+    if (t >= 0 && !g.is_graph_output(t)) k.reads.push_back(t);
+  k.writes = g.outputs;
+  for (int t : k.reads) k.bytes_read += g.tensor(t).bytes();  // (the gathers read rows of their tables only: an upper bound)
+  k.bytes_read += code.image_floats * 4;
+  for (int t : g.outputs) k.bytes_written += g.tensor(t).bytes();
+  k.flops = total_flops * p.N;
+  sched.kernels = {k};
+  return code;
+}
+
+std::vector<float> pack_rows_image(const CudaCode& code, const std::function<const float*(int)>& weight) {
+  std::vector<float> img(static_cast<size_t>(code.image_floats), 0.0f);
+  for (const CudaImageCopy& c : code.image) {
+    const float* w = weight(c.tensor);
+    MINIGPT_CHECK(w, "rows: no values for weight tensor %{}", c.tensor);
+    // the source's row stride: the copy's rows are whole rows of the tensor (cols = its columns)
+    for (int64_t r = 0; r < c.rows; ++r)
+      for (int64_t k = 0; k < c.cols; ++k)
+        img[static_cast<size_t>(c.dst + r * c.dst_ld + k)] = w[(c.src_row0 + r) * c.cols + c.src_col0 + k];
+  }
+  return img;
+}
+
+}  // namespace minigpt::compile

@@ -1,0 +1,111 @@
+// The CUDA back end's "rows" form (CudaCodegenOptions::rows; MINIGPT_CUDA_VARIANT=rows): a forward
+// whose every op is ROW-LOCAL (a row of its output depends only on the same row of its inputs,
+// and on whole weights) except the causal attention over the sequence, generated as ONE
+// __global__ kernel launched as a grid of thread-block clusters: one cluster of T CTAs per
+// sequence, CTA t owning row t. This is the design of the hand-written row-split megakernel
+// (src/kernels/cuda/gpt_mega_rows.h, issue 14), generated from the graph:
+//
+//   plan_rows (the analysis): the captured graph through fuse_attention and matmul_epilogue (the
+//     composite ops: LayerNorm, Softmax, Matmul with its fused bias / GELU / residual, the fused
+//     Attention), then a pass over every node deciding, from its op, its operands' kinds (a row
+//     tensor of N = B T rows, a whole weight, the token ids) and its attributes, whether its output
+//     row n depends only on row n of its inputs (gathers by id and by position n % T, pointwise ops
+//     with column or row broadcasts, row reductions and composites, matmuls of a row by a weight),
+//     or is the causal prefill attention (row t of a sequence reads rows 0..t: the one exchange
+//     between CTAs). Anything else (a KV cache, a runtime position, an attention piece the fusion
+//     did not take) is refused with the node named; so are shapes the generator does not take
+//     (T > 16 CTAs per cluster, widths not multiples of 32, a stage's weights larger than the
+//     ring). A refused graph keeps the other forms (lower_cuda falls back, saying why).
+//   generate_rows (the generator): a stage per graph op in schedule order (pointwise chains inlined
+//     into one stage, as the embedding's gather + gather + add), the weights as a packed image
+//     (every 1-D weight in a "small" block copied once at the start; every matmul's weight rows in
+//     17 KB pieces, padded to K + 4 floats, in consumption order) streamed through a ring of
+//     shared-memory slots with cp.async.bulk on an mbarrier per slot (a slot refilled with the piece
+//     ns later as soon as the stage reading it has passed its CTA barrier, by the last warp), the
+//     k, v hand-over of every attention (each CTA's k and v rows pushed by st.async to the later
+//     CTAs of its cluster, completing on their mbarrier; a cluster barrier per layer so that the
+//     next layer's pushes never overwrite rows still being read), and the shared-memory layout
+//     (activation rows reused by liveness). Each stage's comment names its source ops, shapes,
+//     weight bytes and FLOPs.
+//
+// Numerics as the hand-written kernel's (gpt_mega_rows.h): sums in k order from 0 in one FMA chain
+// per output; a matmul of at most 64 outputs per 256 threads split into S = 2 or 4 k-slices of the
+// chain, the slices' sums added in slice order (proj by heads, fc2 by 64-slices), then + bias, then
+// GELU or + residual; LayerNorm statistics in double in one pass, float rsqrtf; exact-erf GELU;
+// scores q.k in e order times 1/sqrt(dh), the softmax in registers, att in key order; the
+// vocabulary softmax's max and sum over the warps in warp order.
+//
+// The device helpers (mbarrier, bulk copy, st.async, cluster barriers, the one-pass LayerNorm)
+// are a string prelude (kRowsPrelude in the .cpp): NVRTC compiles the generated source alone and
+// cannot include the project's kernels/cuda/*.cuh, so the ideas of bulk_copy.cuh and
+// gpt_mega_parts.cuh are written again there, in the same arithmetic.
+//
+// Measured (H200, experiments/25-compile/gpu_rows15, `minigpt compile --device cuda --graph gpt
+// --explain`): the whole forward at (2, 16) 21.6-22.6 us per replay alone, 20.2-20.4 per replay 100
+// back to back (the kernel alone ~19.5 us), against 29.1-29.5 / 27.6-27.7 for the 14-kernel form in
+// the same runs: the default mode's choice on sm_90 since (runner_cuda.h's default_cuda_variant).
+// The probes' logits 7.15e-6 from the CPU engine, the same top-1 on every probe.
+//
+// What it does not do: the decode step (a KV cache is not row-local: refused), more than one row
+// per CTA, compile or launch (cuda/runner_cuda.cpp packs the image into the arena once and
+// launches B T CTAs in clusters of T).
+#pragma once
+
+#include "compile/codegen_cuda.h"
+#include "compile/schedule.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace minigpt::compile {
+
+inline constexpr int kRowsThreads = 512;       // per CTA (16 warps; the last one refills the ring)
+inline constexpr int kRowsMaxCluster = 16;     // CTAs per sequence: the non-portable cluster limit
+inline constexpr int kRowsSlotFloats = 64 * 68;  // a ring slot: 17 KB (64 weight rows of k = 64, padded)
+inline constexpr int kRowsMaxSlots = 12;
+inline constexpr int kRowsSmemBudget = 232448;  // bytes: sm_90's opt-in shared memory per block
+
+// One stage of the row-split kernel.
+struct RowsStage {
+  enum class Kind : uint8_t { Pointwise, LayerNorm, Matmul, Attention, Softmax };
+  Kind kind = Kind::Pointwise;
+  int node = -1;           // the node whose output it writes
+  std::vector<int> nodes;  // every node it computes, in graph order (the root last)
+  // Matmul: y (1, M) = x (1, K) W (M, K)^T; its weight rows in pieces [first_piece, first_piece +
+  // pieces) of rows_per_piece rows, ld floats apart; S k-slices per output; kv: its output is the
+  // attention's qkv (q kept, k and v pushed to the later CTAs)
+  int64_t K = 0, M = 0;
+  int slices = 1, ld = 0, rows_per_piece = 0, first_piece = 0, pieces = 0;
+  bool kv = false;
+  int attention = -1;  // Attention (and a kv matmul): which attention of the forward (0..)
+};
+
+// The analysis' result: refused (why) or the stages.
+struct RowsPlan {
+  std::string refused;  // empty: the graph is taken
+  Graph graph;          // after fuse_attention, matmul_epilogue, remove_dead (composite ops)
+  int64_t B = 0, T = 0, N = 0;
+  std::vector<RowsStage> stages;
+  int attentions = 0;
+};
+
+// Whether every node of g (composite ops: after fuse_attention and matmul_epilogue) is row-local
+// over N = B T rows or the causal prefill attention: "" if so, else the first node that is not
+// and why. B and T are read off the attention (or the position embedding's period). A real pass:
+// no name is looked at.
+std::string row_local_refusal(const Graph& g, int64_t& B, int64_t& T);
+
+// The analysis: the passes above, row_local_refusal, then the generator's shape limits.
+// slice_threads: CudaCodegenOptions::rows_slice_threads (how many threads a matmul's k-slices may use).
+RowsPlan plan_rows(const Graph& captured, int slice_threads = 256);
+
+// The kernel text, its launch (grid B T, cluster T, block kRowsThreads), the weight image's
+// layout (code.image) and the one-kernel schedule (kernel "cuda_rows_forward"). p must be taken.
+CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out);
+
+// The weight image of code (code.image_floats floats, padding zero) from the graph's weights:
+// weight(tensor id) gives a weight's values (row-major, its shape).
+std::vector<float> pack_rows_image(const CudaCode& code, const std::function<const float*(int)>& weight);
+
+}  // namespace minigpt::compile
