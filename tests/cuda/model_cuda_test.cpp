@@ -340,10 +340,9 @@ double worst_probe_diff(const GrammarMiniGPT& model, CudaGPT& gpu, const Tokeniz
 // The forward split by rows (kernels/cuda/gpt_mega_rows.h) at 1, 2 and 4 rows per CTA, on the
 // shipped model and on the small random one (the same architecture, V 50): logits and probs
 // within kReorderedLogitTol of the CPU at (2, 16) and the other shapes it takes (the probes within
-// 1e-5), bitwise the same for every
-// rows per CTA (a row's arithmetic does not depend on which CTA runs it; unless
-// MINIGPT_MEGA_ROWS_VARIANT names a variant of rp 1 with other numerics), the same top-1 as the
-// CPU on every probe; a T past 16 rows per CTA runs the weight-split plan instead.
+// 1e-5), bitwise the same for every rows per CTA (a row's arithmetic does not depend on which CTA
+// runs it, and every MINIGPT_MEGA_ROWS_VARIANT of rp 1 keeps it), the same top-1 as the CPU on
+// every probe; a T past 16 rows per CTA runs the weight-split plan instead.
 TEST(CudaModel, MegakernelByRowsMatchesTheCpu) {
   REQUIRE_GPU();
   if (!std::filesystem::exists(kShipped)) GTEST_SKIP() << "shipped model missing: " << kShipped;
@@ -352,7 +351,6 @@ TEST(CudaModel, MegakernelByRowsMatchesTheCpu) {
   GrammarMiniGPT shipped(file.config, std::move(file.weights));
   const GrammarMiniGPT small(small_config(), ModelWeights::init_random(small_config(), 31));
   using Shape2 = std::pair<int64_t, int64_t>;
-  const bool same_numerics = cuda::kMegaRowsVariantBitwise[cuda::gpt_mega_rows_variant()];  // rp 1's as the default's
   for (const GrammarMiniGPT* model : {static_cast<const GrammarMiniGPT*>(&shipped), &small}) {
     const int64_t V = model->config().vocab_size;
     std::vector<std::vector<float>> first;  // per shape: rp = 1's logits and probs
@@ -373,7 +371,7 @@ TEST(CudaModel, MegakernelByRowsMatchesTheCpu) {
           std::vector<float> v(out->data(), out->data() + out->numel());
           if (rp == 1) {
             first.push_back(v);
-          } else if (same_numerics) {
+          } else {
             EXPECT_EQ(v, first[at]) << "not bitwise rp = 1's at B=" << B << " T=" << T;
           }
           ++at;
@@ -404,9 +402,9 @@ TEST(CudaModel, MegakernelByRowsMatchesTheCpu) {
 
 // The 1-row-per-CTA kernel's variants (MINIGPT_MEGA_ROWS_VARIANT, gpt_mega_rows.h): on the
 // shipped model and the small one, logits and probs within kReorderedLogitTol of the CPU, logits
-// bitwise the first variant's (pwkeys, the default) for the variants that keep its numerics
-// (kMegaRowsVariantBitwise); on the shipped model every grammar probe within kLogitTol of the CPU
-// with the same top-1 (each variant's worst printed); an unknown name is a clear error.
+// bitwise the first variant's (bitw, the default); on the shipped model every grammar probe
+// within kLogitTol of the CPU with the same top-1 (each variant's worst printed); an unknown name
+// is a clear error.
 TEST(CudaModel, MegakernelByRowsVariantsMatchTheCpu) {
   REQUIRE_GPU();
   if (!std::filesystem::exists(kShipped)) GTEST_SKIP() << "shipped model missing: " << kShipped;
@@ -438,7 +436,7 @@ TEST(CudaModel, MegakernelByRowsVariantsMatchTheCpu) {
         std::vector<float> v(logits.data(), logits.data() + logits.numel());
         if (vi == 0) {
           first.push_back(v);
-        } else if (cuda::kMegaRowsVariantBitwise[vi]) {
+        } else {
           EXPECT_EQ(v, first[at]) << "logits not bitwise the first variant's at B=" << B << " T=" << T;
         }
         ++at;

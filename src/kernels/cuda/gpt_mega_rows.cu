@@ -33,8 +33,9 @@ constexpr int kLnfw = 0, kLnfb = 64, kLmb = 128;
 // mbarriers: the ring's slots [0, kMaxSlots), then the small vectors' copy, then k, v
 constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots + 2;
 // Variants (issue 14's leads, MINIGPT_MEGA_ROWS_VARIANT; 1 row per CTA only, other rp run kVar
-// 0: the ring's refills issued by warp 0, which starts the next stage). Bit kVarW15 (every rp 1
-// variant), the refills issued by the last warp, idle in every GEMM stage.
+// 0: the ring's refills issued by warp 0, which starts the next stage). The default (bitw) is
+// every bit below; w15, the A/B baseline, kVarW15 alone. Bit kVarW15 (both), the refills issued
+// by the last warp, idle in every GEMM stage.
 // Measured and removed (docs/MEGAKERNEL.md "rows"): each LayerNorm computed by every warp of the
 // stage that reads it, no CTA barrier (lnfuse; with w15 24.16 / 24.16 / 23.78 us, with pair
 // 23.94 / 24.19 / 24.26: no gain); the refills as multicast copies, one L2 read per cluster (31.6
@@ -43,59 +44,55 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // 24.10 / 24.29 / 23.84 against 24.13 / 24.29 / 24.22); pwsplit, q, k, v, fc1 and fc2's slices
 // over two lanes each (32-term chains, the halves added; not bitwise: 25.5 against 23.78, the
 // shorter chains cost more lanes than they save; rows14d call 1); prewait alone (24.03, w15's
-// time: kept inside the default, pwkeys).
+// time: kept inside the default); pwkeys, kVarW15 | kVarPrewait | kVarKeys (rows14d's default:
+// 24.35 us in rows14e call 1 against bitw's 21.57, bitwise the same); lnpart, the statistics of
+// the LayerNorms after proj and fc2 from per-warp partial (sum, sum of squares) in double written
+// by the producing warps (not guaranteed bitwise: 24.67 against pwkeys' 24.35, its partials cost
+// more than they save), and bwlp, lnpart on bitw (22.21 against bitw's 21.57; rows14e call 1,
+// medians of 3 alternated rounds at (2, 16)).
 // kVarPrewait (in the default): the GEMM threads never wait on the ring's mbarriers. Lane j of
 // the last warp (idle in the stage before every GEMM stage: the LayerNorms, attention, fc1) waits
 // for the next stage's piece j BEFORE the CTA barrier that precedes that stage, so the barrier
-// certifies the pieces landed and the stage reads its slots at once (Ring::prewait, Ring::get).
+// certifies the pieces landed and the stage reads its slots at once (Ring::prewait_at, Ring::at).
 // Memory model (PTX ISA): try_wait returning true makes the phase's cp.async.bulk operations
 // "performed and made visible to the executing thread" (mbarrier.try_wait), and a bulk copy's
 // completion "is followed by an implicit generic-async proxy fence ... made visible to the
 // generic proxy as soon as its completion is observed" (9.7.9.25.2, Async Proxy): once the waiter
 // has observed it, the data are ordinary generic-proxy writes visible to it, and its bar.sync
 // orders what it observed before the other participants' reads after the barrier. Needs ns >=
-// kPrewaitSlots (fc2's last piece is issued after proj's refill).
+// kPrewaitSlots (fc2's last piece is issued after proj's refill). Only with kVarSlots (the one
+// implementation of the waits: Ring::prewait_at).
 // kVarKeys (in the default): attention's key loop (n <= 32) fully unrolled to 16 or 32 keys:
 // every key's probability shuffle and v load unconditional (row min(k, n - 1)), only the FMAs
 // under k < n, so the loads issue ahead of the chain (w15's loop: unrolled by 4, a runtime trip
 // count); the same FMAs in the same order (bitwise); and for n <= 16 the softmax's butterflies
 // over 16 lanes (key_prob: the same values in the lanes read). rows14d call 1: 23.78 us against
 // w15's 24.03 (medians of 3 alternated rounds).
-// kVarRedux (rows14e, awaiting measurement; bitwise the default): the softmax's max over the
-// keys by ONE redux.sync (the scores mapped to ints in the floats' order: a max is exact, so any
-// order gives the same value) where the default runs 4 (n <= 16) or 5 dependent shuffle +
-// fmaxf steps: ~3 shuffle latencies (~25-30 cycles each) off attention's chain per layer, ~0.3k
-// cycles per forward at (2, 16). The sum of the exponentials keeps its butterfly (a float sum's
+// kVarRedux (in the default, rows14e; bitwise): the softmax's max over the keys by ONE
+// redux.sync (the scores mapped to ints in the floats' order: a max is exact, so any order gives
+// the same value) where pwkeys ran 4 (n <= 16) or 5 dependent shuffle + fmaxf steps: ~3 shuffle
+// latencies (~25-30 cycles each) off attention's chain per layer, ~0.3k cycles per forward at
+// (2, 16). The sum of the exponentials keeps its butterfly (a float sum's
 // value depends on its order), the reciprocal 1 / sum stays IEEE.
-// kVarLnPart (rows14e, awaiting measurement; NOT guaranteed bitwise the default): the statistics
-// of the LayerNorms after proj and fc2 (ln2, ln1 of layers 1.., ln_f) from the producers'
-// partials: each of the 8 warps writing x's columns 8w..8w+7 (proj and fc2 alike) sums its 8
-// values and their squares in double (3 xor steps among its 8 owner lanes, a fixed tree) into
-// part[w] before the stage's CTA barrier; the LayerNorm (warp 0's lanes 0..15, the output as the
-// default's) adds the 8 partials in a fixed tree ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)): its
-// chain loses the conversions, the lane sums and the 4 butterfly steps of (sum, sum of squares)
-// (4 double shuffles each) for one broadcast load and 3 double adds; the producer's chain gains
-// 3 steps. The double sums' order changes: the sum of 64 floats in double is exact (so the same)
-// unless their exponents span ~29 binades, the sum of squares may differ in its last bits, which
-// the float mean and rsqrtf of the float variance almost never show. Layer 0's ln1 (after the
-// embedding) keeps the default's.
-// kVarSlots (rows14e, awaiting measurement; bitwise): the GEMM threads' ring slot of a piece
-// without an integer division (and the last warp's prewaits and refills likewise). The default's slot (i % ns, ns known at run time) compiled to a
-// ~25-instruction division (I2F.RP, MUFU.RCP, F2I, IMAD.HI, fix-ups; sm_90a SASS of the default
-// instance) that every GEMM stage (qkv, proj, fc1, fc2, lm_head: 17 per forward) ran right
-// after its CTA barrier, before its first weight load: ~80-100 cycles each on the path. Here the
-// kernel keeps pos = pi % ns by additions (one wrap per layer) and a stage's slot is pos + j
-// wrapped by two compare-subtracts (j < 12 and ns >= kPrewaitSlots; lm_head: j < lm_pieces <= ns).
+// kVarSlots (in the default, rows14e; bitwise): the GEMM threads' ring slot of a piece without
+// an integer division (and the last warp's prewaits and refills likewise). Without it the slot
+// (i % ns, ns known at run time) compiled to a ~25-instruction division (I2F.RP, MUFU.RCP, F2I,
+// IMAD.HI, fix-ups; sm_90a SASS of pwkeys' instance) that every GEMM stage (qkv, proj, fc1,
+// fc2, lm_head: 17 per forward) ran right after its CTA barrier, before its first weight load:
+// ~80-100 cycles each on the path. Here the kernel keeps pos = pi % ns by additions (one wrap per
+// layer) and a stage's slot is pos + j wrapped by two compare-subtracts (j < 12 and ns >=
+// kPrewaitSlots; lm_head: j < lm_pieces <= ns).
 // Needs kVarPrewait (no mbarrier wait on the GEMM threads' side). Its instances also run dot64
 // and lm_head's dot_rows fully unrolled (see there; 117 registers, no spills, sm_90a).
-// kVarLnHoist (rows14e, awaiting measurement; bitwise): the one-row LayerNorm's gain and bias
-// loaded with the row, before the statistics. layernorm_rows' output loop loads w[c] and b[c]
-// after its statistics and after the previous element's store (its pointers may alias the
-// output, so the compiler keeps the order): 4 dependent shared-memory round trips (~30 cycles
+// kVarLnHoist (in the default, rows14e; bitwise): the one-row LayerNorm's gain and bias loaded
+// with the row, before the statistics. layernorm_rows' output loop (w15's, other rp's) loads
+// w[c] and b[c] after its statistics and after the previous element's store (its pointers may
+// alias the output, so the compiler keeps the order): 4 dependent shared-memory round trips (~30 cycles
 // each) at the end of every LayerNorm's chain (9 per forward); here the same arithmetic
 // (row_stats<16, 4>, (v - mean) * rstd * w + b) with the loads issued first.
-constexpr int kVarW15 = 1, kVarPrewait = 2, kVarKeys = 4, kVarRedux = 8, kVarLnPart = 16, kVarSlots = 32,
-              kVarLnHoist = 64;
+// (The values are rows14e's, 16 was lnpart's: the default's instance is the one rows14e measured
+// as bitw, gpt_mega_rows_kernel<1, false, 111>.)
+constexpr int kVarW15 = 1, kVarPrewait = 2, kVarKeys = 4, kVarRedux = 8, kVarSlots = 32, kVarLnHoist = 64;
 constexpr int kPrewaitSlots = 8;  // the ring's slots kVarPrewait needs (see above)
 
 bool rows_arch(const MegaDims& d) {
@@ -106,7 +103,7 @@ bool rows_arch(const MegaDims& d) {
 // image holds them), the activations, the mbarriers, then the ring (ns slots: as many as fit,
 // at most kMaxSlots).
 struct RowsLayout {
-  int rp, R, lm_pieces, pieces, small, ldv, x, ln, q, ks, vs, att, h, sc, red, part, bars, ring, ns, total;
+  int rp, R, lm_pieces, pieces, small, ldv, x, ln, q, ks, vs, att, h, sc, red, spare, bars, ring, ns, total;
   __host__ __device__ RowsLayout(const MegaDims& d, int rows) {
     rp = rows;
     R = ceil_div(d.T, rp);
@@ -126,7 +123,8 @@ struct RowsLayout {
     h = take(rp * kLdH);
     sc = take(rp * kH * (d.T + 1));  // a (row, head) item's scores
     red = take(2 * rp * kWarps);  // the softmax's per-warp maxima and sums
-    part = take(4 * kWarps);      // kVarLnPart: x's partial (sum, sum of squares) per warp, double2
+    spare = take(4 * kWarps);     // unused: lnpart's per-warp partials (removed), kept so the
+                                  // layout (so the ring's offset and ns) stays the one measured
     bars = take(2 * kBars);
     ring = o;
     const int fit = (kSmemBudget / 4 - o) / kSlot;
@@ -208,60 +206,15 @@ __global__ void gpt_mega_rows_pack_kernel(const __grid_constant__ MegaParams p, 
 // x[i] = ((((p0 + p1) + p2) + p3) + bias) + x[i] for the CTA's rows i < nr (row stride kLd), by
 // the lane holding p0 (owner), p1..p3 the sums of the lanes `d`, 2d, 3d above it (proj by heads
 // and fc2 by slices: 4 lanes per output column). The whole warp calls it (the shuffles).
-// Returns the owner's last row's new x (0 elsewhere: kVarLnPart's partials, rp 1).
 template <int RP>
-__device__ __forceinline__ float add_slices_residual(const float (&acc)[1][RP], int d, bool owner, float bias, float* x,
-                                                     int nr) {
-  float last = 0.0f;
+__device__ __forceinline__ void add_slices_residual(const float (&acc)[1][RP], int d, bool owner, float bias, float* x,
+                                                    int nr) {
 #pragma unroll
   for (int i = 0; i < RP; ++i) {
     const float p0 = acc[0][i], p1 = __shfl_down_sync(0xffffffffu, p0, d), p2 = __shfl_down_sync(0xffffffffu, p0, 2 * d),
                 p3 = __shfl_down_sync(0xffffffffu, p0, 3 * d);
-    if (owner && i < nr) {
-      last = ((((p0 + p1) + p2) + p3) + bias) + x[i * kLd];
-      x[i * kLd] = last;
-    }
+    if (owner && i < nr) x[i * kLd] = ((((p0 + p1) + p2) + p3) + bias) + x[i * kLd];
   }
-  return last;
-}
-
-// kVarLnPart's producer side (a whole warp of the 8 writing x's columns 8w..8w+7, rp 1): v the
-// lane's new x value (0 in the lanes that own none); the sum and sum of squares in double over
-// the 8 owner lanes d apart (lanes 0, d, .., 7d: xor steps d, 2d, 4d, a fixed tree) into part[w]
-// by lane 0.
-__device__ __forceinline__ void row_partial(float v, int d, double2* part, int warp, int lane) {
-  double s = v, q = s * s;  // a float's square in double: exact
-#pragma unroll
-  for (int off = d; off < 8 * d; off <<= 1) {
-    s += __shfl_xor_sync(0xffffffffu, s, off);
-    q += __shfl_xor_sync(0xffffffffu, q, off);
-  }
-  if (lane == 0) part[warp] = make_double2(s, q);
-}
-
-// kVarLnPart's LayerNorm of the CTA's one row (warp 0's lanes 0..15, each 4 values 16 apart, the
-// output as layernorm_rows'): the statistics from the 8 partials added in a fixed tree.
-__device__ __forceinline__ void layernorm_from_parts(const float* x, float* out, const double2* part, const float* w,
-                                                     const float* b, float eps) {
-  if (threadIdx.x >= 16) return;
-  const int sub = threadIdx.x;
-  float v[4];
-#pragma unroll
-  for (int e = 0; e < 4; ++e) v[e] = x[sub + 16 * e];
-  float wv[4], bv[4];  // loaded with the row (kVarLnHoist's reason)
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    wv[e] = w[sub + 16 * e];
-    bv[e] = b[sub + 16 * e];
-  }
-  double2 pp[8];
-#pragma unroll
-  for (int k = 0; k < 8; ++k) pp[k] = part[k];
-  const double s = ((pp[0].x + pp[1].x) + (pp[2].x + pp[3].x)) + ((pp[4].x + pp[5].x) + (pp[6].x + pp[7].x));
-  const double q = ((pp[0].y + pp[1].y) + (pp[2].y + pp[3].y)) + ((pp[4].y + pp[5].y) + (pp[6].y + pp[7].y));
-  const float2 st = row_stats_one_pass<1>(s, q, 1.0 / static_cast<double>(kC), eps);  // (mean, 1/sigma)
-#pragma unroll
-  for (int e = 0; e < 4; ++e) out[sub + 16 * e] = (v[e] - st.x) * st.y * wv[e] + bv[e];
 }
 
 // kVarLnHoist's LayerNorm of the CTA's one row: layernorm_rows' arithmetic for one row (warp 0,
@@ -347,7 +300,6 @@ struct Ring {
   Stamps<kTrace>& stamp;  // kTrace: the stamping thread counts its waits
   // copies the ring holds (a piece each)
   __device__ __forceinline__ int copies() const { return S.ns; }
-  __device__ __forceinline__ float* slot(int i) const { return slots + (i % S.ns) * kSlot; }
   // The stamping thread (trace instance only) waits for piece `last` of the stage to come
   // (kVarPrewait: nothing; the stage's CTA barrier has certified its pieces, so its trace shows
   // no weight brackets, and thread 0's chain is the untraced one's).
@@ -355,20 +307,6 @@ struct Ring {
     if constexpr (kTrace && (kVar & kVarPrewait) == 0) {
       if (stamp.on) wait(last);
     }
-  }
-  // kVarPrewait: lane k of the last warp waits for piece a + k (k < b - a; the lanes' waits
-  // overlap), before the CTA barrier that precedes the pieces' stage; other variants: nothing.
-  __device__ __forceinline__ void prewait(int a, int b) const {
-    if constexpr ((kVar & kVarPrewait) != 0) {
-      const int k = static_cast<int>(threadIdx.x) - (kThreads - 32);
-      if (k >= 0 && k < b - a) wait(a + k);
-    }
-  }
-  // A GEMM thread's piece i: its slot (kVarPrewait: a CTA barrier after prewait(.., > i) has
-  // passed), or wait(i).
-  __device__ __forceinline__ const float* get(int i) const {
-    if constexpr ((kVar & kVarPrewait) != 0) return slot(i);
-    return wait(i);
   }
   // kVarSlots: piece i0 + j's slot (x = (i0 + j) % ns) and copy count (y = (i0 + j) / ns) from
   // pos = i0 % ns and lap = i0 / ns without a division: pos + j < 3 ns (j < 12 <= 2 ns - 4 as ns
@@ -390,7 +328,9 @@ struct Ring {
     static_assert((kVar & kVarPrewait) != 0, "kVarSlots reads pieces the last warp has waited for");
     return slots + slot_lap(pos, 0, j).x * kSlot;
   }
-  // kVarSlots: prewait(i0 + ja, i0 + jb) without a division.
+  // kVarPrewait (with kVarSlots): lane k of the last warp waits for piece i0 + ja + k (k < jb -
+  // ja; the lanes' waits overlap; pos = i0 % ns, lap = i0 / ns), before the CTA barrier that
+  // precedes the pieces' stage.
   __device__ __forceinline__ void prewait_at(int pos, int lap, int ja, int jb) const {
     static_assert((kVar & kVarPrewait) != 0, "kVarSlots: the last warp waits");
     const int k = static_cast<int>(threadIdx.x) - (kThreads - 32);
@@ -404,7 +344,8 @@ struct Ring {
     const int k = static_cast<int>(threadIdx.x) - ((kVar & kVarW15) ? kThreads - 32 : 0);
     if (k >= 0 && k < jb - ja) issue_to(slot_lap(pos, 0, ja + k).x, i0 + ja + k + S.ns);
   }
-  // Piece i's slot once it has landed (the calling thread waits for its copy).
+  // Piece i's slot once it has landed (the calling thread waits for its copy; without
+  // kVarPrewait, every GEMM thread for its pieces).
   __device__ __forceinline__ const float* wait(int i) const { return wait_slot(i % S.ns, i / S.ns); }
   // The slot k's copy number c (piece c ns + k) once it has landed.
   __device__ __forceinline__ const float* wait_slot(int k, int c) const {
@@ -539,20 +480,16 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   float* h = sm + S.h;
   uint64_t* bars = reinterpret_cast<uint64_t*>(sm + S.bars);
   Stamps<kTrace> stamp{b == 0 && r == R - 1 && tid == 0};
-  static_assert(RP == 1 || (kVar & kVarLnPart) == 0, "kVarLnPart: one row per CTA");
-  constexpr bool kLnPart = (kVar & kVarLnPart) != 0;
-  double2* part = reinterpret_cast<double2*>(sm + S.part);
-  // The LayerNorm of the CTA's rows of x into ln (kVarLnPart and `parts`: from the partials)
-  auto layernorm = [&](bool parts, const float* w, const float* bb) {
-    if (kLnPart && parts)
-      layernorm_from_parts(x, ln, part, w, bb, p.eps);
-    else if constexpr ((kVar & kVarLnHoist) != 0)
+  // The LayerNorm of the CTA's rows of x into ln
+  auto layernorm = [&](const float* w, const float* bb) {
+    if constexpr ((kVar & kVarLnHoist) != 0)
       layernorm_row1(x, ln, w, bb, p.eps);
     else
       layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, w, bb, p.eps);
   };
   const Ring<kTrace, kVar> ring{sm + S.ring, bars, p.image, S, L, V, stamp};
   static_assert(RP == 1 || (kVar & (kVarLnHoist | kVarSlots)) == 0, "kVarLnHoist, kVarSlots: one row per CTA");
+  static_assert(((kVar & kVarPrewait) != 0) == ((kVar & kVarSlots) != 0), "kVarPrewait and kVarSlots come together");
   // A GEMM stage's piece i0 + j (i0 = pi, the layer's first piece, or the head's; kVarSlots:
   // from pos = i0 % ns without a division)
   int pos = 0, lap = 0;  // kVarSlots: pi = lap ns + pos
@@ -561,14 +498,12 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     if constexpr (kSlotsOn)
       return ring.at(pos, j);
     else
-      return ring.get(i0 + j);
+      return ring.wait(i0 + j);
   };
-  // the ring's prewait and refill of pieces [i0 + ja, i0 + jb) (kVarSlots: without a division)
-  auto prewait = [&](int i0, int ja, int jb) {
-    if constexpr (kSlotsOn)
-      ring.prewait_at(pos, lap, ja, jb);
-    else
-      ring.prewait(i0 + ja, i0 + jb);
+  // the ring's prewait (kVarPrewait; otherwise nothing) and refill of pieces [i0 + ja, i0 + jb)
+  // (kVarSlots: without a division)
+  auto prewait = [&](int ja, int jb) {
+    if constexpr (kSlotsOn) ring.prewait_at(pos, lap, ja, jb);
   };
   auto refill = [&](int i0, int ja, int jb) {
     if constexpr (kSlotsOn)
@@ -614,8 +549,8 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     // q, k, v: a thread per output column (q 0..63, k 64..127, v 128..191) for all rows
     const bool qkv_thread = tid < 3 * kC;
     const int qcol = tid;
-    layernorm(l > 0, sw + kLn1w, sw + kLn1b);
-    prewait(pi, 0, kPieceProj);
+    layernorm(sw + kLn1w, sw + kLn1b);
+    prewait(0, kPieceProj);
     __syncthreads();
     stamp(2 + 8 * l);
     ring.probe(pi + kPieceProj - 1);
@@ -689,7 +624,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       }
       if (lane < kDh / 4) *reinterpret_cast<float4*>(att + i * kLd + e) = a;
     }
-    prewait(pi, kPieceProj, kPieceFc1);
+    prewait(kPieceProj, kPieceFc1);
     __syncthreads();
     if (l + 1 < L) cluster_arrive_relaxed();  // this CTA's k, v are read: the next layer's may come
     stamp(5 + 8 * l);
@@ -702,15 +637,14 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     if (tid < 4 * kC) {
       const int s = lane >> 3, n = 8 * warp + (lane & 7);
       dot_rows<RP, kDh>(att + s * kDh, kLd, {piece(pi, kPieceProj) + n * kLd + s * kDh}, acc);
-      const float xn = add_slices_residual<RP>(acc, 8, s == 0, sw[kProjb + n], x + n, nr);
-      if constexpr (kLnPart) row_partial(xn, 1, part, warp, lane);  // owners: lanes 0..7
+      add_slices_residual<RP>(acc, 8, s == 0, sw[kProjb + n], x + n, nr);
     }
     __syncthreads();
     refill(pi, kPieceProj, kPieceFc1);
     stamp(6 + 8 * l);
 
-    layernorm(true, sw + kLn2w, sw + kLn2b);
-    prewait(pi, kPieceFc1, kPieceFc2);
+    layernorm(sw + kLn2w, sw + kLn2b);
+    prewait(kPieceFc1, kPieceFc2);
     __syncthreads();
     stamp(7 + 8 * l);
 
@@ -725,7 +659,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       for (int i = 0; i < RP; ++i)
         if (i < nr) h[i * kLdH + (f / kC) * kLd + f % kC] = gelu_erf(acc[0][i] + bias);
     }
-    prewait(pi, kPieceFc2, kPiecesPerLayer);  // the last warp is idle in fc1
+    prewait(kPieceFc2, kPiecesPerLayer);  // the last warp is idle in fc1
     __syncthreads();
     refill(pi, kPieceFc1, kPieceFc2);
     stamp(8 + 8 * l);
@@ -738,8 +672,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     if (tid < 4 * kC) {
       const int n = tid >> 2, s = tid & 3;
       dot64<RP, kSlotsOn>(h + s * kLd, kLdH, piece(pi, kPieceFc2 + n / kFc2Rows) + (n % kFc2Rows) * kFc2Ld + s * kLd, acc);
-      const float xn = add_slices_residual<RP>(acc, 1, s == 0, sw[kFc2b + n], x + n, nr);
-      if constexpr (kLnPart) row_partial(xn, 4, part, warp, lane);  // owners: lanes 0, 4, .., 28
+      add_slices_residual<RP>(acc, 1, s == 0, sw[kFc2b + n], x + n, nr);
     }
     __syncthreads();
     refill(pi, kPieceFc2, kPiecesPerLayer);
@@ -759,9 +692,9 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   // warp order (kWarps per row through shared memory, one CTA barrier each); a NaN logit makes
   // the sum, so the row, NaN
   const float* hd = sm + L * kSmallLayer;
-  layernorm(true, hd + kLnfw, hd + kLnfb);
+  layernorm(hd + kLnfw, hd + kLnfb);
   const int pl = L * kPiecesPerLayer;
-  prewait(pl, 0, S.lm_pieces);
+  prewait(0, S.lm_pieces);
   __syncthreads();
   stamp(2 + 8 * L);
   ring.probe(pl + S.lm_pieces - 1);
@@ -834,19 +767,17 @@ RowsKernel rows1_kernel(bool trace) {
 
 int gpt_mega_rows_variant() {
   const char* v = std::getenv("MINIGPT_MEGA_ROWS_VARIANT");
-  if (!v || !*v) return 0;  // pwkeys (rows14d call 1: 23.78 us against w15's 24.03)
+  if (!v || !*v) return 0;  // bitw (rows14e call 1: 21.57 us; w15 24.03 in rows14d call 1)
   for (int i = 0; i < static_cast<int>(std::size(kMegaRowsVariants)); ++i)
     if (std::strcmp(v, kMegaRowsVariants[i]) == 0) return i;
-  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected pwkeys, w15, bitw, lnpart or bwlp");
+  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected bitw (the default) or w15");
   return 0;
 }
 
 namespace {
 
-// kVar of each of kMegaRowsVariants (rp 1 only; other rp run kVar 0).
-constexpr int kDefaultBits = kVarW15 | kVarPrewait | kVarKeys;
-constexpr int kBitwBits = kDefaultBits | kVarRedux | kVarSlots | kVarLnHoist;  // the bitwise rows14e changes
-constexpr int kVariantBits[] = {kDefaultBits, kVarW15, kBitwBits, kDefaultBits | kVarLnPart, kBitwBits | kVarLnPart};
+// kVar of each of kMegaRowsVariants (rp 1 only; other rp run kVar 0): bitw (the default), w15.
+constexpr int kVariantBits[] = {kVarW15 | kVarPrewait | kVarKeys | kVarRedux | kVarSlots | kVarLnHoist, kVarW15};
 static_assert(std::size(kVariantBits) == std::size(kMegaRowsVariants), "a kVar per variant name");
 
 // The instance for rp rows per CTA (the variants, MINIGPT_MEGA_ROWS_VARIANT: rp 1 only).
@@ -857,9 +788,6 @@ RowsKernel rows_kernel_for(int rp) {
     case 1:
       switch (gpt_mega_rows_variant()) {  // kMegaRowsVariants' order
         case 1: return rows1_kernel<kVariantBits[1]>(trace);
-        case 2: return rows1_kernel<kVariantBits[2]>(trace);
-        case 3: return rows1_kernel<kVariantBits[3]>(trace);
-        case 4: return rows1_kernel<kVariantBits[4]>(trace);
         default: return rows1_kernel<kVariantBits[0]>(trace);
       }
     case 2: return trace ? gpt_mega_rows_kernel<2, true, 0> : gpt_mega_rows_kernel<2, false, 0>;

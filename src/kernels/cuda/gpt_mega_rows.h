@@ -55,8 +55,18 @@
 // waited 1.5k cycles in all for weight pieces (each stage's first piece only: a lower bound).
 // More rows per CTA measured slower (2: 53k cycles, 4: 73k): the stages' chains grow with them
 // (docs/MEGAKERNEL.md "rows").
-// With w15 (the default then; now pwkeys, below): 24.10 us, 22.33 back to back (the lead's gpu-check of 606c2d9,
-// experiments/25-compile/REPORT.md 7p; the weight-split megakernel 39.1 in that run).
+// With w15 (the default then; the A/B baseline now, below): 24.10 us, 22.33 back to back (the
+// lead's gpu-check of 606c2d9, experiments/25-compile/REPORT.md 7p; the weight-split megakernel
+// 39.1 in that run).
+// Now (bitw, the default; experiments/25-compile/gpu_rows14e/call1, the same bench command,
+// medians of 3 alternated rounds at (2, 16)): 21.57 us (21.41-21.57), 19.50-19.53 back to back,
+// bitwise the logits of pwkeys (rows14d's default: 24.35 us in that run; w15 24.03 in
+// gpu_rows14d/call1). Its trace (the last CTA): 35.8k cycles, 18.1-18.2 us inside the kernel
+// (pwkeys 41.6k); per layer ln1 0.63k, q k v + push 0.9-1.06k, wait for k, v 0.43-0.7k,
+// attention 1.5-1.68k, proj 0.455k, ln2 0.51k, fc1 1.13-1.2k, fc2 1.27k; ln_f 0.63k; lm_head +
+// softmax + stores 4.6k; start 1.6k. Removed with pwkeys (rows14f; the same arithmetic as bitw):
+// lnpart (24.67 us: the LayerNorms after proj and fc2 from per-warp partials, their partials
+// cost more than they saved) and bwlp (lnpart on bitw: 22.21).
 // What bounds it (rows14c, experiments/25-compile/gpu_rows14c, two H200 calls, the same bench
 // command): NOT the weights' delivery. The forward is flat in B (B 1, 2, 4: 24.83, 25.09, 25.15
 // us; B 8 49.9: 8 clusters of 16 are not co-resident, two waves), so no L2 limit; ringbench (a
@@ -93,34 +103,23 @@ namespace minigpt::cuda {
 constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // Variants of the 1-row-per-CTA kernel (issue 14's leads), by MINIGPT_MEGA_ROWS_VARIANT=name,
 // read whenever a launch is prepared (a CudaGPT captures each shape's graph once, so a shape keeps
-// the variant it was captured with). pwkeys (the default: unset or empty; rows14d call 1, medians
-// of 3 alternated rounds at (2, 16): 23.78 us against w15's 24.03): the ring's refills issued by
-// the last warp, idle in the GEMM stages; the ring's mbarriers waited on by the last warp's lanes
-// before the CTA barrier preceding each GEMM stage, never by the GEMM threads (prewait); and
-// attention's key loop fully unrolled, the softmax's butterflies over 16 lanes for n <= 16.
-// w15: the refills by the last warp only (rows14b: 24.13 / 23.94 us against 25.66 / 25.60 with
-// warp 0), kept as the A/B baseline. Both compute bitwise the same (other rp: the refills by
-// warp 0, single pieces, the plain key loop; the same arithmetic).
+// the variant it was captured with). bitw (the default: unset, empty or `bitw`): the ring's
+// refills issued by the last warp, idle in the GEMM stages; the ring's mbarriers waited on by the
+// last warp's lanes before the CTA barrier preceding each GEMM stage, never by the GEMM threads
+// (prewait), each stage's ring slot kept without an integer division; attention's key loop fully
+// unrolled, the softmax's butterflies over 16 lanes for n <= 16 and its max by one redux.sync;
+// each one-row LayerNorm's gain and bias loaded with the row; the 64-k dot loops fully unrolled
+// (gpt_mega_rows.cu's kVar comments). w15: the refills by the last warp only, kept as the A/B
+// baseline (rows14b: 24.13 / 23.94 us against 25.66 / 25.60 with warp 0). Every variant computes
+// bitwise the default's logits, as do the other rp (the refills by warp 0, single pieces, the
+// plain key loop; the same arithmetic): model_cuda_test holds them to it.
 // Measured and removed (gpt_mega_rows.cu's kVar comments, docs/MEGAKERNEL.md "rows"): pair (the
 // ring's copies two pieces each: w15's time, rows14c call 2), prewait alone (24.03: w15's time),
-// pwsplit (q, k, v, fc1, fc2 over two lanes per output, not bitwise: 25.5, slower).
-// AWAITING MEASUREMENT (rows14e, experiments/25-compile/gpu_rows14e; gpt_mega_rows.cu's kVar
-// comments have the reasoning), each pwkeys plus: bitw (bitwise), the GEMM stages' ring slot
-// without an integer division (the default's i % ns: ~25 instructions after every GEMM stage's
-// barrier, before its first weight load, in the sm_90a SASS; the last warp's prewaits and
-// refills likewise), each one-row LayerNorm's gain and
-// bias loaded with the row (the default's loaded them after the statistics, one store apart), and
-// the attention softmax's max over the keys by one redux.sync instead of a shuffle butterfly,
-// and the 64-k dot loops fully unrolled (their loads overlap the FMA chain); lnpart, the
-// LayerNorms after proj and fc2 from per-warp partial (sum, sum of squares) written by the
-// producing warps (their double sums in another fixed order: not guaranteed bitwise, the tests
-// hold it to the CPU's tolerances); bwlp, both.
-inline constexpr const char* kMegaRowsVariants[] = {"pwkeys", "w15", "bitw", "lnpart", "bwlp"};
-// Whether each variant's logits are bitwise the default's (model_cuda_test holds those to it).
-inline constexpr bool kMegaRowsVariantBitwise[] = {true, true, true, false, false};
-static_assert(std::size(kMegaRowsVariantBitwise) == std::size(kMegaRowsVariants), "a flag per variant");
+// pwsplit (q, k, v, fc1, fc2 over two lanes per output, not bitwise: 25.5, slower), pwkeys,
+// lnpart and bwlp (rows14e call 1, Measured above).
+inline constexpr const char* kMegaRowsVariants[] = {"bitw", "w15"};
 // The variant MINIGPT_MEGA_ROWS_VARIANT names (kMegaRowsVariants' index; unset or empty: 0,
-// pwkeys); an unknown name is an Error. Read at each call (tests switch it between models).
+// bitw); an unknown name is an Error. Read at each call (tests switch it between models).
 int gpt_mega_rows_variant();
 
 // The cluster size (ceil(T / rp)) the row-split forward runs dims with rp rows per CTA on the
