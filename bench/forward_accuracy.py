@@ -40,7 +40,8 @@ def engine_logits(path, device):
 
 def gpu_logits_in_child(path, proj, rows_variant=""):
     """The GPU's logits with MINIGPT_MEGA_PROJ=proj ("" = the default plan) and
-    MINIGPT_MEGA_ROWS_VARIANT=rows_variant ("" = the default), from a child process."""
+    MINIGPT_MEGA_ROWS_VARIANT=rows_variant ("" = the default), from a child process (the variant
+    is always set: one exported by the caller does not reach the default rows)."""
     env = dict(os.environ, MINIGPT_MEGA_PROJ=proj, MINIGPT_MEGA_ROWS_VARIANT=rows_variant)
     out = subprocess.run([sys.executable, __file__, "--child", path], env=env, check=True,
                          stdout=subprocess.PIPE).stdout

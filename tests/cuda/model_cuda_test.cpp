@@ -401,8 +401,8 @@ TEST(CudaModel, MegakernelByRowsMatchesTheCpu) {
 }
 
 // The 1-row-per-CTA kernel's variants (MINIGPT_MEGA_ROWS_VARIANT, gpt_mega_rows.h): on the
-// shipped model and the small one, logits and probs within kReorderedLogitTol of the CPU, logits
-// bitwise the first variant's (bitw, the default); on the shipped model every grammar probe
+// shipped model, the small one and an 8-layer one, logits and probs within kReorderedLogitTol of
+// the CPU, logits and probs bitwise the first variant's (bitw, the default); on the shipped model every grammar probe
 // within kLogitTol of the CPU with the same top-1 (each variant's worst printed); an unknown name
 // is a clear error.
 TEST(CudaModel, MegakernelByRowsVariantsMatchTheCpu) {
@@ -412,18 +412,25 @@ TEST(CudaModel, MegakernelByRowsVariantsMatchTheCpu) {
   const Tokenizer tok(file.vocab);
   GrammarMiniGPT shipped(file.config, std::move(file.weights));
   const GrammarMiniGPT small(small_config(), ModelWeights::init_random(small_config(), 33));
+  // 8 layers and the shipped vocabulary: the ring has 10 slots at T 16 (11 for the shipped
+  // model, 12 for the small one) and lm_head's 10 pieces fill it, so the slot bookkeeping wraps
+  // at other points of the stream than in the shipped model
+  ModelConfig deep_config = file.config;
+  deep_config.n_layer = 8;
+  const GrammarMiniGPT deep(deep_config, ModelWeights::init_random(deep_config, 34));
   struct UnsetAfter {  // an ASSERT leaving the loop must not leave a variant to the other tests
     ~UnsetAfter() { unsetenv("MINIGPT_MEGA_ROWS_VARIANT"); }
   } unset_after;
   using Shape2 = std::pair<int64_t, int64_t>;
   const Shape2 shapes[] = {{2, 16}, {1, 16}, {3, 12}, {2, 10}, {2, 9}, {3, 5}, {1, 1}};
-  for (const GrammarMiniGPT* model : {static_cast<const GrammarMiniGPT*>(&shipped), &small}) {
+  for (const GrammarMiniGPT* model : {static_cast<const GrammarMiniGPT*>(&shipped), &small, &deep}) {
     const int64_t V = model->config().vocab_size;
-    std::vector<std::vector<float>> first;  // per shape: the first variant's logits
+    std::vector<std::vector<float>> first, first_probs;  // per shape: the first variant's outputs
     for (size_t vi = 0; vi < std::size(cuda::kMegaRowsVariants); ++vi) {
       const char* variant = cuda::kMegaRowsVariants[vi];
       SCOPED_TRACE(std::string("variant ") + variant + ", V " + std::to_string(V));
       setenv("MINIGPT_MEGA_ROWS_VARIANT", variant, 1);
+      ASSERT_EQ(cuda::gpt_mega_rows_variant(), static_cast<int>(vi));  // the word is read, not ignored
       CudaGPT gpu(*model, {.path = CudaGPTOptions::Path::Mega, .mega_rows = 1});
       uint32_t seed = 60;
       size_t at = 0;
@@ -434,10 +441,13 @@ TEST(CudaModel, MegakernelByRowsVariantsMatchTheCpu) {
         Tensor logits, probs;
         gpu.forward(ids.data(), B, T, logits, probs);
         std::vector<float> v(logits.data(), logits.data() + logits.numel());
+        std::vector<float> p(probs.data(), probs.data() + probs.numel());
         if (vi == 0) {
           first.push_back(v);
+          first_probs.push_back(p);
         } else {
           EXPECT_EQ(v, first[at]) << "logits not bitwise the first variant's at B=" << B << " T=" << T;
+          EXPECT_EQ(p, first_probs[at]) << "probs not bitwise the first variant's at B=" << B << " T=" << T;
         }
         ++at;
       }

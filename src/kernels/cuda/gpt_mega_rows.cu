@@ -7,6 +7,7 @@
 #include "kernels/cuda/gpt_mega_parts.cuh"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 

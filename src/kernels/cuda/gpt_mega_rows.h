@@ -42,7 +42,8 @@
 // Limits (gpt_mega_rows_cluster says whether a shape runs): the forward only (no KV cache: the
 // decode step and loop stay gpt_mega's), the shipped architecture (C 64, H 4, F 256),
 // rp in {1, 2, 4}, R = ceil(T / rp) <= 16, lm_head's pieces (ceil(V / 64)) no more than the
-// ring's slots (the shipped V 611: 10 of 10-11), T <= block size. Launchers check and never
+// ring's slots (the shipped V 611: 10 pieces; the ring holds 9-12 by T and rp, 11 at (2, 16)),
+// at least 8 slots (the last warp's prewaits reach that far ahead), T <= block size. Launchers check and never
 // synchronise.
 //
 // Measured (H200, `minigpt bench model --device cuda --no-peers --runs 1000 --warmup 100`, the
@@ -87,7 +88,8 @@
 // stage's path (~17 per forward). The ~9 dependent stages per layer (CTA barriers, ~0.2k waits,
 // 64-FMA chains, LayerNorms' ~0.65k latency on one row) bound it; next leads: the idle last warp
 // waiting for the next stage's copies before the CTA barrier that precedes it (the GEMM threads
-// then not waiting: rows14d's prewait, measured no gain alone), fewer stages per layer.
+// then not waiting: rows14d's prewait, measured no gain alone, now part of bitw), fewer stages per
+// layer.
 #pragma once
 
 #include "kernels/cuda/gpt_mega.h"
