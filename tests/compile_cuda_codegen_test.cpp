@@ -1075,6 +1075,83 @@ TEST(CompileCudaRows, ShippedModelIsOneKernelOfGeneratedStages) {
   EXPECT_EQ(img[static_cast<size_t>(last.dst + last.cols)], 0.0f) << "padding zero";
 }
 
+// A graph the analysis takes must also fit the generator's shared memory: a model whose fc1 needs
+// 16 pieces (d_model 128) or whose lm_head does (vocabulary 1000) has more pieces in one stage than
+// ring slots fit, and is refused by plan_rows with the reason (not thrown by generate_rows), so that
+// the default mode falls back to the other forms.
+TEST(CompileCudaRows, StagesLargerThanTheRingAreRefusedByTheAnalysis) {
+  ModelConfig wide;
+  wide.vocab_size = 611;
+  wide.d_model = 128;
+  const RowsPlan w = plan_rows(capture_gpt(wide, 2, 16));
+  EXPECT_TRUE(contains(w.refused, "ring slots")) << w.refused;
+  EXPECT_TRUE(w.stages.empty());
+  ModelConfig big_vocab;
+  big_vocab.vocab_size = 1000;
+  const RowsPlan v = plan_rows(capture_gpt(big_vocab, 2, 16));
+  EXPECT_TRUE(contains(v.refused, "ring slots")) << v.refused;
+  // the fallback: lower_cuda generates the other form and says why
+  const CudaLowered l = lower_rows(capture_gpt(big_vocab, 2, 16));
+  EXPECT_TRUE(contains(l.note, "rows form refused")) << l.note;
+  EXPECT_GT(l.code.launches.size(), 1u);
+  // the shipped model still fits
+  ModelConfig shipped;
+  shipped.vocab_size = 611;
+  EXPECT_EQ(plan_rows(capture_gpt(shipped, 2, 16)).refused, "");
+}
+
+// A stage reading one tensor twice (y = x + x W^T: after matmul_epilogue the residual is the
+// matmul's own input; z = x * x) frees its shared-memory row once: RowAlloc::give checks that a
+// block is not freed twice, so a duplicate would throw here.
+TEST(CompileCudaRows, AStageReadingATensorTwiceFreesItOnce) {
+  for (int form : {0, 1}) {
+    GraphBuilder b(form == 0 ? "residual_of_own_input" : "square");
+    const int ids = b.input("ids", {4}, DType::I32);
+    const int wte = b.weight("wte.weight", {50, 64});
+    const int x = b.embedding(ids, wte, "x", "wte");
+    int y = -1;
+    if (form == 0) {
+      const int W = b.weight("fc.weight", {64, 64});
+      const int bias = b.weight("fc.bias", {64});
+      y = b.binary(Op::Add, x, b.linear(x, W, bias, "fc", "fc"), "y", "x + fc(x)");
+    } else {
+      y = b.binary(Op::Mul, x, x, "y", "x * x");
+    }
+    b.output(b.softmax(y, "p", "softmax"), "p");
+    const Graph g = b.finish();
+    const RowsPlan p = plan_rows(g);
+    ASSERT_EQ(p.refused, "") << g.name;
+    Schedule s;
+    CudaCode code;
+    ASSERT_NO_THROW(code = generate_rows(p, s)) << g.name;
+    EXPECT_EQ(count_of(code.source, "__global__"), 1u) << g.name;
+  }
+}
+
+// Shapes and uses the generator does not handle are refused with the check that failed named.
+TEST(CompileCudaRows, UnhandledShapesAreRefusedWithTheReason) {
+  ModelConfig shipped;
+  shipped.vocab_size = 611;
+  EXPECT_TRUE(contains(plan_rows(capture_gpt(shipped, 2, 16), 1024).refused, "slice_threads")) << "more threads than a CTA has";
+  // a layernorm whose output is only a graph output
+  {
+    GraphBuilder b("ln_out");
+    const int ids = b.input("ids", {4}, DType::I32);
+    const int x = b.embedding(ids, b.weight("wte.weight", {50, 64}), "x", "wte");
+    b.output(b.layernorm(x, b.weight("ln.weight", {64}), b.weight("ln.bias", {64}), 1e-5f, "ln", "ln"), "ln");
+    const RowsPlan p = plan_rows(b.finish());
+    EXPECT_TRUE(contains(p.refused, "graph output")) << p.refused;
+  }
+  // attention heads of more than 128 columns
+  ModelConfig one_head;
+  one_head.vocab_size = 50;
+  one_head.d_model = 256;
+  one_head.n_head = 1;
+  one_head.n_layer = 1;
+  const RowsPlan h = plan_rows(capture_gpt(one_head, 1, 4));
+  EXPECT_TRUE(contains(h.refused, "dh = 256")) << h.refused;
+}
+
 #ifdef MINIGPT_HAVE_CUDA_COMPILE
 TEST(CompileCudaNvrtc, RowsFormCompilesForSm90a) {
   ModelConfig shipped;

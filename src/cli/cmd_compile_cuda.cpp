@@ -26,7 +26,6 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <sstream>
 #include <random>
 #include <vector>
 
@@ -125,15 +124,10 @@ void run_compile_cuda(const CompileCudaRequest& r) {
   // without a GPU nothing is timed: max-autotune's dump shows its generated-GEMM candidate (with a
   // GPU the runner writes the variant it keeps over this)
   cg.generated_gemm = r.mode == "max-autotune";
-  // MINIGPT_CUDA_VARIANT's "rows" word (the rows form, codegen_cuda_rows.h) in the dump without a GPU
-  // too (with one, the runner applies every word and writes the form it runs over these files)
-  if (const char* v = std::getenv("MINIGPT_CUDA_VARIANT")) {
-    std::istringstream words(v);
-    for (std::string w; words >> w;) {
-      if (w == "rows" || w == "rows-wide") cg.rows = true;
-      if (w == "rows-wide") cg.rows_slice_threads = 512;
-    }
-  }
+  // MINIGPT_CUDA_VARIANT's words (apply_variant_words, the runner's own: "rows", "no-rows", an
+  // unknown word an Error) in the dump without a GPU too (with one, the runner applies them over the
+  // default rule's variant and writes the form it runs over these files)
+  if (const char* v = std::getenv("MINIGPT_CUDA_VARIANT"); v && *v) apply_variant_words(cg, v);
   if (!r.dump.empty()) {
     const CudaLowered l = lower_cuda(captured, PassOptions{}, cg);
     write_cuda_debug_files(r.dump, captured, l);

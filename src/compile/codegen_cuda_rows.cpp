@@ -230,119 +230,6 @@ int slices_for(int64_t K, int64_t M, int threads) {
   return 1;
 }
 
-}  // namespace
-
-RowsPlan plan_rows(const Graph& captured, int slice_threads) {
-  RowsPlan p;
-  Graph g = captured;
-  verify(g, "capture");
-  g = fuse_attention(std::move(g));
-  verify(g, "fuse_attention");
-  g = matmul_epilogue(std::move(g));
-  verify(g, "matmul_epilogue");
-  g = remove_dead(std::move(g));
-  verify(g, "remove_dead");
-  p.refused = row_local_refusal(g, p.B, p.T);
-  p.N = p.B * p.T;
-  if (!p.refused.empty()) {
-    p.graph = std::move(g);
-    return p;
-  }
-  auto refuse = [&](std::string why) {
-    p.refused = std::move(why);
-    p.stages.clear();
-    return p;
-  };
-  if (p.T > kRowsMaxCluster) return refuse(fmt::format("T = {} rows per sequence: a cluster holds at most {} CTAs (one row each)", p.T, kRowsMaxCluster));
-  if (p.N > 65535) return refuse(fmt::format("{} rows: more CTAs than a grid of clusters takes", p.N));
-  // the stages: pointwise nodes read by exactly one pointwise node (and not outputs) are inlined
-  // into it; every other node is a stage
-  const NodeUsers users(g);
-  auto inlined = [&](const Node& n) {
-    if (!kPointwise.contains(n.op) && !kGather.contains(n.op)) return false;
-    if (g.is_graph_output(n.output)) return false;
-    const auto us = users.of(n.output);
-    return us.size() == 1 && kPointwise.contains(g.nodes[static_cast<size_t>(us[0])].op);
-  };
-  int piece = 0;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const Node& n = g.nodes[i];
-    if (inlined(n)) continue;
-    RowsStage st;
-    st.node = static_cast<int>(i);
-    const int64_t cols = g.tensor(n.output).cols();
-    // the nodes of an inlined tree: walk back from the root
-    std::vector<int> todo{static_cast<int>(i)};
-    std::set<int> tree;
-    while (!todo.empty()) {
-      const int k = todo.back();
-      todo.pop_back();
-      tree.insert(k);
-      for (int t : g.nodes[static_cast<size_t>(k)].inputs) {
-        const int pr = g.tensor(t).producer;
-        if (pr >= 0 && inlined(g.nodes[static_cast<size_t>(pr)])) todo.push_back(pr);
-      }
-    }
-    st.nodes.assign(tree.begin(), tree.end());
-    if (kPointwise.contains(n.op) || kGather.contains(n.op)) {
-      st.kind = RowsStage::Kind::Pointwise;
-    } else if (n.op == Op::LayerNorm) {
-      st.kind = RowsStage::Kind::LayerNorm;
-      if (cols % 16 != 0) return refuse(fmt::format("{}: a layernorm of {} columns (a multiple of 16 needed)", node_text(g, st.node), cols));
-    } else if (n.op == Op::Softmax) {
-      st.kind = RowsStage::Kind::Softmax;
-    } else if (n.op == Op::Matmul) {
-      st.kind = RowsStage::Kind::Matmul;
-      st.K = g.tensor(n.inputs[0]).cols();
-      st.M = cols;
-      const auto us = users.of(n.output);
-      st.kv = us.size() == 1 && g.nodes[static_cast<size_t>(us[0])].op == Op::Attention;
-      if (st.kv && (n.gelu || n.has_residual)) return refuse(fmt::format("{}: a qkv matmul with a GELU or residual", node_text(g, st.node)));
-      if (!st.kv)
-        for (int u : us)
-          if (g.nodes[static_cast<size_t>(u)].op == Op::Attention)
-            return refuse(fmt::format("{}: the attention's qkv is read by other ops too", node_text(g, st.node)));
-      if (st.K % 32 != 0) return refuse(fmt::format("{}: K = {} (a multiple of 32 needed)", node_text(g, st.node), st.K));
-      st.slices = st.kv ? 1 : slices_for(st.K, st.M, slice_threads);
-      st.ld = static_cast<int>(st.K + 4);  // 8 consecutive rows: 8 distinct 16-byte bank groups
-      st.rows_per_piece = static_cast<int>(std::min<int64_t>(st.M, kRowsSlotFloats / st.ld));
-      if (st.rows_per_piece < 1) return refuse(fmt::format("{}: a weight row of {} floats exceeds a ring slot", node_text(g, st.node), st.K));
-      st.pieces = static_cast<int>((st.M + st.rows_per_piece - 1) / st.rows_per_piece);
-      st.first_piece = piece;
-      piece += st.pieces;
-    } else if (n.op == Op::Attention) {
-      st.kind = RowsStage::Kind::Attention;
-      st.attention = p.attentions++;
-      const int64_t C = cols, dh = C / n.heads;
-      if (C % 32 != 0 || C % n.heads != 0 || dh % 4 != 0 || dh / 4 > 32 || n.heads > kRowsThreads / 32)
-        return refuse(fmt::format("{}: C = {}, {} heads: C a multiple of 32 and heads of a multiple of 4 columns needed", node_text(g, st.node), C, n.heads));
-      // the qkv matmul before it hands over k and v
-      const int qkv = g.tensor(n.inputs[0]).producer;
-      bool found = false;
-      for (RowsStage& s : p.stages)
-        if (s.node == qkv && s.kind == RowsStage::Kind::Matmul && s.kv) s.attention = st.attention, found = true;
-      if (!found) return refuse(fmt::format("{}: its qkv is not a matmul of its own", node_text(g, st.node)));
-      if (3 * C > kRowsThreads) return refuse(fmt::format("{}: 3C = {} outputs exceed the CTA's threads", node_text(g, st.node), 3 * C));
-    } else {
-      return refuse(fmt::format("{}: row-local, but the rows generator has no stage for it", node_text(g, st.node)));
-    }
-    p.stages.push_back(st);
-  }
-  p.graph = std::move(g);
-  return p;
-}
-
-// ---- the generator ----
-
-namespace {
-
-std::string ident(const std::string& name) {
-  std::string s;
-  for (char c : name) s += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) s = "t_" + s;
-  return s;
-}
-
 int64_t round4(int64_t n) { return (n + 3) / 4 * 4; }
 
 // Shared memory for the activation rows: first fit over blocks freed by earlier stages.
@@ -366,44 +253,64 @@ struct RowAlloc {
     end += n;
     return at;
   }
-  void give(int64_t at, int64_t n) { free.push_back({at, round4(n)}); }
+  // a block taken before and not yet given back (two live rows never share floats)
+  void give(int64_t at, int64_t n) {
+    n = round4(n);
+    MINIGPT_CHECK(at >= 0 && at + n <= end, "rows: shared-memory block [{}, {}) was never taken", at, at + n);
+    for (const Block& b : free)
+      MINIGPT_CHECK(at + n <= b.at || b.at + b.size <= at, "rows: shared-memory block [{}, {}) freed twice (free: [{}, {}))", at, at + n, b.at,
+                    b.at + b.size);
+    free.push_back({at, n});
+  }
 };
 
-}  // namespace
+constexpr int kBarSmall = kRowsMaxSlots, kBarKv = kRowsMaxSlots + 1, kNbars = kRowsMaxSlots + 2;  // the mbarriers: a slot's each, then these
 
-CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
-  MINIGPT_CHECK(p.refused.empty(), "generate_rows: the graph was refused: {}", p.refused);
-  const Graph& g = p.graph;
-  const int NT = kRowsThreads, NW = NT / 32;
-  CudaCode code;
-  code.graph_hash = graph_hash(g);
-
-  // which stage computes each tensor, and which stages read it (the inlined trees' leaves)
-  std::map<int, int> stage_of;  // tensor -> stage
-  for (size_t s = 0; s < p.stages.size(); ++s) stage_of[g.nodes[static_cast<size_t>(p.stages[s].node)].output] = static_cast<int>(s);
+// The shared-memory layout and the weight image's layout of a plan's stages: what generate_rows
+// writes and what plan_rows checks fits (the ring's slots beside the activations).
+struct RowsLayout {
+  std::map<int, int> stage_of;  // tensor -> the stage computing it
   std::map<int, int> last_use;  // tensor -> the last stage reading it
-  std::vector<std::vector<int>> reads(p.stages.size());
+  std::vector<std::vector<int>> reads;  // per stage: the earlier stages' tensors it reads (each once)
+  std::map<int, int64_t> small_at;  // a 1-D weight -> its offset in the small block (floats)
+  int64_t small = 0;  // the small block's floats
+  std::vector<CudaImageCopy> image;
+  std::vector<int64_t> piece_off;  // piece i: floats [piece_off[i], piece_off[i + 1]) of the image
+  int64_t image_floats = 0;
+  int64_t C_att = 0, ldk = 0;  // the attentions' width (plan_rows: all one) and k, v rows' stride
+  std::map<int, int64_t> buf;  // tensor -> its row in shared memory
+  std::vector<int64_t> q_at;  // per kv matmul stage: its q row
+  int64_t ks = 0, vs = 0, red = 0, bars = 0, ring = 0;  // offsets (floats)
+  int ns = 0, most = 1;  // ring slots that fit; the most pieces one stage reads
+  int64_t smem_bytes = 0;
+};
+
+RowsLayout rows_layout(const RowsPlan& p) {
+  const Graph& g = p.graph;
+  RowsLayout L;
+  // which stage computes each tensor, and which stages read it (the inlined trees' leaves)
+  for (size_t s = 0; s < p.stages.size(); ++s) L.stage_of[g.nodes[static_cast<size_t>(p.stages[s].node)].output] = static_cast<int>(s);
+  L.reads.resize(p.stages.size());
   for (size_t s = 0; s < p.stages.size(); ++s) {
     std::set<int> inside;
     for (int k : p.stages[s].nodes) inside.insert(g.nodes[static_cast<size_t>(k)].output);
     for (int k : p.stages[s].nodes)
       for (int t : g.nodes[static_cast<size_t>(k)].inputs)
-        if (!inside.count(t) && stage_of.count(t)) {
-          last_use[t] = static_cast<int>(s);
-          reads[s].push_back(t);
+        if (!inside.count(t) && L.stage_of.count(t)) {
+          L.last_use[t] = static_cast<int>(s);
+          // once (x + x W^T's residual is the matmul's input; x * x): its row is freed once
+          if (std::find(L.reads[s].begin(), L.reads[s].end(), t) == L.reads[s].end()) L.reads[s].push_back(t);
         }
   }
 
   // the image: every 1-D weight a stage reads (in first-use order) in the small block, then the
   // matmuls' pieces in consumption order
-  std::map<int, int64_t> small_at;
-  int64_t small = 0;
   auto add_small = [&](int t) {
-    if (small_at.count(t)) return;
-    small_at[t] = small;
+    if (L.small_at.count(t)) return;
+    L.small_at[t] = L.small;
     const int64_t n = g.tensor(t).numel();
-    code.image.push_back({t, 0, 0, 1, n, small, n});
-    small += round4(n);
+    L.image.push_back({t, 0, 0, 1, n, L.small, n});
+    L.small += round4(n);
   };
   for (const RowsStage& st : p.stages)
     for (int k : st.nodes) {
@@ -414,62 +321,230 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
         if (g.tensor(t).kind == TensorKind::Weight && !(n.op == Op::Matmul && a == 1)) add_small(t);
       }
     }
-  small = round4(small);
-  std::vector<int64_t> piece_off;
-  int64_t at = small;
+  L.small = round4(L.small);
+  int64_t at = L.small;
   for (const RowsStage& st : p.stages) {
     if (st.kind != RowsStage::Kind::Matmul) continue;
     const int w = g.nodes[static_cast<size_t>(st.node)].inputs[1];
     for (int pc = 0; pc < st.pieces; ++pc) {
       const int64_t r0 = static_cast<int64_t>(pc) * st.rows_per_piece, rows = std::min<int64_t>(st.rows_per_piece, st.M - r0);
-      piece_off.push_back(at);
-      code.image.push_back({w, r0, 0, rows, st.K, at, st.ld});
+      L.piece_off.push_back(at);
+      L.image.push_back({w, r0, 0, rows, st.K, at, st.ld});
       at += rows * st.ld;
     }
   }
-  piece_off.push_back(at);
-  code.image_floats = at;
-  const int pieces = static_cast<int>(piece_off.size()) - 1;
+  L.piece_off.push_back(at);
+  L.image_floats = at;
 
   // shared memory (floats): the small block, the activation rows, k and v of every row of the
   // sequence, the softmax's per-warp values, the mbarriers, then the ring
-  int64_t C_att = 0;
   for (const RowsStage& st : p.stages)
-    if (st.kind == RowsStage::Kind::Attention) C_att = g.tensor(g.nodes[static_cast<size_t>(st.node)].output).cols();
-  const int64_t ldk = C_att + 4;
+    if (st.kind == RowsStage::Kind::Attention) L.C_att = g.tensor(g.nodes[static_cast<size_t>(st.node)].output).cols();
+  L.ldk = L.C_att + 4;
   RowAlloc alloc;
-  alloc.end = small;
-  std::map<int, int64_t> buf;  // tensor -> its row in shared memory
-  std::vector<int64_t> q_at(p.stages.size(), -1);
+  alloc.end = L.small;
+  L.q_at.assign(p.stages.size(), -1);
   for (size_t s = 0; s < p.stages.size(); ++s) {
     const RowsStage& st = p.stages[s];
     const int out = g.nodes[static_cast<size_t>(st.node)].output;
     if (st.kind == RowsStage::Kind::Matmul && st.kv) {
-      q_at[s] = alloc.take(st.M / 3);  // q only: k and v go to the sequence's rows below
-      buf[out] = q_at[s];
-    } else if (last_use.count(out)) {
-      buf[out] = alloc.take(g.tensor(out).cols());
+      L.q_at[s] = alloc.take(st.M / 3);  // q only: k and v go to the sequence's rows below
+      L.buf[out] = L.q_at[s];
+    } else if (L.last_use.count(out)) {
+      L.buf[out] = alloc.take(g.tensor(out).cols());
     }
-    for (int t : reads[s])
-      if (last_use[t] == static_cast<int>(s) && buf.count(t)) alloc.give(buf[t], st.kind == RowsStage::Kind::Attention ? C_att : g.tensor(t).cols());
+    for (int t : L.reads[s])
+      if (L.last_use[t] == static_cast<int>(s) && L.buf.count(t))
+        alloc.give(L.buf[t], st.kind == RowsStage::Kind::Attention ? L.C_att : g.tensor(t).cols());
   }
   int64_t o = round4(alloc.end);
-  const int64_t ks = o;
-  o += p.attentions ? p.T * ldk : 0;
-  const int64_t vs = o;
-  o += p.attentions ? p.T * ldk : 0;
-  const int64_t red = o;
-  o += 2 * NW;
-  const int64_t bars = o;
-  const int kBarSmall = kRowsMaxSlots, kBarKv = kRowsMaxSlots + 1, nbars = kRowsMaxSlots + 2;
-  o += 2 * nbars;
-  const int64_t ring = round4(o);
-  const int64_t fit = (kRowsSmemBudget / 4 - ring) / kRowsSlotFloats;
-  const int ns = static_cast<int>(std::min<int64_t>(fit, kRowsMaxSlots));
-  int most = 1;
-  for (const RowsStage& st : p.stages) most = std::max(most, st.pieces);
-  MINIGPT_CHECK(ns >= most, "rows: a stage reads {} weight pieces but only {} ring slots fit beside {} B of activations", most, ns, ring * 4);
-  const int64_t smem_bytes = (ring + static_cast<int64_t>(ns) * kRowsSlotFloats) * 4;
+  L.ks = o;
+  o += p.attentions ? p.T * L.ldk : 0;
+  L.vs = o;
+  o += p.attentions ? p.T * L.ldk : 0;
+  L.red = o;
+  o += 2 * (kRowsThreads / 32);
+  L.bars = o;
+  o += 2 * kNbars;
+  L.ring = round4(o);
+  const int64_t fit = (kRowsSmemBudget / 4 - L.ring) / kRowsSlotFloats;
+  L.ns = static_cast<int>(std::min<int64_t>(fit, kRowsMaxSlots));
+  for (const RowsStage& st : p.stages) L.most = std::max(L.most, st.pieces);
+  L.smem_bytes = (L.ring + static_cast<int64_t>(L.ns) * kRowsSlotFloats) * 4;
+  return L;
+}
+
+}  // namespace
+
+RowsPlan plan_rows(const Graph& captured, int slice_threads) {
+  RowsPlan p;
+  Graph g = captured;
+  verify(g, "capture");
+  g = fuse_attention(std::move(g));
+  verify(g, "fuse_attention");
+  g = matmul_epilogue(std::move(g));
+  verify(g, "matmul_epilogue");
+  g = remove_dead(std::move(g));
+  verify(g, "remove_dead");
+  p.refused = row_local_refusal(g, p.B, p.T);
+  p.N = p.B * p.T;
+  if (!p.refused.empty()) {
+    p.graph = std::move(g);
+    return p;
+  }
+  // a refusal leaves p as the analysis' does: the reason, the graph, no stages
+  auto refuse = [&](std::string why) {
+    p.refused = std::move(why);
+    p.stages.clear();
+    p.attentions = 0;
+    p.graph = g;
+    return p;
+  };
+  if (slice_threads < 32 || slice_threads > kRowsThreads)
+    return refuse(fmt::format("rows_slice_threads = {}: the k-slices take 32 to {} threads (the CTA's)", slice_threads, kRowsThreads));
+  if (p.T > kRowsMaxCluster) return refuse(fmt::format("T = {} rows per sequence: a cluster holds at most {} CTAs (one row each)", p.T, kRowsMaxCluster));
+  if (p.N > 65535)
+    return refuse(fmt::format("{} rows: more than 65535 CTAs (one per row), the most this generator launches (larger grids not tried)", p.N));
+  // the stages: pointwise nodes read by exactly one pointwise node (and not outputs) are inlined
+  // into it; every other node is a stage
+  const NodeUsers users(g);
+  auto inlined = [&](const Node& n) {
+    if (!kPointwise.contains(n.op) && !kGather.contains(n.op)) return false;
+    if (g.is_graph_output(n.output)) return false;
+    const auto us = users.of(n.output);
+    return us.size() == 1 && kPointwise.contains(g.nodes[static_cast<size_t>(us[0])].op);
+  };
+  int piece = 0;
+  int64_t att_C = 0;  // the attentions' width
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (inlined(n)) continue;
+    RowsStage st;
+    st.node = static_cast<int>(i);
+    const int64_t cols = g.tensor(n.output).cols();
+    // the nodes of an inlined tree: walk back from the root
+    std::vector<int> todo{static_cast<int>(i)};
+    std::set<int> tree;
+    while (!todo.empty()) {
+      const int k = todo.back();
+      todo.pop_back();
+      tree.insert(k);
+      for (int t : g.nodes[static_cast<size_t>(k)].inputs) {
+        const int pr = g.tensor(t).producer;
+        if (pr >= 0 && inlined(g.nodes[static_cast<size_t>(pr)])) todo.push_back(pr);
+      }
+    }
+    st.nodes.assign(tree.begin(), tree.end());
+    // a one-column node reading a weight (its one value) is generated as a column vector's sm[off + c]
+    for (int k : st.nodes) {
+      const Node& m = g.nodes[static_cast<size_t>(k)];
+      if (!kPointwise.contains(m.op) || g.tensor(m.output).cols() != 1) continue;
+      for (int t : m.inputs)
+        if (g.tensor(t).kind == TensorKind::Weight)
+          return refuse(fmt::format("{}: a one-column pointwise op reading weight '{}' (the generator reads weights per column)", node_text(g, k),
+                                    g.tensor(t).name));
+    }
+    // a layernorm's or an attention's row is written out from its shared-memory row, which exists
+    // only when a later stage reads it
+    if ((n.op == Op::LayerNorm || n.op == Op::Attention) && g.is_graph_output(n.output) && users.of(n.output).empty())
+      return refuse(fmt::format("{}: a {} whose output is only a graph output (not generated)", node_text(g, st.node), op_name(n.op)));
+    if (kPointwise.contains(n.op) || kGather.contains(n.op)) {
+      st.kind = RowsStage::Kind::Pointwise;
+    } else if (n.op == Op::LayerNorm) {
+      st.kind = RowsStage::Kind::LayerNorm;
+      if (cols % 16 != 0) return refuse(fmt::format("{}: a layernorm of {} columns (a multiple of 16 needed)", node_text(g, st.node), cols));
+    } else if (n.op == Op::Softmax) {
+      st.kind = RowsStage::Kind::Softmax;
+    } else if (n.op == Op::Matmul) {
+      st.kind = RowsStage::Kind::Matmul;
+      st.K = g.tensor(n.inputs[0]).cols();
+      st.M = cols;
+      const auto us = users.of(n.output);
+      st.kv = us.size() == 1 && g.nodes[static_cast<size_t>(us[0])].op == Op::Attention;
+      if (st.kv && (n.gelu || n.has_residual)) return refuse(fmt::format("{}: a qkv matmul with a GELU or residual", node_text(g, st.node)));
+      if (st.kv && g.is_graph_output(n.output)) return refuse(fmt::format("{}: a qkv matmul that is also a graph output (not written)", node_text(g, st.node)));
+      if (!st.kv)
+        for (int u : us)
+          if (g.nodes[static_cast<size_t>(u)].op == Op::Attention)
+            return refuse(fmt::format("{}: the attention's qkv is read by other ops too", node_text(g, st.node)));
+      if (st.K % 32 != 0) return refuse(fmt::format("{}: K = {} (a multiple of 32 needed)", node_text(g, st.node), st.K));
+      st.slices = st.kv ? 1 : slices_for(st.K, st.M, slice_threads);
+      st.ld = static_cast<int>(st.K + 4);  // 8 consecutive rows: 8 distinct 16-byte bank groups
+      st.rows_per_piece = static_cast<int>(std::min<int64_t>(st.M, kRowsSlotFloats / st.ld));
+      if (st.rows_per_piece < 1) return refuse(fmt::format("{}: a weight row of {} floats exceeds a ring slot", node_text(g, st.node), st.K));
+      st.pieces = static_cast<int>((st.M + st.rows_per_piece - 1) / st.rows_per_piece);
+      st.first_piece = piece;
+      piece += st.pieces;
+    } else if (n.op == Op::Attention) {
+      st.kind = RowsStage::Kind::Attention;
+      st.attention = p.attentions++;
+      const int64_t C = cols, dh = C / n.heads;
+      std::string bad;
+      if (C % 32 != 0) bad = fmt::format("C = {}: a multiple of 32 needed", C);
+      else if (C % n.heads != 0 || dh % 4 != 0) bad = fmt::format("C = {} over {} heads: heads of a multiple of 4 columns needed", C, n.heads);
+      else if (dh > 128) bad = fmt::format("dh = {}: at most 128 columns per head (a lane's 4 per head)", dh);
+      else if (n.heads > kRowsThreads / 32) bad = fmt::format("{} heads: at most {} (a warp each)", n.heads, kRowsThreads / 32);
+      if (!bad.empty()) return refuse(fmt::format("{}: {}", node_text(g, st.node), bad));
+      if (p.attentions > 1 && C != att_C)
+        return refuse(fmt::format("{}: C = {}, an earlier attention's {} (the k, v rows are laid out for one width)", node_text(g, st.node), C, att_C));
+      att_C = C;
+      // the qkv matmul before it hands over k and v
+      const int qkv = g.tensor(n.inputs[0]).producer;
+      bool found = false;
+      for (RowsStage& s : p.stages)
+        if (s.node == qkv && s.kind == RowsStage::Kind::Matmul && s.kv) s.attention = st.attention, found = true;
+      if (!found) return refuse(fmt::format("{}: its qkv is not a matmul of its own", node_text(g, st.node)));
+      if (3 * C > kRowsThreads) return refuse(fmt::format("{}: 3C = {} outputs exceed the CTA's threads", node_text(g, st.node), 3 * C));
+    } else {
+      return refuse(fmt::format("{}: row-local, but the rows generator has no stage for it", node_text(g, st.node)));
+    }
+    p.stages.push_back(st);
+  }
+  p.graph = std::move(g);
+  // the generator's shared memory: the most pieces one stage reads must fit the ring beside the
+  // activations (rows_layout, as generate_rows lays it out)
+  if (const RowsLayout L = rows_layout(p); L.ns < L.most) {
+    p.refused = fmt::format("a stage reads {} weight pieces but only {} ring slots (of {} B) fit beside {} B of activations", L.most,
+                            std::max(L.ns, 0), kRowsSlotFloats * 4, L.ring * 4);
+    p.stages.clear();
+    p.attentions = 0;
+  }
+  return p;
+}
+
+// ---- the generator ----
+
+namespace {
+
+std::string ident(const std::string& name) {
+  std::string s;
+  for (char c : name) s += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) s = "t_" + s;
+  return s;
+}
+
+}  // namespace
+
+CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
+  MINIGPT_CHECK(p.refused.empty(), "generate_rows: the graph was refused: {}", p.refused);
+  const Graph& g = p.graph;
+  const int NT = kRowsThreads, NW = NT / 32;
+  CudaCode code;
+  code.graph_hash = graph_hash(g);
+
+  // the layouts (rows_layout: plan_rows checked that the ring fits)
+  const RowsLayout L = rows_layout(p);
+  MINIGPT_CHECK(L.ns >= L.most, "rows: a stage reads {} weight pieces but only {} ring slots fit beside {} B of activations", L.most, L.ns,
+                L.ring * 4);
+  const std::map<int, int64_t>& small_at = L.small_at;
+  const std::map<int, int64_t>& buf = L.buf;
+  const std::vector<int64_t>& q_at = L.q_at;
+  const std::vector<int64_t>& piece_off = L.piece_off;
+  const int64_t small = L.small, ks = L.ks, vs = L.vs, ldk = L.ldk, red = L.red, bars = L.bars, ring = L.ring, smem_bytes = L.smem_bytes;
+  const int ns = L.ns, nbars = kNbars;
+  const int pieces = static_cast<int>(piece_off.size()) - 1;
+  code.image = L.image;
+  code.image_floats = L.image_floats;
 
   // kernel parameters: the ids and the gathers' tables, the outputs, the image
   std::vector<int> args;
@@ -507,9 +582,9 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
   std::function<std::string(int, bool)> expr = [&](int t, bool root) -> std::string {
     if (!root && buf.count(t)) {  // an earlier stage's row
       const TensorInfo& ti = g.tensor(t);
-      return ti.cols() == 1 ? fmt::format("sm[{}]", buf[t]) : fmt::format("sm[{} + c]", buf[t]);
+      return ti.cols() == 1 ? fmt::format("sm[{}]", buf.at(t)) : fmt::format("sm[{} + c]", buf.at(t));
     }
-    if (small_at.count(t)) return fmt::format("sm[{} + c]", small_at[t]);
+    if (small_at.count(t)) return fmt::format("sm[{} + c]", small_at.at(t));
     const int pr = g.tensor(t).producer;
     MINIGPT_CHECK(pr >= 0, "rows: tensor '{}' has no value in the stage", g.tensor(t).name);
     const Node& n = g.nodes[static_cast<size_t>(pr)];
@@ -534,7 +609,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
   };
   auto store_out = [&](int t, const std::string& idx, const std::string& v) {
     std::string s;
-    if (buf.count(t)) s += fmt::format("sm[{} + {}] = {}; ", buf[t], idx, v);
+    if (buf.count(t)) s += fmt::format("sm[{} + {}] = {}; ", buf.at(t), idx, v);
     if (g.is_graph_output(t)) s += fmt::format("{}[row * {} + {}] = {};", pname[t], g.tensor(t).cols(), idx, v);
     return s;
   };
@@ -788,15 +863,17 @@ __device__ __forceinline__ float rw_gather(const float* __restrict__ table, int 
       "    if (lane == 0) {{\n"
       "      for (int i = 0; i < {}; ++i) rw_bar_init(&bars[i]);\n"
       "      rw_fence_bar_init();\n"
-      "      rw_expect(&bars[kBarSmall], {}u);\n"
-      "      rw_bulk(sm, rw_image, {}u, &bars[kBarSmall]);\n"
+      "{}"
       "    }}\n"
       "    __syncwarp();\n"
       "    if (lane < kNs) rw_issue(ring, bars, rw_image, lane);\n"
       "  }}{}\n"
       "  __syncthreads();\n"
       "  rw_cluster_arrive();  // waited on before the first k, v push: this CTA's mbarriers exist\n",
-      nbars, small * 4, small * 4, overlap0.empty() ? "" : " else {  // stage 0\n" + overlap0 + "  }");
+      nbars,
+      small > 0 ? fmt::format("      rw_expect(&bars[kBarSmall], {}u);\n      rw_bulk(sm, rw_image, {}u, &bars[kBarSmall]);\n", small * 4, small * 4)
+                : std::string(),
+      overlap0.empty() ? "" : " else {  // stage 0\n" + overlap0 + "  }");
   if (p.attentions == 0) src += "  rw_cluster_wait();\n";
   src += body;
   src += "}\n";

@@ -13,9 +13,13 @@
 //     with column or row broadcasts, row reductions and composites, matmuls of a row by a weight),
 //     or is the causal prefill attention (row t of a sequence reads rows 0..t: the one exchange
 //     between CTAs). Anything else (a KV cache, a runtime position, an attention piece the fusion
-//     did not take) is refused with the node named; so are shapes the generator does not take
-//     (T > 16 CTAs per cluster, widths not multiples of 32, a stage's weights larger than the
-//     ring). A refused graph keeps the other forms (lower_cuda falls back, saying why).
+//     did not take) is refused with the node named; so are shapes and uses the generator does not
+//     take (T > 16 CTAs per cluster, widths not multiples of 32, heads wider than 128, attentions
+//     of different widths, a layernorm or attention output only a graph output), and a stage
+//     reading more weight pieces than the ring's slots that fit beside the activations (the
+//     shared-memory layout computed as generate_rows lays it out: d_model 128's fc1, a
+//     vocabulary above ~700 at d_model 64). A refused graph keeps the other forms (lower_cuda
+//     falls back, saying why); generate_rows never refuses a plan plan_rows took.
 //   generate_rows (the generator): a stage per graph op in schedule order (pointwise chains inlined
 //     into one stage, as the embedding's gather + gather + add), the weights as a packed image
 //     (every 1-D weight in a "small" block copied once at the start; every matmul's weight rows in
@@ -29,9 +33,9 @@
 //     weight bytes and FLOPs.
 //
 // Numerics as the hand-written kernel's (gpt_mega_rows.h): sums in k order from 0 in one FMA chain
-// per output; a matmul of at most 64 outputs per 256 threads split into S = 2 or 4 k-slices of the
-// chain, the slices' sums added in slice order (proj by heads, fc2 by 64-slices), then + bias, then
-// GELU or + residual; LayerNorm statistics in double in one pass, float rsqrtf; exact-erf GELU;
+// per output; a matmul of few outputs split into S = 2, 4 or 8 k-slices of the chain (slices_for:
+// the most with M S within the slice threads, 256 or 512, and slices of >= 16 k), the slices' sums
+// added in slice order (proj by heads, fc2 by 64-slices), then + bias, then GELU or + residual; LayerNorm statistics in double in one pass, float rsqrtf; exact-erf GELU;
 // scores q.k in e order times 1/sqrt(dh), the softmax in registers, att in key order; the
 // vocabulary softmax's max and sum over the warps in warp order.
 //

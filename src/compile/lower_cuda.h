@@ -12,6 +12,7 @@
 #include "compile/schedule.h"
 
 #include <filesystem>
+#include <string>
 
 namespace minigpt::compile {
 
@@ -31,5 +32,9 @@ struct CudaLowered {
 CudaLowered lower_cuda(const Graph& captured, const PassOptions& passes, const CudaCodegenOptions& codegen);
 
 void write_cuda_debug_files(const std::filesystem::path& dir, const Graph& captured, const CudaLowered& l);
+
+// MINIGPT_CUDA_VARIANT's words applied to cg (the runner's default mode and `minigpt compile
+// --device cuda --dump` without a GPU share them): an Error names an unknown word.
+void apply_variant_words(CudaCodegenOptions& cg, const std::string& words);
 
 }  // namespace minigpt::compile

@@ -177,40 +177,6 @@ std::string variant_name(const CudaCodegenOptions& cg) {
   return std::string(cg.generated_gemm ? "generated-gemm" : "cublas") + (cg.pdl ? " pdl" : "") + unfused;
 }
 
-// MINIGPT_CUDA_VARIANT (a debugging and measuring aid, the default mode only): words of
-// variant_name's, each changing the generated GEMMs' options from the variant asked (the rule's):
-// "weights-plain" / "weights-restrict", "ln-early" / "ln-late", "mlp-async" / "mlp-sync",
-// "mlp-pull" / "mlp-push", "no-cluster", "rowsN", "smem-vec4", "proj-apart", "mlp-apart", "mlp-next", "next-all",
-// "mbar-cta", "pad-launches", "rows" (the rows form, codegen_cuda_rows.h: one cluster kernel,
-// a row per CTA; a graph it refuses keeps the rest's form, --explain says why), "rows-wide" (the
-// rows form, its matmuls' k-slices over up to 512 threads: rows_slice_threads), "no-rows" (not the
-// rows form, where the rule would choose it); any other word is an error. ("weights-restrict ln-late mlp-sync" is 7l's default, main before 7m.)
-// Two are measuring aids only, never candidates: "mbar-cta" (CudaCodegenOptions::mlp_mbar_cta)
-// and "pad-launches" (pad_launches).
-void apply_variant_words(CudaCodegenOptions& cg, const std::string& words) {
-  std::istringstream in(words);
-  for (std::string w; in >> w;) {
-    if (w == "weights-plain" || w == "weights-restrict") cg.weights_plain = w == "weights-plain";
-    else if (w == "ln-early" || w == "ln-late") cg.ln_weights_early = w == "ln-early";
-    else if (w == "mlp-async" || w == "mlp-sync") cg.mlp_async = w == "mlp-async";
-    else if (w == "mlp-pull") cg.mlp_push = false;
-    else if (w == "mlp-push") cg.mlp_push = true;
-    else if (w == "no-cluster") cg.mlp_cluster = false;
-    else if (w == "smem-vec4") cg.smem_vec4 = true;
-    else if (w == "proj-apart") cg.fuse_mlp_proj = false;
-    else if (w == "mlp-apart") cg.fuse_mlp = false;
-    else if (w == "mbar-cta") cg.mlp_mbar_cta = true;
-    else if (w == "pad-launches") cg.pad_launches = true;
-    else if (w == "mlp-next") cg.fuse_mlp_next = true;
-    else if (w == "next-all") cg.mlp_next_split = false;
-    else if (w == "rows") cg.rows = true;
-    else if (w == "rows-wide") cg.rows = true, cg.rows_slice_threads = 512;
-    else if (w == "no-rows") cg.rows = false;
-    else if (w.starts_with("rows") && w.size() == 5 && w[4] >= '1' && w[4] <= '8') cg.mlp_rows = w[4] - '0';
-    else MINIGPT_FAIL("MINIGPT_CUDA_VARIANT: unknown word '{}' (weights-plain weights-restrict ln-early ln-late mlp-async mlp-sync mlp-pull "
-                      "mlp-push no-cluster rowsN smem-vec4 proj-apart mlp-apart mbar-cta pad-launches mlp-next next-all rows rows-wide no-rows)", w);
-  }
-}
 
 constexpr size_t kAlign = 256;
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
@@ -451,8 +417,8 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
       }
     }
     MINIGPT_CHECK(pick, "compile: max-autotune: no candidate built for {}", captured.name);
+    stats_.why = "max-autotune: the fastest measured";  // (before the build, which adds its lowering's note: the rows form's)
     build(opt, *pick, variant_name(*pick));
-    stats_.why = "max-autotune: the fastest measured";
   } else {
     MINIGPT_CHECK(opt.mode == "default", "compile: unknown mode '{}' (default | max-autotune)", opt.mode);
     CudaCodegenOptions cg = opt.codegen;
@@ -462,7 +428,18 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
       apply_variant_words(cg, v);
       stats_.why += fmt::format("; then MINIGPT_CUDA_VARIANT=\"{}\"", v);
     }
-    build(opt, cg, variant_name(cg));
+    try {
+      build(opt, cg, variant_name(cg));
+    } catch (const Error& e) {
+      // the rows form built but this GPU cannot run it (e.g. cannot co-schedule a cluster of T
+      // CTAs with its shared memory: prepare_cluster_grid): the rest of the options' form, as
+      // max-autotune skips a candidate that fails
+      if (!cg.rows || lowered_.code.image_floats == 0) throw;
+      cudaGetLastError();
+      cg.rows = false;
+      stats_.why += fmt::format("; the rows form failed here ({}): without it", e.what());
+      build(opt, cg, variant_name(cg));
+    }
   }
   stats_.total_s = t0.elapsed_s();
   const bool debug = env_compile_debug() || !opt.dump_dir.empty();

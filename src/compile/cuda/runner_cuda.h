@@ -82,7 +82,8 @@ struct CudaCompileStats {
 // On sm_90+, a graph the rows form's analysis takes (plan_rows: a forward of whole sequences, T <=
 // 16) gets the rows form on top (CudaCodegenOptions::rows: one kernel, a cluster of T CTAs per
 // sequence): 22.4-22.6 us per replay against 29.4-29.5 for the 14-kernel form in the same run
-// (experiments/25-compile/gpu_rows15/call1); `why` says which, or why not.
+// (experiments/25-compile/gpu_rows15/call1); `why` says which, or why not. A GPU that cannot run
+// it (no cluster of T CTAs with its shared memory fits) gets the form without it, `why` saying so.
 inline constexpr int64_t kLaunchBoundRows = 256;
 CudaCodegenOptions default_cuda_variant(const Graph& captured, std::string& why);
 // The same rule for a GPU of compute capability `cc_major` (asks no GPU: benches and tests on a
