@@ -906,9 +906,6 @@ TEST(CompileCudaJit, ASourceThatDoesNotCompileIsAnErrorAndKeptForTheReader) {
   EXPECT_TRUE(kept);
 }
 
-#endif  // MINIGPT_HAVE_CUDA_COMPILE
-
-
 // weights_plain, ln_weights_early and mlp_async (REPORT 7m): under PDL no const pointer keeps
 // __restrict__ (the weights' loads coherent, so that ptxas keeps them above the wait); every
 // layernorm prologue's gain and bias are loaded into registers (wreg) before the wait and read
@@ -976,6 +973,8 @@ TEST(CompileCudaNvrtc, WeightsPlainLayerNormWeightsEarlyAndAsyncPushCompile) {
     }
   }
 }
+
+#endif  // MINIGPT_HAVE_CUDA_COMPILE
 
 // ---- the rows form (codegen_cuda_rows.h) ----
 
