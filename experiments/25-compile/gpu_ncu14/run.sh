@@ -14,6 +14,6 @@ prof() {  # $1 name, $2 kernel regex, then the command
   ncu -i "$W/$name.ncu-rep" --page details > "$W/details_$name.txt" 2>&1
   ncu -i "$W/$name.ncu-rep" --page source --csv --print-source sass > "$W/sass_$name.csv" 2>&1
 }
-prof hand 'gpt_mega_rows_kernel<1, false' $M bench model --device cuda --no-peers --runs 3 --warmup 1
+prof hand 'gpt_mega_rows_kernel<.int.1, .bool.0' $M bench model --device cuda --no-peers --runs 3 --warmup 1
 prof gen 'cuda_rows_forward' $M compile --device cuda --graph gpt --explain --runs 3
 tar -czf "$O/ncu14.tar.gz" -C "$W" $(cd "$W" && ls *.txt *.csv 2>/dev/null)
