@@ -93,7 +93,22 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // (row_stats<16, 4>, (v - mean) * rstd * w + b) with the loads issued first.
 // (The values are rows14e's, 16 was lnpart's: the default's instance is the one rows14e measured
 // as bitw, gpt_mega_rows_kernel<1, false, 111>.)
-constexpr int kVarW15 = 1, kVarPrewait = 2, kVarKeys = 4, kVarRedux = 8, kVarSlots = 32, kVarLnHoist = 64;
+// kVarFold (variant fold, issue 14, on bitw's bits; NOT bitwise the default: another order): the
+// LayerNorms before q, k, v, fc1 and lm_head folded into their matmuls (the pack's fold image,
+// fold_base): y_n = fmaf(rstd, fmaf(-mean, s_n, dot_n), c_n), dot_n the thread's 64-FMA chain
+// over the RAW residual row x (W' in the pieces), so the ln1, ln2 and ln_f stages and their CTA
+// barriers go (9 dependent stages per forward at L 4, ~0.5-0.63k cycles each in bitw's trace).
+// Each warp of a GEMM stage computes the row's (mean, rstd) itself beside its chain (fold_stats:
+// layernorm_row1's loads and row_stats<16, 4>, so the same statistics as the default, bitwise),
+// with no barrier. The stage's pieces are then certified by the barrier that ends the stage
+// before (the last warp's prewaits move there: q, k, v's into fc2 of the layer before, fc1's
+// into proj), except layer 0's q, k, v (a barrier after the start) and lm_head's (its last pieces
+// are issued after the last fc2: a barrier after the refill, the statistics computed before it).
+// fold_numerics.py (CPU, NumPy emulation of both forms on the shipped model): fold's logits
+// within 7.09e-6 / 7.01e-6 of float64 on the probes / random ids, the plain form's 7.57e-6 /
+// 6.36e-6 (fold vs the NumPy float32 reference: 6.68e-6 / 8.58e-6).
+constexpr int kVarW15 = 1, kVarPrewait = 2, kVarKeys = 4, kVarRedux = 8, kVarSlots = 32, kVarLnHoist = 64,
+              kVarFold = 128;
 constexpr int kPrewaitSlots = 8;  // the ring's slots kVarPrewait needs (see above)
 
 bool rows_arch(const MegaDims& d) {
@@ -151,10 +166,24 @@ __host__ __device__ inline unsigned piece_bytes(const RowsLayout& S, int L, int 
 
 // ---- the image: pack ----
 
-// Block 0: the small vectors; block 1 + i: piece i (the image is zeroed first: padding defined).
+// The image holds two images of one layout, each piece_offset(S, S.pieces) floats (fold_base):
+// the plain one (every variant but fold reads it), then kVarFold's, the LayerNorms before q, k,
+// v, fc1 and lm_head folded into their weights (gpt_mega_rows_pack writes both, so the image does
+// not depend on the variant a launch later takes). For y = LN(x) W^T + b, LN(x)_k = (x_k - mean)
+// rstd g_k + beta_k: y_n = rstd (sum_k W'_nk x_k - mean s_n) + c_n, with W'_nk = fl(W_nk g_k)
+// in the piece's row n (in place of W), s_n = fl(sum_k W'_nk) in the row's first padding float
+// (row n, column kC), c_n = fl(sum_k W_nk beta_k + b_n) in place of the bias in the small vectors
+// (kQkvb, kFc1b, kLmb); the sums in double, rounded once. The other pieces and vectors as plain.
+__host__ __device__ inline int64_t fold_base(const RowsLayout& S) { return piece_offset(S, S.pieces); }
+
+// Block 0: the small vectors; block 1 + i: piece i (the image is zeroed first: padding defined);
+// blocks 1 + pieces + ..: the same for kVarFold's image, at fold_base.
 __global__ void gpt_mega_rows_pack_kernel(const __grid_constant__ MegaParams p, float* image) {
   const MegaDims& d = p.dims;
   const RowsLayout S(d, 1);
+  const bool fold = static_cast<int>(blockIdx.x) > S.pieces;
+  const int blk = static_cast<int>(blockIdx.x) - (fold ? 1 + S.pieces : 0);
+  if (fold) image += fold_base(S);
   auto vec = [&](float* dst, const float* src, int n) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
   };
@@ -162,39 +191,75 @@ __global__ void gpt_mega_rows_pack_kernel(const __grid_constant__ MegaParams p, 
   auto rows64 = [&](float* dst, const float* W, int rows) {
     for (int i = threadIdx.x; i < rows * kC; i += blockDim.x) dst[(i / kC) * kLd + i % kC] = W[i];
   };
-  if (blockIdx.x == 0) {
+  // kVarFold: rows n of W' = W g (row stride kLd), s_n in column kC
+  auto rows64_fold = [&](float* dst, const float* W, const float* g, int rows) {
+    for (int i = threadIdx.x; i < rows * kC; i += blockDim.x) dst[(i / kC) * kLd + i % kC] = W[i] * g[i % kC];
+    for (int n = threadIdx.x; n < rows; n += blockDim.x) {
+      double s = 0.0;
+      for (int k = 0; k < kC; ++k) s += static_cast<double>(W[n * kC + k] * g[k]);
+      dst[n * kLd + kC] = static_cast<float>(s);
+    }
+  };
+  // kVarFold: c_n = sum_k W_nk beta_k + b_n for n < n_out, in place of the bias
+  auto bias_fold = [&](float* dst, const float* W, const float* beta, const float* bias, int n_out) {
+    for (int n = threadIdx.x; n < n_out; n += blockDim.x) {
+      double c = 0.0;
+      for (int k = 0; k < kC; ++k) c += static_cast<double>(W[static_cast<int64_t>(n) * kC + k]) * beta[k];
+      dst[n] = static_cast<float>(c + static_cast<double>(bias[n]));
+    }
+  };
+  if (blk == 0) {
     for (int l = 0; l < d.L; ++l) {
       const MegaLayer& w = p.layers[l];
       float* s = image + l * kSmallLayer;
       vec(s + kLn1w, w.ln1_weight, kC);
       vec(s + kLn1b, w.ln1_bias, kC);
-      vec(s + kQkvb, w.qkv_bias, 3 * kC);
+      if (fold)
+        bias_fold(s + kQkvb, w.qkv_weight, w.ln1_bias, w.qkv_bias, 3 * kC);
+      else
+        vec(s + kQkvb, w.qkv_bias, 3 * kC);
       vec(s + kProjb, w.proj_bias, kC);
       vec(s + kLn2w, w.ln2_weight, kC);
       vec(s + kLn2b, w.ln2_bias, kC);
-      vec(s + kFc1b, w.fc1_bias, kF);
+      if (fold)
+        bias_fold(s + kFc1b, w.fc1_weight, w.ln2_bias, w.fc1_bias, kF);
+      else
+        vec(s + kFc1b, w.fc1_bias, kF);
       vec(s + kFc2b, w.fc2_bias, kC);
     }
     float* hd = image + d.L * kSmallLayer;
     vec(hd + kLnfw, p.ln_f_weight, kC);
     vec(hd + kLnfb, p.ln_f_bias, kC);
-    vec(hd + kLmb, p.lm_head_bias, d.V);
+    if (fold)
+      bias_fold(hd + kLmb, p.lm_head_weight, p.ln_f_bias, p.lm_head_bias, d.V);
+    else
+      vec(hd + kLmb, p.lm_head_bias, d.V);
     return;
   }
-  const int i = static_cast<int>(blockIdx.x) - 1, l = i / kPiecesPerLayer, j = i % kPiecesPerLayer;
+  const int i = blk - 1, l = i / kPiecesPerLayer, j = i % kPiecesPerLayer;
   float* dst = image + piece_offset(S, i);
   if (l >= d.L) {  // lm_head rows [64 jl, 64 jl + 64)
     const int jl = i - d.L * kPiecesPerLayer, n0 = jl * kPieceRows;
-    rows64(dst, p.lm_head_weight + static_cast<int64_t>(n0) * kC, min(kPieceRows, d.V - n0));
+    const float* W = p.lm_head_weight + static_cast<int64_t>(n0) * kC;
+    if (fold)
+      rows64_fold(dst, W, p.ln_f_weight, min(kPieceRows, d.V - n0));
+    else
+      rows64(dst, W, min(kPieceRows, d.V - n0));
     return;
   }
   const MegaLayer& w = p.layers[l];
   if (j < kPieceProj) {
-    rows64(dst, w.qkv_weight + j * kPieceRows * kC, kPieceRows);
+    if (fold)
+      rows64_fold(dst, w.qkv_weight + j * kPieceRows * kC, w.ln1_weight, kPieceRows);
+    else
+      rows64(dst, w.qkv_weight + j * kPieceRows * kC, kPieceRows);
   } else if (j == kPieceProj) {
     rows64(dst, w.proj_weight, kPieceRows);
   } else if (j < kPieceFc2) {
-    rows64(dst, w.fc1_weight + (j - kPieceFc1) * kPieceRows * kC, kPieceRows);
+    if (fold)
+      rows64_fold(dst, w.fc1_weight + (j - kPieceFc1) * kPieceRows * kC, w.ln2_weight, kPieceRows);
+    else
+      rows64(dst, w.fc1_weight + (j - kPieceFc1) * kPieceRows * kC, kPieceRows);
   } else {  // fc2 rows [16 jf, 16 jf + 16), k = 256 as 4 slices of 64, each padded to 68
     const float* W = w.fc2_weight + (j - kPieceFc2) * kFc2Rows * kF;
     for (int e = threadIdx.x; e < kFc2Rows * kF; e += blockDim.x) {
@@ -236,6 +301,16 @@ __device__ __forceinline__ void layernorm_row1(const float* x, float* out, const
 #pragma unroll
     for (int e = 0; e < 4; ++e) out[sub + 16 * e] = (v[e] - st.x) * st.y * wv[e] + bv[e];
   }
+}
+
+// kVarFold: the one-row LayerNorm's (mean, 1/sigma) of x in every lane of the calling warp (the
+// whole warp: layernorm_row1's loads and statistics, both half-warps alike).
+__device__ __forceinline__ float2 fold_stats(const float* x, float eps) {
+  const int sub = threadIdx.x & 15;
+  float v[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) v[e] = x[sub + 16 * e];
+  return row_stats<16, 4>(v, kC, eps);
 }
 
 // ---- diagnostics: stage timestamps (MINIGPT_MEGA_TRACE=1 selects the kTrace instance). The
@@ -488,7 +563,13 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     else
       layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, w, bb, p.eps);
   };
-  const Ring<kTrace, kVar> ring{sm + S.ring, bars, p.image, S, L, V, stamp};
+  constexpr bool kFold = (kVar & kVarFold) != 0;
+  static_assert(!kFold || (RP == 1 && (kVar & kVarSlots) != 0), "kVarFold: one row per CTA, with kVarSlots' prewaits");
+  const float* img = kFold ? p.image + fold_base(S) : p.image;  // kVarFold: the fold image
+  // kVarFold's epilogue: LN(x) W^T + b from the chain's sum over the raw x (st: (mean, rstd); s,
+  // c: the column's folded sum and bias)
+  auto unfold = [](float2 st, float dot, float s, float c) { return fmaf(st.y, fmaf(-st.x, s, dot), c); };
+  const Ring<kTrace, kVar> ring{sm + S.ring, bars, img, S, L, V, stamp};
   static_assert(RP == 1 || (kVar & (kVarLnHoist | kVarSlots)) == 0, "kVarLnHoist, kVarSlots: one row per CTA");
   static_assert(((kVar & kVarPrewait) != 0) == ((kVar & kVarSlots) != 0), "kVarPrewait and kVarSlots come together");
   // A GEMM stage's piece i0 + j (i0 = pi, the layer's first piece, or the head's; kVarSlots:
@@ -525,7 +606,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       for (int i = 0; i < kBars; ++i) detail::mbarrier_init_unfenced(&bars[i]);
       detail::fence_mbarrier_init();
       detail::mbarrier_arrive_expect_tx(&bars[kBarSmall], S.small * 4u);
-      detail::bulk_load(sm, p.image, S.small * 4u, &bars[kBarSmall]);
+      detail::bulk_load(sm, img, S.small * 4u, &bars[kBarSmall]);
     }
     __syncwarp();
     if (lane < ring.copies()) ring.issue(lane);
@@ -550,12 +631,28 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     // q, k, v: a thread per output column (q 0..63, k 64..127, v 128..191) for all rows
     const bool qkv_thread = tid < 3 * kC;
     const int qcol = tid;
-    layernorm(sw + kLn1w, sw + kLn1b);
-    prewait(0, kPieceProj);
-    __syncthreads();
+    if constexpr (kFold) {  // layer l > 0: fc2's barrier before has certified q, k, v's pieces
+      if (l == 0) {
+        prewait(0, kPieceProj);
+        __syncthreads();
+      }
+    } else {
+      layernorm(sw + kLn1w, sw + kLn1b);
+      prewait(0, kPieceProj);
+      __syncthreads();
+    }
     stamp(2 + 8 * l);
     ring.probe(pi + kPieceProj - 1);
-    if (qkv_thread) dot64<RP, kSlotsOn>(ln, kLd, piece(pi, qcol / kPieceRows) + (qcol % kPieceRows) * kLd, acc);
+    const float* wq = qkv_thread ? piece(pi, qcol / kPieceRows) + (qcol % kPieceRows) * kLd : nullptr;
+    float2 st = make_float2(0.0f, 0.0f);  // kVarFold: the row's (mean, rstd), warps of q, k, v
+    if (qkv_thread) {
+      if constexpr (kFold) {
+        st = fold_stats(x, p.eps);  // (qkv_thread: whole warps)
+        dot64<RP, kSlotsOn>(x, kLd, wq, acc);
+      } else {
+        dot64<RP, kSlotsOn>(ln, kLd, wq, acc);
+      }
+    }
     cluster_wait();  // every CTA has read the previous layer's k, v (layer 0: every CTA runs)
     if (qkv_thread) {
       const int part = qcol / kC, c = qcol % kC;
@@ -563,7 +660,11 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
 #pragma unroll
       for (int i = 0; i < RP; ++i) {
         if (i >= nr) break;
-        const float v = acc[0][i] + bias;
+        float v;
+        if constexpr (kFold)
+          v = unfold(st, acc[0][i], wq[kC], bias);  // bias: c
+        else
+          v = acc[0][i] + bias;
         if (part == 0) {
           qs[i * kLd + c] = v;
         } else {  // to this CTA and every later one (their rows attend to it): lane 4j sends
@@ -640,13 +741,16 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       dot_rows<RP, kDh>(att + s * kDh, kLd, {piece(pi, kPieceProj) + n * kLd + s * kDh}, acc);
       add_slices_residual<RP>(acc, 8, s == 0, sw[kProjb + n], x + n, nr);
     }
+    if constexpr (kFold) prewait(kPieceFc1, kPieceFc2);  // the last warp is idle in proj
     __syncthreads();
     refill(pi, kPieceProj, kPieceFc1);
     stamp(6 + 8 * l);
 
-    layernorm(sw + kLn2w, sw + kLn2b);
-    prewait(kPieceFc1, kPieceFc2);
-    __syncthreads();
+    if constexpr (!kFold) {
+      layernorm(sw + kLn2w, sw + kLn2b);
+      prewait(kPieceFc1, kPieceFc2);
+      __syncthreads();
+    }
     stamp(7 + 8 * l);
 
     // fc1 + GELU: a thread per output column f, into h as 4 slices of 64
@@ -654,11 +758,17 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     ring.probe(pi + kPieceFc2 - 1);
     if (tid < kF) {
       const int f = tid;
-      dot64<RP, kSlotsOn>(ln, kLd, piece(pi, kPieceFc1 + f / kPieceRows) + (f % kPieceRows) * kLd, acc);
-      const float bias = sw[kFc1b + f];
+      const float* wf = piece(pi, kPieceFc1 + f / kPieceRows) + (f % kPieceRows) * kLd;
+      if constexpr (kFold) {
+        st = fold_stats(x, p.eps);  // (tid < kF: whole warps)
+        dot64<RP, kSlotsOn>(x, kLd, wf, acc);
+      } else {
+        dot64<RP, kSlotsOn>(ln, kLd, wf, acc);
+      }
+      const float bias = sw[kFc1b + f];  // kVarFold: c
 #pragma unroll
       for (int i = 0; i < RP; ++i)
-        if (i < nr) h[i * kLdH + (f / kC) * kLd + f % kC] = gelu_erf(acc[0][i] + bias);
+        if (i < nr) h[i * kLdH + (f / kC) * kLd + f % kC] = gelu_erf(kFold ? unfold(st, acc[0][i], wf[kC], bias) : acc[0][i] + bias);
     }
     prewait(kPieceFc2, kPiecesPerLayer);  // the last warp is idle in fc1
     __syncthreads();
@@ -675,6 +785,10 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       dot64<RP, kSlotsOn>(h + s * kLd, kLdH, piece(pi, kPieceFc2 + n / kFc2Rows) + (n % kFc2Rows) * kFc2Ld + s * kLd, acc);
       add_slices_residual<RP>(acc, 1, s == 0, sw[kFc2b + n], x + n, nr);
     }
+    // kVarFold: the next layer's q, k, v pieces (issued by the refills after proj and fc1 at the
+    // latest, as ns >= kPrewaitSlots), by the last warp, idle in fc2
+    if constexpr (kFold)
+      if (l + 1 < L) prewait(kPiecesPerLayer, kPiecesPerLayer + kPieceProj);
     __syncthreads();
     refill(pi, kPieceFc2, kPiecesPerLayer);
     stamp(9 + 8 * l);
@@ -693,7 +807,11 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   // warp order (kWarps per row through shared memory, one CTA barrier each); a NaN logit makes
   // the sum, so the row, NaN
   const float* hd = sm + L * kSmallLayer;
-  layernorm(hd + kLnfw, hd + kLnfb);
+  float2 st_f = make_float2(0.0f, 0.0f);  // kVarFold: ln_f's (mean, rstd), every warp
+  if constexpr (kFold)
+    st_f = fold_stats(x, p.eps);  // before the barrier: lm_head's last pieces land meanwhile
+  else
+    layernorm(hd + kLnfw, hd + kLnfb);
   const int pl = L * kPiecesPerLayer;
   prewait(0, S.lm_pieces);
   __syncthreads();
@@ -704,11 +822,16 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   if (n0 < V) {
     const float* w0 = piece(pl, n0 / kPieceRows) + (n0 % kPieceRows) * kLd;
     const float* w1 = n1 < V ? piece(pl, n1 / kPieceRows) + (n1 % kPieceRows) * kLd : w0;
-    dot_rows<RP, kC, 2, kSlotsOn ? kC / 4 : 4>(ln, kLd, {w0, w1}, lgt);
+    dot_rows<RP, kC, 2, kSlotsOn ? kC / 4 : 4>(kFold ? x : ln, kLd, {w0, w1}, lgt);
 #pragma unroll
     for (int i = 0; i < RP; ++i) {
-      lgt[0][i] += hd[kLmb + n0];
-      lgt[1][i] += n1 < V ? hd[kLmb + n1] : 0.0f;
+      if constexpr (kFold) {  // hd[kLmb + n]: c
+        lgt[0][i] = unfold(st_f, lgt[0][i], w0[kC], hd[kLmb + n0]);
+        lgt[1][i] = n1 < V ? unfold(st_f, lgt[1][i], w1[kC], hd[kLmb + n1]) : lgt[1][i];
+      } else {
+        lgt[0][i] += hd[kLmb + n0];
+        lgt[1][i] += n1 < V ? hd[kLmb + n1] : 0.0f;
+      }
     }
   }
   auto store = [&](float* out, int n, int i, float v) {
@@ -771,14 +894,15 @@ int gpt_mega_rows_variant() {
   if (!v || !*v) return 0;  // bitw (rows14e call 1: 21.57 us; w15 24.03 in rows14d call 1)
   for (int i = 0; i < static_cast<int>(std::size(kMegaRowsVariants)); ++i)
     if (std::strcmp(v, kMegaRowsVariants[i]) == 0) return i;
-  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected bitw (the default) or w15");
+  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected bitw (the default), w15 or fold");
   return 0;
 }
 
 namespace {
 
 // kVar of each of kMegaRowsVariants (rp 1 only; other rp run kVar 0): bitw (the default), w15.
-constexpr int kVariantBits[] = {kVarW15 | kVarPrewait | kVarKeys | kVarRedux | kVarSlots | kVarLnHoist, kVarW15};
+constexpr int kVarBitw = kVarW15 | kVarPrewait | kVarKeys | kVarRedux | kVarSlots | kVarLnHoist;
+constexpr int kVariantBits[] = {kVarBitw, kVarW15, kVarBitw | kVarFold};
 static_assert(std::size(kVariantBits) == std::size(kMegaRowsVariants), "a kVar per variant name");
 
 // The instance for rp rows per CTA (the variants, MINIGPT_MEGA_ROWS_VARIANT: rp 1 only).
@@ -789,6 +913,7 @@ RowsKernel rows_kernel_for(int rp) {
     case 1:
       switch (gpt_mega_rows_variant()) {  // kMegaRowsVariants' order
         case 1: return rows1_kernel<kVariantBits[1]>(trace);
+        case 2: return rows1_kernel<kVariantBits[2]>(trace);
         default: return rows1_kernel<kVariantBits[0]>(trace);
       }
     case 2: return trace ? gpt_mega_rows_kernel<2, true, 0> : gpt_mega_rows_kernel<2, false, 0>;
@@ -834,7 +959,7 @@ int gpt_mega_rows_cluster(const MegaDims& d, int rp) {
 size_t gpt_mega_rows_image_floats(const MegaDims& d) {
   if (!rows_arch(d)) return 0;
   const RowsLayout S(d, 1);
-  return static_cast<size_t>(piece_offset(S, S.pieces));
+  return 2 * static_cast<size_t>(fold_base(S));  // the plain image, then kVarFold's
 }
 
 void gpt_mega_rows_pack(const MegaParams& p, float* image, cudaStream_t stream) {
@@ -842,7 +967,7 @@ void gpt_mega_rows_pack(const MegaParams& p, float* image, cudaStream_t stream) 
   MINIGPT_CUDA_REQUIRE(floats > 0 && image, "gpt_mega_rows_pack: the architecture (C=", p.dims.C, ", H=", p.dims.H,
                        ", F=", p.dims.F, ") is not the one it takes (C 64, H 4, F 256), or the image is null");
   MINIGPT_CUDA_CHECK(cudaMemsetAsync(image, 0, floats * sizeof(float), stream));
-  gpt_mega_rows_pack_kernel<<<1 + RowsLayout(p.dims, 1).pieces, 256, 0, stream>>>(p, image);
+  gpt_mega_rows_pack_kernel<<<2 * (1 + RowsLayout(p.dims, 1).pieces), 256, 0, stream>>>(p, image);
   MINIGPT_CUDA_CHECK(cudaGetLastError());
 }
 
