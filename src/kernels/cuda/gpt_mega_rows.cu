@@ -107,8 +107,16 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // fold_numerics.py (CPU, NumPy emulation of both forms on the shipped model): fold's logits
 // within 7.09e-6 / 7.01e-6 of float64 on the probes / random ids, the plain form's 7.57e-6 /
 // 6.36e-6 (fold vs the NumPy float32 reference: 6.68e-6 / 8.58e-6).
+// kVarSoft1 (variant fold1: fold plus this; not bitwise, the probs' sum in another order): the
+// head's softmax with ONE CTA barrier where the default has two (max, then sum): each warp's max
+// m_w (one redux.sync over the logits as order-preserving ints, as kVarRedux) and its sum s_w of
+// exp(l - m_w) (a butterfly), both written before the barrier; after it, lane w < 16 of every warp
+// takes (m_w, s_w), M = max m_w (one redux.sync), total = sum s_w exp(m_w - M) (a 5-step
+// butterfly: every lane the same value), probs = exp(l - m_w) (exp(m_w - M) / total); the logits
+// stored before the softmax. Off the head's tail: a barrier, the max's 5 shuffle steps and two
+// serial 16-value reads, for one more exp and a division per thread.
 constexpr int kVarW15 = 1, kVarPrewait = 2, kVarKeys = 4, kVarRedux = 8, kVarSlots = 32, kVarLnHoist = 64,
-              kVarFold = 128;
+              kVarFold = 128, kVarSoft1 = 256;
 constexpr int kPrewaitSlots = 8;  // the ring's slots kVarPrewait needs (see above)
 
 bool rows_arch(const MegaDims& d) {
@@ -321,7 +329,10 @@ __device__ __forceinline__ float2 fold_stats(const float* x, float eps) {
 // piece (Ring::probe), so the bracket is the time from the stage's start until all its weights
 // had landed; the stage minus the bracket is its arithmetic after the last piece. The probe
 // delays thread 0's own chain by that wait, at most the stage's weight wait). ----
-constexpr int kRowsTraceSlots = 2 + 8 * kMegaMaxLayers + 3;
+// The head's stamps (after ln_f's barrier, slot 2 + 8 L): thread 0's lm_head chains done (3 +
+// 8 L), the softmax's max barrier passed (4 + 8 L), its sum barrier passed (5 + 8 L); the report
+// prints them as the head line's [chains, max, sum, probs + stores] when the probs were made.
+constexpr int kRowsTraceSlots = 2 + 8 * kMegaMaxLayers + 4;
 constexpr unsigned kRowsTraceEvery = 400;
 __device__ long long g_rows_trace[kRowsTraceSlots];
 __device__ long long g_rows_waited[kRowsTraceSlots];
@@ -340,7 +351,7 @@ struct Stamps {
       }
     }
   }
-  __device__ void report(int L, int R, int rp) const {
+  __device__ void report(int L, int R, int rp, bool probs) const {
     if constexpr (kTrace) {
       if (!on) return;
       long long ns;
@@ -359,8 +370,14 @@ struct Stamps {
                t[u + 7] - t[u + 6], w[u + 7] - w[u + 6]);
       }
       const int h = 2 + 8 * L;
-      printf("TRACE  head: lnf %lld lm_head + softmax + stores %lld (%lld)\n", t[h] - t[h - 1], end - t[h],
-             waited - w[h]);
+      if (probs)
+        printf("TRACE  head: lnf %lld lm_head + softmax + stores %lld (%lld) [chains %lld max %lld sum %lld probs+stores "
+               "%lld]\n",
+               t[h] - t[h - 1], end - t[h], waited - w[h], t[h + 1] - t[h], t[h + 2] - t[h + 1], t[h + 3] - t[h + 2],
+               end - t[h + 3]);
+      else
+        printf("TRACE  head: lnf %lld lm_head + stores %lld (%lld) (no probs)\n", t[h] - t[h - 1], end - t[h],
+               waited - w[h]);
     }
   }
 };
@@ -834,6 +851,10 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       }
     }
   }
+  if constexpr (kTrace) {  // thread 0's chains done (clock64 after its logits exist)
+    if (stamp.on) asm volatile("" ::"f"(lgt[0][0]), "f"(lgt[1][0]));
+  }
+  stamp(3 + 8 * L);
   auto store = [&](float* out, int n, int i, float v) {
     if (n < V && i < nr) out[(row0 + i) * V + n] = v;
   };
@@ -843,41 +864,77 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       store(p.logits, n0, i, lgt[0][i]);
       store(p.logits, n1, i, lgt[1][i]);
     }
-    stamp.report(L, R, RP);
+    stamp.report(L, R, RP, false);
     return;
   }
   float* red = sm + S.red;  // (2, RP, kWarps): the warps' maxima, then their sums
-  float mx[RP], e[2][RP], sum[RP];
+  if constexpr ((kVar & kVarSoft1) != 0) {
+    static_assert(RP == 1, "kVarSoft1: one row per CTA");
+    // a float as an int in the floats' order (key_prob's mapping), and back
+    auto key = [](float f) {
+      const int b = __float_as_int(f);
+      return b >= 0 ? b : b ^ 0x7fffffff;
+    };
+    auto unkey = [](int k) { return __int_as_float(k >= 0 ? k : k ^ 0x7fffffff); };
+    store(p.logits, n0, 0, lgt[0][0]);
+    store(p.logits, n1, 0, lgt[1][0]);
+    const float l0 = n0 < V ? lgt[0][0] : -CUDART_INF_F, l1 = n1 < V ? lgt[1][0] : -CUDART_INF_F;
+    const float mw = unkey(__reduce_max_sync(0xffffffffu, max(key(l0), key(l1))));
+    const float e0 = n0 < V ? expf(l0 - mw) : 0.0f, e1 = n1 < V ? expf(l1 - mw) : 0.0f;
+    float sw = e0 + e1;
 #pragma unroll
-  for (int i = 0; i < RP; ++i) {
-    mx[i] = n0 < V ? lgt[0][i] : -CUDART_INF_F;
-    if (n1 < V) mx[i] = fmaxf(mx[i], lgt[1][i]);
-    for (int off = 16; off > 0; off >>= 1) mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], off));
-    if (lane == 0) red[i * kWarps + warp] = mx[i];
-  }
-  __syncthreads();
+    for (int off = 16; off > 0; off >>= 1) sw += __shfl_xor_sync(0xffffffffu, sw, off);
+    if (lane == 0) {
+      red[warp] = mw;
+      red[kWarps + warp] = sw;
+    }
+    __syncthreads();
+    stamp(4 + 8 * L);
+    stamp(5 + 8 * L);
+    const float mk = lane < kWarps ? red[lane] : -CUDART_INF_F;
+    const float M = unkey(__reduce_max_sync(0xffffffffu, key(mk)));
+    float total = lane < kWarps ? red[kWarps + lane] * expf(mk - M) : 0.0f;
 #pragma unroll
-  for (int i = 0; i < RP; ++i) {
-    float m = red[i * kWarps];
-    for (int w = 1; w < kWarps; ++w) m = fmaxf(m, red[i * kWarps + w]);
-    e[0][i] = n0 < V ? expf(lgt[0][i] - m) : 0.0f;
-    e[1][i] = n1 < V ? expf(lgt[1][i] - m) : 0.0f;
-    sum[i] = e[0][i] + e[1][i];
-    for (int off = 16; off > 0; off >>= 1) sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], off);
-    if (lane == 0) red[(RP + i) * kWarps + warp] = sum[i];
-  }
-  __syncthreads();
+    for (int off = 16; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
+    const float scale = expf(mw - M) / total;
+    store(p.probs, n0, 0, e0 * scale);
+    store(p.probs, n1, 0, e1 * scale);
+    stamp.report(L, R, RP, true);
+  } else {
+    float mx[RP], e[2][RP], sum[RP];
 #pragma unroll
-  for (int i = 0; i < RP; ++i) {
-    float total = red[(RP + i) * kWarps];
-    for (int w = 1; w < kWarps; ++w) total += red[(RP + i) * kWarps + w];
-    const float inv = 1.0f / total;
-    store(p.logits, n0, i, lgt[0][i]);
-    store(p.logits, n1, i, lgt[1][i]);
-    store(p.probs, n0, i, e[0][i] * inv);
-    store(p.probs, n1, i, e[1][i] * inv);
+    for (int i = 0; i < RP; ++i) {
+      mx[i] = n0 < V ? lgt[0][i] : -CUDART_INF_F;
+      if (n1 < V) mx[i] = fmaxf(mx[i], lgt[1][i]);
+      for (int off = 16; off > 0; off >>= 1) mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], off));
+      if (lane == 0) red[i * kWarps + warp] = mx[i];
+    }
+    __syncthreads();
+    stamp(4 + 8 * L);
+#pragma unroll
+    for (int i = 0; i < RP; ++i) {
+      float m = red[i * kWarps];
+      for (int w = 1; w < kWarps; ++w) m = fmaxf(m, red[i * kWarps + w]);
+      e[0][i] = n0 < V ? expf(lgt[0][i] - m) : 0.0f;
+      e[1][i] = n1 < V ? expf(lgt[1][i] - m) : 0.0f;
+      sum[i] = e[0][i] + e[1][i];
+      for (int off = 16; off > 0; off >>= 1) sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], off);
+      if (lane == 0) red[(RP + i) * kWarps + warp] = sum[i];
+    }
+    __syncthreads();
+    stamp(5 + 8 * L);
+#pragma unroll
+    for (int i = 0; i < RP; ++i) {
+      float total = red[(RP + i) * kWarps];
+      for (int w = 1; w < kWarps; ++w) total += red[(RP + i) * kWarps + w];
+      const float inv = 1.0f / total;
+      store(p.logits, n0, i, lgt[0][i]);
+      store(p.logits, n1, i, lgt[1][i]);
+      store(p.probs, n0, i, e[0][i] * inv);
+      store(p.probs, n1, i, e[1][i] * inv);
+    }
+    stamp.report(L, R, RP, true);
   }
-  stamp.report(L, R, RP);
 }
 
 using RowsKernel = void (*)(MegaParams);
@@ -894,15 +951,16 @@ int gpt_mega_rows_variant() {
   if (!v || !*v) return 0;  // bitw (rows14e call 1: 21.57 us; w15 24.03 in rows14d call 1)
   for (int i = 0; i < static_cast<int>(std::size(kMegaRowsVariants)); ++i)
     if (std::strcmp(v, kMegaRowsVariants[i]) == 0) return i;
-  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected bitw (the default), w15 or fold");
+  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected bitw (the default), w15, fold or fold1");
   return 0;
 }
 
 namespace {
 
-// kVar of each of kMegaRowsVariants (rp 1 only; other rp run kVar 0): bitw (the default), w15.
+// kVar of each of kMegaRowsVariants (rp 1 only; other rp run kVar 0): bitw (the default), w15,
+// fold, fold1.
 constexpr int kVarBitw = kVarW15 | kVarPrewait | kVarKeys | kVarRedux | kVarSlots | kVarLnHoist;
-constexpr int kVariantBits[] = {kVarBitw, kVarW15, kVarBitw | kVarFold};
+constexpr int kVariantBits[] = {kVarBitw, kVarW15, kVarBitw | kVarFold, kVarBitw | kVarFold | kVarSoft1};
 static_assert(std::size(kVariantBits) == std::size(kMegaRowsVariants), "a kVar per variant name");
 
 // The instance for rp rows per CTA (the variants, MINIGPT_MEGA_ROWS_VARIANT: rp 1 only).
@@ -914,6 +972,7 @@ RowsKernel rows_kernel_for(int rp) {
       switch (gpt_mega_rows_variant()) {  // kMegaRowsVariants' order
         case 1: return rows1_kernel<kVariantBits[1]>(trace);
         case 2: return rows1_kernel<kVariantBits[2]>(trace);
+        case 3: return rows1_kernel<kVariantBits[3]>(trace);
         default: return rows1_kernel<kVariantBits[0]>(trace);
       }
     case 2: return trace ? gpt_mega_rows_kernel<2, true, 0> : gpt_mega_rows_kernel<2, false, 0>;

@@ -124,10 +124,11 @@ constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // fc1 and lm_head folded into those matmuls (W' = W g, s = sum W', c = W beta + b packed once
 // in a second image beside the plain one; y = rstd (W' x - mean s) + c), their one-row
 // LayerNorm stages and barriers removed, each GEMM warp computing the row's statistics beside its
-// chain (gpt_mega_rows.cu's kVarFold).
-inline constexpr const char* kMegaRowsVariants[] = {"bitw", "w15", "fold"};
+// chain (gpt_mega_rows.cu's kVarFold). fold1: fold, and the head's softmax with one CTA barrier
+// instead of two (per-warp max and sum combined after it; kVarSoft1; the probs not bitwise fold's).
+inline constexpr const char* kMegaRowsVariants[] = {"bitw", "w15", "fold", "fold1"};
 // Whether each variant computes bitwise the default's logits and probs (model_cuda_test asserts it).
-inline constexpr bool kMegaRowsVariantBitwise[] = {true, true, false};
+inline constexpr bool kMegaRowsVariantBitwise[] = {true, true, false, false};
 static_assert(std::size(kMegaRowsVariantBitwise) == std::size(kMegaRowsVariants), "a flag per variant");
 // The variant MINIGPT_MEGA_ROWS_VARIANT names (kMegaRowsVariants' index; unset or empty: 0,
 // bitw); an unknown name is an Error. Read at each call (tests switch it between models).
