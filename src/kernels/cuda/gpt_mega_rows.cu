@@ -115,8 +115,20 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // butterfly: every lane the same value), probs = exp(l - m_w) (exp(m_w - M) / total); the logits
 // stored before the softmax. Off the head's tail: a barrier, the max's 5 shuffle steps and two
 // serial 16-value reads, for one more exp and a division per thread.
+// kVarStatWarp (variants foldw, foldw1: with kVarFold): the statistics of the row before q, k, v
+// and before fc1 computed by ONE idle warp (kStatWarp, idle in both stages), not by every GEMM
+// warp: it writes (mean, rstd) to shared memory and arrives on a named barrier that the GEMM
+// warps sync on only in their epilogue (bar.arrive / bar.sync with a thread count: the
+// producer-consumer form; the barrier orders the write before the reads). Why: in fold's
+// instance (sm_90a SASS, nvdisasm) the compiler put each warp's statistics (4 loads, the double
+// sums and the 4-step double butterfly, its shuffles behind a BRA.DIV convergence check: a basic
+// block of their own) BEFORE the chain's first weight load, ~0.2k cycles on the path of every q,
+// k, v and fc1 stage, instead of beside the chain. The same statistics (fold_stats), bitwise.
 constexpr int kVarW15 = 1, kVarPrewait = 2, kVarKeys = 4, kVarRedux = 8, kVarSlots = 32, kVarLnHoist = 64,
-              kVarFold = 128, kVarSoft1 = 256;
+              kVarFold = 128, kVarSoft1 = 256, kVarStatWarp = 512;
+// kVarStatWarp's warp (idle in q, k, v: warps 0..5, and fc1: warps 0..7; not the last warp, which
+// refills the ring after those stages' barriers) and named barriers (0 is __syncthreads')
+constexpr int kStatWarp = 8, kBarStatsQkv = 1, kBarStatsFc1 = 2;
 constexpr int kPrewaitSlots = 8;  // the ring's slots kVarPrewait needs (see above)
 
 bool rows_arch(const MegaDims& d) {
@@ -319,6 +331,14 @@ __device__ __forceinline__ float2 fold_stats(const float* x, float eps) {
 #pragma unroll
   for (int e = 0; e < 4; ++e) v[e] = x[sub + 16 * e];
   return row_stats<16, 4>(v, kC, eps);
+}
+
+// Named CTA barrier `id` of n threads (whole warps): arrive without waiting (a producer), or wait.
+__device__ __forceinline__ void named_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
 }
 
 // ---- diagnostics: stage timestamps (MINIGPT_MEGA_TRACE=1 selects the kTrace instance). The
@@ -581,6 +601,8 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, w, bb, p.eps);
   };
   constexpr bool kFold = (kVar & kVarFold) != 0;
+  constexpr bool kStatWarp_on = (kVar & kVarStatWarp) != 0;
+  static_assert(!kStatWarp_on || kFold, "kVarStatWarp: with kVarFold");
   static_assert(!kFold || (RP == 1 && (kVar & kVarSlots) != 0), "kVarFold: one row per CTA, with kVarSlots' prewaits");
   const float* img = kFold ? p.image + fold_base(S) : p.image;  // kVarFold: the fold image
   // kVarFold's epilogue: LN(x) W^T + b from the chain's sum over the raw x (st: (mean, rstd); s,
@@ -662,9 +684,17 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     ring.probe(pi + kPieceProj - 1);
     const float* wq = qkv_thread ? piece(pi, qcol / kPieceRows) + (qcol % kPieceRows) * kLd : nullptr;
     float2 st = make_float2(0.0f, 0.0f);  // kVarFold: the row's (mean, rstd), warps of q, k, v
+    float* stats = sm + S.spare;  // kVarStatWarp: (mean, rstd) before q, k, v [0, 2), fc1 [2, 4)
+    if constexpr (kStatWarp_on) {
+      if (warp == kStatWarp) {
+        const float2 sv = fold_stats(x, p.eps);
+        if (lane == 0) *reinterpret_cast<float2*>(stats) = sv;
+        named_arrive(kBarStatsQkv, 32 + 3 * kC);
+      }
+    }
     if (qkv_thread) {
       if constexpr (kFold) {
-        st = fold_stats(x, p.eps);  // (qkv_thread: whole warps)
+        if constexpr (!kStatWarp_on) st = fold_stats(x, p.eps);  // (qkv_thread: whole warps)
         dot64<RP, kSlotsOn>(x, kLd, wq, acc);
       } else {
         dot64<RP, kSlotsOn>(ln, kLd, wq, acc);
@@ -672,6 +702,10 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     }
     cluster_wait();  // every CTA has read the previous layer's k, v (layer 0: every CTA runs)
     if (qkv_thread) {
+      if constexpr (kStatWarp_on) {
+        named_sync(kBarStatsQkv, 32 + 3 * kC);
+        st = *reinterpret_cast<const float2*>(stats);
+      }
       const int part = qcol / kC, c = qcol % kC;
       const float bias = sw[kQkvb + qcol];
 #pragma unroll
@@ -773,12 +807,23 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     // fc1 + GELU: a thread per output column f, into h as 4 slices of 64
     // columns (fc2's k), each padded to 68
     ring.probe(pi + kPieceFc2 - 1);
+    if constexpr (kStatWarp_on) {
+      if (warp == kStatWarp) {
+        const float2 sv = fold_stats(x, p.eps);
+        if (lane == 0) *reinterpret_cast<float2*>(stats + 2) = sv;
+        named_arrive(kBarStatsFc1, 32 + kF);
+      }
+    }
     if (tid < kF) {
       const int f = tid;
       const float* wf = piece(pi, kPieceFc1 + f / kPieceRows) + (f % kPieceRows) * kLd;
       if constexpr (kFold) {
-        st = fold_stats(x, p.eps);  // (tid < kF: whole warps)
+        if constexpr (!kStatWarp_on) st = fold_stats(x, p.eps);  // (tid < kF: whole warps)
         dot64<RP, kSlotsOn>(x, kLd, wf, acc);
+        if constexpr (kStatWarp_on) {
+          named_sync(kBarStatsFc1, 32 + kF);
+          st = *reinterpret_cast<const float2*>(stats + 2);
+        }
       } else {
         dot64<RP, kSlotsOn>(ln, kLd, wf, acc);
       }
@@ -951,16 +996,21 @@ int gpt_mega_rows_variant() {
   if (!v || !*v) return 0;  // bitw (rows14e call 1: 21.57 us; w15 24.03 in rows14d call 1)
   for (int i = 0; i < static_cast<int>(std::size(kMegaRowsVariants)); ++i)
     if (std::strcmp(v, kMegaRowsVariants[i]) == 0) return i;
-  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected bitw (the default), w15, fold or fold1");
+  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected bitw (the default), w15, fold, fold1, foldw or foldw1");
   return 0;
 }
 
 namespace {
 
 // kVar of each of kMegaRowsVariants (rp 1 only; other rp run kVar 0): bitw (the default), w15,
-// fold, fold1.
+// fold, fold1, foldw, foldw1.
 constexpr int kVarBitw = kVarW15 | kVarPrewait | kVarKeys | kVarRedux | kVarSlots | kVarLnHoist;
-constexpr int kVariantBits[] = {kVarBitw, kVarW15, kVarBitw | kVarFold, kVarBitw | kVarFold | kVarSoft1};
+constexpr int kVariantBits[] = {kVarBitw,
+                                kVarW15,
+                                kVarBitw | kVarFold,
+                                kVarBitw | kVarFold | kVarSoft1,
+                                kVarBitw | kVarFold | kVarStatWarp,
+                                kVarBitw | kVarFold | kVarStatWarp | kVarSoft1};
 static_assert(std::size(kVariantBits) == std::size(kMegaRowsVariants), "a kVar per variant name");
 
 // The instance for rp rows per CTA (the variants, MINIGPT_MEGA_ROWS_VARIANT: rp 1 only).
@@ -973,6 +1023,8 @@ RowsKernel rows_kernel_for(int rp) {
         case 1: return rows1_kernel<kVariantBits[1]>(trace);
         case 2: return rows1_kernel<kVariantBits[2]>(trace);
         case 3: return rows1_kernel<kVariantBits[3]>(trace);
+        case 4: return rows1_kernel<kVariantBits[4]>(trace);
+        case 5: return rows1_kernel<kVariantBits[5]>(trace);
         default: return rows1_kernel<kVariantBits[0]>(trace);
       }
     case 2: return trace ? gpt_mega_rows_kernel<2, true, 0> : gpt_mega_rows_kernel<2, false, 0>;

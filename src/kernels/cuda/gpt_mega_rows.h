@@ -126,9 +126,11 @@ constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // LayerNorm stages and barriers removed, each GEMM warp computing the row's statistics beside its
 // chain (gpt_mega_rows.cu's kVarFold). fold1: fold, and the head's softmax with one CTA barrier
 // instead of two (per-warp max and sum combined after it; kVarSoft1; the probs not bitwise fold's).
-inline constexpr const char* kMegaRowsVariants[] = {"bitw", "w15", "fold", "fold1"};
+// foldw, foldw1: fold, fold1 with the statistics before q, k, v and fc1 computed by one idle warp
+// and handed over by a named barrier (kVarStatWarp; bitwise fold's, fold1's).
+inline constexpr const char* kMegaRowsVariants[] = {"bitw", "w15", "fold", "fold1", "foldw", "foldw1"};
 // Whether each variant computes bitwise the default's logits and probs (model_cuda_test asserts it).
-inline constexpr bool kMegaRowsVariantBitwise[] = {true, true, false, false};
+inline constexpr bool kMegaRowsVariantBitwise[] = {true, true, false, false, false, false};
 static_assert(std::size(kMegaRowsVariantBitwise) == std::size(kMegaRowsVariants), "a flag per variant");
 // The variant MINIGPT_MEGA_ROWS_VARIANT names (kMegaRowsVariants' index; unset or empty: 0,
 // bitw); an unknown name is an Error. Read at each call (tests switch it between models).
