@@ -129,6 +129,7 @@ constexpr int kVarW15 = 1, kVarPrewait = 2, kVarKeys = 4, kVarRedux = 8, kVarSlo
 // kVarStatWarp's warp (idle in q, k, v: warps 0..5, and fc1: warps 0..7; not the last warp, which
 // refills the ring after those stages' barriers) and named barriers (0 is __syncthreads')
 constexpr int kStatWarp = 8, kBarStatsQkv = 1, kBarStatsFc1 = 2;
+static_assert(kStatWarp >= 3 * kC / 32 && kStatWarp >= kF / 32 && kStatWarp < kWarps - 1, "kStatWarp: idle, not the last");
 constexpr int kPrewaitSlots = 8;  // the ring's slots kVarPrewait needs (see above)
 
 bool rows_arch(const MegaDims& d) {
