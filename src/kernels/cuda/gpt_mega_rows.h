@@ -112,9 +112,10 @@ constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // unrolled, the softmax's butterflies over 16 lanes for n <= 16 and its max by one redux.sync;
 // each one-row LayerNorm's gain and bias loaded with the row; the 64-k dot loops fully unrolled
 // (gpt_mega_rows.cu's kVar comments). w15: the refills by the last warp only, kept as the A/B
-// baseline (rows14b: 24.13 / 23.94 us against 25.66 / 25.60 with warp 0). Every variant computes
-// bitwise the default's logits, as do the other rp (the refills by warp 0, single pieces, the
-// plain key loop; the same arithmetic): model_cuda_test holds them to it.
+// baseline (rows14b: 24.13 / 23.94 us against 25.66 / 25.60 with warp 0). w15 computes bitwise
+// the default's logits, as do the other rp (the refills by warp 0, single pieces, the plain key
+// loop; the same arithmetic): model_cuda_test holds them to it (kMegaRowsVariantBitwise; the fold
+// variants below: to the CPU only).
 // Measured and removed (gpt_mega_rows.cu's kVar comments, docs/MEGAKERNEL.md "rows"): pair (the
 // ring's copies two pieces each: w15's time, rows14c call 2), prewait alone (24.03: w15's time),
 // pwsplit (q, k, v, fc1, fc2 over two lanes per output, not bitwise: 25.5, slower), pwkeys,
