@@ -93,7 +93,43 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // (row_stats<16, 4>, (v - mean) * rstd * w + b) with the loads issued first.
 // (The values are rows14e's, 16 was lnpart's: the default's instance is the one rows14e measured
 // as bitw, gpt_mega_rows_kernel<1, false, 111>.)
-constexpr int kVarW15 = 1, kVarPrewait = 2, kVarKeys = 4, kVarRedux = 8, kVarSlots = 32, kVarLnHoist = 64;
+// kVarFold (variant fold, issue 14, on bitw's bits; NOT bitwise the default: another order): the
+// LayerNorms before q, k, v, fc1 and lm_head folded into their matmuls (the pack's fold image,
+// fold_base): y_n = fmaf(rstd, fmaf(-mean, s_n, dot_n), c_n), dot_n the thread's 64-FMA chain
+// over the RAW residual row x (W' in the pieces), so the ln1, ln2 and ln_f stages and their CTA
+// barriers go (9 dependent stages per forward at L 4, ~0.5-0.63k cycles each in bitw's trace).
+// Each warp of a GEMM stage computes the row's (mean, rstd) itself beside its chain (fold_stats:
+// layernorm_row1's loads and row_stats<16, 4>, so the same statistics as the default, bitwise),
+// with no barrier. The stage's pieces are then certified by the barrier that ends the stage
+// before (the last warp's prewaits move there: q, k, v's into fc2 of the layer before, fc1's
+// into proj), except layer 0's q, k, v (a barrier after the start) and lm_head's (its last pieces
+// are issued after the last fc2: a barrier after the refill, the statistics computed before it).
+// fold_numerics.py (CPU, NumPy emulation of both forms on the shipped model): fold's logits
+// within 7.09e-6 / 7.01e-6 of float64 on the probes / random ids, the plain form's 7.57e-6 /
+// 6.36e-6 (fold vs the NumPy float32 reference: 6.68e-6 / 8.58e-6).
+// kVarSoft1 (variant fold1: fold plus this; not bitwise, the probs' sum in another order): the
+// head's softmax with ONE CTA barrier where the default has two (max, then sum): each warp's max
+// m_w (one redux.sync over the logits as order-preserving ints, as kVarRedux) and its sum s_w of
+// exp(l - m_w) (a butterfly), both written before the barrier; after it, lane w < 16 of every warp
+// takes (m_w, s_w), M = max m_w (one redux.sync), total = sum s_w exp(m_w - M) (a 5-step
+// butterfly: every lane the same value), probs = exp(l - m_w) (exp(m_w - M) / total); the logits
+// stored before the softmax. Off the head's tail: a barrier, the max's 5 shuffle steps and two
+// serial 16-value reads, for one more exp and a division per thread.
+// kVarStatWarp (variants foldw, foldw1: with kVarFold): the statistics of the row before q, k, v
+// and before fc1 computed by ONE idle warp (kStatWarp, idle in both stages), not by every GEMM
+// warp: it writes (mean, rstd) to shared memory and arrives on a named barrier that the GEMM
+// warps sync on only in their epilogue (bar.arrive / bar.sync with a thread count: the
+// producer-consumer form; the barrier orders the write before the reads). Why: in fold's
+// instance (sm_90a SASS, nvdisasm) the compiler put each warp's statistics (4 loads, the double
+// sums and the 4-step double butterfly, its shuffles behind a BRA.DIV convergence check: a basic
+// block of their own) BEFORE the chain's first weight load, ~0.2k cycles on the path of every q,
+// k, v and fc1 stage, instead of beside the chain. The same statistics (fold_stats), bitwise.
+constexpr int kVarW15 = 1, kVarPrewait = 2, kVarKeys = 4, kVarRedux = 8, kVarSlots = 32, kVarLnHoist = 64,
+              kVarFold = 128, kVarSoft1 = 256, kVarStatWarp = 512;
+// kVarStatWarp's warp (idle in q, k, v: warps 0..5, and fc1: warps 0..7; not the last warp, which
+// refills the ring after those stages' barriers) and named barriers (0 is __syncthreads')
+constexpr int kStatWarp = 8, kBarStatsQkv = 1, kBarStatsFc1 = 2;
+static_assert(kStatWarp >= 3 * kC / 32 && kStatWarp >= kF / 32 && kStatWarp < kWarps - 1, "kStatWarp: idle, not the last");
 constexpr int kPrewaitSlots = 8;  // the ring's slots kVarPrewait needs (see above)
 
 bool rows_arch(const MegaDims& d) {
@@ -151,10 +187,24 @@ __host__ __device__ inline unsigned piece_bytes(const RowsLayout& S, int L, int 
 
 // ---- the image: pack ----
 
-// Block 0: the small vectors; block 1 + i: piece i (the image is zeroed first: padding defined).
+// The image holds two images of one layout, each piece_offset(S, S.pieces) floats (fold_base):
+// the plain one (every variant but fold reads it), then kVarFold's, the LayerNorms before q, k,
+// v, fc1 and lm_head folded into their weights (gpt_mega_rows_pack writes both, so the image does
+// not depend on the variant a launch later takes). For y = LN(x) W^T + b, LN(x)_k = (x_k - mean)
+// rstd g_k + beta_k: y_n = rstd (sum_k W'_nk x_k - mean s_n) + c_n, with W'_nk = fl(W_nk g_k)
+// in the piece's row n (in place of W), s_n = fl(sum_k W'_nk) in the row's first padding float
+// (row n, column kC), c_n = fl(sum_k W_nk beta_k + b_n) in place of the bias in the small vectors
+// (kQkvb, kFc1b, kLmb); the sums in double, rounded once. The other pieces and vectors as plain.
+__host__ __device__ inline int64_t fold_base(const RowsLayout& S) { return piece_offset(S, S.pieces); }
+
+// Block 0: the small vectors; block 1 + i: piece i (the image is zeroed first: padding defined);
+// blocks 1 + pieces + ..: the same for kVarFold's image, at fold_base.
 __global__ void gpt_mega_rows_pack_kernel(const __grid_constant__ MegaParams p, float* image) {
   const MegaDims& d = p.dims;
   const RowsLayout S(d, 1);
+  const bool fold = static_cast<int>(blockIdx.x) > S.pieces;
+  const int blk = static_cast<int>(blockIdx.x) - (fold ? 1 + S.pieces : 0);
+  if (fold) image += fold_base(S);
   auto vec = [&](float* dst, const float* src, int n) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
   };
@@ -162,39 +212,75 @@ __global__ void gpt_mega_rows_pack_kernel(const __grid_constant__ MegaParams p, 
   auto rows64 = [&](float* dst, const float* W, int rows) {
     for (int i = threadIdx.x; i < rows * kC; i += blockDim.x) dst[(i / kC) * kLd + i % kC] = W[i];
   };
-  if (blockIdx.x == 0) {
+  // kVarFold: rows n of W' = W g (row stride kLd), s_n in column kC
+  auto rows64_fold = [&](float* dst, const float* W, const float* g, int rows) {
+    for (int i = threadIdx.x; i < rows * kC; i += blockDim.x) dst[(i / kC) * kLd + i % kC] = W[i] * g[i % kC];
+    for (int n = threadIdx.x; n < rows; n += blockDim.x) {
+      double s = 0.0;
+      for (int k = 0; k < kC; ++k) s += static_cast<double>(W[n * kC + k] * g[k]);
+      dst[n * kLd + kC] = static_cast<float>(s);
+    }
+  };
+  // kVarFold: c_n = sum_k W_nk beta_k + b_n for n < n_out, in place of the bias
+  auto bias_fold = [&](float* dst, const float* W, const float* beta, const float* bias, int n_out) {
+    for (int n = threadIdx.x; n < n_out; n += blockDim.x) {
+      double c = 0.0;
+      for (int k = 0; k < kC; ++k) c += static_cast<double>(W[static_cast<int64_t>(n) * kC + k]) * beta[k];
+      dst[n] = static_cast<float>(c + static_cast<double>(bias[n]));
+    }
+  };
+  if (blk == 0) {
     for (int l = 0; l < d.L; ++l) {
       const MegaLayer& w = p.layers[l];
       float* s = image + l * kSmallLayer;
       vec(s + kLn1w, w.ln1_weight, kC);
       vec(s + kLn1b, w.ln1_bias, kC);
-      vec(s + kQkvb, w.qkv_bias, 3 * kC);
+      if (fold)
+        bias_fold(s + kQkvb, w.qkv_weight, w.ln1_bias, w.qkv_bias, 3 * kC);
+      else
+        vec(s + kQkvb, w.qkv_bias, 3 * kC);
       vec(s + kProjb, w.proj_bias, kC);
       vec(s + kLn2w, w.ln2_weight, kC);
       vec(s + kLn2b, w.ln2_bias, kC);
-      vec(s + kFc1b, w.fc1_bias, kF);
+      if (fold)
+        bias_fold(s + kFc1b, w.fc1_weight, w.ln2_bias, w.fc1_bias, kF);
+      else
+        vec(s + kFc1b, w.fc1_bias, kF);
       vec(s + kFc2b, w.fc2_bias, kC);
     }
     float* hd = image + d.L * kSmallLayer;
     vec(hd + kLnfw, p.ln_f_weight, kC);
     vec(hd + kLnfb, p.ln_f_bias, kC);
-    vec(hd + kLmb, p.lm_head_bias, d.V);
+    if (fold)
+      bias_fold(hd + kLmb, p.lm_head_weight, p.ln_f_bias, p.lm_head_bias, d.V);
+    else
+      vec(hd + kLmb, p.lm_head_bias, d.V);
     return;
   }
-  const int i = static_cast<int>(blockIdx.x) - 1, l = i / kPiecesPerLayer, j = i % kPiecesPerLayer;
+  const int i = blk - 1, l = i / kPiecesPerLayer, j = i % kPiecesPerLayer;
   float* dst = image + piece_offset(S, i);
   if (l >= d.L) {  // lm_head rows [64 jl, 64 jl + 64)
     const int jl = i - d.L * kPiecesPerLayer, n0 = jl * kPieceRows;
-    rows64(dst, p.lm_head_weight + static_cast<int64_t>(n0) * kC, min(kPieceRows, d.V - n0));
+    const float* W = p.lm_head_weight + static_cast<int64_t>(n0) * kC;
+    if (fold)
+      rows64_fold(dst, W, p.ln_f_weight, min(kPieceRows, d.V - n0));
+    else
+      rows64(dst, W, min(kPieceRows, d.V - n0));
     return;
   }
   const MegaLayer& w = p.layers[l];
   if (j < kPieceProj) {
-    rows64(dst, w.qkv_weight + j * kPieceRows * kC, kPieceRows);
+    if (fold)
+      rows64_fold(dst, w.qkv_weight + j * kPieceRows * kC, w.ln1_weight, kPieceRows);
+    else
+      rows64(dst, w.qkv_weight + j * kPieceRows * kC, kPieceRows);
   } else if (j == kPieceProj) {
     rows64(dst, w.proj_weight, kPieceRows);
   } else if (j < kPieceFc2) {
-    rows64(dst, w.fc1_weight + (j - kPieceFc1) * kPieceRows * kC, kPieceRows);
+    if (fold)
+      rows64_fold(dst, w.fc1_weight + (j - kPieceFc1) * kPieceRows * kC, w.ln2_weight, kPieceRows);
+    else
+      rows64(dst, w.fc1_weight + (j - kPieceFc1) * kPieceRows * kC, kPieceRows);
   } else {  // fc2 rows [16 jf, 16 jf + 16), k = 256 as 4 slices of 64, each padded to 68
     const float* W = w.fc2_weight + (j - kPieceFc2) * kFc2Rows * kF;
     for (int e = threadIdx.x; e < kFc2Rows * kF; e += blockDim.x) {
@@ -238,6 +324,24 @@ __device__ __forceinline__ void layernorm_row1(const float* x, float* out, const
   }
 }
 
+// kVarFold: the one-row LayerNorm's (mean, 1/sigma) of x in every lane of the calling warp (the
+// whole warp: layernorm_row1's loads and statistics, both half-warps alike).
+__device__ __forceinline__ float2 fold_stats(const float* x, float eps) {
+  const int sub = threadIdx.x & 15;
+  float v[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) v[e] = x[sub + 16 * e];
+  return row_stats<16, 4>(v, kC, eps);
+}
+
+// Named CTA barrier `id` of n threads (whole warps): arrive without waiting (a producer), or wait.
+__device__ __forceinline__ void named_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+
 // ---- diagnostics: stage timestamps (MINIGPT_MEGA_TRACE=1 selects the kTrace instance). The
 // last CTA of cluster 0 (it waits for every other CTA's keys) stamps clock64 at each stage's end,
 // and the cycles its thread 0 spent waiting for weight pieces so far (Ring::wait); launch
@@ -246,7 +350,10 @@ __device__ __forceinline__ void layernorm_row1(const float* x, float* out, const
 // piece (Ring::probe), so the bracket is the time from the stage's start until all its weights
 // had landed; the stage minus the bracket is its arithmetic after the last piece. The probe
 // delays thread 0's own chain by that wait, at most the stage's weight wait). ----
-constexpr int kRowsTraceSlots = 2 + 8 * kMegaMaxLayers + 3;
+// The head's stamps (after ln_f's barrier, slot 2 + 8 L): thread 0's lm_head chains done (3 +
+// 8 L), the softmax's max barrier passed (4 + 8 L), its sum barrier passed (5 + 8 L); the report
+// prints them as the head line's [chains, max, sum, probs + stores] when the probs were made.
+constexpr int kRowsTraceSlots = 2 + 8 * kMegaMaxLayers + 4;
 constexpr unsigned kRowsTraceEvery = 400;
 __device__ long long g_rows_trace[kRowsTraceSlots];
 __device__ long long g_rows_waited[kRowsTraceSlots];
@@ -265,7 +372,7 @@ struct Stamps {
       }
     }
   }
-  __device__ void report(int L, int R, int rp) const {
+  __device__ void report(int L, int R, int rp, bool probs) const {
     if constexpr (kTrace) {
       if (!on) return;
       long long ns;
@@ -284,8 +391,14 @@ struct Stamps {
                t[u + 7] - t[u + 6], w[u + 7] - w[u + 6]);
       }
       const int h = 2 + 8 * L;
-      printf("TRACE  head: lnf %lld lm_head + softmax + stores %lld (%lld)\n", t[h] - t[h - 1], end - t[h],
-             waited - w[h]);
+      if (probs)
+        printf("TRACE  head: lnf %lld lm_head + softmax + stores %lld (%lld) [chains %lld max %lld sum %lld probs+stores "
+               "%lld]\n",
+               t[h] - t[h - 1], end - t[h], waited - w[h], t[h + 1] - t[h], t[h + 2] - t[h + 1], t[h + 3] - t[h + 2],
+               end - t[h + 3]);
+      else
+        printf("TRACE  head: lnf %lld lm_head + stores %lld (%lld) (no probs)\n", t[h] - t[h - 1], end - t[h],
+               waited - w[h]);
     }
   }
 };
@@ -488,7 +601,15 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     else
       layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, w, bb, p.eps);
   };
-  const Ring<kTrace, kVar> ring{sm + S.ring, bars, p.image, S, L, V, stamp};
+  constexpr bool kFold = (kVar & kVarFold) != 0;
+  constexpr bool kStatWarp_on = (kVar & kVarStatWarp) != 0;
+  static_assert(!kStatWarp_on || kFold, "kVarStatWarp: with kVarFold");
+  static_assert(!kFold || (RP == 1 && (kVar & kVarSlots) != 0), "kVarFold: one row per CTA, with kVarSlots' prewaits");
+  const float* img = kFold ? p.image + fold_base(S) : p.image;  // kVarFold: the fold image
+  // kVarFold's epilogue: LN(x) W^T + b from the chain's sum over the raw x (st: (mean, rstd); s,
+  // c: the column's folded sum and bias)
+  auto unfold = [](float2 st, float dot, float s, float c) { return fmaf(st.y, fmaf(-st.x, s, dot), c); };
+  const Ring<kTrace, kVar> ring{sm + S.ring, bars, img, S, L, V, stamp};
   static_assert(RP == 1 || (kVar & (kVarLnHoist | kVarSlots)) == 0, "kVarLnHoist, kVarSlots: one row per CTA");
   static_assert(((kVar & kVarPrewait) != 0) == ((kVar & kVarSlots) != 0), "kVarPrewait and kVarSlots come together");
   // A GEMM stage's piece i0 + j (i0 = pi, the layer's first piece, or the head's; kVarSlots:
@@ -525,7 +646,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       for (int i = 0; i < kBars; ++i) detail::mbarrier_init_unfenced(&bars[i]);
       detail::fence_mbarrier_init();
       detail::mbarrier_arrive_expect_tx(&bars[kBarSmall], S.small * 4u);
-      detail::bulk_load(sm, p.image, S.small * 4u, &bars[kBarSmall]);
+      detail::bulk_load(sm, img, S.small * 4u, &bars[kBarSmall]);
     }
     __syncwarp();
     if (lane < ring.copies()) ring.issue(lane);
@@ -550,20 +671,52 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     // q, k, v: a thread per output column (q 0..63, k 64..127, v 128..191) for all rows
     const bool qkv_thread = tid < 3 * kC;
     const int qcol = tid;
-    layernorm(sw + kLn1w, sw + kLn1b);
-    prewait(0, kPieceProj);
-    __syncthreads();
+    if constexpr (kFold) {  // layer l > 0: fc2's barrier before has certified q, k, v's pieces
+      if (l == 0) {
+        prewait(0, kPieceProj);
+        __syncthreads();
+      }
+    } else {
+      layernorm(sw + kLn1w, sw + kLn1b);
+      prewait(0, kPieceProj);
+      __syncthreads();
+    }
     stamp(2 + 8 * l);
     ring.probe(pi + kPieceProj - 1);
-    if (qkv_thread) dot64<RP, kSlotsOn>(ln, kLd, piece(pi, qcol / kPieceRows) + (qcol % kPieceRows) * kLd, acc);
+    const float* wq = qkv_thread ? piece(pi, qcol / kPieceRows) + (qcol % kPieceRows) * kLd : nullptr;
+    float2 st = make_float2(0.0f, 0.0f);  // kVarFold: the row's (mean, rstd), warps of q, k, v
+    float* stats = sm + S.spare;  // kVarStatWarp: (mean, rstd) before q, k, v [0, 2), fc1 [2, 4)
+    if constexpr (kStatWarp_on) {
+      if (warp == kStatWarp) {
+        const float2 sv = fold_stats(x, p.eps);
+        if (lane == 0) *reinterpret_cast<float2*>(stats) = sv;
+        named_arrive(kBarStatsQkv, 32 + 3 * kC);
+      }
+    }
+    if (qkv_thread) {
+      if constexpr (kFold) {
+        if constexpr (!kStatWarp_on) st = fold_stats(x, p.eps);  // (qkv_thread: whole warps)
+        dot64<RP, kSlotsOn>(x, kLd, wq, acc);
+      } else {
+        dot64<RP, kSlotsOn>(ln, kLd, wq, acc);
+      }
+    }
     cluster_wait();  // every CTA has read the previous layer's k, v (layer 0: every CTA runs)
     if (qkv_thread) {
+      if constexpr (kStatWarp_on) {
+        named_sync(kBarStatsQkv, 32 + 3 * kC);
+        st = *reinterpret_cast<const float2*>(stats);
+      }
       const int part = qcol / kC, c = qcol % kC;
       const float bias = sw[kQkvb + qcol];
 #pragma unroll
       for (int i = 0; i < RP; ++i) {
         if (i >= nr) break;
-        const float v = acc[0][i] + bias;
+        float v;
+        if constexpr (kFold)
+          v = unfold(st, acc[0][i], wq[kC], bias);  // bias: c
+        else
+          v = acc[0][i] + bias;
         if (part == 0) {
           qs[i * kLd + c] = v;
         } else {  // to this CTA and every later one (their rows attend to it): lane 4j sends
@@ -640,25 +793,45 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       dot_rows<RP, kDh>(att + s * kDh, kLd, {piece(pi, kPieceProj) + n * kLd + s * kDh}, acc);
       add_slices_residual<RP>(acc, 8, s == 0, sw[kProjb + n], x + n, nr);
     }
+    if constexpr (kFold) prewait(kPieceFc1, kPieceFc2);  // the last warp is idle in proj
     __syncthreads();
     refill(pi, kPieceProj, kPieceFc1);
     stamp(6 + 8 * l);
 
-    layernorm(sw + kLn2w, sw + kLn2b);
-    prewait(kPieceFc1, kPieceFc2);
-    __syncthreads();
+    if constexpr (!kFold) {
+      layernorm(sw + kLn2w, sw + kLn2b);
+      prewait(kPieceFc1, kPieceFc2);
+      __syncthreads();
+    }
     stamp(7 + 8 * l);
 
     // fc1 + GELU: a thread per output column f, into h as 4 slices of 64
     // columns (fc2's k), each padded to 68
     ring.probe(pi + kPieceFc2 - 1);
+    if constexpr (kStatWarp_on) {
+      if (warp == kStatWarp) {
+        const float2 sv = fold_stats(x, p.eps);
+        if (lane == 0) *reinterpret_cast<float2*>(stats + 2) = sv;
+        named_arrive(kBarStatsFc1, 32 + kF);
+      }
+    }
     if (tid < kF) {
       const int f = tid;
-      dot64<RP, kSlotsOn>(ln, kLd, piece(pi, kPieceFc1 + f / kPieceRows) + (f % kPieceRows) * kLd, acc);
-      const float bias = sw[kFc1b + f];
+      const float* wf = piece(pi, kPieceFc1 + f / kPieceRows) + (f % kPieceRows) * kLd;
+      if constexpr (kFold) {
+        if constexpr (!kStatWarp_on) st = fold_stats(x, p.eps);  // (tid < kF: whole warps)
+        dot64<RP, kSlotsOn>(x, kLd, wf, acc);
+        if constexpr (kStatWarp_on) {
+          named_sync(kBarStatsFc1, 32 + kF);
+          st = *reinterpret_cast<const float2*>(stats + 2);
+        }
+      } else {
+        dot64<RP, kSlotsOn>(ln, kLd, wf, acc);
+      }
+      const float bias = sw[kFc1b + f];  // kVarFold: c
 #pragma unroll
       for (int i = 0; i < RP; ++i)
-        if (i < nr) h[i * kLdH + (f / kC) * kLd + f % kC] = gelu_erf(acc[0][i] + bias);
+        if (i < nr) h[i * kLdH + (f / kC) * kLd + f % kC] = gelu_erf(kFold ? unfold(st, acc[0][i], wf[kC], bias) : acc[0][i] + bias);
     }
     prewait(kPieceFc2, kPiecesPerLayer);  // the last warp is idle in fc1
     __syncthreads();
@@ -675,6 +848,10 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       dot64<RP, kSlotsOn>(h + s * kLd, kLdH, piece(pi, kPieceFc2 + n / kFc2Rows) + (n % kFc2Rows) * kFc2Ld + s * kLd, acc);
       add_slices_residual<RP>(acc, 1, s == 0, sw[kFc2b + n], x + n, nr);
     }
+    // kVarFold: the next layer's q, k, v pieces (issued by the refills after proj and fc1 at the
+    // latest, as ns >= kPrewaitSlots), by the last warp, idle in fc2
+    if constexpr (kFold)
+      if (l + 1 < L) prewait(kPiecesPerLayer, kPiecesPerLayer + kPieceProj);
     __syncthreads();
     refill(pi, kPieceFc2, kPiecesPerLayer);
     stamp(9 + 8 * l);
@@ -693,7 +870,11 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   // warp order (kWarps per row through shared memory, one CTA barrier each); a NaN logit makes
   // the sum, so the row, NaN
   const float* hd = sm + L * kSmallLayer;
-  layernorm(hd + kLnfw, hd + kLnfb);
+  float2 st_f = make_float2(0.0f, 0.0f);  // kVarFold: ln_f's (mean, rstd), every warp
+  if constexpr (kFold)
+    st_f = fold_stats(x, p.eps);  // before the barrier: lm_head's last pieces land meanwhile
+  else
+    layernorm(hd + kLnfw, hd + kLnfb);
   const int pl = L * kPiecesPerLayer;
   prewait(0, S.lm_pieces);
   __syncthreads();
@@ -704,13 +885,22 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   if (n0 < V) {
     const float* w0 = piece(pl, n0 / kPieceRows) + (n0 % kPieceRows) * kLd;
     const float* w1 = n1 < V ? piece(pl, n1 / kPieceRows) + (n1 % kPieceRows) * kLd : w0;
-    dot_rows<RP, kC, 2, kSlotsOn ? kC / 4 : 4>(ln, kLd, {w0, w1}, lgt);
+    dot_rows<RP, kC, 2, kSlotsOn ? kC / 4 : 4>(kFold ? x : ln, kLd, {w0, w1}, lgt);
 #pragma unroll
     for (int i = 0; i < RP; ++i) {
-      lgt[0][i] += hd[kLmb + n0];
-      lgt[1][i] += n1 < V ? hd[kLmb + n1] : 0.0f;
+      if constexpr (kFold) {  // hd[kLmb + n]: c
+        lgt[0][i] = unfold(st_f, lgt[0][i], w0[kC], hd[kLmb + n0]);
+        lgt[1][i] = n1 < V ? unfold(st_f, lgt[1][i], w1[kC], hd[kLmb + n1]) : lgt[1][i];
+      } else {
+        lgt[0][i] += hd[kLmb + n0];
+        lgt[1][i] += n1 < V ? hd[kLmb + n1] : 0.0f;
+      }
     }
   }
+  if constexpr (kTrace) {  // thread 0's chains done (clock64 after its logits exist)
+    if (stamp.on) asm volatile("" ::"f"(lgt[0][0]), "f"(lgt[1][0]));
+  }
+  stamp(3 + 8 * L);
   auto store = [&](float* out, int n, int i, float v) {
     if (n < V && i < nr) out[(row0 + i) * V + n] = v;
   };
@@ -720,41 +910,77 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       store(p.logits, n0, i, lgt[0][i]);
       store(p.logits, n1, i, lgt[1][i]);
     }
-    stamp.report(L, R, RP);
+    stamp.report(L, R, RP, false);
     return;
   }
   float* red = sm + S.red;  // (2, RP, kWarps): the warps' maxima, then their sums
-  float mx[RP], e[2][RP], sum[RP];
+  if constexpr ((kVar & kVarSoft1) != 0) {
+    static_assert(RP == 1, "kVarSoft1: one row per CTA");
+    // a float as an int in the floats' order (key_prob's mapping), and back
+    auto key = [](float f) {
+      const int b = __float_as_int(f);
+      return b >= 0 ? b : b ^ 0x7fffffff;
+    };
+    auto unkey = [](int k) { return __int_as_float(k >= 0 ? k : k ^ 0x7fffffff); };
+    store(p.logits, n0, 0, lgt[0][0]);
+    store(p.logits, n1, 0, lgt[1][0]);
+    const float l0 = n0 < V ? lgt[0][0] : -CUDART_INF_F, l1 = n1 < V ? lgt[1][0] : -CUDART_INF_F;
+    const float mw = unkey(__reduce_max_sync(0xffffffffu, max(key(l0), key(l1))));
+    const float e0 = n0 < V ? expf(l0 - mw) : 0.0f, e1 = n1 < V ? expf(l1 - mw) : 0.0f;
+    float sw = e0 + e1;
 #pragma unroll
-  for (int i = 0; i < RP; ++i) {
-    mx[i] = n0 < V ? lgt[0][i] : -CUDART_INF_F;
-    if (n1 < V) mx[i] = fmaxf(mx[i], lgt[1][i]);
-    for (int off = 16; off > 0; off >>= 1) mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], off));
-    if (lane == 0) red[i * kWarps + warp] = mx[i];
-  }
-  __syncthreads();
+    for (int off = 16; off > 0; off >>= 1) sw += __shfl_xor_sync(0xffffffffu, sw, off);
+    if (lane == 0) {
+      red[warp] = mw;
+      red[kWarps + warp] = sw;
+    }
+    __syncthreads();
+    stamp(4 + 8 * L);
+    stamp(5 + 8 * L);
+    const float mk = lane < kWarps ? red[lane] : -CUDART_INF_F;
+    const float M = unkey(__reduce_max_sync(0xffffffffu, key(mk)));
+    float total = lane < kWarps ? red[kWarps + lane] * expf(mk - M) : 0.0f;
 #pragma unroll
-  for (int i = 0; i < RP; ++i) {
-    float m = red[i * kWarps];
-    for (int w = 1; w < kWarps; ++w) m = fmaxf(m, red[i * kWarps + w]);
-    e[0][i] = n0 < V ? expf(lgt[0][i] - m) : 0.0f;
-    e[1][i] = n1 < V ? expf(lgt[1][i] - m) : 0.0f;
-    sum[i] = e[0][i] + e[1][i];
-    for (int off = 16; off > 0; off >>= 1) sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], off);
-    if (lane == 0) red[(RP + i) * kWarps + warp] = sum[i];
-  }
-  __syncthreads();
+    for (int off = 16; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
+    const float scale = expf(mw - M) / total;
+    store(p.probs, n0, 0, e0 * scale);
+    store(p.probs, n1, 0, e1 * scale);
+    stamp.report(L, R, RP, true);
+  } else {
+    float mx[RP], e[2][RP], sum[RP];
 #pragma unroll
-  for (int i = 0; i < RP; ++i) {
-    float total = red[(RP + i) * kWarps];
-    for (int w = 1; w < kWarps; ++w) total += red[(RP + i) * kWarps + w];
-    const float inv = 1.0f / total;
-    store(p.logits, n0, i, lgt[0][i]);
-    store(p.logits, n1, i, lgt[1][i]);
-    store(p.probs, n0, i, e[0][i] * inv);
-    store(p.probs, n1, i, e[1][i] * inv);
+    for (int i = 0; i < RP; ++i) {
+      mx[i] = n0 < V ? lgt[0][i] : -CUDART_INF_F;
+      if (n1 < V) mx[i] = fmaxf(mx[i], lgt[1][i]);
+      for (int off = 16; off > 0; off >>= 1) mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], off));
+      if (lane == 0) red[i * kWarps + warp] = mx[i];
+    }
+    __syncthreads();
+    stamp(4 + 8 * L);
+#pragma unroll
+    for (int i = 0; i < RP; ++i) {
+      float m = red[i * kWarps];
+      for (int w = 1; w < kWarps; ++w) m = fmaxf(m, red[i * kWarps + w]);
+      e[0][i] = n0 < V ? expf(lgt[0][i] - m) : 0.0f;
+      e[1][i] = n1 < V ? expf(lgt[1][i] - m) : 0.0f;
+      sum[i] = e[0][i] + e[1][i];
+      for (int off = 16; off > 0; off >>= 1) sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], off);
+      if (lane == 0) red[(RP + i) * kWarps + warp] = sum[i];
+    }
+    __syncthreads();
+    stamp(5 + 8 * L);
+#pragma unroll
+    for (int i = 0; i < RP; ++i) {
+      float total = red[(RP + i) * kWarps];
+      for (int w = 1; w < kWarps; ++w) total += red[(RP + i) * kWarps + w];
+      const float inv = 1.0f / total;
+      store(p.logits, n0, i, lgt[0][i]);
+      store(p.logits, n1, i, lgt[1][i]);
+      store(p.probs, n0, i, e[0][i] * inv);
+      store(p.probs, n1, i, e[1][i] * inv);
+    }
+    stamp.report(L, R, RP, true);
   }
-  stamp.report(L, R, RP);
 }
 
 using RowsKernel = void (*)(MegaParams);
@@ -771,14 +997,21 @@ int gpt_mega_rows_variant() {
   if (!v || !*v) return 0;  // bitw (rows14e call 1: 21.57 us; w15 24.03 in rows14d call 1)
   for (int i = 0; i < static_cast<int>(std::size(kMegaRowsVariants)); ++i)
     if (std::strcmp(v, kMegaRowsVariants[i]) == 0) return i;
-  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected bitw (the default) or w15");
+  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected bitw (the default), w15, fold, fold1, foldw or foldw1");
   return 0;
 }
 
 namespace {
 
-// kVar of each of kMegaRowsVariants (rp 1 only; other rp run kVar 0): bitw (the default), w15.
-constexpr int kVariantBits[] = {kVarW15 | kVarPrewait | kVarKeys | kVarRedux | kVarSlots | kVarLnHoist, kVarW15};
+// kVar of each of kMegaRowsVariants (rp 1 only; other rp run kVar 0): bitw (the default), w15,
+// fold, fold1, foldw, foldw1.
+constexpr int kVarBitw = kVarW15 | kVarPrewait | kVarKeys | kVarRedux | kVarSlots | kVarLnHoist;
+constexpr int kVariantBits[] = {kVarBitw,
+                                kVarW15,
+                                kVarBitw | kVarFold,
+                                kVarBitw | kVarFold | kVarSoft1,
+                                kVarBitw | kVarFold | kVarStatWarp,
+                                kVarBitw | kVarFold | kVarStatWarp | kVarSoft1};
 static_assert(std::size(kVariantBits) == std::size(kMegaRowsVariants), "a kVar per variant name");
 
 // The instance for rp rows per CTA (the variants, MINIGPT_MEGA_ROWS_VARIANT: rp 1 only).
@@ -789,6 +1022,10 @@ RowsKernel rows_kernel_for(int rp) {
     case 1:
       switch (gpt_mega_rows_variant()) {  // kMegaRowsVariants' order
         case 1: return rows1_kernel<kVariantBits[1]>(trace);
+        case 2: return rows1_kernel<kVariantBits[2]>(trace);
+        case 3: return rows1_kernel<kVariantBits[3]>(trace);
+        case 4: return rows1_kernel<kVariantBits[4]>(trace);
+        case 5: return rows1_kernel<kVariantBits[5]>(trace);
         default: return rows1_kernel<kVariantBits[0]>(trace);
       }
     case 2: return trace ? gpt_mega_rows_kernel<2, true, 0> : gpt_mega_rows_kernel<2, false, 0>;
@@ -834,7 +1071,7 @@ int gpt_mega_rows_cluster(const MegaDims& d, int rp) {
 size_t gpt_mega_rows_image_floats(const MegaDims& d) {
   if (!rows_arch(d)) return 0;
   const RowsLayout S(d, 1);
-  return static_cast<size_t>(piece_offset(S, S.pieces));
+  return 2 * static_cast<size_t>(fold_base(S));  // the plain image, then kVarFold's
 }
 
 void gpt_mega_rows_pack(const MegaParams& p, float* image, cudaStream_t stream) {
@@ -842,7 +1079,7 @@ void gpt_mega_rows_pack(const MegaParams& p, float* image, cudaStream_t stream) 
   MINIGPT_CUDA_REQUIRE(floats > 0 && image, "gpt_mega_rows_pack: the architecture (C=", p.dims.C, ", H=", p.dims.H,
                        ", F=", p.dims.F, ") is not the one it takes (C 64, H 4, F 256), or the image is null");
   MINIGPT_CUDA_CHECK(cudaMemsetAsync(image, 0, floats * sizeof(float), stream));
-  gpt_mega_rows_pack_kernel<<<1 + RowsLayout(p.dims, 1).pieces, 256, 0, stream>>>(p, image);
+  gpt_mega_rows_pack_kernel<<<2 * (1 + RowsLayout(p.dims, 1).pieces), 256, 0, stream>>>(p, image);
   MINIGPT_CUDA_CHECK(cudaGetLastError());
 }
 
