@@ -221,6 +221,10 @@ struct CudaCodegenOptions {
   // its numerics. 512 ("rows-wide", a measuring aid until measured): fc1 by 2 slices and fc2 by 8,
   // shorter chains, other sums' order (within the CPU tolerance, not bitwise the hand-written's).
   int rows_slice_threads = 256;
+  // With rows: the rows form's text before the ports of the hand-written kernel's variants
+  // (codegen_cuda_rows.h: hoisted LayerNorm loads, redux max, unrolled key and k loops, prewait and
+  // division-free slots), for A/B on the GPU ("rows-plain"); the same values, bitwise.
+  bool rows_plain = false;
 };
 
 // A launch argument that is not a graph tensor: the rows form's packed weight image (the runner

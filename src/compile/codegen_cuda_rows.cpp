@@ -20,7 +20,9 @@ namespace {
 // The device helpers every generated rows kernel starts with (NVRTC cannot include the project's
 // headers: these are the ideas of kernels/cuda/bulk_copy.cuh and gpt_mega_parts.cuh written again,
 // in the same arithmetic, as codegen_cuda_mega.cpp's kMegaPrelude is for the megakernel form).
-const char* kRowsPrelude = R"(
+// The prelude in pieces (generate_rows joins them): the plain form's (rows-plain: the text before
+// the ports from gpt_mega_rows.cu's kVar variants) or the default's.
+const char* kPreludeBase = R"(
 // ---- rows form helpers (sm_90: thread-block clusters, mbarriers, bulk copies, st.async) -----
 #define RW_FULL 0xffffffffu
 __device__ __forceinline__ unsigned rw_smem(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
@@ -65,7 +67,8 @@ __device__ __forceinline__ float rw_gelu(float x) {
   if (x == -CUDART_INF_F) return -0.0f;
   return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f));
 }
-// sum over k in [0, K) of a[k] * w_j[k] for J weight rows side by side, k in order from 0, one FMA
+)";
+const char* kPreludeDotPlain = R"(// sum over k in [0, K) of a[k] * w_j[k] for J weight rows side by side, k in order from 0, one FMA
 // chain each (a: a broadcast over the warp; w: 16-byte aligned)
 template <int K, int J>
 __device__ __forceinline__ void rw_dot(const float* a, const float* const (&w)[J], float (&acc)[J]) {
@@ -84,7 +87,8 @@ __device__ __forceinline__ void rw_dot(const float* a, const float* const (&w)[J
     }
   }
 }
-// LayerNorm of one row of C (a multiple of 16) by a half-warp (the calling warp; lanes 16..31
+)";
+const char* kPreludeLnPlain = R"(// LayerNorm of one row of C (a multiple of 16) by a half-warp (the calling warp; lanes 16..31
 // compute the same and write nothing): the statistics in double in one pass, a 16-lane butterfly,
 // the variance E[x^2] - mean^2 clamped at 0, 1/sigma a float rsqrtf (gpt_mega_parts.cuh's
 // layernorm_rows_t and row_stats, the same arithmetic)
@@ -119,7 +123,8 @@ __device__ __forceinline__ void rw_layernorm(const float* x, float* out, const f
     for (int e = 0; e < E; ++e) out[sub + 16 * e] = (v[e] - mean) * rstd * w[sub + 16 * e] + b[sub + 16 * e];
   }
 }
-// a score before its scale: q . k over dh (a multiple of 4) in e order, one FMA chain
+)";
+const char* kPreludeQk = R"(// a score before its scale: q . k over dh (a multiple of 4) in e order, one FMA chain
 template <int DH>
 __device__ __forceinline__ float rw_dot_qk(const float* q, const float* k) {
   float s = 0.0f;
@@ -130,6 +135,86 @@ __device__ __forceinline__ float rw_dot_qk(const float* q, const float* k) {
     s = fmaf(qv.x, kv.x, s); s = fmaf(qv.y, kv.y, s); s = fmaf(qv.z, kv.z, s); s = fmaf(qv.w, kv.w, s);
   }
   return s;
+}
+)";
+// the default's: rw_dot fully unrolled for K <= 64 (kFull), rw_layernorm with its gain and bias
+// hoisted (kVarLnHoist), the attention's max by redux.sync (kVarRedux); bitwise the plain ones
+const char* kPreludeDot = R"(// sum over k in [0, K) of a[k] * w_j[k] for J weight rows side by side, k in order from 0, one FMA
+// chain each (a: a broadcast over the warp; w: 16-byte aligned). For K <= 64 the k loop is fully
+// unrolled, so the later float4 loads issue while the chain runs (unrolled by 4, each 4 steps'
+// loads waited for the previous chain); the same FMAs in the same order
+template <int K, int J>
+__device__ __forceinline__ void rw_dot(const float* a, const float* const (&w)[J], float (&acc)[J]) {
+  constexpr int kUnroll = K <= 64 ? K / 4 : 4;
+#pragma unroll
+  for (int j = 0; j < J; ++j) acc[j] = 0.0f;
+#pragma unroll kUnroll
+  for (int k = 0; k < K; k += 4) {
+    const float4 av = *reinterpret_cast<const float4*>(a + k);
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const float4 wv = *reinterpret_cast<const float4*>(w[j] + k);
+      acc[j] = fmaf(av.x, wv.x, acc[j]);
+      acc[j] = fmaf(av.y, wv.y, acc[j]);
+      acc[j] = fmaf(av.z, wv.z, acc[j]);
+      acc[j] = fmaf(av.w, wv.w, acc[j]);
+    }
+  }
+}
+)";
+const char* kPreludeLn = R"(// LayerNorm of one row of C (a multiple of 16) by a half-warp (the calling warp; lanes 16..31
+// compute the same and write nothing): the statistics in double in one pass, a 16-lane butterfly,
+// the variance E[x^2] - mean^2 clamped at 0, 1/sigma a float rsqrtf (gpt_mega_parts.cuh's
+// row_stats, the same arithmetic). The gain and bias are loaded WITH the row, before the
+// statistics: loaded after them, each w[c], b[c] would wait for the previous element's store
+// (the pointers may alias the output, so the compiler keeps that order: dependent shared-memory
+// round trips at the end of every LayerNorm's chain)
+template <int C>
+__device__ __forceinline__ void rw_layernorm(const float* x, float* out, const float* w, const float* b, float eps) {
+  constexpr int E = C / 16;
+  const int sub = threadIdx.x & 15;
+  float v[E], wv[E], bv[E];
+  double dv[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    v[e] = x[sub + 16 * e];
+    wv[e] = w[sub + 16 * e];
+    bv[e] = b[sub + 16 * e];
+    dv[e] = v[e];
+  }
+  double s, q;
+  if constexpr (E == 4) {
+    s = (dv[0] + dv[1]) + (dv[2] + dv[3]);
+    q = fma(dv[0], dv[0], dv[1] * dv[1]) + fma(dv[2], dv[2], dv[3] * dv[3]);
+  } else {
+    s = 0.0; q = 0.0;
+#pragma unroll
+    for (int e = 0; e < E; ++e) { s += dv[e]; q = fma(dv[e], dv[e], q); }
+  }
+#pragma unroll
+  for (int off = 8; off > 0; off >>= 1) {
+    s += __shfl_xor_sync(RW_FULL, s, off);
+    q += __shfl_xor_sync(RW_FULL, q, off);
+  }
+  const double inv_c = 1.0 / static_cast<double>(C);
+  const double m = s * inv_c;
+  const double var = fmax(q * inv_c - m * m, 0.0);
+  const float mean = static_cast<float>(m), rstd = rsqrtf(static_cast<float>(var + static_cast<double>(eps)));
+  if ((threadIdx.x & 31) < 16) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) out[sub + 16 * e] = (v[e] - mean) * rstd * wv[e] + bv[e];
+  }
+}
+)";
+const char* kPreludeMax = R"(// the warp's max of s by ONE redux.sync (where a butterfly takes 5 dependent shuffle + fmaxf
+// steps): the floats' bits mapped to ints in the floats' order (non-negative ones as they are,
+// negative ones with the magnitude bits flipped; -0 just below +0, either a max of 0 giving the same
+// s - max). A max is exact in any order: the butterfly's value (a NaN score makes the row NaN
+// either way)
+__device__ __forceinline__ float rw_warp_max(float s) {
+  const int bits = __float_as_int(s);
+  const int key = __reduce_max_sync(RW_FULL, bits >= 0 ? bits : bits ^ 0x7fffffff);
+  return __int_as_float(key >= 0 ? key : key ^ 0x7fffffff);
 }
 )";
 
@@ -525,7 +610,7 @@ std::string ident(const std::string& name) {
 
 }  // namespace
 
-CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
+CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain) {
   MINIGPT_CHECK(p.refused.empty(), "generate_rows: the graph was refused: {}", p.refused);
   const Graph& g = p.graph;
   const int NT = kRowsThreads, NW = NT / 32;
@@ -620,6 +705,38 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
     b += "  rw_wait(&bars[kBarSmall], 0);  // the small vectors (first use)\n";
   };
   int64_t total_flops = 0, total_wbytes = 0;
+  // The ring's pieces issued so far in the program order of the last warp (the start issues the
+  // first ns; each matmul stage's refill, after its CTA barrier, the ns after its own), and which
+  // matmul stages the last warp's waits before their preceding barrier cover (the default form:
+  // "prewait", gpt_mega_rows.cu's kVarPrewait). A stage's pieces can be waited for there only once
+  // their copies were issued before that point (else the wait would never end: the last warp itself
+  // issues them, later); where not, its threads wait on the mbarriers themselves (rw_piece).
+  int issued = std::min(ns, pieces);
+  std::vector<bool> prewaited(p.stages.size(), false);
+  // the CTA barrier closing stage s (every stage's closing barrier is at the stage's top level): in
+  // the default form, when stage s + 1 is a matmul whose pieces are in flight, the last warp's
+  // lanes first wait for them (the GEMM threads then never wait on an mbarrier)
+  auto close = [&](size_t s) {
+    std::string r;
+    if (!plain && s + 1 < p.stages.size() && p.stages[s + 1].kind == RowsStage::Kind::Matmul) {
+      const RowsStage& nx = p.stages[s + 1];
+      if (nx.first_piece + nx.pieces <= issued) {
+        prewaited[s + 1] = true;
+        r += fmt::format("  rw_prewait<{}, {}>(bars);  // the last warp: stage {}'s weight pieces have landed (before the barrier)\n", nx.first_piece,
+                         nx.first_piece + nx.pieces, s + 1);
+      }
+    }
+    return r + "  __syncthreads();\n";
+  };
+  // a matmul stage's refill after its closing barrier (the default form: slots without a division)
+  auto refill = [&](const RowsStage& st) {
+    const int a = st.first_piece, e = st.first_piece + st.pieces;
+    issued = std::max(issued, std::min(e + ns, pieces));
+    return plain ? fmt::format("  rw_refill(ring, bars, rw_image, {}, {});\n", a, e)
+                 : fmt::format("  rw_refill<{}, {}>(ring, bars, rw_image);  // pieces [{}, {}) read: {}\n", a, e, a, e,
+                               a + ns >= pieces ? std::string("nothing left to stream")
+                                                : fmt::format("their slots take [{}, {})", a + ns, std::min(e + ns, pieces)));
+  };
   std::string overlap0;  // the first stage's loop, run by warps 1.. during the start (empty: none)
   for (size_t s = 0; s < p.stages.size(); ++s) {
     const RowsStage& st = p.stages[s];
@@ -651,17 +768,19 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
           break;
         }
         if (reads_small) wait_small(b);
-        b += fmt::format("  for (int c = tid; c < {}; c += {}) {{\n    const float v = {};\n    {}\n  }}\n  __syncthreads();\n", to.cols(), NT,
-                         e, store_out(out, "c", "v"));
+        b += fmt::format("  for (int c = tid; c < {}; c += {}) {{\n    const float v = {};\n    {}\n  }}\n", to.cols(), NT, e, store_out(out, "c", "v"));
+        b += close(s);
         break;
       }
       case RowsStage::Kind::LayerNorm: {
         const int64_t C = to.cols();
         flops = 8 * C;
         b += fmt::format("  // stage {}: layernorm (1, {}) -> '{}', eps {:.9g}; ~{} FLOPs per row; source: {}\n", s, C, to.name, n.alpha, flops, srcs);
+        if (!plain) b += "  //   (warp 0; the gain and bias loaded with the row, before the statistics: rw_layernorm)\n";
         wait_small(b);
-        b += fmt::format("  if (warp == 0) rw_layernorm<{}>({}, {}, {}, {}, {:.9g}f);\n  __syncthreads();\n", C, sm(buf.at(n.inputs[0])),
-                         sm(buf.at(out)), sm(small_at.at(n.inputs[1])), sm(small_at.at(n.inputs[2])), n.alpha);
+        b += fmt::format("  if (warp == 0) rw_layernorm<{}>({}, {}, {}, {}, {:.9g}f);\n", C, sm(buf.at(n.inputs[0])), sm(buf.at(out)),
+                         sm(small_at.at(n.inputs[1])), sm(small_at.at(n.inputs[2])), n.alpha);
+        b += close(s);
         if (g.is_graph_output(out)) b += fmt::format("  for (int c = tid; c < {}; c += {}) {}[row * {} + c] = sm[{} + c];\n", C, NT, pname[out], C, buf.at(out));
         break;
       }
@@ -689,10 +808,15 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
           if (res >= 0) v = fmt::format("({} + sm[{} + {}])", v, buf.at(res), idx);
           return v;
         };
+        // output nidx's weight row (its piece's slot: waited for here, or by the last warp before the barrier above)
         auto wptr = [&](const std::string& nidx, const std::string& koff) {
+          if (prewaited[s])
+            return fmt::format("rw_slot<{}>(ring, {} / {}) + ({} % {}) * {}{}", st.first_piece, nidx, st.rows_per_piece, nidx, st.rows_per_piece,
+                               st.ld, koff);
           return fmt::format("rw_piece(ring, bars, {} + {} / {}) + ({} % {}) * {}{}", st.first_piece, nidx, st.rows_per_piece, nidx,
                              st.rows_per_piece, st.ld, koff);
         };
+        if (prewaited[s]) b += "  //   (its pieces waited for by the last warp before the barrier above: read at once, no mbarrier wait)\n";
         if (st.kv) {
           const int64_t C = M / 3;
           b += fmt::format("  float acc_kv[1];\n  if (tid < {}) rw_dot<{}, 1>({}, {{{}}}, acc_kv);\n", M, K, a, wptr("tid", ""));
@@ -702,9 +826,9 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
           b += fmt::format("      float* dst = sm + (part == 1 ? {} : {}) + t * {} + c;\n      *dst = v;\n", ks, vs, ldk);
           b += "      const float4 v4 = make_float4(v, __shfl_down_sync(RW_FULL, v, 1), __shfl_down_sync(RW_FULL, v, 2), __shfl_down_sync(RW_FULL, v, 3));\n";
           b += "      for (int q = t + 1; q < kT && lane % 4 == 0; ++q) rw_st_async4(rw_mapa(dst, q), v4, rw_mapa(&bars[kBarKv], q));\n    }\n  }\n";
-          b += "  __syncthreads();\n";
+          b += close(s);
           b += fmt::format("  if (tid == 0) rw_kv_arrive(&bars[kBarKv], static_cast<unsigned>(t * {}) * 4u);  // the earlier rows' k and v\n", 2 * C);
-          b += fmt::format("  rw_refill(ring, bars, rw_image, {}, {});\n", st.first_piece, st.first_piece + st.pieces);
+          b += refill(st);
           b += fmt::format("  rw_kv_wait(&bars[kBarKv], {}u);\n", st.attention & 1);
         } else if (st.slices > 1) {
           const int S = st.slices, D = 32 / S;
@@ -718,8 +842,8 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
             sum = fmt::format("({} + p{})", sum, j);
           }
           b += fmt::format("    if (s == 0 && n < {}) {{\n      const float v = {};\n      {}\n    }}\n  }}\n", M, finish("n", sum), store_out(out, "n", "v"));
-          b += "  __syncthreads();\n";
-          b += fmt::format("  rw_refill(ring, bars, rw_image, {}, {});\n", st.first_piece, st.first_piece + st.pieces);
+          b += close(s);
+          b += refill(st);
         } else {
           const int J = static_cast<int>((M + NT - 1) / NT);
           std::string ws;
@@ -734,8 +858,9 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
             b += fmt::format("    {{\n      const int n = {};\n      if (n < {}) {{\n        const float v = {};\n        {}\n      }}\n    }}\n", nj, M,
                              finish("n", fmt::format("acc[{}]", j)), store_out(out, "n", "v"));
           }
-          b += "  }\n  __syncthreads();\n";
-          b += fmt::format("  rw_refill(ring, bars, rw_image, {}, {});\n", st.first_piece, st.first_piece + st.pieces);
+          b += "  }\n";
+          b += close(s);
+          b += refill(st);
         }
         break;
       }
@@ -754,15 +879,40 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
         b += fmt::format("    const int e = hh * {} + (lane % {}) * 4;  // lanes < dh / 4: att's columns e..e+3\n", dh, dh / 4);
         b += fmt::format("    const float sc = lane < nk ? rw_dot_qk<{}>(qt, sm + {} + lane * {} + hh * {}) * {:.9g}f : -CUDART_INF_F;\n", dh, ks, ldk, dh,
                          1.0f / std::sqrt(static_cast<float>(dh)));
-        b += "    float m = sc;\n    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(RW_FULL, m, off));\n";
-        b += "    const float ex = lane < nk ? expf(sc - m) : 0.0f;\n    float sum = ex;\n";
-        b += "    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(RW_FULL, sum, off);\n";
-        b += "    const float pr = ex * (1.0f / sum);\n    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);\n";
-        b += fmt::format("    for (int k = 0; k < nk; ++k) {{  // att = probabilities times v, in key order\n      const float pk = __shfl_sync(RW_FULL, pr, k);\n"
-                         "      if (lane < {}) {{\n        const float4 vv = *reinterpret_cast<const float4*>(sm + {} + k * {} + e);\n"
-                         "        acc.x = fmaf(pk, vv.x, acc.x); acc.y = fmaf(pk, vv.y, acc.y); acc.z = fmaf(pk, vv.z, acc.z); acc.w = fmaf(pk, vv.w, acc.w);\n      }}\n    }}\n",
-                         dh / 4, vs, ldk);
-        b += fmt::format("    if (lane < {}) *reinterpret_cast<float4*>(sm + {} + e) = acc;\n  }}\n  __syncthreads();\n", dh / 4, buf.at(out));
+        if (plain) {
+          b += "    float m = sc;\n    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(RW_FULL, m, off));\n";
+          b += "    const float ex = lane < nk ? expf(sc - m) : 0.0f;\n    float sum = ex;\n";
+          b += "    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(RW_FULL, sum, off);\n";
+          b += "    const float pr = ex * (1.0f / sum);\n    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);\n";
+          b += fmt::format("    for (int k = 0; k < nk; ++k) {{  // att = probabilities times v, in key order\n      const float pk = __shfl_sync(RW_FULL, pr, k);\n"
+                           "      if (lane < {}) {{\n        const float4 vv = *reinterpret_cast<const float4*>(sm + {} + k * {} + e);\n"
+                           "        acc.x = fmaf(pk, vv.x, acc.x); acc.y = fmaf(pk, vv.y, acc.y); acc.z = fmaf(pk, vv.z, acc.z); acc.w = fmaf(pk, vv.w, acc.w);\n      }}\n    }}\n",
+                           dh / 4, vs, ldk);
+        } else {
+          // (gpt_mega_rows.cu's kVarRedux and kVarKeys, bitwise its plain loop's values: a max is exact
+          // in any order; lanes >= nk hold exp = 0, so the butterfly's steps over lanes >= W added
+          // zeros; the FMAs are the same, in the same order)
+          int W = 1;  // the lanes holding keys: nk <= T <= W, a power of two
+          while (W < p.T) W *= 2;
+          b += "    const float m = rw_warp_max(sc);  // exact: one redux.sync\n";
+          b += "    const float ex = lane < nk ? expf(sc - m) : 0.0f;\n    float sum = ex;\n";
+          if (W > 1)
+            b += fmt::format("    // the sum of exp over lanes < {} (keys < T = {}; the lanes above hold 0: adding them changed no value)\n"
+                             "#pragma unroll\n    for (int off = {}; off > 0; off >>= 1) sum += __shfl_xor_sync(RW_FULL, sum, off);\n",
+                             W, p.T, W / 2);
+          b += "    const float pr = ex * (1.0f / sum);\n    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);\n";
+          b += fmt::format(
+              "    // att = probabilities times v in key order, over the {} keys of the longest row, unrolled: every key's\n"
+              "    // shuffle and v load unconditional (row min(k, nk - 1), a row that is there), only its FMAs under k < nk,\n"
+              "    // so the loads issue ahead of the chain (lanes >= {} compute columns they do not store)\n"
+              "#pragma unroll\n    for (int k = 0; k < {}; ++k) {{\n      const float pk = __shfl_sync(RW_FULL, pr, k);\n"
+              "      const float4 vv = *reinterpret_cast<const float4*>(sm + {} + min(k, nk - 1) * {} + e);\n"
+              "      if (k < nk) {{\n"
+              "        acc.x = fmaf(pk, vv.x, acc.x); acc.y = fmaf(pk, vv.y, acc.y); acc.z = fmaf(pk, vv.z, acc.z); acc.w = fmaf(pk, vv.w, acc.w);\n      }}\n    }}\n",
+              p.T, dh / 4, p.T, vs, ldk);
+        }
+        b += fmt::format("    if (lane < {}) *reinterpret_cast<float4*>(sm + {} + e) = acc;\n  }}\n", dh / 4, buf.at(out));
+        b += close(s);
         if (st.attention + 1 < p.attentions) b += "  rw_cluster_arrive();  // this CTA's k, v are read: the next layer's may come\n";
         if (g.is_graph_output(out)) b += fmt::format("  for (int c = tid; c < {}; c += {}) {}[row * {} + c] = sm[{} + c];\n", C, NT, pname[out], C, buf.at(out));
         break;
@@ -777,7 +927,8 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
         const std::string in = sm(buf.at(n.inputs[0]));
         b += fmt::format("  {{\n    const float* in = {};\n    float mx = -CUDART_INF_F, ev[{}], sum = 0.0f;\n", in, J);
         b += fmt::format("    for (int j = 0; j < {}; ++j) if (tid + j * {} < {}) mx = fmaxf(mx, in[tid + j * {}]);\n", J, NT, C, NT);
-        b += "    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(RW_FULL, mx, off));\n";
+        b += plain ? "    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(RW_FULL, mx, off));\n"
+                   : "    mx = rw_warp_max(mx);  // the warp's max: one redux.sync (exact)\n";
         b += fmt::format("    if (lane == 0) sm[{} + warp] = mx;\n    __syncthreads();\n    mx = sm[{}];\n    for (int w = 1; w < {}; ++w) mx = fmaxf(mx, sm[{} + w]);\n", red, red, NW, red);
         b += fmt::format("    for (int j = 0; j < {}; ++j) {{ ev[j] = tid + j * {} < {} ? expf(in[tid + j * {}] - mx) : 0.0f; sum += ev[j]; }}\n", J, NT, C, NT);
         b += "    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(RW_FULL, sum, off);\n";
@@ -785,7 +936,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
                          red + NW, red + NW, NW, red + NW);
         b += fmt::format("    for (int j = 0; j < {}; ++j) {{\n      const int c = tid + j * {};\n      if (c < {}) {{ const float v = ev[j] / total; {} }}\n    }}\n  }}\n", J,
                          NT, C, store_out(out, "c", "v"));
-        if (buf.count(out)) b += "  __syncthreads();\n";
+        if (buf.count(out)) b += close(s);
         break;
       }
     }
@@ -804,8 +955,23 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
 
   // ---- the kernel ----
   std::string src = fmt::format("// graph {} ({}): the rows form (codegen_cuda_rows.h)\n", g.name, code.graph_hash);
+  if (!plain)
+    src += "// (its default text: the hand-written gpt_mega_rows.cu's variants ported, the same values bitwise as the\n"
+           "// plain text, MINIGPT_CUDA_VARIANT=rows-plain: the LayerNorm's gain and bias loaded with the row, the\n"
+           "// attention's max by redux.sync and its key loop unrolled, rw_dot's k loop unrolled, every matmul's\n"
+           "// pieces waited for by the last warp before the barrier preceding it, ring slots without divisions)\n";
   src += "#define CUDART_INF_F __int_as_float(0x7f800000)\n";
-  src += kRowsPrelude;
+  src += kPreludeBase;
+  if (plain) {
+    src += kPreludeDotPlain;
+    src += kPreludeLnPlain;
+    src += kPreludeQk;
+  } else {
+    src += kPreludeDot;
+    src += kPreludeLn;
+    src += kPreludeQk;
+    src += kPreludeMax;
+  }
   src += fmt::format(
       "\n// ---- the ring: pieces of the weight image, in consumption order ----\n"
       "constexpr int kNs = {}, kSlot = {}, kPieces = {}, kBarSmall = {}, kBarKv = {}, kT = {};\n",
@@ -827,14 +993,60 @@ __device__ __forceinline__ const float* rw_piece(float* ring, unsigned long long
   rw_wait(&bars[i % kNs], static_cast<unsigned>((i / kNs) & 1));
   return ring + (i % kNs) * kSlot;
 }
-// every thread, after the CTA barrier that ends the reads of pieces [a, b): their slots take the
+)";
+  if (plain)
+    src += R"(// every thread, after the CTA barrier that ends the reads of pieces [a, b): their slots take the
 // pieces kNs later, a copy per lane of the last warp
 __device__ __forceinline__ void rw_refill(float* ring, unsigned long long* bars, const float* img, int a, int b) {
   const int k = static_cast<int>(threadIdx.x) - )" +
          std::to_string(NT - 32) + R"(;
   if (k >= 0 && k < b - a) rw_issue(ring, bars, img, a + k + kNs);
 }
-// an embedding row's column c: table[id] (an id outside [0, V): NaN)
+)";
+  else
+    src += R"(// The stages' pieces [A, B) (B - A <= kNs <= 32): A is a compile-time constant, so slot A % kNs and
+// copy number A / kNs are constants and piece A + j's slot takes one compare (j < kNs), no division
+// at run time (gpt_mega_rows.cu's kVarSlots; a division by kNs is a dozen instructions on the GEMM
+// threads' path after every barrier).
+// Lane j of the last warp, before the CTA barrier preceding the stage that reads pieces [A, B):
+// waits for piece A + j to land (gpt_mega_rows.cu's prewait). An mbarrier wait that returns makes
+// the bulk copy's bytes visible to the waiting thread, and the barrier orders them before every
+// other thread's reads after it: the stage's threads read their slots at once (rw_slot).
+template <int A, int B>
+__device__ __forceinline__ void rw_prewait(unsigned long long* bars) {
+  const int j = static_cast<int>(threadIdx.x) - )" +
+           std::to_string(NT - 32) + R"(;
+  if (j >= 0 && j < B - A) {
+    const int s = A % kNs + j;                    // < 2 kNs
+    const int slot = s >= kNs ? s - kNs : s;
+    const int copy = A / kNs + (s >= kNs ? 1 : 0);  // the slot's copy number: its mbarrier's phase
+    rw_wait(&bars[slot], static_cast<unsigned>(copy & 1));
+  }
+}
+// piece A + j's slot (j < kNs), after rw_prewait<A, ..> and a CTA barrier
+template <int A>
+__device__ __forceinline__ const float* rw_slot(float* ring, int j) {
+  const int s = A % kNs + j;
+  return ring + (s >= kNs ? s - kNs : s) * kSlot;
+}
+// every thread, after the CTA barrier that ends the reads of pieces [A, B): their slots take the
+// pieces kNs later (piece A + k + kNs into piece A + k's slot), a copy per lane of the last warp
+template <int A, int B>
+__device__ __forceinline__ void rw_refill(float* ring, unsigned long long* bars, const float* img) {
+  const int k = static_cast<int>(threadIdx.x) - )" +
+           std::to_string(NT - 32) + R"(;
+  const int i = A + kNs + k;
+  if (k >= 0 && k < B - A && i < kPieces) {
+    const int s = A % kNs + k;
+    const int slot = s >= kNs ? s - kNs : s;
+    unsigned long long* bar = &bars[slot];
+    const unsigned bytes = static_cast<unsigned>(rw_piece_off[i + 1] - rw_piece_off[i]) * 4u;
+    rw_expect(bar, bytes);
+    rw_bulk(ring + slot * kSlot, img + rw_piece_off[i], bytes, bar);
+  }
+}
+)";
+  src += R"(// an embedding row's column c: table[id] (an id outside [0, V): NaN)
 __device__ __forceinline__ float rw_gather(const float* __restrict__ table, int id, int V, int C, int c) {
   return id < 0 || id >= V ? __int_as_float(0x7fc00000) : __ldg(table + static_cast<long long>(id) * C + c);
 }

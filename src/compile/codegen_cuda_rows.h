@@ -50,6 +50,22 @@
 // the same runs: the default mode's choice on sm_90 since (runner_cuda.h's default_cuda_variant).
 // The probes' logits 7.15e-6 from the CPU engine, the same top-1 on every probe.
 //
+// The default text carries the hand-written kernel's measured variants (gpt_mega_rows.cu's kVar
+// comments; its `bitw` instance, 24.35 -> 21.57 us per forward there, rows14e), each bitwise the
+// plain text's values (rows-plain: the text before them, for A/B):
+//   - LayerNorm (rw_layernorm): the gain and bias loaded with the row, before the statistics
+//     (kVarLnHoist), not after them behind the previous element's store;
+//   - attention: the max of the scores by one redux.sync on the floats mapped to ordered ints
+//     (kVarRedux; also each warp's max in the vocabulary softmax), the sum's butterfly over the
+//     lanes that can hold keys (T <= 16: from offset 8), the key loop unrolled to T keys with its
+//     v loads unconditional (row min(k, nk - 1)) and the FMAs under k < nk (kVarKeys);
+//   - rw_dot's k loop fully unrolled for K <= 64 (dot64's kFull): the later float4 loads issue
+//     while the FMA chain runs;
+//   - prewait and slots (kVarPrewait, kVarSlots): before the CTA barrier preceding a matmul stage,
+//     lane j of the last warp waits for the stage's piece j (rw_prewait); the GEMM threads then
+//     read their slots without an mbarrier wait and without a division (rw_slot: the stage's first
+//     piece is a compile-time constant); the refills likewise (rw_refill<A, B>).
+//
 // What it does not do: the decode step (a KV cache is not row-local: refused), more than one row
 // per CTA, compile or launch (cuda/runner_cuda.cpp packs the image into the arena once and
 // launches B T CTAs in clusters of T).
@@ -106,7 +122,9 @@ RowsPlan plan_rows(const Graph& captured, int slice_threads = 256);
 
 // The kernel text, its launch (grid B T, cluster T, block kRowsThreads), the weight image's
 // layout (code.image) and the one-kernel schedule (kernel "cuda_rows_forward"). p must be taken.
-CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out);
+// plain (CudaCodegenOptions::rows_plain, MINIGPT_CUDA_VARIANT=rows-plain): the text before the
+// ports listed at the top (kept for A/B on the GPU: the same layout, pieces and sums).
+CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false);
 
 // The weight image of code (code.image_floats floats, padding zero) from the graph's weights:
 // weight(tensor id) gives a weight's values (row-major, its shape).
