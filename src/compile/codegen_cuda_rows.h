@@ -99,6 +99,7 @@ struct RowsStage {
   int slices = 1, ld = 0, rows_per_piece = 0, first_piece = 0, pieces = 0;
   bool kv = false;
   int attention = -1;  // Attention (and a kv matmul): which attention of the forward (0..)
+  int ln = -1;         // Matmul (rows_fold): the LayerNorm node folded into it (its input the raw row)
 };
 
 // The analysis' result: refused (why) or the stages.
@@ -118,7 +119,9 @@ std::string row_local_refusal(const Graph& g, int64_t& B, int64_t& T);
 
 // The analysis: the passes above, row_local_refusal, then the generator's shape limits.
 // slice_threads: CudaCodegenOptions::rows_slice_threads (how many threads a matmul's k-slices may use).
-RowsPlan plan_rows(const Graph& captured, int slice_threads = 256);
+// fold_ln: CudaCodegenOptions::rows_fold (each LayerNorm whose one reader is a matmul's input, of
+// a multiple of 32 columns, is no stage of its own but that matmul's RowsStage::ln).
+RowsPlan plan_rows(const Graph& captured, int slice_threads = 256, bool fold_ln = false);
 
 // The kernel text, its launch (grid B T, cluster T, block kRowsThreads), the weight image's
 // layout (code.image) and the one-kernel schedule (kernel "cuda_rows_forward"). p must be taken.
