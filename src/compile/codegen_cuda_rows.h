@@ -65,6 +65,11 @@
 //     lane j of the last warp waits for the stage's piece j (rw_prewait); the GEMM threads then
 //     read their slots without an mbarrier wait and without a division (rw_slot: the stage's first
 //     piece is a compile-time constant); the refills likewise (rw_refill<A, B>).
+// rows-fold (CudaCodegenOptions::rows_fold, a measuring aid until measured; not bitwise): each
+// LayerNorm read only by a matmul is no stage of its own but that matmul's RowsStage::ln, y_n =
+// rstd (sum_k W'_nk x_k - mean s_n) + c_n with W' = W g per k, s_n = sum_k W'_nk, c_n = W beta +
+// b_n packed into the image (pack_rows_image, in double, rounded once): the matmul runs on the raw
+// row while every warp computes the row's statistics (rw_row_stats), no barrier between them.
 //
 // What it does not do: the decode step (a KV cache is not row-local: refused), more than one row
 // per CTA, compile or launch (cuda/runner_cuda.cpp packs the image into the arena once and
