@@ -54,7 +54,8 @@
 // comments; its `bitw` instance, 24.35 -> 21.57 us per forward there, rows14e), each bitwise the
 // plain text's values (rows-plain: the text before them, for A/B):
 //   - LayerNorm (rw_layernorm): the gain and bias loaded with the row, before the statistics
-//     (kVarLnHoist), not after them behind the previous element's store;
+//     (kVarLnHoist; the plain text's constant offsets already let the compiler do so: sm_90a
+//     SASS of the shipped model's text has no shared load after the rsqrt in either text);
 //   - attention: the max of the scores by one redux.sync on the floats mapped to ordered ints
 //     (kVarRedux; also each warp's max in the vocabulary softmax), the sum's butterfly over the
 //     lanes that can hold keys (T <= 16: from offset 8), the key loop unrolled to T keys with its
