@@ -21,7 +21,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -1049,7 +1051,7 @@ TEST(CompileCudaRows, ShippedModelIsOneKernelOfGeneratedStages) {
   // every stage commented with its sources, in order; every matmul streams its pieces
   for (int s = 0; s < 7 * shipped.n_layer + 4; ++s) EXPECT_TRUE(contains(src, fmt::format("  // stage {}: ", s))) << s;
   EXPECT_TRUE(contains(src, "blocks.3.mlp.fc2")) << "a stage names its source op";
-  EXPECT_EQ(count_of(code_only(src), "rw_refill(ring, bars, rw_image,"), static_cast<size_t>(4 * shipped.n_layer + 1)) << "after every matmul stage";
+  EXPECT_EQ(count_of(code_only(src), "rw_refill<"), static_cast<size_t>(4 * shipped.n_layer + 1)) << "after every matmul stage";
   EXPECT_EQ(count_of(code_only(src), "rw_kv_wait(&bars[kBarKv]"), static_cast<size_t>(shipped.n_layer));
   EXPECT_EQ(count_of(code_only(src), "  rw_cluster_arrive();"), static_cast<size_t>(shipped.n_layer)) << "the start's and one per layer but the last";
   EXPECT_EQ(count_of(code_only(src), "rw_layernorm<64>"), static_cast<size_t>(2 * shipped.n_layer + 1));
@@ -1072,6 +1074,138 @@ TEST(CompileCudaRows, ShippedModelIsOneKernelOfGeneratedStages) {
   ASSERT_EQ(static_cast<int64_t>(img.size()), l.code.image_floats);
   EXPECT_EQ(img[static_cast<size_t>(last.dst + last.dst_ld + 5)], static_cast<float>((last.src_row0 + 1) * last.cols + 5));
   EXPECT_EQ(img[static_cast<size_t>(last.dst + last.cols)], 0.0f) << "padding zero";
+}
+
+// The default text carries the hand-written kernel's measured variants (gpt_mega_rows.cu's kVar
+// comments, codegen_cuda_rows.h), so that none is lost silently; rows-plain (CudaCodegenOptions::
+// rows_plain) is the text before them, with none of them. Per form: the LayerNorm's gain and bias
+// loaded with the row (kVarLnHoist), the attention's max by redux.sync, its sum's butterfly over 16
+// lanes and its key loop unrolled to T keys (kVarRedux, kVarKeys), rw_dot's k loop fully unrolled
+// for K <= 64, and every matmul stage's pieces waited for by the last warp before the barrier that
+// precedes it (rw_prewait), read without a wait or a division (rw_slot; the refills likewise).
+TEST(CompileCudaRows, DefaultTextCarriesTheHandWrittenKernelsVariantsAndPlainNone) {
+  ModelConfig shipped;
+  shipped.vocab_size = 611;
+  const int L = shipped.n_layer;
+  const size_t matmuls = static_cast<size_t>(4 * L + 1);
+  CudaCodegenOptions plain_cg;
+  apply_variant_words(plain_cg, "rows-plain");
+  ASSERT_TRUE(plain_cg.rows && plain_cg.rows_plain) << "the word selects the rows form's plain text";
+  plain_cg.generated_gemm = true;
+  const Graph g = capture_gpt(shipped, 2, 16);
+  const std::string src = lower_rows(g).code.source, code = code_only(src);
+  const CudaLowered pl = lower_cuda(g, PassOptions{}, plain_cg);
+  ASSERT_EQ(pl.code.launches.size(), 1u) << pl.note;
+  const std::string plain = pl.code.source, plain_code = code_only(plain);
+  EXPECT_EQ(pl.code.launches[0].smem, lower_rows(g).code.launches[0].smem) << "the same layout";
+  // LayerNorm: w, b loaded with the row; the output from registers
+  EXPECT_TRUE(contains(code, "wv[e] = w[sub + 16 * e];"));
+  EXPECT_TRUE(contains(code, "bv[e] = b[sub + 16 * e];"));
+  EXPECT_TRUE(contains(code, "* rstd * wv[e] + bv[e];"));
+  EXPECT_FALSE(contains(code, "rstd * w[sub + 16 * e]"));
+  EXPECT_TRUE(contains(plain_code, "rstd * w[sub + 16 * e] + b[sub + 16 * e];"));
+  // attention: redux max, the sum over 16 lanes, T = 16 keys unrolled with loads at min(k, nk - 1)
+  EXPECT_TRUE(contains(code, "__reduce_max_sync(RW_FULL, "));
+  EXPECT_EQ(count_of(code, "const float m = rw_warp_max(sc);"), static_cast<size_t>(L));
+  EXPECT_EQ(count_of(code, "for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(RW_FULL, sum, off);"), static_cast<size_t>(L));
+  EXPECT_EQ(count_of(code, "for (int k = 0; k < 16; ++k) {"), static_cast<size_t>(L));
+  EXPECT_EQ(count_of(code, "+ min(k, nk - 1) * "), static_cast<size_t>(L));
+  EXPECT_EQ(count_of(code, "if (k < nk) {"), static_cast<size_t>(L));
+  EXPECT_FALSE(contains(code, "for (int k = 0; k < nk; ++k)")) << "no runtime trip count";
+  EXPECT_EQ(count_of(code, "mx = rw_warp_max(mx);"), 1u) << "the vocabulary softmax's warp max";
+  // rw_dot: the k loop fully unrolled for K <= 64
+  EXPECT_TRUE(contains(code, "constexpr int kUnroll = K <= 64 ? K / 4 : 4;"));
+  EXPECT_TRUE(contains(code, "#pragma unroll kUnroll\n  for (int k = 0; k < K; k += 4)"));
+  // prewait: every matmul stage's pieces, by the last warp, right before the barrier preceding it;
+  // its threads read the slots without a wait (no rw_piece call left) and refill without a division
+  EXPECT_EQ(count_of(code, "  rw_prewait<"), matmuls);
+  const std::regex prewait_then_barrier(R"(  rw_prewait<\d+, \d+>\(bars\);\s*\n  __syncthreads\(\);\n)");
+  EXPECT_EQ(static_cast<size_t>(std::distance(std::sregex_iterator(code.begin(), code.end(), prewait_then_barrier), std::sregex_iterator())), matmuls)
+      << "each right before a CTA barrier";
+  EXPECT_EQ(count_of(code, "rw_piece(ring, bars, "), 0u);
+  EXPECT_EQ(count_of(code, "rw_slot<48>(ring, "), 2u) << "lm_head's two columns per thread";
+  EXPECT_TRUE(contains(code, "rw_prewait<48, 58>(bars);")) << "lm_head's 10 pieces";
+  EXPECT_EQ(count_of(code, "rw_refill<"), matmuls);
+  // the plain text: none of them
+  for (const char* gone : {"__reduce_max_sync", "rw_warp_max", "rw_prewait", "rw_slot", "rw_refill<", "min(k, nk - 1)", "kUnroll", "wv[e]"})
+    EXPECT_FALSE(contains(plain_code, gone)) << gone;
+  EXPECT_TRUE(contains(plain_code, "#pragma unroll 4\n  for (int k = 0; k < K; k += 4)"));
+  EXPECT_EQ(count_of(plain_code, "rw_refill(ring, bars, rw_image, "), matmuls);
+  EXPECT_EQ(count_of(plain_code, "for (int k = 0; k < nk; ++k)"), static_cast<size_t>(L));
+  // a T of 5: the sum's butterfly over 8 lanes, 5 keys unrolled; T = 1: no butterfly
+  const std::string t5 = code_only(lower_rows(capture_gpt(shipped, 3, 5)).code.source);
+  EXPECT_EQ(count_of(t5, "for (int off = 4; off > 0; off >>= 1) sum +="), static_cast<size_t>(L));
+  EXPECT_EQ(count_of(t5, "for (int k = 0; k < 5; ++k) {"), static_cast<size_t>(L));
+  const std::string t1 = code_only(lower_rows(capture_gpt(shipped, 1, 1)).code.source);
+  EXPECT_FALSE(contains(t1, "sum += __shfl_xor_sync(RW_FULL, sum, off);\n    const float pr")) << "one key: no butterfly";
+  EXPECT_EQ(count_of(t1, "for (int k = 0; k < 1; ++k) {"), static_cast<size_t>(L));
+}
+
+// rows-fold (CudaCodegenOptions::rows_fold): each LayerNorm read only by a matmul is folded into it
+// (y_n = rstd (sum_k W'_nk x_k - mean s_n) + c_n): no LayerNorm stage, the matmul reading the raw
+// row and each warp computing its statistics (rw_row_stats); the image holds W' = W g and s, c in
+// double rounded once (pack_rows_image).
+TEST(CompileCudaRows, FoldTakesEachLayerNormIntoItsMatmulAndPacksFoldedWeights) {
+  ModelConfig shipped;
+  shipped.vocab_size = 611;
+  const int L = shipped.n_layer;
+  CudaCodegenOptions cg;
+  apply_variant_words(cg, "rows-fold");
+  ASSERT_TRUE(cg.rows && cg.rows_fold && !cg.rows_plain);
+  cg.generated_gemm = true;
+  const Graph g = capture_gpt(shipped, 2, 16);
+  const RowsPlan p = plan_rows(g, cg.rows_slice_threads, true);
+  ASSERT_EQ(p.refused, "");
+  ASSERT_EQ(p.stages.size(), static_cast<size_t>(5 * L + 3)) << "ln1, ln2 and ln_f no stages of their own";
+  int folded = 0;
+  for (const RowsStage& st : p.stages) {
+    EXPECT_NE(st.kind, RowsStage::Kind::LayerNorm);
+    if (st.ln >= 0) {
+      ++folded;
+      EXPECT_EQ(st.kind, RowsStage::Kind::Matmul);
+      EXPECT_EQ(p.graph.nodes[static_cast<size_t>(st.ln)].op, Op::LayerNorm);
+    }
+  }
+  EXPECT_EQ(folded, 2 * L + 1);
+  const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
+  ASSERT_EQ(l.code.launches.size(), 1u) << l.note;
+  const std::string code = code_only(l.code.source);
+  EXPECT_EQ(count_of(code, "rw_layernorm<"), 0u);
+  EXPECT_EQ(count_of(code, "const float2 lnst = rw_row_stats<64>("), static_cast<size_t>(2 * L + 1));
+  EXPECT_EQ(count_of(code, "fmaf(lnst.y, fmaf(-lnst.x, sm["), static_cast<size_t>(2 * L + 2)) << "qkv, fc1, and lm_head's two columns";
+  int kinds[4] = {0, 0, 0, 0};
+  for (const CudaImageCopy& c : l.code.image) ++kinds[c.fold];
+  EXPECT_EQ(kinds[1], 7 * L + 10) << "the pieces of qkv, fc1 and lm_head: W' = W g";
+  EXPECT_EQ(kinds[2], 2 * L + 1);
+  EXPECT_EQ(kinds[3], 2 * L + 1);
+  // packing: W' = W g per column, s_n = sum_k W'_nk, c_n = W beta + b_n, in double, rounded once
+  std::map<int, std::vector<float>> vals;
+  for (int t : l.schedule.graph.weights) {
+    std::vector<float>& v = vals[t];
+    v.resize(static_cast<size_t>(l.schedule.graph.tensor(t).numel()));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + 7.0 * t));
+  }
+  const std::vector<float> img = pack_rows_image(l.code, [&](int t) { return vals.at(t).data(); });
+  for (const CudaImageCopy& c : l.code.image) {
+    const std::vector<float>& w = vals.at(c.tensor);
+    if (c.fold == 1) {
+      const int64_t r = c.rows - 1, k = c.cols - 3;
+      EXPECT_EQ(img[static_cast<size_t>(c.dst + r * c.dst_ld + k)],
+                static_cast<float>(static_cast<double>(w[static_cast<size_t>((c.src_row0 + r) * c.cols + k)]) * vals.at(c.gain)[static_cast<size_t>(k)]));
+    } else if (c.fold >= 2) {
+      const int64_t n = c.rows / 2;
+      double want = 0.0;
+      for (int64_t k = 0; k < c.cols; ++k) {
+        const double v = w[static_cast<size_t>(n * c.cols + k)];
+        want += c.fold == 2 ? static_cast<double>(static_cast<float>(v * vals.at(c.gain)[static_cast<size_t>(k)])) : v * vals.at(c.beta)[static_cast<size_t>(k)];
+      }
+      if (c.fold == 3) {
+        ASSERT_GE(c.bias, 0);
+        want += vals.at(c.bias)[static_cast<size_t>(n)];
+      }
+      EXPECT_EQ(img[static_cast<size_t>(c.dst + n)], static_cast<float>(want)) << "fold " << c.fold;
+    }
+  }
 }
 
 // A graph the analysis takes must also fit the generator's shared memory: a model whose fc1 needs
@@ -1156,6 +1290,7 @@ TEST(CompileCudaNvrtc, RowsFormCompilesForSm90a) {
   ModelConfig shipped;
   shipped.vocab_size = 611;
   const ModelConfig tiny = compile_tiny_config();
+  const size_t shipped_nodes = capture_gpt(shipped, 2, 16).nodes.size();
   for (const Graph& g : {capture_gpt(shipped, 2, 16), capture_gpt(shipped, 3, 5), capture_gpt(tiny, 2, 16), capture_gpt(shipped, 1, 1)}) {
     CudaCodegenOptions wide;  // rows-wide: the k-slices over up to 512 threads (fc1 by 2, fc2 by 8)
     wide.rows = true;
@@ -1169,6 +1304,27 @@ TEST(CompileCudaNvrtc, RowsFormCompilesForSm90a) {
     EXPECT_TRUE(contains(ptx, "cp.async.bulk")) << g.name;
     if (g.name != "gpt_B1_T1") {
       EXPECT_TRUE(contains(ptx, "st.async")) << g.name;
+    }
+    // rows-plain (the text before the hand-written kernel's variants) compiles too; only the
+    // default's PTX has the attention's redux.sync max, and it computes no ring slot by a division
+    // (a remainder by the constant kNs is a mul.hi in PTX; rw_slot's first pieces are compile-time
+    // constants, so only the start's rw_issue(lane) may keep one)
+    CudaCodegenOptions fold = wide;  // rows-fold (the tiny model's C = 32: one value per lane in rw_row_stats)
+    fold.rows_slice_threads = CudaCodegenOptions{}.rows_slice_threads;
+    fold.rows_fold = true;
+    const CudaLowered lf = lower_cuda(g, PassOptions{}, fold);
+    ASSERT_TRUE(contains(lf.code.source, "rw_row_stats<")) << g.name << ": " << lf.note;
+    ASSERT_NO_THROW(nvrtc_compile_ptx(lf.code.source, "compute_90a", g.name)) << g.name << " rows-fold";
+    CudaCodegenOptions plain = wide;
+    plain.rows_slice_threads = CudaCodegenOptions{}.rows_slice_threads;
+    plain.rows_plain = true;
+    std::string plain_ptx;
+    ASSERT_NO_THROW(plain_ptx = nvrtc_compile_ptx(lower_cuda(g, PassOptions{}, plain).code.source, "compute_90a", g.name)) << g.name << " rows-plain";
+    EXPECT_TRUE(contains(ptx, "redux.sync.max.s32")) << g.name;
+    EXPECT_FALSE(contains(plain_ptx, "redux.sync")) << g.name;
+    if (g.nodes.size() == shipped_nodes) {  // (the tiny model's pieces of 120 rows divide n by 120: not the ring's)
+      EXPECT_LE(count_of(ptx, "mul.hi."), 1u) << g.name;
+      EXPECT_GT(count_of(plain_ptx, "mul.hi."), 10u) << g.name << ": the plain text's i % kNs, kNs = 11";
     }
   }
 }

@@ -20,7 +20,9 @@ namespace {
 // The device helpers every generated rows kernel starts with (NVRTC cannot include the project's
 // headers: these are the ideas of kernels/cuda/bulk_copy.cuh and gpt_mega_parts.cuh written again,
 // in the same arithmetic, as codegen_cuda_mega.cpp's kMegaPrelude is for the megakernel form).
-const char* kRowsPrelude = R"(
+// The prelude in pieces (generate_rows joins them): the plain form's (rows-plain: the text before
+// the ports from gpt_mega_rows.cu's kVar variants) or the default's.
+const char* kPreludeBase = R"(
 // ---- rows form helpers (sm_90: thread-block clusters, mbarriers, bulk copies, st.async) -----
 #define RW_FULL 0xffffffffu
 __device__ __forceinline__ unsigned rw_smem(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
@@ -65,7 +67,8 @@ __device__ __forceinline__ float rw_gelu(float x) {
   if (x == -CUDART_INF_F) return -0.0f;
   return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f));
 }
-// sum over k in [0, K) of a[k] * w_j[k] for J weight rows side by side, k in order from 0, one FMA
+)";
+const char* kPreludeDotPlain = R"(// sum over k in [0, K) of a[k] * w_j[k] for J weight rows side by side, k in order from 0, one FMA
 // chain each (a: a broadcast over the warp; w: 16-byte aligned)
 template <int K, int J>
 __device__ __forceinline__ void rw_dot(const float* a, const float* const (&w)[J], float (&acc)[J]) {
@@ -84,7 +87,8 @@ __device__ __forceinline__ void rw_dot(const float* a, const float* const (&w)[J
     }
   }
 }
-// LayerNorm of one row of C (a multiple of 16) by a half-warp (the calling warp; lanes 16..31
+)";
+const char* kPreludeLnPlain = R"(// LayerNorm of one row of C (a multiple of 16) by a half-warp (the calling warp; lanes 16..31
 // compute the same and write nothing): the statistics in double in one pass, a 16-lane butterfly,
 // the variance E[x^2] - mean^2 clamped at 0, 1/sigma a float rsqrtf (gpt_mega_parts.cuh's
 // layernorm_rows_t and row_stats, the same arithmetic)
@@ -119,7 +123,8 @@ __device__ __forceinline__ void rw_layernorm(const float* x, float* out, const f
     for (int e = 0; e < E; ++e) out[sub + 16 * e] = (v[e] - mean) * rstd * w[sub + 16 * e] + b[sub + 16 * e];
   }
 }
-// a score before its scale: q . k over dh (a multiple of 4) in e order, one FMA chain
+)";
+const char* kPreludeQk = R"(// a score before its scale: q . k over dh (a multiple of 4) in e order, one FMA chain
 template <int DH>
 __device__ __forceinline__ float rw_dot_qk(const float* q, const float* k) {
   float s = 0.0f;
@@ -130,6 +135,116 @@ __device__ __forceinline__ float rw_dot_qk(const float* q, const float* k) {
     s = fmaf(qv.x, kv.x, s); s = fmaf(qv.y, kv.y, s); s = fmaf(qv.z, kv.z, s); s = fmaf(qv.w, kv.w, s);
   }
   return s;
+}
+)";
+// the default's: rw_dot fully unrolled for K <= 64 (kFull), rw_layernorm with its gain and bias
+// hoisted (kVarLnHoist), the attention's max by redux.sync (kVarRedux); bitwise the plain ones
+const char* kPreludeDot = R"(// sum over k in [0, K) of a[k] * w_j[k] for J weight rows side by side, k in order from 0, one FMA
+// chain each (a: a broadcast over the warp; w: 16-byte aligned). For K <= 64 the k loop is fully
+// unrolled, so the later float4 loads issue while the chain runs (unrolled by 4, each 4 steps'
+// loads waited for the previous chain); the same FMAs in the same order
+template <int K, int J>
+__device__ __forceinline__ void rw_dot(const float* a, const float* const (&w)[J], float (&acc)[J]) {
+  constexpr int kUnroll = K <= 64 ? K / 4 : 4;
+#pragma unroll
+  for (int j = 0; j < J; ++j) acc[j] = 0.0f;
+#pragma unroll kUnroll
+  for (int k = 0; k < K; k += 4) {
+    const float4 av = *reinterpret_cast<const float4*>(a + k);
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const float4 wv = *reinterpret_cast<const float4*>(w[j] + k);
+      acc[j] = fmaf(av.x, wv.x, acc[j]);
+      acc[j] = fmaf(av.y, wv.y, acc[j]);
+      acc[j] = fmaf(av.z, wv.z, acc[j]);
+      acc[j] = fmaf(av.w, wv.w, acc[j]);
+    }
+  }
+}
+)";
+const char* kPreludeLn = R"(// LayerNorm of one row of C (a multiple of 16) by a half-warp (the calling warp; lanes 16..31
+// compute the same and write nothing): the statistics in double in one pass, a 16-lane butterfly,
+// the variance E[x^2] - mean^2 clamped at 0, 1/sigma a float rsqrtf (gpt_mega_parts.cuh's
+// row_stats, the same arithmetic). The gain and bias are loaded WITH the row, before the
+// statistics: loaded after them, each w[c], b[c] may wait for the previous element's store where
+// the compiler cannot tell the pointers apart (the hand-written kernel's case; here the offsets
+// are constants from one base, and the plain text's sm_90a code already loads them early: this
+// keeps it so without relying on that)
+template <int C>
+__device__ __forceinline__ void rw_layernorm(const float* x, float* out, const float* w, const float* b, float eps) {
+  constexpr int E = C / 16;
+  const int sub = threadIdx.x & 15;
+  float v[E], wv[E], bv[E];
+  double dv[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    v[e] = x[sub + 16 * e];
+    wv[e] = w[sub + 16 * e];
+    bv[e] = b[sub + 16 * e];
+    dv[e] = v[e];
+  }
+  double s, q;
+  if constexpr (E == 4) {
+    s = (dv[0] + dv[1]) + (dv[2] + dv[3]);
+    q = fma(dv[0], dv[0], dv[1] * dv[1]) + fma(dv[2], dv[2], dv[3] * dv[3]);
+  } else {
+    s = 0.0; q = 0.0;
+#pragma unroll
+    for (int e = 0; e < E; ++e) { s += dv[e]; q = fma(dv[e], dv[e], q); }
+  }
+#pragma unroll
+  for (int off = 8; off > 0; off >>= 1) {
+    s += __shfl_xor_sync(RW_FULL, s, off);
+    q += __shfl_xor_sync(RW_FULL, q, off);
+  }
+  const double inv_c = 1.0 / static_cast<double>(C);
+  const double m = s * inv_c;
+  const double var = fmax(q * inv_c - m * m, 0.0);
+  const float mean = static_cast<float>(m), rstd = rsqrtf(static_cast<float>(var + static_cast<double>(eps)));
+  if ((threadIdx.x & 31) < 16) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) out[sub + 16 * e] = (v[e] - mean) * rstd * wv[e] + bv[e];
+  }
+}
+)";
+// rows-fold: a folded LayerNorm's statistics, by each warp that needs them
+const char* kPreludeRowStats = R"(// rows-fold: the LayerNorm statistics (mean, 1/sigma) of one row of C (a multiple of 32) by the
+// calling warp, in every lane: each lane's C / 32 values' sum and sum of squares in double, a
+// 32-lane butterfly, the variance E[x^2] - mean^2 clamped at 0, 1/sigma a float rsqrtf
+// (rw_layernorm's arithmetic, its sums over 32 lanes)
+template <int C>
+__device__ __forceinline__ float2 rw_row_stats(const float* x, float eps) {
+  constexpr int E = C / 32;
+  const int ln_lane = threadIdx.x & 31;
+  double s = 0.0, q = 0.0;
+  if constexpr (E == 2) {
+    const double d0 = x[ln_lane], d1 = x[ln_lane + 32];
+    s = d0 + d1;
+    q = fma(d0, d0, d1 * d1);
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e) { const double d = x[ln_lane + 32 * e]; s += d; q = fma(d, d, q); }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    s += __shfl_xor_sync(RW_FULL, s, off);
+    q += __shfl_xor_sync(RW_FULL, q, off);
+  }
+  const double inv_c = 1.0 / static_cast<double>(C);
+  const double m = s * inv_c;
+  const double var = fmax(q * inv_c - m * m, 0.0);
+  return make_float2(static_cast<float>(m), rsqrtf(static_cast<float>(var + static_cast<double>(eps))));
+}
+)";
+const char* kPreludeMax = R"(// the warp's max of s by ONE redux.sync (where a butterfly takes 5 dependent shuffle + fmaxf
+// steps): the floats' bits mapped to ints in the floats' order (non-negative ones as they are,
+// negative ones with the magnitude bits flipped; -0 just below +0, either a max of 0 giving the same
+// s - max). A max is exact in any order: the butterfly's value (a NaN score makes the row NaN
+// either way)
+__device__ __forceinline__ float rw_warp_max(float s) {
+  const int bits = __float_as_int(s);
+  const int key = __reduce_max_sync(RW_FULL, bits >= 0 ? bits : bits ^ 0x7fffffff);
+  return __int_as_float(key >= 0 ? key : key ^ 0x7fffffff);
 }
 )";
 
@@ -273,6 +388,7 @@ struct RowsLayout {
   std::map<int, int> last_use;  // tensor -> the last stage reading it
   std::vector<std::vector<int>> reads;  // per stage: the earlier stages' tensors it reads (each once)
   std::map<int, int64_t> small_at;  // a 1-D weight -> its offset in the small block (floats)
+  std::map<int, int64_t> fold_s, fold_c;  // a folded matmul's stage -> its s_n, c_n in the small block
   int64_t small = 0;  // the small block's floats
   std::vector<CudaImageCopy> image;
   std::vector<int64_t> piece_off;  // piece i: floats [piece_off[i], piece_off[i + 1]) of the image
@@ -312,15 +428,30 @@ RowsLayout rows_layout(const RowsPlan& p) {
     L.image.push_back({t, 0, 0, 1, n, L.small, n});
     L.small += round4(n);
   };
-  for (const RowsStage& st : p.stages)
+  for (size_t s = 0; s < p.stages.size(); ++s) {
+    const RowsStage& st = p.stages[s];
     for (int k : st.nodes) {
       const Node& n = g.nodes[static_cast<size_t>(k)];
       if (n.op == Op::Embedding || n.op == Op::PosEmbedding) continue;  // tables: read from global memory
+      if (k == st.ln) continue;  // a folded LayerNorm's gain and bias: in the matmul's s and c below
       for (size_t a = 0; a < n.inputs.size(); ++a) {
         const int t = n.inputs[a];
+        if (st.ln >= 0 && n.op == Op::Matmul && a == 2 && n.has_bias) continue;  // (folded into c)
         if (g.tensor(t).kind == TensorKind::Weight && !(n.op == Op::Matmul && a == 1)) add_small(t);
       }
     }
+    if (st.ln >= 0) {  // the folded matmul's s_n and c_n (CudaImageCopy::fold 2 and 3)
+      const Node& ln = g.nodes[static_cast<size_t>(st.ln)];
+      const Node& mm = g.nodes[static_cast<size_t>(st.node)];
+      const int w = mm.inputs[1], bias = mm.has_bias ? mm.inputs[2] : -1;
+      L.fold_s[static_cast<int>(s)] = L.small;
+      L.image.push_back({w, 0, 0, st.M, st.K, L.small, st.M, 2, ln.inputs[1], ln.inputs[2], bias});
+      L.small += round4(st.M);
+      L.fold_c[static_cast<int>(s)] = L.small;
+      L.image.push_back({w, 0, 0, st.M, st.K, L.small, st.M, 3, ln.inputs[1], ln.inputs[2], bias});
+      L.small += round4(st.M);
+    }
+  }
   L.small = round4(L.small);
   int64_t at = L.small;
   for (const RowsStage& st : p.stages) {
@@ -330,6 +461,10 @@ RowsLayout rows_layout(const RowsPlan& p) {
       const int64_t r0 = static_cast<int64_t>(pc) * st.rows_per_piece, rows = std::min<int64_t>(st.rows_per_piece, st.M - r0);
       L.piece_off.push_back(at);
       L.image.push_back({w, r0, 0, rows, st.K, at, st.ld});
+      if (st.ln >= 0) {  // W' = W g per column
+        L.image.back().fold = 1;
+        L.image.back().gain = g.nodes[static_cast<size_t>(st.ln)].inputs[1];
+      }
       at += rows * st.ld;
     }
   }
@@ -376,7 +511,7 @@ RowsLayout rows_layout(const RowsPlan& p) {
 
 }  // namespace
 
-RowsPlan plan_rows(const Graph& captured, int slice_threads) {
+RowsPlan plan_rows(const Graph& captured, int slice_threads, bool fold_ln) {
   RowsPlan p;
   Graph g = captured;
   verify(g, "capture");
@@ -414,11 +549,28 @@ RowsPlan plan_rows(const Graph& captured, int slice_threads) {
     const auto us = users.of(n.output);
     return us.size() == 1 && kPointwise.contains(g.nodes[static_cast<size_t>(us[0])].op);
   };
+  // fold_ln: a LayerNorm (of a multiple of 32 columns: each warp's statistics, 32 lanes) whose one
+  // reader is a matmul's input row (not its residual, not a graph output) is that matmul's
+  // RowsStage::ln, no stage of its own
+  std::map<int, int> folded;  // matmul node -> the LayerNorm node folded into it
+  std::set<int> folded_ln;
+  if (fold_ln)
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      if (n.op != Op::LayerNorm || g.is_graph_output(n.output) || g.tensor(n.output).cols() % 32 != 0) continue;
+      const auto us = users.of(n.output);
+      if (us.size() != 1) continue;
+      const Node& u = g.nodes[static_cast<size_t>(us[0])];
+      if (u.op != Op::Matmul || u.inputs[0] != n.output) continue;
+      if (std::count(u.inputs.begin(), u.inputs.end(), n.output) != 1) continue;
+      folded[us[0]] = static_cast<int>(i);
+      folded_ln.insert(static_cast<int>(i));
+    }
   int piece = 0;
   int64_t att_C = 0;  // the attentions' width
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
-    if (inlined(n)) continue;
+    if (inlined(n) || folded_ln.count(static_cast<int>(i))) continue;
     RowsStage st;
     st.node = static_cast<int>(i);
     const int64_t cols = g.tensor(n.output).cols();
@@ -433,6 +585,10 @@ RowsPlan plan_rows(const Graph& captured, int slice_threads) {
         const int pr = g.tensor(t).producer;
         if (pr >= 0 && inlined(g.nodes[static_cast<size_t>(pr)])) todo.push_back(pr);
       }
+    }
+    if (const auto f = folded.find(static_cast<int>(i)); f != folded.end()) {
+      st.ln = f->second;
+      tree.insert(f->second);
     }
     st.nodes.assign(tree.begin(), tree.end());
     // a one-column node reading a weight (its one value) is generated as a column vector's sm[off + c]
@@ -525,7 +681,7 @@ std::string ident(const std::string& name) {
 
 }  // namespace
 
-CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
+CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain) {
   MINIGPT_CHECK(p.refused.empty(), "generate_rows: the graph was refused: {}", p.refused);
   const Graph& g = p.graph;
   const int NT = kRowsThreads, NW = NT / 32;
@@ -620,6 +776,38 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
     b += "  rw_wait(&bars[kBarSmall], 0);  // the small vectors (first use)\n";
   };
   int64_t total_flops = 0, total_wbytes = 0;
+  // The ring's pieces issued so far in the program order of the last warp (the start issues the
+  // first ns; each matmul stage's refill, after its CTA barrier, the ns after its own), and which
+  // matmul stages the last warp's waits before their preceding barrier cover (the default form:
+  // "prewait", gpt_mega_rows.cu's kVarPrewait). A stage's pieces can be waited for there only once
+  // their copies were issued before that point (else the wait would never end: the last warp itself
+  // issues them, later); where not, its threads wait on the mbarriers themselves (rw_piece).
+  int issued = std::min(ns, pieces);
+  std::vector<bool> prewaited(p.stages.size(), false);
+  // the CTA barrier closing stage s (every stage's closing barrier is at the stage's top level): in
+  // the default form, when stage s + 1 is a matmul whose pieces are in flight, the last warp's
+  // lanes first wait for them (the GEMM threads then never wait on an mbarrier)
+  auto close = [&](size_t s) {
+    std::string r;
+    if (!plain && s + 1 < p.stages.size() && p.stages[s + 1].kind == RowsStage::Kind::Matmul) {
+      const RowsStage& nx = p.stages[s + 1];
+      if (nx.first_piece + nx.pieces <= issued) {
+        prewaited[s + 1] = true;
+        r += fmt::format("  rw_prewait<{}, {}>(bars);  // the last warp: stage {}'s weight pieces have landed (before the barrier)\n", nx.first_piece,
+                         nx.first_piece + nx.pieces, s + 1);
+      }
+    }
+    return r + "  __syncthreads();\n";
+  };
+  // a matmul stage's refill after its closing barrier (the default form: slots without a division)
+  auto refill = [&](const RowsStage& st) {
+    const int a = st.first_piece, e = st.first_piece + st.pieces;
+    issued = std::max(issued, std::min(e + ns, pieces));
+    return plain ? fmt::format("  rw_refill(ring, bars, rw_image, {}, {});\n", a, e)
+                 : fmt::format("  rw_refill<{}, {}>(ring, bars, rw_image);  // pieces [{}, {}) read: {}\n", a, e, a, e,
+                               a + ns >= pieces ? std::string("nothing left to stream")
+                                                : fmt::format("their slots take [{}, {})", a + ns, std::min(e + ns, pieces)));
+  };
   std::string overlap0;  // the first stage's loop, run by warps 1.. during the start (empty: none)
   for (size_t s = 0; s < p.stages.size(); ++s) {
     const RowsStage& st = p.stages[s];
@@ -651,17 +839,19 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
           break;
         }
         if (reads_small) wait_small(b);
-        b += fmt::format("  for (int c = tid; c < {}; c += {}) {{\n    const float v = {};\n    {}\n  }}\n  __syncthreads();\n", to.cols(), NT,
-                         e, store_out(out, "c", "v"));
+        b += fmt::format("  for (int c = tid; c < {}; c += {}) {{\n    const float v = {};\n    {}\n  }}\n", to.cols(), NT, e, store_out(out, "c", "v"));
+        b += close(s);
         break;
       }
       case RowsStage::Kind::LayerNorm: {
         const int64_t C = to.cols();
         flops = 8 * C;
         b += fmt::format("  // stage {}: layernorm (1, {}) -> '{}', eps {:.9g}; ~{} FLOPs per row; source: {}\n", s, C, to.name, n.alpha, flops, srcs);
+        if (!plain) b += "  //   (warp 0; the gain and bias loaded with the row, before the statistics: rw_layernorm)\n";
         wait_small(b);
-        b += fmt::format("  if (warp == 0) rw_layernorm<{}>({}, {}, {}, {}, {:.9g}f);\n  __syncthreads();\n", C, sm(buf.at(n.inputs[0])),
-                         sm(buf.at(out)), sm(small_at.at(n.inputs[1])), sm(small_at.at(n.inputs[2])), n.alpha);
+        b += fmt::format("  if (warp == 0) rw_layernorm<{}>({}, {}, {}, {}, {:.9g}f);\n", C, sm(buf.at(n.inputs[0])), sm(buf.at(out)),
+                         sm(small_at.at(n.inputs[1])), sm(small_at.at(n.inputs[2])), n.alpha);
+        b += close(s);
         if (g.is_graph_output(out)) b += fmt::format("  for (int c = tid; c < {}; c += {}) {}[row * {} + c] = sm[{} + c];\n", C, NT, pname[out], C, buf.at(out));
         break;
       }
@@ -680,19 +870,44 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
         size_t k = 2;
         const int bias = n.has_bias ? n.inputs[k++] : -1;
         const int res = n.has_residual ? n.inputs[k] : -1;
-        if (bias >= 0) wait_small(b);
-        const std::string a = sm(buf.at(n.inputs[0]));
+        const bool folded = st.ln >= 0;
+        // the input row: the matmul's, or (folded) its LayerNorm's input, the raw row
+        const std::string a = sm(buf.at(folded ? g.nodes[static_cast<size_t>(st.ln)].inputs[0] : n.inputs[0]));
+        if (folded) {
+          const Node& ln = g.nodes[static_cast<size_t>(st.ln)];
+          std::string stats;
+          wait_small(stats);
+          b += fmt::format(
+              "  //   its LayerNorm (eps {:.9g}) folded in (rows-fold): y_n = rstd (sum_k W'_nk x_k - mean s_n) + c_n, W' = W g per k,\n"
+              "  //   s_n = sum_k W'_nk, c_n = W beta + b_n (packed with the image, in double, rounded once): the dot runs on\n"
+              "  //   the raw row x while every warp computes x's statistics itself; no LayerNorm stage, no barrier\n",
+              ln.alpha);
+          b += stats + fmt::format("  const float2 lnst = rw_row_stats<{}>({}, {:.9g}f);  // (mean, 1/sigma) of the row, by every warp\n", K, a, ln.alpha);
+        } else if (bias >= 0) {
+          wait_small(b);
+        }
         auto finish = [&](const std::string& idx, const std::string& acc) {
           std::string v = acc;
-          if (bias >= 0) v = fmt::format("({} + sm[{} + {}])", v, small_at.at(bias), idx);
+          if (folded)
+            v = fmt::format("fmaf(lnst.y, fmaf(-lnst.x, sm[{} + {}], {}), sm[{} + {}])", L.fold_s.at(static_cast<int>(s)), idx, v,
+                            L.fold_c.at(static_cast<int>(s)), idx);
+          else if (bias >= 0) v = fmt::format("({} + sm[{} + {}])", v, small_at.at(bias), idx);
           if (n.gelu) v = fmt::format("rw_gelu({})", v);
           if (res >= 0) v = fmt::format("({} + sm[{} + {}])", v, buf.at(res), idx);
           return v;
         };
+        // output nidx's weight row (its piece's slot: waited for here, or by the last warp before the barrier above)
         auto wptr = [&](const std::string& nidx, const std::string& koff) {
+          if (prewaited[s])
+            return fmt::format("rw_slot<{}>(ring, {} / {}) + ({} % {}) * {}{}", st.first_piece, nidx, st.rows_per_piece, nidx, st.rows_per_piece,
+                               st.ld, koff);
+          if (!plain)
+            return fmt::format("rw_piece_at<{}>(ring, bars, {} / {}) + ({} % {}) * {}{}", st.first_piece, nidx, st.rows_per_piece, nidx,
+                               st.rows_per_piece, st.ld, koff);
           return fmt::format("rw_piece(ring, bars, {} + {} / {}) + ({} % {}) * {}{}", st.first_piece, nidx, st.rows_per_piece, nidx,
                              st.rows_per_piece, st.ld, koff);
         };
+        if (prewaited[s]) b += "  //   (its pieces waited for by the last warp before the barrier above: read at once, no mbarrier wait)\n";
         if (st.kv) {
           const int64_t C = M / 3;
           b += fmt::format("  float acc_kv[1];\n  if (tid < {}) rw_dot<{}, 1>({}, {{{}}}, acc_kv);\n", M, K, a, wptr("tid", ""));
@@ -702,9 +917,9 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
           b += fmt::format("      float* dst = sm + (part == 1 ? {} : {}) + t * {} + c;\n      *dst = v;\n", ks, vs, ldk);
           b += "      const float4 v4 = make_float4(v, __shfl_down_sync(RW_FULL, v, 1), __shfl_down_sync(RW_FULL, v, 2), __shfl_down_sync(RW_FULL, v, 3));\n";
           b += "      for (int q = t + 1; q < kT && lane % 4 == 0; ++q) rw_st_async4(rw_mapa(dst, q), v4, rw_mapa(&bars[kBarKv], q));\n    }\n  }\n";
-          b += "  __syncthreads();\n";
+          b += close(s);
           b += fmt::format("  if (tid == 0) rw_kv_arrive(&bars[kBarKv], static_cast<unsigned>(t * {}) * 4u);  // the earlier rows' k and v\n", 2 * C);
-          b += fmt::format("  rw_refill(ring, bars, rw_image, {}, {});\n", st.first_piece, st.first_piece + st.pieces);
+          b += refill(st);
           b += fmt::format("  rw_kv_wait(&bars[kBarKv], {}u);\n", st.attention & 1);
         } else if (st.slices > 1) {
           const int S = st.slices, D = 32 / S;
@@ -718,8 +933,8 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
             sum = fmt::format("({} + p{})", sum, j);
           }
           b += fmt::format("    if (s == 0 && n < {}) {{\n      const float v = {};\n      {}\n    }}\n  }}\n", M, finish("n", sum), store_out(out, "n", "v"));
-          b += "  __syncthreads();\n";
-          b += fmt::format("  rw_refill(ring, bars, rw_image, {}, {});\n", st.first_piece, st.first_piece + st.pieces);
+          b += close(s);
+          b += refill(st);
         } else {
           const int J = static_cast<int>((M + NT - 1) / NT);
           std::string ws;
@@ -734,8 +949,9 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
             b += fmt::format("    {{\n      const int n = {};\n      if (n < {}) {{\n        const float v = {};\n        {}\n      }}\n    }}\n", nj, M,
                              finish("n", fmt::format("acc[{}]", j)), store_out(out, "n", "v"));
           }
-          b += "  }\n  __syncthreads();\n";
-          b += fmt::format("  rw_refill(ring, bars, rw_image, {}, {});\n", st.first_piece, st.first_piece + st.pieces);
+          b += "  }\n";
+          b += close(s);
+          b += refill(st);
         }
         break;
       }
@@ -754,15 +970,40 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
         b += fmt::format("    const int e = hh * {} + (lane % {}) * 4;  // lanes < dh / 4: att's columns e..e+3\n", dh, dh / 4);
         b += fmt::format("    const float sc = lane < nk ? rw_dot_qk<{}>(qt, sm + {} + lane * {} + hh * {}) * {:.9g}f : -CUDART_INF_F;\n", dh, ks, ldk, dh,
                          1.0f / std::sqrt(static_cast<float>(dh)));
-        b += "    float m = sc;\n    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(RW_FULL, m, off));\n";
-        b += "    const float ex = lane < nk ? expf(sc - m) : 0.0f;\n    float sum = ex;\n";
-        b += "    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(RW_FULL, sum, off);\n";
-        b += "    const float pr = ex * (1.0f / sum);\n    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);\n";
-        b += fmt::format("    for (int k = 0; k < nk; ++k) {{  // att = probabilities times v, in key order\n      const float pk = __shfl_sync(RW_FULL, pr, k);\n"
-                         "      if (lane < {}) {{\n        const float4 vv = *reinterpret_cast<const float4*>(sm + {} + k * {} + e);\n"
-                         "        acc.x = fmaf(pk, vv.x, acc.x); acc.y = fmaf(pk, vv.y, acc.y); acc.z = fmaf(pk, vv.z, acc.z); acc.w = fmaf(pk, vv.w, acc.w);\n      }}\n    }}\n",
-                         dh / 4, vs, ldk);
-        b += fmt::format("    if (lane < {}) *reinterpret_cast<float4*>(sm + {} + e) = acc;\n  }}\n  __syncthreads();\n", dh / 4, buf.at(out));
+        if (plain) {
+          b += "    float m = sc;\n    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(RW_FULL, m, off));\n";
+          b += "    const float ex = lane < nk ? expf(sc - m) : 0.0f;\n    float sum = ex;\n";
+          b += "    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(RW_FULL, sum, off);\n";
+          b += "    const float pr = ex * (1.0f / sum);\n    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);\n";
+          b += fmt::format("    for (int k = 0; k < nk; ++k) {{  // att = probabilities times v, in key order\n      const float pk = __shfl_sync(RW_FULL, pr, k);\n"
+                           "      if (lane < {}) {{\n        const float4 vv = *reinterpret_cast<const float4*>(sm + {} + k * {} + e);\n"
+                           "        acc.x = fmaf(pk, vv.x, acc.x); acc.y = fmaf(pk, vv.y, acc.y); acc.z = fmaf(pk, vv.z, acc.z); acc.w = fmaf(pk, vv.w, acc.w);\n      }}\n    }}\n",
+                           dh / 4, vs, ldk);
+        } else {
+          // (gpt_mega_rows.cu's kVarRedux and kVarKeys, bitwise its plain loop's values: a max is exact
+          // in any order; lanes >= nk hold exp = 0, so the butterfly's steps over lanes >= W added
+          // zeros; the FMAs are the same, in the same order)
+          int W = 1;  // the lanes holding keys: nk <= T <= W, a power of two
+          while (W < p.T) W *= 2;
+          b += "    const float m = rw_warp_max(sc);  // exact: one redux.sync\n";
+          b += "    const float ex = lane < nk ? expf(sc - m) : 0.0f;\n    float sum = ex;\n";
+          if (W > 1)
+            b += fmt::format("    // the sum of exp over lanes < {} (keys < T = {}; the lanes above hold 0: adding them changed no value)\n"
+                             "#pragma unroll\n    for (int off = {}; off > 0; off >>= 1) sum += __shfl_xor_sync(RW_FULL, sum, off);\n",
+                             W, p.T, W / 2);
+          b += "    const float pr = ex * (1.0f / sum);\n    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);\n";
+          b += fmt::format(
+              "    // att = probabilities times v in key order, over the {} keys of the longest row, unrolled: every key's\n"
+              "    // shuffle and v load unconditional (row min(k, nk - 1), a row that is there), only its FMAs under k < nk,\n"
+              "    // so the loads issue ahead of the chain (lanes >= {} compute columns they do not store)\n"
+              "#pragma unroll\n    for (int k = 0; k < {}; ++k) {{\n      const float pk = __shfl_sync(RW_FULL, pr, k);\n"
+              "      const float4 vv = *reinterpret_cast<const float4*>(sm + {} + min(k, nk - 1) * {} + e);\n"
+              "      if (k < nk) {{\n"
+              "        acc.x = fmaf(pk, vv.x, acc.x); acc.y = fmaf(pk, vv.y, acc.y); acc.z = fmaf(pk, vv.z, acc.z); acc.w = fmaf(pk, vv.w, acc.w);\n      }}\n    }}\n",
+              p.T, dh / 4, p.T, vs, ldk);
+        }
+        b += fmt::format("    if (lane < {}) *reinterpret_cast<float4*>(sm + {} + e) = acc;\n  }}\n", dh / 4, buf.at(out));
+        b += close(s);
         if (st.attention + 1 < p.attentions) b += "  rw_cluster_arrive();  // this CTA's k, v are read: the next layer's may come\n";
         if (g.is_graph_output(out)) b += fmt::format("  for (int c = tid; c < {}; c += {}) {}[row * {} + c] = sm[{} + c];\n", C, NT, pname[out], C, buf.at(out));
         break;
@@ -777,7 +1018,8 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
         const std::string in = sm(buf.at(n.inputs[0]));
         b += fmt::format("  {{\n    const float* in = {};\n    float mx = -CUDART_INF_F, ev[{}], sum = 0.0f;\n", in, J);
         b += fmt::format("    for (int j = 0; j < {}; ++j) if (tid + j * {} < {}) mx = fmaxf(mx, in[tid + j * {}]);\n", J, NT, C, NT);
-        b += "    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(RW_FULL, mx, off));\n";
+        b += plain ? "    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(RW_FULL, mx, off));\n"
+                   : "    mx = rw_warp_max(mx);  // the warp's max: one redux.sync (exact)\n";
         b += fmt::format("    if (lane == 0) sm[{} + warp] = mx;\n    __syncthreads();\n    mx = sm[{}];\n    for (int w = 1; w < {}; ++w) mx = fmaxf(mx, sm[{} + w]);\n", red, red, NW, red);
         b += fmt::format("    for (int j = 0; j < {}; ++j) {{ ev[j] = tid + j * {} < {} ? expf(in[tid + j * {}] - mx) : 0.0f; sum += ev[j]; }}\n", J, NT, C, NT);
         b += "    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(RW_FULL, sum, off);\n";
@@ -785,7 +1027,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
                          red + NW, red + NW, NW, red + NW);
         b += fmt::format("    for (int j = 0; j < {}; ++j) {{\n      const int c = tid + j * {};\n      if (c < {}) {{ const float v = ev[j] / total; {} }}\n    }}\n  }}\n", J,
                          NT, C, store_out(out, "c", "v"));
-        if (buf.count(out)) b += "  __syncthreads();\n";
+        if (buf.count(out)) b += close(s);
         break;
       }
     }
@@ -804,8 +1046,24 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched) {
 
   // ---- the kernel ----
   std::string src = fmt::format("// graph {} ({}): the rows form (codegen_cuda_rows.h)\n", g.name, code.graph_hash);
+  if (!plain)
+    src += "// (its default text: the hand-written gpt_mega_rows.cu's variants ported, the same values bitwise as the\n"
+           "// plain text, MINIGPT_CUDA_VARIANT=rows-plain: the LayerNorm's gain and bias loaded with the row, the\n"
+           "// attention's max by redux.sync and its key loop unrolled, rw_dot's k loop unrolled, every matmul's\n"
+           "// pieces waited for by the last warp before the barrier preceding it, ring slots without divisions)\n";
   src += "#define CUDART_INF_F __int_as_float(0x7f800000)\n";
-  src += kRowsPrelude;
+  src += kPreludeBase;
+  if (plain) {
+    src += kPreludeDotPlain;
+    src += kPreludeLnPlain;
+    src += kPreludeQk;
+  } else {
+    src += kPreludeDot;
+    src += kPreludeLn;
+    src += kPreludeQk;
+    src += kPreludeMax;
+  }
+  if (std::any_of(p.stages.begin(), p.stages.end(), [](const RowsStage& st) { return st.ln >= 0; })) src += kPreludeRowStats;
   src += fmt::format(
       "\n// ---- the ring: pieces of the weight image, in consumption order ----\n"
       "constexpr int kNs = {}, kSlot = {}, kPieces = {}, kBarSmall = {}, kBarKv = {}, kT = {};\n",
@@ -827,14 +1085,69 @@ __device__ __forceinline__ const float* rw_piece(float* ring, unsigned long long
   rw_wait(&bars[i % kNs], static_cast<unsigned>((i / kNs) & 1));
   return ring + (i % kNs) * kSlot;
 }
-// every thread, after the CTA barrier that ends the reads of pieces [a, b): their slots take the
+)";
+  if (plain)
+    src += R"(// every thread, after the CTA barrier that ends the reads of pieces [a, b): their slots take the
 // pieces kNs later, a copy per lane of the last warp
 __device__ __forceinline__ void rw_refill(float* ring, unsigned long long* bars, const float* img, int a, int b) {
   const int k = static_cast<int>(threadIdx.x) - )" +
          std::to_string(NT - 32) + R"(;
   if (k >= 0 && k < b - a) rw_issue(ring, bars, img, a + k + kNs);
 }
-// an embedding row's column c: table[id] (an id outside [0, V): NaN)
+)";
+  else
+    src += R"(// The stages' pieces [A, B) (B - A <= kNs <= 32): A is a compile-time constant, so slot A % kNs and
+// copy number A / kNs are constants and piece A + j's slot takes one compare (j < kNs), no division
+// at run time (gpt_mega_rows.cu's kVarSlots; a division by kNs is a dozen instructions on the GEMM
+// threads' path after every barrier).
+// Lane j of the last warp, before the CTA barrier preceding the stage that reads pieces [A, B):
+// waits for piece A + j to land (gpt_mega_rows.cu's prewait). An mbarrier wait that returns makes
+// the bulk copy's bytes visible to the waiting thread, and the barrier orders them before every
+// other thread's reads after it: the stage's threads read their slots at once (rw_slot).
+template <int A, int B>
+__device__ __forceinline__ void rw_prewait(unsigned long long* bars) {
+  const int j = static_cast<int>(threadIdx.x) - )" +
+           std::to_string(NT - 32) + R"(;
+  if (j >= 0 && j < B - A) {
+    const int s = A % kNs + j;                    // < 2 kNs
+    const int slot = s >= kNs ? s - kNs : s;
+    const int copy = A / kNs + (s >= kNs ? 1 : 0);  // the slot's copy number: its mbarrier's phase
+    rw_wait(&bars[slot], static_cast<unsigned>(copy & 1));
+  }
+}
+// piece A + j's slot (j < kNs), after rw_prewait<A, ..> and a CTA barrier
+template <int A>
+__device__ __forceinline__ const float* rw_slot(float* ring, int j) {
+  const int s = A % kNs + j;
+  return ring + (s >= kNs ? s - kNs : s) * kSlot;
+}
+// piece A + j's slot once it has landed, the calling thread waiting (a stage whose pieces' copies
+// were not yet all issued at the barrier before it, so the last warp could not wait for them there)
+template <int A>
+__device__ __forceinline__ const float* rw_piece_at(float* ring, unsigned long long* bars, int j) {
+  const int s = A % kNs + j;
+  const int slot = s >= kNs ? s - kNs : s;
+  rw_wait(&bars[slot], static_cast<unsigned>((A / kNs + (s >= kNs ? 1 : 0)) & 1));
+  return ring + slot * kSlot;
+}
+// every thread, after the CTA barrier that ends the reads of pieces [A, B): their slots take the
+// pieces kNs later (piece A + k + kNs into piece A + k's slot), a copy per lane of the last warp
+template <int A, int B>
+__device__ __forceinline__ void rw_refill(float* ring, unsigned long long* bars, const float* img) {
+  const int k = static_cast<int>(threadIdx.x) - )" +
+           std::to_string(NT - 32) + R"(;
+  const int i = A + kNs + k;
+  if (k >= 0 && k < B - A && i < kPieces) {
+    const int s = A % kNs + k;
+    const int slot = s >= kNs ? s - kNs : s;
+    unsigned long long* bar = &bars[slot];
+    const unsigned bytes = static_cast<unsigned>(rw_piece_off[i + 1] - rw_piece_off[i]) * 4u;
+    rw_expect(bar, bytes);
+    rw_bulk(ring + slot * kSlot, img + rw_piece_off[i], bytes, bar);
+  }
+}
+)";
+  src += R"(// an embedding row's column c: table[id] (an id outside [0, V): NaN)
 __device__ __forceinline__ float rw_gather(const float* __restrict__ table, int id, int V, int C, int c) {
   return id < 0 || id >= V ? __int_as_float(0x7fc00000) : __ldg(table + static_cast<long long>(id) * C + c);
 }
@@ -921,13 +1234,36 @@ __device__ __forceinline__ float rw_gather(const float* __restrict__ table, int 
 
 std::vector<float> pack_rows_image(const CudaCode& code, const std::function<const float*(int)>& weight) {
   std::vector<float> img(static_cast<size_t>(code.image_floats), 0.0f);
+  auto values = [&](int t) {
+    const float* v = weight(t);
+    MINIGPT_CHECK(v, "rows: no values for weight tensor %{}", t);
+    return v;
+  };
   for (const CudaImageCopy& c : code.image) {
-    const float* w = weight(c.tensor);
-    MINIGPT_CHECK(w, "rows: no values for weight tensor %{}", c.tensor);
-    // the source's row stride: the copy's rows are whole rows of the tensor (cols = its columns)
-    for (int64_t r = 0; r < c.rows; ++r)
-      for (int64_t k = 0; k < c.cols; ++k)
-        img[static_cast<size_t>(c.dst + r * c.dst_ld + k)] = w[(c.src_row0 + r) * c.cols + c.src_col0 + k];
+    const float* w = values(c.tensor);
+    if (c.fold == 0 || c.fold == 1) {
+      // the source's row stride: the copy's rows are whole rows of the tensor (cols = its columns);
+      // fold 1: times the LayerNorm's gain per column, rounded once
+      const float* gn = c.fold == 1 ? values(c.gain) : nullptr;
+      for (int64_t r = 0; r < c.rows; ++r)
+        for (int64_t k = 0; k < c.cols; ++k) {
+          const float v = w[(c.src_row0 + r) * c.cols + c.src_col0 + k];
+          img[static_cast<size_t>(c.dst + r * c.dst_ld + k)] = gn ? static_cast<float>(static_cast<double>(v) * gn[c.src_col0 + k]) : v;
+        }
+      continue;
+    }
+    // fold 2 (s_n: the row sums of W' as packed) and 3 (c_n = W beta + b), in double, rounded once
+    MINIGPT_CHECK(c.fold == 2 || c.fold == 3, "rows: image copy of fold {}", c.fold);
+    const float *gn = values(c.gain), *bt = values(c.beta), *b = c.bias >= 0 ? values(c.bias) : nullptr;
+    for (int64_t n = 0; n < c.rows; ++n) {
+      double acc = 0.0;
+      for (int64_t k = 0; k < c.cols; ++k) {
+        const double v = w[n * c.cols + k];
+        acc += c.fold == 2 ? static_cast<double>(static_cast<float>(v * gn[k])) : v * bt[k];
+      }
+      if (c.fold == 3 && b) acc += b[n];
+      img[static_cast<size_t>(c.dst + n)] = static_cast<float>(acc);
+    }
   }
   return img;
 }

@@ -50,6 +50,28 @@
 // the same runs: the default mode's choice on sm_90 since (runner_cuda.h's default_cuda_variant).
 // The probes' logits 7.15e-6 from the CPU engine, the same top-1 on every probe.
 //
+// The default text carries the hand-written kernel's measured variants (gpt_mega_rows.cu's kVar
+// comments; its `bitw` instance, 24.35 -> 21.57 us per forward there, rows14e), each bitwise the
+// plain text's values (rows-plain: the text before them, for A/B):
+//   - LayerNorm (rw_layernorm): the gain and bias loaded with the row, before the statistics
+//     (kVarLnHoist; the plain text's constant offsets already let the compiler do so: sm_90a
+//     SASS of the shipped model's text has no shared load after the rsqrt in either text);
+//   - attention: the max of the scores by one redux.sync on the floats mapped to ordered ints
+//     (kVarRedux; also each warp's max in the vocabulary softmax), the sum's butterfly over the
+//     lanes that can hold keys (T <= 16: from offset 8), the key loop unrolled to T keys with its
+//     v loads unconditional (row min(k, nk - 1)) and the FMAs under k < nk (kVarKeys);
+//   - rw_dot's k loop fully unrolled for K <= 64 (dot64's kFull): the later float4 loads issue
+//     while the FMA chain runs;
+//   - prewait and slots (kVarPrewait, kVarSlots): before the CTA barrier preceding a matmul stage,
+//     lane j of the last warp waits for the stage's piece j (rw_prewait); the GEMM threads then
+//     read their slots without an mbarrier wait and without a division (rw_slot: the stage's first
+//     piece is a compile-time constant); the refills likewise (rw_refill<A, B>).
+// rows-fold (CudaCodegenOptions::rows_fold, a measuring aid until measured; not bitwise): each
+// LayerNorm read only by a matmul is no stage of its own but that matmul's RowsStage::ln, y_n =
+// rstd (sum_k W'_nk x_k - mean s_n) + c_n with W' = W g per k, s_n = sum_k W'_nk, c_n = W beta +
+// b_n packed into the image (pack_rows_image, in double, rounded once): the matmul runs on the raw
+// row while every warp computes the row's statistics (rw_row_stats), no barrier between them.
+//
 // What it does not do: the decode step (a KV cache is not row-local: refused), more than one row
 // per CTA, compile or launch (cuda/runner_cuda.cpp packs the image into the arena once and
 // launches B T CTAs in clusters of T).
@@ -83,6 +105,7 @@ struct RowsStage {
   int slices = 1, ld = 0, rows_per_piece = 0, first_piece = 0, pieces = 0;
   bool kv = false;
   int attention = -1;  // Attention (and a kv matmul): which attention of the forward (0..)
+  int ln = -1;         // Matmul (rows_fold): the LayerNorm node folded into it (its input the raw row)
 };
 
 // The analysis' result: refused (why) or the stages.
@@ -102,11 +125,15 @@ std::string row_local_refusal(const Graph& g, int64_t& B, int64_t& T);
 
 // The analysis: the passes above, row_local_refusal, then the generator's shape limits.
 // slice_threads: CudaCodegenOptions::rows_slice_threads (how many threads a matmul's k-slices may use).
-RowsPlan plan_rows(const Graph& captured, int slice_threads = 256);
+// fold_ln: CudaCodegenOptions::rows_fold (each LayerNorm whose one reader is a matmul's input, of
+// a multiple of 32 columns, is no stage of its own but that matmul's RowsStage::ln).
+RowsPlan plan_rows(const Graph& captured, int slice_threads = 256, bool fold_ln = false);
 
 // The kernel text, its launch (grid B T, cluster T, block kRowsThreads), the weight image's
 // layout (code.image) and the one-kernel schedule (kernel "cuda_rows_forward"). p must be taken.
-CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out);
+// plain (CudaCodegenOptions::rows_plain, MINIGPT_CUDA_VARIANT=rows-plain): the text before the
+// ports listed at the top (kept for A/B on the GPU: the same layout, pieces and sums).
+CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false);
 
 // The weight image of code (code.image_floats floats, padding zero) from the graph's weights:
 // weight(tensor id) gives a weight's values (row-major, its shape).
