@@ -778,13 +778,15 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     const int nx = kThreads + (tid >> 2), kq = (tid & 3) * (kC / 4);
     if (n0 < V) {
       const float* w0 = piece(pl, n0 / kPieceRows) + (n0 % kPieceRows) * kLd;
+      // every thread runs the quarter chain, those without an extra column on row V - 1 (read,
+      // not used): no branch, so the compiler interleaves it with the full chain (under `if`
+      // it ran after it: sm_90a SASS)
+      const int nxc = min(nx, V - 1);
+      const float* wx = piece(pl, nxc / kPieceRows) + (nxc % kPieceRows) * kLd + kq;
       float a0[1][RP];
       dot_rows<RP, kC, 1, kLmUnroll>(ln, kLd, {w0}, a0);
+      dot_rows<RP, kC / 4, 1, kC / 16>(ln + kq, kLd, {wx}, part);
       lgt[0][0] = a0[0][0] + hd[kLmb + n0];
-      if ((tid >> 2) < extra) {
-        const float* wx = piece(pl, nx / kPieceRows) + (nx % kPieceRows) * kLd + kq;
-        dot_rows<RP, kC / 4, 1, kC / 16>(ln + kq, kLd, {wx}, part);
-      }
     }
     const float p0 = part[0][0], p1 = __shfl_down_sync(0xffffffffu, p0, 1), p2 = __shfl_down_sync(0xffffffffu, p0, 2),
                 p3 = __shfl_down_sync(0xffffffffu, p0, 3);
