@@ -70,19 +70,19 @@ for round in 1 2; do for v in $VARIANTS; do bench $v $round 80; done; done
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ -z "$NCU" ]; then
   echo "=== ncu: not found" >> "$O/trace.log"
-elif late 72; then
+elif late 78; then
   echo "=== ncu skipped at $(el)s (time)" >> "$O/trace.log"
 else
   {
     echo "=== [$(el)s] ncu ($NCU) --set full --sampling-interval 0, one launch of bitw's instance"
-    timeout 28 "$NCU" --set full --sampling-interval 0 --kernel-name-base mangled \
+    timeout 24 "$NCU" --set full --sampling-interval 0 --kernel-name-base mangled \
       -k "regex:gpt_mega_rows_kernelILi1ELb0ELi111E" -c 1 -o "$TMP/prof" \
       "$TEST" --gtest_filter='*MegakernelByRowsVariantsMatchTheCpu*' > "$TMP/ncu.txt" 2>&1
     echo "rc=$? [$(el)s]"; grep -E "^==PROF==|==ERROR|==WARNING" "$TMP/ncu.txt" | head -5
     if [ -f "$TMP/prof.ncu-rep" ]; then
-      timeout 8 "$NCU" -i "$TMP/prof.ncu-rep" --page source --csv --print-source sass > "$TMP/src.csv" 2> "$TMP/src.err"
+      timeout 6 "$NCU" -i "$TMP/prof.ncu-rep" --page source --csv --print-source sass > "$TMP/src.csv" 2> "$TMP/src.err"
       echo "source page rc=$? lines=$(wc -l < "$TMP/src.csv")"; head -c 300 "$TMP/src.err"
-      timeout 5 python3 - "$TMP/src.csv" <<'PY'
+      timeout 4 python3 - "$TMP/src.csv" <<'PY'
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1], errors="replace")))
 hi = next((i for i, r in enumerate(rows) if any("Source" == c.strip() for c in r)), None)
