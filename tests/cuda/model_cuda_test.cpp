@@ -373,7 +373,7 @@ TEST(CudaModel, MegakernelByRowsMatchesTheCpu) {
             first.push_back(v);
           } else if (cuda::kMegaRowsVariantBitwise[cuda::gpt_mega_rows_variant()]) {
             // (rp 1 runs the process's MINIGPT_MEGA_ROWS_VARIANT, the others kVar 0: bitwise the
-            // same unless that variant is not the default's arithmetic, as fold)
+            // same unless that variant is not the default's arithmetic, as lmq)
             EXPECT_EQ(v, first[at]) << "not bitwise rp = 1's at B=" << B << " T=" << T;
           }
           ++at;
@@ -405,7 +405,7 @@ TEST(CudaModel, MegakernelByRowsMatchesTheCpu) {
 // The 1-row-per-CTA kernel's variants (MINIGPT_MEGA_ROWS_VARIANT, gpt_mega_rows.h): on the
 // shipped model, the small one and an 8-layer one, logits and probs within kReorderedLogitTol of
 // the CPU, logits and probs bitwise the first variant's (bitw, the default) where
-// kMegaRowsVariantBitwise says so (fold: another summation order, held to the CPU only); on the shipped model every grammar probe
+// kMegaRowsVariantBitwise says so (soft1, lmq: another summation order, held to the CPU only); on the shipped model every grammar probe
 // within kLogitTol of the CPU with the same top-1 (each variant's worst printed); an unknown name
 // is a clear error.
 TEST(CudaModel, MegakernelByRowsVariantsMatchTheCpu) {

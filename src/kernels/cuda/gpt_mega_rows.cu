@@ -93,43 +93,56 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // (row_stats<16, 4>, (v - mean) * rstd * w + b) with the loads issued first.
 // (The values are rows14e's, 16 was lnpart's: the default's instance is the one rows14e measured
 // as bitw, gpt_mega_rows_kernel<1, false, 111>.)
-// kVarFold (variant fold, issue 14, on bitw's bits; NOT bitwise the default: another order): the
-// LayerNorms before q, k, v, fc1 and lm_head folded into their matmuls (the pack's fold image,
-// fold_base): y_n = fmaf(rstd, fmaf(-mean, s_n, dot_n), c_n), dot_n the thread's 64-FMA chain
-// over the RAW residual row x (W' in the pieces), so the ln1, ln2 and ln_f stages and their CTA
-// barriers go (9 dependent stages per forward at L 4, ~0.5-0.63k cycles each in bitw's trace).
-// Each warp of a GEMM stage computes the row's (mean, rstd) itself beside its chain (fold_stats:
-// layernorm_row1's loads and row_stats<16, 4>, so the same statistics as the default, bitwise),
-// with no barrier. The stage's pieces are then certified by the barrier that ends the stage
-// before (the last warp's prewaits move there: q, k, v's into fc2 of the layer before, fc1's
-// into proj), except layer 0's q, k, v (a barrier after the start) and lm_head's (its last pieces
-// are issued after the last fc2: a barrier after the refill, the statistics computed before it).
-// fold_numerics.py (CPU, NumPy emulation of both forms on the shipped model): fold's logits
-// within 7.09e-6 / 7.01e-6 of float64 on the probes / random ids, the plain form's 7.57e-6 /
-// 6.36e-6 (fold vs the NumPy float32 reference: 6.68e-6 / 8.58e-6).
-// kVarSoft1 (variant fold1: fold plus this; not bitwise, the probs' sum in another order): the
-// head's softmax with ONE CTA barrier where the default has two (max, then sum): each warp's max
-// m_w (one redux.sync over the logits as order-preserving ints, as kVarRedux) and its sum s_w of
-// exp(l - m_w) (a butterfly), both written before the barrier; after it, lane w < 16 of every warp
-// takes (m_w, s_w), M = max m_w (one redux.sync), total = sum s_w exp(m_w - M) (a 5-step
-// butterfly: every lane the same value), probs = exp(l - m_w) (exp(m_w - M) / total); the logits
-// stored before the softmax. Off the head's tail: a barrier, the max's 5 shuffle steps and two
-// serial 16-value reads, for one more exp and a division per thread.
-// kVarStatWarp (variants foldw, foldw1: with kVarFold): the statistics of the row before q, k, v
-// and before fc1 computed by ONE idle warp (kStatWarp, idle in both stages), not by every GEMM
-// warp: it writes (mean, rstd) to shared memory and arrives on a named barrier that the GEMM
-// warps sync on only in their epilogue (bar.arrive / bar.sync with a thread count: the
-// producer-consumer form; the barrier orders the write before the reads). Why: in fold's
-// instance (sm_90a SASS, nvdisasm) the compiler put each warp's statistics (4 loads, the double
-// sums and the 4-step double butterfly, its shuffles behind a BRA.DIV convergence check: a basic
-// block of their own) BEFORE the chain's first weight load, ~0.2k cycles on the path of every q,
-// k, v and fc1 stage, instead of beside the chain. The same statistics (fold_stats), bitwise.
+// Measured and removed (issue 14, fold14; experiments/25-compile/gpu_fold14, H200 call 1, medians
+// of 3 alternated rounds at (2, 16)): fold, the LayerNorms before q, k, v, fc1 and lm_head folded
+// into those matmuls (W' = W g, s = sum W', c = W beta + b in a second, folded image beside the
+// plain one; y = rstd (W' x - mean s) + c; each GEMM warp computing the row's statistics beside
+// its chain; 9 one-row LayerNorm stages and their CTA barriers per forward removed): 25.28 us
+// against bitw's 21.41; foldw (the statistics by one idle warp, handed over by a named barrier)
+// 24.86; foldw1 (foldw + kVarSoft1) 24.61; all within 7.63e-6 of the CPU. Why slower (foldw1's
+// trace against bitw's, gpu_rows14e/call1): the layers' sums did NOT shrink (layers 1-3: 7.1-8.2k
+// cycles against bitw's 7.2k): the ~1.1k of ln1 + ln2 they dropped came back as ln1's ~0.22k
+// residue (the loop's turn: stamps with nothing between), proj +0.1-0.2k, fc1 +0.2-0.5k, fc2
+// +0.1-0.3k, wait kv +0.2k. (1) The prewaits lost their cover: the last warp's mbarrier
+// try_waits cost ~0.2k each even for a copy landed long before (rows14c's trace), and bitw runs
+// them beside the LayerNorms' ~0.5-0.63k chain; fold moved them into proj (fc1's pieces: proj's
+// 0.455k chain is not longer than them) and fc2, whose CTA barrier then waits. (2) The
+// statistics did not leave the path: the double-precision stats (~0.5k: the one-row LayerNorm's
+// latency without its stores) run beside a 64-FMA chain of ~0.45-1.1k, and fc1's named barrier
+// waits for them (foldw), or they precede the chain (fold: SASS). (3) The start (2.8k against
+// 1.6k) and layer 0's wait for its first pieces (2.0k against ln1's 0.85k) grew by ~2.4k with
+// the same copies in flight (the small vectors and the first ns pieces, issued in the same
+// order): only their source differs, the second image (1 MB further, 2 MB per model; its small
+// vectors 16 bytes past a 128-byte line, the plain image's on one): the launch's first copies
+// streamed about half as fast (colder lines or pages, or the misalignment: not separated). (4)
+// The head's chains (5.7k, the whole lm_head of bitw's head 4.6k) over x plus s from the row's
+// padding: every thread ran two chains there (see kVarLmOne below). Removed: the code, the
+// second image (the image is one again, 1.0 MB) and fold_numerics' CPU check stays in gpu_fold14.
+// kVarSoft1 (variant soft1 and the lm ones with an s; not bitwise: the probs' sum in another
+// order): the head's softmax with ONE CTA barrier where the default has two (max, then sum):
+// each warp's max m_w (one redux.sync over the logits as order-preserving ints, as kVarRedux) and
+// its sum s_w of exp(l - m_w) (a butterfly), both written before the barrier; after it, lane w <
+// 16 of every warp takes (m_w, s_w), M = max m_w (one redux.sync), total = sum s_w exp(m_w - M)
+// (a 5-step butterfly: every lane the same value), probs = exp(l - m_w) (exp(m_w - M) / total);
+// the logits stored before the softmax. Off the head's tail: a barrier, the max's 5 shuffle
+// steps and two serial 16-value reads, for one more exp and a division per thread.
+// The head's lm_head (issue 14, head14): bitw's head (ln_f 0.63k, then lm_head + softmax +
+// stores 4.6k cycles, all pieces prewaited) runs dot_rows<1, 64, 2> in EVERY thread: threads
+// >= V - kThreads (99 at V 611) have no second column but run the second chain on w1 = w0 (the
+// compiler cannot drop it: 32 LDS.128 and 128 FMAs per thread, 1024 chains' reads for 611
+// columns, ~2.3k wavefronts of shared memory at 4 per LDS.128 where ~1.5k suffice).
+// kVarLmOne (bitwise): a warp none of whose lanes has a second column (warp 32 + kThreads >= V:
+// warps 4.. at V 611) runs one chain (the same FMAs in the same order for its columns).
+// kVarLmSplit (not bitwise: another order for the columns past kThreads): the E = V - kThreads
+// extra columns (E <= kThreads / 4, else the plain path) a quarter of k to each of 4 lanes
+// (thread t: column kThreads + t / 4, k in [16 (t % 4), +16), a 16-FMA chain beside its own
+// 64-FMA one), ((q0 + q1) + q2) + q3 by 3 shuffles, + b: no thread runs two full chains.
+// kVarLmStore (bitwise): the logits' stores issued right after the chains, before the softmax's
+// barriers (bitw stores them with the probs, at the end).
+// kVarLmUnroll8 (bitwise): lm_head's k loop unrolled by 8 steps of 4 k (2 passes) where
+// kVarSlots runs it fully (16): fewer loads hoisted at once against the 117-register limit.
 constexpr int kVarW15 = 1, kVarPrewait = 2, kVarKeys = 4, kVarRedux = 8, kVarSlots = 32, kVarLnHoist = 64,
-              kVarFold = 128, kVarSoft1 = 256, kVarStatWarp = 512;
-// kVarStatWarp's warp (idle in q, k, v: warps 0..5, and fc1: warps 0..7; not the last warp, which
-// refills the ring after those stages' barriers) and named barriers (0 is __syncthreads')
-constexpr int kStatWarp = 8, kBarStatsQkv = 1, kBarStatsFc1 = 2;
-static_assert(kStatWarp >= 3 * kC / 32 && kStatWarp >= kF / 32 && kStatWarp < kWarps - 1, "kStatWarp: idle, not the last");
+              kVarLmOne = 128, kVarSoft1 = 256, kVarLmSplit = 512, kVarLmStore = 1024, kVarLmUnroll8 = 2048;
 constexpr int kPrewaitSlots = 8;  // the ring's slots kVarPrewait needs (see above)
 
 bool rows_arch(const MegaDims& d) {
@@ -187,24 +200,11 @@ __host__ __device__ inline unsigned piece_bytes(const RowsLayout& S, int L, int 
 
 // ---- the image: pack ----
 
-// The image holds two images of one layout, each piece_offset(S, S.pieces) floats (fold_base):
-// the plain one (every variant but fold reads it), then kVarFold's, the LayerNorms before q, k,
-// v, fc1 and lm_head folded into their weights (gpt_mega_rows_pack writes both, so the image does
-// not depend on the variant a launch later takes). For y = LN(x) W^T + b, LN(x)_k = (x_k - mean)
-// rstd g_k + beta_k: y_n = rstd (sum_k W'_nk x_k - mean s_n) + c_n, with W'_nk = fl(W_nk g_k)
-// in the piece's row n (in place of W), s_n = fl(sum_k W'_nk) in the row's first padding float
-// (row n, column kC), c_n = fl(sum_k W_nk beta_k + b_n) in place of the bias in the small vectors
-// (kQkvb, kFc1b, kLmb); the sums in double, rounded once. The other pieces and vectors as plain.
-__host__ __device__ inline int64_t fold_base(const RowsLayout& S) { return piece_offset(S, S.pieces); }
-
-// Block 0: the small vectors; block 1 + i: piece i (the image is zeroed first: padding defined);
-// blocks 1 + pieces + ..: the same for kVarFold's image, at fold_base.
+// Block 0: the small vectors; block 1 + i: piece i (the image is zeroed first: padding defined).
 __global__ void gpt_mega_rows_pack_kernel(const __grid_constant__ MegaParams p, float* image) {
   const MegaDims& d = p.dims;
   const RowsLayout S(d, 1);
-  const bool fold = static_cast<int>(blockIdx.x) > S.pieces;
-  const int blk = static_cast<int>(blockIdx.x) - (fold ? 1 + S.pieces : 0);
-  if (fold) image += fold_base(S);
+  const int blk = static_cast<int>(blockIdx.x);
   auto vec = [&](float* dst, const float* src, int n) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
   };
@@ -212,49 +212,23 @@ __global__ void gpt_mega_rows_pack_kernel(const __grid_constant__ MegaParams p, 
   auto rows64 = [&](float* dst, const float* W, int rows) {
     for (int i = threadIdx.x; i < rows * kC; i += blockDim.x) dst[(i / kC) * kLd + i % kC] = W[i];
   };
-  // kVarFold: rows n of W' = W g (row stride kLd), s_n in column kC
-  auto rows64_fold = [&](float* dst, const float* W, const float* g, int rows) {
-    for (int i = threadIdx.x; i < rows * kC; i += blockDim.x) dst[(i / kC) * kLd + i % kC] = W[i] * g[i % kC];
-    for (int n = threadIdx.x; n < rows; n += blockDim.x) {
-      double s = 0.0;
-      for (int k = 0; k < kC; ++k) s += static_cast<double>(W[n * kC + k] * g[k]);
-      dst[n * kLd + kC] = static_cast<float>(s);
-    }
-  };
-  // kVarFold: c_n = sum_k W_nk beta_k + b_n for n < n_out, in place of the bias
-  auto bias_fold = [&](float* dst, const float* W, const float* beta, const float* bias, int n_out) {
-    for (int n = threadIdx.x; n < n_out; n += blockDim.x) {
-      double c = 0.0;
-      for (int k = 0; k < kC; ++k) c += static_cast<double>(W[static_cast<int64_t>(n) * kC + k]) * beta[k];
-      dst[n] = static_cast<float>(c + static_cast<double>(bias[n]));
-    }
-  };
   if (blk == 0) {
     for (int l = 0; l < d.L; ++l) {
       const MegaLayer& w = p.layers[l];
       float* s = image + l * kSmallLayer;
       vec(s + kLn1w, w.ln1_weight, kC);
       vec(s + kLn1b, w.ln1_bias, kC);
-      if (fold)
-        bias_fold(s + kQkvb, w.qkv_weight, w.ln1_bias, w.qkv_bias, 3 * kC);
-      else
-        vec(s + kQkvb, w.qkv_bias, 3 * kC);
+      vec(s + kQkvb, w.qkv_bias, 3 * kC);
       vec(s + kProjb, w.proj_bias, kC);
       vec(s + kLn2w, w.ln2_weight, kC);
       vec(s + kLn2b, w.ln2_bias, kC);
-      if (fold)
-        bias_fold(s + kFc1b, w.fc1_weight, w.ln2_bias, w.fc1_bias, kF);
-      else
-        vec(s + kFc1b, w.fc1_bias, kF);
+      vec(s + kFc1b, w.fc1_bias, kF);
       vec(s + kFc2b, w.fc2_bias, kC);
     }
     float* hd = image + d.L * kSmallLayer;
     vec(hd + kLnfw, p.ln_f_weight, kC);
     vec(hd + kLnfb, p.ln_f_bias, kC);
-    if (fold)
-      bias_fold(hd + kLmb, p.lm_head_weight, p.ln_f_bias, p.lm_head_bias, d.V);
-    else
-      vec(hd + kLmb, p.lm_head_bias, d.V);
+    vec(hd + kLmb, p.lm_head_bias, d.V);
     return;
   }
   const int i = blk - 1, l = i / kPiecesPerLayer, j = i % kPiecesPerLayer;
@@ -262,25 +236,16 @@ __global__ void gpt_mega_rows_pack_kernel(const __grid_constant__ MegaParams p, 
   if (l >= d.L) {  // lm_head rows [64 jl, 64 jl + 64)
     const int jl = i - d.L * kPiecesPerLayer, n0 = jl * kPieceRows;
     const float* W = p.lm_head_weight + static_cast<int64_t>(n0) * kC;
-    if (fold)
-      rows64_fold(dst, W, p.ln_f_weight, min(kPieceRows, d.V - n0));
-    else
-      rows64(dst, W, min(kPieceRows, d.V - n0));
+    rows64(dst, W, min(kPieceRows, d.V - n0));
     return;
   }
   const MegaLayer& w = p.layers[l];
   if (j < kPieceProj) {
-    if (fold)
-      rows64_fold(dst, w.qkv_weight + j * kPieceRows * kC, w.ln1_weight, kPieceRows);
-    else
-      rows64(dst, w.qkv_weight + j * kPieceRows * kC, kPieceRows);
+    rows64(dst, w.qkv_weight + j * kPieceRows * kC, kPieceRows);
   } else if (j == kPieceProj) {
     rows64(dst, w.proj_weight, kPieceRows);
   } else if (j < kPieceFc2) {
-    if (fold)
-      rows64_fold(dst, w.fc1_weight + (j - kPieceFc1) * kPieceRows * kC, w.ln2_weight, kPieceRows);
-    else
-      rows64(dst, w.fc1_weight + (j - kPieceFc1) * kPieceRows * kC, kPieceRows);
+    rows64(dst, w.fc1_weight + (j - kPieceFc1) * kPieceRows * kC, kPieceRows);
   } else {  // fc2 rows [16 jf, 16 jf + 16), k = 256 as 4 slices of 64, each padded to 68
     const float* W = w.fc2_weight + (j - kPieceFc2) * kFc2Rows * kF;
     for (int e = threadIdx.x; e < kFc2Rows * kF; e += blockDim.x) {
@@ -322,24 +287,6 @@ __device__ __forceinline__ void layernorm_row1(const float* x, float* out, const
 #pragma unroll
     for (int e = 0; e < 4; ++e) out[sub + 16 * e] = (v[e] - st.x) * st.y * wv[e] + bv[e];
   }
-}
-
-// kVarFold: the one-row LayerNorm's (mean, 1/sigma) of x in every lane of the calling warp (the
-// whole warp: layernorm_row1's loads and statistics, both half-warps alike).
-__device__ __forceinline__ float2 fold_stats(const float* x, float eps) {
-  const int sub = threadIdx.x & 15;
-  float v[4];
-#pragma unroll
-  for (int e = 0; e < 4; ++e) v[e] = x[sub + 16 * e];
-  return row_stats<16, 4>(v, kC, eps);
-}
-
-// Named CTA barrier `id` of n threads (whole warps): arrive without waiting (a producer), or wait.
-__device__ __forceinline__ void named_arrive(int id, int n) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
-}
-__device__ __forceinline__ void named_sync(int id, int n) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
 }
 
 // ---- diagnostics: stage timestamps (MINIGPT_MEGA_TRACE=1 selects the kTrace instance). The
@@ -601,15 +548,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     else
       layernorm_rows<kC>(x, ln, 0, nr, kC, kLd, w, bb, p.eps);
   };
-  constexpr bool kFold = (kVar & kVarFold) != 0;
-  constexpr bool kStatWarp_on = (kVar & kVarStatWarp) != 0;
-  static_assert(!kStatWarp_on || kFold, "kVarStatWarp: with kVarFold");
-  static_assert(!kFold || (RP == 1 && (kVar & kVarSlots) != 0), "kVarFold: one row per CTA, with kVarSlots' prewaits");
-  const float* img = kFold ? p.image + fold_base(S) : p.image;  // kVarFold: the fold image
-  // kVarFold's epilogue: LN(x) W^T + b from the chain's sum over the raw x (st: (mean, rstd); s,
-  // c: the column's folded sum and bias)
-  auto unfold = [](float2 st, float dot, float s, float c) { return fmaf(st.y, fmaf(-st.x, s, dot), c); };
-  const Ring<kTrace, kVar> ring{sm + S.ring, bars, img, S, L, V, stamp};
+  const Ring<kTrace, kVar> ring{sm + S.ring, bars, p.image, S, L, V, stamp};
   static_assert(RP == 1 || (kVar & (kVarLnHoist | kVarSlots)) == 0, "kVarLnHoist, kVarSlots: one row per CTA");
   static_assert(((kVar & kVarPrewait) != 0) == ((kVar & kVarSlots) != 0), "kVarPrewait and kVarSlots come together");
   // A GEMM stage's piece i0 + j (i0 = pi, the layer's first piece, or the head's; kVarSlots:
@@ -646,7 +585,7 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       for (int i = 0; i < kBars; ++i) detail::mbarrier_init_unfenced(&bars[i]);
       detail::fence_mbarrier_init();
       detail::mbarrier_arrive_expect_tx(&bars[kBarSmall], S.small * 4u);
-      detail::bulk_load(sm, img, S.small * 4u, &bars[kBarSmall]);
+      detail::bulk_load(sm, p.image, S.small * 4u, &bars[kBarSmall]);
     }
     __syncwarp();
     if (lane < ring.copies()) ring.issue(lane);
@@ -671,52 +610,21 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     // q, k, v: a thread per output column (q 0..63, k 64..127, v 128..191) for all rows
     const bool qkv_thread = tid < 3 * kC;
     const int qcol = tid;
-    if constexpr (kFold) {  // layer l > 0: fc2's barrier before has certified q, k, v's pieces
-      if (l == 0) {
-        prewait(0, kPieceProj);
-        __syncthreads();
-      }
-    } else {
-      layernorm(sw + kLn1w, sw + kLn1b);
-      prewait(0, kPieceProj);
-      __syncthreads();
-    }
+    layernorm(sw + kLn1w, sw + kLn1b);
+    prewait(0, kPieceProj);
+    __syncthreads();
     stamp(2 + 8 * l);
     ring.probe(pi + kPieceProj - 1);
     const float* wq = qkv_thread ? piece(pi, qcol / kPieceRows) + (qcol % kPieceRows) * kLd : nullptr;
-    float2 st = make_float2(0.0f, 0.0f);  // kVarFold: the row's (mean, rstd), warps of q, k, v
-    float* stats = sm + S.spare;  // kVarStatWarp: (mean, rstd) before q, k, v [0, 2), fc1 [2, 4)
-    if constexpr (kStatWarp_on) {
-      if (warp == kStatWarp) {
-        const float2 sv = fold_stats(x, p.eps);
-        if (lane == 0) *reinterpret_cast<float2*>(stats) = sv;
-        named_arrive(kBarStatsQkv, 32 + 3 * kC);
-      }
-    }
-    if (qkv_thread) {
-      if constexpr (kFold) {
-        if constexpr (!kStatWarp_on) st = fold_stats(x, p.eps);  // (qkv_thread: whole warps)
-        dot64<RP, kSlotsOn>(x, kLd, wq, acc);
-      } else {
-        dot64<RP, kSlotsOn>(ln, kLd, wq, acc);
-      }
-    }
+    if (qkv_thread) dot64<RP, kSlotsOn>(ln, kLd, wq, acc);
     cluster_wait();  // every CTA has read the previous layer's k, v (layer 0: every CTA runs)
     if (qkv_thread) {
-      if constexpr (kStatWarp_on) {
-        named_sync(kBarStatsQkv, 32 + 3 * kC);
-        st = *reinterpret_cast<const float2*>(stats);
-      }
       const int part = qcol / kC, c = qcol % kC;
       const float bias = sw[kQkvb + qcol];
 #pragma unroll
       for (int i = 0; i < RP; ++i) {
         if (i >= nr) break;
-        float v;
-        if constexpr (kFold)
-          v = unfold(st, acc[0][i], wq[kC], bias);  // bias: c
-        else
-          v = acc[0][i] + bias;
+        const float v = acc[0][i] + bias;
         if (part == 0) {
           qs[i * kLd + c] = v;
         } else {  // to this CTA and every later one (their rows attend to it): lane 4j sends
@@ -793,45 +701,26 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       dot_rows<RP, kDh>(att + s * kDh, kLd, {piece(pi, kPieceProj) + n * kLd + s * kDh}, acc);
       add_slices_residual<RP>(acc, 8, s == 0, sw[kProjb + n], x + n, nr);
     }
-    if constexpr (kFold) prewait(kPieceFc1, kPieceFc2);  // the last warp is idle in proj
     __syncthreads();
     refill(pi, kPieceProj, kPieceFc1);
     stamp(6 + 8 * l);
 
-    if constexpr (!kFold) {
-      layernorm(sw + kLn2w, sw + kLn2b);
-      prewait(kPieceFc1, kPieceFc2);
-      __syncthreads();
-    }
+    layernorm(sw + kLn2w, sw + kLn2b);
+    prewait(kPieceFc1, kPieceFc2);
+    __syncthreads();
     stamp(7 + 8 * l);
 
     // fc1 + GELU: a thread per output column f, into h as 4 slices of 64
     // columns (fc2's k), each padded to 68
     ring.probe(pi + kPieceFc2 - 1);
-    if constexpr (kStatWarp_on) {
-      if (warp == kStatWarp) {
-        const float2 sv = fold_stats(x, p.eps);
-        if (lane == 0) *reinterpret_cast<float2*>(stats + 2) = sv;
-        named_arrive(kBarStatsFc1, 32 + kF);
-      }
-    }
     if (tid < kF) {
       const int f = tid;
       const float* wf = piece(pi, kPieceFc1 + f / kPieceRows) + (f % kPieceRows) * kLd;
-      if constexpr (kFold) {
-        if constexpr (!kStatWarp_on) st = fold_stats(x, p.eps);  // (tid < kF: whole warps)
-        dot64<RP, kSlotsOn>(x, kLd, wf, acc);
-        if constexpr (kStatWarp_on) {
-          named_sync(kBarStatsFc1, 32 + kF);
-          st = *reinterpret_cast<const float2*>(stats + 2);
-        }
-      } else {
-        dot64<RP, kSlotsOn>(ln, kLd, wf, acc);
-      }
-      const float bias = sw[kFc1b + f];  // kVarFold: c
+      dot64<RP, kSlotsOn>(ln, kLd, wf, acc);
+      const float bias = sw[kFc1b + f];
 #pragma unroll
       for (int i = 0; i < RP; ++i)
-        if (i < nr) h[i * kLdH + (f / kC) * kLd + f % kC] = gelu_erf(kFold ? unfold(st, acc[0][i], wf[kC], bias) : acc[0][i] + bias);
+        if (i < nr) h[i * kLdH + (f / kC) * kLd + f % kC] = gelu_erf(acc[0][i] + bias);
     }
     prewait(kPieceFc2, kPiecesPerLayer);  // the last warp is idle in fc1
     __syncthreads();
@@ -848,10 +737,6 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       dot64<RP, kSlotsOn>(h + s * kLd, kLdH, piece(pi, kPieceFc2 + n / kFc2Rows) + (n % kFc2Rows) * kFc2Ld + s * kLd, acc);
       add_slices_residual<RP>(acc, 1, s == 0, sw[kFc2b + n], x + n, nr);
     }
-    // kVarFold: the next layer's q, k, v pieces (issued by the refills after proj and fc1 at the
-    // latest, as ns >= kPrewaitSlots), by the last warp, idle in fc2
-    if constexpr (kFold)
-      if (l + 1 < L) prewait(kPiecesPerLayer, kPiecesPerLayer + kPieceProj);
     __syncthreads();
     refill(pi, kPieceFc2, kPiecesPerLayer);
     stamp(9 + 8 * l);
@@ -870,28 +755,57 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   // warp order (kWarps per row through shared memory, one CTA barrier each); a NaN logit makes
   // the sum, so the row, NaN
   const float* hd = sm + L * kSmallLayer;
-  float2 st_f = make_float2(0.0f, 0.0f);  // kVarFold: ln_f's (mean, rstd), every warp
-  if constexpr (kFold)
-    st_f = fold_stats(x, p.eps);  // before the barrier: lm_head's last pieces land meanwhile
-  else
-    layernorm(hd + kLnfw, hd + kLnfb);
+  layernorm(hd + kLnfw, hd + kLnfb);
   const int pl = L * kPiecesPerLayer;
   prewait(0, S.lm_pieces);
   __syncthreads();
   stamp(2 + 8 * L);
   ring.probe(pl + S.lm_pieces - 1);
-  const int n0 = tid, n1 = tid + kThreads;  // n1 < V only for V > kThreads
+  constexpr bool kLmOne = (kVar & kVarLmOne) != 0, kLmSplit = (kVar & kVarLmSplit) != 0;
+  static_assert(RP == 1 || (kVar & (kVarLmOne | kVarLmSplit | kVarLmStore | kVarSoft1 | kVarLmUnroll8)) == 0,
+                "the head's variants: one row per CTA");
+  constexpr int kLmUnroll = (kVar & kVarLmUnroll8) ? 8 : kSlotsOn ? kC / 4 : 4;  // (steps of 4 k)
+  // kVarLmSplit: the columns past kThreads (E = V - kThreads of them, at most kThreads / 4) a
+  // quarter of k each to 4 lanes (thread t: column kThreads + t / 4, k in [16 (t % 4), +16)), the
+  // quarters' sums added by the column's first lane: n1 that lane's column, V (none) elsewhere
+  const int extra = V - kThreads;
+  const bool lm_split = kLmSplit && extra <= kThreads / 4;
+  const int n0 = tid;
+  const int n1 = lm_split ? ((tid & 3) == 0 && (tid >> 2) < extra ? kThreads + (tid >> 2) : V) : tid + kThreads;
   float lgt[2][RP];
-  if (n0 < V) {
+  if (lm_split) {
+    float part[1][RP] = {};
+    const int nx = kThreads + (tid >> 2), kq = (tid & 3) * (kC / 4);
+    if (n0 < V) {
+      const float* w0 = piece(pl, n0 / kPieceRows) + (n0 % kPieceRows) * kLd;
+      // every thread runs the quarter chain, those without an extra column on row V - 1 (read,
+      // not used): no branch, so the compiler interleaves it with the full chain (under `if`
+      // it ran after it: sm_90a SASS)
+      const int nxc = min(nx, V - 1);
+      const float* wx = piece(pl, nxc / kPieceRows) + (nxc % kPieceRows) * kLd + kq;
+      float a0[1][RP];
+      dot_rows<RP, kC, 1, kLmUnroll>(ln, kLd, {w0}, a0);
+      dot_rows<RP, kC / 4, 1, kC / 16>(ln + kq, kLd, {wx}, part);
+      lgt[0][0] = a0[0][0] + hd[kLmb + n0];
+    }
+    const float p0 = part[0][0], p1 = __shfl_down_sync(0xffffffffu, p0, 1), p2 = __shfl_down_sync(0xffffffffu, p0, 2),
+                p3 = __shfl_down_sync(0xffffffffu, p0, 3);
+    lgt[1][0] = n1 < V ? (((p0 + p1) + p2) + p3) + hd[kLmb + n1] : 0.0f;
+  } else if (n0 < V) {
     const float* w0 = piece(pl, n0 / kPieceRows) + (n0 % kPieceRows) * kLd;
-    const float* w1 = n1 < V ? piece(pl, n1 / kPieceRows) + (n1 % kPieceRows) * kLd : w0;
-    dot_rows<RP, kC, 2, kSlotsOn ? kC / 4 : 4>(kFold ? x : ln, kLd, {w0, w1}, lgt);
+    if (kLmOne && warp * 32 + kThreads >= V) {  // kVarLmOne: no lane of this warp has a second column
+      float a0[1][RP];
+      dot_rows<RP, kC, 1, kLmUnroll>(ln, kLd, {w0}, a0);
 #pragma unroll
-    for (int i = 0; i < RP; ++i) {
-      if constexpr (kFold) {  // hd[kLmb + n]: c
-        lgt[0][i] = unfold(st_f, lgt[0][i], w0[kC], hd[kLmb + n0]);
-        lgt[1][i] = n1 < V ? unfold(st_f, lgt[1][i], w1[kC], hd[kLmb + n1]) : lgt[1][i];
-      } else {
+      for (int i = 0; i < RP; ++i) {
+        lgt[0][i] = a0[0][i] + hd[kLmb + n0];
+        lgt[1][i] = 0.0f;
+      }
+    } else {
+      const float* w1 = n1 < V ? piece(pl, n1 / kPieceRows) + (n1 % kPieceRows) * kLd : w0;
+      dot_rows<RP, kC, 2, kLmUnroll>(ln, kLd, {w0, w1}, lgt);
+#pragma unroll
+      for (int i = 0; i < RP; ++i) {
         lgt[0][i] += hd[kLmb + n0];
         lgt[1][i] += n1 < V ? hd[kLmb + n1] : 0.0f;
       }
@@ -913,6 +827,11 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     stamp.report(L, R, RP, false);
     return;
   }
+  constexpr bool kStoreFirst = (kVar & (kVarLmStore | kVarSoft1)) != 0;
+  if constexpr (kStoreFirst) {  // kVarLmStore: the logits' stores issued before the softmax
+    store(p.logits, n0, 0, lgt[0][0]);
+    store(p.logits, n1, 0, lgt[1][0]);
+  }
   float* red = sm + S.red;  // (2, RP, kWarps): the warps' maxima, then their sums
   if constexpr ((kVar & kVarSoft1) != 0) {
     static_assert(RP == 1, "kVarSoft1: one row per CTA");
@@ -922,8 +841,6 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       return b >= 0 ? b : b ^ 0x7fffffff;
     };
     auto unkey = [](int k) { return __int_as_float(k >= 0 ? k : k ^ 0x7fffffff); };
-    store(p.logits, n0, 0, lgt[0][0]);
-    store(p.logits, n1, 0, lgt[1][0]);
     const float l0 = n0 < V ? lgt[0][0] : -CUDART_INF_F, l1 = n1 < V ? lgt[1][0] : -CUDART_INF_F;
     const float mw = unkey(__reduce_max_sync(0xffffffffu, max(key(l0), key(l1))));
     const float e0 = n0 < V ? expf(l0 - mw) : 0.0f, e1 = n1 < V ? expf(l1 - mw) : 0.0f;
@@ -974,8 +891,10 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
       float total = red[(RP + i) * kWarps];
       for (int w = 1; w < kWarps; ++w) total += red[(RP + i) * kWarps + w];
       const float inv = 1.0f / total;
-      store(p.logits, n0, i, lgt[0][i]);
-      store(p.logits, n1, i, lgt[1][i]);
+      if constexpr (!kStoreFirst) {
+        store(p.logits, n0, i, lgt[0][i]);
+        store(p.logits, n1, i, lgt[1][i]);
+      }
       store(p.probs, n0, i, e[0][i] * inv);
       store(p.probs, n1, i, e[1][i] * inv);
     }
@@ -997,21 +916,21 @@ int gpt_mega_rows_variant() {
   if (!v || !*v) return 0;  // bitw (rows14e call 1: 21.57 us; w15 24.03 in rows14d call 1)
   for (int i = 0; i < static_cast<int>(std::size(kMegaRowsVariants)); ++i)
     if (std::strcmp(v, kMegaRowsVariants[i]) == 0) return i;
-  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected bitw (the default), w15, fold, fold1, foldw or foldw1");
+  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v,
+                       ": expected bitw (the default), w15, soft1, lm1, lm1s, lmq, lmqs or lm1u8");
   return 0;
 }
 
 namespace {
 
 // kVar of each of kMegaRowsVariants (rp 1 only; other rp run kVar 0): bitw (the default), w15,
-// fold, fold1, foldw, foldw1.
+// soft1, lm1, lm1s, lmq, lmqs, lm1u8.
 constexpr int kVarBitw = kVarW15 | kVarPrewait | kVarKeys | kVarRedux | kVarSlots | kVarLnHoist;
-constexpr int kVariantBits[] = {kVarBitw,
-                                kVarW15,
-                                kVarBitw | kVarFold,
-                                kVarBitw | kVarFold | kVarSoft1,
-                                kVarBitw | kVarFold | kVarStatWarp,
-                                kVarBitw | kVarFold | kVarStatWarp | kVarSoft1};
+constexpr int kVarLm1 = kVarBitw | kVarLmOne | kVarLmStore, kVarLmq = kVarBitw | kVarLmSplit | kVarLmStore;
+constexpr int kVariantBits[] = {kVarBitw,          kVarW15,
+                                kVarBitw | kVarSoft1, kVarLm1,
+                                kVarLm1 | kVarSoft1, kVarLmq,
+                                kVarLmq | kVarSoft1, kVarLm1 | kVarLmUnroll8};
 static_assert(std::size(kVariantBits) == std::size(kMegaRowsVariants), "a kVar per variant name");
 
 // The instance for rp rows per CTA (the variants, MINIGPT_MEGA_ROWS_VARIANT: rp 1 only).
@@ -1026,6 +945,8 @@ RowsKernel rows_kernel_for(int rp) {
         case 3: return rows1_kernel<kVariantBits[3]>(trace);
         case 4: return rows1_kernel<kVariantBits[4]>(trace);
         case 5: return rows1_kernel<kVariantBits[5]>(trace);
+        case 6: return rows1_kernel<kVariantBits[6]>(trace);
+        case 7: return rows1_kernel<kVariantBits[7]>(trace);
         default: return rows1_kernel<kVariantBits[0]>(trace);
       }
     case 2: return trace ? gpt_mega_rows_kernel<2, true, 0> : gpt_mega_rows_kernel<2, false, 0>;
@@ -1071,7 +992,7 @@ int gpt_mega_rows_cluster(const MegaDims& d, int rp) {
 size_t gpt_mega_rows_image_floats(const MegaDims& d) {
   if (!rows_arch(d)) return 0;
   const RowsLayout S(d, 1);
-  return 2 * static_cast<size_t>(fold_base(S));  // the plain image, then kVarFold's
+  return static_cast<size_t>(piece_offset(S, S.pieces));
 }
 
 void gpt_mega_rows_pack(const MegaParams& p, float* image, cudaStream_t stream) {
@@ -1079,7 +1000,7 @@ void gpt_mega_rows_pack(const MegaParams& p, float* image, cudaStream_t stream) 
   MINIGPT_CUDA_REQUIRE(floats > 0 && image, "gpt_mega_rows_pack: the architecture (C=", p.dims.C, ", H=", p.dims.H,
                        ", F=", p.dims.F, ") is not the one it takes (C 64, H 4, F 256), or the image is null");
   MINIGPT_CUDA_CHECK(cudaMemsetAsync(image, 0, floats * sizeof(float), stream));
-  gpt_mega_rows_pack_kernel<<<2 * (1 + RowsLayout(p.dims, 1).pieces), 256, 0, stream>>>(p, image);
+  gpt_mega_rows_pack_kernel<<<1 + RowsLayout(p.dims, 1).pieces, 256, 0, stream>>>(p, image);
   MINIGPT_CUDA_CHECK(cudaGetLastError());
 }
 

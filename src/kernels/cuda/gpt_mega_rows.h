@@ -114,24 +114,23 @@ constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // (gpt_mega_rows.cu's kVar comments). w15: the refills by the last warp only, kept as the A/B
 // baseline (rows14b: 24.13 / 23.94 us against 25.66 / 25.60 with warp 0). w15 computes bitwise
 // the default's logits, as do the other rp (the refills by warp 0, single pieces, the plain key
-// loop; the same arithmetic): model_cuda_test holds them to it (kMegaRowsVariantBitwise; the fold
-// variants below: to the CPU only).
+// loop; the same arithmetic): model_cuda_test holds them to it (kMegaRowsVariantBitwise; the
+// others below: to the CPU only).
 // Measured and removed (gpt_mega_rows.cu's kVar comments, docs/MEGAKERNEL.md "rows"): pair (the
 // ring's copies two pieces each: w15's time, rows14c call 2), prewait alone (24.03: w15's time),
 // pwsplit (q, k, v, fc1, fc2 over two lanes per output, not bitwise: 25.5, slower), pwkeys,
 // lnpart and bwlp (rows14e call 1, Measured above).
-// fold (issue 14, on bitw; NOT bitwise the default, another summation order: model_cuda_test
-// holds it to the CPU as the default, not to the default's bits): the LayerNorms before q, k, v,
-// fc1 and lm_head folded into those matmuls (W' = W g, s = sum W', c = W beta + b packed once
-// in a second image beside the plain one; y = rstd (W' x - mean s) + c), their one-row
-// LayerNorm stages and barriers removed, each GEMM warp computing the row's statistics beside its
-// chain (gpt_mega_rows.cu's kVarFold). fold1: fold, and the head's softmax with one CTA barrier
-// instead of two (per-warp max and sum combined after it; kVarSoft1; the probs not bitwise fold's).
-// foldw, foldw1: fold, fold1 with the statistics before q, k, v and fc1 computed by one idle warp
-// and handed over by a named barrier (kVarStatWarp; bitwise fold's, fold1's).
-inline constexpr const char* kMegaRowsVariants[] = {"bitw", "w15", "fold", "fold1", "foldw", "foldw1"};
+// fold, fold1, foldw, foldw1 (issue 14, fold14: the LayerNorms folded into the following matmuls,
+// 24.61-25.28 us against bitw's 21.41; gpt_mega_rows.cu's kVar comments say why).
+// The head's variants (issue 14, head14; gpt_mega_rows.cu's kVar comments), on bitw's bits:
+// soft1, the softmax with one CTA barrier (kVarSoft1; the probs not bitwise); lm1, the warps
+// without a second vocabulary column running one lm_head chain and the logits stored before the
+// softmax (kVarLmOne | kVarLmStore; bitwise); lm1s, lm1 + soft1; lmq, the columns past 512 a
+// quarter of k to each of 4 lanes (kVarLmSplit | kVarLmStore; not bitwise: held to the CPU);
+// lmqs, lmq + soft1; lm1u8, lm1 with lm_head's k loop unrolled by 8 (bitwise).
+inline constexpr const char* kMegaRowsVariants[] = {"bitw", "w15", "soft1", "lm1", "lm1s", "lmq", "lmqs", "lm1u8"};
 // Whether each variant computes bitwise the default's logits and probs (model_cuda_test asserts it).
-inline constexpr bool kMegaRowsVariantBitwise[] = {true, true, false, false, false, false};
+inline constexpr bool kMegaRowsVariantBitwise[] = {true, true, false, true, false, false, false, true};
 static_assert(std::size(kMegaRowsVariantBitwise) == std::size(kMegaRowsVariants), "a flag per variant");
 // The variant MINIGPT_MEGA_ROWS_VARIANT names (kMegaRowsVariants' index; unset or empty: 0,
 // bitw); an unknown name is an Error. Read at each call (tests switch it between models).
@@ -143,8 +142,7 @@ int gpt_mega_rows_cluster(const MegaDims& d, int rp);
 // Dynamic shared memory per CTA (bytes) for dims at rp rows per CTA (0: not taken).
 size_t gpt_mega_rows_smem(const MegaDims& d, int rp);
 // Floats of the weight image for dims' model (L, C, H, F, V; B and T do not matter), 0 if the
-// architecture is not the one it takes: two images (the plain one, then fold's), ~0.26 M floats
-// (1.0 MB) each for the shipped model.
+// architecture is not the one it takes: ~0.26 M floats (1.0 MB) for the shipped model.
 size_t gpt_mega_rows_image_floats(const MegaDims& d);
 // Enqueues the writing of p's weights into `image` (gpt_mega_rows_image_floats floats, 16-byte
 // aligned): once per model, before the launches that read it.
