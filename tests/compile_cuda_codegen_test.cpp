@@ -21,9 +21,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
-#include <map>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -1141,73 +1139,6 @@ TEST(CompileCudaRows, DefaultTextCarriesTheHandWrittenKernelsVariantsAndPlainNon
   EXPECT_EQ(count_of(t1, "for (int k = 0; k < 1; ++k) {"), static_cast<size_t>(L));
 }
 
-// rows-fold (CudaCodegenOptions::rows_fold): each LayerNorm read only by a matmul is folded into it
-// (y_n = rstd (sum_k W'_nk x_k - mean s_n) + c_n): no LayerNorm stage, the matmul reading the raw
-// row and each warp computing its statistics (rw_row_stats); the image holds W' = W g and s, c in
-// double rounded once (pack_rows_image).
-TEST(CompileCudaRows, FoldTakesEachLayerNormIntoItsMatmulAndPacksFoldedWeights) {
-  ModelConfig shipped;
-  shipped.vocab_size = 611;
-  const int L = shipped.n_layer;
-  CudaCodegenOptions cg;
-  apply_variant_words(cg, "rows-fold");
-  ASSERT_TRUE(cg.rows && cg.rows_fold && !cg.rows_plain);
-  cg.generated_gemm = true;
-  const Graph g = capture_gpt(shipped, 2, 16);
-  const RowsPlan p = plan_rows(g, cg.rows_slice_threads, true);
-  ASSERT_EQ(p.refused, "");
-  ASSERT_EQ(p.stages.size(), static_cast<size_t>(5 * L + 3)) << "ln1, ln2 and ln_f no stages of their own";
-  int folded = 0;
-  for (const RowsStage& st : p.stages) {
-    EXPECT_NE(st.kind, RowsStage::Kind::LayerNorm);
-    if (st.ln >= 0) {
-      ++folded;
-      EXPECT_EQ(st.kind, RowsStage::Kind::Matmul);
-      EXPECT_EQ(p.graph.nodes[static_cast<size_t>(st.ln)].op, Op::LayerNorm);
-    }
-  }
-  EXPECT_EQ(folded, 2 * L + 1);
-  const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
-  ASSERT_EQ(l.code.launches.size(), 1u) << l.note;
-  const std::string code = code_only(l.code.source);
-  EXPECT_EQ(count_of(code, "rw_layernorm<"), 0u);
-  EXPECT_EQ(count_of(code, "const float2 lnst = rw_row_stats<64>("), static_cast<size_t>(2 * L + 1));
-  EXPECT_EQ(count_of(code, "fmaf(lnst.y, fmaf(-lnst.x, sm["), static_cast<size_t>(2 * L + 2)) << "qkv, fc1, and lm_head's two columns";
-  int kinds[4] = {0, 0, 0, 0};
-  for (const CudaImageCopy& c : l.code.image) ++kinds[c.fold];
-  EXPECT_EQ(kinds[1], 7 * L + 10) << "the pieces of qkv, fc1 and lm_head: W' = W g";
-  EXPECT_EQ(kinds[2], 2 * L + 1);
-  EXPECT_EQ(kinds[3], 2 * L + 1);
-  // packing: W' = W g per column, s_n = sum_k W'_nk, c_n = W beta + b_n, in double, rounded once
-  std::map<int, std::vector<float>> vals;
-  for (int t : l.schedule.graph.weights) {
-    std::vector<float>& v = vals[t];
-    v.resize(static_cast<size_t>(l.schedule.graph.tensor(t).numel()));
-    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + 7.0 * t));
-  }
-  const std::vector<float> img = pack_rows_image(l.code, [&](int t) { return vals.at(t).data(); });
-  for (const CudaImageCopy& c : l.code.image) {
-    const std::vector<float>& w = vals.at(c.tensor);
-    if (c.fold == 1) {
-      const int64_t r = c.rows - 1, k = c.cols - 3;
-      EXPECT_EQ(img[static_cast<size_t>(c.dst + r * c.dst_ld + k)],
-                static_cast<float>(static_cast<double>(w[static_cast<size_t>((c.src_row0 + r) * c.cols + k)]) * vals.at(c.gain)[static_cast<size_t>(k)]));
-    } else if (c.fold >= 2) {
-      const int64_t n = c.rows / 2;
-      double want = 0.0;
-      for (int64_t k = 0; k < c.cols; ++k) {
-        const double v = w[static_cast<size_t>(n * c.cols + k)];
-        want += c.fold == 2 ? static_cast<double>(static_cast<float>(v * vals.at(c.gain)[static_cast<size_t>(k)])) : v * vals.at(c.beta)[static_cast<size_t>(k)];
-      }
-      if (c.fold == 3) {
-        ASSERT_GE(c.bias, 0);
-        want += vals.at(c.bias)[static_cast<size_t>(n)];
-      }
-      EXPECT_EQ(img[static_cast<size_t>(c.dst + n)], static_cast<float>(want)) << "fold " << c.fold;
-    }
-  }
-}
-
 // A graph the analysis takes must also fit the generator's shared memory: a model whose fc1 needs
 // 16 pieces (d_model 128) or whose lm_head does (vocabulary 1000) has more pieces in one stage than
 // ring slots fit, and is refused by plan_rows with the reason (not thrown by generate_rows), so that
@@ -1309,12 +1240,6 @@ TEST(CompileCudaNvrtc, RowsFormCompilesForSm90a) {
     // default's PTX has the attention's redux.sync max, and it computes no ring slot by a division
     // (a remainder by the constant kNs is a mul.hi in PTX; rw_slot's first pieces are compile-time
     // constants, so only the start's rw_issue(lane) may keep one)
-    CudaCodegenOptions fold = wide;  // rows-fold (the tiny model's C = 32: one value per lane in rw_row_stats)
-    fold.rows_slice_threads = CudaCodegenOptions{}.rows_slice_threads;
-    fold.rows_fold = true;
-    const CudaLowered lf = lower_cuda(g, PassOptions{}, fold);
-    ASSERT_TRUE(contains(lf.code.source, "rw_row_stats<")) << g.name << ": " << lf.note;
-    ASSERT_NO_THROW(nvrtc_compile_ptx(lf.code.source, "compute_90a", g.name)) << g.name << " rows-fold";
     CudaCodegenOptions plain = wide;
     plain.rows_slice_threads = CudaCodegenOptions{}.rows_slice_threads;
     plain.rows_plain = true;
