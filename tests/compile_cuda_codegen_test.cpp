@@ -1139,6 +1139,74 @@ TEST(CompileCudaRows, DefaultTextCarriesTheHandWrittenKernelsVariantsAndPlainNon
   EXPECT_EQ(count_of(t1, "for (int k = 0; k < 1; ++k) {"), static_cast<size_t>(L));
 }
 
+// The stage trace (CudaCodegenOptions::rows_trace, CudaCompiledGraph::trace_rows): the traced text
+// has one clock64 stamp line per stage (after its closing barrier) plus the start's two, into a
+// __device__ buffer of stages + 2 stamps, and names the intervals; the untraced text has no trace
+// text at all and is byte-identical whatever the trace flag's default (the timed text unchanged);
+// the traced text's launch (arguments, shared memory, image) is the untraced one's.
+TEST(CompileCudaRows, TraceStampsEveryStageAndTheUntracedTextHasNone) {
+  ModelConfig shipped;
+  shipped.vocab_size = 611;
+  for (const Graph& g : {capture_gpt(shipped, 2, 16), capture_gpt(shipped, 3, 5), capture_gpt(compile_tiny_config(), 2, 16)})
+    for (const bool plain : {false, true}) {
+      CudaCodegenOptions cg;
+      cg.rows = true;
+      cg.rows_plain = plain;
+      const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
+      ASSERT_EQ(l.code.launches.size(), 1u) << l.note;
+      const RowsPlan p = plan_rows(g);
+      ASSERT_EQ(p.refused, "");
+      Schedule sched;
+      EXPECT_EQ(generate_rows(p, sched, plain, false).source, l.code.source) << g.name << ": the timed text, trace off";
+      EXPECT_FALSE(contains(l.code.source, "rw_trace")) << g.name;
+      EXPECT_FALSE(contains(l.code.source, "clock64")) << g.name;
+      EXPECT_TRUE(l.code.trace_stages.empty());
+      cg.rows_trace = true;
+      const CudaLowered t = lower_cuda(g, PassOptions{}, cg);
+      ASSERT_EQ(t.code.launches.size(), 1u) << t.note;
+      const size_t S = p.stages.size();
+      const std::string code = code_only(t.code.source);
+      EXPECT_EQ(count_of(code, "if (rw_tracer) rw_trace["), S + 1) << g.name << ": the start's end, every stage";
+      EXPECT_EQ(count_of(code, "rw_trace[0] = clock64();"), 1u) << g.name << ": the kernel's start";
+      EXPECT_EQ(count_of(code, "= clock64();"), S + 2) << g.name;
+      EXPECT_EQ(count_of(t.code.source, "= clock64();  // trace: stage "), S) << g.name << ": one line each, with a comment";
+      for (size_t s = 0; s < S; ++s)
+        EXPECT_TRUE(contains(code, fmt::format("if (rw_tracer) rw_trace[{}] = clock64();", s + 2))) << g.name << " stage " << s;
+      EXPECT_TRUE(contains(code, fmt::format("__device__ long long rw_trace[{}];", S + 2))) << g.name;
+      EXPECT_EQ(count_of(code, "rw_globaltimer();"), 2u) << g.name;
+      EXPECT_TRUE(contains(code, "const bool rw_tracer = tid == 0 && blockIdx.x == kT - 1;")) << g.name;
+      // the stamp after the last stage is the kernel's last statement but the end's %globaltimer
+      EXPECT_TRUE(contains(t.code.source, fmt::format("  if (rw_tracer) rw_trace[{}] = clock64();  // trace: stage {} ({}) done\n"
+                                                      "  if (rw_tracer) rw_trace_ns[1] = rw_globaltimer();  // trace: the end\n}}\n",
+                                                      S + 1, S - 1, t.code.trace_stages.back())))
+          << g.name;
+      ASSERT_EQ(t.code.trace_stages.size(), S + 1);
+      EXPECT_EQ(t.code.trace_stages[0], "start");
+      EXPECT_EQ(t.code.launches[0].args, l.code.launches[0].args);
+      EXPECT_EQ(t.code.launches[0].smem, l.code.launches[0].smem);
+      EXPECT_EQ(t.code.image_floats, l.code.image_floats);
+      if (g.nodes.size() == capture_gpt(shipped, 2, 16).nodes.size()) {
+        EXPECT_EQ(t.code.trace_stages[3], "matmul -> blocks.0.attn.qkv.out");
+        EXPECT_EQ(t.code.trace_stages[4], "attention -> blocks.0.attn.out");
+        EXPECT_EQ(t.code.trace_stages.back(), "softmax -> probs");
+      }
+      // without the trace's lines, the traced text is the timed one
+      std::string stripped, line;
+      std::istringstream in(t.code.source);
+      bool in_decl = false;
+      while (std::getline(in, line)) {
+        if (line.starts_with("// ---- the stage trace")) in_decl = true;
+        if (in_decl) {
+          if (line == "}") in_decl = false;
+          continue;
+        }
+        if (contains(line, "rw_tracer")) continue;
+        stripped += line + "\n";
+      }
+      EXPECT_EQ(stripped, l.code.source) << g.name << (plain ? " plain" : "");
+    }
+}
+
 // A graph the analysis takes must also fit the generator's shared memory: a model whose fc1 needs
 // 16 pieces (d_model 128) or whose lm_head does (vocabulary 1000) has more pieces in one stage than
 // ring slots fit, and is refused by plan_rows with the reason (not thrown by generate_rows), so that
@@ -1247,6 +1315,14 @@ TEST(CompileCudaNvrtc, RowsFormCompilesForSm90a) {
     ASSERT_NO_THROW(plain_ptx = nvrtc_compile_ptx(lower_cuda(g, PassOptions{}, plain).code.source, "compute_90a", g.name)) << g.name << " rows-plain";
     EXPECT_TRUE(contains(ptx, "redux.sync.max.s32")) << g.name;
     EXPECT_FALSE(contains(plain_ptx, "redux.sync")) << g.name;
+    // the stage trace's text (rows_trace) compiles: its buffers are module globals, its stamps clock64
+    CudaCodegenOptions traced;
+    traced.rows = traced.rows_trace = true;
+    std::string trace_ptx;
+    ASSERT_NO_THROW(trace_ptx = nvrtc_compile_ptx(lower_cuda(g, PassOptions{}, traced).code.source, "compute_90a", g.name)) << g.name << " traced";
+    EXPECT_TRUE(contains(trace_ptx, ".global .align 8 .b8 rw_trace[")) << g.name;
+    EXPECT_TRUE(contains(trace_ptx, "%globaltimer")) << g.name;
+    EXPECT_FALSE(contains(ptx, "%globaltimer")) << g.name;
     if (g.nodes.size() == shipped_nodes) {  // (the tiny model's pieces of 120 rows divide n by 120: not the ring's)
       EXPECT_LE(count_of(ptx, "mul.hi."), 1u) << g.name;
       EXPECT_GT(count_of(plain_ptx, "mul.hi."), 10u) << g.name << ": the plain text's i % kNs, kNs = 11";

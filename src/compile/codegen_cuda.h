@@ -225,6 +225,13 @@ struct CudaCodegenOptions {
   // (codegen_cuda_rows.h: hoisted LayerNorm loads, redux max, unrolled key and k loops, prewait and
   // division-free slots), for A/B on the GPU ("rows-plain"); the same values, bitwise.
   bool rows_plain = false;
+  // With rows: the stage trace (a measuring aid, never the timed text; CudaCompiledGraph::
+  // trace_rows builds it apart, --explain prints it): thread 0 of the last CTA of cluster 0 (the
+  // row with the most keys) stamps clock64() into the module's __device__ rw_trace[] at the
+  // start, after the start's barrier and at the end of every stage (after its closing barrier),
+  // and %globaltimer at the first and last stamps into rw_trace_ns[2]; CudaCode::trace_stages
+  // names the intervals. Off: the text byte-identical to the untraced one.
+  bool rows_trace = false;
 };
 
 // A launch argument that is not a graph tensor: the rows form's packed weight image (the runner
@@ -270,6 +277,9 @@ struct CudaCode {
   // the rows form: the weight image the kernel streams (kCudaImageArg), packed once by the runner
   std::vector<CudaImageCopy> image;
   int64_t image_floats = 0;
+  // the rows form with rows_trace: the names of the intervals between the stamps (rw_trace[i + 1]
+  // - rw_trace[i] is interval i's cycles): "start", then each stage as its plan comment names it
+  std::vector<std::string> trace_stages;
 };
 
 // The schedule's kernel names start "cpp_" (schedule.cpp names them for the C++ back end);

@@ -611,7 +611,7 @@ std::string ident(const std::string& name) {
 
 }  // namespace
 
-CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain) {
+CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trace) {
   MINIGPT_CHECK(p.refused.empty(), "generate_rows: the graph was refused: {}", p.refused);
   const Graph& g = p.graph;
   const int NT = kRowsThreads, NW = NT / 32;
@@ -955,6 +955,10 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain) {
                         ops, to.name, shape_text({1, to.cols()}),
                         st.kind == RowsStage::Kind::Matmul ? fmt::format(", pieces [{}, {})", st.first_piece, st.first_piece + st.pieces) : "");
     body += "  {\n" + b + "  }\n";
+    if (trace) {  // (one line per stage: its interval ends here, after the stage's closing barrier)
+      code.trace_stages.push_back(fmt::format("{} -> {}", ops, to.name));
+      body += fmt::format("  if (rw_tracer) rw_trace[{}] = clock64();  // trace: stage {} ({}) done\n", s + 2, s, code.trace_stages.back());
+    }
   }
 
   // ---- the kernel ----
@@ -1074,11 +1078,26 @@ __device__ __forceinline__ float rw_gather(const float* __restrict__ table, int 
       p.B, p.T, p.T, NT, smem_bytes, small, small, ks, ks, red, red, bars, nbars, bars, ring, ns, kRowsSlotFloats * 4, ring,
       code.image_floats, code.image_floats * 4, small, pieces, total_wbytes, total_flops);
   src += plan;
+  if (trace) {
+    code.trace_stages.insert(code.trace_stages.begin(), "start");
+    src += fmt::format(
+        "// ---- the stage trace (CudaCodegenOptions::rows_trace: a measuring aid, never the timed text) ----\n"
+        "// rw_trace[0]: clock64() at the kernel's start, [1] after the start's barrier, [s + 2] at the end of\n"
+        "// stage s (after its closing barrier): thread 0 of cluster 0's last CTA; rw_trace_ns: %globaltimer\n"
+        "// at the first and the last stamp (read back by name: cuModuleGetGlobal)\n"
+        "__device__ long long rw_trace[{}];\n__device__ unsigned long long rw_trace_ns[2];\n"
+        "__device__ __forceinline__ unsigned long long rw_globaltimer() {{\n"
+        "  unsigned long long ns;\n  asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(ns));\n  return ns;\n}}\n",
+        p.stages.size() + 2);
+  }
   src += fmt::format("extern \"C\" __global__ void __launch_bounds__({}, 1) cuda_rows_forward(\n{}) {{\n", NT, sig);
   src += "  extern __shared__ __align__(16) float sm[];\n";
   src += "  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;\n";
   src += "  const int t = static_cast<int>(rw_rank());  // this CTA's row in its sequence\n";
   src += "  const long long row = blockIdx.x;          // its row of the batch: b T + t\n";
+  if (trace)
+    src += "  const bool rw_tracer = tid == 0 && blockIdx.x == kT - 1;  // trace: thread 0 of cluster 0's last CTA (the most keys)\n"
+           "  if (rw_tracer) { rw_trace_ns[0] = rw_globaltimer(); rw_trace[0] = clock64(); }  // trace: the kernel's start\n";
   src += fmt::format("  unsigned long long* bars = reinterpret_cast<unsigned long long*>(sm + {});\n  float* ring = sm + {};\n", bars, ring);
   src += fmt::format("  (void)lane; (void)row;\n");
   src += fmt::format(
@@ -1100,7 +1119,9 @@ __device__ __forceinline__ float rw_gather(const float* __restrict__ table, int 
                 : std::string(),
       overlap0.empty() ? "" : " else {  // stage 0\n" + overlap0 + "  }");
   if (p.attentions == 0) src += "  rw_cluster_wait();\n";
+  if (trace) src += "  if (rw_tracer) rw_trace[1] = clock64();  // trace: the start done\n";
   src += body;
+  if (trace) src += "  if (rw_tracer) rw_trace_ns[1] = rw_globaltimer();  // trace: the end\n";
   src += "}\n";
   code.source = src;
 

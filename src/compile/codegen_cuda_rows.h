@@ -74,6 +74,14 @@
 // logits 1.81e-5 from the CPU, over issue 15's 1e-5 (the hand-written kernel's fold variants were
 // slower too: gpu_fold14/call1, docs/MEGAKERNEL.md).
 //
+// The stage trace (CudaCodegenOptions::rows_trace; CudaCompiledGraph::trace_rows, printed by
+// `minigpt compile --device cuda --explain`): the same text plus one line per stamp, thread 0 of
+// cluster 0's last CTA (the row with the most keys) writing clock64() into a __device__ rw_trace[]
+// of the module at the kernel's start, after the start's barrier and at the end of every stage
+// (after its closing barrier and refill), and %globaltimer at both ends; the runner reads them by
+// name (cuModuleGetGlobal). A text and cubin of their own: the timed text is the untraced one,
+// byte for byte (gpt_mega_rows.cu's MINIGPT_MEGA_TRACE is the hand-written kernel's counterpart).
+//
 // What it does not do: the decode step (a KV cache is not row-local: refused), more than one row
 // per CTA, compile or launch (cuda/runner_cuda.cpp packs the image into the arena once and
 // launches B T CTAs in clusters of T).
@@ -132,7 +140,9 @@ RowsPlan plan_rows(const Graph& captured, int slice_threads = 256);
 // layout (code.image) and the one-kernel schedule (kernel "cuda_rows_forward"). p must be taken.
 // plain (CudaCodegenOptions::rows_plain, MINIGPT_CUDA_VARIANT=rows-plain): the text before the
 // ports listed at the top (kept for A/B on the GPU: the same layout, pieces and sums).
-CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false);
+// trace (CudaCodegenOptions::rows_trace): the stage trace's stamps, one line each after the start's
+// barrier and every stage (code.trace_stages names the intervals); off: no trace text at all.
+CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false);
 
 // The weight image of code (code.image_floats floats, padding zero) from the graph's weights:
 // weight(tensor id) gives a weight's values (row-major, its shape).

@@ -23,7 +23,7 @@ CudaLowered lower_cuda(const Graph& captured, const PassOptions& passes, const C
     if (rp.refused.empty()) {
       l.passes_s = t0.elapsed_s();
       const Timer t1;
-      l.code = generate_rows(rp, l.schedule, codegen.rows_plain);
+      l.code = generate_rows(rp, l.schedule, codegen.rows_plain, codegen.rows_trace);
       l.codegen_s = t1.elapsed_s();
       l.note = fmt::format("rows form{}: {} stages, one cluster of {} CTAs per sequence", codegen.rows_plain ? " (plain text)" : "", rp.stages.size(), rp.T);
       return l;

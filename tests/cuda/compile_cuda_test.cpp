@@ -646,3 +646,45 @@ TEST(CompileCuda, RowsFormDefaultAndPlainTextsAgreeBitwise) {
                 max_abs_diff(la.data(), lb.data(), la.numel()), max_abs_diff(pa.data(), pb.data(), pa.numel()), dl);
   }
 }
+
+// The rows form's stage trace (CudaCompiledGraph::trace_rows: the traced text compiled and launched
+// apart from the timed one): one interval per stage plus the start, every one positive, summing to
+// the total; the %globaltimer span positive; the outputs after the traced launches bitwise the
+// timed graph's (the stamps change no value), and the timed graph's next forward unchanged too.
+TEST(CompileCuda, RowsFormStageTraceCoversEveryStageAndChangesNoOutput) {
+  SKIP_WITHOUT_GPU();
+  if (!hopper_or_later()) GTEST_SKIP() << "thread-block clusters need sm_90 or later";
+  for (const bool plain : {false, true}) {
+    CudaCompileOptions o = cuda_options(true);
+    o.codegen.rows = true;
+    o.codegen.rows_plain = plain;
+    ModelFile f = load_model(kModel);
+    const GrammarMiniGPT model(f.config, std::move(f.weights));
+    CudaCompiledModel gpu(model, o);
+    std::vector<int32_t> ids(32);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 53 + 11) % 611);
+    Tensor l1, p1, l2, p2;
+    gpu.forward(ids.data(), 2, 16, l1, p1);
+    CudaCompiledGraph& g = gpu.graph_for(2, 16);
+    ASSERT_EQ(g.lowered().code.launches.size(), 1u) << g.stats().why;
+    const CudaCompiledGraph::RowsTrace tr = g.trace_rows();
+    const size_t S = plan_rows(g.captured()).stages.size();
+    ASSERT_EQ(tr.cycles.size(), S + 1) << "the start and every stage";
+    ASSERT_EQ(tr.stages.size(), S + 1);
+    long long sum = 0;
+    for (size_t i = 0; i < tr.cycles.size(); ++i) {
+      EXPECT_GT(tr.cycles[i], 0) << tr.stages[i];
+      sum += tr.cycles[i];
+    }
+    EXPECT_EQ(sum, tr.total_cycles);
+    EXPECT_GT(tr.total_ns, 0.0);
+    EXPECT_TRUE(tr.outputs_same) << "the traced launches changed an output";
+    EXPECT_EQ(g.lowered().code.source.find("rw_trace"), std::string::npos) << "the timed text is the untraced one";
+    EXPECT_NE(tr.source.find("rw_trace"), std::string::npos);
+    gpu.forward(ids.data(), 2, 16, l2, p2);
+    EXPECT_EQ(std::memcmp(l1.data(), l2.data(), static_cast<size_t>(l1.numel()) * sizeof(float)), 0) << "logits after the trace";
+    std::printf("rows form stage trace (%s): %zu intervals, %lld cycles, %.0f ns by %%globaltimer; start %lld, %s %lld, %s %lld\n",
+                g.stats().variant.c_str(), tr.cycles.size(), tr.total_cycles, tr.total_ns, tr.cycles[0], tr.stages[1].c_str(), tr.cycles[1],
+                tr.stages.back().c_str(), tr.cycles.back());
+  }
+}
