@@ -21,9 +21,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
-#include <map>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -1141,71 +1139,72 @@ TEST(CompileCudaRows, DefaultTextCarriesTheHandWrittenKernelsVariantsAndPlainNon
   EXPECT_EQ(count_of(t1, "for (int k = 0; k < 1; ++k) {"), static_cast<size_t>(L));
 }
 
-// rows-fold (CudaCodegenOptions::rows_fold): each LayerNorm read only by a matmul is folded into it
-// (y_n = rstd (sum_k W'_nk x_k - mean s_n) + c_n): no LayerNorm stage, the matmul reading the raw
-// row and each warp computing its statistics (rw_row_stats); the image holds W' = W g and s, c in
-// double rounded once (pack_rows_image).
-TEST(CompileCudaRows, FoldTakesEachLayerNormIntoItsMatmulAndPacksFoldedWeights) {
+// The stage trace (CudaCodegenOptions::rows_trace, CudaCompiledGraph::trace_rows): the traced text
+// has one clock64 stamp line per stage (after its closing barrier) plus the start's two, into a
+// __device__ buffer of stages + 2 stamps, and names the intervals; the untraced text has no trace
+// text at all and is byte-identical whatever the trace flag's default (the timed text unchanged);
+// the traced text's launch (arguments, shared memory, image) is the untraced one's.
+TEST(CompileCudaRows, TraceStampsEveryStageAndTheUntracedTextHasNone) {
   ModelConfig shipped;
   shipped.vocab_size = 611;
-  const int L = shipped.n_layer;
-  CudaCodegenOptions cg;
-  apply_variant_words(cg, "rows-fold");
-  ASSERT_TRUE(cg.rows && cg.rows_fold && !cg.rows_plain);
-  cg.generated_gemm = true;
-  const Graph g = capture_gpt(shipped, 2, 16);
-  const RowsPlan p = plan_rows(g, cg.rows_slice_threads, true);
-  ASSERT_EQ(p.refused, "");
-  ASSERT_EQ(p.stages.size(), static_cast<size_t>(5 * L + 3)) << "ln1, ln2 and ln_f no stages of their own";
-  int folded = 0;
-  for (const RowsStage& st : p.stages) {
-    EXPECT_NE(st.kind, RowsStage::Kind::LayerNorm);
-    if (st.ln >= 0) {
-      ++folded;
-      EXPECT_EQ(st.kind, RowsStage::Kind::Matmul);
-      EXPECT_EQ(p.graph.nodes[static_cast<size_t>(st.ln)].op, Op::LayerNorm);
-    }
-  }
-  EXPECT_EQ(folded, 2 * L + 1);
-  const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
-  ASSERT_EQ(l.code.launches.size(), 1u) << l.note;
-  const std::string code = code_only(l.code.source);
-  EXPECT_EQ(count_of(code, "rw_layernorm<"), 0u);
-  EXPECT_EQ(count_of(code, "const float2 lnst = rw_row_stats<64>("), static_cast<size_t>(2 * L + 1));
-  EXPECT_EQ(count_of(code, "fmaf(lnst.y, fmaf(-lnst.x, sm["), static_cast<size_t>(2 * L + 2)) << "qkv, fc1, and lm_head's two columns";
-  int kinds[4] = {0, 0, 0, 0};
-  for (const CudaImageCopy& c : l.code.image) ++kinds[c.fold];
-  EXPECT_EQ(kinds[1], 7 * L + 10) << "the pieces of qkv, fc1 and lm_head: W' = W g";
-  EXPECT_EQ(kinds[2], 2 * L + 1);
-  EXPECT_EQ(kinds[3], 2 * L + 1);
-  // packing: W' = W g per column, s_n = sum_k W'_nk, c_n = W beta + b_n, in double, rounded once
-  std::map<int, std::vector<float>> vals;
-  for (int t : l.schedule.graph.weights) {
-    std::vector<float>& v = vals[t];
-    v.resize(static_cast<size_t>(l.schedule.graph.tensor(t).numel()));
-    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + 7.0 * t));
-  }
-  const std::vector<float> img = pack_rows_image(l.code, [&](int t) { return vals.at(t).data(); });
-  for (const CudaImageCopy& c : l.code.image) {
-    const std::vector<float>& w = vals.at(c.tensor);
-    if (c.fold == 1) {
-      const int64_t r = c.rows - 1, k = c.cols - 3;
-      EXPECT_EQ(img[static_cast<size_t>(c.dst + r * c.dst_ld + k)],
-                static_cast<float>(static_cast<double>(w[static_cast<size_t>((c.src_row0 + r) * c.cols + k)]) * vals.at(c.gain)[static_cast<size_t>(k)]));
-    } else if (c.fold >= 2) {
-      const int64_t n = c.rows / 2;
-      double want = 0.0;
-      for (int64_t k = 0; k < c.cols; ++k) {
-        const double v = w[static_cast<size_t>(n * c.cols + k)];
-        want += c.fold == 2 ? static_cast<double>(static_cast<float>(v * vals.at(c.gain)[static_cast<size_t>(k)])) : v * vals.at(c.beta)[static_cast<size_t>(k)];
+  for (const Graph& g : {capture_gpt(shipped, 2, 16), capture_gpt(shipped, 3, 5), capture_gpt(compile_tiny_config(), 2, 16)})
+    for (const bool plain : {false, true}) {
+      CudaCodegenOptions cg;
+      cg.rows = true;
+      cg.rows_plain = plain;
+      const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
+      ASSERT_EQ(l.code.launches.size(), 1u) << l.note;
+      const RowsPlan p = plan_rows(g);
+      ASSERT_EQ(p.refused, "");
+      Schedule sched;
+      EXPECT_EQ(generate_rows(p, sched, plain, false).source, l.code.source) << g.name << ": the timed text, trace off";
+      EXPECT_FALSE(contains(l.code.source, "rw_trace")) << g.name;
+      EXPECT_FALSE(contains(l.code.source, "clock64")) << g.name;
+      EXPECT_TRUE(l.code.trace_stages.empty());
+      cg.rows_trace = true;
+      const CudaLowered t = lower_cuda(g, PassOptions{}, cg);
+      ASSERT_EQ(t.code.launches.size(), 1u) << t.note;
+      const size_t S = p.stages.size();
+      const std::string code = code_only(t.code.source);
+      EXPECT_EQ(count_of(code, "if (rw_tracer) rw_trace["), S + 1) << g.name << ": the start's end, every stage";
+      EXPECT_EQ(count_of(code, "rw_trace[0] = clock64();"), 1u) << g.name << ": the kernel's start";
+      EXPECT_EQ(count_of(code, "= clock64();"), S + 2) << g.name;
+      EXPECT_EQ(count_of(t.code.source, "= clock64();  // trace: stage "), S) << g.name << ": one line each, with a comment";
+      for (size_t s = 0; s < S; ++s)
+        EXPECT_TRUE(contains(code, fmt::format("if (rw_tracer) rw_trace[{}] = clock64();", s + 2))) << g.name << " stage " << s;
+      EXPECT_TRUE(contains(code, fmt::format("__device__ long long rw_trace[{}];", S + 2))) << g.name;
+      EXPECT_EQ(count_of(code, "rw_globaltimer();"), 2u) << g.name;
+      EXPECT_TRUE(contains(code, "const bool rw_tracer = tid == 0 && blockIdx.x == kT - 1;")) << g.name;
+      // the stamp after the last stage is the kernel's last statement but the end's %globaltimer
+      EXPECT_TRUE(contains(t.code.source, fmt::format("  if (rw_tracer) rw_trace[{}] = clock64();  // trace: stage {} ({}) done\n"
+                                                      "  if (rw_tracer) rw_trace_ns[1] = rw_globaltimer();  // trace: the end\n}}\n",
+                                                      S + 1, S - 1, t.code.trace_stages.back())))
+          << g.name;
+      ASSERT_EQ(t.code.trace_stages.size(), S + 1);
+      EXPECT_EQ(t.code.trace_stages[0], "start");
+      EXPECT_EQ(t.code.launches[0].args, l.code.launches[0].args);
+      EXPECT_EQ(t.code.launches[0].smem, l.code.launches[0].smem);
+      EXPECT_EQ(t.code.image_floats, l.code.image_floats);
+      if (g.nodes.size() == capture_gpt(shipped, 2, 16).nodes.size()) {
+        EXPECT_EQ(t.code.trace_stages[3], "matmul -> blocks.0.attn.qkv.out");
+        EXPECT_EQ(t.code.trace_stages[4], "attention -> blocks.0.attn.out");
+        EXPECT_EQ(t.code.trace_stages.back(), "softmax -> probs");
       }
-      if (c.fold == 3) {
-        ASSERT_GE(c.bias, 0);
-        want += vals.at(c.bias)[static_cast<size_t>(n)];
+      // without the trace's lines, the traced text is the timed one
+      std::string stripped, line;
+      std::istringstream in(t.code.source);
+      bool in_decl = false;
+      while (std::getline(in, line)) {
+        if (line.starts_with("// ---- the stage trace")) in_decl = true;
+        if (in_decl) {
+          if (line == "}") in_decl = false;
+          continue;
+        }
+        if (contains(line, "rw_tracer")) continue;
+        stripped += line + "\n";
       }
-      EXPECT_EQ(img[static_cast<size_t>(c.dst + n)], static_cast<float>(want)) << "fold " << c.fold;
+      EXPECT_EQ(stripped, l.code.source) << g.name << (plain ? " plain" : "");
     }
-  }
 }
 
 // A graph the analysis takes must also fit the generator's shared memory: a model whose fc1 needs
@@ -1309,12 +1308,6 @@ TEST(CompileCudaNvrtc, RowsFormCompilesForSm90a) {
     // default's PTX has the attention's redux.sync max, and it computes no ring slot by a division
     // (a remainder by the constant kNs is a mul.hi in PTX; rw_slot's first pieces are compile-time
     // constants, so only the start's rw_issue(lane) may keep one)
-    CudaCodegenOptions fold = wide;  // rows-fold (the tiny model's C = 32: one value per lane in rw_row_stats)
-    fold.rows_slice_threads = CudaCodegenOptions{}.rows_slice_threads;
-    fold.rows_fold = true;
-    const CudaLowered lf = lower_cuda(g, PassOptions{}, fold);
-    ASSERT_TRUE(contains(lf.code.source, "rw_row_stats<")) << g.name << ": " << lf.note;
-    ASSERT_NO_THROW(nvrtc_compile_ptx(lf.code.source, "compute_90a", g.name)) << g.name << " rows-fold";
     CudaCodegenOptions plain = wide;
     plain.rows_slice_threads = CudaCodegenOptions{}.rows_slice_threads;
     plain.rows_plain = true;
@@ -1322,6 +1315,14 @@ TEST(CompileCudaNvrtc, RowsFormCompilesForSm90a) {
     ASSERT_NO_THROW(plain_ptx = nvrtc_compile_ptx(lower_cuda(g, PassOptions{}, plain).code.source, "compute_90a", g.name)) << g.name << " rows-plain";
     EXPECT_TRUE(contains(ptx, "redux.sync.max.s32")) << g.name;
     EXPECT_FALSE(contains(plain_ptx, "redux.sync")) << g.name;
+    // the stage trace's text (rows_trace) compiles: its buffers are module globals, its stamps clock64
+    CudaCodegenOptions traced;
+    traced.rows = traced.rows_trace = true;
+    std::string trace_ptx;
+    ASSERT_NO_THROW(trace_ptx = nvrtc_compile_ptx(lower_cuda(g, PassOptions{}, traced).code.source, "compute_90a", g.name)) << g.name << " traced";
+    EXPECT_TRUE(contains(trace_ptx, ".global .align 8 .b8 rw_trace[")) << g.name;
+    EXPECT_TRUE(contains(trace_ptx, "%globaltimer")) << g.name;
+    EXPECT_FALSE(contains(ptx, "%globaltimer")) << g.name;
     if (g.nodes.size() == shipped_nodes) {  // (the tiny model's pieces of 120 rows divide n by 120: not the ring's)
       EXPECT_LE(count_of(ptx, "mul.hi."), 1u) << g.name;
       EXPECT_GT(count_of(plain_ptx, "mul.hi."), 10u) << g.name << ": the plain text's i % kNs, kNs = 11";

@@ -7,7 +7,11 @@
 // measured on the project's H200 (design.md), the peak SMs x 128 x 2 x clock of this device.
 // Then the whole forward as one graph (one replay; and per replay within 100 back-to-back), and
 // each generated softmax against the hand-written fused kernel (kernels/cuda/softmax.h) at the
-// same shape, default and autotuned configs.
+// same shape, default and autotuned configs. The rows form (one kernel) also gets its stage trace
+// (CudaCompiledGraph::trace_rows: the same graph generated again with a clock64 stamp after every
+// stage's closing barrier, compiled and launched apart from the timed text): per interval (the
+// start, then each stage as the generated plan comment names it) its cycles and share, the total
+// against the kernel's measured time; with --dump also output_code_trace.cu and trace.txt.
 #include "cli/cmd_compile_cuda.h"
 
 #include "compile/lower_cuda.h"
@@ -103,6 +107,21 @@ void explain(compile::CudaCompiledGraph& cg, int runs) {
   fmt::print("\nsum of kernels {:.2f} us; whole forward as one CUDA graph: {:.2f} us per replay alone, {:.2f} us per replay in 100 "
              "back to back (median of {})\n",
              total, whole.single_us, whole.batched_us, runs);
+  // the rows form: its stage trace (a traced text of its own, launched once the timing is done)
+  if (const CudaCompiledGraph::RowsTrace tr = cg.trace_rows(); !tr.cycles.empty()) {
+    const double kernel_us = times.empty() || std::isnan(times[0]) ? 0.0 : times[0];
+    fmt::print("\nstage trace of {} (the traced text, codegen_cuda_rows.h's rows_trace: clock64 by thread 0 of cluster 0's last CTA, "
+               "the row with the most keys, after each stage's closing barrier; the last of 3 launches)\n",
+               cg.lowered().code.launches[0].function);
+    fmt::print("| interval | cycles | share |\n| --- | ---: | ---: |\n");
+    for (size_t i = 0; i < tr.cycles.size(); ++i)
+      fmt::print("| {}{} | {} | {:.1f}% |\n", i == 0 ? std::string() : fmt::format("stage {}: ", i - 1), tr.stages[i], tr.cycles[i],
+                 100.0 * static_cast<double>(tr.cycles[i]) / static_cast<double>(std::max(tr.total_cycles, 1LL)));
+    fmt::print("TRACE total {} cycles over {} intervals = {:.2f} us by %globaltimer ({:.2f} GHz); the kernel timed above {:.2f} us; "
+               "outputs bitwise unchanged by the traced launches: {}\n",
+               tr.total_cycles, tr.cycles.size(), tr.total_ns * 1e-3, tr.total_ns > 0 ? static_cast<double>(tr.total_cycles) / tr.total_ns : 0.0,
+               kernel_us, tr.outputs_same ? "yes" : "NO");
+  }
   for (size_t i = 0; i < s.kernels.size(); ++i) {
     const Kernel& k = s.kernels[i];
     if (k.kind != KernelKind::Rowwise || k.name.find("softmax") == std::string::npos || std::isnan(times[i])) continue;

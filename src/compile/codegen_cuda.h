@@ -225,12 +225,13 @@ struct CudaCodegenOptions {
   // (codegen_cuda_rows.h: hoisted LayerNorm loads, redux max, unrolled key and k loops, prewait and
   // division-free slots), for A/B on the GPU ("rows-plain"); the same values, bitwise.
   bool rows_plain = false;
-  // With rows ("rows-fold", a measuring aid until measured): each LayerNorm read only by a matmul
-  // folded into it, y_n = rstd (sum_k W'_nk x_k - mean s_n) + c_n with W' = W g (per k), s_n =
-  // sum_k W'_nk, c_n = W beta + b_n packed into the weight image (in double, rounded once): the
-  // matmul starts on the raw row while each warp computes the row's statistics itself; no
-  // LayerNorm stage, no barrier. Not the eager op's rounding (within the CPU tolerance, not bitwise).
-  bool rows_fold = false;
+  // With rows: the stage trace (a measuring aid, never the timed text; CudaCompiledGraph::
+  // trace_rows builds it apart, --explain prints it): thread 0 of the last CTA of cluster 0 (the
+  // row with the most keys) stamps clock64() into the module's __device__ rw_trace[] at the
+  // start, after the start's barrier and at the end of every stage (after its closing barrier),
+  // and %globaltimer at the first and last stamps into rw_trace_ns[2]; CudaCode::trace_stages
+  // names the intervals. Off: the text byte-identical to the untraced one.
+  bool rows_trace = false;
 };
 
 // A launch argument that is not a graph tensor: the rows form's packed weight image (the runner
@@ -239,14 +240,9 @@ inline constexpr int kCudaImageArg = -2;
 
 // One piece of a packed weight image (the rows form): rows x cols floats of weight tensor
 // `tensor` from (src_row0, src_col0) (row stride: its columns) to dst (row stride dst_ld), floats.
-// fold (rows_fold: a LayerNorm of gain g and bias beta folded into the matmul of weight W (M, K)
-// and bias b after it; every value in double, rounded to float once): 1, the copied rows of W times
-// g per column (W' = W g); 2, M floats at dst: s_n = sum_k W'_nk (of W' rounded as packed); 3, M
-// floats at dst: c_n = sum_k W_nk beta_k + b_n (bias -1: none). For 2 and 3, rows = M, cols = K.
 struct CudaImageCopy {
   int tensor = -1;
   int64_t src_row0 = 0, src_col0 = 0, rows = 0, cols = 0, dst = 0, dst_ld = 0;
-  int fold = 0, gain = -1, beta = -1, bias = -1;
 };
 
 // One step of the host's call sequence.
@@ -281,6 +277,9 @@ struct CudaCode {
   // the rows form: the weight image the kernel streams (kCudaImageArg), packed once by the runner
   std::vector<CudaImageCopy> image;
   int64_t image_floats = 0;
+  // the rows form with rows_trace: the names of the intervals between the stamps (rw_trace[i + 1]
+  // - rw_trace[i] is interval i's cycles): "start", then each stage as its plan comment names it
+  std::vector<std::string> trace_stages;
 };
 
 // The schedule's kernel names start "cpp_" (schedule.cpp names them for the C++ back end);

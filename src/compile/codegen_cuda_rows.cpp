@@ -207,35 +207,6 @@ __device__ __forceinline__ void rw_layernorm(const float* x, float* out, const f
   }
 }
 )";
-// rows-fold: a folded LayerNorm's statistics, by each warp that needs them
-const char* kPreludeRowStats = R"(// rows-fold: the LayerNorm statistics (mean, 1/sigma) of one row of C (a multiple of 32) by the
-// calling warp, in every lane: each lane's C / 32 values' sum and sum of squares in double, a
-// 32-lane butterfly, the variance E[x^2] - mean^2 clamped at 0, 1/sigma a float rsqrtf
-// (rw_layernorm's arithmetic, its sums over 32 lanes)
-template <int C>
-__device__ __forceinline__ float2 rw_row_stats(const float* x, float eps) {
-  constexpr int E = C / 32;
-  const int ln_lane = threadIdx.x & 31;
-  double s = 0.0, q = 0.0;
-  if constexpr (E == 2) {
-    const double d0 = x[ln_lane], d1 = x[ln_lane + 32];
-    s = d0 + d1;
-    q = fma(d0, d0, d1 * d1);
-  } else {
-#pragma unroll
-    for (int e = 0; e < E; ++e) { const double d = x[ln_lane + 32 * e]; s += d; q = fma(d, d, q); }
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    s += __shfl_xor_sync(RW_FULL, s, off);
-    q += __shfl_xor_sync(RW_FULL, q, off);
-  }
-  const double inv_c = 1.0 / static_cast<double>(C);
-  const double m = s * inv_c;
-  const double var = fmax(q * inv_c - m * m, 0.0);
-  return make_float2(static_cast<float>(m), rsqrtf(static_cast<float>(var + static_cast<double>(eps))));
-}
-)";
 const char* kPreludeMax = R"(// the warp's max of s by ONE redux.sync (where a butterfly takes 5 dependent shuffle + fmaxf
 // steps): the floats' bits mapped to ints in the floats' order (non-negative ones as they are,
 // negative ones with the magnitude bits flipped; -0 just below +0, either a max of 0 giving the same
@@ -388,7 +359,6 @@ struct RowsLayout {
   std::map<int, int> last_use;  // tensor -> the last stage reading it
   std::vector<std::vector<int>> reads;  // per stage: the earlier stages' tensors it reads (each once)
   std::map<int, int64_t> small_at;  // a 1-D weight -> its offset in the small block (floats)
-  std::map<int, int64_t> fold_s, fold_c;  // a folded matmul's stage -> its s_n, c_n in the small block
   int64_t small = 0;  // the small block's floats
   std::vector<CudaImageCopy> image;
   std::vector<int64_t> piece_off;  // piece i: floats [piece_off[i], piece_off[i + 1]) of the image
@@ -428,30 +398,15 @@ RowsLayout rows_layout(const RowsPlan& p) {
     L.image.push_back({t, 0, 0, 1, n, L.small, n});
     L.small += round4(n);
   };
-  for (size_t s = 0; s < p.stages.size(); ++s) {
-    const RowsStage& st = p.stages[s];
+  for (const RowsStage& st : p.stages)
     for (int k : st.nodes) {
       const Node& n = g.nodes[static_cast<size_t>(k)];
       if (n.op == Op::Embedding || n.op == Op::PosEmbedding) continue;  // tables: read from global memory
-      if (k == st.ln) continue;  // a folded LayerNorm's gain and bias: in the matmul's s and c below
       for (size_t a = 0; a < n.inputs.size(); ++a) {
         const int t = n.inputs[a];
-        if (st.ln >= 0 && n.op == Op::Matmul && a == 2 && n.has_bias) continue;  // (folded into c)
         if (g.tensor(t).kind == TensorKind::Weight && !(n.op == Op::Matmul && a == 1)) add_small(t);
       }
     }
-    if (st.ln >= 0) {  // the folded matmul's s_n and c_n (CudaImageCopy::fold 2 and 3)
-      const Node& ln = g.nodes[static_cast<size_t>(st.ln)];
-      const Node& mm = g.nodes[static_cast<size_t>(st.node)];
-      const int w = mm.inputs[1], bias = mm.has_bias ? mm.inputs[2] : -1;
-      L.fold_s[static_cast<int>(s)] = L.small;
-      L.image.push_back({w, 0, 0, st.M, st.K, L.small, st.M, 2, ln.inputs[1], ln.inputs[2], bias});
-      L.small += round4(st.M);
-      L.fold_c[static_cast<int>(s)] = L.small;
-      L.image.push_back({w, 0, 0, st.M, st.K, L.small, st.M, 3, ln.inputs[1], ln.inputs[2], bias});
-      L.small += round4(st.M);
-    }
-  }
   L.small = round4(L.small);
   int64_t at = L.small;
   for (const RowsStage& st : p.stages) {
@@ -461,10 +416,6 @@ RowsLayout rows_layout(const RowsPlan& p) {
       const int64_t r0 = static_cast<int64_t>(pc) * st.rows_per_piece, rows = std::min<int64_t>(st.rows_per_piece, st.M - r0);
       L.piece_off.push_back(at);
       L.image.push_back({w, r0, 0, rows, st.K, at, st.ld});
-      if (st.ln >= 0) {  // W' = W g per column
-        L.image.back().fold = 1;
-        L.image.back().gain = g.nodes[static_cast<size_t>(st.ln)].inputs[1];
-      }
       at += rows * st.ld;
     }
   }
@@ -511,7 +462,7 @@ RowsLayout rows_layout(const RowsPlan& p) {
 
 }  // namespace
 
-RowsPlan plan_rows(const Graph& captured, int slice_threads, bool fold_ln) {
+RowsPlan plan_rows(const Graph& captured, int slice_threads) {
   RowsPlan p;
   Graph g = captured;
   verify(g, "capture");
@@ -549,28 +500,11 @@ RowsPlan plan_rows(const Graph& captured, int slice_threads, bool fold_ln) {
     const auto us = users.of(n.output);
     return us.size() == 1 && kPointwise.contains(g.nodes[static_cast<size_t>(us[0])].op);
   };
-  // fold_ln: a LayerNorm (of a multiple of 32 columns: each warp's statistics, 32 lanes) whose one
-  // reader is a matmul's input row (not its residual, not a graph output) is that matmul's
-  // RowsStage::ln, no stage of its own
-  std::map<int, int> folded;  // matmul node -> the LayerNorm node folded into it
-  std::set<int> folded_ln;
-  if (fold_ln)
-    for (size_t i = 0; i < g.nodes.size(); ++i) {
-      const Node& n = g.nodes[i];
-      if (n.op != Op::LayerNorm || g.is_graph_output(n.output) || g.tensor(n.output).cols() % 32 != 0) continue;
-      const auto us = users.of(n.output);
-      if (us.size() != 1) continue;
-      const Node& u = g.nodes[static_cast<size_t>(us[0])];
-      if (u.op != Op::Matmul || u.inputs[0] != n.output) continue;
-      if (std::count(u.inputs.begin(), u.inputs.end(), n.output) != 1) continue;
-      folded[us[0]] = static_cast<int>(i);
-      folded_ln.insert(static_cast<int>(i));
-    }
   int piece = 0;
   int64_t att_C = 0;  // the attentions' width
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
-    if (inlined(n) || folded_ln.count(static_cast<int>(i))) continue;
+    if (inlined(n)) continue;
     RowsStage st;
     st.node = static_cast<int>(i);
     const int64_t cols = g.tensor(n.output).cols();
@@ -585,10 +519,6 @@ RowsPlan plan_rows(const Graph& captured, int slice_threads, bool fold_ln) {
         const int pr = g.tensor(t).producer;
         if (pr >= 0 && inlined(g.nodes[static_cast<size_t>(pr)])) todo.push_back(pr);
       }
-    }
-    if (const auto f = folded.find(static_cast<int>(i)); f != folded.end()) {
-      st.ln = f->second;
-      tree.insert(f->second);
     }
     st.nodes.assign(tree.begin(), tree.end());
     // a one-column node reading a weight (its one value) is generated as a column vector's sm[off + c]
@@ -681,7 +611,7 @@ std::string ident(const std::string& name) {
 
 }  // namespace
 
-CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain) {
+CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trace) {
   MINIGPT_CHECK(p.refused.empty(), "generate_rows: the graph was refused: {}", p.refused);
   const Graph& g = p.graph;
   const int NT = kRowsThreads, NW = NT / 32;
@@ -870,28 +800,11 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain) {
         size_t k = 2;
         const int bias = n.has_bias ? n.inputs[k++] : -1;
         const int res = n.has_residual ? n.inputs[k] : -1;
-        const bool folded = st.ln >= 0;
-        // the input row: the matmul's, or (folded) its LayerNorm's input, the raw row
-        const std::string a = sm(buf.at(folded ? g.nodes[static_cast<size_t>(st.ln)].inputs[0] : n.inputs[0]));
-        if (folded) {
-          const Node& ln = g.nodes[static_cast<size_t>(st.ln)];
-          std::string stats;
-          wait_small(stats);
-          b += fmt::format(
-              "  //   its LayerNorm (eps {:.9g}) folded in (rows-fold): y_n = rstd (sum_k W'_nk x_k - mean s_n) + c_n, W' = W g per k,\n"
-              "  //   s_n = sum_k W'_nk, c_n = W beta + b_n (packed with the image, in double, rounded once): the dot runs on\n"
-              "  //   the raw row x while every warp computes x's statistics itself; no LayerNorm stage, no barrier\n",
-              ln.alpha);
-          b += stats + fmt::format("  const float2 lnst = rw_row_stats<{}>({}, {:.9g}f);  // (mean, 1/sigma) of the row, by every warp\n", K, a, ln.alpha);
-        } else if (bias >= 0) {
-          wait_small(b);
-        }
+        if (bias >= 0) wait_small(b);
+        const std::string a = sm(buf.at(n.inputs[0]));
         auto finish = [&](const std::string& idx, const std::string& acc) {
           std::string v = acc;
-          if (folded)
-            v = fmt::format("fmaf(lnst.y, fmaf(-lnst.x, sm[{} + {}], {}), sm[{} + {}])", L.fold_s.at(static_cast<int>(s)), idx, v,
-                            L.fold_c.at(static_cast<int>(s)), idx);
-          else if (bias >= 0) v = fmt::format("({} + sm[{} + {}])", v, small_at.at(bias), idx);
+          if (bias >= 0) v = fmt::format("({} + sm[{} + {}])", v, small_at.at(bias), idx);
           if (n.gelu) v = fmt::format("rw_gelu({})", v);
           if (res >= 0) v = fmt::format("({} + sm[{} + {}])", v, buf.at(res), idx);
           return v;
@@ -1042,6 +955,10 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain) {
                         ops, to.name, shape_text({1, to.cols()}),
                         st.kind == RowsStage::Kind::Matmul ? fmt::format(", pieces [{}, {})", st.first_piece, st.first_piece + st.pieces) : "");
     body += "  {\n" + b + "  }\n";
+    if (trace) {  // (one line per stage: its interval ends here, after the stage's closing barrier)
+      code.trace_stages.push_back(fmt::format("{} -> {}", ops, to.name));
+      body += fmt::format("  if (rw_tracer) rw_trace[{}] = clock64();  // trace: stage {} ({}) done\n", s + 2, s, code.trace_stages.back());
+    }
   }
 
   // ---- the kernel ----
@@ -1063,7 +980,6 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain) {
     src += kPreludeQk;
     src += kPreludeMax;
   }
-  if (std::any_of(p.stages.begin(), p.stages.end(), [](const RowsStage& st) { return st.ln >= 0; })) src += kPreludeRowStats;
   src += fmt::format(
       "\n// ---- the ring: pieces of the weight image, in consumption order ----\n"
       "constexpr int kNs = {}, kSlot = {}, kPieces = {}, kBarSmall = {}, kBarKv = {}, kT = {};\n",
@@ -1162,11 +1078,26 @@ __device__ __forceinline__ float rw_gather(const float* __restrict__ table, int 
       p.B, p.T, p.T, NT, smem_bytes, small, small, ks, ks, red, red, bars, nbars, bars, ring, ns, kRowsSlotFloats * 4, ring,
       code.image_floats, code.image_floats * 4, small, pieces, total_wbytes, total_flops);
   src += plan;
+  if (trace) {
+    code.trace_stages.insert(code.trace_stages.begin(), "start");
+    src += fmt::format(
+        "// ---- the stage trace (CudaCodegenOptions::rows_trace: a measuring aid, never the timed text) ----\n"
+        "// rw_trace[0]: clock64() at the kernel's start, [1] after the start's barrier, [s + 2] at the end of\n"
+        "// stage s (after its closing barrier): thread 0 of cluster 0's last CTA; rw_trace_ns: %globaltimer\n"
+        "// at the first and the last stamp (read back by name: cuModuleGetGlobal)\n"
+        "__device__ long long rw_trace[{}];\n__device__ unsigned long long rw_trace_ns[2];\n"
+        "__device__ __forceinline__ unsigned long long rw_globaltimer() {{\n"
+        "  unsigned long long ns;\n  asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(ns));\n  return ns;\n}}\n",
+        p.stages.size() + 2);
+  }
   src += fmt::format("extern \"C\" __global__ void __launch_bounds__({}, 1) cuda_rows_forward(\n{}) {{\n", NT, sig);
   src += "  extern __shared__ __align__(16) float sm[];\n";
   src += "  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;\n";
   src += "  const int t = static_cast<int>(rw_rank());  // this CTA's row in its sequence\n";
   src += "  const long long row = blockIdx.x;          // its row of the batch: b T + t\n";
+  if (trace)
+    src += "  const bool rw_tracer = tid == 0 && blockIdx.x == kT - 1;  // trace: thread 0 of cluster 0's last CTA (the most keys)\n"
+           "  if (rw_tracer) { rw_trace_ns[0] = rw_globaltimer(); rw_trace[0] = clock64(); }  // trace: the kernel's start\n";
   src += fmt::format("  unsigned long long* bars = reinterpret_cast<unsigned long long*>(sm + {});\n  float* ring = sm + {};\n", bars, ring);
   src += fmt::format("  (void)lane; (void)row;\n");
   src += fmt::format(
@@ -1188,7 +1119,9 @@ __device__ __forceinline__ float rw_gather(const float* __restrict__ table, int 
                 : std::string(),
       overlap0.empty() ? "" : " else {  // stage 0\n" + overlap0 + "  }");
   if (p.attentions == 0) src += "  rw_cluster_wait();\n";
+  if (trace) src += "  if (rw_tracer) rw_trace[1] = clock64();  // trace: the start done\n";
   src += body;
+  if (trace) src += "  if (rw_tracer) rw_trace_ns[1] = rw_globaltimer();  // trace: the end\n";
   src += "}\n";
   code.source = src;
 
@@ -1234,36 +1167,13 @@ __device__ __forceinline__ float rw_gather(const float* __restrict__ table, int 
 
 std::vector<float> pack_rows_image(const CudaCode& code, const std::function<const float*(int)>& weight) {
   std::vector<float> img(static_cast<size_t>(code.image_floats), 0.0f);
-  auto values = [&](int t) {
-    const float* v = weight(t);
-    MINIGPT_CHECK(v, "rows: no values for weight tensor %{}", t);
-    return v;
-  };
   for (const CudaImageCopy& c : code.image) {
-    const float* w = values(c.tensor);
-    if (c.fold == 0 || c.fold == 1) {
-      // the source's row stride: the copy's rows are whole rows of the tensor (cols = its columns);
-      // fold 1: times the LayerNorm's gain per column, rounded once
-      const float* gn = c.fold == 1 ? values(c.gain) : nullptr;
-      for (int64_t r = 0; r < c.rows; ++r)
-        for (int64_t k = 0; k < c.cols; ++k) {
-          const float v = w[(c.src_row0 + r) * c.cols + c.src_col0 + k];
-          img[static_cast<size_t>(c.dst + r * c.dst_ld + k)] = gn ? static_cast<float>(static_cast<double>(v) * gn[c.src_col0 + k]) : v;
-        }
-      continue;
-    }
-    // fold 2 (s_n: the row sums of W' as packed) and 3 (c_n = W beta + b), in double, rounded once
-    MINIGPT_CHECK(c.fold == 2 || c.fold == 3, "rows: image copy of fold {}", c.fold);
-    const float *gn = values(c.gain), *bt = values(c.beta), *b = c.bias >= 0 ? values(c.bias) : nullptr;
-    for (int64_t n = 0; n < c.rows; ++n) {
-      double acc = 0.0;
-      for (int64_t k = 0; k < c.cols; ++k) {
-        const double v = w[n * c.cols + k];
-        acc += c.fold == 2 ? static_cast<double>(static_cast<float>(v * gn[k])) : v * bt[k];
-      }
-      if (c.fold == 3 && b) acc += b[n];
-      img[static_cast<size_t>(c.dst + n)] = static_cast<float>(acc);
-    }
+    const float* w = weight(c.tensor);
+    MINIGPT_CHECK(w, "rows: no values for weight tensor %{}", c.tensor);
+    // the source's row stride: the copy's rows are whole rows of the tensor (cols = its columns)
+    for (int64_t r = 0; r < c.rows; ++r)
+      for (int64_t k = 0; k < c.cols; ++k)
+        img[static_cast<size_t>(c.dst + r * c.dst_ld + k)] = w[(c.src_row0 + r) * c.cols + c.src_col0 + k];
   }
   return img;
 }

@@ -66,11 +66,21 @@
 //     lane j of the last warp waits for the stage's piece j (rw_prewait); the GEMM threads then
 //     read their slots without an mbarrier wait and without a division (rw_slot: the stage's first
 //     piece is a compile-time constant); the refills likewise (rw_refill<A, B>).
-// rows-fold (CudaCodegenOptions::rows_fold, a measuring aid until measured; not bitwise): each
-// LayerNorm read only by a matmul is no stage of its own but that matmul's RowsStage::ln, y_n =
-// rstd (sum_k W'_nk x_k - mean s_n) + c_n with W' = W g per k, s_n = sum_k W'_nk, c_n = W beta +
-// b_n packed into the image (pack_rows_image, in double, rounded once): the matmul runs on the raw
-// row while every warp computes the row's statistics (rw_row_stats), no barrier between them.
+// Measured (H200, experiments/25-compile/gpu_gen15/call1, medians of 3 alternated rounds): the
+// default text 20.93 us per replay alone, 19.35 back to back, the kernel 18.55, against rows-plain's
+// 21.98 / 20.20 / 19.47, bitwise the same logits. Tried and removed: rows-fold (each LayerNorm read
+// only by a matmul folded into it, W' = W g, s = sum_k W', c = W beta + b packed into the image; no
+// LayerNorm stage): 21.02 / 19.33 / 18.46, no gain over the default, and not bitwise: the probes'
+// logits 1.81e-5 from the CPU, over issue 15's 1e-5 (the hand-written kernel's fold variants were
+// slower too: gpu_fold14/call1, docs/MEGAKERNEL.md).
+//
+// The stage trace (CudaCodegenOptions::rows_trace; CudaCompiledGraph::trace_rows, printed by
+// `minigpt compile --device cuda --explain`): the same text plus one line per stamp, thread 0 of
+// cluster 0's last CTA (the row with the most keys) writing clock64() into a __device__ rw_trace[]
+// of the module at the kernel's start, after the start's barrier and at the end of every stage
+// (after its closing barrier and refill), and %globaltimer at both ends; the runner reads them by
+// name (cuModuleGetGlobal). A text and cubin of their own: the timed text is the untraced one,
+// byte for byte (gpt_mega_rows.cu's MINIGPT_MEGA_TRACE is the hand-written kernel's counterpart).
 //
 // What it does not do: the decode step (a KV cache is not row-local: refused), more than one row
 // per CTA, compile or launch (cuda/runner_cuda.cpp packs the image into the arena once and
@@ -105,7 +115,6 @@ struct RowsStage {
   int slices = 1, ld = 0, rows_per_piece = 0, first_piece = 0, pieces = 0;
   bool kv = false;
   int attention = -1;  // Attention (and a kv matmul): which attention of the forward (0..)
-  int ln = -1;         // Matmul (rows_fold): the LayerNorm node folded into it (its input the raw row)
 };
 
 // The analysis' result: refused (why) or the stages.
@@ -125,15 +134,15 @@ std::string row_local_refusal(const Graph& g, int64_t& B, int64_t& T);
 
 // The analysis: the passes above, row_local_refusal, then the generator's shape limits.
 // slice_threads: CudaCodegenOptions::rows_slice_threads (how many threads a matmul's k-slices may use).
-// fold_ln: CudaCodegenOptions::rows_fold (each LayerNorm whose one reader is a matmul's input, of
-// a multiple of 32 columns, is no stage of its own but that matmul's RowsStage::ln).
-RowsPlan plan_rows(const Graph& captured, int slice_threads = 256, bool fold_ln = false);
+RowsPlan plan_rows(const Graph& captured, int slice_threads = 256);
 
 // The kernel text, its launch (grid B T, cluster T, block kRowsThreads), the weight image's
 // layout (code.image) and the one-kernel schedule (kernel "cuda_rows_forward"). p must be taken.
 // plain (CudaCodegenOptions::rows_plain, MINIGPT_CUDA_VARIANT=rows-plain): the text before the
 // ports listed at the top (kept for A/B on the GPU: the same layout, pieces and sums).
-CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false);
+// trace (CudaCodegenOptions::rows_trace): the stage trace's stamps, one line each after the start's
+// barrier and every stage (code.trace_stages names the intervals); off: no trace text at all.
+CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false);
 
 // The weight image of code (code.image_floats floats, padding zero) from the graph's weights:
 // weight(tensor id) gives a weight's values (row-major, its shape).

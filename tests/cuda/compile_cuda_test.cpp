@@ -599,60 +599,6 @@ TEST(CompileCuda, RowsFormMatchesEagerAndEveryProbe) {
   EXPECT_NE(longer.graph_for(1, 17).stats().why.find("rows form refused"), std::string::npos) << longer.graph_for(1, 17).stats().why;
 }
 
-// rows-fold (CudaCodegenOptions::rows_fold: each LayerNorm folded into the matmul reading it,
-// y_n = rstd (sum_k W'_nk x_k - mean s_n) + c_n, the weights folded in double when the image is
-// packed): not the eager op's rounding, so against the CPU engine within the rows form's bound for
-// random ids (1e-4) at the shipped model's (2, 16), odd shapes and random weights of other widths,
-// the same top-1 on every row and on every probe; replays bitwise the same.
-TEST(CompileCuda, RowsFoldMatchesEagerAndEveryProbe) {
-  SKIP_WITHOUT_GPU();
-  if (!hopper_or_later()) GTEST_SKIP() << "thread-block clusters need sm_90 or later";
-  CudaCompileOptions o = cuda_options(true);
-  o.codegen.rows = true;
-  o.codegen.rows_fold = true;
-  ModelFile f = load_model(kModel);
-  const GrammarMiniGPT model(f.config, std::move(f.weights));
-  constexpr float kTol = 1e-4f;
-  expect_options_match(model, 2, 16, 7, o, "rows-fold", kTol);
-  expect_options_match(model, 3, 5, 8, o, "rows-fold", kTol);
-  expect_options_match(model, 1, 1, 9, o, "rows-fold", kTol);
-  const ModelConfig c = compile_tiny_config();
-  const GrammarMiniGPT tiny(c, random_weights(c, 3));
-  expect_options_match(tiny, 2, 16, 11, o, "rows-fold, tiny", kTol);
-  expect_options_match(tiny, 3, 7, 12, o, "rows-fold, tiny", kTol);
-  CudaCompiledModel gpu(model, o);
-  const Tokenizer tok(f.vocab);
-  const testcompile::ProbeBatch pb = testcompile::probe_batch(kProbes, tok);
-  ThreadPool pool(2);
-  Tensor el, ep, gl, gp;
-  model.forward(pb.ids.data(), pb.B, pb.T, el, ep, pool);
-  gpu.forward(pb.ids.data(), pb.B, pb.T, gl, gp);
-  const std::string variant = gpu.graph_for(pb.B, pb.T).stats().variant;
-  EXPECT_NE(variant.find("rows-fold"), std::string::npos) << variant;
-  EXPECT_EQ(gpu.graph_for(pb.B, pb.T).lowered().code.launches.size(), 1u) << "the rows form itself: " << gpu.graph_for(pb.B, pb.T).stats().why;
-  const float dl = max_abs_diff(el.data(), gl.data(), el.numel());
-  EXPECT_LT(dl, kTol);
-  const int64_t V = f.config.vocab_size;
-  int same = 0;
-  for (int64_t b = 0; b < pb.B; ++b) {
-    const int64_t last = static_cast<int64_t>(pb.prompts[static_cast<size_t>(b)].size()) - 1;
-    const bool eq = argmax(el.data() + (b * pb.T + last) * V, V) == argmax(gl.data() + (b * pb.T + last) * V, V);
-    EXPECT_TRUE(eq) << "probe " << b;
-    same += eq;
-  }
-  std::printf("rows-fold (%s), every probe (B=%lld, T=%lld): max |logits diff| %.3g, same top-1 on %d of %lld\n", variant.c_str(),
-              static_cast<long long>(pb.B), static_cast<long long>(pb.T), dl, same, static_cast<long long>(pb.B));
-  std::vector<int32_t> ids(32);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 37 + 5) % 611);
-  Tensor l1, p1, l2, p2;
-  gpu.forward(ids.data(), 2, 16, l1, p1);
-  for (int r = 0; r < 5; ++r) {
-    for (int i = 0; i < 9; ++i) gpu.graph_for(2, 16).replay();
-    gpu.forward(ids.data(), 2, 16, l2, p2);
-    ASSERT_EQ(max_abs_diff(l1.data(), l2.data(), l1.numel()), 0.0f) << "run " << 10 * (r + 1);
-  }
-}
-
 // The rows form's default text (codegen_cuda_rows.h: the hand-written kernel's variants ported:
 // hoisted LayerNorm loads, redux max, unrolled key and k loops, prewait and division-free slots)
 // and its plain text (rows-plain, the text before them) give the same bits: the ports change
@@ -698,5 +644,47 @@ TEST(CompileCuda, RowsFormDefaultAndPlainTextsAgreeBitwise) {
     EXPECT_LT(dl, 1e-4f) << what << " vs CPU eager";
     std::printf("rows form texts %s: logits max |diff| %.3g, probs %.3g; vs CPU eager %.3g\n", what.c_str(),
                 max_abs_diff(la.data(), lb.data(), la.numel()), max_abs_diff(pa.data(), pb.data(), pa.numel()), dl);
+  }
+}
+
+// The rows form's stage trace (CudaCompiledGraph::trace_rows: the traced text compiled and launched
+// apart from the timed one): one interval per stage plus the start, every one positive, summing to
+// the total; the %globaltimer span positive; the outputs after the traced launches bitwise the
+// timed graph's (the stamps change no value), and the timed graph's next forward unchanged too.
+TEST(CompileCuda, RowsFormStageTraceCoversEveryStageAndChangesNoOutput) {
+  SKIP_WITHOUT_GPU();
+  if (!hopper_or_later()) GTEST_SKIP() << "thread-block clusters need sm_90 or later";
+  for (const bool plain : {false, true}) {
+    CudaCompileOptions o = cuda_options(true);
+    o.codegen.rows = true;
+    o.codegen.rows_plain = plain;
+    ModelFile f = load_model(kModel);
+    const GrammarMiniGPT model(f.config, std::move(f.weights));
+    CudaCompiledModel gpu(model, o);
+    std::vector<int32_t> ids(32);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 53 + 11) % 611);
+    Tensor l1, p1, l2, p2;
+    gpu.forward(ids.data(), 2, 16, l1, p1);
+    CudaCompiledGraph& g = gpu.graph_for(2, 16);
+    ASSERT_EQ(g.lowered().code.launches.size(), 1u) << g.stats().why;
+    const CudaCompiledGraph::RowsTrace tr = g.trace_rows();
+    const size_t S = plan_rows(g.captured()).stages.size();
+    ASSERT_EQ(tr.cycles.size(), S + 1) << "the start and every stage";
+    ASSERT_EQ(tr.stages.size(), S + 1);
+    long long sum = 0;
+    for (size_t i = 0; i < tr.cycles.size(); ++i) {
+      EXPECT_GT(tr.cycles[i], 0) << tr.stages[i];
+      sum += tr.cycles[i];
+    }
+    EXPECT_EQ(sum, tr.total_cycles);
+    EXPECT_GT(tr.total_ns, 0.0);
+    EXPECT_TRUE(tr.outputs_same) << "the traced launches changed an output";
+    EXPECT_EQ(g.lowered().code.source.find("rw_trace"), std::string::npos) << "the timed text is the untraced one";
+    EXPECT_NE(tr.source.find("rw_trace"), std::string::npos);
+    gpu.forward(ids.data(), 2, 16, l2, p2);
+    EXPECT_EQ(std::memcmp(l1.data(), l2.data(), static_cast<size_t>(l1.numel()) * sizeof(float)), 0) << "logits after the trace";
+    std::printf("rows form stage trace (%s): %zu intervals, %lld cycles, %.0f ns by %%globaltimer; start %lld, %s %lld, %s %lld\n",
+                g.stats().variant.c_str(), tr.cycles.size(), tr.total_cycles, tr.total_ns, tr.cycles[0], tr.stages[1].c_str(), tr.cycles[1],
+                tr.stages.back().c_str(), tr.cycles.back());
   }
 }

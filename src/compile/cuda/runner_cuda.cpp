@@ -5,6 +5,7 @@
 #include "compile/cuda/jit_cuda.h"
 #include "core/error.h"
 #include "core/timer.h"
+#include "io/atomic_file.h"
 
 #include <cublas_v2.h>
 #include <cuda.h>  // driver API types only: the functions come from cudaGetDriverEntryPointByVersion
@@ -47,6 +48,7 @@ struct Driver {
   CUresult (*module_load_data)(CUmodule*, const void*) = nullptr;
   CUresult (*module_get_function)(CUfunction*, CUmodule, const char*) = nullptr;
   CUresult (*module_unload)(CUmodule) = nullptr;
+  CUresult (*module_get_global)(CUdeviceptr*, size_t*, CUmodule, const char*) = nullptr;
   CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**,
                             void**) = nullptr;
   CUresult (*launch_kernel_ex)(const CUlaunchConfig*, CUfunction, void**, void**) = nullptr;
@@ -70,6 +72,7 @@ const Driver& driver() {
     entry("cuModuleLoadData", r.module_load_data);
     entry("cuModuleGetFunction", r.module_get_function);
     entry("cuModuleUnload", r.module_unload);
+    entry("cuModuleGetGlobal", r.module_get_global);
     entry("cuLaunchKernel", r.launch_kernel);
     entry("cuLaunchKernelEx", r.launch_kernel_ex);
     entry("cuFuncSetAttribute", r.func_set_attribute);
@@ -174,7 +177,7 @@ std::string variant_name(const CudaCodegenOptions& cg) {
                               (cg.pad_launches && !cg.megakernel ? " pad-launches" : "");
   if (cg.rows)  // (the GEMM options do not apply)
     return std::string("rows") + (cg.rows_slice_threads == CudaCodegenOptions{}.rows_slice_threads ? "" : " rows-wide") +
-           (cg.rows_plain ? " rows-plain" : "") + (cg.rows_fold ? " rows-fold" : "");
+           (cg.rows_plain ? " rows-plain" : "");
   if (cg.megakernel) return (cg.megakernel_threads > 0 ? fmt::format("megakernel {}", cg.megakernel_threads) : "megakernel") + unfused;
   return std::string(cg.generated_gemm ? "generated-gemm" : "cublas") + (cg.pdl ? " pdl" : "") + unfused;
 }
@@ -251,6 +254,12 @@ class CudaModule {
     CUfunction f = nullptr;
     MG_CU(driver().module_get_function(&f, module_, name.c_str()));
     return f;
+  }
+  // a __device__ variable's address and size (the rows form's trace buffers)
+  void* global(const std::string& name, size_t& bytes) const {
+    CUdeviceptr p = 0;
+    MG_CU(driver().module_get_global(&p, &bytes, module_, name.c_str()));
+    return reinterpret_cast<void*>(p);
   }
 
  private:
@@ -474,6 +483,8 @@ void CudaCompiledGraph::build(const CudaCompileOptions& opt, const CudaCodegenOp
   CudaCodegenOptions codegen = asked;
   const int major = device_cc_major();
   if (major < 9) codegen.mlp_cluster = false;  // thread-block clusters need sm_90: the MLP kernel's block form
+  opt_ = opt;
+  built_ = codegen;
   lowered_ = lower_cuda(captured_, opt.passes, codegen);
   stats_.passes_s = lowered_.passes_s;
   stats_.codegen_s = lowered_.codegen_s;
@@ -611,6 +622,73 @@ void CudaCompiledGraph::launch(const CudaLaunch& l) {
   MG_CU(driver().launch_kernel(static_cast<CUfunction>(functions_[i]), static_cast<unsigned>(l.grid), 1, 1,
                                static_cast<unsigned>(l.block), 1, 1, static_cast<unsigned>(l.smem),
                                reinterpret_cast<CUstream>(stream_), param_ptrs_[i].data(), nullptr));
+}
+
+CudaCompiledGraph::RowsTrace CudaCompiledGraph::trace_rows(int launches) {
+  RowsTrace r;
+  const CudaCode& code = lowered_.code;
+  if (!built_.rows || code.image_floats == 0 || code.launches.size() != 1) return r;
+  CudaCodegenOptions cg = built_;
+  cg.rows_trace = true;
+  const CudaLowered tl = lower_cuda(captured_, opt_.passes, cg);
+  // the traced text: the timed one's stages, layout and arguments, plus the stamps
+  MINIGPT_CHECK(tl.code.launches.size() == 1 && tl.code.launches[0].args == code.launches[0].args &&
+                    tl.code.launches[0].smem == code.launches[0].smem && tl.code.image_floats == code.image_floats &&
+                    tl.code.trace_stages.size() >= 2,
+                "compiled {} (cuda): the traced rows text's launch differs from the timed one's", captured_.name);
+  CudaJitRequest req;
+  req.source = tl.code.source;
+  req.key_extra = fmt::format("codegen_cuda v{} graph {} {} trace", kCodegenCudaVersion, tl.code.graph_hash, stats_.variant);
+  req.name = captured_.name + "_trace";
+  req.cache_dir = opt_.cache_dir;
+  const CudaBinary bin = cuda_jit_compile(req);
+  const CudaModule m(bin.cubin);
+  const CUfunction f = m.function(code.launches[0].function);
+  const CudaLaunch& l = code.launches[0];
+  prepare_cluster_grid(f, l);
+  size_t stamp_bytes = 0, ns_bytes = 0;
+  void* stamps = m.global("rw_trace", stamp_bytes);
+  void* ns = m.global("rw_trace_ns", ns_bytes);
+  const size_t n = tl.code.trace_stages.size() + 1;  // stamps: one more than the intervals
+  MINIGPT_CHECK(stamp_bytes == n * sizeof(long long) && ns_bytes == 2 * sizeof(unsigned long long),
+                "compiled {} (cuda): the trace buffers have {} and {} B", captured_.name, stamp_bytes, ns_bytes);
+  // the outputs before (the last replay's), to check the traced launches change none
+  const Graph& g = lowered_.schedule.graph;
+  auto outputs = [&] {
+    std::vector<std::vector<char>> o;
+    for (int t : g.outputs) {
+      o.emplace_back(static_cast<size_t>(g.tensor(t).bytes()));
+      MG_CUDA(cudaMemcpyAsync(o.back().data(), slot(t), o.back().size(), cudaMemcpyDeviceToHost, stream_));
+    }
+    MG_CUDA(cudaStreamSynchronize(stream_));
+    return o;
+  };
+  const auto before = outputs();
+  std::vector<long long> st(n, 0);
+  unsigned long long t_ns[2] = {0, 0};
+  for (int k = 0; k < std::max(launches, 1); ++k) {
+    MG_CUDA(cudaMemsetAsync(stamps, 0, stamp_bytes, stream_));
+    CUlaunchAttribute attr = cluster_attribute(l.cluster_dim);
+    const CUlaunchConfig cfg = launch_config(l, stream_, &attr);
+    MG_CU(driver().launch_kernel_ex(&cfg, f, param_ptrs_[0].data(), nullptr));
+  }
+  MG_CUDA(cudaMemcpyAsync(st.data(), stamps, stamp_bytes, cudaMemcpyDeviceToHost, stream_));
+  MG_CUDA(cudaMemcpyAsync(t_ns, ns, ns_bytes, cudaMemcpyDeviceToHost, stream_));
+  r.outputs_same = outputs() == before;
+  r.stages = tl.code.trace_stages;
+  for (size_t i = 0; i + 1 < n; ++i) r.cycles.push_back(st[i + 1] - st[i]);
+  r.total_cycles = st[n - 1] - st[0];
+  r.total_ns = static_cast<double>(t_ns[1] - t_ns[0]);
+  r.source = tl.code.source;
+  if (!opt_.dump_dir.empty()) {
+    std::filesystem::create_directories(opt_.dump_dir);
+    io::write_file_atomic((opt_.dump_dir / "output_code_trace.cu").string(), r.source);
+    std::string txt = fmt::format("# the rows form's stage trace ({} launches, the last kept): interval, cycles\n", launches);
+    for (size_t i = 0; i < r.cycles.size(); ++i) txt += fmt::format("{}\t{}\n", r.stages[i], r.cycles[i]);
+    txt += fmt::format("total\t{}\t{:.0f} ns\toutputs bitwise unchanged: {}\n", r.total_cycles, r.total_ns, r.outputs_same ? "yes" : "no");
+    io::write_file_atomic((opt_.dump_dir / "trace.txt").string(), txt);
+  }
+  return r;
 }
 
 void CudaCompiledGraph::run(std::span<const void* const> inputs, std::span<float* const> outputs) {

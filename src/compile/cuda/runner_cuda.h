@@ -22,7 +22,8 @@
 // CudaCompiledDecoder is the KV-cache decode step, its caches resident in their arena slots.
 //
 // Environment, as the C++ back end: MINIGPT_LOGS=output_code prints the generated CUDA source;
-// MINIGPT_COMPILE_DEBUG=1 writes the debug folder (lower_cuda.h) and says where.
+// MINIGPT_COMPILE_DEBUG=1 writes the debug folder (lower_cuda.h) and says where. The rows form's
+// stage trace: trace_rows (a separately generated and compiled traced text, launched apart).
 //
 // What it does not do: generate code (codegen_cuda.h), cache binaries (jit_cuda.h).
 #pragma once
@@ -131,6 +132,26 @@ class CudaCompiledGraph {
   // events; median over `runs` of (time / repeat), microseconds. On the current slot contents.
   std::vector<double> time_kernels(int runs, int repeat = 20);
 
+  // The rows form's stage trace (CudaCodegenOptions::rows_trace; `minigpt compile --device cuda
+  // --explain` prints it): the same graph generated again with the trace's stamps (a text and
+  // cubin of its own: the timed text stays the untraced one), launched `launches` times on the
+  // current slot contents (the last launch's stamps kept: the earlier ones warm the module), with
+  // the same arguments and launch; per interval (the start, then each stage, as the plan comment
+  // names it) the cycles of thread 0 of cluster 0's last CTA (the row with the most keys). The
+  // intervals sum to total_cycles by construction; total_ns is the same span by %globaltimer.
+  // outputs_same: every graph output after the traced launches bitwise as before them (the stamps
+  // change no value). With dump_dir (--dump): output_code_trace.cu and trace.txt written there.
+  // Not the rows form: an empty result.
+  struct RowsTrace {
+    std::vector<std::string> stages;
+    std::vector<long long> cycles;
+    long long total_cycles = 0;
+    double total_ns = 0;
+    bool outputs_same = false;
+    std::string source;  // the traced text
+  };
+  RowsTrace trace_rows(int launches = 3);
+
   const Graph& captured() const { return captured_; }
   const CudaLowered& lowered() const { return lowered_; }
   const CudaCompileStats& stats() const { return stats_; }
@@ -144,6 +165,8 @@ class CudaCompiledGraph {
 
   Graph captured_;
   const WeightBinding* weights_;
+  CudaCompileOptions opt_;    // as built (trace_rows lowers again with these)
+  CudaCodegenOptions built_;  // the codegen options lowered_ came from
   CudaLowered lowered_;
   CudaCompileStats stats_;
   std::unique_ptr<CudaModule> module_;
