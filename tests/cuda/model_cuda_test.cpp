@@ -373,7 +373,7 @@ TEST(CudaModel, MegakernelByRowsMatchesTheCpu) {
             first.push_back(v);
           } else if (cuda::kMegaRowsVariantBitwise[cuda::gpt_mega_rows_variant()]) {
             // (rp 1 runs the process's MINIGPT_MEGA_ROWS_VARIANT, the others kVar 0: bitwise the
-            // same unless that variant is not the default's arithmetic, as lmq)
+            // same unless that variant is not the default's arithmetic)
             EXPECT_EQ(v, first[at]) << "not bitwise rp = 1's at B=" << B << " T=" << T;
           }
           ++at;
@@ -404,8 +404,9 @@ TEST(CudaModel, MegakernelByRowsMatchesTheCpu) {
 
 // The 1-row-per-CTA kernel's variants (MINIGPT_MEGA_ROWS_VARIANT, gpt_mega_rows.h): on the
 // shipped model, the small one and an 8-layer one, logits and probs within kReorderedLogitTol of
-// the CPU, logits and probs bitwise the first variant's (bitw, the default) where
-// kMegaRowsVariantBitwise says so (soft1, lmq: another summation order, held to the CPU only); on the shipped model every grammar probe
+// the CPU, logits and probs bitwise the first variant's (lm1, the default) where
+// kMegaRowsVariantBitwise says so (all of them now: bitw; a variant with another summation order
+// would be held to the CPU only); on the shipped model every grammar probe
 // within kLogitTol of the CPU with the same top-1 (each variant's worst printed); an unknown name
 // is a clear error.
 TEST(CudaModel, MegakernelByRowsVariantsMatchTheCpu) {

@@ -56,16 +56,21 @@
 // waited 1.5k cycles in all for weight pieces (each stage's first piece only: a lower bound).
 // More rows per CTA measured slower (2: 53k cycles, 4: 73k): the stages' chains grow with them
 // (docs/MEGAKERNEL.md "rows").
-// With w15 (the default then; the A/B baseline now, below): 24.10 us, 22.33 back to back (the
-// lead's gpu-check of 606c2d9, experiments/25-compile/REPORT.md 7p; the weight-split megakernel
-// 39.1 in that run).
-// Now (bitw, the default; experiments/25-compile/gpu_rows14e/call1, the same bench command,
-// medians of 3 alternated rounds at (2, 16)): 21.57 us (21.41-21.57), 19.50-19.53 back to back,
+// With w15 (the default then; later the A/B baseline, removed by head14b): 24.10 us, 22.33 back
+// to back (the lead's gpu-check of 606c2d9, experiments/25-compile/REPORT.md 7p; the
+// weight-split megakernel 39.1 in that run).
+// Now (lm1, the default; experiments/25-compile/gpu_head14/call1, the same bench command,
+// medians of 3 alternated rounds at (2, 16)): 21.02 us (20.83-21.12), 19.03-19.04 back to back,
+// against bitw's 21.54 (21.50-21.57), 19.53-19.65 back to back, in the same run; bitwise bitw's
+// logits and probs. lm1 is bitw with its head's lm_head in one chain where a warp has no second
+// vocabulary column (bitw ran two in every thread) and the logits stored before the softmax.
+// bitw (the default before, rows14e call 1): 21.57 us (21.41-21.57), 19.50-19.53 back to back,
 // bitwise the logits of pwkeys (rows14d's default: 24.35 us in that run; w15 24.03 in
 // gpu_rows14d/call1). Its trace (the last CTA): 35.8k cycles, 18.1-18.2 us inside the kernel
 // (pwkeys 41.6k); per layer ln1 0.63k, q k v + push 0.9-1.06k, wait for k, v 0.43-0.7k,
 // attention 1.5-1.68k, proj 0.455k, ln2 0.51k, fc1 1.13-1.2k, fc2 1.27k; ln_f 0.63k; lm_head +
-// softmax + stores 4.6k; start 1.6k. Removed with pwkeys (rows14f; the same arithmetic as bitw):
+// softmax + stores 4.6k (head14's split: the chains 3.2k, max 0.25k, sum 0.56k, probs + stores
+// 0.58k); start 1.6k. Removed with pwkeys (rows14f; the same arithmetic as bitw):
 // lnpart (24.67 us: the LayerNorms after proj and fc2 from per-warp partials, their partials
 // cost more than they saved) and bwlp (lnpart on bitw: 22.21).
 // What bounds it (rows14c, experiments/25-compile/gpu_rows14c, two H200 calls, the same bench
@@ -105,35 +110,37 @@ namespace minigpt::cuda {
 constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // Variants of the 1-row-per-CTA kernel (issue 14's leads), by MINIGPT_MEGA_ROWS_VARIANT=name,
 // read whenever a launch is prepared (a CudaGPT captures each shape's graph once, so a shape keeps
-// the variant it was captured with). bitw (the default: unset, empty or `bitw`): the ring's
+// the variant it was captured with). lm1 (the default: unset, empty or `lm1`): the ring's
 // refills issued by the last warp, idle in the GEMM stages; the ring's mbarriers waited on by the
 // last warp's lanes before the CTA barrier preceding each GEMM stage, never by the GEMM threads
 // (prewait), each stage's ring slot kept without an integer division; attention's key loop fully
 // unrolled, the softmax's butterflies over 16 lanes for n <= 16 and its max by one redux.sync;
-// each one-row LayerNorm's gain and bias loaded with the row; the 64-k dot loops fully unrolled
-// (gpt_mega_rows.cu's kVar comments). w15: the refills by the last warp only, kept as the A/B
-// baseline (rows14b: 24.13 / 23.94 us against 25.66 / 25.60 with warp 0). w15 computes bitwise
-// the default's logits, as do the other rp (the refills by warp 0, single pieces, the plain key
-// loop; the same arithmetic): model_cuda_test holds them to it (kMegaRowsVariantBitwise; the
-// others below: to the CPU only).
+// each one-row LayerNorm's gain and bias loaded with the row; the 64-k dot loops fully unrolled;
+// the head's lm_head one chain per thread in the warps with no second vocabulary column, the
+// logits stored before the softmax (gpt_mega_rows.cu's kVar comments). bitw: lm1 without the
+// head's two changes (the default until head14: two lm_head chains in every thread), kept as the
+// A/B baseline (head14 call 1: 21.54 us against lm1's 21.02). bitw computes bitwise the
+// default's logits and probs, as do the other rp (the refills by warp 0, single pieces, the plain
+// key loop; the same arithmetic): model_cuda_test holds them to it (kMegaRowsVariantBitwise).
 // Measured and removed (gpt_mega_rows.cu's kVar comments, docs/MEGAKERNEL.md "rows"): pair (the
 // ring's copies two pieces each: w15's time, rows14c call 2), prewait alone (24.03: w15's time),
 // pwsplit (q, k, v, fc1, fc2 over two lanes per output, not bitwise: 25.5, slower), pwkeys,
 // lnpart and bwlp (rows14e call 1, Measured above).
 // fold, fold1, foldw, foldw1 (issue 14, fold14: the LayerNorms folded into the following matmuls,
 // 24.61-25.28 us against bitw's 21.41; gpt_mega_rows.cu's kVar comments say why).
-// The head's variants (issue 14, head14; gpt_mega_rows.cu's kVar comments), on bitw's bits:
-// soft1, the softmax with one CTA barrier (kVarSoft1; the probs not bitwise); lm1, the warps
-// without a second vocabulary column running one lm_head chain and the logits stored before the
-// softmax (kVarLmOne | kVarLmStore; bitwise); lm1s, lm1 + soft1; lmq, the columns past 512 a
-// quarter of k to each of 4 lanes (kVarLmSplit | kVarLmStore; not bitwise: held to the CPU);
-// lmqs, lmq + soft1; lm1u8, lm1 with lm_head's k loop unrolled by 8 (bitwise).
-inline constexpr const char* kMegaRowsVariants[] = {"bitw", "w15", "soft1", "lm1", "lm1s", "lmq", "lmqs", "lm1u8"};
+// w15 (the refills by the last warp only; the A/B baseline until head14: 24.10 us in 606c2d9's
+// gpu-check, 24.03 in rows14d call 1; its bit stays in the default).
+// The head's variants (issue 14, head14 call 1, medians of 3 alternated rounds at (2, 16)): lm1s,
+// lm1 + soft1 (the softmax with one CTA barrier; the probs not bitwise) 21.06 us, lm1's time;
+// lmqs (the columns past 512 a quarter of k to each of 4 lanes, + soft1; not bitwise) 21.57,
+// bitw's time; soft1 (bitw + soft1), lmq (lmqs without soft1) and lm1u8 (lm1 with lm_head's k
+// loop unrolled by 8) tested, not benched.
+inline constexpr const char* kMegaRowsVariants[] = {"lm1", "bitw"};
 // Whether each variant computes bitwise the default's logits and probs (model_cuda_test asserts it).
-inline constexpr bool kMegaRowsVariantBitwise[] = {true, true, false, true, false, false, false, true};
+inline constexpr bool kMegaRowsVariantBitwise[] = {true, true};
 static_assert(std::size(kMegaRowsVariantBitwise) == std::size(kMegaRowsVariants), "a flag per variant");
 // The variant MINIGPT_MEGA_ROWS_VARIANT names (kMegaRowsVariants' index; unset or empty: 0,
-// bitw); an unknown name is an Error. Read at each call (tests switch it between models).
+// lm1); an unknown name is an Error. Read at each call (tests switch it between models).
 int gpt_mega_rows_variant();
 
 // The cluster size (ceil(T / rp)) the row-split forward runs dims with rp rows per CTA on the
