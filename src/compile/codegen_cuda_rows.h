@@ -65,7 +65,14 @@
 //   - prewait and slots (kVarPrewait, kVarSlots): before the CTA barrier preceding a matmul stage,
 //     lane j of the last warp waits for the stage's piece j (rw_prewait); the GEMM threads then
 //     read their slots without an mbarrier wait and without a division (rw_slot: the stage's first
-//     piece is a compile-time constant); the refills likewise (rw_refill<A, B>).
+//     piece is a compile-time constant); the refills likewise (rw_refill<A, B>);
+//   - the head (issue 15, gen15c): a one-chain-per-output matmul of more outputs than threads
+//     (lm_head at V 611: two chains) runs, per warp, as many chains as its first lane has columns
+//     (warp-uniform branches: warps 0..3 two, 4..15 one; gpt_mega_rows.cu's kVarLmOne, measured
+//     there 21.02 against 21.54 us per forward, gpu_head14); and such a matmul whose one reader is
+//     a softmax over its row (lm_head -> probs) is one stage with it: the logits in registers,
+//     stored to global at once, the max and sum over the CTA as the softmax stage's, without the
+//     logits' shared-memory round trip and its CTA barrier (generate_rows' fuses_softmax).
 // rows-fold (CudaCodegenOptions::rows_fold, a measuring aid until measured; not bitwise): each
 // LayerNorm read only by a matmul is no stage of its own but that matmul's RowsStage::ln, y_n =
 // rstd (sum_k W'_nk x_k - mean s_n) + c_n with W' = W g per k, s_n = sum_k W'_nk, c_n = W beta +
