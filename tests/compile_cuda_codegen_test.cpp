@@ -1124,8 +1124,24 @@ TEST(CompileCudaRows, DefaultTextCarriesTheHandWrittenKernelsVariantsAndPlainNon
   EXPECT_EQ(count_of(code, "rw_slot<48>(ring, "), 2u) << "lm_head's two columns per thread";
   EXPECT_TRUE(contains(code, "rw_prewait<48, 58>(bars);")) << "lm_head's 10 pieces";
   EXPECT_EQ(count_of(code, "rw_refill<"), matmuls);
+  // the head: lm_head's chains by warp (kVarLmOne: warps 0..3 hold a second column, warp 3's lanes
+  // columns 608..639 so 608..610; warps 4..15 none: one chain), and the softmax fused into its stage
+  // (the logits in registers: never in shared memory, one CTA barrier fewer)
+  EXPECT_EQ(count_of(code, "    if (warp < 4) {  \n      rw_dot<64, 2>(sm + "), 1u);
+  EXPECT_EQ(count_of(code, "    } else {  \n      float a1[1];\n      rw_dot<64, 1>(sm + "), 1u);
+  EXPECT_EQ(count_of(code, "rw_dot<64, 1>("), count_of(plain_code, "rw_dot<64, 1>(") + 1) << "lm_head's one-chain warps";
+  EXPECT_TRUE(contains(code, "logits[row * 611 + n] = v; lg[0] = v; mx = fmaxf(mx, v);"));
+  EXPECT_TRUE(contains(code, "logits[row * 611 + n] = v; lg[1] = v; mx = fmaxf(mx, v);"));
+  EXPECT_TRUE(contains(code, "ev[j] = tid + j * 512 < 611 ? expf(lg[j] - mx) : 0.0f; sum += ev[j];"));
+  EXPECT_TRUE(contains(src, "softmax over (1, 611) -> 'probs'; 2444 FLOPs per row; source: probs (cpu::softmax): fused into stage"));
+  EXPECT_FALSE(contains(code, "const float* in = sm + ")) << "no softmax stage reading the logits back";
+  const std::regex logits_smem(R"(sm\[\d+ \+ n\] = v; logits\[)");
+  EXPECT_FALSE(std::regex_search(code, logits_smem)) << "the logits not written to shared memory";
+  EXPECT_TRUE(std::regex_search(plain_code, logits_smem));
+  EXPECT_EQ(count_of(plain_code, "__syncthreads();"), count_of(code, "__syncthreads();") + 1) << "one CTA barrier fewer";
   // the plain text: none of them
-  for (const char* gone : {"__reduce_max_sync", "rw_warp_max", "rw_prewait", "rw_slot", "rw_refill<", "min(k, nk - 1)", "kUnroll", "wv[e]"})
+  for (const char* gone : {"__reduce_max_sync", "rw_warp_max", "rw_prewait", "rw_slot", "rw_refill<", "min(k, nk - 1)", "kUnroll", "wv[e]", "float a1[1];",
+                           "lg[j]", "fused into stage"})
     EXPECT_FALSE(contains(plain_code, gone)) << gone;
   EXPECT_TRUE(contains(plain_code, "#pragma unroll 4\n  for (int k = 0; k < K; k += 4)"));
   EXPECT_EQ(count_of(plain_code, "rw_refill(ring, bars, rw_image, "), matmuls);
@@ -1137,6 +1153,38 @@ TEST(CompileCudaRows, DefaultTextCarriesTheHandWrittenKernelsVariantsAndPlainNon
   const std::string t1 = code_only(lower_rows(capture_gpt(shipped, 1, 1)).code.source);
   EXPECT_FALSE(contains(t1, "sum += __shfl_xor_sync(RW_FULL, sum, off);\n    const float pr")) << "one key: no butterfly";
   EXPECT_EQ(count_of(t1, "for (int k = 0; k < 1; ++k) {"), static_cast<size_t>(L));
+}
+
+// The default text's head at other vocabularies (d_model 64): V = 300 (one column per thread, no
+// k-slices: the softmax fused, no chains to split; warps 10..15 partly or wholly without a column),
+// V = 660 (warps 0..4 two chains: warp 4 holds columns 640..671, 640..659 its second ones; warps
+// 5..15 one), the tiny model's V = 50 (lm_head in k-slices: neither, the softmax its own stage).
+// Each text compiles for sm_90a (NVRTC, where built with it).
+TEST(CompileCudaRows, HeadSplitsItsChainsByWarpAndFusesTheSoftmax) {
+  ModelConfig v300, v660;
+  v300.vocab_size = 300;
+  v660.vocab_size = 660;
+  const std::string a = lower_rows(capture_gpt(v300, 2, 16)).code.source, ac = code_only(a);
+  EXPECT_TRUE(contains(ac, "  if (tid < 300) {\n    const float* w0 = rw_slot<"));
+  EXPECT_TRUE(contains(ac, "logits[row * 300 + n] = v; lg[0] = v; mx = fmaxf(mx, v);"));
+  EXPECT_TRUE(contains(ac, "ev[j] = tid + j * 512 < 300 ? expf(lg[j] - mx) : 0.0f;"));
+  EXPECT_FALSE(contains(ac, "float a1[1];")) << "one chain per thread: nothing to split";
+  EXPECT_FALSE(contains(ac, "const float* in = sm + "));
+  const std::string b = lower_rows(capture_gpt(v660, 2, 16)).code.source, bc = code_only(b);
+  EXPECT_EQ(count_of(bc, "    if (warp < 5) {  \n      rw_dot<64, 2>(sm + "), 1u);
+  EXPECT_TRUE(contains(b, "} else {  // warps 5..15: 1 chain\n      float a1[1];\n      rw_dot<64, 1>(sm + "));
+  EXPECT_TRUE(contains(bc, "logits[row * 660 + n] = v; lg[1] = v; mx = fmaxf(mx, v);"));
+  EXPECT_FALSE(contains(bc, "const float* in = sm + "));
+  const std::string t = code_only(lower_rows(capture_gpt(compile_tiny_config(), 2, 16)).code.source);
+  EXPECT_TRUE(contains(t, "const float* in = sm + ")) << "lm_head in k-slices: the softmax its own stage";
+  EXPECT_FALSE(contains(t, "lg[j]"));
+#ifdef MINIGPT_HAVE_CUDA_COMPILE
+  for (const std::string* src : {&a, &b}) {
+    std::string ptx;
+    ASSERT_NO_THROW(ptx = nvrtc_compile_ptx(*src, "compute_90a", "head")) << src->substr(0, 80);
+    EXPECT_TRUE(contains(ptx, ".entry cuda_rows_forward("));
+  }
+#endif
 }
 
 // The stage trace (CudaCodegenOptions::rows_trace, CudaCompiledGraph::trace_rows): the traced text

@@ -739,6 +739,24 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
                                                 : fmt::format("their slots take [{}, {})", a + ns, std::min(e + ns, pieces)));
   };
   std::string overlap0;  // the first stage's loop, run by warps 1.. during the start (empty: none)
+  // The default text's fused head: matmul stage s (a thread per output, one chain each: no
+  // k-slices, not a qkv) whose one reader is stage s + 1, a softmax over its whole output row (the
+  // graph's lm_head -> probs), is generated as ONE stage: the logits kept in registers (stored to
+  // global as soon as made where they are a graph output), their max and sum of exp over the CTA
+  // as the softmax stage computes them, in the same order (bitwise its values), without the
+  // logits' round trip through shared memory and the CTA barrier between the stages. (The logits'
+  // shared-memory row stays in the layout, rows_layout's, unused: the plain text's layout, the same
+  // shared memory; dropping it frees 2.4 KB at V 611, not a ring slot.)
+  auto fuses_softmax = [&](size_t s) {
+    if (plain || s + 1 >= p.stages.size()) return false;
+    const RowsStage &mm = p.stages[s], &sx = p.stages[s + 1];
+    if (mm.kind != RowsStage::Kind::Matmul || mm.kv || mm.slices != 1 || sx.kind != RowsStage::Kind::Softmax) return false;
+    const int out = g.nodes[static_cast<size_t>(mm.node)].output;
+    if (g.nodes[static_cast<size_t>(sx.node)].inputs[0] != out || sx.nodes.size() != 1) return false;
+    for (size_t r = 0; r < p.stages.size(); ++r)  // no other stage reads the logits
+      if (r != s + 1 && std::find(L.reads[r].begin(), L.reads[r].end(), out) != L.reads[r].end()) return false;
+    return true;
+  };
   for (size_t s = 0; s < p.stages.size(); ++s) {
     const RowsStage& st = p.stages[s];
     const Node& n = g.nodes[static_cast<size_t>(st.node)];
@@ -850,21 +868,98 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
           b += refill(st);
         } else {
           const int J = static_cast<int>((M + NT - 1) / NT);
-          std::string ws;
-          for (int j = 0; j < J; ++j) {
+          // thread tid's columns: tid + j NT for j < J (where < M); chain j's weight row (none: w0's)
+          auto wrow = [&](int j) {
             const std::string nj = j ? fmt::format("(tid + {})", j * NT) : "tid";
-            ws += (j ? ", " : "") + (j ? fmt::format("{} < {} ? {} : w0", nj, M, wptr(nj, "")) : std::string("w0"));
+            return j ? fmt::format("{} < {} ? {} : w0", nj, M, wptr(nj, "")) : std::string("w0");
+          };
+          auto chains = [&](int c) {
+            std::string ws;
+            for (int j = 0; j < c; ++j) ws += (j ? ", " : "") + wrow(j);
+            return ws;
+          };
+          // the default text (J >= 2: gpt_mega_rows.cu's kVarLmOne, bitwise): a warp runs as many
+          // chains as its FIRST lane has columns (warp w: ceil((M - 32 w) / NT)), so no lane of a warp
+          // with fewer columns runs a chain on a copy of its first row; the branches are warp-uniform
+          // (a warp whose lanes differ, one at most per chain count, keeps the copy on its last
+          // chain). hi[c]: the warps [0, hi[c]) have >= c columns. The plain text: J chains everywhere.
+          std::vector<int64_t> hi(static_cast<size_t>(J) + 2, 0);
+          for (int c = 1; c <= J; ++c) hi[static_cast<size_t>(c)] = std::min<int64_t>(NW, (M - static_cast<int64_t>(c - 1) * NT + 31) / 32);
+          const bool split = !plain && J >= 2 && hi[static_cast<size_t>(J)] < hi[1];
+          std::string dots;
+          if (!split) {
+            dots = fmt::format("    rw_dot<{}, {}>({}, {{{}}}, acc);\n", K, J, a, chains(J));
+          } else {
+            dots = fmt::format(
+                "    // the chains by warp (gpt_mega_rows.cu's kVarLmOne; warp-uniform branches, each chain's FMAs as before):\n"
+                "    // warp w runs one chain per column of its first lane, ceil(({} - 32 w) / {}); a lane past the last\n"
+                "    // column in a warp that runs a chain there reads a copy of its first row (not stored)\n",
+                M, NT);
+            bool first = true;
+            for (int c = J; c >= 1; --c) {
+              const int64_t lo = hi[static_cast<size_t>(c) + 1], up = hi[static_cast<size_t>(c)];
+              if (up <= lo) continue;
+              const std::string what = fmt::format("warps {}..{}: {} chain{}", lo, up - 1, c, c > 1 ? "s" : "");
+              dots += fmt::format("    {}{}{{  // {}\n", first ? "" : "} else ", c == 1 ? std::string() : fmt::format("if (warp < {}) ", up), what);
+              first = false;
+              if (c == J) {
+                dots += fmt::format("      rw_dot<{}, {}>({}, {{{}}}, acc);\n", K, J, a, chains(J));
+              } else {
+                std::string rest;
+                for (int j = c; j < J; ++j) rest += fmt::format(" acc[{}] = 0.0f;", j);
+                dots += fmt::format("      float a{}[{}];\n      rw_dot<{}, {}>({}, {{{}}}, a{});\n", c, c, K, c, a, chains(c), c);
+                for (int j = 0; j < c; ++j) dots += fmt::format("      acc[{}] = a{}[{}];\n", j, c, j);
+                dots += fmt::format("     {}  // (no such column in this warp: never read)\n", rest);
+              }
+            }
+            dots += "    }\n";
           }
-          b += fmt::format("  if (tid < {}) {{\n    const float* w0 = {};\n    float acc[{}];\n    rw_dot<{}, {}>({}, {{{}}}, acc);\n", M, wptr("tid", ""),
-                           J, K, J, a, ws);
-          for (int j = 0; j < J; ++j) {
-            const std::string nj = j ? fmt::format("(tid + {})", j * NT) : "tid";
-            b += fmt::format("    {{\n      const int n = {};\n      if (n < {}) {{\n        const float v = {};\n        {}\n      }}\n    }}\n", nj, M,
-                             finish("n", fmt::format("acc[{}]", j)), store_out(out, "n", "v"));
+          if (!fuses_softmax(s)) {
+            b += fmt::format("  if (tid < {}) {{\n    const float* w0 = {};\n    float acc[{}];\n{}", M, wptr("tid", ""), J, dots);
+            for (int j = 0; j < J; ++j) {
+              const std::string nj = j ? fmt::format("(tid + {})", j * NT) : "tid";
+              b += fmt::format("    {{\n      const int n = {};\n      if (n < {}) {{\n        const float v = {};\n        {}\n      }}\n    }}\n", nj, M,
+                               finish("n", fmt::format("acc[{}]", j)), store_out(out, "n", "v"));
+            }
+            b += "  }\n";
+            b += close(s);
+            b += refill(st);
+          } else {
+            // the softmax of stage s + 1 fused (fuses_softmax): its arithmetic as its own stage's
+            // below (the same max, exp, sum and division in the same order), on the registers
+            const RowsStage& sx = p.stages[s + 1];
+            const int sm_out = g.nodes[static_cast<size_t>(sx.node)].output;
+            b += fmt::format(
+                "  //   with stage {}'s softmax -> '{}' fused in (its only reader): the logits stay in registers (stored to\n"
+                "  //   global at once), the softmax's max and sum over the CTA as rows-plain's softmax stage computes them, in\n"
+                "  //   the same order (the same bits), without the logits' round trip through shared memory and its CTA barrier\n",
+                s + 1, g.tensor(sm_out).name);
+            b += fmt::format("  float lg[{}];                // this thread's logits: column tid + {} j for j < {} (where < {})\n", J, NT, J, M);
+            b += "  float mx = -CUDART_INF_F;   // their max\n";
+            b += fmt::format("  if (tid < {}) {{\n    const float* w0 = {};\n    float acc[{}];\n{}", M, wptr("tid", ""), J, dots);
+            for (int j = 0; j < J; ++j) {
+              const std::string nj = j ? fmt::format("(tid + {})", j * NT) : "tid";
+              const std::string st_out = g.is_graph_output(out) ? fmt::format("{}[row * {} + n] = v; ", pname[out], M) : std::string();
+              b += fmt::format("    {{\n      const int n = {};\n      if (n < {}) {{\n        const float v = {};\n        {}lg[{}] = v; mx = fmaxf(mx, v);\n      }}\n    }}\n",
+                               nj, M, finish("n", fmt::format("acc[{}]", j)), st_out, j);
+            }
+            b += "  }\n";
+            b += "  mx = rw_warp_max(mx);  // the warp's max: one redux.sync (exact)\n";
+            b += fmt::format("  if (lane == 0) sm[{} + warp] = mx;\n", red);
+            b += "  __syncthreads();  // the warps' maxima written; every chain's reads of the ring done\n";
+            b += refill(st);
+            b += fmt::format("  mx = sm[{}];\n  for (int w = 1; w < {}; ++w) mx = fmaxf(mx, sm[{} + w]);  // the row's max, in warp order\n", red, NW, red);
+            b += fmt::format("  float ev[{}], sum = 0.0f;\n#pragma unroll\n"
+                             "  for (int j = 0; j < {}; ++j) {{ ev[j] = tid + j * {} < {} ? expf(lg[j] - mx) : 0.0f; sum += ev[j]; }}\n",
+                             J, J, NT, M);
+            b += "  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(RW_FULL, sum, off);\n";
+            b += fmt::format("  if (lane == 0) sm[{} + warp] = sum;\n  __syncthreads();\n  float total = sm[{}];\n"
+                             "  for (int w = 1; w < {}; ++w) total += sm[{} + w];  // the row's sum of exp, in warp order\n",
+                             red + NW, red + NW, NW, red + NW);
+            b += fmt::format("#pragma unroll\n  for (int j = 0; j < {}; ++j) {{\n    const int c = tid + j * {};\n    if (c < {}) {{ const float v = ev[j] / total; {} }}\n  }}\n",
+                             J, NT, M, store_out(sm_out, "c", "v"));
+            if (buf.count(sm_out)) b += close(s + 1);
           }
-          b += "  }\n";
-          b += close(s);
-          b += refill(st);
         }
         break;
       }
@@ -925,6 +1020,11 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
         const int64_t C = to.cols();
         const int J = static_cast<int>((C + NT - 1) / NT);
         flops = 4 * C;
+        if (s > 0 && fuses_softmax(s - 1)) {  // computed by the matmul stage before it, on its registers
+          b += fmt::format("  // stage {}: softmax over (1, {}) -> '{}'; {} FLOPs per row; source: {}: fused into stage {} above\n", s, C,
+                           to.name, flops, srcs, s - 1);
+          break;
+        }
         b += fmt::format("  // stage {}: softmax over (1, {}) -> '{}': the max and the sum of exp over the CTA (warp butterflies, the\n"
                          "  //   warps' values in warp order), then exp / sum; {} FLOPs per row; source: {}\n",
                          s, C, to.name, flops, srcs);

@@ -65,8 +65,15 @@
 //   - prewait and slots (kVarPrewait, kVarSlots): before the CTA barrier preceding a matmul stage,
 //     lane j of the last warp waits for the stage's piece j (rw_prewait); the GEMM threads then
 //     read their slots without an mbarrier wait and without a division (rw_slot: the stage's first
-//     piece is a compile-time constant); the refills likewise (rw_refill<A, B>).
-// Measured (H200, experiments/25-compile/gpu_gen15/call1, medians of 3 alternated rounds): the
+//     piece is a compile-time constant); the refills likewise (rw_refill<A, B>);
+//   - the head (issue 15, gen15c): a one-chain-per-output matmul of more outputs than threads
+//     (lm_head at V 611: two chains) runs, per warp, as many chains as its first lane has columns
+//     (warp-uniform branches: warps 0..3 two, 4..15 one; gpt_mega_rows.cu's kVarLmOne, measured
+//     there 21.02 against 21.54 us per forward, gpu_head14); and such a matmul whose one reader is
+//     a softmax over its row (lm_head -> probs) is one stage with it: the logits in registers,
+//     stored to global at once, the max and sum over the CTA as the softmax stage's, without the
+//     logits' shared-memory round trip and its CTA barrier (generate_rows' fuses_softmax).
+// Measured (H200, experiments/25-compile/gpu_gen15/call1, medians of 3 alternated rounds; before the head's change): the
 // default text 20.93 us per replay alone, 19.35 back to back, the kernel 18.55, against rows-plain's
 // 21.98 / 20.20 / 19.47, bitwise the same logits. Tried and removed: rows-fold (each LayerNorm read
 // only by a matmul folded into it, W' = W g, s = sum_k W', c = W beta + b packed into the image; no

@@ -604,8 +604,10 @@ TEST(CompileCuda, RowsFormMatchesEagerAndEveryProbe) {
 // and its plain text (rows-plain, the text before them) give the same bits: the ports change
 // where values are loaded and waited for, not one operation or its order. At the shipped model's
 // (2, 16), at odd shapes (T = 5: the sum's butterfly over 8 lanes; T = 1) and on random weights of
-// other widths; each against the CPU as well. (Under MINIGPT_CUDA_VARIANT=rows-plain both are the
-// plain text: the line printed says which ran.)
+// other widths; each against the CPU as well. The head likewise (lm_head's chains split by warp,
+// the softmax fused into its stage on the logits in registers: the same operations in the same
+// order), also at V = 300 and 660. (Under MINIGPT_CUDA_VARIANT=rows-plain both are the plain text:
+// the line printed says which ran.)
 TEST(CompileCuda, RowsFormDefaultAndPlainTextsAgreeBitwise) {
   SKIP_WITHOUT_GPU();
   if (!hopper_or_later()) GTEST_SKIP() << "thread-block clusters need sm_90 or later";
@@ -617,11 +619,19 @@ TEST(CompileCuda, RowsFormDefaultAndPlainTextsAgreeBitwise) {
   const GrammarMiniGPT model(f.config, std::move(f.weights));
   const ModelConfig c = compile_tiny_config();
   const GrammarMiniGPT tiny(c, random_weights(c, 5));
+  // the head's other forms (d_model 64, random weights): V = 300, one column per thread, the
+  // softmax fused into lm_head's stage with threads holding none; V = 660, two chains in warps
+  // 0..4 (warp 4 mixed), one in warps 5..15
+  ModelConfig c300, c660;
+  c300.vocab_size = 300;
+  c660.vocab_size = 660;
+  const GrammarMiniGPT m300(c300, random_weights(c300, 6)), m660(c660, random_weights(c660, 7));
   struct Case {
     const GrammarMiniGPT* m;
     int64_t B, T;
   };
-  for (const Case& k : {Case{&model, 2, 16}, Case{&model, 3, 5}, Case{&model, 1, 1}, Case{&tiny, 2, 16}, Case{&tiny, 3, 7}}) {
+  for (const Case& k : {Case{&model, 2, 16}, Case{&model, 3, 5}, Case{&model, 1, 1}, Case{&tiny, 2, 16}, Case{&tiny, 3, 7}, Case{&m300, 2, 16},
+                        Case{&m660, 3, 5}}) {
     const int64_t V = k.m->config().vocab_size;
     std::mt19937_64 rng(static_cast<uint64_t>(100 + k.B * 17 + k.T));
     std::vector<int32_t> ids(static_cast<size_t>(k.B * k.T));
