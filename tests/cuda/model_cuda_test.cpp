@@ -405,7 +405,7 @@ TEST(CudaModel, MegakernelByRowsMatchesTheCpu) {
 // The 1-row-per-CTA kernel's variants (MINIGPT_MEGA_ROWS_VARIANT, gpt_mega_rows.h): on the
 // shipped model, the small one and an 8-layer one, logits and probs within kReorderedLogitTol of
 // the CPU, logits and probs bitwise the first variant's (lm1, the default) where
-// kMegaRowsVariantBitwise says so (all of them now: bitw; a variant with another summation order
+// kMegaRowsVariantBitwise says so (all of them now: bitw, rb2, rb4; a variant with another summation order
 // would be held to the CPU only); on the shipped model every grammar probe
 // within kLogitTol of the CPU with the same top-1 (each variant's worst printed); an unknown name
 // is a clear error.

@@ -135,9 +135,15 @@ constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // lmqs (the columns past 512 a quarter of k to each of 4 lanes, + soft1; not bitwise) 21.57,
 // bitw's time; soft1 (bitw + soft1), lmq (lmqs without soft1) and lm1u8 (lm1 with lm_head's k
 // loop unrolled by 8) tested, not benched.
-inline constexpr const char* kMegaRowsVariants[] = {"lm1", "bitw"};
+// rb2, rb4 (issue 14, rb14; bitwise): lm1 with register blocking: each GEMM thread computes
+// several output columns side by side (one k-order chain each), so each activation float4 it
+// loads serves them all and fewer warps read the activation (shared memory delivers one 32-lane
+// register per cycle, broadcasts included: the activation reads cost as much as the weights').
+// q, k, v: 3 columns per thread (64 threads); lm_head: 5 (128 threads, the probs' sums in lm1's
+// order); fc1 and fc2: 2 per thread (rb2: 128 threads) or 4 (rb4: 64 threads).
+inline constexpr const char* kMegaRowsVariants[] = {"lm1", "bitw", "rb2", "rb4"};
 // Whether each variant computes bitwise the default's logits and probs (model_cuda_test asserts it).
-inline constexpr bool kMegaRowsVariantBitwise[] = {true, true};
+inline constexpr bool kMegaRowsVariantBitwise[] = {true, true, true, true};
 static_assert(std::size(kMegaRowsVariantBitwise) == std::size(kMegaRowsVariants), "a flag per variant");
 // The variant MINIGPT_MEGA_ROWS_VARIANT names (kMegaRowsVariants' index; unset or empty: 0,
 // lm1); an unknown name is an Error. Read at each call (tests switch it between models).
