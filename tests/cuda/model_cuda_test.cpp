@@ -403,12 +403,14 @@ TEST(CudaModel, MegakernelByRowsMatchesTheCpu) {
 }
 
 // The 1-row-per-CTA kernel's variants (MINIGPT_MEGA_ROWS_VARIANT, gpt_mega_rows.h): on the
-// shipped model, the small one and an 8-layer one, logits and probs within kReorderedLogitTol of
-// the CPU, logits and probs bitwise the first variant's (lm1, the default) where
-// kMegaRowsVariantBitwise says so (all of them now: bitw, rb2, rb4; a variant with another summation order
-// would be held to the CPU only); on the shipped model every grammar probe
-// within kLogitTol of the CPU with the same top-1 (each variant's worst printed); an unknown name
-// is a clear error.
+// shipped model, the small one, an 8-layer one and two random ones of the shipped architecture
+// with V 640 and V 513 (the head's second vocabulary columns: V 611 and 640 have warps with and
+// without them and none partly covered at 640, 513 one column past 512, in warp 0 alone), logits
+// and probs within kReorderedLogitTol of the CPU, logits and probs bitwise the first variant's
+// (lm1, the default) where kMegaRowsVariantBitwise says so (all of them now: bitw; a variant with
+// another summation order would be held to the CPU only); on the shipped model every grammar
+// probe within kLogitTol of the CPU with the same top-1 (each variant's worst printed); an
+// unknown name is a clear error naming every variant.
 TEST(CudaModel, MegakernelByRowsVariantsMatchTheCpu) {
   REQUIRE_GPU();
   if (!std::filesystem::exists(kShipped)) GTEST_SKIP() << "shipped model missing: " << kShipped;
@@ -422,12 +424,20 @@ TEST(CudaModel, MegakernelByRowsVariantsMatchTheCpu) {
   ModelConfig deep_config = file.config;
   deep_config.n_layer = 8;
   const GrammarMiniGPT deep(deep_config, ModelWeights::init_random(deep_config, 34));
+  // V 640: lm_head's 10 pieces full, warps 0..3 all with a second column (n 512..639), 4..15
+  // none; V 513: 9 pieces, the last of 1 row, only thread 0 with a second column (n 512)
+  ModelConfig wide_config = file.config, odd_config = file.config;
+  wide_config.vocab_size = 640;
+  odd_config.vocab_size = 513;
+  const GrammarMiniGPT wide(wide_config, ModelWeights::init_random(wide_config, 35));
+  const GrammarMiniGPT odd(odd_config, ModelWeights::init_random(odd_config, 36));
+  static_assert(cuda::kMegaRowsVariantBitwise[0], "the first variant (the default) is the others' reference");
   struct UnsetAfter {  // an ASSERT leaving the loop must not leave a variant to the other tests
     ~UnsetAfter() { unsetenv("MINIGPT_MEGA_ROWS_VARIANT"); }
   } unset_after;
   using Shape2 = std::pair<int64_t, int64_t>;
   const Shape2 shapes[] = {{2, 16}, {1, 16}, {3, 12}, {2, 10}, {2, 9}, {3, 5}, {1, 1}};
-  for (const GrammarMiniGPT* model : {static_cast<const GrammarMiniGPT*>(&shipped), &small, &deep}) {
+  for (const GrammarMiniGPT* model : {static_cast<const GrammarMiniGPT*>(&shipped), &small, &deep, &wide, &odd}) {
     const int64_t V = model->config().vocab_size;
     std::vector<std::vector<float>> first, first_probs;  // per shape: the first variant's outputs
     for (size_t vi = 0; vi < std::size(cuda::kMegaRowsVariants); ++vi) {
@@ -468,6 +478,7 @@ TEST(CudaModel, MegakernelByRowsVariantsMatchTheCpu) {
   setenv("MINIGPT_MEGA_ROWS_VARIANT", "nope", 1);
   const CudaGPTOptions by_rows{.path = CudaGPTOptions::Path::Mega, .mega_rows = 1};
   EXPECT_ERROR(CudaGPT(small, by_rows), "MINIGPT_MEGA_ROWS_VARIANT=nope");  // checked when built
+  for (const char* variant : cuda::kMegaRowsVariants) EXPECT_ERROR(CudaGPT(small, by_rows), variant);  // each named
   unsetenv("MINIGPT_MEGA_ROWS_VARIANT");
 }
 
@@ -478,6 +489,12 @@ TEST(CudaModel, MegakernelByRowsBadOptionsAreClearErrors) {
   cuda::MegaParams bad;
   bad.dims = {.L = 4, .B = 1, .T = 16, .C = 32, .H = 2, .F = 128, .V = 50, .P = 24, .capacity = 16};
   EXPECT_ERROR(cuda::gpt_mega_rows(bad, 1, nullptr), "is not taken at 1 rows per CTA");
+  // an unknown MINIGPT_MEGA_ROWS_VARIANT word: the message names it and every variant (the list
+  // is built from kMegaRowsVariants; host code, no device needed)
+  setenv("MINIGPT_MEGA_ROWS_VARIANT", "nope", 1);
+  EXPECT_ERROR(cuda::gpt_mega_rows_variant(), "MINIGPT_MEGA_ROWS_VARIANT=nope");
+  for (const char* variant : cuda::kMegaRowsVariants) EXPECT_ERROR(cuda::gpt_mega_rows_variant(), variant);
+  unsetenv("MINIGPT_MEGA_ROWS_VARIANT");
   bad.dims.C = 64;
   bad.dims.H = 4;
   bad.dims.F = 256;

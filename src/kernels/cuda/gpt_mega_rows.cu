@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <string>
 
 namespace minigpt::cuda {
 namespace {
@@ -92,8 +93,8 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // alias the output, so the compiler keeps the order): 4 dependent shared-memory round trips (~30 cycles
 // each) at the end of every LayerNorm's chain (9 per forward); here the same arithmetic
 // (row_stats<16, 4>, (v - mean) * rstd * w + b) with the loads issued first.
-// (The values are rows14e's, 16 was lnpart's: the default's instance is the one rows14e measured
-// as bitw, gpt_mega_rows_kernel<1, false, 111>.)
+// (The values are rows14e's, 16 was lnpart's: bitw, the A/B baseline, is the instance rows14e
+// measured, gpt_mega_rows_kernel<1, false, 111>; the default lm1 is <1, false, 1263>, head14's.)
 // Measured and removed (issue 14, fold14; experiments/25-compile/gpu_fold14, H200 call 1, medians
 // of 3 alternated rounds at (2, 16)): fold, the LayerNorms before q, k, v, fc1 and lm_head folded
 // into those matmuls (W' = W g, s = sum W', c = W beta + b in a second, folded image beside the
@@ -125,7 +126,7 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // compiler cannot drop it: 32 LDS.128 and 128 FMAs per thread, 1024 chains' reads for 611
 // columns, ~2.3k wavefronts of shared memory at 4 per LDS.128 where ~1.5k suffice).
 // kVarLmOne (in the default, head14; bitwise): a warp none of whose lanes has a second column
-// (warp 32 + kThreads >= V: warps 4.. at V 611) runs one chain (the same FMAs in the same order
+// (warp * 32 + kThreads >= V: warps 4.. at V 611) runs one chain (the same FMAs in the same order
 // for its columns).
 // kVarLmStore (in the default, head14; bitwise): the logits' stores issued right after the
 // chains, before the softmax's barriers (bitw stores them with the probs, at the end).
@@ -143,30 +144,22 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // lm1s). Tested, not benched: soft1 (bitw + soft1), lmq (lmqs without soft1), lm1u8 (lm1 with
 // lm_head's k loop unrolled by 8: 99 registers against 117; dropped to keep head14b's bench
 // call to two variants).
+// Measured and removed (issue 14, rb14; experiments/25-compile/gpu_rb14/call1 and the lead's
+// gpu-check of d9ccdf6, gpu_check_d9ccdf6; H200, the same bench command): rb2 and rb4, lm1 with
+// register blocking (bitwise lm1's logits and probs; all 7.15e-6 from the CPU on the probes). The
+// reasoning: shared memory delivers one 32-lane register per cycle, broadcasts included, so with a
+// column per thread the activation's LDS.128 cost as much as the weights'; a thread running NB
+// columns side by side (NB k-order chains) loads each activation float4 once for NB columns, on
+// NB times fewer warps: q, k, v 3 columns per thread (warps 0, 1), lm_head 5 (warps 0..3, the
+// softmax's sums in lm1's order), fc1 and fc2 2 per thread (rb2) or 4 (rb4). SLOWER: rb2 21.73 /
+// 21.86 us per call (19.95 back to back), rb4 23.87 / 23.94 (21.98), against lm1's 20.96 / 21.12
+// in the same run (gpu-check's bench: lm1 20.64, 18.92 back to back). rb2's trace (the last CTA,
+// 36.0k cycles, as bitw's 35.8k): fc2 1.07-1.1k per layer against ~1.27k, fc1 unchanged (1.1k),
+// but q, k, v + push 1.08-1.22k (bitw 0.9-1.06k) and the wait for k, v 0.8-1.0k (0.43-0.7k):
+// what fc2 saved, the q, k, v stage (3 chains per thread on 2 warps) and the hand-over after it
+// lost again. The code (kVarRb*; sm_90a, ptxas -v: rb2 123 registers, rb4 128) is removed.
 constexpr int kVarW15 = 1, kVarPrewait = 2, kVarKeys = 4, kVarRedux = 8, kVarSlots = 32, kVarLnHoist = 64,
               kVarLmOne = 128, kVarLmStore = 1024;
-// Register blocking (issue 14, rb14; rb2 and rb4 are lm1 with these bits; bitwise lm1's logits
-// and probs). Why: shared memory delivers one 32-lane register per cycle, so an LDS.128 costs 4
-// cycles even when every lane reads the same address (a broadcast; the previous helper's fit to
-// gpu_head14/call1's trace): with a column per thread, the activation row's 16 LDS.128 per warp
-// cost as much as the weight row's, and the GEMM stages are bound by that delivery. A thread
-// running NB columns side by side (NB k-order chains, dot_rows' NW) loads each activation
-// float4 once for NB columns and NB times fewer warps read the activation; the weights' reads
-// stay (LDS.128 per CTA, at 4 cycles each; lm1 -> NB): q, k, v 192 -> 128 (kVarRbQkv: 3
-// columns per thread, c, 64 + c, 128 + c, warps 0, 1; each k, v column pushed by lane 4m + j, j
-// 1 for k, 2 for v, as 4 columns); fc1 256 -> 192 (kVarRbFc1x2: 2 per thread, f = t + 128 j) or
-// 160 (kVarRbFc1x4: 4, f = t + 64 j, warps 0, 1); fc2 256 -> 192 / 160 (kVarRbFc2x2 / x4: lanes
-// 4m + s run slice s of outputs m + 32 j / m + 16 j; each h load serves 2 / 4 outputs);
-// lm_head 576 -> 384 (kVarRbHead: 5 per thread, n = t + 128 j over warps 0..3, V <= 640; the
-// softmax's sums in lm1's order, see there). proj (4 lanes per output, 16 k each) stays: 64 ->
-// 48 at most. Cost: the chains' issue (NB x 64 FMAs per thread on fewer warps: ~256 + 80 LDS
-// for NB 4 on 2 warps, still under the smem cycles) and registers (sm_90a, ptxas -v: rb2 123,
-// rb4 128, no spills; the 4-column loops unrolled by 4 steps: fully unrolled they spilled; the
-// chains' weight rows from ONE row offset per thread (the columns NB pieces apart): with a row
-// offset per chain the loop-invariant offsets spilled 32 bytes). The idle warps (2.. or 4..,
-// the last one's prewaits and refills) as in lm1.
-constexpr int kVarRbQkv = 2048, kVarRbFc1x2 = 4096, kVarRbFc1x4 = 8192, kVarRbFc2x2 = 16384, kVarRbFc2x4 = 32768,
-              kVarRbHead = 65536;
 constexpr int kPrewaitSlots = 8;  // the ring's slots kVarPrewait needs (see above)
 
 bool rows_arch(const MegaDims& d) {
@@ -228,7 +221,6 @@ __host__ __device__ inline unsigned piece_bytes(const RowsLayout& S, int L, int 
 __global__ void gpt_mega_rows_pack_kernel(const __grid_constant__ MegaParams p, float* image) {
   const MegaDims& d = p.dims;
   const RowsLayout S(d, 1);
-  const int blk = static_cast<int>(blockIdx.x);
   auto vec = [&](float* dst, const float* src, int n) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
   };
@@ -236,7 +228,7 @@ __global__ void gpt_mega_rows_pack_kernel(const __grid_constant__ MegaParams p, 
   auto rows64 = [&](float* dst, const float* W, int rows) {
     for (int i = threadIdx.x; i < rows * kC; i += blockDim.x) dst[(i / kC) * kLd + i % kC] = W[i];
   };
-  if (blk == 0) {
+  if (blockIdx.x == 0) {
     for (int l = 0; l < d.L; ++l) {
       const MegaLayer& w = p.layers[l];
       float* s = image + l * kSmallLayer;
@@ -255,12 +247,11 @@ __global__ void gpt_mega_rows_pack_kernel(const __grid_constant__ MegaParams p, 
     vec(hd + kLmb, p.lm_head_bias, d.V);
     return;
   }
-  const int i = blk - 1, l = i / kPiecesPerLayer, j = i % kPiecesPerLayer;
+  const int i = static_cast<int>(blockIdx.x) - 1, l = i / kPiecesPerLayer, j = i % kPiecesPerLayer;
   float* dst = image + piece_offset(S, i);
   if (l >= d.L) {  // lm_head rows [64 jl, 64 jl + 64)
     const int jl = i - d.L * kPiecesPerLayer, n0 = jl * kPieceRows;
-    const float* W = p.lm_head_weight + static_cast<int64_t>(n0) * kC;
-    rows64(dst, W, min(kPieceRows, d.V - n0));
+    rows64(dst, p.lm_head_weight + static_cast<int64_t>(n0) * kC, min(kPieceRows, d.V - n0));
     return;
   }
   const MegaLayer& w = p.layers[l];
@@ -424,9 +415,11 @@ struct Ring {
       wait_slot(sl.x, sl.y);
     }
   }
-  // kVarSlots: refill(i0 + ja, i0 + jb) without a division.
+  // kVarSlots: refill(i0 + ja, i0 + jb) without a division, one piece per lane of the last
+  // warp (kVarW15: the instances with kVarSlots, lm1 and bitw, all have it).
   __device__ __forceinline__ void refill_at(int pos, int i0, int ja, int jb) const {
-    const int k = static_cast<int>(threadIdx.x) - ((kVar & kVarW15) ? kThreads - 32 : 0);
+    static_assert((kVar & kVarW15) != 0, "kVarSlots' refills: the last warp's (kVarW15)");
+    const int k = static_cast<int>(threadIdx.x) - (kThreads - 32);
     if (k >= 0 && k < jb - ja) issue_to(slot_lap(pos, 0, ja + k).x, i0 + ja + k + S.ns);
   }
   // Piece i's slot once it has landed (the calling thread waits for its copy; without
@@ -454,9 +447,11 @@ struct Ring {
   }
   // Every thread, after the CTA barrier that ends the reads of pieces [a, b): their slots take
   // the pieces a ring later, one per lane of warp 0 (one thread issuing them in turn kept the
-  // others waiting at the next barrier; kVarW15: of the last warp).
+  // others waiting at the next barrier). Only the kVar 0 instances (rp 2 and 4) call it; kVarW15
+  // (the last warp's lanes) is refill_at's.
   __device__ __forceinline__ void refill(int a, int b) const {
-    const int k = static_cast<int>(threadIdx.x) - ((kVar & kVarW15) ? kThreads - 32 : 0);
+    static_assert((kVar & kVarW15) == 0, "kVarW15 comes with kVarSlots: refill_at");
+    const int k = static_cast<int>(threadIdx.x);
     if (k >= 0 && k < b - a) issue(a + k + S.ns);
   }
 };
@@ -627,72 +622,37 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
 
   const float scale = 1.0f / sqrtf(static_cast<float>(kDh));
   float acc[1][RP];
-  // register blocking (kVarRbQkv, kVarRbFc1x*, kVarRbFc2x*: columns per thread, see there)
-  constexpr int kNq = (kVar & kVarRbQkv) ? 3 : 1;
-  constexpr int kN1 = (kVar & kVarRbFc1x4) ? 4 : (kVar & kVarRbFc1x2) ? 2 : 1;
-  constexpr int kN2 = (kVar & kVarRbFc2x4) ? 4 : (kVar & kVarRbFc2x2) ? 2 : 1;
-  static_assert(RP == 1 || (kNq == 1 && kN1 == 1 && kN2 == 1), "register blocking: one row per CTA");
-  // the k loops' unroll (steps of 4 k): all of it, but 8 for 4 columns per thread (fully
-  // unrolled, 4 chains spilled: 128 registers, 20 bytes, ptxas -v)
-  constexpr int kRbUnroll1 = kN1 >= 4 ? 4 : kC / 4, kRbUnroll2 = kN2 >= 4 ? 4 : kC / 4;
-  static_assert(kNq == 1 || kSlotsOn, "register blocking: with kVarSlots (the GEMM threads never wait)");
   for (int l = 0; l < L; ++l) {
     const float* sw = sm + l * kSmallLayer;
     const int pi = l * kPiecesPerLayer;
     float *ks = sm + S.ks, *vs = sm + S.vs;
     // q, k, v: a thread per output column (q 0..63, k 64..127, v 128..191) for all rows
-    const bool qkv_thread = tid < 3 * kC / kNq;
+    const bool qkv_thread = tid < 3 * kC;
     const int qcol = tid;
     layernorm(sw + kLn1w, sw + kLn1b);
     prewait(0, kPieceProj);
     __syncthreads();
     stamp(2 + 8 * l);
     ring.probe(pi + kPieceProj - 1);
-    if constexpr (kNq == 1) {
-      const float* wq = qkv_thread ? piece(pi, qcol / kPieceRows) + (qcol % kPieceRows) * kLd : nullptr;
-      if (qkv_thread) dot64<RP, kSlotsOn>(ln, kLd, wq, acc);
-      cluster_wait();  // every CTA has read the previous layer's k, v (layer 0: every CTA runs)
-      if (qkv_thread) {
-        const int part = qcol / kC, c = qcol % kC;
-        const float bias = sw[kQkvb + qcol];
+    if (qkv_thread) dot64<RP, kSlotsOn>(ln, kLd, piece(pi, qcol / kPieceRows) + (qcol % kPieceRows) * kLd, acc);
+    cluster_wait();  // every CTA has read the previous layer's k, v (layer 0: every CTA runs)
+    if (qkv_thread) {
+      const int part = qcol / kC, c = qcol % kC;
+      const float bias = sw[kQkvb + qcol];
 #pragma unroll
-        for (int i = 0; i < RP; ++i) {
-          if (i >= nr) break;
-          const float v = acc[0][i] + bias;
-          if (part == 0) {
-            qs[i * kLd + c] = v;
-          } else {  // to this CTA and every later one (their rows attend to it): lane 4j sends
-                    // columns 4j..4j+3 as one 16-byte store (a warp is 32 columns of one part)
-            float* dst = (part == 1 ? ks : vs) + (t0 + i) * kLd + c;
-            *dst = v;
-            const float4 v4 = make_float4(v, __shfl_down_sync(0xffffffffu, v, 1), __shfl_down_sync(0xffffffffu, v, 2),
-                                          __shfl_down_sync(0xffffffffu, v, 3));
-            for (int q = r + 1; q < R && lane % 4 == 0; ++q)
-              st_async4(shared_addr_in(dst, q), v4, shared_addr_in(&bars[kBarKv], q));
-          }
-        }
-      }
-    } else {  // kVarRbQkv: thread c < 64 runs columns c, 64 + c, 128 + c (q, k, v: piece j's
-              // row c) side by side, one k-order chain each; warps 0, 1 only
-      float aq[kNq][RP];
-      if (qkv_thread) {
-        const float* const wj[kNq] = {piece(pi, 0) + tid * kLd, piece(pi, 1) + tid * kLd, piece(pi, 2) + tid * kLd};
-        dot_rows<RP, kC, kNq, kC / 4>(ln, kLd, wj, aq);
-      }
-      cluster_wait();
-      if (qkv_thread) {
-        const int c = tid;
-        qs[c] = aq[0][0] + sw[kQkvb + c];
-#pragma unroll
-        for (int j = 1; j < kNq; ++j) {  // k (j 1), v (j 2): lane 4m + j sends columns 4m..4m+3
-          const float v = aq[j][0] + sw[kQkvb + j * kC + c];
-          float* dst = (j == 1 ? ks : vs) + t0 * kLd + c;
+      for (int i = 0; i < RP; ++i) {
+        if (i >= nr) break;
+        const float v = acc[0][i] + bias;
+        if (part == 0) {
+          qs[i * kLd + c] = v;
+        } else {  // to this CTA and every later one (their rows attend to it): lane 4j sends
+                  // columns 4j..4j+3 as one 16-byte store (a warp is 32 columns of one part)
+          float* dst = (part == 1 ? ks : vs) + (t0 + i) * kLd + c;
           *dst = v;
-          const int l0 = lane & ~3;
-          const float4 v4 = make_float4(__shfl_sync(0xffffffffu, v, l0), __shfl_sync(0xffffffffu, v, l0 + 1),
-                                        __shfl_sync(0xffffffffu, v, l0 + 2), __shfl_sync(0xffffffffu, v, l0 + 3));
-          for (int q = r + 1; q < R && lane % 4 == j; ++q)
-            st_async4(shared_addr_in(dst - (lane & 3), q), v4, shared_addr_in(&bars[kBarKv], q));
+          const float4 v4 = make_float4(v, __shfl_down_sync(0xffffffffu, v, 1), __shfl_down_sync(0xffffffffu, v, 2),
+                                        __shfl_down_sync(0xffffffffu, v, 3));
+          for (int q = r + 1; q < R && lane % 4 == 0; ++q)
+            st_async4(shared_addr_in(dst, q), v4, shared_addr_in(&bars[kBarKv], q));
         }
       }
     }
@@ -771,31 +731,13 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     // fc1 + GELU: a thread per output column f, into h as 4 slices of 64
     // columns (fc2's k), each padded to 68
     ring.probe(pi + kPieceFc2 - 1);
-    if constexpr (kN1 == 1) {
-      if (tid < kF) {
-        const int f = tid;
-        const float* wf = piece(pi, kPieceFc1 + f / kPieceRows) + (f % kPieceRows) * kLd;
-        dot64<RP, kSlotsOn>(ln, kLd, wf, acc);
-        const float bias = sw[kFc1b + f];
+    if (tid < kF) {
+      const int f = tid;
+      dot64<RP, kSlotsOn>(ln, kLd, piece(pi, kPieceFc1 + f / kPieceRows) + (f % kPieceRows) * kLd, acc);
+      const float bias = sw[kFc1b + f];
 #pragma unroll
-        for (int i = 0; i < RP; ++i)
-          if (i < nr) h[i * kLdH + (f / kC) * kLd + f % kC] = gelu_erf(acc[0][i] + bias);
-      }
-    } else if (tid < kF / kN1) {  // kVarRbFc1x*: columns f = tid + (256 / kN1) j side by side
-      constexpr int kStride = kF / kN1;  // a multiple of 64: the chains share a row offset
-      static_assert(kStride % kPieceRows == 0, "fc1's chains: the same row of kN1 pieces");
-      const unsigned u = static_cast<unsigned>(tid), row = (u % kPieceRows) * kLd;
-      const int j0 = kPieceFc1 + static_cast<int>(u / kPieceRows);
-      const float* wj[kN1];
-#pragma unroll
-      for (int j = 0; j < kN1; ++j) wj[j] = piece(pi, j0 + (kStride / kPieceRows) * j) + row;
-      float a1[kN1][1];
-      dot_rows<1, kC, kN1, kRbUnroll1>(ln, kLd, wj, a1);
-#pragma unroll
-      for (int j = 0; j < kN1; ++j) {
-        const int f = tid + kStride * j;
-        h[(f / kC) * kLd + f % kC] = gelu_erf(a1[j][0] + sw[kFc1b + f]);
-      }
+      for (int i = 0; i < RP; ++i)
+        if (i < nr) h[i * kLdH + (f / kC) * kLd + f % kC] = gelu_erf(acc[0][i] + bias);
     }
     prewait(kPieceFc2, kPiecesPerLayer);  // the last warp is idle in fc1
     __syncthreads();
@@ -807,30 +749,10 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
     // 4 slices of h (68 apart: 4 bank groups, no conflict; 64 apart they took 4 wavefronts each,
     // ~2k cycles per row per layer, H200 trace) and 8 weight rows (272 apart: 8 bank groups).
     ring.probe(pi + kPiecesPerLayer - 1);
-    if constexpr (kN2 == 1) {
-      if (tid < 4 * kC) {
-        const int n = tid >> 2, s = tid & 3;
-        dot64<RP, kSlotsOn>(h + s * kLd, kLdH, piece(pi, kPieceFc2 + n / kFc2Rows) + (n % kFc2Rows) * kFc2Ld + s * kLd, acc);
-        add_slices_residual<RP>(acc, 1, s == 0, sw[kFc2b + n], x + n, nr);
-      }
-    } else if (tid < 4 * kC / kN2) {  // kVarRbFc2x*: lanes 4m + s run slice s of the outputs
-                                      // n = m + (64 / kN2) j side by side (each h load serves kN2)
-      constexpr int kStride = kC / kN2;
-      static_assert(kStride % kFc2Rows == 0, "fc2's chains: the same row of kN2 pieces");
-      const int m = tid >> 2, s = tid & 3;
-      const unsigned row = (static_cast<unsigned>(m) % kFc2Rows) * kFc2Ld + s * kLd;
-      const int j0 = kPieceFc2 + static_cast<int>(static_cast<unsigned>(m) / kFc2Rows);
-      const float* wj[kN2];
-#pragma unroll
-      for (int j = 0; j < kN2; ++j) wj[j] = piece(pi, j0 + (kStride / kFc2Rows) * j) + row;
-      float a2[kN2][1];
-      dot_rows<1, kC, kN2, kRbUnroll2>(h + s * kLd, kLdH, wj, a2);
-#pragma unroll
-      for (int j = 0; j < kN2; ++j) {
-        const int n = m + kStride * j;
-        const float aj[1][1] = {{a2[j][0]}};
-        add_slices_residual<1>(aj, 1, s == 0, sw[kFc2b + n], x + n, 1);
-      }
+    if (tid < 4 * kC) {
+      const int n = tid >> 2, s = tid & 3;
+      dot64<RP, kSlotsOn>(h + s * kLd, kLdH, piece(pi, kPieceFc2 + n / kFc2Rows) + (n % kFc2Rows) * kFc2Ld + s * kLd, acc);
+      add_slices_residual<RP>(acc, 1, s == 0, sw[kFc2b + n], x + n, nr);
     }
     __syncthreads();
     refill(pi, kPieceFc2, kPiecesPerLayer);
@@ -856,89 +778,8 @@ __global__ void __launch_bounds__(kThreads, 1) gpt_mega_rows_kernel(const __grid
   __syncthreads();
   stamp(2 + 8 * L);
   ring.probe(pl + S.lm_pieces - 1);
-  if constexpr ((kVar & kVarRbHead) != 0) {
-    // kVarRbHead (V <= 640): thread t < 128 (warps 0..3) runs the columns n = t + 128 j, j < 5,
-    // side by side (one k-order chain each: lm1's logits), each ln load serving 5 columns. The
-    // softmax keeps lm1's order: warp w's chain j holds lm1's warp w + 4 j lane for lane (its n0
-    // columns), chain 4 warp w's second columns (n1 = tid + 512), so lm1's per-thread sums
-    // e0 + e1 are chain j's e + (j == 0 ? chain 4's e : 0), reduced by the same butterflies and
-    // written to red[kWarps + w + 4 j]: the warps' sums in lm1's warp order (probs bitwise lm1's).
-    static_assert(RP == 1 && kThreads == 512 && kWarps == 16, "kVarRbHead: one row, lm1's 16 warps");
-    constexpr int kHb = 5, kHt = 128;
-    if (V <= kHb * kHt) {
-      float lg[kHb], e5[kHb];
-      const bool ht = tid < kHt;
-      if (ht) {
-        const unsigned u = static_cast<unsigned>(tid), row = (u % kPieceRows) * kLd;
-        const int j0 = static_cast<int>(u / kPieceRows);
-        const float* wj[kHb];
-#pragma unroll
-        for (int j = 0; j < kHb; ++j)  // (a column past V reads its piece 0's row: discarded)
-          wj[j] = piece(pl, tid + kHt * j < V ? j0 + (kHt / kPieceRows) * j : 0) + row;
-        float a5[kHb][1];
-        dot_rows<1, kC, kHb, kC / 4>(ln, kLd, wj, a5);
-#pragma unroll
-        for (int j = 0; j < kHb; ++j) lg[j] = a5[j][0] + (tid + kHt * j < V ? hd[kLmb + tid + kHt * j] : 0.0f);
-      }
-      if constexpr (kTrace) {  // thread 0's chains done
-        if (stamp.on) asm volatile("" ::"f"(lg[0]), "f"(lg[4]));
-      }
-      stamp(3 + 8 * L);
-      auto store5 = [&](float* out, const float (&v)[kHb]) {
-        if (!ht) return;
-#pragma unroll
-        for (int j = 0; j < kHb; ++j)
-          if (tid + kHt * j < V) out[row0 * V + tid + kHt * j] = v[j];
-      };
-      if (!p.probs) {
-        store5(p.logits, lg);
-        stamp.report(L, R, RP, false);
-        return;
-      }
-      if constexpr ((kVar & kVarLmStore) != 0) store5(p.logits, lg);
-      float* red = sm + S.red;  // the warps' maxima (warps 0..3), then lm1's 16 warps' sums
-      float mx = -CUDART_INF_F;
-      if (ht) {
-#pragma unroll
-        for (int j = 0; j < kHb; ++j)
-          if (tid + kHt * j < V) mx = fmaxf(mx, lg[j]);
-        for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-        if (lane == 0) red[warp] = mx;
-      }
-      __syncthreads();
-      stamp(4 + 8 * L);
-      if (ht) {
-        float m = red[0];  // the max: exact, so lm1's value whatever the order
-        for (int w = 1; w < kHt / 32; ++w) m = fmaxf(m, red[w]);
-#pragma unroll
-        for (int j = 0; j < kHb; ++j) e5[j] = tid + kHt * j < V ? expf(lg[j] - m) : 0.0f;
-        float sj[kHb - 1];
-#pragma unroll
-        for (int j = 0; j < kHb - 1; ++j) sj[j] = e5[j] + (j == 0 ? e5[kHb - 1] : 0.0f);
-        for (int off = 16; off > 0; off >>= 1) {
-#pragma unroll
-          for (int j = 0; j < kHb - 1; ++j) sj[j] += __shfl_xor_sync(0xffffffffu, sj[j], off);
-        }
-        if (lane == 0) {
-#pragma unroll
-          for (int j = 0; j < kHb - 1; ++j) red[kWarps + warp + (kHt / 32) * j] = sj[j];
-        }
-      }
-      __syncthreads();
-      stamp(5 + 8 * L);
-      if (ht) {
-        float total = red[kWarps];
-        for (int w = 1; w < kWarps; ++w) total += red[kWarps + w];
-        const float inv = 1.0f / total;
-        if constexpr ((kVar & kVarLmStore) == 0) store5(p.logits, lg);
-#pragma unroll
-        for (int j = 0; j < kHb; ++j) e5[j] *= inv;
-        store5(p.probs, e5);
-      }
-      stamp.report(L, R, RP, true);
-      return;
-    }
-  }
+  // V <= 64 lm_pieces <= 64 ns <= 64 kMaxSlots (RowsLayout::fits): n0 and n1 cover the vocabulary
+  static_assert(kMaxSlots * kPieceRows <= 2 * kThreads, "two vocabulary columns per thread at most");
   constexpr bool kLmOne = (kVar & kVarLmOne) != 0;
   static_assert(RP == 1 || (kVar & (kVarLmOne | kVarLmStore)) == 0, "the head's variants: one row per CTA");
   constexpr int kLmUnroll = kSlotsOn ? kC / 4 : 4;  // (steps of 4 k)
@@ -1035,9 +876,12 @@ RowsKernel rows1_kernel(bool trace) {
 int gpt_mega_rows_variant() {
   const char* v = std::getenv("MINIGPT_MEGA_ROWS_VARIANT");
   if (!v || !*v) return 0;  // lm1 (head14 call 1: 21.02 us against bitw's 21.54)
-  for (int i = 0; i < static_cast<int>(std::size(kMegaRowsVariants)); ++i)
+  std::string known;  // the words, from kMegaRowsVariants (the first is the default)
+  for (int i = 0; i < static_cast<int>(std::size(kMegaRowsVariants)); ++i) {
     if (std::strcmp(v, kMegaRowsVariants[i]) == 0) return i;
-  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected lm1 (the default), bitw, rb2 or rb4");
+    known += cat(i ? ", " : "", kMegaRowsVariants[i], i ? "" : " (the default)");
+  }
+  MINIGPT_CUDA_REQUIRE(false, "MINIGPT_MEGA_ROWS_VARIANT=", v, ": expected one of ", known);
   return 0;
 }
 
@@ -1049,11 +893,7 @@ namespace {
 constexpr int kVarBitw = kVarW15 | kVarPrewait | kVarKeys | kVarRedux | kVarSlots | kVarLnHoist;
 constexpr int kVarLm1 = kVarBitw | kVarLmOne | kVarLmStore;
 static_assert(kVarBitw == 111 && kVarLm1 == 1263, "the measured instances' names");
-// rb2, rb4 (issue 14, rb14): lm1 with register blocking (kVarRb*): q, k, v 3 columns per thread
-// (warps 0, 1), lm_head 5 (warps 0..3), fc1 and fc2 2 (rb2: 4 warps each) or 4 (rb4: 2 warps).
-constexpr int kVarRb2 = kVarLm1 | kVarRbQkv | kVarRbFc1x2 | kVarRbFc2x2 | kVarRbHead;
-constexpr int kVarRb4 = kVarLm1 | kVarRbQkv | kVarRbFc1x4 | kVarRbFc2x4 | kVarRbHead;
-constexpr int kVariantBits[] = {kVarLm1, kVarBitw, kVarRb2, kVarRb4};
+constexpr int kVariantBits[] = {kVarLm1, kVarBitw};
 static_assert(std::size(kVariantBits) == std::size(kMegaRowsVariants), "a kVar per variant name");
 
 // The instance for rp rows per CTA (the variants, MINIGPT_MEGA_ROWS_VARIANT: rp 1 only).
@@ -1062,11 +902,11 @@ RowsKernel rows_kernel_for(int rp) {
   static const bool trace = std::getenv("MINIGPT_MEGA_TRACE") != nullptr;  // diagnostics, read once
   switch (rp) {
     case 1:
-      switch (gpt_mega_rows_variant()) {  // kMegaRowsVariants' order
+      // kMegaRowsVariants' order, a case per variant: a new word without its case is a compile error here
+      static_assert(std::size(kVariantBits) == 2, "a case below per kVariantBits entry");
+      switch (gpt_mega_rows_variant()) {
         case 1: return rows1_kernel<kVariantBits[1]>(trace);
-        case 2: return rows1_kernel<kVariantBits[2]>(trace);
-        case 3: return rows1_kernel<kVariantBits[3]>(trace);
-        default: return rows1_kernel<kVariantBits[0]>(trace);
+        default: return rows1_kernel<kVariantBits[0]>(trace);  // 0 (gpt_mega_rows_variant: 0 or 1)
       }
     case 2: return trace ? gpt_mega_rows_kernel<2, true, 0> : gpt_mega_rows_kernel<2, false, 0>;
     case 4: return trace ? gpt_mega_rows_kernel<4, true, 0> : gpt_mega_rows_kernel<4, false, 0>;

@@ -12,7 +12,7 @@
 //              completing on the receiver's mbarrier, the one hand-over per layer) -> wait for
 //              the earlier CTAs' rows -> causal attention of own rows, a warp per (row, head) ->
 //              proj + residual -> ln2 -> fc1 + GELU -> fc2 + residual
-//   head       ln_f -> lm_head -> softmax over the vocabulary, a warp per own row: all local.
+//   head       ln_f -> lm_head -> softmax over the vocabulary over the CTA: all local.
 //
 // Every CTA needs ALL the weights (196 KB per layer, lm_head 156 KB for V 611): they stream
 // through a ring of ns slots of shared memory (~190 KB) as 1-D bulk copies (cp.async.bulk,
@@ -36,8 +36,8 @@
 // (gpt_mega_parts.cuh's layernorm_rows, as gpt_mega), exact-erf GELU, scores q.k (e in order)
 // times 1/sqrt(dh), warp softmax, att in key order; residuals (sum + b) + x. Logits within ~1e-5
 // of the CPU engine (H200: 7.15e-6 on the probes, 9.54e-6 at the bench's ids, 1.19e-5 at (3, 12):
-// proj's order is not the CPU's, so tests/cuda/model_cuda_test.cpp holds random ids to 1e-4); bitwise the same for every rp (a row's
-// arithmetic does not depend on which CTA computes it) except the probs' row sums' order.
+// proj's order is not the CPU's, so tests/cuda/model_cuda_test.cpp holds random ids to 1e-4); logits and
+// probs bitwise the same for every rp (a row's arithmetic does not depend on which CTA computes it).
 //
 // Limits (gpt_mega_rows_cluster says whether a shape runs): the forward only (no KV cache: the
 // decode step and loop stay gpt_mega's), the shipped architecture (C 64, H 4, F 256),
@@ -64,6 +64,8 @@
 // against bitw's 21.54 (21.50-21.57), 19.53-19.65 back to back, in the same run; bitwise bitw's
 // logits and probs. lm1 is bitw with its head's lm_head in one chain where a warp has no second
 // vocabulary column (bitw ran two in every thread) and the logits stored before the softmax.
+// The lead's gpu-check of d9ccdf6 (experiments/25-compile/gpu_check_d9ccdf6, bench_model_cuda.md):
+// lm1 20.64 us per call, 18.92 back to back.
 // bitw (the default before, rows14e call 1): 21.57 us (21.41-21.57), 19.50-19.53 back to back,
 // bitwise the logits of pwkeys (rows14d's default: 24.35 us in that run; w15 24.03 in
 // gpu_rows14d/call1). Its trace (the last CTA): 35.8k cycles, 18.1-18.2 us inside the kernel
@@ -118,7 +120,7 @@ constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // each one-row LayerNorm's gain and bias loaded with the row; the 64-k dot loops fully unrolled;
 // the head's lm_head one chain per thread in the warps with no second vocabulary column, the
 // logits stored before the softmax (gpt_mega_rows.cu's kVar comments). bitw: lm1 without the
-// head's two changes (the default until head14: two lm_head chains in every thread), kept as the
+// head's two changes (the default until head14b: two lm_head chains in every thread), kept as the
 // A/B baseline (head14 call 1: 21.54 us against lm1's 21.02). bitw computes bitwise the
 // default's logits and probs, as do the other rp (the refills by warp 0, single pieces, the plain
 // key loop; the same arithmetic): model_cuda_test holds them to it (kMegaRowsVariantBitwise).
@@ -126,9 +128,10 @@ constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // ring's copies two pieces each: w15's time, rows14c call 2), prewait alone (24.03: w15's time),
 // pwsplit (q, k, v, fc1, fc2 over two lanes per output, not bitwise: 25.5, slower), pwkeys,
 // lnpart and bwlp (rows14e call 1, Measured above).
-// fold, fold1, foldw, foldw1 (issue 14, fold14: the LayerNorms folded into the following matmuls,
-// 24.61-25.28 us against bitw's 21.41; gpt_mega_rows.cu's kVar comments say why).
-// w15 (the refills by the last warp only; the A/B baseline until head14: 24.10 us in 606c2d9's
+// fold, foldw, foldw1 (issue 14, fold14: the LayerNorms folded into the following matmuls,
+// 24.61-25.28 us against bitw's 21.41; fold1 tested, not benched; gpt_mega_rows.cu's kVar
+// comments say why).
+// w15 (the refills by the last warp only; the A/B baseline until head14b: 24.10 us in 606c2d9's
 // gpu-check, 24.03 in rows14d call 1; its bit stays in the default).
 // The head's variants (issue 14, head14 call 1, medians of 3 alternated rounds at (2, 16)): lm1s,
 // lm1 + soft1 (the softmax with one CTA barrier; the probs not bitwise) 21.06 us, lm1's time;
@@ -138,12 +141,15 @@ constexpr int kMegaRowsChoices[] = {1, 2, 4};
 // rb2, rb4 (issue 14, rb14; bitwise): lm1 with register blocking: each GEMM thread computes
 // several output columns side by side (one k-order chain each), so each activation float4 it
 // loads serves them all and fewer warps read the activation (shared memory delivers one 32-lane
-// register per cycle, broadcasts included: the activation reads cost as much as the weights').
-// q, k, v: 3 columns per thread (64 threads); lm_head: 5 (128 threads, the probs' sums in lm1's
-// order); fc1 and fc2: 2 per thread (rb2: 128 threads) or 4 (rb4: 64 threads).
-inline constexpr const char* kMegaRowsVariants[] = {"lm1", "bitw", "rb2", "rb4"};
+// register per cycle, broadcasts included). q, k, v: 3 columns per thread (64 threads); lm_head:
+// 5 (128 threads); fc1 and fc2: 2 per thread (rb2) or 4 (rb4). SLOWER (gpu_rb14/call1, the same
+// bench command, 2 alternated rounds): rb2 21.73 / 21.86 us (19.95 back to back), rb4 23.87 /
+// 23.94 (21.98), against lm1's 20.96 / 21.12; rb2's trace: fc2 1.07-1.1k cycles per layer against
+// ~1.27k, fc1 unchanged, but q, k, v + push 1.08-1.22k and the wait for k, v 0.8-1.0k (bitw's
+// 0.9-1.06k and 0.43-0.7k). All 7.15e-6 from the CPU on the probes.
+inline constexpr const char* kMegaRowsVariants[] = {"lm1", "bitw"};
 // Whether each variant computes bitwise the default's logits and probs (model_cuda_test asserts it).
-inline constexpr bool kMegaRowsVariantBitwise[] = {true, true, true, true};
+inline constexpr bool kMegaRowsVariantBitwise[] = {true, true};
 static_assert(std::size(kMegaRowsVariantBitwise) == std::size(kMegaRowsVariants), "a flag per variant");
 // The variant MINIGPT_MEGA_ROWS_VARIANT names (kMegaRowsVariants' index; unset or empty: 0,
 // lm1); an unknown name is an Error. Read at each call (tests switch it between models).
