@@ -68,13 +68,15 @@ __device__ __forceinline__ float rw_gelu(float x) {
   return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f));
 }
 )";
-const char* kPreludeDotPlain = R"(// sum over k in [0, K) of a[k] * w_j[k] for J weight rows side by side, k in order from 0, one FMA
-// chain each (a: a broadcast over the warp; w: 16-byte aligned)
+// rw_dot, both texts from one: the plain text's k loop unrolled by 4; the default's fully for
+// K <= 64 (kFull). rw_text substitutes the @NAME@ markers.
+const char* kPreludeDotText = R"(// sum over k in [0, K) of a[k] * w_j[k] for J weight rows side by side, k in order from 0, one FMA
+// chain each (a: a broadcast over the warp; w: 16-byte aligned)@DOC@
 template <int K, int J>
 __device__ __forceinline__ void rw_dot(const float* a, const float* const (&w)[J], float (&acc)[J]) {
-#pragma unroll
+@DECL@#pragma unroll
   for (int j = 0; j < J; ++j) acc[j] = 0.0f;
-#pragma unroll 4
+#pragma unroll @UNROLL@
   for (int k = 0; k < K; k += 4) {
     const float4 av = *reinterpret_cast<const float4*>(a + k);
 #pragma unroll
@@ -88,18 +90,25 @@ __device__ __forceinline__ void rw_dot(const float* a, const float* const (&w)[J
   }
 }
 )";
-const char* kPreludeLnPlain = R"(// LayerNorm of one row of C (a multiple of 16) by a half-warp (the calling warp; lanes 16..31
+const std::vector<std::pair<std::string, std::string>> kDotPlain = {{"@DOC@", ""}, {"@DECL@", ""}, {"@UNROLL@", "4"}};
+const std::vector<std::pair<std::string, std::string>> kDotDefault = {
+    {"@DOC@", ". For K <= 64 the k loop is fully\n"
+              "// unrolled, so the later float4 loads issue while the chain runs (K > 64: unrolled by 4); the same\n"
+              "// FMAs in the same order either way"},
+    {"@DECL@", "  constexpr int kUnroll = K <= 64 ? K / 4 : 4;\n"},
+    {"@UNROLL@", "kUnroll"}};
+// rw_layernorm, both texts from one: the default's gain and bias loaded with the row (kVarLnHoist)
+const char* kPreludeLnText = R"(// LayerNorm of one row of C (a multiple of 16) by a half-warp (the calling warp; lanes 16..31
 // compute the same and write nothing): the statistics in double in one pass, a 16-lane butterfly,
-// the variance E[x^2] - mean^2 clamped at 0, 1/sigma a float rsqrtf (gpt_mega_parts.cuh's
-// layernorm_rows_t and row_stats, the same arithmetic)
+// the variance E[x^2] - mean^2 clamped at 0, 1/sigma a float rsqrtf@DOC@
 template <int C>
 __device__ __forceinline__ void rw_layernorm(const float* x, float* out, const float* w, const float* b, float eps) {
   constexpr int E = C / 16;
   const int sub = threadIdx.x & 15;
-  float v[E];
+  float v[E]@REGS@;
   double dv[E];
 #pragma unroll
-  for (int e = 0; e < E; ++e) { v[e] = x[sub + 16 * e]; dv[e] = v[e]; }
+  for (int e = 0; e < E; ++e) @LOAD@
   double s, q;
   if constexpr (E == 4) {
     s = (dv[0] + dv[1]) + (dv[2] + dv[3]);
@@ -120,10 +129,31 @@ __device__ __forceinline__ void rw_layernorm(const float* x, float* out, const f
   const float mean = static_cast<float>(m), rstd = rsqrtf(static_cast<float>(var + static_cast<double>(eps)));
   if ((threadIdx.x & 31) < 16) {
 #pragma unroll
-    for (int e = 0; e < E; ++e) out[sub + 16 * e] = (v[e] - mean) * rstd * w[sub + 16 * e] + b[sub + 16 * e];
+    for (int e = 0; e < E; ++e) out[sub + 16 * e] = (v[e] - mean) * rstd * @WB@;
   }
 }
 )";
+const std::vector<std::pair<std::string, std::string>> kLnPlain = {
+    {"@DOC@", " (gpt_mega_parts.cuh's\n// layernorm_rows_t and row_stats, the same arithmetic)"},
+    {"@REGS@", ""},
+    {"@LOAD@", "{ v[e] = x[sub + 16 * e]; dv[e] = v[e]; }"},
+    {"@WB@", "w[sub + 16 * e] + b[sub + 16 * e]"}};
+const std::vector<std::pair<std::string, std::string>> kLnDefault = {
+    {"@DOC@", ". The gain and bias are loaded\n"
+              "// WITH the row, before the statistics: loaded after them, each w[c], b[c] could wait for the\n"
+              "// previous element's store wherever the compiler cannot tell out from w and b apart (here all are\n"
+              "// constant offsets from one base, so it may already load them early; this does not rely on that)"},
+    {"@REGS@", ", wv[E], bv[E]"},
+    {"@LOAD@", "{\n    v[e] = x[sub + 16 * e];\n    wv[e] = w[sub + 16 * e];\n    bv[e] = b[sub + 16 * e];\n    dv[e] = v[e];\n  }"},
+    {"@WB@", "wv[e] + bv[e]"}};
+std::string rw_text(std::string t, const std::vector<std::pair<std::string, std::string>>& subs) {
+  for (const auto& [marker, with] : subs) {
+    const size_t at = t.find(marker);
+    MINIGPT_CHECK(at != std::string::npos && t.find(marker, at + 1) == std::string::npos, "rows prelude: marker {} not once", marker);
+    t.replace(at, marker.size(), with);
+  }
+  return t;
+}
 const char* kPreludeQk = R"(// a score before its scale: q . k over dh (a multiple of 4) in e order, one FMA chain
 template <int DH>
 __device__ __forceinline__ float rw_dot_qk(const float* q, const float* k) {
@@ -137,74 +167,7 @@ __device__ __forceinline__ float rw_dot_qk(const float* q, const float* k) {
   return s;
 }
 )";
-// the default's: rw_dot fully unrolled for K <= 64 (kFull), rw_layernorm with its gain and bias
-// hoisted (kVarLnHoist), the attention's max by redux.sync (kVarRedux); bitwise the plain ones
-const char* kPreludeDot = R"(// sum over k in [0, K) of a[k] * w_j[k] for J weight rows side by side, k in order from 0, one FMA
-// chain each (a: a broadcast over the warp; w: 16-byte aligned). For K <= 64 the k loop is fully
-// unrolled, so the later float4 loads issue while the chain runs (K > 64: unrolled by 4); the same
-// FMAs in the same order either way
-template <int K, int J>
-__device__ __forceinline__ void rw_dot(const float* a, const float* const (&w)[J], float (&acc)[J]) {
-  constexpr int kUnroll = K <= 64 ? K / 4 : 4;
-#pragma unroll
-  for (int j = 0; j < J; ++j) acc[j] = 0.0f;
-#pragma unroll kUnroll
-  for (int k = 0; k < K; k += 4) {
-    const float4 av = *reinterpret_cast<const float4*>(a + k);
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-      const float4 wv = *reinterpret_cast<const float4*>(w[j] + k);
-      acc[j] = fmaf(av.x, wv.x, acc[j]);
-      acc[j] = fmaf(av.y, wv.y, acc[j]);
-      acc[j] = fmaf(av.z, wv.z, acc[j]);
-      acc[j] = fmaf(av.w, wv.w, acc[j]);
-    }
-  }
-}
-)";
-const char* kPreludeLn = R"(// LayerNorm of one row of C (a multiple of 16) by a half-warp (the calling warp; lanes 16..31
-// compute the same and write nothing): the statistics in double in one pass, a 16-lane butterfly,
-// the variance E[x^2] - mean^2 clamped at 0, 1/sigma a float rsqrtf. The gain and bias are loaded
-// WITH the row, before the statistics: loaded after them, each w[c], b[c] could wait for the
-// previous element's store wherever the compiler cannot tell out from w and b apart (here all are
-// constant offsets from one base, so it may already load them early; this does not rely on that)
-template <int C>
-__device__ __forceinline__ void rw_layernorm(const float* x, float* out, const float* w, const float* b, float eps) {
-  constexpr int E = C / 16;
-  const int sub = threadIdx.x & 15;
-  float v[E], wv[E], bv[E];
-  double dv[E];
-#pragma unroll
-  for (int e = 0; e < E; ++e) {
-    v[e] = x[sub + 16 * e];
-    wv[e] = w[sub + 16 * e];
-    bv[e] = b[sub + 16 * e];
-    dv[e] = v[e];
-  }
-  double s, q;
-  if constexpr (E == 4) {
-    s = (dv[0] + dv[1]) + (dv[2] + dv[3]);
-    q = fma(dv[0], dv[0], dv[1] * dv[1]) + fma(dv[2], dv[2], dv[3] * dv[3]);
-  } else {
-    s = 0.0; q = 0.0;
-#pragma unroll
-    for (int e = 0; e < E; ++e) { s += dv[e]; q = fma(dv[e], dv[e], q); }
-  }
-#pragma unroll
-  for (int off = 8; off > 0; off >>= 1) {
-    s += __shfl_xor_sync(RW_FULL, s, off);
-    q += __shfl_xor_sync(RW_FULL, q, off);
-  }
-  const double inv_c = 1.0 / static_cast<double>(C);
-  const double m = s * inv_c;
-  const double var = fmax(q * inv_c - m * m, 0.0);
-  const float mean = static_cast<float>(m), rstd = rsqrtf(static_cast<float>(var + static_cast<double>(eps)));
-  if ((threadIdx.x & 31) < 16) {
-#pragma unroll
-    for (int e = 0; e < E; ++e) out[sub + 16 * e] = (v[e] - mean) * rstd * wv[e] + bv[e];
-  }
-}
-)";
+// the default's: the attention's max by redux.sync (kVarRedux); bitwise the plain butterfly's
 const char* kPreludeMax = R"(// the warp's max of s by ONE redux.sync (where a butterfly takes 5 dependent shuffle + fmaxf
 // steps): the floats' bits mapped to ints in the floats' order (non-negative ones as they are,
 // negative ones with the magnitude bits flipped; -0 just below +0, either a max of 0 giving the same
@@ -1093,12 +1056,12 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
   src += "#define CUDART_INF_F __int_as_float(0x7f800000)\n";
   src += kPreludeBase;
   if (plain) {
-    src += kPreludeDotPlain;
-    src += kPreludeLnPlain;
+    src += rw_text(kPreludeDotText, kDotPlain);
+    src += rw_text(kPreludeLnText, kLnPlain);
     src += kPreludeQk;
   } else {
-    src += kPreludeDot;
-    src += kPreludeLn;
+    src += rw_text(kPreludeDotText, kDotDefault);
+    src += rw_text(kPreludeLnText, kLnDefault);
     src += kPreludeQk;
     src += kPreludeMax;
   }
