@@ -865,8 +865,8 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
             dots = fmt::format("    rw_dot<{}, {}>({}, {{{}}}, acc);\n", K, J, a, chains(J));
           } else {
             dots = fmt::format(
-                "    // the chains by warp (warp-uniform branches; each chain the same FMAs in the same order as with every\n"
-                "    // thread running all {}): warp w runs one chain per column of its first lane, ceil(({} - 32 w) / {}); a lane\n"
+                "    // the chains by warp (warp-uniform branches; each chain the same FMAs in the same order as when every\n"
+                "    // thread runs all {}): warp w runs one chain per column of its first lane, ceil(({} - 32 w) / {}); a lane\n"
                 "    // past the last column in a warp that runs a chain there reads a copy of its first row (not stored)\n",
                 J,
                 M, NT);
