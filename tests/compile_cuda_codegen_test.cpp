@@ -5,6 +5,7 @@
 #include "compile/capture.h"
 #include "compile/codegen_cuda_mega.h"
 #include "compile/codegen_cuda_rows.h"
+#include "compile/jit.h"
 #include "compile/passes/passes.h"
 #include "compile/lower_cuda.h"
 #include "compile_jit_test_util.h"
@@ -1120,6 +1121,20 @@ TEST(CompileCudaRows, DefaultTextCarriesTheHandWrittenKernelsVariantsAndPlainNon
   const std::regex prewait_then_barrier(R"(  rw_prewait<\d+, \d+>\(bars\);\s*\n  __syncthreads\(\);\n)");
   EXPECT_EQ(static_cast<size_t>(std::distance(std::sregex_iterator(code.begin(), code.end(), prewait_then_barrier), std::sregex_iterator())), matmuls)
       << "each right before a CTA barrier";
+  // ... and each waits for the pieces the stage after that barrier reads: its A is the next rw_slot<A>'s
+  const std::regex prewait_a(R"(  rw_prewait<(\d+), \d+>\(bars\);\s*\n  __syncthreads\(\);\n)");
+  size_t paired = 0;
+  for (auto it = std::sregex_iterator(code.begin(), code.end(), prewait_a); it != std::sregex_iterator(); ++it) {
+    const size_t after = static_cast<size_t>(it->position(0) + it->length(0));
+    const size_t slot = code.find("rw_slot<", after), next = code.find("rw_prewait<", after);
+    ASSERT_NE(slot, std::string::npos) << it->str(0);
+    EXPECT_LT(slot, next) << it->str(0) << ": no stage reads its slots before the next prewait";
+    const std::string want = fmt::format("rw_slot<{}>(", (*it)[1].str());
+    EXPECT_EQ(code.compare(slot, want.size(), want), 0)
+        << it->str(0) << " then " << code.substr(slot, 20);
+    ++paired;
+  }
+  EXPECT_EQ(paired, matmuls);
   EXPECT_EQ(count_of(code, "rw_piece(ring, bars, "), 0u);
   EXPECT_EQ(count_of(code, "rw_slot<48>(ring, "), 2u) << "lm_head's two columns per thread";
   EXPECT_TRUE(contains(code, "rw_prewait<48, 58>(bars);")) << "lm_head's 10 pieces";
@@ -1146,6 +1161,13 @@ TEST(CompileCudaRows, DefaultTextCarriesTheHandWrittenKernelsVariantsAndPlainNon
   EXPECT_TRUE(contains(plain_code, "#pragma unroll 4\n  for (int k = 0; k < K; k += 4)"));
   EXPECT_EQ(count_of(plain_code, "rw_refill(ring, bars, rw_image, "), matmuls);
   EXPECT_EQ(count_of(plain_code, "for (int k = 0; k < nk; ++k)"), static_cast<size_t>(L));
+  // rw_piece (a slot by a division and a wait) only in the plain text (the default's rw_slot, rw_piece_at)
+  EXPECT_TRUE(contains(plain_code, "const float* rw_piece(float* ring"));
+  EXPECT_FALSE(contains(code, "rw_piece("));
+  // the plain text pinned: the A/B baseline (rows-plain, the text before the default's changes) at
+  // the shipped (2, 16) cannot drift; a deliberate change to it updates this hash and says why
+  EXPECT_EQ(sha256_hex(plain), "6f93d857691bd48e00f0c426ccfb0348007d2fb8cf79993280c04a9ee14e7340")
+      << "rows-plain's text at the shipped (2, 16) changed";
   // a T of 5: the sum's butterfly over 8 lanes, 5 keys unrolled; T = 1: no butterfly
   const std::string t5 = code_only(lower_rows(capture_gpt(shipped, 3, 5)).code.source);
   EXPECT_EQ(count_of(t5, "for (int off = 4; off > 0; off >>= 1) sum +="), static_cast<size_t>(L));
@@ -1156,10 +1178,12 @@ TEST(CompileCudaRows, DefaultTextCarriesTheHandWrittenKernelsVariantsAndPlainNon
 }
 
 // The default text's head at other vocabularies (d_model 64): V = 300 (one column per thread, no
-// k-slices: the softmax fused, no chains to split; warps 10..15 partly or wholly without a column),
+// k-slices: the softmax fused, no chains to split; warp 9 partly, 10..15 wholly without a column),
 // V = 660 (warps 0..4 two chains: warp 4 holds columns 640..671, 640..659 its second ones; warps
 // 5..15 one), the tiny model's V = 50 (lm_head in k-slices: neither, the softmax its own stage).
-// Each text compiles for sm_90a (NVRTC, where built with it).
+// d_model 96, V = 200: a stage whose pieces' copies are not all in flight at the barrier before it
+// (its threads wait themselves: rw_piece_at); d_model 32, V = 1100: three chains in warps 0..2, two
+// in warps 3..15 (the last branch a plain else). Each text compiles for sm_90a (NVRTC, where built with it).
 TEST(CompileCudaRows, HeadSplitsItsChainsByWarpAndFusesTheSoftmax) {
   ModelConfig v300, v660;
   v300.vocab_size = 300;
@@ -1178,8 +1202,23 @@ TEST(CompileCudaRows, HeadSplitsItsChainsByWarpAndFusesTheSoftmax) {
   const std::string t = code_only(lower_rows(capture_gpt(compile_tiny_config(), 2, 16)).code.source);
   EXPECT_TRUE(contains(t, "const float* in = sm + ")) << "lm_head in k-slices: the softmax its own stage";
   EXPECT_FALSE(contains(t, "lg[j]"));
+  ModelConfig d96, d32;
+  d96.d_model = 96;
+  d96.vocab_size = 200;
+  d32.d_model = 32;
+  d32.vocab_size = 1100;
+  const CudaLowered l96 = lower_rows(capture_gpt(d96, 2, 16)), l32 = lower_rows(capture_gpt(d32, 2, 16));
+  ASSERT_EQ(l96.code.launches.size(), 1u) << l96.note;
+  ASSERT_EQ(l32.code.launches.size(), 1u) << l32.note;
+  const std::string& c96 = l96.code.source;
+  const std::string& c32 = l32.code.source;
+  EXPECT_TRUE(contains(code_only(c96), "rw_piece_at<")) << "a stage whose threads wait on the mbarriers";
+  EXPECT_TRUE(contains(c32, "    if (warp < 3) {  // warps 0..2: 3 chains\n      rw_dot<32, 3>(sm + "));
+  EXPECT_TRUE(contains(c32, "    } else {  // warps 3..15: 2 chains\n      float a2[2];\n      rw_dot<32, 2>(sm + "));
+  EXPECT_FALSE(contains(c32, "} else if (warp < 16)")) << "every warp left: a plain else";
+  EXPECT_TRUE(contains(code_only(c32), "lg[2] = v; mx = fmaxf(mx, v);")) << "the softmax fused";
 #ifdef MINIGPT_HAVE_CUDA_COMPILE
-  for (const std::string* src : {&a, &b}) {
+  for (const std::string* src : {&a, &b, &c96, &c32}) {
     std::string ptx;
     ASSERT_NO_THROW(ptx = nvrtc_compile_ptx(*src, "compute_90a", "head")) << src->substr(0, 80);
     EXPECT_TRUE(contains(ptx, ".entry cuda_rows_forward("));
@@ -1236,7 +1275,11 @@ TEST(CompileCudaRows, TraceStampsEveryStageAndTheUntracedTextHasNone) {
       if (g.nodes.size() == capture_gpt(shipped, 2, 16).nodes.size()) {
         EXPECT_EQ(t.code.trace_stages[3], "matmul -> blocks.0.attn.qkv.out");
         EXPECT_EQ(t.code.trace_stages[4], "attention -> blocks.0.attn.out");
-        EXPECT_EQ(t.code.trace_stages.back(), "softmax -> probs");
+        // where a stage's work is: stage 0 during the start; the default's softmax in lm_head's stage
+        EXPECT_EQ(t.code.trace_stages[1], "embedding pos_embedding add -> embed.out (in the start)");
+        EXPECT_EQ(t.code.trace_stages[S - 1], plain ? "matmul -> logits" : "matmul softmax -> logits, probs");
+        EXPECT_EQ(t.code.trace_stages.back(), plain ? "softmax -> probs" : fmt::format("softmax -> probs (fused into stage {})", S - 2));
+        EXPECT_EQ(contains(t.code.source, fmt::format("//   stage {}: softmax   softmax -> probs (1, 611) (fused into stage {})\n", S - 1, S - 2)), !plain);
       }
       // without the trace's lines, the traced text is the timed one
       std::string stripped, line;

@@ -124,7 +124,8 @@ void explain(compile::CudaCompiledGraph& cg, int runs) {
     for (size_t i = 0; i < tr.cycles.size(); ++i)
       fmt::print("| {}{} | {} | {:.1f}% |\n", i == 0 ? std::string() : fmt::format("stage {}: ", i - 1), tr.stages[i], tr.cycles[i],
                  100.0 * static_cast<double>(tr.cycles[i]) / static_cast<double>(std::max(tr.total_cycles, 1LL)));
-    fmt::print("TRACE total {} cycles over {} intervals = {:.2f} us by %globaltimer ({:.2f} GHz); the kernel timed above {:.2f} us; "
+    fmt::print("TRACE total {} cycles over {} intervals = {:.2f} us by %globaltimer (~{:.2f} GHz: approximate, at %globaltimer's resolution); "
+               "the kernel timed above {:.2f} us; "
                "outputs bitwise unchanged by the traced launches: {}\n",
                tr.total_cycles, tr.cycles.size(), tr.total_ns * 1e-3, tr.total_ns > 0 ? static_cast<double>(tr.total_cycles) / tr.total_ns : 0.0,
                kernel_us, tr.outputs_same ? "yes" : "NO");

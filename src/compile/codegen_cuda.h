@@ -222,8 +222,10 @@ struct CudaCodegenOptions {
   // shorter chains, other sums' order (within the CPU tolerance, not bitwise the hand-written's).
   int rows_slice_threads = 256;
   // With rows: the rows form's text before the ports of the hand-written kernel's variants
-  // (codegen_cuda_rows.h: hoisted LayerNorm loads, redux max, unrolled key and k loops, prewait and
-  // division-free slots), for A/B on the GPU ("rows-plain"); the same values, bitwise.
+  // (codegen_cuda_rows.h: hoisted LayerNorm loads, redux max, unrolled key and k loops, prewait
+  // where the pieces' copies are in flight, division-free slots) and before the head's changes
+  // (lm_head's chains split by warp, the softmax fused into lm_head's stage), for A/B on the GPU
+  // ("rows-plain"; its (2, 16) text pinned by a test); the same values, bitwise.
   bool rows_plain = false;
   // With rows: the stage trace (a measuring aid, never the timed text; CudaCompiledGraph::
   // trace_rows builds it apart, --explain prints it): thread 0 of the last CTA of cluster 0 (the

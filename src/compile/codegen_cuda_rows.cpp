@@ -68,13 +68,15 @@ __device__ __forceinline__ float rw_gelu(float x) {
   return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f));
 }
 )";
-const char* kPreludeDotPlain = R"(// sum over k in [0, K) of a[k] * w_j[k] for J weight rows side by side, k in order from 0, one FMA
-// chain each (a: a broadcast over the warp; w: 16-byte aligned)
+// rw_dot, both texts from one: the plain text's k loop unrolled by 4; the default's fully for
+// K <= 64 (kFull). rw_text substitutes the @NAME@ markers.
+const char* kPreludeDotText = R"(// sum over k in [0, K) of a[k] * w_j[k] for J weight rows side by side, k in order from 0, one FMA
+// chain each (a: a broadcast over the warp; w: 16-byte aligned)@DOC@
 template <int K, int J>
 __device__ __forceinline__ void rw_dot(const float* a, const float* const (&w)[J], float (&acc)[J]) {
-#pragma unroll
+@DECL@#pragma unroll
   for (int j = 0; j < J; ++j) acc[j] = 0.0f;
-#pragma unroll 4
+#pragma unroll @UNROLL@
   for (int k = 0; k < K; k += 4) {
     const float4 av = *reinterpret_cast<const float4*>(a + k);
 #pragma unroll
@@ -88,18 +90,25 @@ __device__ __forceinline__ void rw_dot(const float* a, const float* const (&w)[J
   }
 }
 )";
-const char* kPreludeLnPlain = R"(// LayerNorm of one row of C (a multiple of 16) by a half-warp (the calling warp; lanes 16..31
+const std::vector<std::pair<std::string, std::string>> kDotPlain = {{"@DOC@", ""}, {"@DECL@", ""}, {"@UNROLL@", "4"}};
+const std::vector<std::pair<std::string, std::string>> kDotDefault = {
+    {"@DOC@", ". For K <= 64 the k loop is fully\n"
+              "// unrolled, so the later float4 loads issue while the chain runs (K > 64: unrolled by 4); the same\n"
+              "// FMAs in the same order either way"},
+    {"@DECL@", "  constexpr int kUnroll = K <= 64 ? K / 4 : 4;\n"},
+    {"@UNROLL@", "kUnroll"}};
+// rw_layernorm, both texts from one: the default's gain and bias loaded with the row (kVarLnHoist)
+const char* kPreludeLnText = R"(// LayerNorm of one row of C (a multiple of 16) by a half-warp (the calling warp; lanes 16..31
 // compute the same and write nothing): the statistics in double in one pass, a 16-lane butterfly,
-// the variance E[x^2] - mean^2 clamped at 0, 1/sigma a float rsqrtf (gpt_mega_parts.cuh's
-// layernorm_rows_t and row_stats, the same arithmetic)
+// the variance E[x^2] - mean^2 clamped at 0, 1/sigma a float rsqrtf@DOC@
 template <int C>
 __device__ __forceinline__ void rw_layernorm(const float* x, float* out, const float* w, const float* b, float eps) {
   constexpr int E = C / 16;
   const int sub = threadIdx.x & 15;
-  float v[E];
+  float v[E]@REGS@;
   double dv[E];
 #pragma unroll
-  for (int e = 0; e < E; ++e) { v[e] = x[sub + 16 * e]; dv[e] = v[e]; }
+  for (int e = 0; e < E; ++e) @LOAD@
   double s, q;
   if constexpr (E == 4) {
     s = (dv[0] + dv[1]) + (dv[2] + dv[3]);
@@ -120,10 +129,31 @@ __device__ __forceinline__ void rw_layernorm(const float* x, float* out, const f
   const float mean = static_cast<float>(m), rstd = rsqrtf(static_cast<float>(var + static_cast<double>(eps)));
   if ((threadIdx.x & 31) < 16) {
 #pragma unroll
-    for (int e = 0; e < E; ++e) out[sub + 16 * e] = (v[e] - mean) * rstd * w[sub + 16 * e] + b[sub + 16 * e];
+    for (int e = 0; e < E; ++e) out[sub + 16 * e] = (v[e] - mean) * rstd * @WB@;
   }
 }
 )";
+const std::vector<std::pair<std::string, std::string>> kLnPlain = {
+    {"@DOC@", " (gpt_mega_parts.cuh's\n// layernorm_rows_t and row_stats, the same arithmetic)"},
+    {"@REGS@", ""},
+    {"@LOAD@", "{ v[e] = x[sub + 16 * e]; dv[e] = v[e]; }"},
+    {"@WB@", "w[sub + 16 * e] + b[sub + 16 * e]"}};
+const std::vector<std::pair<std::string, std::string>> kLnDefault = {
+    {"@DOC@", ". The gain and bias are loaded\n"
+              "// WITH the row, before the statistics: loaded after them, each w[c], b[c] could wait for the\n"
+              "// previous element's store wherever the compiler cannot tell out from w and b apart (here all are\n"
+              "// constant offsets from one base, so it may already load them early; this does not rely on that)"},
+    {"@REGS@", ", wv[E], bv[E]"},
+    {"@LOAD@", "{\n    v[e] = x[sub + 16 * e];\n    wv[e] = w[sub + 16 * e];\n    bv[e] = b[sub + 16 * e];\n    dv[e] = v[e];\n  }"},
+    {"@WB@", "wv[e] + bv[e]"}};
+std::string rw_text(std::string t, const std::vector<std::pair<std::string, std::string>>& subs) {
+  for (const auto& [marker, with] : subs) {
+    const size_t at = t.find(marker);
+    MINIGPT_CHECK(at != std::string::npos && t.find(marker, at + 1) == std::string::npos, "rows prelude: marker {} not once", marker);
+    t.replace(at, marker.size(), with);
+  }
+  return t;
+}
 const char* kPreludeQk = R"(// a score before its scale: q . k over dh (a multiple of 4) in e order, one FMA chain
 template <int DH>
 __device__ __forceinline__ float rw_dot_qk(const float* q, const float* k) {
@@ -137,76 +167,7 @@ __device__ __forceinline__ float rw_dot_qk(const float* q, const float* k) {
   return s;
 }
 )";
-// the default's: rw_dot fully unrolled for K <= 64 (kFull), rw_layernorm with its gain and bias
-// hoisted (kVarLnHoist), the attention's max by redux.sync (kVarRedux); bitwise the plain ones
-const char* kPreludeDot = R"(// sum over k in [0, K) of a[k] * w_j[k] for J weight rows side by side, k in order from 0, one FMA
-// chain each (a: a broadcast over the warp; w: 16-byte aligned). For K <= 64 the k loop is fully
-// unrolled, so the later float4 loads issue while the chain runs (unrolled by 4, each 4 steps'
-// loads waited for the previous chain); the same FMAs in the same order
-template <int K, int J>
-__device__ __forceinline__ void rw_dot(const float* a, const float* const (&w)[J], float (&acc)[J]) {
-  constexpr int kUnroll = K <= 64 ? K / 4 : 4;
-#pragma unroll
-  for (int j = 0; j < J; ++j) acc[j] = 0.0f;
-#pragma unroll kUnroll
-  for (int k = 0; k < K; k += 4) {
-    const float4 av = *reinterpret_cast<const float4*>(a + k);
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-      const float4 wv = *reinterpret_cast<const float4*>(w[j] + k);
-      acc[j] = fmaf(av.x, wv.x, acc[j]);
-      acc[j] = fmaf(av.y, wv.y, acc[j]);
-      acc[j] = fmaf(av.z, wv.z, acc[j]);
-      acc[j] = fmaf(av.w, wv.w, acc[j]);
-    }
-  }
-}
-)";
-const char* kPreludeLn = R"(// LayerNorm of one row of C (a multiple of 16) by a half-warp (the calling warp; lanes 16..31
-// compute the same and write nothing): the statistics in double in one pass, a 16-lane butterfly,
-// the variance E[x^2] - mean^2 clamped at 0, 1/sigma a float rsqrtf (gpt_mega_parts.cuh's
-// row_stats, the same arithmetic). The gain and bias are loaded WITH the row, before the
-// statistics: loaded after them, each w[c], b[c] may wait for the previous element's store where
-// the compiler cannot tell the pointers apart (the hand-written kernel's case; here the offsets
-// are constants from one base, and the plain text's sm_90a code already loads them early: this
-// keeps it so without relying on that)
-template <int C>
-__device__ __forceinline__ void rw_layernorm(const float* x, float* out, const float* w, const float* b, float eps) {
-  constexpr int E = C / 16;
-  const int sub = threadIdx.x & 15;
-  float v[E], wv[E], bv[E];
-  double dv[E];
-#pragma unroll
-  for (int e = 0; e < E; ++e) {
-    v[e] = x[sub + 16 * e];
-    wv[e] = w[sub + 16 * e];
-    bv[e] = b[sub + 16 * e];
-    dv[e] = v[e];
-  }
-  double s, q;
-  if constexpr (E == 4) {
-    s = (dv[0] + dv[1]) + (dv[2] + dv[3]);
-    q = fma(dv[0], dv[0], dv[1] * dv[1]) + fma(dv[2], dv[2], dv[3] * dv[3]);
-  } else {
-    s = 0.0; q = 0.0;
-#pragma unroll
-    for (int e = 0; e < E; ++e) { s += dv[e]; q = fma(dv[e], dv[e], q); }
-  }
-#pragma unroll
-  for (int off = 8; off > 0; off >>= 1) {
-    s += __shfl_xor_sync(RW_FULL, s, off);
-    q += __shfl_xor_sync(RW_FULL, q, off);
-  }
-  const double inv_c = 1.0 / static_cast<double>(C);
-  const double m = s * inv_c;
-  const double var = fmax(q * inv_c - m * m, 0.0);
-  const float mean = static_cast<float>(m), rstd = rsqrtf(static_cast<float>(var + static_cast<double>(eps)));
-  if ((threadIdx.x & 31) < 16) {
-#pragma unroll
-    for (int e = 0; e < E; ++e) out[sub + 16 * e] = (v[e] - mean) * rstd * wv[e] + bv[e];
-  }
-}
-)";
+// the default's: the attention's max by redux.sync (kVarRedux); bitwise the plain butterfly's
 const char* kPreludeMax = R"(// the warp's max of s by ONE redux.sync (where a butterfly takes 5 dependent shuffle + fmaxf
 // steps): the floats' bits mapped to ints in the floats' order (non-negative ones as they are,
 // negative ones with the magnitude bits flipped; -0 just below +0, either a max of 0 giving the same
@@ -697,7 +658,19 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
     std::string s;
     if (buf.count(t)) s += fmt::format("sm[{} + {}] = {}; ", buf.at(t), idx, v);
     if (g.is_graph_output(t)) s += fmt::format("{}[row * {} + {}] = {};", pname[t], g.tensor(t).cols(), idx, v);
+    if (!plain && s.ends_with(' ')) s.pop_back();  // (the plain text keeps its trailing space: rows-plain's text is pinned)
     return s;
+  };
+  // a softmax's end, its own stage's and the fused head's (the same arithmetic): the warp's sum of
+  // exp by a butterfly, the warps' sums in warp order, then ev[j] / total stored to tensor t's row
+  // (columns tid + j NT, j < J, where < C); `in` the lines' indent (fused: the head's loop unrolled)
+  auto softmax_end = [&](const std::string& in, bool fused, int J, int64_t C, int t) {
+    std::string r = in + "for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(RW_FULL, sum, off);\n";
+    r += fmt::format("{0}if (lane == 0) sm[{1} + warp] = sum;\n{0}__syncthreads();\n{0}float total = sm[{1}];\n{0}for (int w = 1; w < {2}; ++w) total += sm[{1} + w];{3}\n",
+                     in, red + NW, NW, fused ? "  // the row's sum of exp, in warp order" : "");
+    r += fmt::format("{1}{0}for (int j = 0; j < {2}; ++j) {{\n{0}  const int c = tid + j * {3};\n{0}  if (c < {4}) {{ const float v = ev[j] / total; {5} }}\n{0}}}\n",
+                     in, fused ? "#pragma unroll\n" : "", J, NT, C, store_out(t, "c", "v"));
+    return r;
   };
   bool small_waited = false;
   auto wait_small = [&](std::string& b) {
@@ -711,7 +684,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
   // matmul stages the last warp's waits before their preceding barrier cover (the default form:
   // "prewait", gpt_mega_rows.cu's kVarPrewait). A stage's pieces can be waited for there only once
   // their copies were issued before that point (else the wait would never end: the last warp itself
-  // issues them, later); where not, its threads wait on the mbarriers themselves (rw_piece).
+  // issues them, later); where not, its threads wait on the mbarriers themselves (rw_piece_at).
   int issued = std::min(ns, pieces);
   std::vector<bool> prewaited(p.stages.size(), false);
   // the CTA barrier closing stage s (every stage's closing barrier is at the stage's top level): in
@@ -772,6 +745,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
     }
     std::string b;
     int64_t flops = 0, wbytes = 0;
+    const bool fused_into_previous = s > 0 && fuses_softmax(s - 1);  // a softmax computed by the matmul stage before it
     switch (st.kind) {
       case RowsStage::Kind::Pointwise: {
         flops = static_cast<int64_t>(st.nodes.size()) * to.cols();
@@ -891,16 +865,19 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
             dots = fmt::format("    rw_dot<{}, {}>({}, {{{}}}, acc);\n", K, J, a, chains(J));
           } else {
             dots = fmt::format(
-                "    // the chains by warp (gpt_mega_rows.cu's kVarLmOne; warp-uniform branches, each chain's FMAs as before):\n"
-                "    // warp w runs one chain per column of its first lane, ceil(({} - 32 w) / {}); a lane past the last\n"
-                "    // column in a warp that runs a chain there reads a copy of its first row (not stored)\n",
+                "    // the chains by warp (warp-uniform branches; each chain the same FMAs in the same order as when every\n"
+                "    // thread runs all {}): warp w runs one chain per column of its first lane, ceil(({} - 32 w) / {}); a lane\n"
+                "    // past the last column in a warp that runs a chain there reads a copy of its first row (not stored)\n",
+                J,
                 M, NT);
             bool first = true;
             for (int c = J; c >= 1; --c) {
               const int64_t lo = hi[static_cast<size_t>(c) + 1], up = hi[static_cast<size_t>(c)];
               if (up <= lo) continue;
               const std::string what = fmt::format("warps {}..{}: {} chain{}", lo, up - 1, c, c > 1 ? "s" : "");
-              dots += fmt::format("    {}{}{{  // {}\n", first ? "" : "} else ", c == 1 ? std::string() : fmt::format("if (warp < {}) ", up), what);
+              // (warps [0, NW) are all there are: a last branch up to NW is a plain else)
+              const bool all = c == 1 || (!first && up >= NW);
+              dots += fmt::format("    {}{}{{  // {}\n", first ? "" : "} else ", all ? std::string() : fmt::format("if (warp < {}) ", up), what);
               first = false;
               if (c == J) {
                 dots += fmt::format("      rw_dot<{}, {}>({}, {{{}}}, acc);\n", K, J, a, chains(J));
@@ -931,8 +908,9 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
             const int sm_out = g.nodes[static_cast<size_t>(sx.node)].output;
             b += fmt::format(
                 "  //   with stage {}'s softmax -> '{}' fused in (its only reader): the logits stay in registers (stored to\n"
-                "  //   global at once), the softmax's max and sum over the CTA as rows-plain's softmax stage computes them, in\n"
-                "  //   the same order (the same bits), without the logits' round trip through shared memory and its CTA barrier\n",
+                "  //   global at once); the max is exact in any order; exp, sum and division in column order and the warps'\n"
+                "  //   values in warp order, as a separate softmax stage does them (the same bits), without the logits' round\n"
+                "  //   trip through shared memory and its CTA barrier\n",
                 s + 1, g.tensor(sm_out).name);
             b += fmt::format("  float lg[{}];                // this thread's logits: column tid + {} j for j < {} (where < {})\n", J, NT, J, M);
             b += "  float mx = -CUDART_INF_F;   // their max\n";
@@ -952,12 +930,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
             b += fmt::format("  float ev[{}], sum = 0.0f;\n#pragma unroll\n"
                              "  for (int j = 0; j < {}; ++j) {{ ev[j] = tid + j * {} < {} ? expf(lg[j] - mx) : 0.0f; sum += ev[j]; }}\n",
                              J, J, NT, M);
-            b += "  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(RW_FULL, sum, off);\n";
-            b += fmt::format("  if (lane == 0) sm[{} + warp] = sum;\n  __syncthreads();\n  float total = sm[{}];\n"
-                             "  for (int w = 1; w < {}; ++w) total += sm[{} + w];  // the row's sum of exp, in warp order\n",
-                             red + NW, red + NW, NW, red + NW);
-            b += fmt::format("#pragma unroll\n  for (int j = 0; j < {}; ++j) {{\n    const int c = tid + j * {};\n    if (c < {}) {{ const float v = ev[j] / total; {} }}\n  }}\n",
-                             J, NT, M, store_out(sm_out, "c", "v"));
+            b += softmax_end("  ", true, J, M, sm_out);
             if (buf.count(sm_out)) b += close(s + 1);
           }
         }
@@ -1001,14 +974,14 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
                              W, p.T, W / 2);
           b += "    const float pr = ex * (1.0f / sum);\n    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);\n";
           b += fmt::format(
-              "    // att = probabilities times v in key order, over the {} keys of the longest row, unrolled: every key's\n"
+              "    // att = probabilities times v in key order, over the {} of the longest row, unrolled: every key's\n"
               "    // shuffle and v load unconditional (row min(k, nk - 1), a row that is there), only its FMAs under k < nk,\n"
               "    // so the loads issue ahead of the chain (lanes >= {} compute columns they do not store)\n"
               "#pragma unroll\n    for (int k = 0; k < {}; ++k) {{\n      const float pk = __shfl_sync(RW_FULL, pr, k);\n"
               "      const float4 vv = *reinterpret_cast<const float4*>(sm + {} + min(k, nk - 1) * {} + e);\n"
               "      if (k < nk) {{\n"
               "        acc.x = fmaf(pk, vv.x, acc.x); acc.y = fmaf(pk, vv.y, acc.y); acc.z = fmaf(pk, vv.z, acc.z); acc.w = fmaf(pk, vv.w, acc.w);\n      }}\n    }}\n",
-              p.T, dh / 4, p.T, vs, ldk);
+              p.T == 1 ? std::string("1 key") : fmt::format("{} keys", p.T), dh / 4, p.T, vs, ldk);
         }
         b += fmt::format("    if (lane < {}) *reinterpret_cast<float4*>(sm + {} + e) = acc;\n  }}\n", dh / 4, buf.at(out));
         b += close(s);
@@ -1020,7 +993,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
         const int64_t C = to.cols();
         const int J = static_cast<int>((C + NT - 1) / NT);
         flops = 4 * C;
-        if (s > 0 && fuses_softmax(s - 1)) {  // computed by the matmul stage before it, on its registers
+        if (fused_into_previous) {  // computed by the matmul stage before it, on its registers
           b += fmt::format("  // stage {}: softmax over (1, {}) -> '{}'; {} FLOPs per row; source: {}: fused into stage {} above\n", s, C,
                            to.name, flops, srcs, s - 1);
           break;
@@ -1035,28 +1008,38 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
                    : "    mx = rw_warp_max(mx);  // the warp's max: one redux.sync (exact)\n";
         b += fmt::format("    if (lane == 0) sm[{} + warp] = mx;\n    __syncthreads();\n    mx = sm[{}];\n    for (int w = 1; w < {}; ++w) mx = fmaxf(mx, sm[{} + w]);\n", red, red, NW, red);
         b += fmt::format("    for (int j = 0; j < {}; ++j) {{ ev[j] = tid + j * {} < {} ? expf(in[tid + j * {}] - mx) : 0.0f; sum += ev[j]; }}\n", J, NT, C, NT);
-        b += "    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(RW_FULL, sum, off);\n";
-        b += fmt::format("    if (lane == 0) sm[{} + warp] = sum;\n    __syncthreads();\n    float total = sm[{}];\n    for (int w = 1; w < {}; ++w) total += sm[{} + w];\n",
-                         red + NW, red + NW, NW, red + NW);
-        b += fmt::format("    for (int j = 0; j < {}; ++j) {{\n      const int c = tid + j * {};\n      if (c < {}) {{ const float v = ev[j] / total; {} }}\n    }}\n  }}\n", J,
-                         NT, C, store_out(out, "c", "v"));
+        b += softmax_end("    ", false, J, C, out) + "  }\n";
         if (buf.count(out)) b += close(s);
         break;
       }
     }
     total_flops += flops;
     total_wbytes += wbytes;
-    plan += fmt::format("//   stage {:2}: {:<9} {} -> {} {}{}\n", s,
+    plan += fmt::format("//   stage {:2}: {:<9} {} -> {} {}{}{}\n", s,
                         st.kind == RowsStage::Kind::Matmul      ? "matmul"
                         : st.kind == RowsStage::Kind::LayerNorm ? "layernorm"
                         : st.kind == RowsStage::Kind::Attention ? "attention"
                         : st.kind == RowsStage::Kind::Softmax   ? "softmax"
                                                                 : "pointwise",
                         ops, to.name, shape_text({1, to.cols()}),
-                        st.kind == RowsStage::Kind::Matmul ? fmt::format(", pieces [{}, {})", st.first_piece, st.first_piece + st.pieces) : "");
+                        st.kind == RowsStage::Kind::Matmul ? fmt::format(", pieces [{}, {})", st.first_piece, st.first_piece + st.pieces) : "",
+                        fused_into_previous ? fmt::format(" (fused into stage {})", s - 1) : "");
     body += "  {\n" + b + "  }\n";
     if (trace) {  // (one line per stage: its interval ends here, after the stage's closing barrier)
-      code.trace_stages.push_back(fmt::format("{} -> {}", ops, to.name));
+      // the names say where a stage's work is: stage 0's during the start (warps 1..), a fused
+      // softmax's in the matmul stage before it (its own interval: two adjacent stamps)
+      std::string name = fmt::format("{} -> {}", ops, to.name);
+      if (fuses_softmax(s)) {
+        const RowsStage& sx = p.stages[s + 1];
+        std::string sx_ops;
+        for (int k : sx.nodes) sx_ops += fmt::format(" {}", op_name(g.nodes[static_cast<size_t>(k)].op));
+        name = fmt::format("{}{} -> {}, {}", ops, sx_ops, to.name, g.tensor(g.nodes[static_cast<size_t>(sx.node)].output).name);
+      } else if (fused_into_previous) {
+        name += fmt::format(" (fused into stage {})", s - 1);
+      } else if (s == 0 && !overlap0.empty()) {
+        name += " (in the start)";
+      }
+      code.trace_stages.push_back(name);
       body += fmt::format("  if (rw_tracer) rw_trace[{}] = clock64();  // trace: stage {} ({}) done\n", s + 2, s, code.trace_stages.back());
     }
   }
@@ -1064,19 +1047,21 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
   // ---- the kernel ----
   std::string src = fmt::format("// graph {} ({}): the rows form (codegen_cuda_rows.h)\n", g.name, code.graph_hash);
   if (!plain)
-    src += "// (its default text: the hand-written gpt_mega_rows.cu's variants ported, the same values bitwise as the\n"
-           "// plain text, MINIGPT_CUDA_VARIANT=rows-plain: the LayerNorm's gain and bias loaded with the row, the\n"
-           "// attention's max by redux.sync and its key loop unrolled, rw_dot's k loop unrolled, every matmul's\n"
-           "// pieces waited for by the last warp before the barrier preceding it, ring slots without divisions)\n";
+    src += "// (its default text, the same values bitwise as the plain text, MINIGPT_CUDA_VARIANT=rows-plain: the\n"
+           "// LayerNorm's gain and bias loaded with the row, the attention's max by redux.sync and its key loop\n"
+           "// unrolled, rw_dot's k loop unrolled, a matmul's pieces waited for by the last warp before the barrier\n"
+           "// preceding it where their copies are in flight there, ring slots without divisions; a matmul of more\n"
+           "// than one chain per thread runs its chains by warp, and the softmax reading only the logits is fused\n"
+           "// into their matmul stage)\n";
   src += "#define CUDART_INF_F __int_as_float(0x7f800000)\n";
   src += kPreludeBase;
   if (plain) {
-    src += kPreludeDotPlain;
-    src += kPreludeLnPlain;
+    src += rw_text(kPreludeDotText, kDotPlain);
+    src += rw_text(kPreludeLnText, kLnPlain);
     src += kPreludeQk;
   } else {
-    src += kPreludeDot;
-    src += kPreludeLn;
+    src += rw_text(kPreludeDotText, kDotDefault);
+    src += rw_text(kPreludeLnText, kLnDefault);
     src += kPreludeQk;
     src += kPreludeMax;
   }
@@ -1096,14 +1081,14 @@ __device__ __forceinline__ void rw_issue(float* ring, unsigned long long* bars, 
   rw_expect(bar, bytes);
   rw_bulk(ring + (i % kNs) * kSlot, img + rw_piece_off[i], bytes, bar);
 }
-// piece i's slot, once it has landed (phase (i / kNs) & 1 of the slot's mbarrier)
+)";
+  if (plain)  // (the default text has rw_slot and rw_piece_at instead of rw_piece, below)
+    src += R"(// piece i's slot, once it has landed (phase (i / kNs) & 1 of the slot's mbarrier)
 __device__ __forceinline__ const float* rw_piece(float* ring, unsigned long long* bars, int i) {
   rw_wait(&bars[i % kNs], static_cast<unsigned>((i / kNs) & 1));
   return ring + (i % kNs) * kSlot;
 }
-)";
-  if (plain)
-    src += R"(// every thread, after the CTA barrier that ends the reads of pieces [a, b): their slots take the
+// every thread, after the CTA barrier that ends the reads of pieces [a, b): their slots take the
 // pieces kNs later, a copy per lane of the last warp
 __device__ __forceinline__ void rw_refill(float* ring, unsigned long long* bars, const float* img, int a, int b) {
   const int k = static_cast<int>(threadIdx.x) - )" +
@@ -1114,12 +1099,12 @@ __device__ __forceinline__ void rw_refill(float* ring, unsigned long long* bars,
   else
     src += R"(// The stages' pieces [A, B) (B - A <= kNs <= 32): A is a compile-time constant, so slot A % kNs and
 // copy number A / kNs are constants and piece A + j's slot takes one compare (j < kNs), no division
-// at run time (gpt_mega_rows.cu's kVarSlots; a division by kNs is a dozen instructions on the GEMM
-// threads' path after every barrier).
+// at run time (a division by kNs is a dozen instructions on the GEMM threads' path after every
+// barrier).
 // Lane j of the last warp, before the CTA barrier preceding the stage that reads pieces [A, B):
-// waits for piece A + j to land (gpt_mega_rows.cu's prewait). An mbarrier wait that returns makes
-// the bulk copy's bytes visible to the waiting thread, and the barrier orders them before every
-// other thread's reads after it: the stage's threads read their slots at once (rw_slot).
+// waits for piece A + j to land. An mbarrier wait that returns makes the bulk copy's bytes visible
+// to the waiting thread, and the barrier orders them before every other thread's reads after it:
+// the stage's threads read their slots at once (rw_slot), none waiting on an mbarrier.
 template <int A, int B>
 __device__ __forceinline__ void rw_prewait(unsigned long long* bars) {
   const int j = static_cast<int>(threadIdx.x) - )" +

@@ -63,9 +63,11 @@
 //   - rw_dot's k loop fully unrolled for K <= 64 (dot64's kFull): the later float4 loads issue
 //     while the FMA chain runs;
 //   - prewait and slots (kVarPrewait, kVarSlots): before the CTA barrier preceding a matmul stage,
-//     lane j of the last warp waits for the stage's piece j (rw_prewait); the GEMM threads then
-//     read their slots without an mbarrier wait and without a division (rw_slot: the stage's first
-//     piece is a compile-time constant); the refills likewise (rw_refill<A, B>);
+//     lane j of the last warp waits for the stage's piece j (rw_prewait) where the stage's pieces'
+//     copies are all in flight by then (else the stage's threads wait themselves, rw_piece_at: the
+//     d_model 96 head); the GEMM threads then read their slots without an mbarrier wait and
+//     without a division (rw_slot: the stage's first piece is a compile-time constant); the
+//     refills likewise (rw_refill<A, B>);
 //   - the head (issue 15, gen15c): a one-chain-per-output matmul of more outputs than threads
 //     (lm_head at V 611: two chains) runs, per warp, as many chains as its first lane has columns
 //     (warp-uniform branches: warps 0..3 two, 4..15 one; gpt_mega_rows.cu's kVarLmOne, measured
@@ -88,6 +90,9 @@
 // (after its closing barrier and refill), and %globaltimer at both ends; the runner reads them by
 // name (cuModuleGetGlobal). A text and cubin of their own: the timed text is the untraced one,
 // byte for byte (gpt_mega_rows.cu's MINIGPT_MEGA_TRACE is the hand-written kernel's counterpart).
+// The intervals' names say where the work is: stage 0's "(in the start)" (warps 1.. compute it
+// during the start), the fused head's "matmul softmax -> logits, probs" and the softmax stage after
+// it "(fused into stage s)" (its interval two adjacent stamps).
 //
 // What it does not do: the decode step (a KV cache is not row-local: refused), more than one row
 // per CTA, compile or launch (cuda/runner_cuda.cpp packs the image into the arena once and

@@ -239,6 +239,18 @@ int device_cc_major() {
   return major;
 }
 
+// A generated text's cubin (the JIT's cache, else NVRTC): the timed text's (build) and the rows
+// form's traced one (trace_rows), keyed by the generator's version, the graph's hash and `what`
+// (the variant; the trace's adds " trace")
+CudaBinary jit_text(const CudaCode& code, const std::string& what, const std::string& name, const std::filesystem::path& cache_dir) {
+  CudaJitRequest req;
+  req.source = code.source;
+  req.key_extra = fmt::format("codegen_cuda v{} graph {} {}", kCodegenCudaVersion, code.graph_hash, what);
+  req.name = name;
+  req.cache_dir = cache_dir;
+  return cuda_jit_compile(req);
+}
+
 }  // namespace
 
 class CudaModule {
@@ -496,12 +508,7 @@ void CudaCompiledGraph::build(const CudaCompileOptions& opt, const CudaCodegenOp
   }
   if (!lowered_.note.empty() && stats_.why.find(lowered_.note) == std::string::npos) stats_.why += "; " + lowered_.note;
   const Graph& g = lowered_.schedule.graph;
-  CudaJitRequest req;
-  req.source = lowered_.code.source;
-  req.key_extra = fmt::format("codegen_cuda v{} graph {} {}", kCodegenCudaVersion, lowered_.code.graph_hash, variant);
-  req.name = captured_.name;
-  req.cache_dir = opt.cache_dir;
-  const CudaBinary bin = cuda_jit_compile(req);
+  const CudaBinary bin = jit_text(lowered_.code, variant, captured_.name, opt.cache_dir);
   stats_.cache_hit = bin.cache_hit;
   stats_.nvrtc_s = bin.compile_s;
   stats_.key = bin.key;
@@ -636,12 +643,7 @@ CudaCompiledGraph::RowsTrace CudaCompiledGraph::trace_rows(int launches) {
                     tl.code.launches[0].smem == code.launches[0].smem && tl.code.image_floats == code.image_floats &&
                     tl.code.trace_stages.size() >= 2,
                 "compiled {} (cuda): the traced rows text's launch differs from the timed one's", captured_.name);
-  CudaJitRequest req;
-  req.source = tl.code.source;
-  req.key_extra = fmt::format("codegen_cuda v{} graph {} {} trace", kCodegenCudaVersion, tl.code.graph_hash, stats_.variant);
-  req.name = captured_.name + "_trace";
-  req.cache_dir = opt_.cache_dir;
-  const CudaBinary bin = cuda_jit_compile(req);
+  const CudaBinary bin = jit_text(tl.code, stats_.variant + " trace", captured_.name + "_trace", opt_.cache_dir);
   const CudaModule m(bin.cubin);
   const CUfunction f = m.function(code.launches[0].function);
   const CudaLaunch& l = code.launches[0];
