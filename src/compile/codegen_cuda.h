@@ -216,11 +216,6 @@ struct CudaCodegenOptions {
   // per sequence, one row per CTA, the weights streamed through a shared-memory ring. A graph the
   // analysis refuses falls back to the options below (lower_cuda's CudaLowered::note says why).
   bool rows = false;
-  // With rows: the threads a matmul stage's k-slices may occupy (codegen_cuda_rows.cpp's
-  // slices_for). 256, the hand-written kernel's split (proj and fc2 4 slices, the rest one chain):
-  // its numerics. 512 ("rows-wide", a measuring aid until measured): fc1 by 2 slices and fc2 by 8,
-  // shorter chains, other sums' order (within the CPU tolerance, not bitwise the hand-written's).
-  int rows_slice_threads = 256;
   // With rows: the rows form's text before the ports of the hand-written kernel's variants
   // (codegen_cuda_rows.h: hoisted LayerNorm loads, redux max, unrolled key and k loops, prewait
   // where the pieces' copies are in flight, division-free slots) and before the head's changes

@@ -268,12 +268,15 @@ std::string row_local_refusal(const Graph& g, int64_t& B, int64_t& T) {
 
 namespace {
 
-// S k-slices per output for a matmul of M outputs over K: at most `threads` threads in the sliced
-// form (256: the hand-written kernel's choice, proj and fc2 by 4 slices; 512, "rows-wide": fc1 by
-// 2, fc2 by 8), slices of at least 16 k, a multiple of 4; 1: one chain.
-int slices_for(int64_t K, int64_t M, int threads) {
+// S k-slices per output for a matmul of M outputs over K: at most kSliceThreads threads in the
+// sliced form (the hand-written kernel's choice: proj and fc2 by 4 slices, the other matmuls one
+// chain), slices of at least 16 k, a multiple of 4; 1: one chain. (512 threads, fc1 by 2 slices and
+// fc2 by 8, measured slower on the H200: 25.95 against 22.59 us per replay, experiments/25-compile/
+// gpu_rows15/NOTE.md; removed.)
+constexpr int kSliceThreads = 256;
+int slices_for(int64_t K, int64_t M) {
   for (int s : {8, 4, 2})
-    if (M * s <= threads && K % (4 * s) == 0 && K / s >= 16) return s;
+    if (M * s <= kSliceThreads && K % (4 * s) == 0 && K / s >= 16) return s;
   return 1;
 }
 
@@ -423,7 +426,7 @@ RowsLayout rows_layout(const RowsPlan& p) {
 
 }  // namespace
 
-RowsPlan plan_rows(const Graph& captured, int slice_threads) {
+RowsPlan plan_rows(const Graph& captured) {
   RowsPlan p;
   Graph g = captured;
   verify(g, "capture");
@@ -447,8 +450,6 @@ RowsPlan plan_rows(const Graph& captured, int slice_threads) {
     p.graph = g;
     return p;
   };
-  if (slice_threads < 32 || slice_threads > kRowsThreads)
-    return refuse(fmt::format("rows_slice_threads = {}: the k-slices take 32 to {} threads (the CTA's)", slice_threads, kRowsThreads));
   if (p.T > kRowsMaxCluster) return refuse(fmt::format("T = {} rows per sequence: a cluster holds at most {} CTAs (one row each)", p.T, kRowsMaxCluster));
   if (p.N > 65535)
     return refuse(fmt::format("{} rows: more than 65535 CTAs (one per row), the most this generator launches (larger grids not tried)", p.N));
@@ -515,7 +516,7 @@ RowsPlan plan_rows(const Graph& captured, int slice_threads) {
           if (g.nodes[static_cast<size_t>(u)].op == Op::Attention)
             return refuse(fmt::format("{}: the attention's qkv is read by other ops too", node_text(g, st.node)));
       if (st.K % 32 != 0) return refuse(fmt::format("{}: K = {} (a multiple of 32 needed)", node_text(g, st.node), st.K));
-      st.slices = st.kv ? 1 : slices_for(st.K, st.M, slice_threads);
+      st.slices = st.kv ? 1 : slices_for(st.K, st.M);
       st.ld = static_cast<int>(st.K + 4);  // 8 consecutive rows: 8 distinct 16-byte bank groups
       st.rows_per_piece = static_cast<int>(std::min<int64_t>(st.M, kRowsSlotFloats / st.ld));
       if (st.rows_per_piece < 1) return refuse(fmt::format("{}: a weight row of {} floats exceeds a ring slot", node_text(g, st.node), st.K));

@@ -145,8 +145,7 @@ struct RowsPlan {
 std::string row_local_refusal(const Graph& g, int64_t& B, int64_t& T);
 
 // The analysis: the passes above, row_local_refusal, then the generator's shape limits.
-// slice_threads: CudaCodegenOptions::rows_slice_threads (how many threads a matmul's k-slices may use).
-RowsPlan plan_rows(const Graph& captured, int slice_threads = 256);
+RowsPlan plan_rows(const Graph& captured);
 
 // The kernel text, its launch (grid B T, cluster T, block kRowsThreads), the weight image's
 // layout (code.image) and the one-kernel schedule (kernel "cuda_rows_forward"). p must be taken.
