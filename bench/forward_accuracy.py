@@ -12,7 +12,7 @@ float64 column says which one is nearer the exact result.
 
     PYTHONPATH=python:build/default/python python3 bench/forward_accuracy.py [model]
 
-FORWARD_ACCURACY_ROWS_VARIANTS="bitw w15" adds a row per named MINIGPT_MEGA_ROWS_VARIANT of
+FORWARD_ACCURACY_ROWS_VARIANTS="bitw" adds a row per named MINIGPT_MEGA_ROWS_VARIANT of
 the default plan (at (2, 16) the row-split forward, kernels/cuda/gpt_mega_rows.h).
 Each GPU setting runs in its own process (the plan, with its proj, is made once per shape).
 """
