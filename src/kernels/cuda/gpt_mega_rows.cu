@@ -39,20 +39,10 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // every bit below; bitw, the A/B baseline, all but the head's kVarLmOne and kVarLmStore. Bit
 // kVarW15 (both; w15 was the variant of it alone), the refills issued by the last warp, idle in
 // every GEMM stage.
-// Measured and removed (docs/MEGAKERNEL.md "rows"): each LayerNorm computed by every warp of the
-// stage that reads it, no CTA barrier (lnfuse; with w15 24.16 / 24.16 / 23.78 us, with pair
-// 23.94 / 24.19 / 24.26: no gain); the refills as multicast copies, one L2 read per cluster (31.6
-// us); lm_head split over the cluster (28.6-28.8); a k, v row's sends over 4 lanes (no change);
-// pair, the ring's copies two pieces (34 KB) each (half the copies, the same time: rows14c call 2,
-// 24.10 / 24.29 / 23.84 against 24.13 / 24.29 / 24.22); pwsplit, q, k, v, fc1 and fc2's slices
-// over two lanes each (32-term chains, the halves added; not bitwise: 25.5 against 23.78, the
-// shorter chains cost more lanes than they save; rows14d call 1); prewait alone (24.03, w15's
-// time: kept inside the default); pwkeys, kVarW15 | kVarPrewait | kVarKeys (rows14d's default:
-// 24.35 us in rows14e call 1 against bitw's 21.57, bitwise the same); lnpart, the statistics of
-// the LayerNorms after proj and fc2 from per-warp partial (sum, sum of squares) in double written
-// by the producing warps (not guaranteed bitwise: 24.67 against pwkeys' 24.35, its partials cost
-// more than they save), and bwlp, lnpart on bitw (22.21 against bitw's 21.57; rows14e call 1,
-// medians of 3 alternated rounds at (2, 16)).
+// The variants measured and removed (lnfuse, multicast refills, lm_head split over the cluster,
+// pair, pwsplit, pwkeys, lnpart, bwlp, the folded LayerNorms, soft1 / lm1s / lmqs, register
+// blocking rb2 / rb4): each with its figures and why it lost in docs/MEGAKERNEL.md "rows" (and in
+// gpt_mega_rows.h's summary); the bits below are the ones the default runs.
 // kVarPrewait (in the default): the GEMM threads never wait on the ring's mbarriers. Lane j of
 // the last warp (idle in the stage before every GEMM stage: the LayerNorms, attention, fc1) waits
 // for the next stage's piece j BEFORE the CTA barrier that precedes that stage, so the barrier
@@ -95,31 +85,6 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // (row_stats<16, 4>, (v - mean) * rstd * w + b) with the loads issued first.
 // (The values are rows14e's, 16 was lnpart's: bitw, the A/B baseline, is the instance rows14e
 // measured, gpt_mega_rows_kernel<1, false, 111>; the default lm1 is <1, false, 1263>, head14's.)
-// Measured and removed (issue 14, fold14; experiments/25-compile/gpu_fold14, H200 call 1, medians
-// of 3 alternated rounds at (2, 16)): fold, the LayerNorms before q, k, v, fc1 and lm_head folded
-// into those matmuls (W' = W g, s = sum W', c = W beta + b in a second, folded image beside the
-// plain one; y = rstd (W' x - mean s) + c; each GEMM warp computing the row's statistics beside
-// its chain; 9 one-row LayerNorm stages and their CTA barriers per forward removed): 25.28 us
-// against bitw's 21.41; foldw (the statistics by one idle warp, handed over by a named barrier)
-// 24.86; foldw1 (foldw + soft1, head14's below) 24.61; all within 7.63e-6 of the CPU. Why slower (foldw1's
-// trace against bitw's, gpu_rows14e/call1): the layers' sums did NOT shrink (layers 1-3: 7.1-8.2k
-// cycles against bitw's 7.2k): the ~1.1k of ln1 + ln2 they dropped came back as ln1's ~0.22k
-// residue (the loop's turn: stamps with nothing between), proj +0.1-0.2k, fc1 +0.2-0.5k, fc2
-// +0.1-0.3k, wait kv +0.2k. (1) The prewaits lost their cover: the last warp's mbarrier
-// try_waits cost ~0.2k each even for a copy landed long before (rows14c's trace), and bitw runs
-// them beside the LayerNorms' ~0.5-0.63k chain; fold moved them into proj (fc1's pieces: proj's
-// 0.455k chain is not longer than them) and fc2, whose CTA barrier then waits. (2) The
-// statistics did not leave the path: the double-precision stats (~0.5k: the one-row LayerNorm's
-// latency without its stores) run beside a 64-FMA chain of ~0.45-1.1k, and fc1's named barrier
-// waits for them (foldw), or they precede the chain (fold: SASS). (3) The start (2.8k against
-// 1.6k) and layer 0's wait for its first pieces (2.0k against ln1's 0.85k) grew by ~2.4k with
-// the same copies in flight (the small vectors and the first ns pieces, issued in the same
-// order): only their source differs, the second image (1 MB further, 2 MB per model; its small
-// vectors 16 bytes past a 128-byte line, the plain image's on one): the launch's first copies
-// streamed about half as fast (colder lines or pages, or the misalignment: not separated). (4)
-// The head's chains (5.7k, the whole lm_head of bitw's head 4.6k) over x plus s from the row's
-// padding: every thread ran two chains there (see kVarLmOne below). Removed: the code, the
-// second image (the image is one again, 1.0 MB) and fold_numerics' CPU check stays in gpu_fold14.
 // The head's lm_head (issue 14, head14): bitw's head (ln_f 0.63k, then lm_head + softmax +
 // stores 4.6k cycles, all pieces prewaited) runs dot_rows<1, 64, 2> in EVERY thread: threads
 // >= V - kThreads (99 at V 611) have no second column but run the second chain on w1 = w0 (the
@@ -133,31 +98,6 @@ constexpr int kBarSmall = kMaxSlots, kBarKv = kMaxSlots + 1, kBars = kMaxSlots +
 // lm1 (bitw | kVarLmOne | kVarLmStore): 21.02 us against bitw's 21.54 (experiments/25-compile/
 // gpu_head14/call1, medians of 3 alternated rounds at (2, 16); 19.03-19.04 back to back against
 // 19.53-19.65), both 7.15e-6 from the CPU on the probes.
-// Measured and removed (head14 call 1, the same runs; all 7.15e-6 from the CPU on the probes):
-// lm1s, lm1 + soft1 (the head's softmax with ONE CTA barrier: each warp's max by one redux.sync
-// and its sum of exp(l - m_w) written before it, combined after it as sum s_w exp(m_w - M); the
-// probs not bitwise): 21.06, lm1's time (its trace's head, the last CTA's thread 0: chains 2.5k,
-// max 0.54k, sum 0.04-0.09k, probs + stores 0.67k, 3.8k in all against bitw's 4.6k: chains 3.2k,
-// max 0.25k, sum 0.56k, probs + stores 0.58k); lmqs, the columns past kThreads a quarter of k to
-// each of 4 lanes (a 16-FMA chain in every thread beside its own, 3 shuffles; not bitwise) + the
-// early stores + soft1: 21.57, bitw's time (no thread ran two full chains, yet 0.5 us behind
-// lm1s). Tested, not benched: soft1 (bitw + soft1), lmq (lmqs without soft1), lm1u8 (lm1 with
-// lm_head's k loop unrolled by 8: 99 registers against 117; dropped to keep head14b's bench
-// call to two variants).
-// Measured and removed (issue 14, rb14; experiments/25-compile/gpu_rb14/call1 and the lead's
-// gpu-check of d9ccdf6, gpu_check_d9ccdf6; H200, the same bench command): rb2 and rb4, lm1 with
-// register blocking (bitwise lm1's logits and probs; all 7.15e-6 from the CPU on the probes). The
-// reasoning: shared memory delivers one 32-lane register per cycle, broadcasts included, so with a
-// column per thread the activation's LDS.128 cost as much as the weights'; a thread running NB
-// columns side by side (NB k-order chains) loads each activation float4 once for NB columns, on
-// NB times fewer warps: q, k, v 3 columns per thread (warps 0, 1), lm_head 5 (warps 0..3, the
-// softmax's sums in lm1's order), fc1 and fc2 2 per thread (rb2) or 4 (rb4). SLOWER: rb2 21.73 /
-// 21.86 us per call (19.95 back to back), rb4 23.87 / 23.94 (21.98), against lm1's 20.96 / 21.12
-// in the same run (gpu-check's bench: lm1 20.64, 18.92 back to back). rb2's trace (the last CTA,
-// 36.0k cycles, as bitw's 35.8k): fc2 1.07-1.1k per layer against ~1.27k, fc1 unchanged (1.1k),
-// but q, k, v + push 1.08-1.22k (bitw 0.9-1.06k) and the wait for k, v 0.8-1.0k (0.43-0.7k):
-// what fc2 saved, the q, k, v stage (3 chains per thread on 2 warps) and the hand-over after it
-// lost again. The code (kVarRb*; sm_90a, ptxas -v: rb2 123 registers, rb4 128) is removed.
 constexpr int kVarW15 = 1, kVarPrewait = 2, kVarKeys = 4, kVarRedux = 8, kVarSlots = 32, kVarLnHoist = 64,
               kVarLmOne = 128, kVarLmStore = 1024;
 constexpr int kPrewaitSlots = 8;  // the ring's slots kVarPrewait needs (see above)
