@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -1414,5 +1415,122 @@ TEST(CompileCudaNvrtc, RowsFormCompilesForSm90a) {
       EXPECT_GT(count_of(plain_ptx, "mul.hi."), 10u) << g.name << ": the plain text's i % kNs, kNs = 11";
     }
   }
+}
+#endif
+
+// ---- rows-tc (CudaCodegenOptions::rows_tc: the matmuls on the tensor cores) ----
+
+// The fragment order of the weight image (rows_tc_frag_index, pack_rows_image's frag copies)
+// against the PTX ISA's A layout for mma.m16n8k8 .tf32 restated here apart (groupID g = lane >> 2,
+// t = lane & 3: a0 = A[g][t], a1 = A[g + 8][t], a2 = A[g][t + 4], a3 = A[g + 8][t + 4]): for a
+// random W of 20 x 24 (two tiles, the second 4 columns, padded with zeros), unpacking lane L's
+// element e of block (tile, step) gives W[16 tile + g + 8 (e & 1)][8 step + t + 4 (e >> 1)].
+TEST(CompileCudaRows, TcFragmentOrderPacksTheALayout) {
+  constexpr int64_t M = 20, K = 24, KS = K / 8, tiles = 2;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> w(static_cast<size_t>(M * K));
+  for (float& v : w) v = u(rng);
+  CudaCode code;
+  code.image_floats = 8 + tiles * 16 * K;  // a small block of 8 floats before the piece
+  code.image.push_back({7, 0, 0, M, K, 8, K, true});
+  const std::vector<float> img = pack_rows_image(code, [&](int t) { return t == 7 ? w.data() : nullptr; });
+  for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(img[static_cast<size_t>(i)], 0.0f);
+  std::set<int64_t> seen;
+  for (int64_t tile = 0; tile < tiles; ++tile)
+    for (int64_t step = 0; step < KS; ++step)
+      for (int lane = 0; lane < 32; ++lane)
+        for (int e = 0; e < 4; ++e) {
+          const int g = lane >> 2, t = lane & 3;
+          const int64_t r = 16 * tile + g + 8 * (e & 1), k = 8 * step + t + 4 * (e >> 1);
+          const int64_t at = ((tile * KS + step) * 32 + lane) * 4 + e;
+          EXPECT_EQ(rows_tc_frag_index(K, r, k), at) << "r " << r << " k " << k;
+          seen.insert(at);
+          const float want = r < M ? w[static_cast<size_t>(r * K + k)] : 0.0f;
+          ASSERT_EQ(img[static_cast<size_t>(8 + at)], want) << "tile " << tile << " step " << step << " lane " << lane << " a" << e;
+        }
+  EXPECT_EQ(seen.size(), static_cast<size_t>(tiles * 16 * K)) << "every float of the piece once";
+}
+
+// The word selects rows-tc (and the later of rows-plain / rows-tc wins); its plan's matmuls are
+// whole 16-column tiles in pieces of at most 16 KB, the shipped model's k-splits those the header
+// names (proj and fc2: 4 tiles x 4 splits; qkv, fc1, lm_head a warp per tile); the default text
+// has no mma and is the same with or without the word's plan made first.
+TEST(CompileCudaRows, TcPlanTilesAndWords) {
+  CudaCodegenOptions cg;
+  apply_variant_words(cg, "rows-tc");
+  EXPECT_TRUE(cg.rows && cg.rows_tc && !cg.rows_plain);
+  apply_variant_words(cg, "rows-plain");
+  EXPECT_TRUE(cg.rows && cg.rows_plain && !cg.rows_tc) << "the later word wins";
+  apply_variant_words(cg, "rows-tc");
+  EXPECT_TRUE(cg.rows && cg.rows_tc && !cg.rows_plain);
+  ModelConfig shipped;
+  shipped.vocab_size = 611;
+  const Graph g = capture_gpt(shipped, 2, 16);
+  const RowsPlan p = plan_rows(g, true), d = plan_rows(g);
+  ASSERT_TRUE(p.refused.empty()) << p.refused;
+  ASSERT_EQ(p.stages.size(), d.stages.size());
+  std::vector<std::string> shapes;
+  for (size_t s = 0; s < p.stages.size(); ++s) {
+    const RowsStage& st = p.stages[s];
+    if (st.kind != RowsStage::Kind::Matmul) continue;
+    EXPECT_EQ(st.pieces, d.stages[s].pieces) << "the same pieces, in the same order";
+    EXPECT_EQ(st.first_piece, d.stages[s].first_piece);
+    EXPECT_EQ(st.rows_per_piece % 16, 0);
+    EXPECT_LE(st.rows_per_piece * st.K, 4096);
+    shapes.push_back(fmt::format("{}x{}:{}t/{}s", st.M, st.K, st.tiles, st.slices));
+  }
+  ASSERT_GE(shapes.size(), 5u);
+  EXPECT_EQ(shapes[0], "192x64:12t/1s");
+  EXPECT_EQ(shapes[1], "64x64:4t/4s");
+  EXPECT_EQ(shapes[2], "256x64:16t/1s");
+  EXPECT_EQ(shapes[3], "64x256:4t/4s");
+  EXPECT_EQ(shapes.back(), "611x64:39t/1s");
+  const std::string before = lower_rows(g).code.source;
+  CudaCodegenOptions tc;
+  tc.rows = tc.rows_tc = true;
+  const CudaLowered l = lower_cuda(g, PassOptions{}, tc);
+  ASSERT_EQ(l.code.launches.size(), 1u) << l.note;
+  EXPECT_EQ(lower_rows(g).code.source, before);
+  EXPECT_FALSE(contains(before, "mma.sync")) << "the default text";
+  EXPECT_FALSE(contains(before, "rw_tc_")) << "the default text";
+  EXPECT_TRUE(contains(l.code.source, "rw_tc_tile<8>")) << "qkv, proj's splits... on the tensor cores";
+  EXPECT_EQ(count_of(l.code.source, "rw_dot<"), 0u) << "no matmul left on the FMA path";
+  EXPECT_EQ(count_of(l.code.source, "rw_named_bar(1 + tile"), 8u) << "proj and fc2 of 4 layers";
+}
+
+#ifdef MINIGPT_HAVE_CUDA_COMPILE
+// The rows-tc text compiles for sm_90a at the shipped (2, 16), (3, 5), (1, 1), the tiny model and
+// the other widths the rows tests use (V 300, 660; d_model 32 at V 1100: five head tiles per warp);
+// its PTX has the tf32 mma and the splits' cvt.rna.tf32; d_model 96 (fc2's K = 384: a tile of 16
+// columns exceeds a ring slot) is refused with the reason and keeps the other form.
+TEST(CompileCudaNvrtc, RowsTcCompilesForSm90a) {
+  ModelConfig shipped, c300, c660, d32, d96;
+  shipped.vocab_size = 611;
+  c300.vocab_size = 300;
+  c660.vocab_size = 660;
+  d32.d_model = 32;
+  d32.vocab_size = 1100;
+  d96.d_model = 96;
+  d96.vocab_size = 200;
+  const ModelConfig tiny = compile_tiny_config();
+  CudaCodegenOptions tc;
+  tc.rows = tc.rows_tc = true;
+  for (const Graph& g : {capture_gpt(shipped, 2, 16), capture_gpt(shipped, 3, 5), capture_gpt(shipped, 1, 1), capture_gpt(tiny, 2, 16),
+                         capture_gpt(tiny, 3, 7), capture_gpt(c300, 2, 16), capture_gpt(c660, 3, 5), capture_gpt(d32, 3, 5)}) {
+    const CudaLowered l = lower_cuda(g, PassOptions{}, tc);
+    ASSERT_EQ(l.code.launches.size(), 1u) << g.name << ": " << l.note;
+    std::string ptx;
+    ASSERT_NO_THROW(ptx = nvrtc_compile_ptx(l.code.source, "compute_90a", g.name)) << g.name;
+    EXPECT_TRUE(contains(ptx, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32")) << g.name;
+    EXPECT_TRUE(contains(ptx, "cvt.rna.tf32.f32")) << g.name;
+    EXPECT_TRUE(contains(ptx, "cp.async.bulk")) << g.name;
+    CudaCodegenOptions traced = tc;
+    traced.rows_trace = true;
+    ASSERT_NO_THROW(nvrtc_compile_ptx(lower_cuda(g, PassOptions{}, traced).code.source, "compute_90a", g.name)) << g.name << " traced";
+  }
+  const CudaLowered r = lower_cuda(capture_gpt(d96, 2, 16), PassOptions{}, tc);
+  EXPECT_NE(r.note.find("rows form refused"), std::string::npos) << r.note;
+  EXPECT_NE(r.note.find("rows-tc: K = 384"), std::string::npos) << r.note;
 }
 #endif
