@@ -514,6 +514,8 @@ RowsLayout rows_layout(const RowsPlan& p) {
 
 }  // namespace
 
+const char* rows_tc_prelude() { return kPreludeTc; }
+
 int64_t rows_tc_frag_index(int64_t K, int64_t r, int64_t k) {
   const int64_t tile = r / 16, m = r % 16, step = k / 8, kk = k % 8;
   const int64_t lane = (m % 8) * 4 + kk % 4, e = m / 8 + 2 * (kk / 4);  // A[m][kk]: a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4)

@@ -182,6 +182,11 @@ RowsPlan plan_rows(const Graph& captured, bool tc = false);
 // mma.m16n8k8", .tf32): one conflict-free 16-byte load per lane per k-step.
 int64_t rows_tc_frag_index(int64_t K, int64_t r, int64_t k);
 
+// rows-tc's device functions as the generated text has them (rw_tf32, rw_tc_split, rw_mma, rw_tc_x,
+// rw_tc_tile, rw_tc_out, rw_named_bar; they use RW_FULL, the full warp mask, which the generated
+// text defines before them): for a test of the GEMV primitive alone.
+const char* rows_tc_prelude();
+
 // The kernel text, its launch (grid B T, cluster T, block kRowsThreads), the weight image's
 // layout (code.image) and the one-kernel schedule (kernel "cuda_rows_forward"). p must be taken.
 // plain (CudaCodegenOptions::rows_plain, MINIGPT_CUDA_VARIANT=rows-plain): the text before the
