@@ -791,7 +791,7 @@ extern "C" __global__ void tc_gemv(const float* x, const float* img, float* y, i
 }  // namespace
 
 // The GEMV primitive of rows-tc (mma.m16n8k8 tf32 with both operands split hi + lo) against a double
-// reference: within 2^-20 of sum |W| |x| per output (a pure tf32 product would be ~2^-11: a layout
+// reference: within 2^-18 of sum |W| |x| per output (fp32 sums of the split products: ~2^-22 typical; a pure tf32 product ~2^-12: a layout
 // slip, a wrong fragment element or a lost lo part, shows here by column, not as "logits wrong");
 // K = 64 (qkv, fc1, lm_head's) and K = 256 (fc2's), M = 40 (a partial last tile).
 TEST(CompileCuda, RowsTcGemvPrimitiveMatchesDouble) {
@@ -815,10 +815,10 @@ TEST(CompileCuda, RowsTcGemvPrimitiveMatchesDouble) {
       }
       const double rel = std::fabs(y[static_cast<size_t>(n)] - ref) / mag;
       worst = std::max(worst, rel);
-      EXPECT_LT(rel, std::ldexp(1.0, -20)) << "K " << K << " column " << n << ": " << y[static_cast<size_t>(n)] << " vs " << ref;
+      EXPECT_LT(rel, std::ldexp(1.0, -18)) << "K " << K << " column " << n << ": " << y[static_cast<size_t>(n)] << " vs " << ref;
     }
-    std::printf("rows-tc GEMV primitive, M %lld K %lld: worst |y - ref| / sum |w x| %.3g (2^-20 = %.3g)\n", static_cast<long long>(M),
-                static_cast<long long>(K), worst, std::ldexp(1.0, -20));
+    std::printf("rows-tc GEMV primitive, M %lld K %lld: worst |y - ref| / sum |w x| %.3g (bound 2^-18 = %.3g)\n", static_cast<long long>(M),
+                static_cast<long long>(K), worst, std::ldexp(1.0, -18));
   };
   check(std::integral_constant<int, 8>{}, 40, 1);
   check(std::integral_constant<int, 32>{}, 40, 2);
