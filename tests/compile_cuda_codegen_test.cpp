@@ -1422,11 +1422,13 @@ TEST(CompileCudaNvrtc, RowsFormCompilesForSm90a) {
 
 // The fragment order of the weight image (rows_tc_frag_index, pack_rows_image's frag copies)
 // against the PTX ISA's A layout for mma.m16n8k8 .tf32 restated here apart (groupID g = lane >> 2,
-// t = lane & 3: a0 = A[g][t], a1 = A[g + 8][t], a2 = A[g][t + 4], a3 = A[g + 8][t + 4]): for a
-// random W of 20 x 24 (two tiles, the second 4 columns, padded with zeros), unpacking lane L's
-// element e of block (tile, step) gives W[16 tile + g + 8 (e & 1)][8 step + t + 4 (e >> 1)].
+// t = lane & 3: a0 = A[g][t], a1 = A[g + 8][t], a2 = A[g][t + 4], a3 = A[g + 8][t + 4]) and the
+// k order permuted within 16 (step 2 J + h's column kk is k = 16 J + 4 (kk % 4) + 2 h + kk / 4,
+// rw_tc_x's float4 per lane): for a random W of 20 x 32 (two tiles, the second 4 columns, padded
+// with zeros), unpacking lane L's element e of block (tile, step) gives
+// W[16 tile + g + 8 (e & 1)][16 (step / 2) + 4 t + 2 (step % 2) + (e >> 1)].
 TEST(CompileCudaRows, TcFragmentOrderPacksTheALayout) {
-  constexpr int64_t M = 20, K = 24, KS = K / 8, tiles = 2;
+  constexpr int64_t M = 20, K = 32, KS = K / 8, tiles = 2;
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> w(static_cast<size_t>(M * K));
@@ -1442,7 +1444,7 @@ TEST(CompileCudaRows, TcFragmentOrderPacksTheALayout) {
       for (int lane = 0; lane < 32; ++lane)
         for (int e = 0; e < 4; ++e) {
           const int g = lane >> 2, t = lane & 3;
-          const int64_t r = 16 * tile + g + 8 * (e & 1), k = 8 * step + t + 4 * (e >> 1);
+          const int64_t r = 16 * tile + g + 8 * (e & 1), k = 16 * (step / 2) + 4 * t + 2 * (step % 2) + (e >> 1);
           const int64_t at = ((tile * KS + step) * 32 + lane) * 4 + e;
           EXPECT_EQ(rows_tc_frag_index(K, r, k), at) << "r " << r << " k " << k;
           seen.insert(at);

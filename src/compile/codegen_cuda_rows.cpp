@@ -202,19 +202,24 @@ __device__ __forceinline__ void rw_mma(float (&d)[4], const unsigned (&a)[4], un
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-// x[0, 8 KS) -> the B fragments of KS k-steps, read ONCE per warp (every lane calls): B[k][0] = hi of
-// x[8 j + k], B[k][1] = its lo, columns 2..7 zero; lanes 0..3 (g = 0) hold the his, 4..7 the los,
-// the others zeros
+// x[0, 8 KS) (16-byte aligned; KS even) -> the B fragments of KS k-steps, read ONCE per warp (every
+// lane calls), a float4 per lane per two steps: the k order is permuted within each 16 k (the
+// weights' fragment order the same way: rows_tc_frag_index), so that lane t's b0, b1 of steps 2J
+// and 2J + 1 are x[16 J + 4 t + 0..3]: B[t][0] = hi of x[16 J + 4 t + 2 h], B[t + 4][0] = hi of
+// x[16 J + 4 t + 2 h + 1] in step 2J + h; B[.][1] the los; columns 2..7 zero. Lanes 0..3 (g = 0)
+// hold the his, 4..7 the los, the others zeros (4 distinct addresses per load: one wavefront)
 template <int KS>
 __device__ __forceinline__ void rw_tc_x(const float* x, unsigned (&b)[KS][2]) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
-  for (int j = 0; j < KS; ++j) {
+  for (int j = 0; j < KS; j += 2) {
+    const float4 v = *reinterpret_cast<const float4*>(x + 8 * j + 4 * t);
+    const float e[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int i = 0; i < 4; ++i) {
       unsigned hi, lo;
-      rw_tc_split(x[8 * j + t + 4 * h], hi, lo);
-      b[j][h] = g == 0 ? hi : g == 1 ? lo : 0u;
+      rw_tc_split(e[i], hi, lo);
+      b[j + i / 2][i % 2] = g == 0 ? hi : g == 1 ? lo : 0u;
     }
   }
 }
@@ -359,11 +364,12 @@ int64_t round4(int64_t n) { return (n + 3) / 4 * 4; }
 int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 
 // rows-tc: the k-splits per tile of a matmul of `tiles` 16-column tiles over KS 8-k steps: the most
-// S in 4, 2 with tiles S warps (a warp each, of the CTA's 16) and >= 2 steps each; 1: a warp per tile
+// S in 4, 2 with tiles S warps (a warp each, of the CTA's 16) and an even number of steps each
+// (rw_tc_x's pairs); 1: a warp per tile
 constexpr int kTcSliceWarps = kRowsThreads / 32;
 int tc_splits_for(int64_t tiles, int64_t KS) {
   for (int s : {4, 2})
-    if (tiles * s <= kTcSliceWarps && KS % s == 0 && KS / s >= 2) return s;
+    if (tiles * s <= kTcSliceWarps && KS % (2 * s) == 0) return s;
   return 1;
 }
 
@@ -517,8 +523,10 @@ RowsLayout rows_layout(const RowsPlan& p) {
 const char* rows_tc_prelude() { return kPreludeTc; }
 
 int64_t rows_tc_frag_index(int64_t K, int64_t r, int64_t k) {
-  const int64_t tile = r / 16, m = r % 16, step = k / 8, kk = k % 8;
-  const int64_t lane = (m % 8) * 4 + kk % 4, e = m / 8 + 2 * (kk / 4);  // A[m][kk]: a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4)
+  // k = 16 J + 4 t + 2 h + c: step 2 J + h, A's column kk = t + 4 c (rw_tc_x's permuted k order)
+  const int64_t tile = r / 16, m = r % 16, J = k / 16, t = (k % 16) / 4, h = (k % 4) / 2, c = k % 2;
+  const int64_t step = 2 * J + h;
+  const int64_t lane = (m % 8) * 4 + t, e = m / 8 + 2 * c;  // A[m][kk]: a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4)
   return ((tile * (K / 8) + step) * 32 + lane) * 4 + e;
 }
 

@@ -174,12 +174,14 @@ std::string row_local_refusal(const Graph& g, int64_t& B, int64_t& T);
 // for the tensor-core text (generate_rows' tc).
 RowsPlan plan_rows(const Graph& captured, bool tc = false);
 
-// rows-tc's fragment order: where, in a piece of a matmul over K (a multiple of 8), the weight
+// rows-tc's fragment order: where, in a piece of a matmul over K (a multiple of 16), the weight
 // element of piece-local output column r (W's row) and input k lies (floats from the piece's
 // start). Per (16-column tile, 8-k step) a 128-float block, tile-major then k-step; in a block,
 // lane L = 4 g + t's 4 floats are mma.m16n8k8's A fragment {A[g][t], A[g + 8][t], A[g][t + 4],
-// A[g + 8][t + 4]} with A[m][kk] = W[16 tile + m][8 step + kk] (PTX ISA, "Matrix Fragments for
-// mma.m16n8k8", .tf32): one conflict-free 16-byte load per lane per k-step.
+// A[g + 8][t + 4]} (PTX ISA, "Matrix Fragments for mma.m16n8k8", .tf32): one conflict-free 16-byte
+// load per lane per k-step. The k order permuted within each 16 k (any order sums the same
+// products; this one lets rw_tc_x read x by one float4 per lane per two steps): step 2 J + h's
+// A[m][kk] = W[16 tile + m][16 J + 4 (kk % 4) + 2 h + kk / 4], and B's rows alike.
 int64_t rows_tc_frag_index(int64_t K, int64_t r, int64_t k);
 
 // rows-tc's device functions as the generated text has them (rw_tf32, rw_tc_split, rw_mma, rw_tc_x,
