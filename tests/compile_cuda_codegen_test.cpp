@@ -1494,6 +1494,9 @@ TEST(CompileCudaRows, TcPlanTilesAndWords) {
   const CudaLowered l = lower_cuda(g, PassOptions{}, tc);
   ASSERT_EQ(l.code.launches.size(), 1u) << l.note;
   EXPECT_EQ(lower_rows(g).code.source, before);
+  // the default text pinned at the shipped (2, 16): byte-identical to the text before rows-tc
+  // (0b4e3cd's, compared by `minigpt compile --dump` at (2, 16), (3, 5) and (1, 1))
+  EXPECT_EQ(sha256_hex(before), "35cef4ecffe8da39a0b5c2607fef97d22dcf228349f1db2c88865f208e2d4e73") << "the rows form's default text at the shipped (2, 16) changed";
   EXPECT_FALSE(contains(before, "mma.sync")) << "the default text";
   EXPECT_FALSE(contains(before, "rw_tc_")) << "the default text";
   EXPECT_TRUE(contains(l.code.source, "rw_tc_tile<8>")) << "qkv, proj's splits... on the tensor cores";

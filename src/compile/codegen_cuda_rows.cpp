@@ -260,6 +260,9 @@ __device__ __forceinline__ float rw_tc_out(const float (&d)[4]) {
 __device__ __forceinline__ void rw_named_bar(int id, int count) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory"); }
 )";
 
+// a qkv matmul's float4 of lanes 4j..4j+3's values (its k, v push)
+const char* kKvFloat4 = "const float4 v4 = make_float4(v, __shfl_down_sync(RW_FULL, v, 1), __shfl_down_sync(RW_FULL, v, 2), __shfl_down_sync(RW_FULL, v, 3));";
+
 // ---- the analysis ----
 
 enum class Kind : uint8_t { None, Row, Weight, Ids };
@@ -849,6 +852,28 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
       if (r != s + 1 && std::find(L.reads[r].begin(), L.reads[r].end(), out) != L.reads[r].end()) return false;
     return true;
   };
+  // a qkv matmul's stores of column c's value v (part 0: q, kept; 1, 2: this row's k or v, kept and
+  // pushed by lanes 4j to every later CTA as one float4), `in` the lines' indent; v4 (the float4 of
+  // lanes 4j..4j+3, by shuffles) made here (v4_here: the default's, where every lane of the warp is
+  // in this branch) or before by the caller (rows-tc's, whose lanes 16.. store nothing)
+  auto kv_store = [&](const std::string& in, size_t s, bool v4_here) {
+    std::string r = fmt::format("{0}if (part == 0) {{\n{0}  sm[{1} + c] = v;\n{0}}} else {{  // lane 4j sends columns 4j..4j+3 to every later CTA as one 16-byte st.async\n",
+                                in, q_at[s]);
+    r += fmt::format("{0}  float* dst = sm + (part == 1 ? {1} : {2}) + t * {3} + c;\n{0}  *dst = v;\n", in, ks, vs, ldk);
+    if (v4_here) r += in + "  " + kKvFloat4 + "\n";
+    r += in + "  for (int q = t + 1; q < kT && lane % 4 == 0; ++q) rw_st_async4(rw_mapa(dst, q), v4, rw_mapa(&bars[kBarKv], q));\n" + in + "}\n";
+    return r;
+  };
+  // a qkv matmul stage's end: its closing barrier, the arrival announcing the earlier rows' k and v,
+  // the refill, the wait for them
+  auto kv_end = [&](size_t s, const RowsStage& st) {
+    const int64_t C = st.M / 3;
+    std::string r = close(s);
+    r += fmt::format("  if (tid == 0) rw_kv_arrive(&bars[kBarKv], static_cast<unsigned>(t * {}) * 4u);  // the earlier rows' k and v\n", 2 * C);
+    r += refill(st);
+    r += fmt::format("  rw_kv_wait(&bars[kBarKv], {}u);\n", st.attention & 1);
+    return r;
+  };
   // rows-tc's matmul stage (codegen_cuda_rows.h "rows-tc"): the stage's code after its comment;
   // a (its input row), finish (its epilogue of column idx's sum acc), out (its output tensor)
   auto tc_matmul = [&](size_t s, const RowsStage& st, const std::string& a,
@@ -896,16 +921,10 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
       for (int j = 0; j < J; ++j) {
         b += fmt::format("  {}{{\n    const float y = rw_tc_out(d[{}]);  // lanes < 16: column tile 16 + lane\n", has(j), j);
         b += fmt::format("    const int n = {} * 16 + (lane & 15), part = n / {}, c = n % {};\n    const float v = {};\n", tile_of(j), C, C, finish("n", "y"));
-        b += "    const float4 v4 = make_float4(v, __shfl_down_sync(RW_FULL, v, 1), __shfl_down_sync(RW_FULL, v, 2), __shfl_down_sync(RW_FULL, v, 3));\n";
-        b += fmt::format("    if (lane < 16) {{\n      if (part == 0) {{\n        sm[{} + c] = v;\n      }} else {{  // lane 4j sends columns 4j..4j+3 to every later CTA as one 16-byte st.async\n", q_at[s]);
-        b += fmt::format("        float* dst = sm + (part == 1 ? {} : {}) + t * {} + c;\n        *dst = v;\n", ks, vs, ldk);
-        b += "        for (int q = t + 1; q < kT && lane % 4 == 0; ++q) rw_st_async4(rw_mapa(dst, q), v4, rw_mapa(&bars[kBarKv], q));\n      }\n    }\n  }\n";
+        b += std::string("    ") + kKvFloat4 + "  // (every lane: lanes 16.. store nothing)\n";
+        b += "    if (lane < 16) {\n" + kv_store("      ", s, false) + "    }\n  }\n";
       }
-      b += close(s);
-      b += fmt::format("  if (tid == 0) rw_kv_arrive(&bars[kBarKv], static_cast<unsigned>(t * {}) * 4u);  // the earlier rows' k and v\n", 2 * C);
-      b += refill(st);
-      b += fmt::format("  rw_kv_wait(&bars[kBarKv], {}u);\n", st.attention & 1);
-      return b;
+      return b + kv_end(s, st);
     }
     if (!fuses_softmax(s)) {
       for (int j = 0; j < J; ++j) {
@@ -1046,14 +1065,8 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
           b += fmt::format("  float acc_kv[1];\n  if (tid < {}) rw_dot<{}, 1>({}, {{{}}}, acc_kv);\n", M, K, a, wptr("tid", ""));
           b += fmt::format("  rw_cluster_wait();  // every CTA of the cluster has read the previous attention's k, v (the first: runs)\n");
           b += fmt::format("  if (tid < {}) {{\n    const int part = tid / {}, c = tid % {};\n    const float v = {};\n", M, C, C, finish("tid", "acc_kv[0]"));
-          b += fmt::format("    if (part == 0) {{\n      sm[{} + c] = v;\n    }} else {{  // lane 4j sends columns 4j..4j+3 to every later CTA as one 16-byte st.async\n", q_at[s]);
-          b += fmt::format("      float* dst = sm + (part == 1 ? {} : {}) + t * {} + c;\n      *dst = v;\n", ks, vs, ldk);
-          b += "      const float4 v4 = make_float4(v, __shfl_down_sync(RW_FULL, v, 1), __shfl_down_sync(RW_FULL, v, 2), __shfl_down_sync(RW_FULL, v, 3));\n";
-          b += "      for (int q = t + 1; q < kT && lane % 4 == 0; ++q) rw_st_async4(rw_mapa(dst, q), v4, rw_mapa(&bars[kBarKv], q));\n    }\n  }\n";
-          b += close(s);
-          b += fmt::format("  if (tid == 0) rw_kv_arrive(&bars[kBarKv], static_cast<unsigned>(t * {}) * 4u);  // the earlier rows' k and v\n", 2 * C);
-          b += refill(st);
-          b += fmt::format("  rw_kv_wait(&bars[kBarKv], {}u);\n", st.attention & 1);
+          b += kv_store("    ", s, true) + "  }\n";
+          b += kv_end(s, st);
         } else if (st.slices > 1) {
           const int S = st.slices, D = 32 / S;
           const int64_t ks_ = K / S;
