@@ -93,15 +93,19 @@
 // exact (11 x 11 significant bits), summed in fp32 by the tensor core: the sum to about fp32's
 // rounding, in another order than k from 0 (not bitwise the FMA texts; the contract is the rows
 // form's: the probes' logits within 1e-5 of the CPU, 1e-4 elsewhere). The activation is read ONCE
-// per warp into B fragments (8 lanes hold it), where the FMA text reads it again per output column:
-// half of every GEMM stage's shared-memory traffic. The weights' pieces in fragment order
+// per warp into B fragments (8 lanes hold it; a float4 per lane per two k-steps, the k order
+// permuted within each 16 k in the weights' image alike), where the FMA text reads it again per
+// output column: half of every GEMM stage's shared-memory traffic. The weights' pieces in fragment order
 // (rows_tc_frag_index: one conflict-free 16-byte load per lane per k-step, no padding; a piece is
 // 16 KB, the ring's slots unchanged); tiles spread over the warps (qkv 12 tiles, fc1 16, lm_head 39:
 // a warp per tile, three rounds for the head), a stage of few tiles split over k (proj, fc2: 4 tiles
 // x 4 k-splits, the splits' partial sums through shared memory behind a named barrier of the tile's
 // 4 warps, added in split order: no CTA barrier added). The ring, its pieces' order, prewait and the
 // refills are the default text's. The device functions (rw_tc_x: x -> B fragments; rw_tc_tile: a
-// tile's A loads, splits and mmas; rw_tc_out: D -> a column per lane) are small prelude functions.
+// tile's A loads, splits and mmas; rw_tc_out: D -> a column per lane) are small prelude functions
+// (rows_tc_prelude). Refused: a matmul of K > 256 (a 16-column tile over K exceeds a 16 KB piece:
+// d_model 96's fc2); the graph then keeps the other form, as any refusal. Not yet measured on a GPU
+// (experiments/25-compile/gpu_tc15/run.sh).
 //
 // The stage trace (CudaCodegenOptions::rows_trace; CudaCompiledGraph::trace_rows, printed by
 // `minigpt compile --device cuda --explain`): the same text plus one line per stamp, thread 0 of
