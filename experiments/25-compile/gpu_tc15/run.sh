@@ -55,7 +55,8 @@ cache=$(mktemp -d); tmp=$(mktemp)
 explain() {  # $1 label, $2 variant words, $3 round
   late 100 && { echo "=== $1.$3 skipped at $(el)s (time)" >> "$O/bench.log"; return; }
   echo "=== $1.$3 [$(el)s] (MINIGPT_CUDA_VARIANT=\"$2\")" >> "$O/bench.log"
-  MINIGPT_CACHE_DIR=$cache MINIGPT_CUDA_VARIANT="$2" timeout 10 "$M" compile --device cuda --graph gpt --explain --mode default > "$tmp" 2>&1
+  local lim=$(left 112); [ "$lim" -gt 15 ] && lim=15  # (round 1 compiles the timed and the traced text: NVRTC ~2-5 s each)
+  MINIGPT_CACHE_DIR=$cache MINIGPT_CUDA_VARIANT="$2" timeout $lim "$M" compile --device cuda --graph gpt --explain --mode default > "$tmp" 2>&1
   echo "rc=$?" >> "$O/bench.log"
   grep -E "^variant:|^\| cuda_rows_forward|whole forward as one CUDA graph|rror" "$tmp" \
     | sed -E 's/^\| cuda_rows_forward \|[^|]*\|/| cuda_rows_forward | (ops) |/' | cut -c1-400 >> "$O/bench.log"
