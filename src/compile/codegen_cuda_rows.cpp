@@ -182,10 +182,12 @@ __device__ __forceinline__ float rw_warp_max(float s) {
 
 // rows-tc's (codegen_cuda_rows.h "rows-tc"): the matmuls on the tensor cores
 const char* kPreludeTc = R"(// ---- rows-tc: a matmul's GEMV on the tensor cores (mma.sync m16n8k8 tf32) ----
-// FP32-accurate by a hi/lo split of both operands: v = hi + lo, hi = tf32(v) (round to nearest, 11
-// significant bits), lo = tf32(v - hi) (v - hi is exact in fp32 and <= 2^-11 |v|, so hi + lo is v to
-// ~2^-23 |v|); the four products hi hi, hi lo, lo hi, lo lo each exact (11 x 11 bits), accumulated in
-// fp32: y = sum_k W[n][k] x[k] to about fp32's rounding (in another order than the FMA chain's)
+// FP32-accurate by a split of both operands: w = hi + lo, hi = tf32(w) (round to nearest, 11
+// significant bits), lo = tf32(w - hi) (w - hi is exact in fp32 and <= 2^-11 |w|, so hi + lo is w to
+// 2^-22 |w|); the activation in three, x = hi + lo + lo2 (lo2 = tf32(x - hi - lo), the <= 2 bits
+// left: x exactly), B's columns 0, 1, 2 (free: an mma has 8); every product of a part of w by a part
+// of x exact (11 x 11 bits), accumulated in fp32: y = sum_k W[n][k] x[k] to about fp32's rounding
+// (in another order than the FMA chain's)
 __device__ __forceinline__ unsigned rw_tf32(float v) {
   unsigned r;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
@@ -206,8 +208,9 @@ __device__ __forceinline__ void rw_mma(float (&d)[4], const unsigned (&a)[4], un
 // lane calls), a float4 per lane per two steps: the k order is permuted within each 16 k (the
 // weights' fragment order the same way: rows_tc_frag_index), so that lane t's b0, b1 of steps 2J
 // and 2J + 1 are x[16 J + 4 t + 0..3]: B[t][0] = hi of x[16 J + 4 t + 2 h], B[t + 4][0] = hi of
-// x[16 J + 4 t + 2 h + 1] in step 2J + h; B[.][1] the los; columns 2..7 zero. Lanes 0..3 (g = 0)
-// hold the his, 4..7 the los, the others zeros (4 distinct addresses per load: one wavefront)
+// x[16 J + 4 t + 2 h + 1] in step 2J + h; B[.][1] the los, B[.][2] the lo2s; columns 3..7 zero.
+// Lanes 0..3 (g = 0) hold the his, 4..7 the los, 8..11 the lo2s, the others zeros (4 distinct
+// addresses per load: one wavefront)
 template <int KS>
 __device__ __forceinline__ void rw_tc_x(const float* x, unsigned (&b)[KS][2]) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -219,7 +222,8 @@ __device__ __forceinline__ void rw_tc_x(const float* x, unsigned (&b)[KS][2]) {
     for (int i = 0; i < 4; ++i) {
       unsigned hi, lo;
       rw_tc_split(e[i], hi, lo);
-      b[j + i / 2][i % 2] = g == 0 ? hi : g == 1 ? lo : 0u;
+      const unsigned lo2 = rw_tf32((e[i] - __uint_as_float(hi)) - __uint_as_float(lo));  // (both subtractions exact)
+      b[j + i / 2][i % 2] = g == 0 ? hi : g == 1 ? lo : g == 2 ? lo2 : 0u;
     }
   }
 }
@@ -250,10 +254,12 @@ __device__ __forceinline__ void rw_tc_tile(const float* w, const unsigned (&b)[K
   for (int i = 0; i < 4; ++i) d[i] = (e[0][i] + e[1][i]) + (e[2][i] + e[3][i]);
 }
 // D -> the tile's column lane % 16 (every lane calls; lanes 16..31 get lanes 0..15's): y[m] =
-// D[m][0] + D[m][1], held by lane 4 (m % 8) as c0 + c1 (m < 8) or c2 + c3 (m >= 8)
+// (D[m][0] + D[m][1]) + D[m][2], held by lane 4 (m % 8) as c0 + c1 (m < 8) or c2 + c3 (m >= 8) and
+// lane 4 (m % 8) + 1 as c0 (m < 8) or c2 (m >= 8)
 __device__ __forceinline__ float rw_tc_out(const float (&d)[4]) {
   const int lane = threadIdx.x & 31, src = (lane & 7) * 4;
-  const float top = __shfl_sync(RW_FULL, d[0] + d[1], src), bottom = __shfl_sync(RW_FULL, d[2] + d[3], src);
+  const float top = __shfl_sync(RW_FULL, d[0] + d[1], src) + __shfl_sync(RW_FULL, d[0], src + 1);
+  const float bottom = __shfl_sync(RW_FULL, d[2] + d[3], src) + __shfl_sync(RW_FULL, d[2], src + 1);
   return (lane & 8) ? bottom : top;
 }
 // the named barrier of `count` threads (a tile's k-split warps; id 1..15: __syncthreads is 0)

@@ -86,14 +86,16 @@
 // rows-tc (CudaCodegenOptions::rows_tc, MINIGPT_CUDA_VARIANT=rows-tc; issue 15): every matmul stage
 // (qkv with its k, v push, proj + residual, fc1 + GELU, fc2 + residual, lm_head with the fused
 // softmax) on the tensor cores by mma.sync.m16n8k8 tf32, as a GEMV: A (16 x 8) = 16 output columns
-// of W (W[n0 + m][k0 + k]), B (8 x 8) = the activation row, column 0 its tf32 "hi" part and column 1
-// its "lo" remainder (columns 2..7 zero), y[n0 + m] = D[m][0] + D[m][1]. FP32-accurate: v = hi + lo
-// with hi = tf32(v) and lo = tf32(v - hi) (v - hi exact in fp32, |v - hi| <= 2^-11 |v|, so hi + lo
-// is v to ~2^-23 |v|), both operands split, each of the four products hi hi, hi lo, lo hi, lo lo
-// exact (11 x 11 significant bits), summed in fp32 by the tensor core: the sum to about fp32's
-// rounding, in another order than k from 0 (not bitwise the FMA texts; the contract is the rows
-// form's: the probes' logits within 1e-5 of the CPU, 1e-4 elsewhere). The activation is read ONCE
-// per warp into B fragments (8 lanes hold it; a float4 per lane per two k-steps, the k order
+// of W (W[n0 + m][k0 + k]), B (8 x 8) = the activation row, column 0 its tf32 "hi" part, column 1
+// its "lo" remainder and column 2 the rest "lo2" (columns 3..7 zero), y[n0 + m] = (D[m][0] +
+// D[m][1]) + D[m][2]. FP32-accurate: w = hi + lo with hi = tf32(w) and lo = tf32(w - hi) (w - hi
+// exact in fp32, |w - hi| <= 2^-11 |w|, so hi + lo is w to 2^-22 |w|: two mmas per k-step, W_hi B
+// and W_lo B); x = hi + lo + lo2 exactly (the <= 2 bits left after lo; a third B column costs no
+// mma); every product of a part of w by a part of x exact (11 x 11 significant bits), summed in
+// fp32 by the tensor core: the sum to about fp32's rounding, in another order than k from 0 (not
+// bitwise the FMA texts; the contract is the rows form's: the probes' logits within 1e-5 of the
+// CPU, 1e-4 elsewhere). The activation is read ONCE
+// per warp into B fragments (12 lanes hold it; a float4 per lane per two k-steps, the k order
 // permuted within each 16 k in the weights' image alike), where the FMA text reads it again per
 // output column: half of every GEMM stage's shared-memory traffic. The weights' pieces in fragment order
 // (rows_tc_frag_index: one conflict-free 16-byte load per lane per k-step, no padding; a piece is

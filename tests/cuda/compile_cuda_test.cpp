@@ -790,7 +790,7 @@ extern "C" __global__ void tc_gemv(const float* x, const float* img, float* y, i
 
 }  // namespace
 
-// The GEMV primitive of rows-tc (mma.m16n8k8 tf32 with both operands split hi + lo) against a double
+// The GEMV primitive of rows-tc (mma.m16n8k8 tf32, W split hi + lo, x in three parts) against a double
 // reference: within 2^-18 of sum |W| |x| per output (fp32 sums of the split products: ~2^-22 typical; a pure tf32 product ~2^-12: a layout
 // slip, a wrong fragment element or a lost lo part, shows here by column, not as "logits wrong");
 // K = 64 (qkv, fc1, lm_head's) and K = 256 (fc2's), M = 40 (a partial last tile).
