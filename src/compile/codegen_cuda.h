@@ -229,11 +229,6 @@ struct CudaCodegenOptions {
   // and %globaltimer at the first and last stamps into rw_trace_ns[2]; CudaCode::trace_stages
   // names the intervals. Off: the text byte-identical to the untraced one.
   bool rows_trace = false;
-  // With rows ("rows-tc", issue 15's tensor-core GEMVs; codegen_cuda_rows.h): every matmul stage on
-  // the tensor cores (mma.sync m16n8k8 tf32, FP32-accurate by a hi/lo split of both operands), the
-  // weights' pieces in fragment order; not bitwise the default text (another summation order).
-  // Not with rows_plain.
-  bool rows_tc = false;
 };
 
 // A launch argument that is not a graph tensor: the rows form's packed weight image (the runner
@@ -245,9 +240,6 @@ inline constexpr int kCudaImageArg = -2;
 struct CudaImageCopy {
   int tensor = -1;
   int64_t src_row0 = 0, src_col0 = 0, rows = 0, cols = 0, dst = 0, dst_ld = 0;
-  // the rows form's rows-tc pieces: the rows (output columns of the matmul, whole rows: src_col0 0)
-  // in mma.m16n8k8's A-fragment order instead (codegen_cuda_rows.h's tc_frag_index; dst_ld unused)
-  bool frag = false;
 };
 
 // One step of the host's call sequence.

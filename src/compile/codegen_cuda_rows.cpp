@@ -180,95 +180,6 @@ __device__ __forceinline__ float rw_warp_max(float s) {
 }
 )";
 
-// rows-tc's (codegen_cuda_rows.h "rows-tc"): the matmuls on the tensor cores
-const char* kPreludeTc = R"(// ---- rows-tc: a matmul's GEMV on the tensor cores (mma.sync m16n8k8 tf32) ----
-// FP32-accurate by a split of both operands: w = hi + lo, hi = tf32(w) (round to nearest, 11
-// significant bits), lo = tf32(w - hi) (w - hi is exact in fp32 and <= 2^-11 |w|, so hi + lo is w to
-// 2^-22 |w|); the activation in three, x = hi + lo + lo2 (lo2 = tf32(x - hi - lo), the <= 2 bits
-// left: x exactly), B's columns 0, 1, 2 (free: an mma has 8); every product of a part of w by a part
-// of x exact (11 x 11 bits), accumulated in fp32: y = sum_k W[n][k] x[k] to about fp32's rounding
-// (in another order than the FMA chain's)
-__device__ __forceinline__ unsigned rw_tf32(float v) {
-  unsigned r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-  return r;
-}
-__device__ __forceinline__ void rw_tc_split(float v, unsigned& hi, unsigned& lo) {
-  hi = rw_tf32(v);
-  lo = rw_tf32(v - __uint_as_float(hi));
-}
-// D (16 x 8, f32) += A (16 x 8, tf32: a0 = A[g][t], a1 = A[g + 8][t], a2 = A[g][t + 4], a3 = A[g + 8][t + 4])
-// times B (8 x 8, tf32: b0 = B[t][g], b1 = B[t + 4][g]); g = lane / 4, t = lane % 4
-__device__ __forceinline__ void rw_mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-// x[0, 8 KS) (16-byte aligned; KS even) -> the B fragments of KS k-steps, read ONCE per warp (every
-// lane calls), a float4 per lane per two steps: the k order is permuted within each 16 k (the
-// weights' fragment order the same way: rows_tc_frag_index), so that lane t's b0, b1 of steps 2J
-// and 2J + 1 are x[16 J + 4 t + 0..3]: B[t][0] = hi of x[16 J + 4 t + 2 h], B[t + 4][0] = hi of
-// x[16 J + 4 t + 2 h + 1] in step 2J + h; B[.][1] the los, B[.][2] the lo2s; columns 3..7 zero.
-// Lanes 0..3 (g = 0) hold the his, 4..7 the los, 8..11 the lo2s, the others zeros (4 distinct
-// addresses per load: one wavefront)
-template <int KS>
-__device__ __forceinline__ void rw_tc_x(const float* x, unsigned (&b)[KS][2]) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int j = 0; j < KS; j += 2) {
-    const float4 v = *reinterpret_cast<const float4*>(x + 8 * j + 4 * t);
-    const float e[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      unsigned hi, lo;
-      rw_tc_split(e[i], hi, lo);
-      const unsigned lo2 = rw_tf32((e[i] - __uint_as_float(hi)) - __uint_as_float(lo));  // (both subtractions exact)
-      b[j + i / 2][i % 2] = g == 0 ? hi : g == 1 ? lo : g == 2 ? lo2 : 0u;
-    }
-  }
-}
-// one 16-column tile over KS k-steps: w its first block in fragment order (128 floats per k-step,
-// lane L's 4 at 4 L: its A fragment), b the steps' B fragments; D = W_hi B + W_lo B, four
-// accumulators (the hi and lo products of even and odd steps: chains of KS / 2 mmas) added in a
-// fixed order
-template <int KS>
-__device__ __forceinline__ void rw_tc_tile(const float* w, const unsigned (&b)[KS][2], float (&d)[4]) {
-  const int lane = threadIdx.x & 31;
-  float e[4][4];
-#pragma unroll
-  for (int a = 0; a < 4; ++a)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) e[a][i] = 0.0f;
-#pragma unroll
-  for (int j = 0; j < KS; ++j) {
-    const float4 wv = *reinterpret_cast<const float4*>(w + j * 128 + lane * 4);
-    unsigned hi[4], lo[4];
-    rw_tc_split(wv.x, hi[0], lo[0]);
-    rw_tc_split(wv.y, hi[1], lo[1]);
-    rw_tc_split(wv.z, hi[2], lo[2]);
-    rw_tc_split(wv.w, hi[3], lo[3]);
-    rw_mma(e[j & 1], hi, b[j][0], b[j][1]);
-    rw_mma(e[2 + (j & 1)], lo, b[j][0], b[j][1]);
-  }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) d[i] = (e[0][i] + e[1][i]) + (e[2][i] + e[3][i]);
-}
-// D -> the tile's column lane % 16 (every lane calls; lanes 16..31 get lanes 0..15's): y[m] =
-// (D[m][0] + D[m][1]) + D[m][2], held by lane 4 (m % 8) as c0 + c1 (m < 8) or c2 + c3 (m >= 8) and
-// lane 4 (m % 8) + 1 as c0 (m < 8) or c2 (m >= 8)
-__device__ __forceinline__ float rw_tc_out(const float (&d)[4]) {
-  const int lane = threadIdx.x & 31, src = (lane & 7) * 4;
-  const float top = __shfl_sync(RW_FULL, d[0] + d[1], src) + __shfl_sync(RW_FULL, d[0], src + 1);
-  const float bottom = __shfl_sync(RW_FULL, d[2] + d[3], src) + __shfl_sync(RW_FULL, d[2], src + 1);
-  return (lane & 8) ? bottom : top;
-}
-// the named barrier of `count` threads (a tile's k-split warps; id 1..15: __syncthreads is 0)
-__device__ __forceinline__ void rw_named_bar(int id, int count) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory"); }
-)";
-
-// a qkv matmul's float4 of lanes 4j..4j+3's values (its k, v push)
-const char* kKvFloat4 = "const float4 v4 = make_float4(v, __shfl_down_sync(RW_FULL, v, 1), __shfl_down_sync(RW_FULL, v, 2), __shfl_down_sync(RW_FULL, v, 3));";
-
 // ---- the analysis ----
 
 enum class Kind : uint8_t { None, Row, Weight, Ids };
@@ -370,17 +281,6 @@ int slices_for(int64_t K, int64_t M) {
 }
 
 int64_t round4(int64_t n) { return (n + 3) / 4 * 4; }
-int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
-
-// rows-tc: the k-splits per tile of a matmul of `tiles` 16-column tiles over KS 8-k steps: the most
-// S in 4, 2 with tiles S warps (a warp each, of the CTA's 16) and an even number of steps each
-// (rw_tc_x's pairs); 1: a warp per tile
-constexpr int kTcSliceWarps = kRowsThreads / 32;
-int tc_splits_for(int64_t tiles, int64_t KS) {
-  for (int s : {4, 2})
-    if (tiles * s <= kTcSliceWarps && KS % (2 * s) == 0) return s;
-  return 1;
-}
 
 // Shared memory for the activation rows: first fit over blocks freed by earlier stages.
 struct RowAlloc {
@@ -430,7 +330,7 @@ struct RowsLayout {
   int64_t C_att = 0, ldk = 0;  // the attentions' width (plan_rows: all one) and k, v rows' stride
   std::map<int, int64_t> buf;  // tensor -> its row in shared memory
   std::vector<int64_t> q_at;  // per kv matmul stage: its q row
-  int64_t ks = 0, vs = 0, red = 0, tcs = 0, bars = 0, ring = 0;  // offsets (floats); tcs: rows-tc's k-split partials
+  int64_t ks = 0, vs = 0, red = 0, bars = 0, ring = 0;  // offsets (floats)
   int ns = 0, most = 1;  // ring slots that fit; the most pieces one stage reads
   int64_t smem_bytes = 0;
 };
@@ -479,9 +379,8 @@ RowsLayout rows_layout(const RowsPlan& p) {
     for (int pc = 0; pc < st.pieces; ++pc) {
       const int64_t r0 = static_cast<int64_t>(pc) * st.rows_per_piece, rows = std::min<int64_t>(st.rows_per_piece, st.M - r0);
       L.piece_off.push_back(at);
-      L.image.push_back({w, r0, 0, rows, st.K, at, st.ld, p.tc});
-      // (rows-tc: whole 16-column tiles, the columns past M zero)
-      at += (p.tc ? std::min<int64_t>(st.rows_per_piece, round16(st.M) - r0) : rows) * st.ld;
+      L.image.push_back({w, r0, 0, rows, st.K, at, st.ld});
+      at += rows * st.ld;
     }
   }
   L.piece_off.push_back(at);
@@ -515,8 +414,6 @@ RowsLayout rows_layout(const RowsPlan& p) {
   o += p.attentions ? p.T * L.ldk : 0;
   L.red = o;
   o += 2 * (kRowsThreads / 32);
-  L.tcs = o;
-  o += p.tc ? 16 * (kRowsThreads / 32) : 0;  // (rows-tc: a warp's 16 partial sums each)
   L.bars = o;
   o += 2 * kNbars;
   L.ring = round4(o);
@@ -529,19 +426,8 @@ RowsLayout rows_layout(const RowsPlan& p) {
 
 }  // namespace
 
-const char* rows_tc_prelude() { return kPreludeTc; }
-
-int64_t rows_tc_frag_index(int64_t K, int64_t r, int64_t k) {
-  // k = 16 J + 4 t + 2 h + c: step 2 J + h, A's column kk = t + 4 c (rw_tc_x's permuted k order)
-  const int64_t tile = r / 16, m = r % 16, J = k / 16, t = (k % 16) / 4, h = (k % 4) / 2, c = k % 2;
-  const int64_t step = 2 * J + h;
-  const int64_t lane = (m % 8) * 4 + t, e = m / 8 + 2 * c;  // A[m][kk]: a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4)
-  return ((tile * (K / 8) + step) * 32 + lane) * 4 + e;
-}
-
-RowsPlan plan_rows(const Graph& captured, bool tc) {
+RowsPlan plan_rows(const Graph& captured) {
   RowsPlan p;
-  p.tc = tc;
   Graph g = captured;
   verify(g, "capture");
   g = fuse_attention(std::move(g));
@@ -633,16 +519,8 @@ RowsPlan plan_rows(const Graph& captured, bool tc) {
       st.slices = st.kv ? 1 : slices_for(st.K, st.M);
       st.ld = static_cast<int>(st.K + 4);  // 8 consecutive rows: 8 distinct 16-byte bank groups
       st.rows_per_piece = static_cast<int>(std::min<int64_t>(st.M, kRowsSlotFloats / st.ld));
-      if (tc) {  // rows-tc: whole 16-column tiles in fragment order, unpadded (a piece of 4096 floats at most)
-        st.ld = static_cast<int>(st.K);
-        st.rows_per_piece = static_cast<int>(std::min<int64_t>(round16(st.M), (4096 / st.K) / 16 * 16));
-        if (st.rows_per_piece < 16)
-          return refuse(fmt::format("{}: rows-tc: K = {}: a 16-column tile exceeds a ring slot", node_text(g, st.node), st.K));
-        st.tiles = static_cast<int>(round16(st.M) / 16);
-        st.slices = st.kv ? 1 : tc_splits_for(st.tiles, st.K / 8);
-      }
       if (st.rows_per_piece < 1) return refuse(fmt::format("{}: a weight row of {} floats exceeds a ring slot", node_text(g, st.node), st.K));
-      st.pieces = static_cast<int>(((tc ? round16(st.M) : st.M) + st.rows_per_piece - 1) / st.rows_per_piece);
+      st.pieces = static_cast<int>((st.M + st.rows_per_piece - 1) / st.rows_per_piece);
       st.first_piece = piece;
       piece += st.pieces;
     } else if (n.op == Op::Attention) {
@@ -695,10 +573,8 @@ std::string ident(const std::string& name) {
 
 }  // namespace
 
-CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trace, bool tc) {
+CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trace) {
   MINIGPT_CHECK(p.refused.empty(), "generate_rows: the graph was refused: {}", p.refused);
-  MINIGPT_CHECK(!(plain && tc), "generate_rows: rows-plain and rows-tc together");
-  MINIGPT_CHECK(tc == p.tc, "generate_rows: rows-tc asked {} but the plan was made for {}", tc, p.tc);
   const Graph& g = p.graph;
   const int NT = kRowsThreads, NW = NT / 32;
   CudaCode code;
@@ -789,15 +665,12 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
   // a softmax's end, its own stage's and the fused head's (the same arithmetic): the warp's sum of
   // exp by a butterfly, the warps' sums in warp order, then ev[j] / total stored to tensor t's row
   // (columns tid + j NT, j < J, where < C); `in` the lines' indent (fused: the head's loop unrolled)
-  // (col, cond: column j's index and whether this thread stores it; empty: tid + j NT, c < C)
-  auto softmax_end = [&](const std::string& in, bool fused, int J, int64_t C, int t, std::string col = "", std::string cond = "") {
-    if (col.empty()) col = fmt::format("tid + j * {}", NT);
-    if (cond.empty()) cond = fmt::format("c < {}", C);
+  auto softmax_end = [&](const std::string& in, bool fused, int J, int64_t C, int t) {
     std::string r = in + "for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(RW_FULL, sum, off);\n";
     r += fmt::format("{0}if (lane == 0) sm[{1} + warp] = sum;\n{0}__syncthreads();\n{0}float total = sm[{1}];\n{0}for (int w = 1; w < {2}; ++w) total += sm[{1} + w];{3}\n",
                      in, red + NW, NW, fused ? "  // the row's sum of exp, in warp order" : "");
-    r += fmt::format("{1}{0}for (int j = 0; j < {2}; ++j) {{\n{0}  const int c = {3};\n{0}  if ({4}) {{ const float v = ev[j] / total; {5} }}\n{0}}}\n",
-                     in, fused ? "#pragma unroll\n" : "", J, col, cond, store_out(t, "c", "v"));
+    r += fmt::format("{1}{0}for (int j = 0; j < {2}; ++j) {{\n{0}  const int c = tid + j * {3};\n{0}  if (c < {4}) {{ const float v = ev[j] / total; {5} }}\n{0}}}\n",
+                     in, fused ? "#pragma unroll\n" : "", J, NT, C, store_out(t, "c", "v"));
     return r;
   };
   bool small_waited = false;
@@ -858,117 +731,6 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
       if (r != s + 1 && std::find(L.reads[r].begin(), L.reads[r].end(), out) != L.reads[r].end()) return false;
     return true;
   };
-  // a qkv matmul's stores of column c's value v (part 0: q, kept; 1, 2: this row's k or v, kept and
-  // pushed by lanes 4j to every later CTA as one float4), `in` the lines' indent; v4 (the float4 of
-  // lanes 4j..4j+3, by shuffles) made here (v4_here: the default's, where every lane of the warp is
-  // in this branch) or before by the caller (rows-tc's, whose lanes 16.. store nothing)
-  auto kv_store = [&](const std::string& in, size_t s, bool v4_here) {
-    std::string r = fmt::format("{0}if (part == 0) {{\n{0}  sm[{1} + c] = v;\n{0}}} else {{  // lane 4j sends columns 4j..4j+3 to every later CTA as one 16-byte st.async\n",
-                                in, q_at[s]);
-    r += fmt::format("{0}  float* dst = sm + (part == 1 ? {1} : {2}) + t * {3} + c;\n{0}  *dst = v;\n", in, ks, vs, ldk);
-    if (v4_here) r += in + "  " + kKvFloat4 + "\n";
-    r += in + "  for (int q = t + 1; q < kT && lane % 4 == 0; ++q) rw_st_async4(rw_mapa(dst, q), v4, rw_mapa(&bars[kBarKv], q));\n" + in + "}\n";
-    return r;
-  };
-  // a qkv matmul stage's end: its closing barrier, the arrival announcing the earlier rows' k and v,
-  // the refill, the wait for them
-  auto kv_end = [&](size_t s, const RowsStage& st) {
-    const int64_t C = st.M / 3;
-    std::string r = close(s);
-    r += fmt::format("  if (tid == 0) rw_kv_arrive(&bars[kBarKv], static_cast<unsigned>(t * {}) * 4u);  // the earlier rows' k and v\n", 2 * C);
-    r += refill(st);
-    r += fmt::format("  rw_kv_wait(&bars[kBarKv], {}u);\n", st.attention & 1);
-    return r;
-  };
-  // rows-tc's matmul stage (codegen_cuda_rows.h "rows-tc"): the stage's code after its comment;
-  // a (its input row), finish (its epilogue of column idx's sum acc), out (its output tensor)
-  auto tc_matmul = [&](size_t s, const RowsStage& st, const std::string& a,
-                       const std::function<std::string(const std::string&, const std::string&)>& finish, int out) {
-    std::string b;
-    const int64_t K = st.K, M = st.M, KS = K / 8;
-    const int T = st.tiles, S = st.slices, tpp = st.rows_per_piece / 16;
-    const int64_t KSW = KS / S;
-    // tile tl's block at k-step `step` (expressions): its piece's slot (waited for by the last warp
-    // before the barrier above, else here) + the tile's place in the piece
-    auto blk = [&](const std::string& tl, const std::string& step) {
-      const std::string slot = prewaited[s] ? fmt::format("rw_slot<{}>(ring, ({}) / {})", st.first_piece, tl, tpp)
-                                            : fmt::format("rw_piece_at<{}>(ring, bars, ({}) / {})", st.first_piece, tl, tpp);
-      return fmt::format("{} + ((({}) % {}) * {} + {}) * 128", slot, tl, tpp, KS, step);
-    };
-    if (S > 1) {
-      // a warp per (tile, k-split); the splits' partial sums through shared memory behind the tile's named barrier
-      MINIGPT_CHECK(T * S <= NW && !st.kv, "rows-tc: {} tiles x {} k-splits", T, S);
-      b += fmt::format("  if (warp < {}) {{\n    const int tile = warp / {}, part = warp % {};  // k-steps [part {}, part {} + {}) of the tile\n", T * S, S, S,
-                       KSW, KSW, KSW);
-      b += fmt::format("    unsigned xb[{}][2];\n    rw_tc_x<{}>({} + part * {}, xb);  // the activation's k-slice, once per warp\n", KSW, KSW, a, 8 * KSW);
-      b += fmt::format("    float d[4];\n    rw_tc_tile<{}>({}, xb, d);\n", KSW, blk("tile", fmt::format("part * {}", KSW)));
-      b += "    const float y = rw_tc_out(d);  // lanes < 16: column tile 16 + lane's partial sum\n";
-      b += fmt::format("    if (lane < 16 && part > 0) sm[{} + warp * 16 + lane] = y;\n", L.tcs);
-      b += fmt::format("    rw_named_bar(1 + tile, {});  // the tile's {} warps: their partial sums written\n", S * 32, S);
-      std::string sum = "y";
-      for (int q = 1; q < S; ++q) sum = fmt::format("({} + sm[{} + (warp + {}) * 16 + lane])", sum, L.tcs, q);
-      b += fmt::format("    const int n = tile * 16 + lane;\n    if (part == 0 && lane < 16 && n < {}) {{  // the partial sums in split order\n", M);
-      b += fmt::format("      const float v = {};\n      {}\n    }}\n  }}\n", finish("n", sum), store_out(out, "n", "v"));
-      b += close(s);
-      b += refill(st);
-      return b;
-    }
-    // a warp per tile: warp w's tiles w + NW j (j < J); the activation read once per warp
-    const int J = (T + NW - 1) / NW;
-    auto tile_of = [&](int j) { return j ? fmt::format("(warp + {})", NW * j) : std::string("warp"); };
-    auto has = [&](int j) { return (j + 1) * NW <= T ? std::string() : fmt::format("if (warp + {} < {}) ", NW * j, T); };
-    b += fmt::format("  float d[{}][4];  // tile warp + {} j's D (warp-uniform: tiles < {})\n", J, NW, T);
-    b += fmt::format("  if (warp < {}) {{\n    unsigned xb[{}][2];\n    rw_tc_x<{}>({}, xb);  // the activation, once per warp\n", std::min(T, NW), KS, KS, a);
-    for (int j = 0; j < J; ++j) b += fmt::format("    {}rw_tc_tile<{}>({}, xb, d[{}]);\n", has(j), KS, blk(tile_of(j), "0"), j);
-    b += "  }\n";
-    if (st.kv) {
-      const int64_t C = M / 3;
-      b += "  rw_cluster_wait();  // every CTA of the cluster has read the previous attention's k, v (the first: runs)\n";
-      for (int j = 0; j < J; ++j) {
-        b += fmt::format("  {}{{\n    const float y = rw_tc_out(d[{}]);  // lanes < 16: column tile 16 + lane\n", has(j), j);
-        b += fmt::format("    const int n = {} * 16 + (lane & 15), part = n / {}, c = n % {};\n    const float v = {};\n", tile_of(j), C, C, finish("n", "y"));
-        b += std::string("    ") + kKvFloat4 + "  // (every lane: lanes 16.. store nothing)\n";
-        b += "    if (lane < 16) {\n" + kv_store("      ", s, false) + "    }\n  }\n";
-      }
-      return b + kv_end(s, st);
-    }
-    if (!fuses_softmax(s)) {
-      for (int j = 0; j < J; ++j) {
-        b += fmt::format("  {}{{\n    const float y = rw_tc_out(d[{}]);  // lanes < 16: column tile 16 + lane\n", has(j), j);
-        b += fmt::format("    const int n = {} * 16 + (lane & 15);\n    if (lane < 16 && n < {}) {{\n      const float v = {};\n      {}\n    }}\n  }}\n",
-                         tile_of(j), M, finish("n", "y"), store_out(out, "n", "v"));
-      }
-      b += close(s);
-      b += refill(st);
-      return b;
-    }
-    // the softmax of stage s + 1 fused (fuses_softmax), as the default text's, on this layout: lane
-    // l < 16 of warp w holds column (w + NW j) 16 + l of round j
-    const RowsStage& sx = p.stages[s + 1];
-    const int sm_out = g.nodes[static_cast<size_t>(sx.node)].output;
-    b += fmt::format("  //   with stage {}'s softmax -> '{}' fused in (its only reader): the logits stay in registers (stored to\n"
-                     "  //   global at once), lane l < 16 of warp w holding column (w + {} j) 16 + l\n",
-                     s + 1, g.tensor(sm_out).name, NW);
-    b += fmt::format("  float lg[{}];\n  float mx = -CUDART_INF_F;\n", J);
-    for (int j = 0; j < J; ++j) {
-      const std::string st_out = g.is_graph_output(out) ? fmt::format("{}[row * {} + n] = v; ", pname[out], M) : std::string();
-      b += fmt::format("  lg[{}] = -CUDART_INF_F;\n  {}{{\n    const float y = rw_tc_out(d[{}]);\n    const int n = {} * 16 + (lane & 15);\n", j, has(j), j, tile_of(j));
-      b += fmt::format("    if (lane < 16 && n < {}) {{\n      const float v = {};\n      {}lg[{}] = v; mx = fmaxf(mx, v);\n    }}\n  }}\n", M, finish("n", "y"),
-                       st_out, j);
-    }
-    b += "  mx = rw_warp_max(mx);  // the warp's max: one redux.sync (exact)\n";
-    b += fmt::format("  if (lane == 0) sm[{} + warp] = mx;\n", red);
-    b += "  __syncthreads();  // the warps' maxima written; every tile's reads of the ring done\n";
-    b += refill(st);
-    b += fmt::format("  mx = sm[{}];\n  for (int w = 1; w < {}; ++w) mx = fmaxf(mx, sm[{} + w]);  // the row's max, in warp order\n", red, NW, red);
-    const std::string col = fmt::format("(warp + {} * j) * 16 + (lane & 15)", NW), cond = fmt::format("lane < 16 && c < {}", M);
-    b += fmt::format("  float ev[{}], sum = 0.0f;\n#pragma unroll\n"
-                     "  for (int j = 0; j < {}; ++j) {{\n    const int c = {};\n    ev[j] = {} ? expf(lg[j] - mx) : 0.0f;\n    sum += ev[j];\n  }}\n",
-                     J, J, col, cond);
-    b += softmax_end("  ", true, J, M, sm_out, col, cond);
-    if (buf.count(sm_out)) b += close(s + 1);
-    return b;
-  };
   for (size_t s = 0; s < p.stages.size(); ++s) {
     const RowsStage& st = p.stages[s];
     const Node& n = g.nodes[static_cast<size_t>(st.node)];
@@ -1021,16 +783,6 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
         flops = 2 * K * M;
         wbytes = K * M * 4;
         const std::string epi = std::string(n.has_bias ? " + b" : "") + (n.gelu ? ", GELU" : "") + (n.has_residual ? ", + residual" : "");
-        if (tc)
-          b += fmt::format("  // stage {}: matmul (1, {}) x ({}, {})^T{}{} -> '{}'; {} FLOPs and {} weight bytes per row (each CTA streams\n"
-                           "  //   them: pieces [{}, {}) of {} columns in fragment order); on the tensor cores: {} tiles of 16 columns, {}; source: {}\n",
-                           s, K, M, K, epi, st.kv ? " -> q kept, k and v pushed to the later CTAs" : "", to.name, flops, wbytes,
-                           st.first_piece, st.first_piece + st.pieces, st.rows_per_piece, st.tiles,
-                           st.slices > 1 ? fmt::format("{} warps per tile, each {} of the {} k-steps, their sums added in split order", st.slices,
-                                                       K / 8 / st.slices, K / 8)
-                                         : "a warp per tile",
-                           srcs);
-        else
         b += fmt::format("  // stage {}: matmul (1, {}) x ({}, {})^T{}{} -> '{}'; {} FLOPs and {} weight bytes per row (each CTA streams\n"
                          "  //   them: pieces [{}, {}) of {} rows, rows {} floats apart); {}; source: {}\n",
                          s, K, M, K, epi, st.kv ? " -> q kept, k and v pushed to the later CTAs" : "", to.name, flops, wbytes,
@@ -1062,17 +814,19 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
                              st.rows_per_piece, st.ld, koff);
         };
         if (prewaited[s]) b += "  //   (its pieces waited for by the last warp before the barrier above: read at once, no mbarrier wait)\n";
-        if (tc) {
-          b += tc_matmul(s, st, a, finish, out);
-          break;
-        }
         if (st.kv) {
           const int64_t C = M / 3;
           b += fmt::format("  float acc_kv[1];\n  if (tid < {}) rw_dot<{}, 1>({}, {{{}}}, acc_kv);\n", M, K, a, wptr("tid", ""));
           b += fmt::format("  rw_cluster_wait();  // every CTA of the cluster has read the previous attention's k, v (the first: runs)\n");
           b += fmt::format("  if (tid < {}) {{\n    const int part = tid / {}, c = tid % {};\n    const float v = {};\n", M, C, C, finish("tid", "acc_kv[0]"));
-          b += kv_store("    ", s, true) + "  }\n";
-          b += kv_end(s, st);
+          b += fmt::format("    if (part == 0) {{\n      sm[{} + c] = v;\n    }} else {{  // lane 4j sends columns 4j..4j+3 to every later CTA as one 16-byte st.async\n", q_at[s]);
+          b += fmt::format("      float* dst = sm + (part == 1 ? {} : {}) + t * {} + c;\n      *dst = v;\n", ks, vs, ldk);
+          b += "      const float4 v4 = make_float4(v, __shfl_down_sync(RW_FULL, v, 1), __shfl_down_sync(RW_FULL, v, 2), __shfl_down_sync(RW_FULL, v, 3));\n";
+          b += "      for (int q = t + 1; q < kT && lane % 4 == 0; ++q) rw_st_async4(rw_mapa(dst, q), v4, rw_mapa(&bars[kBarKv], q));\n    }\n  }\n";
+          b += close(s);
+          b += fmt::format("  if (tid == 0) rw_kv_arrive(&bars[kBarKv], static_cast<unsigned>(t * {}) * 4u);  // the earlier rows' k and v\n", 2 * C);
+          b += refill(st);
+          b += fmt::format("  rw_kv_wait(&bars[kBarKv], {}u);\n", st.attention & 1);
         } else if (st.slices > 1) {
           const int S = st.slices, D = 32 / S;
           const int64_t ks_ = K / S;
@@ -1300,9 +1054,6 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
            "// preceding it where their copies are in flight there, ring slots without divisions; a matmul of more\n"
            "// than one chain per thread runs its chains by warp, and the softmax reading only the logits is fused\n"
            "// into their matmul stage)\n";
-  if (tc)
-    src += "// (rows-tc, MINIGPT_CUDA_VARIANT=rows-tc: every matmul stage on the tensor cores, mma.sync m16n8k8 tf32 with\n"
-           "// both operands split hi + lo (FP32-accurate), the weights' pieces in fragment order; codegen_cuda_rows.h)\n";
   src += "#define CUDART_INF_F __int_as_float(0x7f800000)\n";
   src += kPreludeBase;
   if (plain) {
@@ -1314,7 +1065,6 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
     src += rw_text(kPreludeLnText, kLnDefault);
     src += kPreludeQk;
     src += kPreludeMax;
-    if (tc) src += kPreludeTc;
   }
   src += fmt::format(
       "\n// ---- the ring: pieces of the weight image, in consumption order ----\n"
@@ -1507,13 +1257,6 @@ std::vector<float> pack_rows_image(const CudaCode& code, const std::function<con
     const float* w = weight(c.tensor);
     MINIGPT_CHECK(w, "rows: no values for weight tensor %{}", c.tensor);
     // the source's row stride: the copy's rows are whole rows of the tensor (cols = its columns)
-    if (c.frag) {  // rows-tc: in fragment order (rows_tc_frag_index), whole rows
-      MINIGPT_CHECK(c.src_col0 == 0 && c.cols % 8 == 0, "rows-tc: a fragment-order copy of part of a row");
-      for (int64_t r = 0; r < c.rows; ++r)
-        for (int64_t k = 0; k < c.cols; ++k)
-          img[static_cast<size_t>(c.dst + rows_tc_frag_index(c.cols, r, k))] = w[(c.src_row0 + r) * c.cols + k];
-      continue;
-    }
     for (int64_t r = 0; r < c.rows; ++r)
       for (int64_t k = 0; k < c.cols; ++k)
         img[static_cast<size_t>(c.dst + r * c.dst_ld + k)] = w[(c.src_row0 + r) * c.cols + c.src_col0 + k];

@@ -83,32 +83,6 @@
 // logits 1.81e-5 from the CPU, over issue 15's 1e-5 (the hand-written kernel's fold variants were
 // slower too: gpu_fold14/call1, docs/MEGAKERNEL.md).
 //
-// rows-tc (CudaCodegenOptions::rows_tc, MINIGPT_CUDA_VARIANT=rows-tc; issue 15): every matmul stage
-// (qkv with its k, v push, proj + residual, fc1 + GELU, fc2 + residual, lm_head with the fused
-// softmax) on the tensor cores by mma.sync.m16n8k8 tf32, as a GEMV: A (16 x 8) = 16 output columns
-// of W (W[n0 + m][k0 + k]), B (8 x 8) = the activation row, column 0 its tf32 "hi" part, column 1
-// its "lo" remainder and column 2 the rest "lo2" (columns 3..7 zero), y[n0 + m] = (D[m][0] +
-// D[m][1]) + D[m][2]. FP32-accurate: w = hi + lo with hi = tf32(w) and lo = tf32(w - hi) (w - hi
-// exact in fp32, |w - hi| <= 2^-11 |w|, so hi + lo is w to 2^-22 |w|: two mmas per k-step, W_hi B
-// and W_lo B); x = hi + lo + lo2 exactly (the <= 2 bits left after lo; a third B column costs no
-// mma); every product of a part of w by a part of x exact (11 x 11 significant bits), summed in
-// fp32 by the tensor core: the sum to about fp32's rounding, in another order than k from 0 (not
-// bitwise the FMA texts; the contract is the rows form's: the probes' logits within 1e-5 of the
-// CPU, 1e-4 elsewhere). The activation is read ONCE
-// per warp into B fragments (12 lanes hold it; a float4 per lane per two k-steps, the k order
-// permuted within each 16 k in the weights' image alike), where the FMA text reads it again per
-// output column: half of every GEMM stage's shared-memory traffic. The weights' pieces in fragment order
-// (rows_tc_frag_index: one conflict-free 16-byte load per lane per k-step, no padding; a piece is
-// 16 KB, the ring's slots unchanged); tiles spread over the warps (qkv 12 tiles, fc1 16, lm_head 39:
-// a warp per tile, three rounds for the head), a stage of few tiles split over k (proj, fc2: 4 tiles
-// x 4 k-splits, the splits' partial sums through shared memory behind a named barrier of the tile's
-// 4 warps, added in split order: no CTA barrier added). The ring, its pieces' order, prewait and the
-// refills are the default text's. The device functions (rw_tc_x: x -> B fragments; rw_tc_tile: a
-// tile's A loads, splits and mmas; rw_tc_out: D -> a column per lane) are small prelude functions
-// (rows_tc_prelude). Refused: a matmul of K > 256 (a 16-column tile over K exceeds a 16 KB piece:
-// d_model 96's fc2); the graph then keeps the other form, as any refusal. Not yet measured on a GPU
-// (experiments/25-compile/gpu_tc15/run.sh).
-//
 // The stage trace (CudaCodegenOptions::rows_trace; CudaCompiledGraph::trace_rows, printed by
 // `minigpt compile --device cuda --explain`): the same text plus one line per stamp, thread 0 of
 // cluster 0's last CTA (the row with the most keys) writing clock64() into a __device__ rw_trace[]
@@ -152,10 +126,6 @@ struct RowsStage {
   int64_t K = 0, M = 0;
   int slices = 1, ld = 0, rows_per_piece = 0, first_piece = 0, pieces = 0;
   bool kv = false;
-  // rows-tc (RowsPlan::tc): tiles of 16 output columns (M rounded up to 16; rows_per_piece a
-  // multiple of 16, ld = K: the pieces in fragment order, rows_tc_frag_index); slices: the k-splits
-  // per tile, each a warp (their partial sums added through shared memory, in split order)
-  int tiles = 0;
   int attention = -1;  // Attention (and a kv matmul): which attention of the forward (0..)
 };
 
@@ -166,7 +136,6 @@ struct RowsPlan {
   int64_t B = 0, T = 0, N = 0;
   std::vector<RowsStage> stages;
   int attentions = 0;
-  bool tc = false;  // rows-tc: the matmuls on the tensor cores (plan_rows' tc)
 };
 
 // Whether every node of g (composite ops: after fuse_attention and matmul_epilogue) is row-local
@@ -176,24 +145,7 @@ struct RowsPlan {
 std::string row_local_refusal(const Graph& g, int64_t& B, int64_t& T);
 
 // The analysis: the passes above, row_local_refusal, then the generator's shape limits.
-// tc (CudaCodegenOptions::rows_tc): the matmul stages' pieces in fragment order and their k-splits
-// for the tensor-core text (generate_rows' tc).
-RowsPlan plan_rows(const Graph& captured, bool tc = false);
-
-// rows-tc's fragment order: where, in a piece of a matmul over K (a multiple of 16), the weight
-// element of piece-local output column r (W's row) and input k lies (floats from the piece's
-// start). Per (16-column tile, 8-k step) a 128-float block, tile-major then k-step; in a block,
-// lane L = 4 g + t's 4 floats are mma.m16n8k8's A fragment {A[g][t], A[g + 8][t], A[g][t + 4],
-// A[g + 8][t + 4]} (PTX ISA, "Matrix Fragments for mma.m16n8k8", .tf32): one conflict-free 16-byte
-// load per lane per k-step. The k order permuted within each 16 k (any order sums the same
-// products; this one lets rw_tc_x read x by one float4 per lane per two steps): step 2 J + h's
-// A[m][kk] = W[16 tile + m][16 J + 4 (kk % 4) + 2 h + kk / 4], and B's rows alike.
-int64_t rows_tc_frag_index(int64_t K, int64_t r, int64_t k);
-
-// rows-tc's device functions as the generated text has them (rw_tf32, rw_tc_split, rw_mma, rw_tc_x,
-// rw_tc_tile, rw_tc_out, rw_named_bar; they use RW_FULL, the full warp mask, which the generated
-// text defines before them): for a test of the GEMV primitive alone.
-const char* rows_tc_prelude();
+RowsPlan plan_rows(const Graph& captured);
 
 // The kernel text, its launch (grid B T, cluster T, block kRowsThreads), the weight image's
 // layout (code.image) and the one-kernel schedule (kernel "cuda_rows_forward"). p must be taken.
@@ -201,9 +153,7 @@ const char* rows_tc_prelude();
 // ports listed at the top (kept for A/B on the GPU: the same layout, pieces and sums).
 // trace (CudaCodegenOptions::rows_trace): the stage trace's stamps, one line each after the start's
 // barrier and every stage (code.trace_stages names the intervals); off: no trace text at all.
-// tc (CudaCodegenOptions::rows_tc, MINIGPT_CUDA_VARIANT=rows-tc; p planned with tc): every matmul
-// stage on the tensor cores (see "rows-tc" above); the rest the default text's. Not with plain.
-CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false, bool tc = false);
+CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false);
 
 // The weight image of code (code.image_floats floats, padding zero) from the graph's weights:
 // weight(tensor id) gives a weight's values (row-major, its shape).

@@ -5,7 +5,6 @@
 // the shape guard, the warm cache, and every output element written (outputs poisoned first).
 #include "compile/capture.h"
 #include "compile/codegen_cuda_rows.h"
-#include "compile/cuda/jit_cuda.h"
 #include "compile/cuda/runner_cuda.h"
 #include "compile/runner.h"
 #include "compile_test_config.h"
@@ -30,8 +29,6 @@
 #include <limits>
 #include <random>
 #include <span>
-
-#include <cuda_runtime_api.h>
 
 using namespace minigpt;
 using namespace minigpt::compile;
@@ -620,8 +617,6 @@ TEST(CompileCuda, RowsFormDefaultAndPlainTextsAgreeBitwise) {
   if (!hopper_or_later()) GTEST_SKIP() << "thread-block clusters need sm_90 or later";
   if (const char* v = std::getenv("MINIGPT_CUDA_VARIANT"); v && std::string(v).find("rows-plain") != std::string::npos)
     GTEST_SKIP() << "MINIGPT_CUDA_VARIANT=" << v << ": the default text is the plain one, nothing to compare";
-  if (const char* v = std::getenv("MINIGPT_CUDA_VARIANT"); v && std::string(v).find("rows-tc") != std::string::npos)
-    GTEST_SKIP() << "MINIGPT_CUDA_VARIANT=" << v << ": both would be the rows-tc text (the later word wins), nothing to compare";
   CudaCompileOptions o = cuda_options(true);
   o.codegen.rows = true;
   CudaCompileOptions plain = o;
@@ -715,9 +710,7 @@ TEST(CompileCuda, RowsFormStageTraceCoversEveryStageAndChangesNoOutput) {
     }
     // the default text fuses the softmax (not the plain one, nor the default under MINIGPT_CUDA_VARIANT=rows-plain)
     const char* env = std::getenv("MINIGPT_CUDA_VARIANT");
-    // (under MINIGPT_CUDA_VARIANT=rows-tc both are the rows-tc text, which fuses it too)
-    const bool env_tc = env && std::string(env).find("rows-tc") != std::string::npos;
-    const bool fused = env_tc || (!plain && !(env && std::string(env).find("rows-plain") != std::string::npos));
+    const bool fused = !plain && !(env && std::string(env).find("rows-plain") != std::string::npos);
     EXPECT_EQ(idle, fused ? 2u : 1u) << "stage 0 in the start; the default's softmax fused";
     EXPECT_EQ(tr.stages.back(), fused ? fmt::format("softmax -> probs (fused into stage {})", S - 2) : "softmax -> probs");
     EXPECT_LT(idle_max, busy_min) << "an interval without work of its own against the shortest matmul or attention";
@@ -730,171 +723,5 @@ TEST(CompileCuda, RowsFormStageTraceCoversEveryStageAndChangesNoOutput) {
     std::printf("rows form stage trace (%s): %zu intervals, %lld cycles, %.0f ns by %%globaltimer; start %lld, %s %lld, %s %lld\n",
                 g.stats().variant.c_str(), tr.cycles.size(), tr.total_cycles, tr.total_ns, tr.cycles[0], tr.stages[1].c_str(), tr.cycles[1],
                 tr.stages.back().c_str(), tr.cycles.back());
-  }
-}
-
-namespace {
-
-// rows-tc's GEMV primitive alone (codegen_cuda_rows.h's rows_tc_prelude, the generated text's device
-// functions): a warp per 16-column tile of W (M x K, K = 8 KS) in fragment order (rows_tc_frag_index)
-// times x, y[n] = sum_k W[n][k] x[k], out of the lanes < 16 (rw_tc_out); or with split: the k-steps
-// in KS / 4 parts by 4 warps per tile, the partials added in order (as proj and fc2 do).
-template <int KS>
-std::vector<float> tc_gemv_on_gpu(const std::vector<float>& w, const std::vector<float>& x, int64_t M) {
-  constexpr int64_t K = 8 * KS;
-  const int64_t tiles = (M + 15) / 16;
-  std::vector<float> img(static_cast<size_t>(tiles * 16 * K), 0.0f);
-  for (int64_t r = 0; r < M; ++r)
-    for (int64_t k = 0; k < K; ++k) img[static_cast<size_t>(rows_tc_frag_index(K, r, k))] = w[static_cast<size_t>(r * K + k)];
-  const std::string src = std::string("#define RW_FULL 0xffffffffu\n") + rows_tc_prelude() +
-                          fmt::format(R"(
-extern "C" __global__ void tc_gemv(const float* x, const float* img, float* y, int M) {{
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  unsigned xb[{0}][2];
-  rw_tc_x<{0}>(x, xb);
-  float d[4];
-  rw_tc_tile<{0}>(img + warp * {0} * 128, xb, d);
-  const float v = rw_tc_out(d);
-  if (lane < 16 && warp * 16 + lane < M) y[warp * 16 + lane] = v;
-}}
-)",
-                                      KS);
-  CudaJitRequest req;
-  req.source = src;
-  req.name = fmt::format("tc_gemv_{}", KS);
-  req.key_extra = "rows-tc gemv test";
-  req.cache_dir = std::filesystem::path(MINIGPT_BINARY_DIR) / "compile_cuda_test_cache";
-  const CudaBinary bin = cuda_jit_compile(req);
-  cudaLibrary_t lib = nullptr;
-  cudaKernel_t kern = nullptr;
-  EXPECT_EQ(cudaLibraryLoadData(&lib, bin.cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), cudaSuccess);
-  EXPECT_EQ(cudaLibraryGetKernel(&kern, lib, "tc_gemv"), cudaSuccess);
-  float *dx = nullptr, *dimg = nullptr, *dy = nullptr;
-  cudaMalloc(reinterpret_cast<void**>(&dx), x.size() * 4);
-  cudaMalloc(reinterpret_cast<void**>(&dimg), img.size() * 4);
-  cudaMalloc(reinterpret_cast<void**>(&dy), static_cast<size_t>(M) * 4);
-  cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
-  cudaMemcpy(dimg, img.data(), img.size() * 4, cudaMemcpyHostToDevice);
-  int m = static_cast<int>(M);
-  void* args[] = {&dx, &dimg, &dy, &m};
-  EXPECT_EQ(cudaLaunchKernel(reinterpret_cast<const void*>(kern), dim3(1), dim3(static_cast<unsigned>(32 * tiles)), args, 0, nullptr), cudaSuccess);
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<float> y(static_cast<size_t>(M));
-  cudaMemcpy(y.data(), dy, y.size() * 4, cudaMemcpyDeviceToHost);
-  cudaFree(dx);
-  cudaFree(dimg);
-  cudaFree(dy);
-  cudaLibraryUnload(lib);
-  return y;
-}
-
-}  // namespace
-
-// The GEMV primitive of rows-tc (mma.m16n8k8 tf32, W split hi + lo, x in three parts) against a double
-// reference: within 2^-18 of sum |W| |x| per output (fp32 sums of the split products: ~2^-22 typical; a pure tf32 product ~2^-12: a layout
-// slip, a wrong fragment element or a lost lo part, shows here by column, not as "logits wrong");
-// K = 64 (qkv, fc1, lm_head's) and K = 256 (fc2's), M = 40 (a partial last tile).
-TEST(CompileCuda, RowsTcGemvPrimitiveMatchesDouble) {
-  SKIP_WITHOUT_GPU();
-  if (!hopper_or_later()) GTEST_SKIP() << "sm_90a text";
-  auto check = [](auto ks_tag, int64_t M, uint64_t seed) {
-    constexpr int KS = decltype(ks_tag)::value;
-    constexpr int64_t K = 8 * KS;
-    std::mt19937_64 rng(seed);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::vector<float> w(static_cast<size_t>(M * K)), x(static_cast<size_t>(K));
-    for (float& v : w) v = nd(rng);
-    for (float& v : x) v = nd(rng);
-    const std::vector<float> y = tc_gemv_on_gpu<KS>(w, x, M);
-    double worst = 0;
-    for (int64_t n = 0; n < M; ++n) {
-      double ref = 0, mag = 0;
-      for (int64_t k = 0; k < K; ++k) {
-        ref += static_cast<double>(w[static_cast<size_t>(n * K + k)]) * x[static_cast<size_t>(k)];
-        mag += std::fabs(static_cast<double>(w[static_cast<size_t>(n * K + k)]) * x[static_cast<size_t>(k)]);
-      }
-      const double rel = std::fabs(y[static_cast<size_t>(n)] - ref) / mag;
-      worst = std::max(worst, rel);
-      EXPECT_LT(rel, std::ldexp(1.0, -18)) << "K " << K << " column " << n << ": " << y[static_cast<size_t>(n)] << " vs " << ref;
-    }
-    std::printf("rows-tc GEMV primitive, M %lld K %lld: worst |y - ref| / sum |w x| %.3g (bound 2^-18 = %.3g)\n", static_cast<long long>(M),
-                static_cast<long long>(K), worst, std::ldexp(1.0, -18));
-  };
-  check(std::integral_constant<int, 8>{}, 40, 1);
-  check(std::integral_constant<int, 32>{}, 40, 2);
-}
-
-// rows-tc (CudaCodegenOptions::rows_tc: the matmul stages on the tensor cores, not bitwise the FMA
-// texts) against the CPU engine as RowsFormMatchesEagerAndEveryProbe: every probe within 1e-5 and
-// the same top-1, random ids at (2, 16), (3, 5), (1, 1), the tiny model and the head's other widths
-// (V 300, 660; d_model 32 at V 1100) within 1e-4 (kReorderedLogitTol) with the same top-1 on every
-// row; 200 replays bitwise the first. (Under MINIGPT_CUDA_VARIANT=rows-plain the later word would
-// decide which text runs: skipped.)
-TEST(CompileCuda, RowsTcMatchesEagerAndEveryProbe) {
-  SKIP_WITHOUT_GPU();
-  if (!hopper_or_later()) GTEST_SKIP() << "thread-block clusters need sm_90 or later";
-  if (const char* v = std::getenv("MINIGPT_CUDA_VARIANT"); v && std::string(v).find("rows-plain") != std::string::npos)
-    GTEST_SKIP() << "MINIGPT_CUDA_VARIANT=" << v << ": not the rows-tc text";
-  CudaCompileOptions o = cuda_options(true);
-  o.codegen.rows = o.codegen.rows_tc = true;
-  ModelFile f = load_model(kModel);
-  const GrammarMiniGPT model(f.config, std::move(f.weights));
-  constexpr float kReorderedLogitTol = 1e-4f;
-  expect_options_match(model, 2, 16, 7, o, "rows-tc", kReorderedLogitTol);
-  expect_options_match(model, 3, 5, 8, o, "rows-tc", kReorderedLogitTol);
-  expect_options_match(model, 1, 1, 9, o, "rows-tc", kReorderedLogitTol);
-  const ModelConfig c = compile_tiny_config();
-  const GrammarMiniGPT tiny(c, random_weights(c, 3));
-  expect_options_match(tiny, 2, 16, 11, o, "rows-tc, tiny", kReorderedLogitTol);
-  expect_options_match(tiny, 3, 7, 12, o, "rows-tc, tiny", kReorderedLogitTol);
-  ModelConfig c300, c660, d32;
-  c300.vocab_size = 300;
-  c660.vocab_size = 660;
-  d32.d_model = 32;
-  d32.vocab_size = 1100;
-  const GrammarMiniGPT m300(c300, random_weights(c300, 6)), m660(c660, random_weights(c660, 7)), m32(d32, random_weights(d32, 9));
-  expect_options_match(m300, 2, 16, 13, o, "rows-tc, V 300", kReorderedLogitTol);
-  expect_options_match(m660, 3, 5, 14, o, "rows-tc, V 660", kReorderedLogitTol);
-  expect_options_match(m32, 3, 5, 15, o, "rows-tc, d_model 32, V 1100", kReorderedLogitTol);
-  CudaCompiledModel gpu(model, o);
-  Tensor l0, p0;
-  std::vector<int32_t> ids0(32, 1);
-  gpu.forward(ids0.data(), 2, 16, l0, p0);
-  ASSERT_EQ(gpu.graph_for(2, 16).lowered().code.launches.size(), 1u) << gpu.graph_for(2, 16).stats().why;
-  const std::string variant = gpu.graph_for(2, 16).stats().variant;
-  EXPECT_NE(variant.find("rows-tc"), std::string::npos) << variant;
-  EXPECT_NE(gpu.graph_for(2, 16).lowered().code.source.find("mma.sync.aligned.m16n8k8"), std::string::npos);
-  const Tokenizer tok(f.vocab);
-  const testcompile::ProbeBatch pb = testcompile::probe_batch(kProbes, tok);
-  if (pb.T <= kRowsMaxCluster) {
-    ASSERT_EQ(gpu.graph_for(pb.B, pb.T).stats().variant, variant) << gpu.graph_for(pb.B, pb.T).stats().why;
-    ThreadPool pool(2);
-    Tensor el, ep, gl, gp;
-    model.forward(pb.ids.data(), pb.B, pb.T, el, ep, pool);
-    gpu.forward(pb.ids.data(), pb.B, pb.T, gl, gp);
-    const float dl = max_abs_diff(el.data(), gl.data(), el.numel());
-    EXPECT_LT(dl, 1e-5f);
-    const int64_t V = f.config.vocab_size;
-    int same = 0;
-    for (int64_t b = 0; b < pb.B; ++b) {
-      const int64_t last = static_cast<int64_t>(pb.prompts[static_cast<size_t>(b)].size()) - 1;
-      const bool eq = argmax(el.data() + (b * pb.T + last) * V, V) == argmax(gl.data() + (b * pb.T + last) * V, V);
-      EXPECT_TRUE(eq) << "probe " << b;
-      same += eq;
-    }
-    std::printf("rows-tc, every probe (B=%lld, T=%lld): max |logits diff| %.3g, same top-1 on %d of %lld\n", static_cast<long long>(pb.B),
-                static_cast<long long>(pb.T), dl, same, static_cast<long long>(pb.B));
-  } else {
-    std::printf("rows-tc: the probes' T = %lld > %d: refused (the fallback runs them)\n", static_cast<long long>(pb.T), kRowsMaxCluster);
-  }
-  std::vector<int32_t> ids(32);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 37 + 5) % 611);
-  Tensor l1, p1, l2, p2;
-  gpu.forward(ids.data(), 2, 16, l1, p1);
-  for (int r = 0; r < 20; ++r) {  // 200 runs: every 10th against the first, bitwise
-    for (int i = 0; i < 9; ++i) gpu.graph_for(2, 16).replay();
-    gpu.forward(ids.data(), 2, 16, l2, p2);
-    ASSERT_EQ(std::memcmp(l1.data(), l2.data(), static_cast<size_t>(l1.numel()) * sizeof(float)), 0) << "run " << 10 * (r + 1);
-    ASSERT_EQ(std::memcmp(p1.data(), p2.data(), static_cast<size_t>(p1.numel()) * sizeof(float)), 0) << "run " << 10 * (r + 1);
   }
 }
