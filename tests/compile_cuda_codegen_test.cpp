@@ -1177,6 +1177,68 @@ TEST(CompileCudaRows, DefaultTextCarriesTheHandWrittenKernelsVariantsAndPlainNon
   EXPECT_EQ(count_of(t1, "for (int k = 0; k < 1; ++k) {"), static_cast<size_t>(L));
 }
 
+// rows-attn2 (CudaCodegenOptions::rows_attn2): the default text but for its attention stages (and
+// the prelude's rw_lds4, the header's line): every key's v row loaded by rw_lds4 before the scores,
+// the k rows too (no branch), the exps gathered by W shuffles and summed in the default butterfly's
+// order written out (T = 16: offsets 8, 4, 2, 1; T = 5: 4, 2, 1; T = 1: the one exp), the
+// probabilities ek[k] * (1.0f / sum); the default text has none of it; rows-plain ignores the word.
+TEST(CompileCudaRows, Attn2TextIsTheDefaultsButItsAttentions) {
+  ModelConfig shipped;
+  shipped.vocab_size = 611;
+  auto lower = [](const Graph& g, bool attn2, bool plain = false) {
+    CudaCodegenOptions cg;
+    cg.rows = true;
+    cg.rows_attn2 = attn2;
+    cg.rows_plain = plain;
+    return lower_cuda(g, PassOptions{}, cg);
+  };
+  // the text without rw_lds4's prelude, the header's rows-attn2 line and the attention bodies
+  // (from the line of e to the store)
+  auto strip = [](std::string t) {
+    auto cut = [&](const std::string& from, const std::string& to, bool keep_to) {
+      for (size_t a = t.find(from); a != std::string::npos; a = t.find(from, a)) {
+        const size_t e = t.find(to, a);
+        if (e == std::string::npos) break;
+        t.erase(a, e - a + (keep_to ? 0 : to.size()));
+        ++a;
+      }
+    };
+    cut("// a float4 from shared memory, loaded where written", "return v;\n}\n", false);
+    cut("// (rows-attn2: ", "bitwise)\n", false);
+    cut("    const int e = hh * ", "    if (lane < ", true);
+    return t;
+  };
+  const int L = 4;  // the shipped model's layers
+  for (const Graph& g : {capture_gpt(shipped, 2, 16), capture_gpt(shipped, 3, 5), capture_gpt(shipped, 1, 1), capture_gpt(compile_tiny_config(), 2, 16)}) {
+    const CudaLowered d = lower(g, false), a = lower(g, true);
+    const size_t A = static_cast<size_t>(plan_rows(g).attentions);
+    ASSERT_EQ(a.code.launches.size(), 1u) << a.note;
+    EXPECT_FALSE(contains(d.code.source, "rw_lds4")) << g.name;
+    EXPECT_FALSE(contains(d.code.source, "rows-attn2")) << g.name;
+    EXPECT_NE(a.code.source, d.code.source) << g.name;
+    EXPECT_EQ(strip(a.code.source), strip(d.code.source)) << g.name << ": rows-attn2 changes only the attention bodies";
+    EXPECT_EQ(lower(g, true, true).code.source, lower(g, false, true).code.source) << g.name << ": rows-plain ignores rows-attn2";
+    const std::string code = code_only(a.code.source);
+    EXPECT_EQ(count_of(code, "vv[k] = rw_lds4(sm + "), A) << g.name;
+    EXPECT_EQ(count_of(code, "kr[i] = rw_lds4(sm + "), A) << g.name;
+    EXPECT_EQ(count_of(code, "rw_dot_qk<"), 0u) << g.name << ": the scores' FMAs written out";
+    EXPECT_EQ(count_of(code, "const float pk = ek[k] * rs;"), A) << g.name;
+    EXPECT_EQ(count_of(code, "__shfl_xor_sync(RW_FULL, sum"), 1u) << g.name << ": the vocabulary softmax's butterfly only";
+    EXPECT_EQ(count_of(code, "    const float m = rw_warp_max(sc);"), A) << g.name;
+  }
+  const std::string t16 = code_only(lower(capture_gpt(shipped, 2, 16), true).code.source);
+  EXPECT_EQ(count_of(t16, "    const float rs = 1.0f / ((((ek[0] + ek[8]) + (ek[4] + ek[12])) + ((ek[2] + ek[10]) + (ek[6] + ek[14]))) + "
+                          "(((ek[1] + ek[9]) + (ek[5] + ek[13])) + ((ek[3] + ek[11]) + (ek[7] + ek[15]))));\n"),
+            static_cast<size_t>(L));
+  EXPECT_EQ(count_of(t16, "for (int k = 0; k < 16; ++k) ek[k] = __shfl_sync(RW_FULL, ex, k);"), static_cast<size_t>(L));
+  const std::string t5 = code_only(lower(capture_gpt(shipped, 3, 5), true).code.source);
+  EXPECT_EQ(count_of(t5, "    const float rs = 1.0f / (((ek[0] + ek[4]) + (ek[2] + ek[6])) + ((ek[1] + ek[5]) + (ek[3] + ek[7])));\n"),
+            static_cast<size_t>(L));
+  EXPECT_EQ(count_of(t5, "for (int k = 0; k < 5; ++k) {"), static_cast<size_t>(L));
+  const std::string t1 = code_only(lower(capture_gpt(shipped, 1, 1), true).code.source);
+  EXPECT_EQ(count_of(t1, "    const float rs = 1.0f / ek[0];\n"), static_cast<size_t>(L));
+}
+
 // The default text's head at other vocabularies (d_model 64): V = 300 (one column per thread, no
 // k-slices: the softmax fused, no chains to split; warp 9 partly, 10..15 wholly without a column),
 // V = 660 (warps 0..4 two chains: warp 4 holds columns 640..671, 640..659 its second ones; warps
@@ -1227,24 +1289,30 @@ TEST(CompileCudaRows, HeadSplitsItsChainsByWarpAndFusesTheSoftmax) {
 }
 
 // The stage trace (CudaCodegenOptions::rows_trace, CudaCompiledGraph::trace_rows): the traced text
-// has one clock64 stamp line per stage (after its closing barrier) plus the start's two, into a
-// __device__ buffer of stages + 2 stamps, and names the intervals; the untraced text has no trace
-// text at all and is byte-identical whatever the trace flag's default (the timed text unchanged);
-// the traced text's launch (arguments, shared memory, image) is the untraced one's.
+// has one clock64 stamp line per stage (after its closing barrier) plus the start's two, and inside
+// each attention: in its qkv stage before the k, v wait (the wait its own interval), in the attention
+// stage after the scores, the max, the sum and 1/sum, the probabilities times v and the store (thread
+// 0: head 0), and (the default text, whose next stage is prewaited) the last warp's lane 0 after its
+// prewait; into a __device__ buffer of intervals + 1 stamps, and names the intervals ("stage s: ..");
+// the untraced text has no trace text at all and is byte-identical whatever the trace flag's default
+// (the timed text unchanged); the traced text's launch (arguments, shared memory, image) is the
+// untraced one's. Also for rows-attn2's text (its own attention body, the same stamps).
 TEST(CompileCudaRows, TraceStampsEveryStageAndTheUntracedTextHasNone) {
   ModelConfig shipped;
   shipped.vocab_size = 611;
   for (const Graph& g : {capture_gpt(shipped, 2, 16), capture_gpt(shipped, 3, 5), capture_gpt(compile_tiny_config(), 2, 16)})
-    for (const bool plain : {false, true}) {
+    for (const int form : {0, 1, 2}) {  // the default, rows-plain, rows-attn2
+      const bool plain = form == 1, attn2 = form == 2;
       CudaCodegenOptions cg;
       cg.rows = true;
       cg.rows_plain = plain;
+      cg.rows_attn2 = attn2;
       const CudaLowered l = lower_cuda(g, PassOptions{}, cg);
       ASSERT_EQ(l.code.launches.size(), 1u) << l.note;
       const RowsPlan p = plan_rows(g);
       ASSERT_EQ(p.refused, "");
       Schedule sched;
-      EXPECT_EQ(generate_rows(p, sched, plain, false).source, l.code.source) << g.name << ": the timed text, trace off";
+      EXPECT_EQ(generate_rows(p, sched, plain, false, attn2).source, l.code.source) << g.name << ": the timed text, trace off";
       EXPECT_FALSE(contains(l.code.source, "rw_trace")) << g.name;
       EXPECT_FALSE(contains(l.code.source, "clock64")) << g.name;
       EXPECT_TRUE(l.code.trace_stages.empty());
@@ -1252,33 +1320,54 @@ TEST(CompileCudaRows, TraceStampsEveryStageAndTheUntracedTextHasNone) {
       const CudaLowered t = lower_cuda(g, PassOptions{}, cg);
       ASSERT_EQ(t.code.launches.size(), 1u) << t.note;
       const size_t S = p.stages.size();
+      const size_t A = static_cast<size_t>(p.attentions);
       const std::string code = code_only(t.code.source);
-      EXPECT_EQ(count_of(code, "if (rw_tracer) rw_trace["), S + 1) << g.name << ": the start's end, every stage";
+      // the intervals: the start, every stage, per attention its k, v wait, 5 steps of thread 0 and
+      // (not the plain text: it prewaits nothing) the last warp's prewait
+      const size_t N = S + 1 + A * (1 + 5 + (plain ? 0 : 1));
+      ASSERT_EQ(t.code.trace_stages.size(), N) << g.name;
+      EXPECT_EQ(count_of(code, "if (rw_tracer) rw_trace["), N - (plain ? 0 : A)) << g.name << ": the start's end, every stage, the steps";
+      EXPECT_EQ(count_of(code, "if (rw_tracer_last) rw_trace["), plain ? 0 : A) << g.name << ": the last warp's prewait";
       EXPECT_EQ(count_of(code, "rw_trace[0] = clock64();"), 1u) << g.name << ": the kernel's start";
-      EXPECT_EQ(count_of(code, "= clock64();"), S + 2) << g.name;
-      EXPECT_EQ(count_of(t.code.source, "= clock64();  // trace: stage "), S) << g.name << ": one line each, with a comment";
+      EXPECT_EQ(count_of(code, "= clock64();"), N + 1) << g.name;
+      EXPECT_EQ(count_of(t.code.source, "= clock64();  // trace: stage "), N - 1) << g.name << ": one line each, with a comment";
+      EXPECT_EQ(count_of(t.code.source, ", before the k, v wait\n"), A) << g.name;
+      for (size_t i = 1; i <= N; ++i)
+        EXPECT_EQ(count_of(code, fmt::format(" rw_trace[{}] = clock64();", i)), 1u) << g.name << " stamp " << i;
       for (size_t s = 0; s < S; ++s)
-        EXPECT_TRUE(contains(code, fmt::format("if (rw_tracer) rw_trace[{}] = clock64();", s + 2))) << g.name << " stage " << s;
-      EXPECT_TRUE(contains(code, fmt::format("__device__ long long rw_trace[{}];", S + 2))) << g.name;
+        EXPECT_EQ(count_of(t.code.source, fmt::format("= clock64();  // trace: stage {} (", s)), 1u) << g.name << " stage " << s << "'s own stamp";
+      EXPECT_TRUE(contains(code, fmt::format("__device__ long long rw_trace[{}];", N + 1))) << g.name;
       EXPECT_EQ(count_of(code, "rw_globaltimer();"), 2u) << g.name;
       EXPECT_TRUE(contains(code, "const bool rw_tracer = tid == 0 && blockIdx.x == kT - 1;")) << g.name;
+      EXPECT_TRUE(contains(code, "const bool rw_tracer_last = tid == 480 && blockIdx.x == kT - 1;")) << g.name;
       // the stamp after the last stage is the kernel's last statement but the end's %globaltimer
+      const std::string& last = t.code.trace_stages.back();
       EXPECT_TRUE(contains(t.code.source, fmt::format("  if (rw_tracer) rw_trace[{}] = clock64();  // trace: stage {} ({}) done\n"
                                                       "  if (rw_tracer) rw_trace_ns[1] = rw_globaltimer();  // trace: the end\n}}\n",
-                                                      S + 1, S - 1, t.code.trace_stages.back())))
+                                                      N, S - 1, last.substr(last.find(": ") + 2))))
           << g.name;
-      ASSERT_EQ(t.code.trace_stages.size(), S + 1);
       EXPECT_EQ(t.code.trace_stages[0], "start");
+      for (size_t i = 1; i < N; ++i) EXPECT_TRUE(t.code.trace_stages[i].starts_with("stage ")) << t.code.trace_stages[i];
       EXPECT_EQ(t.code.launches[0].args, l.code.launches[0].args);
       EXPECT_EQ(t.code.launches[0].smem, l.code.launches[0].smem);
       EXPECT_EQ(t.code.image_floats, l.code.image_floats);
       if (g.nodes.size() == capture_gpt(shipped, 2, 16).nodes.size()) {
-        EXPECT_EQ(t.code.trace_stages[3], "matmul -> blocks.0.attn.qkv.out");
-        EXPECT_EQ(t.code.trace_stages[4], "attention -> blocks.0.attn.out");
+        const std::vector<std::string>& n = t.code.trace_stages;
+        EXPECT_EQ(n[3], "stage 2: matmul -> blocks.0.attn.qkv.out (to the k, v wait)");
+        EXPECT_EQ(n[4], "stage 2: matmul -> blocks.0.attn.qkv.out: the k, v wait (rw_kv_wait)");
+        EXPECT_EQ(n[5], attn2 ? "stage 3: attention: q.k scores (warp 0 = head 0; the v loads issued)" : "stage 3: attention: q.k scores (warp 0 = head 0)");
+        EXPECT_EQ(n[6], plain ? "stage 3: attention: max (butterfly)" : "stage 3: attention: max (redux.sync)");
+        EXPECT_EQ(n[7], attn2 ? "stage 3: attention: exp, sum, 1/sum (the gather)" : "stage 3: attention: exp, sum, 1/sum");
+        EXPECT_EQ(n[8], "stage 3: attention: probabilities x v");
+        EXPECT_EQ(n[9], "stage 3: attention: att stored");
+        if (!plain) {
+          EXPECT_EQ(n[10], "stage 3: attention: the last warp's prewait of stage 4's pieces done (< 0: before the store)");
+        }
+        EXPECT_EQ(n[plain ? 10 : 11], "stage 3: attention -> blocks.0.attn.out (the barrier, the cluster arrive)");
         // where a stage's work is: stage 0 during the start; the default's softmax in lm_head's stage
-        EXPECT_EQ(t.code.trace_stages[1], "embedding pos_embedding add -> embed.out (in the start)");
-        EXPECT_EQ(t.code.trace_stages[S - 1], plain ? "matmul -> logits" : "matmul softmax -> logits, probs");
-        EXPECT_EQ(t.code.trace_stages.back(), plain ? "softmax -> probs" : fmt::format("softmax -> probs (fused into stage {})", S - 2));
+        EXPECT_EQ(n[1], "stage 0: embedding pos_embedding add -> embed.out (in the start)");
+        EXPECT_EQ(n[N - 2], fmt::format("stage {}: {}", S - 2, plain ? "matmul -> logits" : "matmul softmax -> logits, probs"));
+        EXPECT_EQ(n.back(), fmt::format("stage {}: {}", S - 1, plain ? "softmax -> probs" : fmt::format("softmax -> probs (fused into stage {})", S - 2)));
         EXPECT_EQ(contains(t.code.source, fmt::format("//   stage {}: softmax   softmax -> probs (1, 611) (fused into stage {})\n", S - 1, S - 2)), !plain);
       }
       // without the trace's lines, the traced text is the timed one
@@ -1294,7 +1383,7 @@ TEST(CompileCudaRows, TraceStampsEveryStageAndTheUntracedTextHasNone) {
         if (contains(line, "rw_tracer")) continue;
         stripped += line + "\n";
       }
-      EXPECT_EQ(stripped, l.code.source) << g.name << (plain ? " plain" : "");
+      EXPECT_EQ(stripped, l.code.source) << g.name << (plain ? " plain" : attn2 ? " attn2" : "");
     }
 }
 
@@ -1401,6 +1490,15 @@ TEST(CompileCudaNvrtc, RowsFormCompilesForSm90a) {
     ASSERT_NO_THROW(plain_ptx = nvrtc_compile_ptx(lower_cuda(g, PassOptions{}, plain).code.source, "compute_90a", g.name)) << g.name << " rows-plain";
     EXPECT_TRUE(contains(ptx, "redux.sync.max.s32")) << g.name;
     EXPECT_FALSE(contains(plain_ptx, "redux.sync")) << g.name;
+    // rows-attn2 compiles, traced too: its v and k rows by rw_lds4's ld.shared.v4.f32
+    CudaCodegenOptions attn2;
+    attn2.rows = attn2.rows_attn2 = true;
+    std::string attn2_ptx;
+    ASSERT_NO_THROW(attn2_ptx = nvrtc_compile_ptx(lower_cuda(g, PassOptions{}, attn2).code.source, "compute_90a", g.name)) << g.name << " rows-attn2";
+    EXPECT_TRUE(contains(attn2_ptx, "ld.shared.v4.f32")) << g.name;
+    EXPECT_TRUE(contains(attn2_ptx, "redux.sync.max.s32")) << g.name;
+    attn2.rows_trace = true;
+    ASSERT_NO_THROW(nvrtc_compile_ptx(lower_cuda(g, PassOptions{}, attn2).code.source, "compute_90a", g.name)) << g.name << " rows-attn2 traced";
     // the stage trace's text (rows_trace) compiles: its buffers are module globals, its stamps clock64
     CudaCodegenOptions traced;
     traced.rows = traced.rows_trace = true;

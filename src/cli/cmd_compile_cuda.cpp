@@ -118,11 +118,11 @@ void explain(compile::CudaCompiledGraph& cg, int runs) {
   if (!tr.cycles.empty()) {
     const double kernel_us = times.empty() || std::isnan(times[0]) ? 0.0 : times[0];
     fmt::print("\nstage trace of {} (the traced text, codegen_cuda_rows.h's rows_trace: clock64 by thread 0 of cluster 0's last CTA, "
-               "the row with the most keys, after each stage's closing barrier; the last of 3 launches)\n",
+               "the row with the most keys, after each stage's closing barrier, and inside the attention and qkv stages; the last of 3 launches)\n",
                cg.lowered().code.launches[0].function);
     fmt::print("| interval | cycles | share |\n| --- | ---: | ---: |\n");
     for (size_t i = 0; i < tr.cycles.size(); ++i)
-      fmt::print("| {}{} | {} | {:.1f}% |\n", i == 0 ? std::string() : fmt::format("stage {}: ", i - 1), tr.stages[i], tr.cycles[i],
+      fmt::print("| {} | {} | {:.1f}% |\n", tr.stages[i], tr.cycles[i],  // (the names say their stage: "stage s: ..")
                  100.0 * static_cast<double>(tr.cycles[i]) / static_cast<double>(std::max(tr.total_cycles, 1LL)));
     fmt::print("TRACE total {} cycles over {} intervals = {:.2f} us by %globaltimer (~{:.2f} GHz: approximate, at %globaltimer's resolution); "
                "the kernel timed above {:.2f} us; "

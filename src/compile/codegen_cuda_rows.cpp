@@ -179,6 +179,17 @@ __device__ __forceinline__ float rw_warp_max(float s) {
   return __int_as_float(key >= 0 ? key : key ^ 0x7fffffff);
 }
 )";
+// rows-attn2's: a shared-memory float4 load the compiler cannot sink into a branch (volatile asm
+// is emitted where written, in order with the other volatile asm: after the k, v wait)
+const char* kPreludeLds4 = R"(// a float4 from shared memory, loaded where written (rows-attn2: every v row's load issued before
+// the scores; a plain load is sunk by the compiler into the `k < nk` branch of its FMAs, which makes
+// each key's shared-memory latency a step of the chain)
+__device__ __forceinline__ float4 rw_lds4(const float* p) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(rw_smem(p)));
+  return v;
+}
+)";
 
 // ---- the analysis ----
 
@@ -573,7 +584,79 @@ std::string ident(const std::string& name) {
 
 }  // namespace
 
-CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trace) {
+namespace {
+
+// The rows-attn2 attention body (CudaCodegenOptions::rows_attn2), inside the stage's `if (warp < H)`
+// after its hh, nk, qt and e (a warp per head; T keys at most, W the power of two >= T); `sc_line`
+// the scores' line (the default's), `stamp(name)` a trace line ("" untraced). What the default's
+// sm_90a SASS showed (nvcc 13.0 -arch=sm_90a on the shipped model's text): the key loop's v loads,
+// written unconditional (row min(k, nk - 1)), are sunk by the compiler into each key's `k < nk`
+// branch (there min(k, nk - 1) = k), so 15 of the 16 keys run LDS.128 -> 4 FFMA in series (a
+// shared-memory latency per key); and the sum of exp is 4 dependent SHFL.BFLY + FADD, then the 16
+// keys' SHFL.IDX of the probabilities. Here:
+//   - every key's v row is loaded first (rw_lds4: volatile asm, not sunk), before the scores, so the
+//     loads complete under the scores, the max and the exp;
+//   - the exps of the W lanes are gathered into every lane by W independent shuffles (pipelined, one
+//     latency), and the sum is the default butterfly's tree written out: the butterfly at offsets
+//     W/2, .., 1 leaves in lane 0 F(L, 0) with F(0, i) = ex_i and F(L, i) = F(L-1, i) + F(L-1, i ^ (W >> L))
+//     (the lane's own value first, as `sum += shfl_xor(sum, o)` adds), and every lane < W holds the
+//     same bits (a + b = b + a): the same sum, the same 1.0f / sum;
+//   - the probability of key k is ek[k] * (1.0f / sum), the default's `ex * (1.0f / sum)` in lane k,
+//     the same product (no shuffle left in the key loop); the FMAs the same, in key order, under k < nk.
+// So every value is the default's, bit for bit (the GPU test RowsFormDefaultAndAttn2TextsAgreeBitwise).
+std::string attention2_text(int64_t T, int64_t dh, int64_t ks, int64_t vs, int64_t ldk, float scale,
+                            const std::function<std::string(const std::string&)>& stamp) {
+  int W = 1;
+  while (W < T) W *= 2;
+  int levels = 0;
+  while ((1 << levels) < W) ++levels;
+  std::function<std::string(int, int)> tree = [&](int l, int i) -> std::string {
+    if (l == 0) return fmt::format("ek[{}]", i);
+    return fmt::format("({} + {})", tree(l - 1, i), tree(l - 1, i ^ (W >> l)));
+  };
+  std::string b;
+  b += fmt::format(
+      "    // (rows-attn2) every key's v row first (row min(k, nk - 1), a row that is there; rw_lds4 is not sunk\n"
+      "    // into the FMAs' branch): the loads complete under the scores, the max and the exp\n"
+      "    float4 vv[{0}];\n#pragma unroll\n    for (int k = 0; k < {0}; ++k) vv[k] = rw_lds4(sm + {1} + min(k, nk - 1) * {2} + e);\n",
+      T, vs, ldk);
+  b += fmt::format(
+      "    // the score of key `lane` as rw_dot_qk<{0}> computes it (the same FMAs, in e order), on the k row min(lane,\n"
+      "    // nk - 1) loaded unconditionally (no branch: the loads above and these in one block), then selected\n"
+      "    float4 kr[{1}];\n#pragma unroll\n    for (int i = 0; i < {1}; ++i) kr[i] = rw_lds4(sm + {2} + min(lane, nk - 1) * {3} + hh * {0} + 4 * i);\n"
+      "    float d = 0.0f;\n#pragma unroll\n    for (int i = 0; i < {1}; ++i) {{\n"
+      "      const float4 qv = *reinterpret_cast<const float4*>(qt + 4 * i);\n"
+      "      d = fmaf(qv.x, kr[i].x, d); d = fmaf(qv.y, kr[i].y, d); d = fmaf(qv.z, kr[i].z, d); d = fmaf(qv.w, kr[i].w, d);\n    }}\n"
+      "    const float sc = lane < nk ? d * {4:.9g}f : -CUDART_INF_F;\n",
+      dh, dh / 4, ks, ldk, scale);
+  b += stamp("q.k scores (warp 0 = head 0; the v loads issued)");
+  b += "    const float m = rw_warp_max(sc);  // exact: one redux.sync\n";
+  b += stamp("max (redux.sync)");
+  b += "    // exp on every lane (lanes >= nk: expf(-inf) = 0, never kept), then selected: no branch\n"
+       "    const float xe = expf(sc - m);\n    const float ex = lane < nk ? xe : 0.0f;\n";
+  b += fmt::format(
+      "    // the exps of lanes < {0} in every lane ({0} independent shuffles), their sum in the default butterfly's\n"
+      "    // order (offsets {1}..1: lane 0's tree, which every lane < {0} holds), the probabilities ek[k] / sum as\n"
+      "    // the default's ex * (1.0f / sum) in lane k\n"
+      "    float ek[{0}];\n#pragma unroll\n    for (int k = 0; k < {0}; ++k) ek[k] = __shfl_sync(RW_FULL, ex, k);\n"
+      "    const float rs = 1.0f / {2};\n",
+      W, std::max(W / 2, 1), levels == 0 ? std::string("ek[0]") : tree(levels, 0));
+  b += stamp("exp, sum, 1/sum (the gather)");
+  b += fmt::format(
+      "    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);\n"
+      "#pragma unroll\n    for (int k = 0; k < {}; ++k) {{  // att = probabilities times v, in key order\n"
+      "      const float pk = ek[k] * rs;\n"
+      "      if (k < nk) {{\n"
+      "        acc.x = fmaf(pk, vv[k].x, acc.x); acc.y = fmaf(pk, vv[k].y, acc.y); acc.z = fmaf(pk, vv[k].z, acc.z); acc.w = fmaf(pk, vv[k].w, acc.w);\n"
+      "      }}\n    }}\n",
+      T);
+  return b;
+}
+
+}  // namespace
+
+CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trace, bool attn2) {
+  if (plain) attn2 = false;  // (rows-attn2 is a variant of the default text)
   MINIGPT_CHECK(p.refused.empty(), "generate_rows: the graph was refused: {}", p.refused);
   const Graph& g = p.graph;
   const int NT = kRowsThreads, NW = NT / 32;
@@ -626,6 +709,14 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
   // ---- the stages' code ----
   std::string body, plan;
   auto sm = [](int64_t off) { return fmt::format("sm + {}", off); };
+  // a trace stamp (trace only; "" untraced): the interval from the previous stamp ends here, named
+  // `name` (code.trace_stages; "start" is put first at the end, so this stamp's index is the names'
+  // count + 1); `who` the stamping thread's flag (rw_tracer: thread 0 of the last CTA of cluster 0)
+  auto tstamp = [&](const std::string& in, const std::string& name, const std::string& comment, const char* who = "rw_tracer") -> std::string {
+    if (!trace) return std::string();
+    code.trace_stages.push_back(name);
+    return fmt::format("{}if ({}) rw_trace[{}] = clock64();  // trace: {}\n", in, who, code.trace_stages.size() + 1, comment);
+  };
   // a pointwise tree's value at column c (row `row`, position t)
   std::function<std::string(int, bool)> expr = [&](int t, bool root) -> std::string {
     if (!root && buf.count(t)) {  // an earlier stage's row
@@ -826,6 +917,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
           b += close(s);
           b += fmt::format("  if (tid == 0) rw_kv_arrive(&bars[kBarKv], static_cast<unsigned>(t * {}) * 4u);  // the earlier rows' k and v\n", 2 * C);
           b += refill(st);
+          b += tstamp("  ", fmt::format("stage {}: matmul -> {} (to the k, v wait)", s, to.name), fmt::format("stage {}, before the k, v wait", s));
           b += fmt::format("  rw_kv_wait(&bars[kBarKv], {}u);\n", st.attention & 1);
         } else if (st.slices > 1) {
           const int S = st.slices, D = 32 / S;
@@ -950,13 +1042,25 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
         MINIGPT_CHECK(q >= 0, "rows: attention {} without its qkv stage", st.attention);
         b += fmt::format("  if (warp < {}) {{\n    const int hh = warp, nk = t + 1;\n    const float* qt = sm + {} + hh * {};\n", H, q, dh);
         b += fmt::format("    const int e = hh * {} + (lane % {}) * 4;  // lanes < dh / 4: att's columns e..e+3\n", dh, dh / 4);
-        b += fmt::format("    const float sc = lane < nk ? rw_dot_qk<{}>(qt, sm + {} + lane * {} + hh * {}) * {:.9g}f : -CUDART_INF_F;\n", dh, ks, ldk, dh,
-                         1.0f / std::sqrt(static_cast<float>(dh)));
+        const std::string sc_line = fmt::format("    const float sc = lane < nk ? rw_dot_qk<{}>(qt, sm + {} + lane * {} + hh * {}) * {:.9g}f : -CUDART_INF_F;\n",
+                                                dh, ks, ldk, dh, 1.0f / std::sqrt(static_cast<float>(dh)));
+        // the attention's own trace intervals (thread 0: warp 0, head 0, of the last row: the most keys)
+        auto astamp = [&](const std::string& what) {
+          return tstamp("    ", fmt::format("stage {}: attention: {}", s, what), fmt::format("stage {}, {}", s, what));
+        };
+        if (attn2) {
+          b += attention2_text(p.T, dh, ks, vs, ldk, 1.0f / std::sqrt(static_cast<float>(dh)), astamp);
+        } else {
+        b += sc_line;
+        b += astamp("q.k scores (warp 0 = head 0)");
         if (plain) {
           b += "    float m = sc;\n    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(RW_FULL, m, off));\n";
+          b += astamp("max (butterfly)");
           b += "    const float ex = lane < nk ? expf(sc - m) : 0.0f;\n    float sum = ex;\n";
           b += "    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(RW_FULL, sum, off);\n";
-          b += "    const float pr = ex * (1.0f / sum);\n    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);\n";
+          b += "    const float pr = ex * (1.0f / sum);\n";
+          b += astamp("exp, sum, 1/sum");
+          b += "    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);\n";
           b += fmt::format("    for (int k = 0; k < nk; ++k) {{  // att = probabilities times v, in key order\n      const float pk = __shfl_sync(RW_FULL, pr, k);\n"
                            "      if (lane < {}) {{\n        const float4 vv = *reinterpret_cast<const float4*>(sm + {} + k * {} + e);\n"
                            "        acc.x = fmaf(pk, vv.x, acc.x); acc.y = fmaf(pk, vv.y, acc.y); acc.z = fmaf(pk, vv.z, acc.z); acc.w = fmaf(pk, vv.w, acc.w);\n      }}\n    }}\n",
@@ -968,12 +1072,19 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
           int W = 1;  // the lanes holding keys: nk <= T <= W, a power of two
           while (W < p.T) W *= 2;
           b += "    const float m = rw_warp_max(sc);  // exact: one redux.sync\n";
+          b += astamp("max (redux.sync)");
           b += "    const float ex = lane < nk ? expf(sc - m) : 0.0f;\n    float sum = ex;\n";
           if (W > 1)
             b += fmt::format("    // the sum of exp over lanes < {} (keys < T = {}; the lanes above hold 0: adding them changed no value)\n"
                              "#pragma unroll\n    for (int off = {}; off > 0; off >>= 1) sum += __shfl_xor_sync(RW_FULL, sum, off);\n",
                              W, p.T, W / 2);
-          b += "    const float pr = ex * (1.0f / sum);\n    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);\n";
+          if (!trace) {
+            b += "    const float pr = ex * (1.0f / sum);\n    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);\n";
+          } else {
+            b += "    const float pr = ex * (1.0f / sum);\n";
+            b += astamp("exp, sum, 1/sum");
+            b += "    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);\n";
+          }
           b += fmt::format(
               "    // att = probabilities times v in key order, over the {} of the longest row, unrolled: every key's\n"
               "    // shuffle and v load unconditional (row min(k, nk - 1), a row that is there), only its FMAs under k < nk,\n"
@@ -984,8 +1095,23 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
               "        acc.x = fmaf(pk, vv.x, acc.x); acc.y = fmaf(pk, vv.y, acc.y); acc.z = fmaf(pk, vv.z, acc.z); acc.w = fmaf(pk, vv.w, acc.w);\n      }}\n    }}\n",
               p.T == 1 ? std::string("1 key") : fmt::format("{} keys", p.T), dh / 4, p.T, vs, ldk);
         }
-        b += fmt::format("    if (lane < {}) *reinterpret_cast<float4*>(sm + {} + e) = acc;\n  }}\n", dh / 4, buf.at(out));
-        b += close(s);
+        }
+        b += astamp("probabilities x v");
+        b += fmt::format("    if (lane < {}) *reinterpret_cast<float4*>(sm + {} + e) = acc;\n", dh / 4, buf.at(out));
+        b += astamp("att stored");
+        b += "  }\n";
+        {
+          // the closing barrier; traced: the last warp's stamp after its prewait of the next stage's
+          // pieces (its own clock64, the same SM's counter: an interval < 0 says it was done before
+          // thread 0's store, i.e. not in the barrier's path)
+          std::string c = close(s);
+          if (trace && s + 1 < p.stages.size() && prewaited[s + 1]) {
+            const size_t at = c.rfind("  __syncthreads();\n");
+            c.insert(at, tstamp("  ", fmt::format("stage {}: attention: the last warp's prewait of stage {}'s pieces done (< 0: before the store)", s, s + 1),
+                                fmt::format("stage {}, the last warp's prewait done", s), "rw_tracer_last"));
+          }
+          b += c;
+        }
         if (st.attention + 1 < p.attentions) b += "  rw_cluster_arrive();  // this CTA's k, v are read: the next layer's may come\n";
         if (g.is_graph_output(out)) b += fmt::format("  for (int c = tid; c < {}; c += {}) {}[row * {} + c] = sm[{} + c];\n", C, NT, pname[out], C, buf.at(out));
         break;
@@ -1040,8 +1166,11 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
       } else if (s == 0 && !overlap0.empty()) {
         name += " (in the start)";
       }
-      code.trace_stages.push_back(name);
-      body += fmt::format("  if (rw_tracer) rw_trace[{}] = clock64();  // trace: stage {} ({}) done\n", s + 2, s, code.trace_stages.back());
+      if (st.kv) name += ": the k, v wait (rw_kv_wait)";
+      else if (st.kind == RowsStage::Kind::Attention) name += " (the barrier, the cluster arrive)";
+      const std::string label = fmt::format("stage {}: {}", s, name);
+      code.trace_stages.push_back(label);
+      body += fmt::format("  if (rw_tracer) rw_trace[{}] = clock64();  // trace: stage {} ({}) done\n", code.trace_stages.size() + 1, s, name);
     }
   }
 
@@ -1054,6 +1183,9 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
            "// preceding it where their copies are in flight there, ring slots without divisions; a matmul of more\n"
            "// than one chain per thread runs its chains by warp, and the softmax reading only the logits is fused\n"
            "// into their matmul stage)\n";
+  if (attn2)
+    src += "// (rows-attn2: the attention stages' v rows loaded before the scores, the exps gathered once for the sum\n"
+           "// and the probabilities: the default's values, bitwise)\n";
   src += "#define CUDART_INF_F __int_as_float(0x7f800000)\n";
   src += kPreludeBase;
   if (plain) {
@@ -1065,6 +1197,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
     src += rw_text(kPreludeLnText, kLnDefault);
     src += kPreludeQk;
     src += kPreludeMax;
+    if (attn2) src += kPreludeLds4;
   }
   src += fmt::format(
       "\n// ---- the ring: pieces of the weight image, in consumption order ----\n"
@@ -1168,13 +1301,15 @@ __device__ __forceinline__ float rw_gather(const float* __restrict__ table, int 
     code.trace_stages.insert(code.trace_stages.begin(), "start");
     src += fmt::format(
         "// ---- the stage trace (CudaCodegenOptions::rows_trace: a measuring aid, never the timed text) ----\n"
-        "// rw_trace[0]: clock64() at the kernel's start, [1] after the start's barrier, [s + 2] at the end of\n"
-        "// stage s (after its closing barrier): thread 0 of cluster 0's last CTA; rw_trace_ns: %globaltimer\n"
+        "// rw_trace[0]: clock64() at the kernel's start, [1] after the start's barrier, then one at the end of\n"
+        "// every stage (after its closing barrier) and, inside each attention, before the k, v wait and after\n"
+        "// each step of head 0 (the last warp's lane 0 after its prewait), in program order: thread 0 of cluster\n"
+        "// 0's last CTA (rw_tracer; rw_tracer_last its last warp's lane 0); rw_trace_ns: %globaltimer\n"
         "// at the first and the last stamp (read back by name: cuModuleGetGlobal)\n"
         "__device__ long long rw_trace[{}];\n__device__ unsigned long long rw_trace_ns[2];\n"
         "__device__ __forceinline__ unsigned long long rw_globaltimer() {{\n"
         "  unsigned long long ns;\n  asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(ns));\n  return ns;\n}}\n",
-        p.stages.size() + 2);
+        code.trace_stages.size() + 1);
   }
   src += fmt::format("extern \"C\" __global__ void __launch_bounds__({}, 1) cuda_rows_forward(\n{}) {{\n", NT, sig);
   src += "  extern __shared__ __align__(16) float sm[];\n";
@@ -1183,6 +1318,7 @@ __device__ __forceinline__ float rw_gather(const float* __restrict__ table, int 
   src += "  const long long row = blockIdx.x;          // its row of the batch: b T + t\n";
   if (trace)
     src += "  const bool rw_tracer = tid == 0 && blockIdx.x == kT - 1;  // trace: thread 0 of cluster 0's last CTA (the most keys)\n"
+           "  const bool rw_tracer_last = tid == " + std::to_string(NT - 32) + " && blockIdx.x == kT - 1;  // trace: its last warp's lane 0\n"
            "  if (rw_tracer) { rw_trace_ns[0] = rw_globaltimer(); rw_trace[0] = clock64(); }  // trace: the kernel's start\n";
   src += fmt::format("  unsigned long long* bars = reinterpret_cast<unsigned long long*>(sm + {});\n  float* ring = sm + {};\n", bars, ring);
   src += fmt::format("  (void)lane; (void)row;\n");

@@ -90,9 +90,19 @@
 // (after its closing barrier and refill), and %globaltimer at both ends; the runner reads them by
 // name (cuModuleGetGlobal). A text and cubin of their own: the timed text is the untraced one,
 // byte for byte (gpt_mega_rows.cu's MINIGPT_MEGA_TRACE is the hand-written kernel's counterpart).
-// The intervals' names say where the work is: stage 0's "(in the start)" (warps 1.. compute it
+// The intervals' names say where the work is ("stage s: .."): stage 0's "(in the start)" (warps 1.. compute it
 // during the start), the fused head's "matmul softmax -> logits, probs" and the softmax stage after
-// it "(fused into stage s)" (its interval two adjacent stamps).
+// it "(fused into stage s)" (its interval two adjacent stamps). Finer stamps (issue 15, att15): a
+// qkv stage's k, v wait is its own interval ("..: the k, v wait (rw_kv_wait)"); an attention stage
+// is split after head 0's scores, max, exp + sum + 1/sum, probabilities x v and store (thread 0,
+// inside warp 0's branch), then, where the next stage is prewaited, the last warp's lane 0 after its
+// prewait (another thread's stamp on the same SM clock: < 0 when it was done before the store, i.e.
+// off the barrier's path), then the stage's own stamp after the barrier and the cluster arrive.
+//
+// rows-attn2 (CudaCodegenOptions::rows_attn2, MINIGPT_CUDA_VARIANT=rows-attn2; the .cpp's
+// attention2_text says what the default's sm_90a SASS showed and why each change keeps the bits):
+// the attention's k and v rows loaded by rw_lds4 (volatile asm) before the scores, no branch before
+// the rcp, the exps gathered by W shuffles and summed in the butterfly's tree written out.
 //
 // What it does not do: the decode step (a KV cache is not row-local: refused), more than one row
 // per CTA, compile or launch (cuda/runner_cuda.cpp packs the image into the arena once and
@@ -153,7 +163,10 @@ RowsPlan plan_rows(const Graph& captured);
 // ports listed at the top (kept for A/B on the GPU: the same layout, pieces and sums).
 // trace (CudaCodegenOptions::rows_trace): the stage trace's stamps, one line each after the start's
 // barrier and every stage (code.trace_stages names the intervals); off: no trace text at all.
-CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false);
+// attn2 (CudaCodegenOptions::rows_attn2, MINIGPT_CUDA_VARIANT=rows-attn2; the default text only, ignored
+// with plain): the attention stages as attention2_text generates them (the v rows loaded up front,
+// the sum of exp and the probabilities from one gather of the exps: bitwise the default's values).
+CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false, bool attn2 = false);
 
 // The weight image of code (code.image_floats floats, padding zero) from the graph's weights:
 // weight(tensor id) gives a weight's values (row-major, its shape).
