@@ -16,6 +16,7 @@
 #               finer intervals: each qkv stage's k, v wait; each attention's scores, max, exp + sum +
 #               1/sum, probabilities x v, store, the last warp's prewait (< 0: off the barrier's path)
 #               and the barrier + cluster arrive
+#               (bench.log ends with each text's attention stages' cycles summed from these tables)
 #   tests.log   compile_cuda_test's RowsForm* (the bitwise tests: default vs rows-plain and default vs
 #               rows-attn2, 0 difference expected at (2,16), (3,5), (1,1), tiny, V 300/660, d_model
 #               96/32; the trace test for the three texts), then the codegen test's *Rows* tests
@@ -59,10 +60,10 @@ for round in 1 2 3; do explain default "" $round; explain attn2 rows-attn2 $roun
   done
   # the attention stages' cycles in round 1's traces: per stage, its intervals summed (kv wait apart)
   for v in default attn2; do
-    awk -v v="=== $v " 'index($0, v) == 1 {on = 1; next} /^=== /{on = 0} on && /^\| stage [0-9]+: attention/ {
+    awk -v v="=== $v " -v name="$v" 'index($0, v) == 1 {on = 1; next} /^=== /{on = 0} on && /^\| stage [0-9]+: attention/ {
         split($0, f, "|"); n = f[2]; sub(/^ *stage /, "", n); s = n + 0; c[s] += f[3]; tot += f[3]
       } on && /rw_kv_wait/ {split($0, f, "|"); kv += f[3]}
-      END {printf "%s: attention stages (round 1 trace, cycles):", v; for (s in c) printf " stage %d %d;", s, c[s]; printf " sum %d; the k, v waits %d\n", tot, kv}' "$O/trace.log"
+      END {printf "%s: attention stages (round 1 trace, cycles; the k, v waits apart):", name; for (s in c) printf " stage %d %d;", s, c[s]; printf " sum %d; the k, v waits %d\n", tot, kv}' "$O/trace.log"
   done
   echo "=== done at $(el)s"
 } >> "$O/bench.log"
