@@ -113,6 +113,8 @@ inline constexpr int kRowsMaxCluster = 16;     // CTAs per sequence: the non-por
 inline constexpr int kRowsSlotFloats = 64 * 68;  // a ring slot: 17 KB (64 weight rows of k = 64, padded)
 inline constexpr int kRowsMaxSlots = 12;
 inline constexpr int kRowsSmemBudget = 232448;  // bytes: sm_90's opt-in shared memory per block
+inline constexpr int kRowsFuseProjHeads = 1;    // generate_rows' fuse: a matmul by heads in the attention stage
+inline constexpr int kRowsFuseMlpSlices = 2;    // generate_rows' fuse: a matmul by slices in its producer's stage
 
 // One stage of the row-split kernel.
 struct RowsStage {
@@ -153,7 +155,11 @@ RowsPlan plan_rows(const Graph& captured);
 // ports listed at the top (kept for A/B on the GPU: the same layout, pieces and sums).
 // trace (CudaCodegenOptions::rows_trace): the stage trace's stamps, one line each after the start's
 // barrier and every stage (code.trace_stages names the intervals); off: no trace text at all.
-CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false);
+// fuse (the default text only; 0: none): kRowsFuseProjHeads ("rows-projh") and kRowsFuseMlpSlices
+// ("rows-mlpk"), the deferred matmuls (the paragraph above): a k-sliced matmul stage whose slices
+// line up with the previous stage's warps and whose first reader is the LayerNorm after it, its
+// partials computed in the previous stage and its epilogue in the LayerNorm's; bitwise the same.
+CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false, int fuse = 0);
 
 // The weight image of code (code.image_floats floats, padding zero) from the graph's weights:
 // weight(tensor id) gives a weight's values (row-major, its shape).

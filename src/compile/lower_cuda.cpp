@@ -23,7 +23,8 @@ CudaLowered lower_cuda(const Graph& captured, const PassOptions& passes, const C
     if (rp.refused.empty()) {
       l.passes_s = t0.elapsed_s();
       const Timer t1;
-      l.code = generate_rows(rp, l.schedule, codegen.rows_plain, codegen.rows_trace);
+      l.code = generate_rows(rp, l.schedule, codegen.rows_plain, codegen.rows_trace,
+                             (codegen.rows_projh ? kRowsFuseProjHeads : 0) | (codegen.rows_mlpk ? kRowsFuseMlpSlices : 0));
       l.codegen_s = t1.elapsed_s();
       l.note = fmt::format("rows form{}: {} stages, one cluster of {} CTAs per sequence", codegen.rows_plain ? " (plain text)" : "", rp.stages.size(), rp.T);
       return l;
@@ -99,10 +100,12 @@ void apply_variant_words(CudaCodegenOptions& cg, const std::string& words) {
     else if (w == "next-all") cg.mlp_next_split = false;
     else if (w == "rows") cg.rows = true;
     else if (w == "rows-plain") cg.rows = true, cg.rows_plain = true;
+    else if (w == "rows-projh") cg.rows = true, cg.rows_projh = true;
+    else if (w == "rows-mlpk") cg.rows = true, cg.rows_mlpk = true;
     else if (w == "no-rows") cg.rows = false;
     else if (w.starts_with("rows") && w.size() == 5 && w[4] >= '1' && w[4] <= '8') cg.mlp_rows = w[4] - '0';
     else MINIGPT_FAIL("MINIGPT_CUDA_VARIANT: unknown word '{}' (weights-plain weights-restrict ln-early ln-late mlp-async mlp-sync mlp-pull "
-                      "mlp-push no-cluster rowsN smem-vec4 proj-apart mlp-apart mbar-cta pad-launches mlp-next next-all rows rows-plain no-rows)", w);
+                      "mlp-push no-cluster rowsN smem-vec4 proj-apart mlp-apart mbar-cta pad-launches mlp-next next-all rows rows-plain rows-projh rows-mlpk no-rows)", w);
   }
 }
 
