@@ -861,7 +861,11 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
     size_t k = 2;
     const int bias = mn.has_bias ? mn.inputs[k++] : -1;
     const int res = mn.has_residual ? mn.inputs[k] : -1;
-    const bool mid = buf.count(mn.output) > 0;
+    // stored where a stage after this one reads it (the LayerNorm itself reads the registers)
+    bool mid = false;
+    for (size_t r = sl + 1; r < p.stages.size(); ++r)
+      mid = mid || std::find(L.reads[r].begin(), L.reads[r].end(), mn.output) != L.reads[r].end();
+    MINIGPT_CHECK(!mid || buf.count(mn.output), "rows: a deferred matmul's output read later without a row");
     std::string r = fmt::format("  //   (its input: stage {}'s partials added in slice order{}{}{}: that matmul's epilogue)\n", sl - 1,
                                 bias >= 0 ? ", + bias" : "", res >= 0 ? ", + residual" : "", mid ? ", stored" : "");
     r += fmt::format("  if (warp == 0) rw_layernorm_parts<{}, {}, {}, {}, {}>({}, {}, {}, {}, {}, {}, {}, {:.9g}f);\n", mm.M, mm.slices,

@@ -78,7 +78,8 @@ void write_cuda_debug_files(const std::filesystem::path& dir, const Graph& captu
 // "mlp-pull" / "mlp-push", "no-cluster", "rowsN", "smem-vec4", "proj-apart", "mlp-apart", "mlp-next", "next-all",
 // "mbar-cta", "pad-launches", "rows" (the rows form, codegen_cuda_rows.h: one cluster kernel,
 // a row per CTA; a graph it refuses keeps the rest's form, --explain says why), "rows-plain" (the
-// rows form's text before the hand-written kernel's variants were ported: rows_plain), "no-rows"
+// rows form's text before the hand-written kernel's variants were ported: rows_plain), "rows-projh" and
+// "rows-mlpk" (the rows form's deferred matmuls: rows_projh, rows_mlpk; bitwise the default), "no-rows"
 // (not the rows form, where the rule would choose it); any other word is an error. ("weights-restrict ln-late mlp-sync" is 7l's default, main before 7m.)
 // Two are measuring aids only, never candidates: "mbar-cta" (CudaCodegenOptions::mlp_mbar_cta)
 // and "pad-launches" (pad_launches).
