@@ -16,9 +16,10 @@
 #               (1,1) of the shipped model, the tiny model, V 300 / 660, d_model 96 / 32: memcmp of the
 #               logits and probs must be 0; "N deferred matmuls" per case: 4 / 4 / 8 at d_model 64,
 #               2 for projh at the tiny model, 0 at d_model 96 and d_model 32 V 1100 (stages kept)),
-#               then RowsFormMatchesEagerAndEveryProbe and RowsFormDefaultAndPlainTextsAgreeBitwise
-#               with MINIGPT_CUDA_VARIANT="rows rows-projh rows-mlpk" (both words vs the CPU: probes
-#               < 1e-5, same top-1; and vs rows-plain: 0 difference)
+#               then RowsFormMatchesEagerAndEveryProbe, RowsFormDefaultAndPlainTextsAgreeBitwise and
+#               RowsFormStageTrace* with MINIGPT_CUDA_VARIANT="rows rows-projh rows-mlpk" (both words
+#               vs the CPU: probes < 1e-5, same top-1, 200 replays bitwise; vs rows-plain: 0
+#               difference; the traced text's launches change no output)
 #   bench.log   (2) `minigpt compile --device cuda --graph gpt --explain --mode default`: default,
 #               rows-projh, rows-mlpk and both alternated, 3 rounds, one NVRTC cache: per run the
 #               variant line, the kernel's row, the whole-forward line; round 1's stage trace table
@@ -47,7 +48,7 @@ FILTER='^\[ *(RUN|OK|FAILED|PASSED|SKIPPED) |Failure|Expected|expected|actual|Wh
   if late 36; then echo "=== skipped the MINIGPT_CUDA_VARIANT run at $(el)s (time)"; else
     echo "=== [$(el)s] compile_cuda_test RowsFormMatches*, RowsFormDefaultAndPlain*, MINIGPT_CUDA_VARIANT=\"rows rows-projh rows-mlpk\""
     MINIGPT_CUDA_VARIANT="rows rows-projh rows-mlpk" timeout $(left 44) "$TEST" \
-      --gtest_filter='CompileCuda.RowsFormMatches*:CompileCuda.RowsFormDefaultAndPlain*' 2>&1 | grep -E "$FILTER"
+      --gtest_filter='CompileCuda.RowsFormMatches*:CompileCuda.RowsFormDefaultAndPlain*:CompileCuda.RowsFormStageTrace*' 2>&1 | grep -E "$FILTER"
     echo "rc=${PIPESTATUS[0]} (124: cut at 44 s)"
   fi
   echo "=== tests done at $(el)s"
