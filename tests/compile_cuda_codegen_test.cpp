@@ -1514,3 +1514,98 @@ TEST(CompileCudaNvrtc, RowsFormCompilesForSm90a) {
   }
 }
 #endif
+
+// The deferred matmuls (issue 15, fuse15: rows-projh, rows-mlpk; codegen_cuda_rows.h's generate_rows
+// fuse): at the shipped (2, 16) proj is computed by heads in the attention stage and fc2 by slices in
+// fc1's stage, the LayerNorm after each forming its input from the partials: one CTA barrier fewer
+// per layer and word, the default text unchanged (pinned), every text compiling at the rows tests'
+// shapes; shapes whose slicing does not line up (d_model 96: proj by 2 slices over 4 heads) keep
+// the stage.
+namespace {
+CudaLowered lower_rows_words(const Graph& g, const char* words) {
+  CudaCodegenOptions cg;
+  cg.generated_gemm = true;
+  apply_variant_words(cg, words);
+  return lower_cuda(g, PassOptions{}, cg);
+}
+}  // namespace
+
+TEST(CompileCudaRows, DeferredMatmulsDropAStagePerLayerAndWord) {
+  ModelConfig shipped;
+  shipped.vocab_size = 611;
+  const size_t L = static_cast<size_t>(shipped.n_layer);
+  const Graph g = capture_gpt(shipped, 2, 16);
+  const std::string def = lower_rows(g).code.source;
+  // the default text is not changed by the words' existence: pinned
+  EXPECT_EQ(sha256_hex(def), "35cef4ecffe8da39a0b5c2607fef97d22dcf228349f1db2c88865f208e2d4e73") << "the default rows text at the shipped (2, 16) changed";
+  EXPECT_FALSE(contains(def, "rw_layernorm_parts"));
+  EXPECT_FALSE(contains(def, "bar.sync"));
+  const std::string ph = lower_rows_words(g, "rows rows-projh").code.source, mk = lower_rows_words(g, "rows rows-mlpk").code.source,
+                    both = lower_rows_words(g, "rows rows-projh rows-mlpk").code.source;
+  const size_t n_def = count_of(code_only(def), "__syncthreads();");
+  EXPECT_EQ(count_of(code_only(ph), "__syncthreads();") + L, n_def) << "rows-projh: proj's CTA barrier gone per layer";
+  EXPECT_EQ(count_of(code_only(mk), "__syncthreads();") + L, n_def) << "rows-mlpk: fc2's CTA barrier gone per layer";
+  EXPECT_EQ(count_of(code_only(both), "__syncthreads();") + 2 * L, n_def) << "both: two per layer";
+  EXPECT_EQ(count_of(code_only(ph), "rw_layernorm_parts<64, 4, true, true, "), L) << "ln2 from proj's partials";
+  EXPECT_EQ(count_of(code_only(mk), "rw_layernorm_parts<64, 4, true, true, "), L) << "ln1 / ln_f from fc2's partials";
+  EXPECT_EQ(count_of(code_only(both), "rw_layernorm_parts<64, 4, true, true, "), 2 * L);
+  EXPECT_EQ(count_of(code_only(ph), "rw_dot<16, 2>(sm + "), L) << "proj's slice per head: 2 outputs per lane";
+  EXPECT_EQ(count_of(code_only(mk), "asm volatile(\"bar.sync %0, %1;\" ::\"r\"(1 + sl), \"n\"(64)"), L) << "fc2's slices after named barriers";
+  EXPECT_EQ(count_of(code_only(mk), " + sl * 64, {rw_slot<"), L) << "fc2's partials: a chain of 64 per thread, from a prewaited slot";
+  if (const char* d = std::getenv("MINIGPT_ROWS_DUMP")) {  // (a debugging aid: the four texts)
+    for (const auto& [nm, t] : {std::pair<const char*, const std::string*>{"default", &def}, {"projh", &ph}, {"mlpk", &mk}, {"both", &both}})
+      std::ofstream(fmt::format("{}/rows_{}.cu", d, nm)) << *t;
+  }
+  // every piece still read from a prewaited slot (no stage's threads wait on an mbarrier)
+  for (const std::string* s : {&ph, &mk, &both}) EXPECT_FALSE(contains(code_only(*s), "rw_piece_at<")) << s->substr(0, 200);
+  EXPECT_TRUE(contains(mk, "rw_prewait<")) << "fc1 and fc2's pieces prewaited together";
+  // the plain text ignores the words
+  EXPECT_EQ(lower_rows_words(g, "rows-plain rows-projh rows-mlpk").code.source, lower_cuda(g, PassOptions{}, [] {
+              CudaCodegenOptions c;
+              c.generated_gemm = true;
+              apply_variant_words(c, "rows-plain");
+              return c;
+            }()).code.source);
+  // the other shapes: those whose slices line up take it (fewer barriers), the rest keep it; all compile
+  ModelConfig c300, c660, d96, d32;
+  c300.vocab_size = 300;
+  c660.vocab_size = 660;
+  d96.d_model = 96;
+  d96.vocab_size = 200;
+  d32.d_model = 32;
+  d32.vocab_size = 1100;
+  struct Case {
+    ModelConfig c;
+    int64_t B, T;
+  };
+  for (const Case& k : {Case{shipped, 2, 16}, Case{shipped, 3, 5}, Case{shipped, 1, 1}, Case{compile_tiny_config(), 2, 16},
+                        Case{compile_tiny_config(), 3, 7}, Case{c300, 2, 16}, Case{c660, 3, 5}, Case{d96, 2, 16}, Case{d32, 3, 5}}) {
+    const Graph gk = capture_gpt(k.c, k.B, k.T);
+    const CudaLowered base = lower_rows(gk);
+    ASSERT_EQ(base.code.launches.size(), 1u) << base.note;
+    const size_t nb = count_of(code_only(base.code.source), "__syncthreads();");
+    for (const char* w : {"rows rows-projh", "rows rows-mlpk", "rows rows-projh rows-mlpk"}) {
+      const CudaLowered l = lower_rows_words(gk, w);
+      const std::string what = fmt::format("{} at d_model {} V {} ({}, {})", w, k.c.d_model, k.c.vocab_size, k.B, k.T);
+      ASSERT_EQ(l.code.launches.size(), 1u) << what << ": " << l.note;
+      const size_t nw = count_of(code_only(l.code.source), "__syncthreads();");
+      const size_t parts = count_of(code_only(l.code.source), "rw_layernorm_parts<");
+      EXPECT_EQ(nw + parts, nb) << what << ": a CTA barrier fewer per deferred matmul";
+      std::printf("%s: %zu deferred matmuls, %zu CTA barriers (default %zu), smem %d B\n", what.c_str(), parts, nw, nb, l.code.launches[0].smem);
+      if (k.c.d_model == 64) {
+        EXPECT_EQ(parts, (std::string(w).find("projh") != std::string::npos ? L : 0) + (std::string(w).find("mlpk") != std::string::npos ? L : 0)) << what;
+      }
+#ifdef MINIGPT_HAVE_CUDA_COMPILE
+      std::string ptx;
+      ASSERT_NO_THROW(ptx = nvrtc_compile_ptx(l.code.source, "compute_90a", gk.name)) << what;
+      EXPECT_TRUE(contains(ptx, ".entry cuda_rows_forward(")) << what;
+      // the traced text too
+      CudaCodegenOptions traced;
+      traced.generated_gemm = true;
+      apply_variant_words(traced, w);
+      traced.rows_trace = true;
+      ASSERT_NO_THROW(nvrtc_compile_ptx(lower_cuda(gk, PassOptions{}, traced).code.source, "compute_90a", gk.name)) << what << " traced";
+#endif
+    }
+  }
+}

@@ -146,6 +146,24 @@ const std::vector<std::pair<std::string, std::string>> kLnDefault = {
     {"@REGS@", ", wv[E], bv[E]"},
     {"@LOAD@", "{\n    v[e] = x[sub + 16 * e];\n    wv[e] = w[sub + 16 * e];\n    bv[e] = b[sub + 16 * e];\n    dv[e] = v[e];\n  }"},
     {"@WB@", "wv[e] + bv[e]"}};
+// rw_layernorm_parts (the deferred matmuls' LayerNorm, rows-projh and rows-mlpk): rw_layernorm's text
+// (the default's) with its row formed while loaded: the S partials of column c (parts + j C + c) added
+// in slice order, + bias, + residual (the deferred matmul's epilogue, the same additions in the same
+// order), stored to mid where a later stage reads it; the statistics then as rw_layernorm's
+const std::vector<std::pair<std::string, std::string>> kLnParts = {
+    {"@DOC@", ". The gain and bias loaded\n"
+              "// with the row. rw_layernorm_parts: the row x itself formed from a deferred matmul's k-slice partials\n"
+              "// (parts + j C), added in slice order, + bias, + residual, as that matmul's stage did, and stored (mid)"},
+    {"@REGS@", ", wv[E], bv[E]"},
+    {"@LOAD@", "{\n    const int c = sub + 16 * e;\n    float xe = parts[c];\n#pragma unroll\n    for (int j = 1; j < S; ++j) xe = xe + parts[j * C + c];\n"
+               "    if constexpr (BIAS) xe = xe + bias[c];\n    if constexpr (RES) xe = xe + res[c];\n"
+               "    if constexpr (MID) { if ((threadIdx.x & 31) < 16) mid[c] = xe; }\n"
+               "    v[e] = xe;\n    wv[e] = w[c];\n    bv[e] = b[c];\n    dv[e] = v[e];\n  }"},
+    {"@WB@", "wv[e] + bv[e]"}};
+const char* kLnSignature = "template <int C>\n__device__ __forceinline__ void rw_layernorm(const float* x, float* out, const float* w, const float* b, float eps) {";
+const char* kLnPartsSignature =
+    "template <int C, int S, bool BIAS, bool RES, bool MID>\n__device__ __forceinline__ void rw_layernorm_parts(const float* parts, const float* bias, "
+    "const float* res, float* mid, float* out, const float* w, const float* b, float eps) {";
 std::string rw_text(std::string t, const std::vector<std::pair<std::string, std::string>>& subs) {
   for (const auto& [marker, with] : subs) {
     const size_t at = t.find(marker);
@@ -344,9 +362,13 @@ struct RowsLayout {
   int64_t ks = 0, vs = 0, red = 0, bars = 0, ring = 0;  // offsets (floats)
   int ns = 0, most = 1;  // ring slots that fit; the most pieces one stage reads
   int64_t smem_bytes = 0;
+  std::map<int, int64_t> part;  // a deferred matmul stage (rows_deferrals) -> its partials' block (S x M floats)
 };
 
-RowsLayout rows_layout(const RowsPlan& p) {
+// defer[s] != 0 (rows_deferrals; empty: none): matmul stage s's k-slice partials are computed by stage
+// s - 1 and its epilogue by stage s + 1 (a LayerNorm): its reads (the residual) live to s + 1, its
+// partials' block from s - 1 to s + 1, and stage s - 1 reads its pieces (with its own, if any).
+RowsLayout rows_layout(const RowsPlan& p, const std::vector<int>& defer = {}) {
   const Graph& g = p.graph;
   RowsLayout L;
   // which stage computes each tensor, and which stages read it (the inlined trees' leaves)
@@ -363,6 +385,13 @@ RowsLayout rows_layout(const RowsPlan& p) {
           if (std::find(L.reads[s].begin(), L.reads[s].end(), t) == L.reads[s].end()) L.reads[s].push_back(t);
         }
   }
+  auto deferred = [&](size_t s) { return s < defer.size() && defer[s] != 0; };
+  for (size_t s = 0; s < p.stages.size(); ++s)
+    if (deferred(s))
+      for (int t : L.reads[s]) {
+        L.last_use[t] = std::max(L.last_use[t], static_cast<int>(s) + 1);
+        if (std::find(L.reads[s + 1].begin(), L.reads[s + 1].end(), t) == L.reads[s + 1].end()) L.reads[s + 1].push_back(t);
+      }
 
   // the image: every 1-D weight a stage reads (in first-use order) in the small block, then the
   // matmuls' pieces in consumption order
@@ -414,9 +443,11 @@ RowsLayout rows_layout(const RowsPlan& p) {
     } else if (L.last_use.count(out)) {
       L.buf[out] = alloc.take(g.tensor(out).cols());
     }
+    if (deferred(s + 1)) L.part[static_cast<int>(s) + 1] = alloc.take(p.stages[s + 1].slices * p.stages[s + 1].M);
     for (int t : L.reads[s])
       if (L.last_use[t] == static_cast<int>(s) && L.buf.count(t))
         alloc.give(L.buf[t], st.kind == RowsStage::Kind::Attention ? L.C_att : g.tensor(t).cols());
+    if (s > 0 && deferred(s - 1)) alloc.give(L.part[static_cast<int>(s) - 1], p.stages[s - 1].slices * p.stages[s - 1].M);
   }
   int64_t o = round4(alloc.end);
   L.ks = o;
@@ -430,9 +461,43 @@ RowsLayout rows_layout(const RowsPlan& p) {
   L.ring = round4(o);
   const int64_t fit = (kRowsSmemBudget / 4 - L.ring) / kRowsSlotFloats;
   L.ns = static_cast<int>(std::min<int64_t>(fit, kRowsMaxSlots));
-  for (const RowsStage& st : p.stages) L.most = std::max(L.most, st.pieces);
+  for (size_t s = 0; s < p.stages.size(); ++s)
+    L.most = std::max(L.most, p.stages[s].pieces + (deferred(s + 1) ? p.stages[s + 1].pieces : 0));
   L.smem_bytes = (L.ring + static_cast<int64_t>(L.ns) * kRowsSlotFloats) * 4;
   return L;
+}
+
+// The deferred matmuls (generate_rows' fuse words; codegen_cuda_rows.h): per stage 0, or
+// kRowsFuseProjHeads / kRowsFuseMlpSlices where matmul stage s (k-sliced, S > 1; not a qkv; no
+// GELU; not a graph output) is read first by stage s + 1, a LayerNorm of its output (later stages
+// may read it: the LayerNorm stores it), and its k-slices line up with stage s - 1's warps:
+//   kRowsFuseProjHeads: stage s - 1 is the attention producing its input, its heads its slices
+//     (S = heads, K / S = dh), M a multiple of 32 of at most 128 (M / 32 outputs per lane);
+//   kRowsFuseMlpSlices: stage s - 1 is a one-chain matmul producing its input (its K outputs, one
+//     per thread: K <= the CTA's threads), slice j's K / S columns whole warps (a multiple of 32)
+//     computing slice j's M <= K / S partials after a named barrier of theirs (S <= 15 barriers).
+// The rest keeps its stage.
+std::vector<int> rows_deferrals(const RowsPlan& p, int fuse) {
+  const Graph& g = p.graph;
+  std::vector<int> d(p.stages.size(), 0);
+  if (fuse == 0) return d;
+  for (size_t s = 1; s + 1 < p.stages.size(); ++s) {
+    const RowsStage &pr = p.stages[s - 1], &mm = p.stages[s], &ln = p.stages[s + 1];
+    if (d[s - 1] != 0 || mm.kind != RowsStage::Kind::Matmul || mm.kv || mm.slices < 2 || ln.kind != RowsStage::Kind::LayerNorm) continue;
+    const Node& n = g.nodes[static_cast<size_t>(mm.node)];
+    if (n.gelu || g.is_graph_output(n.output) || g.nodes[static_cast<size_t>(ln.node)].inputs[0] != n.output) continue;
+    if (g.nodes[static_cast<size_t>(pr.node)].output != n.inputs[0]) continue;
+    const int S = mm.slices;
+    const int64_t ks = mm.K / S;
+    if ((fuse & kRowsFuseProjHeads) && pr.kind == RowsStage::Kind::Attention) {
+      const Node& a = g.nodes[static_cast<size_t>(pr.node)];
+      const int64_t dh = g.tensor(a.output).cols() / a.heads;
+      if (a.heads == S && dh == ks && mm.M % 32 == 0 && mm.M <= 128) d[s] = kRowsFuseProjHeads;
+    } else if ((fuse & kRowsFuseMlpSlices) && pr.kind == RowsStage::Kind::Matmul && !pr.kv && pr.slices == 1) {
+      if (pr.M == mm.K && pr.M <= kRowsThreads && ks % 32 == 0 && mm.M <= ks && S <= 15) d[s] = kRowsFuseMlpSlices;
+    }
+  }
+  return d;
 }
 
 }  // namespace
@@ -655,7 +720,7 @@ std::string attention2_text(int64_t T, int64_t dh, int64_t ks, int64_t vs, int64
 
 }  // namespace
 
-CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trace, bool attn2) {
+CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trace, bool attn2, int fuse) {
   if (plain) attn2 = false;  // (rows-attn2 is a variant of the default text)
   MINIGPT_CHECK(p.refused.empty(), "generate_rows: the graph was refused: {}", p.refused);
   const Graph& g = p.graph;
@@ -663,8 +728,26 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
   CudaCode code;
   code.graph_hash = graph_hash(g);
 
-  // the layouts (rows_layout: plan_rows checked that the ring fits)
-  const RowsLayout L = rows_layout(p);
+  // the deferred matmuls (rows_deferrals: the fuse words; none in the plain text), and the layouts
+  // (rows_layout: plan_rows checked that the ring fits without deferrals; with them a stage reads
+  // its pieces and the deferred matmul's: where those do not fit the ring, no deferral at all)
+  std::vector<int> defer = rows_deferrals(p, plain ? 0 : fuse);
+  RowsLayout L = rows_layout(p, defer);
+  if (L.ns < L.most) {
+    defer.assign(p.stages.size(), 0);
+    L = rows_layout(p);
+  }
+  const bool any_defer = std::any_of(defer.begin(), defer.end(), [](int d) { return d != 0; });
+  // the pieces each stage reads: a matmul's own, with a deferred matmul after it its pieces too
+  // (an attention before a deferred matmul: only those)
+  std::vector<int> rd_a(p.stages.size(), 0), rd_e(p.stages.size(), 0);
+  for (size_t s = 0; s < p.stages.size(); ++s)
+    if (p.stages[s].kind == RowsStage::Kind::Matmul && !defer[s]) rd_a[s] = p.stages[s].first_piece, rd_e[s] = p.stages[s].first_piece + p.stages[s].pieces;
+  for (size_t s = 1; s < p.stages.size(); ++s)
+    if (defer[s]) {
+      if (rd_e[s - 1] == rd_a[s - 1]) rd_a[s - 1] = p.stages[s].first_piece;
+      rd_e[s - 1] = p.stages[s].first_piece + p.stages[s].pieces;
+    }
   MINIGPT_CHECK(L.ns >= L.most, "rows: a stage reads {} weight pieces but only {} ring slots fit beside {} B of activations", L.most, L.ns,
                 L.ring * 4);
   const std::map<int, int64_t>& small_at = L.small_at;
@@ -784,24 +867,103 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
   // lanes first wait for them (the GEMM threads then never wait on an mbarrier)
   auto close = [&](size_t s) {
     std::string r;
-    if (!plain && s + 1 < p.stages.size() && p.stages[s + 1].kind == RowsStage::Kind::Matmul) {
-      const RowsStage& nx = p.stages[s + 1];
-      if (nx.first_piece + nx.pieces <= issued) {
+    if (!plain && s + 1 < p.stages.size() && rd_e[s + 1] > rd_a[s + 1]) {
+      if (rd_e[s + 1] <= issued) {
         prewaited[s + 1] = true;
-        r += fmt::format("  rw_prewait<{}, {}>(bars);  // the last warp: stage {}'s weight pieces have landed (before the barrier)\n", nx.first_piece,
-                         nx.first_piece + nx.pieces, s + 1);
+        if (s + 2 < p.stages.size() && defer[s + 2]) prewaited[s + 2] = true;
+        r += fmt::format("  rw_prewait<{}, {}>(bars);  // the last warp: stage {}'s weight pieces have landed (before the barrier)\n", rd_a[s + 1],
+                         rd_e[s + 1], s + 1);
       }
     }
     return r + "  __syncthreads();\n";
   };
   // a matmul stage's refill after its closing barrier (the default form: slots without a division)
-  auto refill = [&](const RowsStage& st) {
-    const int a = st.first_piece, e = st.first_piece + st.pieces;
+  auto refill = [&](size_t s) {
+    const int a = rd_a[s], e = rd_e[s];
     issued = std::max(issued, std::min(e + ns, pieces));
     return plain ? fmt::format("  rw_refill(ring, bars, rw_image, {}, {});\n", a, e)
                  : fmt::format("  rw_refill<{}, {}>(ring, bars, rw_image);  // pieces [{}, {}) read: {}\n", a, e, a, e,
                                a + ns >= pieces ? std::string("nothing left to stream")
                                                 : fmt::format("their slots take [{}, {})", a + ns, std::min(e + ns, pieces)));
+  };
+  // output nidx's weight row of matmul stage si (its piece's slot: waited for by the stage's threads, or
+  // by the last warp before the barrier preceding the stage reading it)
+  auto piece_ptr = [&](size_t si, const std::string& nidx, const std::string& koff) {
+    const RowsStage& st = p.stages[si];
+    if (prewaited[si])
+      return fmt::format("rw_slot<{}>(ring, {} / {}) + ({} % {}) * {}{}", st.first_piece, nidx, st.rows_per_piece, nidx, st.rows_per_piece,
+                         st.ld, koff);
+    if (!plain)
+      return fmt::format("rw_piece_at<{}>(ring, bars, {} / {}) + ({} % {}) * {}{}", st.first_piece, nidx, st.rows_per_piece, nidx,
+                         st.rows_per_piece, st.ld, koff);
+    return fmt::format("rw_piece(ring, bars, {} + {} / {}) + ({} % {}) * {}{}", st.first_piece, nidx, st.rows_per_piece, nidx,
+                       st.rows_per_piece, st.ld, koff);
+  };
+  // ---- the deferred matmuls (rows_deferrals; the fuse words rows-projh, rows-mlpk) ----
+  // Matmul stage sm_s's k-slice j: the same chain as its own stage's lane of slice j (rw_dot over k
+  // in [j K/S, (j+1) K/S) from 0, the same FMAs in the same order), stored as partial j of output n
+  // at part + j M + n; the LayerNorm stage after it adds them as the matmul's epilogue did.
+  // rows-mlpk, in the producing one-chain matmul stage after its stores: slice j's input columns are
+  // threads [j K/S, (j+1) K/S) (whole warps), which meet at named barrier 1 + j (theirs alone) and
+  // then compute slice j's partials, a thread per output.
+  auto emit_mlp_partials = [&](size_t si) {
+    const RowsStage& mm = p.stages[si];
+    const Node& mn = g.nodes[static_cast<size_t>(mm.node)];
+    const int S = mm.slices;
+    const int64_t kw = mm.K / S, M = mm.M;
+    std::string r = fmt::format(
+        "  // stage {}'s k-slices here (rows-mlpk): slice j's {} inputs are threads [{} j, {} j + {}) (warps {} j..), which meet\n"
+        "  // at named barrier 1 + j, then compute slice j's partial of each of the {} outputs (one chain each, as stage {}'s\n"
+        "  // lanes of slice j did), stored at sm[{} + j {} + n]\n",
+        si, kw, kw, kw, kw, kw / 32, M, si, L.part.at(static_cast<int>(si)), M);
+    r += fmt::format("  if (tid < {}) {{\n    const int sl = tid / {}, n = tid % {};\n", mm.K, kw, kw);
+    r += fmt::format("    asm volatile(\"bar.sync %0, %1;\" ::\"r\"(1 + sl), \"n\"({}) : \"memory\");  // slice sl's inputs stored\n", kw);
+    r += fmt::format("    {}{{\n      float acc[1] = {{0.0f}};\n", M < kw ? fmt::format("if (n < {}) ", M) : std::string());
+    r += fmt::format("      rw_dot<{}, 1>({} + sl * {}, {{{}}}, acc);\n", kw, sm(buf.at(mn.inputs[0])), kw, piece_ptr(si, "n", fmt::format(" + sl * {}", kw)));
+    r += fmt::format("      sm[{} + sl * {} + n] = acc[0];\n    }}\n  }}\n", L.part.at(static_cast<int>(si)), M);
+    return r;
+  };
+  // rows-projh, in the attention stage's warp of head hh after its att columns are stored: k-slice
+  // hh (its dh columns) of the M outputs, M / 32 per lane (outputs lane + 32 j)
+  auto emit_proj_heads = [&](size_t si) {
+    const RowsStage& mm = p.stages[si];
+    const Node& mn = g.nodes[static_cast<size_t>(mm.node)];
+    const int64_t kw = mm.K / mm.slices, M = mm.M;
+    const int J = static_cast<int>(M / 32);
+    std::string ws;
+    for (int j = 0; j < J; ++j) ws += (j ? ", " : "") + piece_ptr(si, j ? fmt::format("(lane + {})", 32 * j) : "lane", fmt::format(" + hh * {}", kw));
+    std::string r = fmt::format(
+        "    // stage {}'s k-slice hh here (rows-projh): this head's {} att columns times the {} outputs' weight columns\n"
+        "    // [{} hh, {} hh + {}), outputs lane + 32 j (each one chain, as stage {}'s lane of slice hh did), stored at\n"
+        "    // sm[{} + hh {} + n]\n",
+        si, kw, M, kw, kw, kw, si, L.part.at(static_cast<int>(si)), M);
+    r += "    __syncwarp();  // the head's att columns stored\n";
+    r += fmt::format("    {{\n      float pacc[{}];\n      rw_dot<{}, {}>({} + hh * {}, {{{}}}, pacc);\n", J, kw, J, sm(buf.at(mn.inputs[0])), kw, ws);
+    r += fmt::format("#pragma unroll\n      for (int j = 0; j < {}; ++j) sm[{} + hh * {} + lane + 32 * j] = pacc[j];\n    }}\n", J, L.part.at(static_cast<int>(si)), M);
+    return r;
+  };
+  // the LayerNorm stage after a deferred matmul: its input formed from the partials as the matmul's
+  // epilogue did (slice order, + bias, + residual), stored (later stages read it), then the statistics
+  auto emit_ln_parts = [&](size_t sl) {
+    const RowsStage& mm = p.stages[sl - 1];
+    const Node& mn = g.nodes[static_cast<size_t>(mm.node)];
+    const Node& n = g.nodes[static_cast<size_t>(p.stages[sl].node)];
+    MINIGPT_CHECK(!mn.gelu, "rows: a deferred matmul with a GELU");
+    size_t k = 2;
+    const int bias = mn.has_bias ? mn.inputs[k++] : -1;
+    const int res = mn.has_residual ? mn.inputs[k] : -1;
+    // stored where a stage after this one reads it (the LayerNorm itself reads the registers)
+    bool mid = false;
+    for (size_t r = sl + 1; r < p.stages.size(); ++r)
+      mid = mid || std::find(L.reads[r].begin(), L.reads[r].end(), mn.output) != L.reads[r].end();
+    MINIGPT_CHECK(!mid || buf.count(mn.output), "rows: a deferred matmul's output read later without a row");
+    std::string r = fmt::format("  //   (its input: stage {}'s partials added in slice order{}{}{}: that matmul's epilogue)\n", sl - 1,
+                                bias >= 0 ? ", + bias" : "", res >= 0 ? ", + residual" : "", mid ? ", stored" : "");
+    r += fmt::format("  if (warp == 0) rw_layernorm_parts<{}, {}, {}, {}, {}>({}, {}, {}, {}, {}, {}, {}, {:.9g}f);\n", mm.M, mm.slices,
+                     bias >= 0, res >= 0, mid, sm(L.part.at(static_cast<int>(sl) - 1)), bias >= 0 ? sm(small_at.at(bias)) : "nullptr",
+                     res >= 0 ? sm(buf.at(res)) : "nullptr", mid ? sm(buf.at(mn.output)) : "nullptr", sm(buf.at(n.output)),
+                     sm(small_at.at(n.inputs[1])), sm(small_at.at(n.inputs[2])), n.alpha);
+    return r;
   };
   std::string overlap0;  // the first stage's loop, run by warps 1.. during the start (empty: none)
   // The default text's fused head: matmul stage s (a thread per output, one chain each: no
@@ -863,8 +1025,11 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
         b += fmt::format("  // stage {}: layernorm (1, {}) -> '{}', eps {:.9g}; ~{} FLOPs per row; source: {}\n", s, C, to.name, n.alpha, flops, srcs);
         if (!plain) b += "  //   (warp 0; the gain and bias loaded with the row, before the statistics: rw_layernorm)\n";
         wait_small(b);
-        b += fmt::format("  if (warp == 0) rw_layernorm<{}>({}, {}, {}, {}, {:.9g}f);\n", C, sm(buf.at(n.inputs[0])), sm(buf.at(out)),
-                         sm(small_at.at(n.inputs[1])), sm(small_at.at(n.inputs[2])), n.alpha);
+        if (s > 0 && defer[s - 1])
+          b += emit_ln_parts(s);
+        else
+          b += fmt::format("  if (warp == 0) rw_layernorm<{}>({}, {}, {}, {}, {:.9g}f);\n", C, sm(buf.at(n.inputs[0])), sm(buf.at(out)),
+                           sm(small_at.at(n.inputs[1])), sm(small_at.at(n.inputs[2])), n.alpha);
         b += close(s);
         if (g.is_graph_output(out)) b += fmt::format("  for (int c = tid; c < {}; c += {}) {}[row * {} + c] = sm[{} + c];\n", C, NT, pname[out], C, buf.at(out));
         break;
@@ -893,17 +1058,14 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
           if (res >= 0) v = fmt::format("({} + sm[{} + {}])", v, buf.at(res), idx);
           return v;
         };
-        // output nidx's weight row (its piece's slot: waited for here, or by the last warp before the barrier above)
-        auto wptr = [&](const std::string& nidx, const std::string& koff) {
-          if (prewaited[s])
-            return fmt::format("rw_slot<{}>(ring, {} / {}) + ({} % {}) * {}{}", st.first_piece, nidx, st.rows_per_piece, nidx, st.rows_per_piece,
-                               st.ld, koff);
-          if (!plain)
-            return fmt::format("rw_piece_at<{}>(ring, bars, {} / {}) + ({} % {}) * {}{}", st.first_piece, nidx, st.rows_per_piece, nidx,
-                               st.rows_per_piece, st.ld, koff);
-          return fmt::format("rw_piece(ring, bars, {} + {} / {}) + ({} % {}) * {}{}", st.first_piece, nidx, st.rows_per_piece, nidx,
-                             st.rows_per_piece, st.ld, koff);
-        };
+        auto wptr = [&](const std::string& nidx, const std::string& koff) { return piece_ptr(s, nidx, koff); };
+        if (defer[s]) {  // computed by stage s - 1 (its partials) and stage s + 1 (its epilogue)
+          b += fmt::format("  //   deferred ({}): its k-slices' partials computed by stage {} into sm [{}, {}) (slice j's at + j {}), its\n"
+                           "  //   epilogue (the partials added in slice order{}) by stage {}, the LayerNorm reading it: no stage here\n",
+                           defer[s] == kRowsFuseProjHeads ? "rows-projh: by heads" : "rows-mlpk: by the producing warps' slices", s - 1,
+                           L.part.at(static_cast<int>(s)), L.part.at(static_cast<int>(s)) + st.slices * M, M, epi, s + 1);
+          break;
+        }
         if (prewaited[s]) b += "  //   (its pieces waited for by the last warp before the barrier above: read at once, no mbarrier wait)\n";
         if (st.kv) {
           const int64_t C = M / 3;
@@ -916,7 +1078,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
           b += "      for (int q = t + 1; q < kT && lane % 4 == 0; ++q) rw_st_async4(rw_mapa(dst, q), v4, rw_mapa(&bars[kBarKv], q));\n    }\n  }\n";
           b += close(s);
           b += fmt::format("  if (tid == 0) rw_kv_arrive(&bars[kBarKv], static_cast<unsigned>(t * {}) * 4u);  // the earlier rows' k and v\n", 2 * C);
-          b += refill(st);
+          b += refill(s);
           b += tstamp("  ", fmt::format("stage {}: matmul -> {} (to the k, v wait)", s, to.name), fmt::format("stage {}, before the k, v wait", s));
           b += fmt::format("  rw_kv_wait(&bars[kBarKv], {}u);\n", st.attention & 1);
         } else if (st.slices > 1) {
@@ -932,7 +1094,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
           }
           b += fmt::format("    if (s == 0 && n < {}) {{\n      const float v = {};\n      {}\n    }}\n  }}\n", M, finish("n", sum), store_out(out, "n", "v"));
           b += close(s);
-          b += refill(st);
+          b += refill(s);
         } else {
           const int J = static_cast<int>((M + NT - 1) / NT);
           // thread tid's columns: tid + j NT for j < J (where < M); chain j's weight row (none: w0's)
@@ -992,8 +1154,9 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
                                finish("n", fmt::format("acc[{}]", j)), store_out(out, "n", "v"));
             }
             b += "  }\n";
+            if (s + 1 < p.stages.size() && defer[s + 1] == kRowsFuseMlpSlices) b += emit_mlp_partials(s + 1);
             b += close(s);
-            b += refill(st);
+            b += refill(s);
           } else {
             // the softmax of stage s + 1 fused (fuses_softmax): its arithmetic as its own stage's
             // below (the same max, exp, sum and division in the same order), on the registers
@@ -1018,7 +1181,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
             b += "  mx = rw_warp_max(mx);  // the warp's max: one redux.sync (exact)\n";
             b += fmt::format("  if (lane == 0) sm[{} + warp] = mx;\n", red);
             b += "  __syncthreads();  // the warps' maxima written; every chain's reads of the ring done\n";
-            b += refill(st);
+            b += refill(s);
             b += fmt::format("  mx = sm[{}];\n  for (int w = 1; w < {}; ++w) mx = fmaxf(mx, sm[{} + w]);  // the row's max, in warp order\n", red, NW, red);
             b += fmt::format("  float ev[{}], sum = 0.0f;\n#pragma unroll\n"
                              "  for (int j = 0; j < {}; ++j) {{ ev[j] = tid + j * {} < {} ? expf(lg[j] - mx) : 0.0f; sum += ev[j]; }}\n",
@@ -1099,6 +1262,8 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
         b += astamp("probabilities x v");
         b += fmt::format("    if (lane < {}) *reinterpret_cast<float4*>(sm + {} + e) = acc;\n", dh / 4, buf.at(out));
         b += astamp("att stored");
+        const bool proj_heads = s + 1 < p.stages.size() && defer[s + 1] == kRowsFuseProjHeads;
+        if (proj_heads) b += emit_proj_heads(s + 1);
         b += "  }\n";
         {
           // the closing barrier; traced: the last warp's stamp after its prewait of the next stage's
@@ -1113,6 +1278,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
           b += c;
         }
         if (st.attention + 1 < p.attentions) b += "  rw_cluster_arrive();  // this CTA's k, v are read: the next layer's may come\n";
+        if (proj_heads) b += refill(s);
         if (g.is_graph_output(out)) b += fmt::format("  for (int c = tid; c < {}; c += {}) {}[row * {} + c] = sm[{} + c];\n", C, NT, pname[out], C, buf.at(out));
         break;
       }
@@ -1150,7 +1316,9 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
                                                                 : "pointwise",
                         ops, to.name, shape_text({1, to.cols()}),
                         st.kind == RowsStage::Kind::Matmul ? fmt::format(", pieces [{}, {})", st.first_piece, st.first_piece + st.pieces) : "",
-                        fused_into_previous ? fmt::format(" (fused into stage {})", s - 1) : "");
+                        fused_into_previous ? fmt::format(" (fused into stage {})", s - 1)
+                        : defer[s]          ? fmt::format(" (deferred: partials in stage {}, epilogue in stage {})", s - 1, s + 1)
+                                            : "");
     body += "  {\n" + b + "  }\n";
     if (trace) {  // (one line per stage: its interval ends here, after the stage's closing barrier)
       // the names say where a stage's work is: stage 0's during the start (warps 1..), a fused
@@ -1163,6 +1331,8 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
         name = fmt::format("{}{} -> {}, {}", ops, sx_ops, to.name, g.tensor(g.nodes[static_cast<size_t>(sx.node)].output).name);
       } else if (fused_into_previous) {
         name += fmt::format(" (fused into stage {})", s - 1);
+      } else if (defer[s]) {
+        name += fmt::format(" (deferred: in stages {} and {})", s - 1, s + 1);
       } else if (s == 0 && !overlap0.empty()) {
         name += " (in the start)";
       }
@@ -1186,6 +1356,10 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
   if (attn2)
     src += "// (rows-attn2: the attention stages' v rows loaded before the scores, the exps gathered once for the sum\n"
            "// and the probabilities: the default's values, bitwise)\n";
+  if (any_defer)
+    src += fmt::format("// (deferred matmuls, the same values bitwise:{}{}; the LayerNorm after each forms its input from the partials)\n",
+                       std::count(defer.begin(), defer.end(), kRowsFuseProjHeads) ? " rows-projh, a matmul by heads in the attention stage" : "",
+                       std::count(defer.begin(), defer.end(), kRowsFuseMlpSlices) ? " rows-mlpk, a matmul by slices in its producer's stage" : "");
   src += "#define CUDART_INF_F __int_as_float(0x7f800000)\n";
   src += kPreludeBase;
   if (plain) {
@@ -1198,6 +1372,13 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
     src += kPreludeQk;
     src += kPreludeMax;
     if (attn2) src += kPreludeLds4;
+    if (any_defer) {
+      std::string t = rw_text(kPreludeLnText, kLnParts);
+      const size_t at = t.find(kLnSignature);
+      MINIGPT_CHECK(at != std::string::npos, "rows prelude: rw_layernorm's signature not found");
+      t.replace(at, std::string(kLnSignature).size(), kLnPartsSignature);
+      src += t;
+    }
   }
   src += fmt::format(
       "\n// ---- the ring: pieces of the weight image, in consumption order ----\n"

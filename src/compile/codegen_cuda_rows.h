@@ -104,6 +104,28 @@
 // the attention's k and v rows loaded by rw_lds4 (volatile asm) before the scores, no branch before
 // the rcp, the exps gathered by W shuffles and summed in the butterfly's tree written out.
 //
+// The deferred matmuls (issue 15, fuse15; generate_rows' fuse, MINIGPT_CUDA_VARIANT words rows-projh,
+// rows-mlpk; off by default, for A/B on the GPU): a k-sliced matmul stage s (S slices, not a qkv, no
+// GELU, not a graph output) whose input is stage s - 1's output and whose next stage is a LayerNorm of
+// its output gets no stage of its own: stage s - 1 computes its S partials (slice j's chain: the same
+// FMAs in the same order as the sliced stage's lane of slice j) into a block of S M floats, and the
+// LayerNorm forms its row from them while loading it (rw_layernorm_parts: the partials added in slice
+// order, + bias, + residual, exactly the stage's epilogue; stored where a later stage reads it), then
+// its statistics as rw_layernorm: bitwise the default's values, one stage and CTA barrier fewer.
+//   rows-projh: stage s - 1 is the attention, a warp per head, S = heads and K / S = dh (proj): the
+//     warp of head h, after storing its att columns and a __syncwarp, runs slice h for the M outputs
+//     (M a multiple of 32, <= 128: M / 32 chains per lane, rw_dot<dh, M / 32>).
+//   rows-mlpk: stage s - 1 is a one-chain matmul of K <= 512 outputs (fc1; K the matmul's input
+//     width), slice j's K / S columns whole warps (K / S a multiple of 32, S <= 15): those threads meet
+//     at named barrier 1 + j (bar.sync 1 + j, K / S) after their stores, then compute slice j's
+//     partial of the M <= K / S outputs, one per thread (fc2).
+//   Where it does not line up (d_model 96: proj by 2 slices over 4 heads; d_model 32 at 4 heads: dh 8
+//   against slices of 16; fc2 by 8 slices of 16) the stage is kept. Stage s - 1 reads its own pieces
+//   and stage s's (prewaited together by the last warp where they are in flight; refilled together
+//   after its barrier); where they do not fit the ring's slots no matmul is deferred (the text as
+//   without the words). The partials' block and the deferred matmul's reads live to stage s + 1 in the
+//   layout (rows_layout), so the layout (not the values) differs from the default's.
+//
 // What it does not do: the decode step (a KV cache is not row-local: refused), more than one row
 // per CTA, compile or launch (cuda/runner_cuda.cpp packs the image into the arena once and
 // launches B T CTAs in clusters of T).
@@ -123,6 +145,8 @@ inline constexpr int kRowsMaxCluster = 16;     // CTAs per sequence: the non-por
 inline constexpr int kRowsSlotFloats = 64 * 68;  // a ring slot: 17 KB (64 weight rows of k = 64, padded)
 inline constexpr int kRowsMaxSlots = 12;
 inline constexpr int kRowsSmemBudget = 232448;  // bytes: sm_90's opt-in shared memory per block
+inline constexpr int kRowsFuseProjHeads = 1;    // generate_rows' fuse: a matmul by heads in the attention stage
+inline constexpr int kRowsFuseMlpSlices = 2;    // generate_rows' fuse: a matmul by slices in its producer's stage
 
 // One stage of the row-split kernel.
 struct RowsStage {
@@ -166,7 +190,11 @@ RowsPlan plan_rows(const Graph& captured);
 // attn2 (CudaCodegenOptions::rows_attn2, MINIGPT_CUDA_VARIANT=rows-attn2; the default text only, ignored
 // with plain): the attention stages as attention2_text generates them (the v rows loaded up front,
 // the sum of exp and the probabilities from one gather of the exps: bitwise the default's values).
-CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false, bool attn2 = false);
+// fuse (the default text only; 0: none): kRowsFuseProjHeads ("rows-projh") and kRowsFuseMlpSlices
+// ("rows-mlpk"), the deferred matmuls (the paragraph above): a k-sliced matmul stage whose slices
+// line up with the previous stage's warps and whose first reader is the LayerNorm after it, its
+// partials computed in the previous stage and its epilogue in the LayerNorm's; bitwise the same.
+CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false, bool attn2 = false, int fuse = 0);
 
 // The weight image of code (code.image_floats floats, padding zero) from the graph's weights:
 // weight(tensor id) gives a weight's values (row-major, its shape).
