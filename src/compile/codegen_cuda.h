@@ -222,17 +222,6 @@ struct CudaCodegenOptions {
   // (lm_head's chains split by warp, the softmax fused into lm_head's stage), for A/B on the GPU
   // ("rows-plain"; its (2, 16) text pinned by a test); the same values, bitwise.
   bool rows_plain = false;
-  // With rows (not rows_plain): the attention stages' rows-attn2 text (codegen_cuda_rows.cpp's
-  // attention2_text: every v row's load issued before the scores, the exps gathered once by 16
-  // shuffles for the sum and the probabilities), for A/B on the GPU ("rows-attn2"); bitwise the
-  // default's values.
-  bool rows_attn2 = false;
-  // With rows (the default text; issue 15, fuse15): the deferred matmuls (codegen_cuda_rows.h's
-  // generate_rows fuse): rows_projh ("rows-projh") proj by heads in the attention stage, rows_mlpk
-  // ("rows-mlpk") fc2's k-slices in fc1's stage; each drops a stage and its CTA barrier per layer,
-  // the LayerNorm after it forming its output from the partials; the same values, bitwise.
-  bool rows_projh = false;
-  bool rows_mlpk = false;
   // With rows: the stage trace (a measuring aid, never the timed text; CudaCompiledGraph::
   // trace_rows builds it apart, --explain prints it): thread 0 of the last CTA of cluster 0 (the
   // row with the most keys) stamps clock64() into the module's __device__ rw_trace[] at the

@@ -146,7 +146,7 @@ const std::vector<std::pair<std::string, std::string>> kLnDefault = {
     {"@REGS@", ", wv[E], bv[E]"},
     {"@LOAD@", "{\n    v[e] = x[sub + 16 * e];\n    wv[e] = w[sub + 16 * e];\n    bv[e] = b[sub + 16 * e];\n    dv[e] = v[e];\n  }"},
     {"@WB@", "wv[e] + bv[e]"}};
-// rw_layernorm_parts (the deferred matmuls' LayerNorm, rows-projh and rows-mlpk): rw_layernorm's text
+// rw_layernorm_parts (the deferred matmuls' LayerNorm: proj by heads, fc2 by slices): rw_layernorm's text
 // (the default's) with its row formed while loaded: the S partials of column c (parts + j C + c) added
 // in slice order, + bias, + residual (the deferred matmul's epilogue, the same additions in the same
 // order), stored to mid where a later stage reads it; the statistics then as rw_layernorm's
@@ -197,9 +197,9 @@ __device__ __forceinline__ float rw_warp_max(float s) {
   return __int_as_float(key >= 0 ? key : key ^ 0x7fffffff);
 }
 )";
-// rows-attn2's: a shared-memory float4 load the compiler cannot sink into a branch (volatile asm
+// attention2_text's: a shared-memory float4 load the compiler cannot sink into a branch (volatile asm
 // is emitted where written, in order with the other volatile asm: after the k, v wait)
-const char* kPreludeLds4 = R"(// a float4 from shared memory, loaded where written (rows-attn2: every v row's load issued before
+const char* kPreludeLds4 = R"(// a float4 from shared memory, loaded where written (the attention: every v row's load issued before
 // the scores; a plain load is sunk by the compiler into the `k < nk` branch of its FMAs, which makes
 // each key's shared-memory latency a step of the chain)
 __device__ __forceinline__ float4 rw_lds4(const float* p) {
@@ -467,7 +467,7 @@ RowsLayout rows_layout(const RowsPlan& p, const std::vector<int>& defer = {}) {
   return L;
 }
 
-// The deferred matmuls (generate_rows' fuse words; codegen_cuda_rows.h): per stage 0, or
+// The deferred matmuls (generate_rows' default text: fuse = both kinds; codegen_cuda_rows.h): per stage 0, or
 // kRowsFuseProjHeads / kRowsFuseMlpSlices where matmul stage s (k-sliced, S > 1; not a qkv; no
 // GELU; not a graph output) is read first by stage s + 1, a LayerNorm of its output (later stages
 // may read it: the LayerNorm stores it), and its k-slices line up with stage s - 1's warps:
@@ -651,24 +651,28 @@ std::string ident(const std::string& name) {
 
 namespace {
 
-// The rows-attn2 attention body (CudaCodegenOptions::rows_attn2), inside the stage's `if (warp < H)`
-// after its hh, nk, qt and e (a warp per head; T keys at most, W the power of two >= T); `sc_line`
-// the scores' line (the default's), `stamp(name)` a trace line ("" untraced). What the default's
-// sm_90a SASS showed (nvcc 13.0 -arch=sm_90a on the shipped model's text): the key loop's v loads,
-// written unconditional (row min(k, nk - 1)), are sunk by the compiler into each key's `k < nk`
-// branch (there min(k, nk - 1) = k), so 15 of the 16 keys run LDS.128 -> 4 FFMA in series (a
-// shared-memory latency per key); and the sum of exp is 4 dependent SHFL.BFLY + FADD, then the 16
+// The default text's attention body (issue 15, att15; rows-plain keeps its own, generate_rows' plain
+// branch), inside the stage's `if (warp < H)` after its hh, nk, qt and e (a warp per head; T keys at
+// most, W the power of two >= T); `stamp(name)` a trace line ("" untraced). It replaced the previous
+// default body (kVarRedux and kVarKeys: the scores by rw_dot_qk, the max by redux.sync, the sum's
+// butterfly over W lanes, the key loop unrolled with its v loads at row min(k, nk - 1)), removed once
+// this one measured faster (H200, experiments/25-compile/gpu_att15/call1: kernel 16.91 us against
+// 18.12). What that body's sm_90a SASS showed (nvcc 13.0 -arch=sm_90a on the shipped model's text):
+// the key loop's v loads, written unconditional, were sunk by the compiler into each key's `k < nk`
+// branch (there min(k, nk - 1) = k), so 15 of the 16 keys ran LDS.128 -> 4 FFMA in series (a
+// shared-memory latency per key); and the sum of exp was 4 dependent SHFL.BFLY + FADD, then the 16
 // keys' SHFL.IDX of the probabilities. Here:
 //   - every key's v row is loaded first (rw_lds4: volatile asm, not sunk), before the scores, so the
 //     loads complete under the scores, the max and the exp;
 //   - the exps of the W lanes are gathered into every lane by W independent shuffles (pipelined, one
-//     latency), and the sum is the default butterfly's tree written out: the butterfly at offsets
-//     W/2, .., 1 leaves in lane 0 F(L, 0) with F(0, i) = ex_i and F(L, i) = F(L-1, i) + F(L-1, i ^ (W >> L))
-//     (the lane's own value first, as `sum += shfl_xor(sum, o)` adds), and every lane < W holds the
-//     same bits (a + b = b + a): the same sum, the same 1.0f / sum;
-//   - the probability of key k is ek[k] * (1.0f / sum), the default's `ex * (1.0f / sum)` in lane k,
-//     the same product (no shuffle left in the key loop); the FMAs the same, in key order, under k < nk.
-// So every value is the default's, bit for bit (the GPU test RowsFormDefaultAndAttn2TextsAgreeBitwise).
+//     latency), and the sum is the butterfly's tree written out: the butterfly at offsets W/2, .., 1
+//     (the plain text's from 16: the lanes >= W hold exp = 0, adding them changes no value) leaves in
+//     lane 0 F(L, 0) with F(0, i) = ex_i and F(L, i) = F(L-1, i) + F(L-1, i ^ (W >> L)) (the lane's own
+//     value first, as `sum += shfl_xor(sum, o)` adds), and every lane < W holds the same bits
+//     (a + b = b + a): the same sum, the same 1.0f / sum;
+//   - the probability of key k is ek[k] * (1.0f / sum), the plain text's `ex * (1.0f / sum)` in lane
+//     k, the same product (no shuffle left in the key loop); the FMAs the same, in key order, under k < nk.
+// So every value is the plain text's, bit for bit (the GPU test RowsFormDefaultAndPlainTextsAgreeBitwise).
 std::string attention2_text(int64_t T, int64_t dh, int64_t ks, int64_t vs, int64_t ldk, float scale,
                             const std::function<std::string(const std::string&)>& stamp) {
   int W = 1;
@@ -681,7 +685,7 @@ std::string attention2_text(int64_t T, int64_t dh, int64_t ks, int64_t vs, int64
   };
   std::string b;
   b += fmt::format(
-      "    // (rows-attn2) every key's v row first (row min(k, nk - 1), a row that is there; rw_lds4 is not sunk\n"
+      "    // every key's v row first (row min(k, nk - 1), a row that is there; rw_lds4 is not sunk\n"
       "    // into the FMAs' branch): the loads complete under the scores, the max and the exp\n"
       "    float4 vv[{0}];\n#pragma unroll\n    for (int k = 0; k < {0}; ++k) vv[k] = rw_lds4(sm + {1} + min(k, nk - 1) * {2} + e);\n",
       T, vs, ldk);
@@ -720,18 +724,18 @@ std::string attention2_text(int64_t T, int64_t dh, int64_t ks, int64_t vs, int64
 
 }  // namespace
 
-CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trace, bool attn2, int fuse) {
-  if (plain) attn2 = false;  // (rows-attn2 is a variant of the default text)
+CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trace) {
   MINIGPT_CHECK(p.refused.empty(), "generate_rows: the graph was refused: {}", p.refused);
   const Graph& g = p.graph;
   const int NT = kRowsThreads, NW = NT / 32;
   CudaCode code;
   code.graph_hash = graph_hash(g);
 
-  // the deferred matmuls (rows_deferrals: the fuse words; none in the plain text), and the layouts
-  // (rows_layout: plan_rows checked that the ring fits without deferrals; with them a stage reads
-  // its pieces and the deferred matmul's: where those do not fit the ring, no deferral at all)
-  std::vector<int> defer = rows_deferrals(p, plain ? 0 : fuse);
+  // the deferred matmuls (rows_deferrals: every one that lines up in the default text; none in the
+  // plain text), and the layouts (rows_layout: plan_rows checked that the ring fits without
+  // deferrals; with them a stage reads its pieces and the deferred matmul's: where those do not fit
+  // the ring, no deferral at all)
+  std::vector<int> defer = rows_deferrals(p, plain ? 0 : kRowsFuseProjHeads | kRowsFuseMlpSlices);
   RowsLayout L = rows_layout(p, defer);
   if (L.ns < L.most) {
     defer.assign(p.stages.size(), 0);
@@ -899,11 +903,11 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
     return fmt::format("rw_piece(ring, bars, {} + {} / {}) + ({} % {}) * {}{}", st.first_piece, nidx, st.rows_per_piece, nidx,
                        st.rows_per_piece, st.ld, koff);
   };
-  // ---- the deferred matmuls (rows_deferrals; the fuse words rows-projh, rows-mlpk) ----
+  // ---- the deferred matmuls (rows_deferrals; the default text's, none in the plain one) ----
   // Matmul stage sm_s's k-slice j: the same chain as its own stage's lane of slice j (rw_dot over k
   // in [j K/S, (j+1) K/S) from 0, the same FMAs in the same order), stored as partial j of output n
   // at part + j M + n; the LayerNorm stage after it adds them as the matmul's epilogue did.
-  // rows-mlpk, in the producing one-chain matmul stage after its stores: slice j's input columns are
+  // fc2 by slices (kRowsFuseMlpSlices), in the producing one-chain matmul stage after its stores: slice j's input columns are
   // threads [j K/S, (j+1) K/S) (whole warps), which meet at named barrier 1 + j (theirs alone) and
   // then compute slice j's partials, a thread per output.
   auto emit_mlp_partials = [&](size_t si) {
@@ -912,7 +916,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
     const int S = mm.slices;
     const int64_t kw = mm.K / S, M = mm.M;
     std::string r = fmt::format(
-        "  // stage {}'s k-slices here (rows-mlpk): slice j's {} inputs are threads [{} j, {} j + {}) (warps {} j..), which meet\n"
+        "  // stage {}'s k-slices here (by the producing warps' slices): slice j's {} inputs are threads [{} j, {} j + {}) (warps {} j..), which meet\n"
         "  // at named barrier 1 + j, then compute slice j's partial of each of the {} outputs (one chain each, as stage {}'s\n"
         "  // lanes of slice j did), stored at sm[{} + j {} + n]\n",
         si, kw, kw, kw, kw, kw / 32, M, si, L.part.at(static_cast<int>(si)), M);
@@ -923,7 +927,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
     r += fmt::format("      sm[{} + sl * {} + n] = acc[0];\n    }}\n  }}\n", L.part.at(static_cast<int>(si)), M);
     return r;
   };
-  // rows-projh, in the attention stage's warp of head hh after its att columns are stored: k-slice
+  // proj by heads (kRowsFuseProjHeads), in the attention stage's warp of head hh after its att columns are stored: k-slice
   // hh (its dh columns) of the M outputs, M / 32 per lane (outputs lane + 32 j)
   auto emit_proj_heads = [&](size_t si) {
     const RowsStage& mm = p.stages[si];
@@ -933,7 +937,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
     std::string ws;
     for (int j = 0; j < J; ++j) ws += (j ? ", " : "") + piece_ptr(si, j ? fmt::format("(lane + {})", 32 * j) : "lane", fmt::format(" + hh * {}", kw));
     std::string r = fmt::format(
-        "    // stage {}'s k-slice hh here (rows-projh): this head's {} att columns times the {} outputs' weight columns\n"
+        "    // stage {}'s k-slice hh here (by heads): this head's {} att columns times the {} outputs' weight columns\n"
         "    // [{} hh, {} hh + {}), outputs lane + 32 j (each one chain, as stage {}'s lane of slice hh did), stored at\n"
         "    // sm[{} + hh {} + n]\n",
         si, kw, M, kw, kw, kw, si, L.part.at(static_cast<int>(si)), M);
@@ -1062,7 +1066,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
         if (defer[s]) {  // computed by stage s - 1 (its partials) and stage s + 1 (its epilogue)
           b += fmt::format("  //   deferred ({}): its k-slices' partials computed by stage {} into sm [{}, {}) (slice j's at + j {}), its\n"
                            "  //   epilogue (the partials added in slice order{}) by stage {}, the LayerNorm reading it: no stage here\n",
-                           defer[s] == kRowsFuseProjHeads ? "rows-projh: by heads" : "rows-mlpk: by the producing warps' slices", s - 1,
+                           defer[s] == kRowsFuseProjHeads ? "by heads" : "by the producing warps' slices", s - 1,
                            L.part.at(static_cast<int>(s)), L.part.at(static_cast<int>(s)) + st.slices * M, M, epi, s + 1);
           break;
         }
@@ -1211,12 +1215,11 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
         auto astamp = [&](const std::string& what) {
           return tstamp("    ", fmt::format("stage {}: attention: {}", s, what), fmt::format("stage {}, {}", s, what));
         };
-        if (attn2) {
+        if (!plain) {  // the default text: attention2_text
           b += attention2_text(p.T, dh, ks, vs, ldk, 1.0f / std::sqrt(static_cast<float>(dh)), astamp);
         } else {
-        b += sc_line;
-        b += astamp("q.k scores (warp 0 = head 0)");
-        if (plain) {
+          b += sc_line;
+          b += astamp("q.k scores (warp 0 = head 0)");
           b += "    float m = sc;\n    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(RW_FULL, m, off));\n";
           b += astamp("max (butterfly)");
           b += "    const float ex = lane < nk ? expf(sc - m) : 0.0f;\n    float sum = ex;\n";
@@ -1228,36 +1231,6 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
                            "      if (lane < {}) {{\n        const float4 vv = *reinterpret_cast<const float4*>(sm + {} + k * {} + e);\n"
                            "        acc.x = fmaf(pk, vv.x, acc.x); acc.y = fmaf(pk, vv.y, acc.y); acc.z = fmaf(pk, vv.z, acc.z); acc.w = fmaf(pk, vv.w, acc.w);\n      }}\n    }}\n",
                            dh / 4, vs, ldk);
-        } else {
-          // (gpt_mega_rows.cu's kVarRedux and kVarKeys, bitwise its plain loop's values: a max is exact
-          // in any order; lanes >= nk hold exp = 0, so the butterfly's steps over lanes >= W added
-          // zeros; the FMAs are the same, in the same order)
-          int W = 1;  // the lanes holding keys: nk <= T <= W, a power of two
-          while (W < p.T) W *= 2;
-          b += "    const float m = rw_warp_max(sc);  // exact: one redux.sync\n";
-          b += astamp("max (redux.sync)");
-          b += "    const float ex = lane < nk ? expf(sc - m) : 0.0f;\n    float sum = ex;\n";
-          if (W > 1)
-            b += fmt::format("    // the sum of exp over lanes < {} (keys < T = {}; the lanes above hold 0: adding them changed no value)\n"
-                             "#pragma unroll\n    for (int off = {}; off > 0; off >>= 1) sum += __shfl_xor_sync(RW_FULL, sum, off);\n",
-                             W, p.T, W / 2);
-          if (!trace) {
-            b += "    const float pr = ex * (1.0f / sum);\n    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);\n";
-          } else {
-            b += "    const float pr = ex * (1.0f / sum);\n";
-            b += astamp("exp, sum, 1/sum");
-            b += "    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);\n";
-          }
-          b += fmt::format(
-              "    // att = probabilities times v in key order, over the {} of the longest row, unrolled: every key's\n"
-              "    // shuffle and v load unconditional (row min(k, nk - 1), a row that is there), only its FMAs under k < nk,\n"
-              "    // so the loads issue ahead of the chain (lanes >= {} compute columns they do not store)\n"
-              "#pragma unroll\n    for (int k = 0; k < {}; ++k) {{\n      const float pk = __shfl_sync(RW_FULL, pr, k);\n"
-              "      const float4 vv = *reinterpret_cast<const float4*>(sm + {} + min(k, nk - 1) * {} + e);\n"
-              "      if (k < nk) {{\n"
-              "        acc.x = fmaf(pk, vv.x, acc.x); acc.y = fmaf(pk, vv.y, acc.y); acc.z = fmaf(pk, vv.z, acc.z); acc.w = fmaf(pk, vv.w, acc.w);\n      }}\n    }}\n",
-              p.T == 1 ? std::string("1 key") : fmt::format("{} keys", p.T), dh / 4, p.T, vs, ldk);
-        }
         }
         b += astamp("probabilities x v");
         b += fmt::format("    if (lane < {}) *reinterpret_cast<float4*>(sm + {} + e) = acc;\n", dh / 4, buf.at(out));
@@ -1269,8 +1242,10 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
           // the closing barrier; traced: the last warp's stamp after its prewait of the next stage's
           // pieces (its own clock64, the same SM's counter: an interval < 0 says it was done before
           // thread 0's store, i.e. not in the barrier's path)
+          // (only where this barrier has a prewait: not before a deferred proj, whose pieces the last
+          // warp waited for before the attention stage, with the attention's)
           std::string c = close(s);
-          if (trace && s + 1 < p.stages.size() && prewaited[s + 1]) {
+          if (trace && c.find("rw_prewait<") != std::string::npos) {
             const size_t at = c.rfind("  __syncthreads();\n");
             c.insert(at, tstamp("  ", fmt::format("stage {}: attention: the last warp's prewait of stage {}'s pieces done (< 0: before the store)", s, s + 1),
                                 fmt::format("stage {}, the last warp's prewait done", s), "rw_tracer_last"));
@@ -1337,7 +1312,9 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
         name += " (in the start)";
       }
       if (st.kv) name += ": the k, v wait (rw_kv_wait)";
-      else if (st.kind == RowsStage::Kind::Attention) name += " (the barrier, the cluster arrive)";
+      else if (st.kind == RowsStage::Kind::Attention)  // (with a deferred proj: its k-slice by heads before the barrier)
+        name += s + 1 < p.stages.size() && defer[s + 1] == kRowsFuseProjHeads ? fmt::format(" (stage {}'s k-slice by heads, the barrier, the cluster arrive)", s + 1)
+                                                                              : std::string(" (the barrier, the cluster arrive)");
       const std::string label = fmt::format("stage {}: {}", s, name);
       code.trace_stages.push_back(label);
       body += fmt::format("  if (rw_tracer) rw_trace[{}] = clock64();  // trace: stage {} ({}) done\n", code.trace_stages.size() + 1, s, name);
@@ -1353,13 +1330,13 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
            "// preceding it where their copies are in flight there, ring slots without divisions; a matmul of more\n"
            "// than one chain per thread runs its chains by warp, and the softmax reading only the logits is fused\n"
            "// into their matmul stage)\n";
-  if (attn2)
-    src += "// (rows-attn2: the attention stages' v rows loaded before the scores, the exps gathered once for the sum\n"
-           "// and the probabilities: the default's values, bitwise)\n";
+  if (!plain)
+    src += "// (its attention stages: the v rows loaded before the scores, the exps gathered once for the sum and the\n"
+           "// probabilities, attention2_text)\n";
   if (any_defer)
     src += fmt::format("// (deferred matmuls, the same values bitwise:{}{}; the LayerNorm after each forms its input from the partials)\n",
-                       std::count(defer.begin(), defer.end(), kRowsFuseProjHeads) ? " rows-projh, a matmul by heads in the attention stage" : "",
-                       std::count(defer.begin(), defer.end(), kRowsFuseMlpSlices) ? " rows-mlpk, a matmul by slices in its producer's stage" : "");
+                       std::count(defer.begin(), defer.end(), kRowsFuseProjHeads) ? " a matmul by heads in the attention stage" : "",
+                       std::count(defer.begin(), defer.end(), kRowsFuseMlpSlices) ? " a matmul by slices in its producer's stage" : "");
   src += "#define CUDART_INF_F __int_as_float(0x7f800000)\n";
   src += kPreludeBase;
   if (plain) {
@@ -1369,9 +1346,8 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
   } else {
     src += rw_text(kPreludeDotText, kDotDefault);
     src += rw_text(kPreludeLnText, kLnDefault);
-    src += kPreludeQk;
-    src += kPreludeMax;
-    if (attn2) src += kPreludeLds4;
+    src += kPreludeMax;  // (no rw_dot_qk: attention2_text writes the scores' FMAs out)
+    src += kPreludeLds4;
     if (any_defer) {
       std::string t = rw_text(kPreludeLnText, kLnParts);
       const size_t at = t.find(kLnSignature);

@@ -57,9 +57,10 @@
 //     (kVarLnHoist; the plain text's constant offsets already let the compiler do so: sm_90a
 //     SASS of the shipped model's text has no shared load after the rsqrt in either text);
 //   - attention: the max of the scores by one redux.sync on the floats mapped to ordered ints
-//     (kVarRedux; also each warp's max in the vocabulary softmax), the sum's butterfly over the
-//     lanes that can hold keys (T <= 16: from offset 8), the key loop unrolled to T keys with its
-//     v loads unconditional (row min(k, nk - 1)) and the FMAs under k < nk (kVarKeys);
+//     (kVarRedux; also each warp's max in the vocabulary softmax), the sum of exp over the lanes
+//     that can hold keys only (T <= 16: the butterfly from offset 8), the key loop unrolled to T keys
+//     with its v loads unconditional (row min(k, nk - 1)) and the FMAs under k < nk (kVarKeys); since
+//     att15 as attention2_text writes it (the paragraph on the default text's attention below);
 //   - rw_dot's k loop fully unrolled for K <= 64 (dot64's kFull): the later float4 loads issue
 //     while the FMA chain runs;
 //   - prewait and slots (kVarPrewait, kVarSlots): before the CTA barrier preceding a matmul stage,
@@ -95,27 +96,33 @@
 // it "(fused into stage s)" (its interval two adjacent stamps). Finer stamps (issue 15, att15): a
 // qkv stage's k, v wait is its own interval ("..: the k, v wait (rw_kv_wait)"); an attention stage
 // is split after head 0's scores, max, exp + sum + 1/sum, probabilities x v and store (thread 0,
-// inside warp 0's branch), then, where the next stage is prewaited, the last warp's lane 0 after its
+// inside warp 0's branch), then, where its closing barrier has a prewait (not before a deferred proj,
+// whose pieces were prewaited with the attention's), the last warp's lane 0 after its
 // prewait (another thread's stamp on the same SM clock: < 0 when it was done before the store, i.e.
-// off the barrier's path), then the stage's own stamp after the barrier and the cluster arrive.
+// off the barrier's path), then the stage's own stamp after the barrier and the cluster arrive
+// (before a deferred proj its name says the interval holds the proj's k-slice by heads too). A
+// deferred matmul's interval is two adjacent stamps ("(deferred: in stages s - 1 and s + 1)").
 //
-// rows-attn2 (CudaCodegenOptions::rows_attn2, MINIGPT_CUDA_VARIANT=rows-attn2; the .cpp's
-// attention2_text says what the default's sm_90a SASS showed and why each change keeps the bits):
-// the attention's k and v rows loaded by rw_lds4 (volatile asm) before the scores, no branch before
-// the rcp, the exps gathered by W shuffles and summed in the butterfly's tree written out.
+// The default text's attention (issue 15, att15; the .cpp's attention2_text says what the previous
+// default body's sm_90a SASS showed and why each change keeps the bits): the attention's k and v
+// rows loaded by rw_lds4 (volatile asm) before the scores, no branch before the rcp, the exps
+// gathered by W shuffles and summed in the butterfly's tree written out. Measured as the variant
+// word rows-attn2 against the previous default body (H200, experiments/25-compile/gpu_att15/call1):
+// the kernel 16.91 us against 18.12, 19.26 against 20.45 per replay alone, bitwise the same; the
+// previous body and the word removed since.
 //
-// The deferred matmuls (issue 15, fuse15; generate_rows' fuse, MINIGPT_CUDA_VARIANT words rows-projh,
-// rows-mlpk; off by default, for A/B on the GPU): a k-sliced matmul stage s (S slices, not a qkv, no
+// The deferred matmuls (issue 15, fuse15; the default text's, none in the plain one): a k-sliced
+// matmul stage s (S slices, not a qkv, no
 // GELU, not a graph output) whose input is stage s - 1's output and whose next stage is a LayerNorm of
 // its output gets no stage of its own: stage s - 1 computes its S partials (slice j's chain: the same
 // FMAs in the same order as the sliced stage's lane of slice j) into a block of S M floats, and the
 // LayerNorm forms its row from them while loading it (rw_layernorm_parts: the partials added in slice
 // order, + bias, + residual, exactly the stage's epilogue; stored where a later stage reads it), then
 // its statistics as rw_layernorm: bitwise the default's values, one stage and CTA barrier fewer.
-//   rows-projh: stage s - 1 is the attention, a warp per head, S = heads and K / S = dh (proj): the
+//   proj by heads (kRowsFuseProjHeads): stage s - 1 is the attention, a warp per head, S = heads and K / S = dh (proj): the
 //     warp of head h, after storing its att columns and a __syncwarp, runs slice h for the M outputs
 //     (M a multiple of 32, <= 128: M / 32 chains per lane, rw_dot<dh, M / 32>).
-//   rows-mlpk: stage s - 1 is a one-chain matmul of K <= 512 outputs (fc1; K the matmul's input
+//   fc2 by slices (kRowsFuseMlpSlices): stage s - 1 is a one-chain matmul of K <= 512 outputs (fc1; K the matmul's input
 //     width), slice j's K / S columns whole warps (K / S a multiple of 32, S <= 15): those threads meet
 //     at named barrier 1 + j (bar.sync 1 + j, K / S) after their stores, then compute slice j's
 //     partial of the M <= K / S outputs, one per thread (fc2).
@@ -123,8 +130,15 @@
 //   against slices of 16; fc2 by 8 slices of 16) the stage is kept. Stage s - 1 reads its own pieces
 //   and stage s's (prewaited together by the last warp where they are in flight; refilled together
 //   after its barrier); where they do not fit the ring's slots no matmul is deferred (the text as
-//   without the words). The partials' block and the deferred matmul's reads live to stage s + 1 in the
-//   layout (rows_layout), so the layout (not the values) differs from the default's.
+//   before them). The partials' block and the deferred matmul's reads live to stage s + 1 in the
+//   layout (rows_layout), so the layout (not the values) differs from the plain text's.
+//   Measured as the variant words rows-projh + rows-mlpk against the default without them (H200,
+//   experiments/25-compile/gpu_fuse15/call1): the kernel 17.99 us against 18.16, 20.58 against 20.93
+//   per replay alone, bitwise the same; the words removed since (always on where they line up).
+//
+// Tried and removed (issue 15): rows-tc, the matmul stages as tensor-core GEMVs (H200,
+// experiments/25-compile/gpu_tc15/call1): the kernel 43.51 us against 18.23, and the probes' logits
+// 2.05e-5 from the CPU, over issue 15's 1e-5 (another summation order).
 //
 // What it does not do: the decode step (a KV cache is not row-local: refused), more than one row
 // per CTA, compile or launch (cuda/runner_cuda.cpp packs the image into the arena once and
@@ -145,8 +159,8 @@ inline constexpr int kRowsMaxCluster = 16;     // CTAs per sequence: the non-por
 inline constexpr int kRowsSlotFloats = 64 * 68;  // a ring slot: 17 KB (64 weight rows of k = 64, padded)
 inline constexpr int kRowsMaxSlots = 12;
 inline constexpr int kRowsSmemBudget = 232448;  // bytes: sm_90's opt-in shared memory per block
-inline constexpr int kRowsFuseProjHeads = 1;    // generate_rows' fuse: a matmul by heads in the attention stage
-inline constexpr int kRowsFuseMlpSlices = 2;    // generate_rows' fuse: a matmul by slices in its producer's stage
+inline constexpr int kRowsFuseProjHeads = 1;    // a deferred matmul: by heads in the attention stage
+inline constexpr int kRowsFuseMlpSlices = 2;    // a deferred matmul: by slices in its producer's stage
 
 // One stage of the row-split kernel.
 struct RowsStage {
@@ -187,14 +201,12 @@ RowsPlan plan_rows(const Graph& captured);
 // ports listed at the top (kept for A/B on the GPU: the same layout, pieces and sums).
 // trace (CudaCodegenOptions::rows_trace): the stage trace's stamps, one line each after the start's
 // barrier and every stage (code.trace_stages names the intervals); off: no trace text at all.
-// attn2 (CudaCodegenOptions::rows_attn2, MINIGPT_CUDA_VARIANT=rows-attn2; the default text only, ignored
-// with plain): the attention stages as attention2_text generates them (the v rows loaded up front,
-// the sum of exp and the probabilities from one gather of the exps: bitwise the default's values).
-// fuse (the default text only; 0: none): kRowsFuseProjHeads ("rows-projh") and kRowsFuseMlpSlices
-// ("rows-mlpk"), the deferred matmuls (the paragraph above): a k-sliced matmul stage whose slices
-// line up with the previous stage's warps and whose first reader is the LayerNorm after it, its
-// partials computed in the previous stage and its epilogue in the LayerNorm's; bitwise the same.
-CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false, bool attn2 = false, int fuse = 0);
+// The default text (not plain) has its attention stages as attention2_text generates them (the v
+// rows loaded up front, the sum of exp and the probabilities from one gather of the exps) and defers
+// every matmul that lines up (kRowsFuseProjHeads, kRowsFuseMlpSlices: the paragraph above), its
+// partials computed in the previous stage and its epilogue in the LayerNorm's: bitwise the plain
+// text's values.
+CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false);
 
 // The weight image of code (code.image_floats floats, padding zero) from the graph's weights:
 // weight(tensor id) gives a weight's values (row-major, its shape).

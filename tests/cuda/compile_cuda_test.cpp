@@ -611,6 +611,11 @@ TEST(CompileCuda, RowsFormMatchesEagerAndEveryProbe) {
 // the softmax fused into its stage on the logits in registers: the same operations in the same
 // order), also at V = 300 and 660; d_model 96 at V = 200 (a stage's threads waiting on the
 // mbarriers themselves: rw_piece_at) and d_model 32 at V = 1100 (three chains in warps 0..2).
+// The default's attention stages (attention2_text: the v rows loaded up front, the exps gathered
+// once) and its deferred matmuls (proj by heads in the attention stage, fc2 by slices in fc1's
+// stage, the LayerNorm after each forming its input from the partials; the shapes whose slices do
+// not line up keep the stage: the shipped model's d_model 64 defers both, 2 per layer, asserted)
+// likewise: the same FMAs and additions in the same order.
 // (Under MINIGPT_CUDA_VARIANT=rows-plain both would be the plain text: skipped.)
 // the default rows text (o) and another (plain: its options) give the same bits at every case below
 static void rows_texts_agree_bitwise(const CudaCompileOptions& o, const CudaCompileOptions& plain) {
@@ -647,8 +652,15 @@ static void rows_texts_agree_bitwise(const CudaCompileOptions& o, const CudaComp
     b.forward(ids.data(), k.B, k.T, lb, pb);
     ASSERT_EQ(a.graph_for(k.B, k.T).lowered().code.launches.size(), 1u) << a.graph_for(k.B, k.T).stats().why;
     ASSERT_EQ(b.graph_for(k.B, k.T).lowered().code.launches.size(), 1u) << b.graph_for(k.B, k.T).stats().why;
-    const std::string what = fmt::format("{} vs {} (B={}, T={}, V={})", a.graph_for(k.B, k.T).stats().variant, b.graph_for(k.B, k.T).stats().variant,
-                                         k.B, k.T, V);
+    // the default text's deferred matmuls (each LayerNorm forming its input from partials)
+    const std::string& src = a.graph_for(k.B, k.T).lowered().code.source;
+    size_t deferred = 0;
+    for (size_t at = src.find("if (warp == 0) rw_layernorm_parts<"); at != std::string::npos; at = src.find("if (warp == 0) rw_layernorm_parts<", at + 1)) ++deferred;
+    const std::string what = fmt::format("{} vs {} (B={}, T={}, V={}, d_model {}; {} deferred matmuls)", a.graph_for(k.B, k.T).stats().variant,
+                                         b.graph_for(k.B, k.T).stats().variant, k.B, k.T, V, k.m->config().d_model, deferred);
+    if (k.m == &model) {
+      EXPECT_EQ(deferred, 2 * static_cast<size_t>(k.m->config().n_layer)) << what << ": proj and fc2 per layer";
+    }
     EXPECT_EQ(max_abs_diff(la.data(), lb.data(), la.numel()), 0.0f) << what << ": logits";
     EXPECT_EQ(max_abs_diff(pa.data(), pb.data(), pa.numel()), 0.0f) << what << ": probs";
     EXPECT_EQ(std::memcmp(la.data(), lb.data(), static_cast<size_t>(la.numel()) * sizeof(float)), 0) << what << ": logits' bits";
@@ -675,117 +687,24 @@ TEST(CompileCuda, RowsFormDefaultAndPlainTextsAgreeBitwise) {
   rows_texts_agree_bitwise(o, plain);
 }
 
-// rows-attn2 (its attention stages: the v rows loaded up front, the exps gathered once; codegen_cuda_rows.cpp's
-// attention2_text) against the default text: the same bits at every case (T 16, 5, 1, 7; d_model 64, 96, 32;
-// V 611, 50, 300, 660, 200, 1100)
-TEST(CompileCuda, RowsFormDefaultAndAttn2TextsAgreeBitwise) {
-  SKIP_WITHOUT_GPU();
-  if (!hopper_or_later()) GTEST_SKIP() << "thread-block clusters need sm_90 or later";
-  if (const char* v = std::getenv("MINIGPT_CUDA_VARIANT"); v && std::string(v).find("rows-") != std::string::npos)
-    GTEST_SKIP() << "MINIGPT_CUDA_VARIANT=" << v << ": the default text is not the default, nothing to compare";
-  CudaCompileOptions o = cuda_options(true);
-  o.codegen.rows = true;
-  CudaCompileOptions attn2 = o;
-  attn2.codegen.rows_attn2 = true;
-  rows_texts_agree_bitwise(o, attn2);
-}
-
-// The deferred matmuls (issue 15, fuse15: rows-projh, proj by heads in the attention stage;
-// rows-mlpk, fc2 by slices in fc1's stage; codegen_cuda_rows.h's generate_rows fuse) give the
-// default text's bits: the same FMA chains and the same additions in the same order, only moved to
-// other stages. At the rows tests' shapes (those whose slices do not line up keep their stages: the
-// same text), each word alone and both; each against the CPU as well.
-// (Under a MINIGPT_CUDA_VARIANT with rows-plain both would be the plain text: skipped.)
-TEST(CompileCuda, RowsFormDeferredMatmulsAgreeBitwiseWithTheDefault) {
-  SKIP_WITHOUT_GPU();
-  if (!hopper_or_later()) GTEST_SKIP() << "thread-block clusters need sm_90 or later";
-  if (const char* v = std::getenv("MINIGPT_CUDA_VARIANT"); v && std::string(v).find("rows-plain") != std::string::npos)
-    GTEST_SKIP() << "MINIGPT_CUDA_VARIANT=" << v << ": the plain text takes no deferral, nothing to compare";
-  if (const char* v = std::getenv("MINIGPT_CUDA_VARIANT"); v && (std::string(v).find("rows-projh") != std::string::npos || std::string(v).find("rows-mlpk") != std::string::npos))
-    GTEST_SKIP() << "MINIGPT_CUDA_VARIANT=" << v << ": the words apply to both sides (RowsFormDefaultAndPlainTextsAgreeBitwise compares them with the plain text then)";
-  CudaCompileOptions o = cuda_options(true);
-  o.codegen.rows = true;
-  o.codegen.rows_projh = o.codegen.rows_mlpk = false;
-  ModelFile f = load_model(kModel);
-  const GrammarMiniGPT model(f.config, std::move(f.weights));
-  const ModelConfig c = compile_tiny_config();
-  const GrammarMiniGPT tiny(c, random_weights(c, 5));
-  ModelConfig c300, c660, d96, d32;
-  c300.vocab_size = 300;
-  c660.vocab_size = 660;
-  d96.d_model = 96;
-  d96.vocab_size = 200;
-  d32.d_model = 32;
-  d32.vocab_size = 1100;
-  const GrammarMiniGPT m300(c300, random_weights(c300, 6)), m660(c660, random_weights(c660, 7));
-  const GrammarMiniGPT m96(d96, random_weights(d96, 8)), m32(d32, random_weights(d32, 9));
-  struct Case {
-    const GrammarMiniGPT* m;
-    int64_t B, T;
-  };
-  struct Words {
-    bool projh, mlpk;
-  };
-  for (const Case& k : {Case{&model, 2, 16}, Case{&model, 3, 5}, Case{&model, 1, 1}, Case{&tiny, 2, 16}, Case{&tiny, 3, 7}, Case{&m300, 2, 16},
-                        Case{&m660, 3, 5}, Case{&m96, 2, 16}, Case{&m32, 3, 5}}) {
-    const int64_t V = k.m->config().vocab_size;
-    std::mt19937_64 rng(static_cast<uint64_t>(200 + k.B * 17 + k.T));
-    std::vector<int32_t> ids(static_cast<size_t>(k.B * k.T));
-    for (int32_t& v : ids) v = static_cast<int32_t>(rng() % static_cast<uint64_t>(V));
-    CudaCompiledModel a(*k.m, o);
-    Tensor la, pa;
-    a.forward(ids.data(), k.B, k.T, la, pa);
-    ASSERT_EQ(a.graph_for(k.B, k.T).lowered().code.launches.size(), 1u) << a.graph_for(k.B, k.T).stats().why;
-    ThreadPool pool(2);
-    Tensor el, ep;
-    k.m->forward(ids.data(), k.B, k.T, el, ep, pool);
-    for (const Words& w : {Words{true, false}, Words{false, true}, Words{true, true}}) {
-      CudaCompileOptions ow = o;
-      ow.codegen.rows_projh = w.projh;
-      ow.codegen.rows_mlpk = w.mlpk;
-      CudaCompiledModel b(*k.m, ow);
-      Tensor lb, pb;
-      b.forward(ids.data(), k.B, k.T, lb, pb);
-      ASSERT_EQ(b.graph_for(k.B, k.T).lowered().code.launches.size(), 1u) << b.graph_for(k.B, k.T).stats().why;
-      const std::string& src = b.graph_for(k.B, k.T).lowered().code.source;
-      const size_t deferred = [&] {
-        size_t n = 0;
-        for (size_t at = src.find("if (warp == 0) rw_layernorm_parts<"); at != std::string::npos; at = src.find("if (warp == 0) rw_layernorm_parts<", at + 1)) ++n;
-        return n;
-      }();
-      const std::string what = fmt::format("{} vs {} (B={}, T={}, V={}, d_model {}; {} deferred matmuls)", b.graph_for(k.B, k.T).stats().variant,
-                                           a.graph_for(k.B, k.T).stats().variant, k.B, k.T, V, k.m->config().d_model, deferred);
-      if (k.m == &model) {
-        EXPECT_EQ(deferred, static_cast<size_t>(k.m->config().n_layer) * ((w.projh ? 1 : 0) + (w.mlpk ? 1 : 0))) << what;
-      }
-      EXPECT_EQ(std::memcmp(la.data(), lb.data(), static_cast<size_t>(la.numel()) * sizeof(float)), 0) << what << ": logits' bits";
-      EXPECT_EQ(std::memcmp(pa.data(), pb.data(), static_cast<size_t>(pa.numel()) * sizeof(float)), 0) << what << ": probs' bits";
-      const float dl = max_abs_diff(el.data(), lb.data(), el.numel());
-      EXPECT_LT(dl, 1e-4f) << what << " vs CPU eager";
-      std::printf("rows deferred %s: logits max |diff| %.3g, probs %.3g; vs CPU eager %.3g\n", what.c_str(), max_abs_diff(la.data(), lb.data(), la.numel()),
-                  max_abs_diff(pa.data(), pb.data(), pa.numel()), dl);
-    }
-  }
-}
-
 // The rows form's stage trace (CudaCompiledGraph::trace_rows: the traced text compiled and launched
 // apart from the timed one): one interval per stage plus the start and the attentions' steps (the
-// k, v wait; scores, max, sum, probabilities x v, store; the last warp's prewait where there is one),
-// every one positive but the last warp's (another thread's stamp: < 0 when its prewait was done
-// before thread 0's store), for the default, rows-plain and rows-attn2 texts; those with
+// k, v wait; scores, max, sum, probabilities x v, store; the last warp's prewait where the
+// attention's closing barrier has one: not before a deferred proj, whose pieces were prewaited with
+// the attention's), every one positive but the last warp's (another thread's stamp: < 0 when its
+// prewait was done before thread 0's store) and the deferred matmuls' (two adjacent stamps: their
+// work is in the stages before and after them; >= 0), for the default and rows-plain texts; those with
 // no work of their own (stage 0's, done during the start; the default's softmax, fused into lm_head's
-// stage: two adjacent stamps) labelled so and shorter than every matmul's and attention's; the
+// stage: two adjacent stamps) labelled so and shorter than every matmul's; the
 // %globaltimer span positive; the outputs after the traced launches bitwise the
 // timed graph's (the stamps change no value), and the timed graph's next forward unchanged too.
 TEST(CompileCuda, RowsFormStageTraceCoversEveryStageAndChangesNoOutput) {
   SKIP_WITHOUT_GPU();
   if (!hopper_or_later()) GTEST_SKIP() << "thread-block clusters need sm_90 or later";
-  for (const int form : {0, 1, 2}) {  // the default, rows-plain, rows-attn2
-    const bool plain = form == 1;
+  for (const bool plain : {false, true}) {  // the default, rows-plain
     CudaCompileOptions o = cuda_options(true);
     o.codegen.rows = true;
     o.codegen.rows_plain = plain;
-    o.codegen.rows_attn2 = form == 2;
     ModelFile f = load_model(kModel);
     const GrammarMiniGPT model(f.config, std::move(f.weights));
     CudaCompiledModel gpu(model, o);
@@ -801,8 +720,13 @@ TEST(CompileCuda, RowsFormStageTraceCoversEveryStageAndChangesNoOutput) {
     // the default text fuses the softmax and prewaits (not the plain one, nor the default under MINIGPT_CUDA_VARIANT=rows-plain)
     const char* env = std::getenv("MINIGPT_CUDA_VARIANT");
     const bool fused = !plain && !(env && std::string(env).find("rows-plain") != std::string::npos);
+    // the default's attentions followed by a deferred proj (by heads): their closing barrier prewaits nothing
+    const std::string& timed = g.lowered().code.source;
+    size_t by_heads = 0;
+    for (size_t at = timed.find("deferred (by heads)"); at != std::string::npos; at = timed.find("deferred (by heads)", at + 1)) ++by_heads;
+    EXPECT_EQ(by_heads, fused ? A : 0u) << "the shipped model's proj deferred in every layer (not in the plain text)";
     // the start, every stage, per attention its k, v wait, 5 steps of thread 0 and (prewaiting) the last warp's prewait
-    const size_t N = S + 1 + A * (6 + (fused ? 1 : 0));
+    const size_t N = S + 1 + A * 6 + (fused ? A - by_heads : 0);
     ASSERT_EQ(tr.cycles.size(), N) << "the start, every stage, the attentions' steps";
     ASSERT_EQ(tr.stages.size(), N);
     long long busy_min = std::numeric_limits<long long>::max(), idle_max = 0;
@@ -810,15 +734,18 @@ TEST(CompileCuda, RowsFormStageTraceCoversEveryStageAndChangesNoOutput) {
     for (size_t i = 0; i < tr.cycles.size(); ++i) {
       const std::string& n = tr.stages[i];
       // the last warp's stamp is another thread's (the same SM's clock): before thread 0's store (< 0) where its prewait was off the path
-      if (n.find("the last warp's prewait") == std::string::npos) {
+      const bool deferred = n.find("(deferred: in stages ") != std::string::npos;
+      if (deferred) {
+        EXPECT_GE(tr.cycles[i], 0) << n << ": two adjacent stamps";
+      } else if (n.find("the last warp's prewait") == std::string::npos) {
         EXPECT_GT(tr.cycles[i], 0) << n;
       }
       if (n.ends_with("(in the start)") || n.find("(fused into stage ") != std::string::npos) {
         idle_max = std::max(idle_max, tr.cycles[i]);
         ++idle;
-      } else if (n.find("(deferred: in stages ") != std::string::npos) {
-        // (a deferred matmul, rows-projh / rows-mlpk under MINIGPT_CUDA_VARIANT: its work in the stages
-        // before and after it, its interval two adjacent stamps; neither counted)
+      } else if (deferred) {
+        // (a deferred matmul: its work in the stages before and after it, its interval two adjacent
+        // stamps; neither counted)
       } else if (n.find(": matmul -> ") != std::string::npos && n.find("rw_kv_wait") == std::string::npos) {
         busy_min = std::min(busy_min, tr.cycles[i]);
       }
