@@ -227,6 +227,10 @@ struct CudaCodegenOptions {
   // shuffles for the sum and the probabilities), for A/B on the GPU ("rows-attn2"); bitwise the
   // default's values.
   bool rows_attn2 = false;
+  // With rows (not rows_plain): the LayerNorm's rows-ln2 statistics text (codegen_cuda_rows.cpp's
+  // ln2_text: the 16-lane sums in 2 rounds of gathered lanes, the clamp a select, rsqrt without the
+  // denormal scaling, the gain and bias loaded with the row), for A/B ("rows-ln2"); bitwise the default.
+  bool rows_ln2 = false;
   // With rows (the default text; issue 15, fuse15): the deferred matmuls (codegen_cuda_rows.h's
   // generate_rows fuse): rows_projh ("rows-projh") proj by heads in the attention stage, rows_mlpk
   // ("rows-mlpk") fc2's k-slices in fc1's stage; each drops a stage and its CTA barrier per layer,

@@ -104,6 +104,12 @@
 // the attention's k and v rows loaded by rw_lds4 (volatile asm) before the scores, no branch before
 // the rcp, the exps gathered by W shuffles and summed in the butterfly's tree written out.
 //
+// rows-ln2 (CudaCodegenOptions::rows_ln2, MINIGPT_CUDA_VARIANT=rows-ln2; issue 15, ln15; the .cpp's
+// kPreludeLds1 comment says what the default's sm_90a SASS showed and why each change keeps the bits):
+// the LayerNorm's 16-lane double sums in 2 rounds of 3 gathered lanes (the butterfly's tree written
+// out), the variance's clamp a select, 1/sigma by rsqrt.approx.ftz (its argument >= eps is normal), the
+// gain and bias loaded by volatile asm with the row. Only the prelude's LayerNorm texts differ.
+//
 // The deferred matmuls (issue 15, fuse15; generate_rows' fuse, MINIGPT_CUDA_VARIANT words rows-projh,
 // rows-mlpk; off by default, for A/B on the GPU): a k-sliced matmul stage s (S slices, not a qkv, no
 // GELU, not a graph output) whose input is stage s - 1's output and whose next stage is a LayerNorm of
@@ -194,7 +200,11 @@ RowsPlan plan_rows(const Graph& captured);
 // ("rows-mlpk"), the deferred matmuls (the paragraph above): a k-sliced matmul stage whose slices
 // line up with the previous stage's warps and whose first reader is the LayerNorm after it, its
 // partials computed in the previous stage and its epilogue in the LayerNorm's; bitwise the same.
-CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false, bool attn2 = false, int fuse = 0);
+// ln2 (CudaCodegenOptions::rows_ln2, MINIGPT_CUDA_VARIANT=rows-ln2; the default text only, ignored with plain):
+// the LayerNorm's statistics as the .cpp's ln2_text rewrites them (kPreludeLds1's comment above it says
+// what the default's SASS showed): the same values bitwise; only the prelude's LayerNorm texts change.
+CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false, bool attn2 = false, int fuse = 0,
+                       bool ln2 = false);
 
 // The weight image of code (code.image_floats floats, padding zero) from the graph's weights:
 // weight(tensor id) gives a weight's values (row-major, its shape).
