@@ -690,6 +690,25 @@ TEST(CompileCuda, RowsFormDefaultAndAttn2TextsAgreeBitwise) {
   rows_texts_agree_bitwise(o, attn2);
 }
 
+// rows-ln2 (issue 15, ln15: the LayerNorm's 16-lane sums in 2 rounds of gathered lanes, rsqrt without the
+// denormal scaling, every lane storing; codegen_cuda_rows.cpp's ln2_text) against the default text: the
+// same bits at every case, and likewise with the deferred matmuls (rw_layernorm_parts' statistics too)
+TEST(CompileCuda, RowsFormDefaultAndLn2TextsAgreeBitwise) {
+  SKIP_WITHOUT_GPU();
+  if (!hopper_or_later()) GTEST_SKIP() << "thread-block clusters need sm_90 or later";
+  if (const char* v = std::getenv("MINIGPT_CUDA_VARIANT"); v && std::string(v).find("rows-") != std::string::npos)
+    GTEST_SKIP() << "MINIGPT_CUDA_VARIANT=" << v << ": the default text is not the default, nothing to compare";
+  CudaCompileOptions o = cuda_options(true);
+  o.codegen.rows = true;
+  o.codegen.rows_ln2 = false;
+  CudaCompileOptions ln2 = o;
+  ln2.codegen.rows_ln2 = true;
+  rows_texts_agree_bitwise(o, ln2);
+  o.codegen.rows_projh = o.codegen.rows_mlpk = true;
+  ln2.codegen.rows_projh = ln2.codegen.rows_mlpk = true;
+  rows_texts_agree_bitwise(o, ln2);
+}
+
 // The deferred matmuls (issue 15, fuse15: rows-projh, proj by heads in the attention stage;
 // rows-mlpk, fc2 by slices in fc1's stage; codegen_cuda_rows.h's generate_rows fuse) give the
 // default text's bits: the same FMA chains and the same additions in the same order, only moved to
