@@ -1586,3 +1586,58 @@ TEST(CompileCudaRows, DeferredMatmulsDropTwoStagesPerLayer) {
 #endif
   }
 }
+
+// rows-ln2 (CudaCodegenOptions::rows_ln2; issue 15, ln15): the default text but for the prelude's
+// LayerNorm texts (rw_layernorm's, and rw_layernorm_parts' with the deferred matmuls), its header line
+// and kPreludeLds1: the same kernel body byte for byte, the 16-lane sums in 2 gather rounds, rsqrt
+// without the denormal scaling, every lane storing; the default text has none of it (pinned above);
+// rows-plain ignores the word; every text compiles (NVRTC, where built with it) at the rows tests' shapes.
+TEST(CompileCudaRows, Ln2TextIsTheDefaultsButItsLayerNorm) {
+  // the kernel and ring text after the prelude (from the ring's line on): the same in both
+  auto body = [](const std::string& t) {
+    const size_t at = t.find("\n// ---- the ring: pieces of the weight image");
+    EXPECT_NE(at, std::string::npos);
+    return at == std::string::npos ? t : t.substr(at);
+  };
+  ModelConfig shipped, c300, c660, d96, d32;
+  shipped.vocab_size = 611;
+  c300.vocab_size = 300;
+  c660.vocab_size = 660;
+  d96.d_model = 96;
+  d96.vocab_size = 200;
+  d32.d_model = 32;
+  d32.vocab_size = 1100;
+  struct Case {
+    ModelConfig c;
+    int64_t B, T;
+  };
+  for (const Case& k : {Case{shipped, 2, 16}, Case{shipped, 3, 5}, Case{shipped, 1, 1}, Case{compile_tiny_config(), 2, 16},
+                        Case{compile_tiny_config(), 3, 7}, Case{c300, 2, 16}, Case{c660, 3, 5}, Case{d96, 2, 16}, Case{d32, 3, 5}}) {
+    const Graph g = capture_gpt(k.c, k.B, k.T);
+    for (const char* base : {"rows"}) {  // (the default defers the matmuls that line up: rw_layernorm_parts too)
+      const CudaLowered d = lower_rows_words(g, base), l = lower_rows_words(g, (std::string(base) + " rows-ln2").c_str());
+      const std::string what = fmt::format("{} + rows-ln2 at d_model {} V {} ({}, {})", base, k.c.d_model, k.c.vocab_size, k.B, k.T);
+      ASSERT_EQ(l.code.launches.size(), 1u) << what << ": " << l.note;
+      EXPECT_EQ(l.code.launches[0].smem, d.code.launches[0].smem) << what;
+      EXPECT_FALSE(contains(d.code.source, "rows-ln2")) << what;
+      EXPECT_FALSE(contains(d.code.source, "rw_rsqrt_normal")) << what;
+      EXPECT_NE(l.code.source, d.code.source) << what;
+      EXPECT_EQ(body(l.code.source), body(d.code.source)) << what << ": rows-ln2 changes only the prelude";
+      const size_t lns = 1 + (contains(d.code.source, "rw_layernorm_parts(") ? 1 : 0);  // the LayerNorm texts in the prelude
+      const std::string code = code_only(l.code.source);
+      EXPECT_EQ(count_of(code, "const int o1 = r == 0 ? 8 : 2, o2 = r == 0 ? 4 : 1;"), lns) << what;
+      EXPECT_EQ(count_of(code, "    s = (s + s1) + (s2 + s3);\n    q = (q + q1) + (q2 + q3);\n"), lns) << what;
+      EXPECT_EQ(count_of(code, "rstd = eps >= 1.17549435e-38f ? rw_rsqrt_normal(xr) : rsqrtf(xr);"), lns) << what;
+      EXPECT_EQ(count_of(code, "s += __shfl_xor_sync(RW_FULL, s, off);"), 0u) << what << ": no butterfly left";
+      EXPECT_EQ(count_of(code, "if ((threadIdx.x & 31) < 16) {\n#pragma unroll\n    for (int e = 0; e < E; ++e) out["), 0u) << what << ": every lane stores";
+      EXPECT_EQ(count_of(code, "wv[e] = rw_lds1(w + "), lns) << what;
+#ifdef MINIGPT_HAVE_CUDA_COMPILE
+      std::string ptx;
+      ASSERT_NO_THROW(ptx = nvrtc_compile_ptx(l.code.source, "compute_90a", g.name)) << what;
+      EXPECT_TRUE(contains(ptx, "rsqrt.approx.ftz.f32")) << what;
+#endif
+    }
+    // the plain text ignores the word
+    EXPECT_EQ(lower_rows_words(g, "rows-plain rows-ln2").code.source, lower_rows_words(g, "rows-plain").code.source);
+  }
+}

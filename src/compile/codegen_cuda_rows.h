@@ -111,6 +111,12 @@
 // the kernel 16.91 us against 18.12, 19.26 against 20.45 per replay alone, bitwise the same; the
 // previous body and the word removed since.
 //
+// rows-ln2 (CudaCodegenOptions::rows_ln2, MINIGPT_CUDA_VARIANT=rows-ln2; issue 15, ln15; the .cpp's
+// kPreludeLds1 comment says what the default's sm_90a SASS showed and why each change keeps the bits):
+// the LayerNorm's 16-lane double sums in 2 rounds of 3 gathered lanes (the butterfly's tree written
+// out), the variance's clamp a select, 1/sigma by rsqrt.approx.ftz (its argument >= eps is normal), the
+// gain and bias loaded by volatile asm with the row. Only the prelude's LayerNorm texts differ.
+//
 // The deferred matmuls (issue 15, fuse15; the default text's, none in the plain one): a k-sliced
 // matmul stage s (S slices, not a qkv, no
 // GELU, not a graph output) whose input is stage s - 1's output and whose next stage is a LayerNorm of
@@ -206,7 +212,10 @@ RowsPlan plan_rows(const Graph& captured);
 // every matmul that lines up (kRowsFuseProjHeads, kRowsFuseMlpSlices: the paragraph above), its
 // partials computed in the previous stage and its epilogue in the LayerNorm's: bitwise the plain
 // text's values.
-CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false);
+// ln2 (CudaCodegenOptions::rows_ln2, MINIGPT_CUDA_VARIANT=rows-ln2; the default text only, ignored with plain):
+// the LayerNorm's statistics as the .cpp's ln2_text rewrites them (kPreludeLds1's comment above it says
+// what the default's SASS showed): the same values bitwise; only the prelude's LayerNorm texts change.
+CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false, bool ln2 = false);
 
 // The weight image of code (code.image_floats floats, padding zero) from the graph's weights:
 // weight(tensor id) gives a weight's values (row-major, its shape).
