@@ -233,6 +233,10 @@ struct CudaCodegenOptions {
   // the LayerNorm after it forming its output from the partials; the same values, bitwise.
   bool rows_projh = false;
   bool rows_mlpk = false;
+  // With rows (the default text; issue 15, qkv15): the qkv stages' epilogue as generate_rows' qkv2
+  // ("rows-qkv2": the bias before the dot, the cluster wait after the local stores, the k, v sends
+  // from the last CTA down), for A/B on the GPU; the same values, bitwise.
+  bool rows_qkv2 = false;
   // With rows: the stage trace (a measuring aid, never the timed text; CudaCompiledGraph::
   // trace_rows builds it apart, --explain prints it): thread 0 of the last CTA of cluster 0 (the
   // row with the most keys) stamps clock64() into the module's __device__ rw_trace[] at the

@@ -194,7 +194,12 @@ RowsPlan plan_rows(const Graph& captured);
 // ("rows-mlpk"), the deferred matmuls (the paragraph above): a k-sliced matmul stage whose slices
 // line up with the previous stage's warps and whose first reader is the LayerNorm after it, its
 // partials computed in the previous stage and its epilogue in the LayerNorm's; bitwise the same.
-CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false, bool attn2 = false, int fuse = 0);
+// qkv2 (CudaCodegenOptions::rows_qkv2, MINIGPT_CUDA_VARIANT=rows-qkv2; the default text only): the qkv
+// stages' epilogue reordered (the .cpp's comment at its emitter says what the SASS showed): the bias
+// loaded before the dot, q, k, v stored locally and shuffled before the cluster wait (which guards only
+// the st.async into the other CTAs' k, v rows), the sends from the last CTA (the most keys) down.
+CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false, bool attn2 = false, int fuse = 0,
+                       bool qkv2 = false);
 
 // The weight image of code (code.image_floats floats, padding zero) from the graph's weights:
 // weight(tensor id) gives a weight's values (row-major, its shape).

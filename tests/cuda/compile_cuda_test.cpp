@@ -690,6 +690,21 @@ TEST(CompileCuda, RowsFormDefaultAndAttn2TextsAgreeBitwise) {
   rows_texts_agree_bitwise(o, attn2);
 }
 
+// rows-qkv2 (issue 15, qkv15: the qkv stages' bias loaded before the dot, the cluster wait after the local
+// stores, the k, v sends from the last CTA down; generate_rows' qkv2) against the default text: the same
+// bits at every case (T 16, 5, 1, 7; d_model 64, 96, 32; V 611, 50, 300, 660, 200, 1100)
+TEST(CompileCuda, RowsFormDefaultAndQkv2TextsAgreeBitwise) {
+  SKIP_WITHOUT_GPU();
+  if (!hopper_or_later()) GTEST_SKIP() << "thread-block clusters need sm_90 or later";
+  if (const char* v = std::getenv("MINIGPT_CUDA_VARIANT"); v && std::string(v).find("rows-") != std::string::npos)
+    GTEST_SKIP() << "MINIGPT_CUDA_VARIANT=" << v << ": the default text is not the default, nothing to compare";
+  CudaCompileOptions o = cuda_options(true);
+  o.codegen.rows = true;
+  CudaCompileOptions qkv2 = o;
+  qkv2.codegen.rows_qkv2 = true;
+  rows_texts_agree_bitwise(o, qkv2);
+}
+
 // The deferred matmuls (issue 15, fuse15: rows-projh, proj by heads in the attention stage;
 // rows-mlpk, fc2 by slices in fc1's stage; codegen_cuda_rows.h's generate_rows fuse) give the
 // default text's bits: the same FMA chains and the same additions in the same order, only moved to
