@@ -1641,3 +1641,73 @@ TEST(CompileCudaRows, Ln2TextIsTheDefaultsButItsLayerNorm) {
     EXPECT_EQ(lower_rows_words(g, "rows-plain rows-ln2").code.source, lower_rows_words(g, "rows-plain").code.source);
   }
 }
+
+// rows-qkv2 (issue 15, qkv15; CudaCodegenOptions::rows_qkv2, generate_rows' qkv2): the default text but
+// for its qkv stages' epilogue (and the header's line): the bias loaded before the dot, q, k, v stored
+// and shuffled before the cluster wait, the sends from the last CTA down (the same FADD, the same
+// stores). The default text unchanged (pinned above in DeferredMatmulsDropAStagePerLayerAndWord); the
+// plain text ignores the word; every text compiles at the rows tests' shapes, traced too.
+TEST(CompileCudaRows, Qkv2TextIsTheDefaultsButItsQkvEpilogues) {
+  ModelConfig shipped, c300, c660, d96, d32;
+  shipped.vocab_size = 611;
+  c300.vocab_size = 300;
+  c660.vocab_size = 660;
+  d96.d_model = 96;
+  d96.vocab_size = 200;
+  d32.d_model = 32;
+  d32.vocab_size = 1100;
+  struct Case {
+    ModelConfig c;
+    int64_t B, T;
+  };
+  for (const Case& k : {Case{shipped, 2, 16}, Case{shipped, 3, 5}, Case{shipped, 1, 1}, Case{compile_tiny_config(), 2, 16},
+                        Case{compile_tiny_config(), 3, 7}, Case{c300, 2, 16}, Case{c660, 3, 5}, Case{d96, 2, 16}, Case{d32, 3, 5}}) {
+    const Graph g = capture_gpt(k.c, k.B, k.T);
+    const std::string what = fmt::format("d_model {} V {} ({}, {})", k.c.d_model, k.c.vocab_size, k.B, k.T);
+    const size_t A = static_cast<size_t>(plan_rows(g).attentions);
+    const CudaLowered d = lower_rows(g), q = lower_rows_words(g, "rows rows-qkv2");
+    ASSERT_EQ(q.code.launches.size(), 1u) << what << ": " << q.note;
+    EXPECT_EQ(q.code.launches[0].smem, d.code.launches[0].smem) << what << ": the same layout";
+    EXPECT_FALSE(contains(d.code.source, "rows-qkv2")) << what;
+    const std::string dc = code_only(d.code.source), qc = code_only(q.code.source);
+    EXPECT_EQ(count_of(dc, "for (int q = t + 1; q < kT && lane % 4 == 0; ++q) rw_st_async4("), A) << what;
+    EXPECT_EQ(count_of(qc, "for (int q = t + 1; q < kT"), 0u) << what;
+    EXPECT_EQ(count_of(qc, "for (int q = kT - 1; q > t; --q) rw_st_async4(rw_mapa(sm + at, q), v4, rw_mapa(&bars[kBarKv], q));"), A) << what;
+    EXPECT_EQ(count_of(qc, "const float v = (acc_kv[0] + bias_kv);"), A) << what << ": the same one FADD";
+    EXPECT_EQ(count_of(dc, "rw_cluster_wait();"), count_of(qc, "rw_cluster_wait();")) << what;
+    EXPECT_EQ(count_of(dc, "__syncthreads();"), count_of(qc, "__syncthreads();")) << what;
+    // the cluster wait after the local stores, before the sends
+    const size_t st = qc.find("      sm[at] = v;\n"), w = qc.find("rw_cluster_wait();", st), snd = qc.find("for (int q = kT - 1", st);
+    EXPECT_TRUE(st != std::string::npos && w != std::string::npos && snd != std::string::npos && st < w && w < snd) << what;
+    // the rest of the text the default's: each qkv stage from "float acc_kv[1];" to its refill cut from both
+    auto strip = [](std::string t) {
+      for (size_t a = t.find("  float acc_kv[1];\n"); a != std::string::npos; a = t.find("  float acc_kv[1];\n", a + 1)) {
+        const size_t e = t.find("  rw_refill<", a);
+        if (e == std::string::npos) break;
+        t.erase(a, e - a);
+      }
+      const size_t h = t.find("// (rows-qkv2: ");
+      if (h != std::string::npos) t.erase(h, t.find("bitwise)\n", h) + 9 - h);
+      return t;
+    };
+    EXPECT_EQ(strip(q.code.source), strip(d.code.source)) << what << ": rows-qkv2 changes only the qkv stages' dot + epilogue";
+#ifdef MINIGPT_HAVE_CUDA_COMPILE
+    std::string ptx;
+    ASSERT_NO_THROW(ptx = nvrtc_compile_ptx(q.code.source, "compute_90a", g.name)) << what;
+    EXPECT_TRUE(contains(ptx, ".entry cuda_rows_forward(")) << what;
+    if (k.T > 1) EXPECT_TRUE(contains(ptx, "st.async")) << what;
+    CudaCodegenOptions traced;
+    traced.generated_gemm = true;
+    apply_variant_words(traced, "rows rows-qkv2");
+    traced.rows_trace = true;
+    ASSERT_NO_THROW(nvrtc_compile_ptx(lower_cuda(g, PassOptions{}, traced).code.source, "compute_90a", g.name)) << what << " traced";
+#endif
+    if (k.B == 2 && k.T == 16 && k.c.vocab_size == 611) {
+      EXPECT_EQ(lower_rows_words(g, "rows-plain rows-qkv2").code.source, lower_rows_words(g, "rows-plain").code.source) << "rows-plain ignores rows-qkv2";
+      if (const char* dir = std::getenv("MINIGPT_ROWS_DUMP")) {  // (a debugging aid: both texts, for nvcc -cubin + nvdisasm)
+        std::ofstream(fmt::format("{}/rows_default.cu", dir)) << d.code.source;
+        std::ofstream(fmt::format("{}/rows_qkv2.cu", dir)) << q.code.source;
+      }
+    }
+  }
+}
