@@ -226,10 +226,6 @@ struct CudaCodegenOptions {
   // ln2_text: the 16-lane sums in 2 rounds of gathered lanes, the clamp a select, rsqrt without the
   // denormal scaling, the gain and bias loaded with the row), for A/B ("rows-ln2"); bitwise the default.
   bool rows_ln2 = false;
-  // With rows (the default text; issue 15, qkv15): the qkv stages' epilogue as generate_rows' qkv2
-  // ("rows-qkv2": the bias before the dot, the cluster wait after the local stores, the k, v sends
-  // from the last CTA down), for A/B on the GPU; the same values, bitwise.
-  bool rows_qkv2 = false;
   // With rows: the stage trace (a measuring aid, never the timed text; CudaCompiledGraph::
   // trace_rows builds it apart, --explain prints it): thread 0 of the last CTA of cluster 0 (the
   // row with the most keys) stamps clock64() into the module's __device__ rw_trace[] at the

@@ -805,8 +805,8 @@ std::string attention2_text(int64_t T, int64_t dh, int64_t ks, int64_t vs, int64
 
 }  // namespace
 
-CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trace, bool ln2, bool qkv2) {
-  if (plain) ln2 = qkv2 = false;  // (rows-ln2 and rows-qkv2 are variants of the default text)
+CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trace, bool ln2) {
+  if (plain) ln2 = false;  // (rows-ln2 is a variant of the default text)
   MINIGPT_CHECK(p.refused.empty(), "generate_rows: the graph was refused: {}", p.refused);
   const Graph& g = p.graph;
   const int NT = kRowsThreads, NW = NT / 32;
@@ -1153,34 +1153,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
           break;
         }
         if (prewaited[s]) b += "  //   (its pieces waited for by the last warp before the barrier above: read at once, no mbarrier wait)\n";
-        if (st.kv && qkv2) {
-          // rows-qkv2 (issue 15, qkv15): the default's sm_90a SASS of this stage (nvcc 13.0) runs, after the
-          // dot, UCGABAR_WAIT + CCTL.IVALL (the cluster wait) -> the bias LDS -> FADD -> STS -> 3 SHFL -> the
-          // sends (mapa is 2 PRMTs; each lane's STAS.128 in q order, so the last CTA, the row with the most
-          // keys and the forward's critical path, gets every sender's row last). Here: the bias loaded before
-          // the dot, the local stores and shuffles before the cluster wait (the wait guards only the remote
-          // k, v rows: the local ones and q are read by this CTA's attention alone, done at its barrier), the
-          // sends from the last CTA down. The same values: (acc + bias) as the default's one FADD.
-          const int64_t C = M / 3;
-          const std::string acc = bias >= 0 ? "(acc_kv[0] + bias_kv)" : "acc_kv[0]";
-          b += "  float acc_kv[1];\n";
-          if (bias >= 0) b += fmt::format("  const float bias_kv = tid < {} ? sm[{} + tid] : 0.0f;  // (rows-qkv2) before the dot\n", M, small_at.at(bias));
-          b += fmt::format("  if (tid < {}) rw_dot<{}, 1>({}, {{{}}}, acc_kv);\n", M, K, a, wptr("tid", ""));
-          b += "  int at = 0;  // (a float offset: a pointer set in the branch is a generic one, 64-bit arithmetic in the SASS)\n"
-               "  float4 v4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);\n";
-          b += fmt::format("  if (tid < {}) {{\n    const int part = tid / {}, c = tid % {};\n    const float v = {};\n", M, C, C, acc);
-          b += fmt::format("    if (part == 0) {{\n      sm[{} + c] = v;\n    }} else {{  // lane 4j sends columns 4j..4j+3 (below) as one 16-byte st.async\n", q_at[s]);
-          b += fmt::format("      at = (part == 1 ? {} : {}) + t * {} + c;\n      sm[at] = v;\n", ks, vs, ldk);
-          b += "      v4 = make_float4(v, __shfl_down_sync(RW_FULL, v, 1), __shfl_down_sync(RW_FULL, v, 2), __shfl_down_sync(RW_FULL, v, 3));\n    }\n  }\n";
-          b += "  rw_cluster_wait();  // (rows-qkv2: before the remote stores only) every CTA has read the previous attention's k, v\n";
-          b += fmt::format("  if (tid >= {} && tid < {} && lane % 4 == 0)  // the last CTA first\n", C, M);
-          b += "    for (int q = kT - 1; q > t; --q) rw_st_async4(rw_mapa(sm + at, q), v4, rw_mapa(&bars[kBarKv], q));\n";
-          b += close(s);
-          b += fmt::format("  if (tid == 0) rw_kv_arrive(&bars[kBarKv], static_cast<unsigned>(t * {}) * 4u);  // the earlier rows' k and v\n", 2 * C);
-          b += refill(s);
-          b += tstamp("  ", fmt::format("stage {}: matmul -> {} (to the k, v wait)", s, to.name), fmt::format("stage {}, before the k, v wait", s));
-          b += fmt::format("  rw_kv_wait(&bars[kBarKv], {}u);\n", st.attention & 1);
-        } else if (st.kv) {
+        if (st.kv) {
           const int64_t C = M / 3;
           b += fmt::format("  float acc_kv[1];\n  if (tid < {}) rw_dot<{}, 1>({}, {{{}}}, acc_kv);\n", M, K, a, wptr("tid", ""));
           b += fmt::format("  rw_cluster_wait();  // every CTA of the cluster has read the previous attention's k, v (the first: runs)\n");
@@ -1445,9 +1418,6 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
   if (ln2)
     src += "// (rows-ln2: the LayerNorm's 16-lane sums in 2 rounds of gathered lanes, its clamp a select, rsqrt without\n"
            "// the denormal scaling, the gain and bias loaded with the row: the default's values, bitwise)\n";
-  if (qkv2)
-    src += "// (rows-qkv2: the qkv stages' bias loaded before the dot, the cluster wait after the local stores, the\n"
-           "// k, v sends from the last CTA down: the default's values, bitwise)\n";
   if (any_defer)
     src += fmt::format("// (deferred matmuls, the same values bitwise:{}{}; the LayerNorm after each forms its input from the partials)\n",
                        std::count(defer.begin(), defer.end(), kRowsFuseProjHeads) ? " a matmul by heads in the attention stage" : "",

@@ -215,12 +215,7 @@ RowsPlan plan_rows(const Graph& captured);
 // ln2 (CudaCodegenOptions::rows_ln2, MINIGPT_CUDA_VARIANT=rows-ln2; the default text only, ignored with plain):
 // the LayerNorm's statistics as the .cpp's ln2_text rewrites them (kPreludeLds1's comment above it says
 // what the default's SASS showed): the same values bitwise; only the prelude's LayerNorm texts change.
-// qkv2 (CudaCodegenOptions::rows_qkv2, MINIGPT_CUDA_VARIANT=rows-qkv2; the default text only): the qkv
-// stages' epilogue reordered (the .cpp's comment at its emitter says what the SASS showed): the bias
-// loaded before the dot, q, k, v stored locally and shuffled before the cluster wait (which guards only
-// the st.async into the other CTAs' k, v rows), the sends from the last CTA (the most keys) down.
-CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false, bool ln2 = false,
-                       bool qkv2 = false);
+CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false, bool ln2 = false);
 
 // The weight image of code (code.image_floats floats, padding zero) from the graph's weights:
 // weight(tensor id) gives a weight's values (row-major, its shape).
