@@ -222,10 +222,6 @@ struct CudaCodegenOptions {
   // (lm_head's chains split by warp, the softmax fused into lm_head's stage), for A/B on the GPU
   // ("rows-plain"; its (2, 16) text pinned by a test); the same values, bitwise.
   bool rows_plain = false;
-  // With rows (not rows_plain): the LayerNorm's rows-ln2 statistics text (codegen_cuda_rows.cpp's
-  // ln2_text: the 16-lane sums in 2 rounds of gathered lanes, the clamp a select, rsqrt without the
-  // denormal scaling, the gain and bias loaded with the row), for A/B ("rows-ln2"); bitwise the default.
-  bool rows_ln2 = false;
   // With rows: the stage trace (a measuring aid, never the timed text; CudaCompiledGraph::
   // trace_rows builds it apart, --explain prints it): thread 0 of the last CTA of cluster 0 (the
   // row with the most keys) stamps clock64() into the module's __device__ rw_trace[] at the

@@ -209,15 +209,16 @@ __device__ __forceinline__ float4 rw_lds4(const float* p) {
 }
 )";
 
-// rows-ln2 (CudaCodegenOptions::rows_ln2, MINIGPT_CUDA_VARIANT=rows-ln2; issue 15, ln15): the LayerNorm's
-// statistics text (rw_layernorm's and rw_layernorm_parts') rewritten from the default's, the same values
-// bitwise. What the default's sm_90a SASS showed (nvcc 13.0, nvdisasm; stage 5 of the shipped (2, 16)):
+// The default text's LayerNorm statistics (issue 15, ln15; rows-ln2 while it was a variant: measured
+// kernel 16.62 against 16.90 us, 19.14 / 19.52 per replay alone, gpu_final15): rw_layernorm's and
+// rw_layernorm_parts' text rewritten from kPreludeLnText's (rows-plain keeps that one), the same values
+// bitwise. What kPreludeLnText's sm_90a SASS showed (nvcc 13.0, nvdisasm; stage 5 of the shipped (2, 16)):
 // the chain is LDS x4 -> F2F.F64.F32 x4 (a 64-bit conversion: 16 per clock per SM, a warp's one takes 8
 // issue cycles on its SM sub-partition) -> DMUL/DFMA/DADD -> 4 butterfly steps, each 4 SHFL (s and q are
 // two 32-bit halves each) then a DADD, so 4 dependent SHFL + DADD latencies -> DMUL, DFMA, DSETP.MAX +
 // selects + a NaN fix-up (fmax of a double) -> DADD eps -> F2F.F32.F64 -> FSETP + @!P FMUL, MUFU.RSQ, @!P
 // FMUL (rsqrtf's denormal scaling) -> FMUL, FFMA -> STS; the gain and bias loads are sunk past the
-// butterfly into the lanes < 16 branch (issued after the statistics, not with the row). rows-ln2:
+// butterfly into the lanes < 16 branch (issued after the statistics, not with the row). Here:
 //   - the 16-lane sum in 2 dependent rounds, not 4: round 1 gathers s, q of lanes l ^ 8, l ^ 4, l ^ 12
 //     and forms (s + s8) + (s4 + s12), which is the butterfly's value after its steps 8 and 4 (lane l
 //     after step 8 holds p_l + p_{l^8}, lane l ^ 4 p_{l^4} + p_{l^12}, and step 4 adds the two); round 2
@@ -231,21 +232,21 @@ __device__ __forceinline__ float4 rw_lds4(const float* p) {
 //     offsets < 16 keep the halves apart), so there is no lanes < 16 branch for ptxas to sink the gain
 //     and bias loads into (it sank them even as volatile asm, rw_lds1); they are loaded with the row.
 // (Tried: the clamp as t > 0 ? t : 0: ptxas emits the same DSETP.MAX sequence.)
-const char* kPreludeLds1 = R"(// a float from shared memory, loaded where written (rows-ln2: the LayerNorm's gain and bias with
+const char* kPreludeLds1 = R"(// a float from shared memory, loaded where written (the LayerNorm's gain and bias with
 // the row; a plain load is sunk past the statistics into the storing lanes' branch)
 __device__ __forceinline__ float rw_lds1(const float* p) {
   float v;
   asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(rw_smem(p)));
   return v;
 }
-// 1/sqrt(x) for a normal (or infinite) x: rsqrtf's MUFU.RSQ without its denormal scaling (rows-ln2)
+// 1/sqrt(x) for a normal (or infinite) x: rsqrtf's MUFU.RSQ without its denormal scaling
 __device__ __forceinline__ float rw_rsqrt_normal(float x) {
   float r;
   asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
   return r;
 }
 )";
-// the default statistics text (in kPreludeLnText) and rows-ln2's
+// rows-plain's statistics text (in kPreludeLnText) and the default text's (ln2_text swaps the one for the other)
 const char* kLnButterfly = R"(#pragma unroll
   for (int off = 8; off > 0; off >>= 1) {
     s += __shfl_xor_sync(RW_FULL, s, off);
@@ -256,7 +257,7 @@ const char* kLnButterfly = R"(#pragma unroll
   const double var = fmax(q * inv_c - m * m, 0.0);
   const float mean = static_cast<float>(m), rstd = rsqrtf(static_cast<float>(var + static_cast<double>(eps)));
 )";
-const char* kLnGather = R"(  // (rows-ln2) the butterfly's tree in 2 rounds of 3 gathered lanes: round 1 its steps 8 and 4, round 2
+const char* kLnGather = R"(  // the butterfly's tree in 2 rounds of 3 gathered lanes: round 1 its steps 8 and 4, round 2
   // its steps 2 and 1 (the same additions of the same operands)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -272,16 +273,16 @@ const char* kLnGather = R"(  // (rows-ln2) the butterfly's tree in 2 rounds of 3
   const float xr = static_cast<float>(var + static_cast<double>(eps));
   const float mean = static_cast<float>(m), rstd = eps >= 1.17549435e-38f ? rw_rsqrt_normal(xr) : rsqrtf(xr);
 )";
-// a default LayerNorm text (rw_layernorm's or rw_layernorm_parts') made rows-ln2's
+// kPreludeLnText's LayerNorm text (rw_layernorm's or rw_layernorm_parts') made the default text's
 std::string ln2_text(std::string t) {
   auto swap = [&](const std::string& from, const std::string& to) {
     const size_t at = t.find(from);
-    MINIGPT_CHECK(at != std::string::npos && t.find(from, at + 1) == std::string::npos, "rows prelude (rows-ln2): a text not once");
+    MINIGPT_CHECK(at != std::string::npos && t.find(from, at + 1) == std::string::npos, "rows prelude (ln2_text): a text not once");
     t.replace(at, from.size(), to);
   };
   swap(kLnButterfly, kLnGather);
   swap("  if ((threadIdx.x & 31) < 16) {\n#pragma unroll\n    for (int e = 0; e < E; ++e) out[",
-       "  {  // (rows-ln2) every lane: lanes 16..31 store lanes 0..15's values (no branch for the loads to sink into)\n"
+       "  {  // every lane: lanes 16..31 store lanes 0..15's values (no branch for the loads to sink into)\n"
        "#pragma unroll\n    for (int e = 0; e < E; ++e) out[");
   if (t.find("    wv[e] = w[c];\n    bv[e] = b[c];\n") != std::string::npos)
     swap("    wv[e] = w[c];\n    bv[e] = b[c];\n", "    wv[e] = rw_lds1(w + c);\n    bv[e] = rw_lds1(b + c);\n");
@@ -805,8 +806,8 @@ std::string attention2_text(int64_t T, int64_t dh, int64_t ks, int64_t vs, int64
 
 }  // namespace
 
-CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trace, bool ln2) {
-  if (plain) ln2 = false;  // (rows-ln2 is a variant of the default text)
+CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trace) {
+  const bool ln2 = !plain;  // the default's LayerNorm statistics are ln2_text's (rows-plain keeps kPreludeLnText's)
   MINIGPT_CHECK(p.refused.empty(), "generate_rows: the graph was refused: {}", p.refused);
   const Graph& g = p.graph;
   const int NT = kRowsThreads, NW = NT / 32;
@@ -1416,8 +1417,8 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
     src += "// (its attention stages: the v rows loaded before the scores, the exps gathered once for the sum and the\n"
            "// probabilities, attention2_text)\n";
   if (ln2)
-    src += "// (rows-ln2: the LayerNorm's 16-lane sums in 2 rounds of gathered lanes, its clamp a select, rsqrt without\n"
-           "// the denormal scaling, the gain and bias loaded with the row: the default's values, bitwise)\n";
+    src += "// (its LayerNorms' 16-lane sums in 2 rounds of gathered lanes, the clamp a select, rsqrt without the\n"
+           "// denormal scaling, the gain and bias loaded with the row: ln2_text)\n";
   if (any_defer)
     src += fmt::format("// (deferred matmuls, the same values bitwise:{}{}; the LayerNorm after each forms its input from the partials)\n",
                        std::count(defer.begin(), defer.end(), kRowsFuseProjHeads) ? " a matmul by heads in the attention stage" : "",

@@ -111,11 +111,14 @@
 // the kernel 16.91 us against 18.12, 19.26 against 20.45 per replay alone, bitwise the same; the
 // previous body and the word removed since.
 //
-// rows-ln2 (CudaCodegenOptions::rows_ln2, MINIGPT_CUDA_VARIANT=rows-ln2; issue 15, ln15; the .cpp's
-// kPreludeLds1 comment says what the default's sm_90a SASS showed and why each change keeps the bits):
-// the LayerNorm's 16-lane double sums in 2 rounds of 3 gathered lanes (the butterfly's tree written
-// out), the variance's clamp a select, 1/sigma by rsqrt.approx.ftz (its argument >= eps is normal), the
-// gain and bias loaded by volatile asm with the row. Only the prelude's LayerNorm texts differ.
+// The default text's LayerNorm statistics (issue 15, ln15; the .cpp's kPreludeLds1 comment says what
+// the previous text's sm_90a SASS showed and why each change keeps the bits): the 16-lane double sums
+// in 2 rounds of 3 gathered lanes (the butterfly's tree written out), 1/sigma by rsqrt.approx.ftz (its
+// argument >= eps is normal), every lane storing, so the gain and bias load with the row. Measured as
+// the word rows-ln2 (H200, experiments/25-compile/gpu_final15, medians of 3 alternated rounds): kernel
+// 16.62 against 16.90 us, 19.14 against 19.52 per replay alone, bitwise the same; the word removed
+// since. rows-qkv2 (qkv15: the qkv stages' bias before the dot, the cluster wait after the local
+// stores, the sends from the last CTA down; bitwise) measured slower there (17.09) and was removed.
 //
 // The deferred matmuls (issue 15, fuse15; the default text's, none in the plain one): a k-sliced
 // matmul stage s (S slices, not a qkv, no
@@ -212,10 +215,9 @@ RowsPlan plan_rows(const Graph& captured);
 // every matmul that lines up (kRowsFuseProjHeads, kRowsFuseMlpSlices: the paragraph above), its
 // partials computed in the previous stage and its epilogue in the LayerNorm's: bitwise the plain
 // text's values.
-// ln2 (CudaCodegenOptions::rows_ln2, MINIGPT_CUDA_VARIANT=rows-ln2; the default text only, ignored with plain):
-// the LayerNorm's statistics as the .cpp's ln2_text rewrites them (kPreludeLds1's comment above it says
-// what the default's SASS showed): the same values bitwise; only the prelude's LayerNorm texts change.
-CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false, bool ln2 = false);
+// Its LayerNorms' statistics (not plain) are the .cpp's ln2_text's (kPreludeLds1's comment says what
+// the SASS showed): the same values bitwise.
+CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false);
 
 // The weight image of code (code.image_floats floats, padding zero) from the graph's weights:
 // weight(tensor id) gives a weight's values (row-major, its shape).

@@ -23,7 +23,7 @@ CudaLowered lower_cuda(const Graph& captured, const PassOptions& passes, const C
     if (rp.refused.empty()) {
       l.passes_s = t0.elapsed_s();
       const Timer t1;
-      l.code = generate_rows(rp, l.schedule, codegen.rows_plain, codegen.rows_trace, codegen.rows_ln2);
+      l.code = generate_rows(rp, l.schedule, codegen.rows_plain, codegen.rows_trace);
       l.codegen_s = t1.elapsed_s();
       l.note = fmt::format("rows form{}: {} stages, one cluster of {} CTAs per sequence", codegen.rows_plain ? " (plain text)" : "", rp.stages.size(), rp.T);
       return l;
@@ -77,8 +77,7 @@ void write_cuda_debug_files(const std::filesystem::path& dir, const Graph& captu
 // "mlp-pull" / "mlp-push", "no-cluster", "rowsN", "smem-vec4", "proj-apart", "mlp-apart", "mlp-next", "next-all",
 // "mbar-cta", "pad-launches", "rows" (the rows form, codegen_cuda_rows.h: one cluster kernel,
 // a row per CTA; a graph it refuses keeps the rest's form, --explain says why), "rows-plain" (the
-// rows form's text before the hand-written kernel's variants were ported: rows_plain), "rows-ln2" (the
-// LayerNorm's rows-ln2 statistics: rows_ln2; bitwise the default), "no-rows"
+// rows form's text before the hand-written kernel's variants were ported: rows_plain), "no-rows"
 // (not the rows form, where the rule would choose it); any other word is an error. ("weights-restrict ln-late mlp-sync" is 7l's default, main before 7m.)
 // Two are measuring aids only, never candidates: "mbar-cta" (CudaCodegenOptions::mlp_mbar_cta)
 // and "pad-launches" (pad_launches).
@@ -100,11 +99,10 @@ void apply_variant_words(CudaCodegenOptions& cg, const std::string& words) {
     else if (w == "next-all") cg.mlp_next_split = false;
     else if (w == "rows") cg.rows = true;
     else if (w == "rows-plain") cg.rows = true, cg.rows_plain = true;
-    else if (w == "rows-ln2") cg.rows = true, cg.rows_ln2 = true;
     else if (w == "no-rows") cg.rows = false;
     else if (w.starts_with("rows") && w.size() == 5 && w[4] >= '1' && w[4] <= '8') cg.mlp_rows = w[4] - '0';
     else MINIGPT_FAIL("MINIGPT_CUDA_VARIANT: unknown word '{}' (weights-plain weights-restrict ln-early ln-late mlp-async mlp-sync mlp-pull "
-                      "mlp-push no-cluster rowsN smem-vec4 proj-apart mlp-apart mbar-cta pad-launches mlp-next next-all rows rows-plain rows-ln2 no-rows)", w);
+                      "mlp-push no-cluster rowsN smem-vec4 proj-apart mlp-apart mbar-cta pad-launches mlp-next next-all rows rows-plain no-rows)", w);
   }
 }
 

@@ -687,22 +687,6 @@ TEST(CompileCuda, RowsFormDefaultAndPlainTextsAgreeBitwise) {
   rows_texts_agree_bitwise(o, plain);
 }
 
-// rows-ln2 (issue 15, ln15: the LayerNorm's 16-lane sums in 2 rounds of gathered lanes, rsqrt without the
-// denormal scaling, every lane storing; codegen_cuda_rows.cpp's ln2_text) against the default text: the
-// same bits at every case (the default defers the matmuls that line up: rw_layernorm_parts' statistics too)
-TEST(CompileCuda, RowsFormDefaultAndLn2TextsAgreeBitwise) {
-  SKIP_WITHOUT_GPU();
-  if (!hopper_or_later()) GTEST_SKIP() << "thread-block clusters need sm_90 or later";
-  if (const char* v = std::getenv("MINIGPT_CUDA_VARIANT"); v && std::string(v).find("rows-") != std::string::npos)
-    GTEST_SKIP() << "MINIGPT_CUDA_VARIANT=" << v << ": the default text is not the default, nothing to compare";
-  CudaCompileOptions o = cuda_options(true);
-  o.codegen.rows = true;
-  o.codegen.rows_ln2 = false;
-  CudaCompileOptions ln2 = o;
-  ln2.codegen.rows_ln2 = true;
-  rows_texts_agree_bitwise(o, ln2);
-}
-
 // The rows form's stage trace (CudaCompiledGraph::trace_rows: the traced text compiled and launched
 // apart from the timed one): one interval per stage plus the start and the attentions' steps (the
 // k, v wait; scores, max, sum, probabilities x v, store; the last warp's prewait where the
