@@ -1587,6 +1587,72 @@ TEST(CompileCudaRows, DeferredMatmulsDropTwoStagesPerLayer) {
   }
 }
 
+// rows-headw (issue 15, head15; codegen_cuda_rows.h's generate_rows): the head (lm_head, more outputs
+// than threads) not prewaited before its barrier, each thread waiting for its own chains' pieces
+// (rw_piece_at) right before each chain, a warp's chains run one after the other; every other line as
+// the default's. Per shape of the rows tests: the texts agree up to the head stage, the lines only in
+// one of them are the head's waits and chains, and the variant compiles (NVRTC). (Its values are the
+// default's, bitwise: RowsFormDefaultAndHeadwTextsAgreeBitwise, on the GPU.)
+TEST(CompileCudaRows, HeadwWaitsPerChainInTheHeadOnly) {
+  ModelConfig shipped, c300, c660, d96, d32;
+  shipped.vocab_size = 611;
+  c300.vocab_size = 300;
+  c660.vocab_size = 660;
+  d96.d_model = 96;
+  d96.vocab_size = 200;
+  d32.d_model = 32;
+  d32.vocab_size = 1100;
+  struct Case {
+    ModelConfig c;
+    int64_t B, T;
+  };
+  CudaCodegenOptions w;
+  apply_variant_words(w, "rows-headw");
+  ASSERT_TRUE(w.rows && w.rows_headw && !w.rows_plain);
+  auto lines = [](const std::string& t) {
+    std::vector<std::string> v;
+    std::istringstream in(t);
+    for (std::string l; std::getline(in, l);) v.push_back(l);
+    return v;
+  };
+  for (const Case& k : {Case{shipped, 2, 16}, Case{shipped, 3, 5}, Case{shipped, 1, 1}, Case{compile_tiny_config(), 2, 16},
+                        Case{compile_tiny_config(), 3, 7}, Case{c300, 2, 16}, Case{c660, 3, 5}, Case{d96, 2, 16}, Case{d32, 3, 5}}) {
+    const Graph gk = capture_gpt(k.c, k.B, k.T);
+    const CudaLowered l = lower_rows(gk), hw = lower_rows_words(gk, "rows-headw");
+    const std::string what = fmt::format("d_model {} V {} ({}, {})", k.c.d_model, k.c.vocab_size, k.B, k.T);
+    ASSERT_EQ(hw.code.launches.size(), 1u) << what << ": " << hw.note;
+    const bool head = k.c.vocab_size > kRowsThreads;  // lm_head of more outputs than threads
+    if (!head) {
+      EXPECT_EQ(hw.code.source, l.code.source) << what << ": no head of two chains, the default text";
+      continue;
+    }
+    const std::vector<std::string> a = lines(l.code.source), b = lines(hw.code.source);
+    size_t pre = 0;
+    while (pre < a.size() && pre < b.size() && a[pre] == b[pre]) ++pre;
+    size_t suf = 0;
+    while (suf < a.size() - pre && suf < b.size() - pre && a[a.size() - 1 - suf] == b[b.size() - 1 - suf]) ++suf;
+    // the differing lines: the barrier before the head (its prewait gone), the head's chains
+    std::string only_a, only_b;
+    for (size_t i = pre; i < a.size() - suf; ++i) only_a += a[i] + "\n";
+    for (size_t i = pre; i < b.size() - suf; ++i) only_b += b[i] + "\n";
+    EXPECT_LE(count_of(only_a, "\n"), 30u) << what << ":\n" << only_a;
+    EXPECT_LE(count_of(only_b, "\n"), 30u) << what << ":\n" << only_b;
+    EXPECT_FALSE(contains(only_b, "rw_prewait<")) << what;
+    EXPECT_TRUE(contains(only_b, "rw_piece_at<")) << what;
+    EXPECT_TRUE(contains(only_b, "rows-headw")) << what;
+    // everything before the last LayerNorm (ln_f) is the default's
+    const size_t lnf = l.code.source.rfind("rw_layernorm");
+    ASSERT_NE(lnf, std::string::npos);
+    EXPECT_GT(pre, static_cast<size_t>(count_of(l.code.source.substr(0, lnf), "\n"))) << what;
+    std::printf("%s: rows-headw differs in %zu default lines / %zu lines\n", what.c_str(), count_of(only_a, "\n"), count_of(only_b, "\n"));
+#ifdef MINIGPT_HAVE_CUDA_COMPILE
+    std::string ptx;
+    ASSERT_NO_THROW(ptx = nvrtc_compile_ptx(hw.code.source, "compute_90a", gk.name)) << what << " rows-headw";
+    EXPECT_TRUE(contains(ptx, ".entry cuda_rows_forward(")) << what;
+#endif
+  }
+}
+
 // The default text's LayerNorm statistics (issue 15, ln15; codegen_cuda_rows.cpp's ln2_text, measured as
 // the word rows-ln2 in gpu_final15): rw_layernorm's (and rw_layernorm_parts', with the deferred matmuls)
 // 16-lane sums in 2 gather rounds, rsqrt without the denormal scaling, every lane storing, the gain and

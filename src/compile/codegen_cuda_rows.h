@@ -217,7 +217,13 @@ RowsPlan plan_rows(const Graph& captured);
 // text's values.
 // Its LayerNorms' statistics (not plain) are the .cpp's ln2_text's (kPreludeLds1's comment says what
 // the SASS showed): the same values bitwise.
-CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false);
+// headw (CudaCodegenOptions::rows_headw, MINIGPT_CUDA_VARIANT=rows-headw; issue 15, head15): the
+// default text but the head (a one-chain-per-output matmul of more outputs than threads, lm_head) not
+// prewaited: each thread waits on the mbarrier of its chain's piece itself (rw_piece_at) right before
+// that chain, and a warp of two chains runs them one after the other (chain 0's pieces were issued
+// first; the same FMAs in the same order per chain), so warps whose pieces landed start at once
+// instead of all waiting for the last of the head's pieces; the same values, bitwise.
+CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false, bool headw = false);
 
 // The weight image of code (code.image_floats floats, padding zero) from the graph's weights:
 // weight(tensor id) gives a weight's values (row-major, its shape).
