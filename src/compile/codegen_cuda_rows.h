@@ -145,6 +145,17 @@
 //   experiments/25-compile/gpu_fuse15/call1): the kernel 17.99 us against 18.16, 20.58 against 20.93
 //   per replay alone, bitwise the same; the words removed since (always on where they line up).
 //
+// The head's waits (issue 15, head15; the variant word rows-headw, CudaCodegenOptions::rows_headw, for
+// A/B; not measured yet: experiments/25-compile/gpu_head15/run.sh): at the shipped (2, 16) lm_head
+// reads pieces [48, 58) and the last layer's fc1 + deferred fc2 stage [40, 48), so only 48..50 are
+// issued before that stage's closing barrier and 51..57 by its refill<40, 48>, one LayerNorm (ln_f)
+// before the head; the default's prewait<48, 58> before ln_f's barrier holds every warp until the last
+// of them lands. rows-headw drops that prewait: each thread waits (rw_piece_at) for its chain's piece
+// right before the chain, and warps 0..3 (two chains: columns 0..127 in pieces 48, 49 and 512..610 in
+// 56, 57, the last issued) run chain 0 before waiting for chain 1's piece. Reordering which warps run
+// two chains (issue 15's option b) would change the softmax sum's order (the columns per thread), so
+// it is not done; the same FMAs per chain in the same order: bitwise the default.
+//
 // Tried and removed (issue 15): rows-tc, the matmul stages as tensor-core GEMVs (H200,
 // experiments/25-compile/gpu_tc15/call1): the kernel 43.51 us against 18.23, and the probes' logits
 // 2.05e-5 from the CPU, over issue 15's 1e-5 (another summation order).
