@@ -222,9 +222,6 @@ struct CudaCodegenOptions {
   // (lm_head's chains split by warp, the softmax fused into lm_head's stage), for A/B on the GPU
   // ("rows-plain"; its (2, 16) text pinned by a test); the same values, bitwise.
   bool rows_plain = false;
-  // With rows (not rows_plain): the head not prewaited, each thread waiting for its own chains' pieces
-  // right before each chain ("rows-headw", codegen_cuda_rows.h's generate_rows); the same values, bitwise.
-  bool rows_headw = false;
   // With rows: the stage trace (a measuring aid, never the timed text; CudaCompiledGraph::
   // trace_rows builds it apart, --explain prints it): thread 0 of the last CTA of cluster 0 (the
   // row with the most keys) stamps clock64() into the module's __device__ rw_trace[] at the

@@ -806,7 +806,8 @@ std::string attention2_text(int64_t T, int64_t dh, int64_t ks, int64_t vs, int64
 
 }  // namespace
 
-CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trace, bool headw) {
+CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trace) {
+  const bool headw = !plain;  // the head waits per chain, not prewaited (codegen_cuda_rows.h, "The head's waits")
   const bool ln2 = !plain;  // the default's LayerNorm statistics are ln2_text's (rows-plain keeps kPreludeLnText's)
   MINIGPT_CHECK(p.refused.empty(), "generate_rows: the graph was refused: {}", p.refused);
   const Graph& g = p.graph;
@@ -952,7 +953,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
   // the CTA barrier closing stage s (every stage's closing barrier is at the stage's top level): in
   // the default form, when stage s + 1 is a matmul whose pieces are in flight, the last warp's
   // lanes first wait for them (the GEMM threads then never wait on an mbarrier)
-  // the head (rows-headw): a one-chain-per-output matmul of more outputs than threads (J >= 2), not a qkv,
+  // the head (not prewaited: "The head's waits" in the .h): a one-chain-per-output matmul of more outputs than threads (J >= 2), not a qkv,
   // not k-sliced, not deferred
   auto is_head = [&](size_t s) {
     const RowsStage& st = p.stages[s];
@@ -962,7 +963,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
     std::string r;
     if (!plain && s + 1 < p.stages.size() && rd_e[s + 1] > rd_a[s + 1]) {
       if (headw && is_head(s + 1)) {
-        r += fmt::format("  // (rows-headw: stage {}'s pieces not prewaited: its threads wait for their own chains' pieces)\n", s + 1);
+        r += fmt::format("  // (stage {}'s pieces not prewaited: its threads wait for their own chains' pieces)\n", s + 1);
       } else if (rd_e[s + 1] <= issued) {
         prewaited[s + 1] = true;
         if (s + 2 < p.stages.size() && defer[s + 2]) prewaited[s + 2] = true;
@@ -1229,7 +1230,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
               const bool all = c == 1 || (!first && up >= NW);
               dots += fmt::format("    {}{}{{  // {}\n", first ? "" : "} else ", all ? std::string() : fmt::format("if (warp < {}) ", up), what);
               first = false;
-              if (c == J && headw) {  // rows-headw: chain by chain, each waiting for its own piece right before it
+              if (c == J && headw) {  // the head: chain by chain, each waiting for its own piece right before it
                 for (int j = 0; j < J; ++j)
                   dots += fmt::format("      {{ float a1[1]; rw_dot<{}, 1>({}, {{{}}}, a1); acc[{}] = a1[0]; }}  // chain {}\n", K, a, wrow(j), j, j);
               } else if (c == J) {

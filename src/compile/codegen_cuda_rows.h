@@ -145,8 +145,7 @@
 //   experiments/25-compile/gpu_fuse15/call1): the kernel 17.99 us against 18.16, 20.58 against 20.93
 //   per replay alone, bitwise the same; the words removed since (always on where they line up).
 //
-// The head's waits (issue 15, head15; the variant word rows-headw, CudaCodegenOptions::rows_headw, for
-// A/B; not measured yet: experiments/25-compile/gpu_head15/run.sh): at the shipped (2, 16) lm_head
+// The head's waits (issue 15, head15; the default text's, not the plain one's): at the shipped (2, 16) lm_head
 // reads pieces [48, 58) and the last layer's fc1 + deferred fc2 stage [40, 48), so only 48..50 are
 // issued before that stage's closing barrier and 51..57 by its refill<40, 48>, one LayerNorm (ln_f)
 // before the head; the default's prewait<48, 58> before ln_f's barrier holds every warp until the last
@@ -154,7 +153,10 @@
 // right before the chain, and warps 0..3 (two chains: columns 0..127 in pieces 48, 49 and 512..610 in
 // 56, 57, the last issued) run chain 0 before waiting for chain 1's piece. Reordering which warps run
 // two chains (issue 15's option b) would change the softmax sum's order (the columns per thread), so
-// it is not done; the same FMAs per chain in the same order: bitwise the default.
+// it is not done; the same FMAs per chain in the same order: bitwise the plain text. Measured as the
+// word rows-headw (H200, experiments/25-compile/gpu_head15/call1, medians of 3 alternated rounds): the
+// kernel 16.15 us against 16.65, 18.85 against 19.26 per replay alone, the head's stage 3.51k cycles
+// against 4.43k; the word removed since.
 //
 // Tried and removed (issue 15): rows-tc, the matmul stages as tensor-core GEMVs (H200,
 // experiments/25-compile/gpu_tc15/call1): the kernel 43.51 us against 18.23, and the probes' logits
@@ -228,13 +230,9 @@ RowsPlan plan_rows(const Graph& captured);
 // text's values.
 // Its LayerNorms' statistics (not plain) are the .cpp's ln2_text's (kPreludeLds1's comment says what
 // the SASS showed): the same values bitwise.
-// headw (CudaCodegenOptions::rows_headw, MINIGPT_CUDA_VARIANT=rows-headw; issue 15, head15): the
-// default text but the head (a one-chain-per-output matmul of more outputs than threads, lm_head) not
-// prewaited: each thread waits on the mbarrier of its chain's piece itself (rw_piece_at) right before
-// that chain, and a warp of two chains runs them one after the other (chain 0's pieces were issued
-// first; the same FMAs in the same order per chain), so warps whose pieces landed start at once
-// instead of all waiting for the last of the head's pieces; the same values, bitwise.
-CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false, bool headw = false);
+// Its head (lm_head) is not prewaited: each thread waits for its own chains' pieces ("The head's
+// waits" above).
+CudaCode generate_rows(const RowsPlan& p, Schedule& schedule_out, bool plain = false, bool trace = false);
 
 // The weight image of code (code.image_floats floats, padding zero) from the graph's weights:
 // weight(tensor id) gives a weight's values (row-major, its shape).

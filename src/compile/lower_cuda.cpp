@@ -23,9 +23,9 @@ CudaLowered lower_cuda(const Graph& captured, const PassOptions& passes, const C
     if (rp.refused.empty()) {
       l.passes_s = t0.elapsed_s();
       const Timer t1;
-      l.code = generate_rows(rp, l.schedule, codegen.rows_plain, codegen.rows_trace, codegen.rows_headw);
+      l.code = generate_rows(rp, l.schedule, codegen.rows_plain, codegen.rows_trace);
       l.codegen_s = t1.elapsed_s();
-      l.note = fmt::format("rows form{}: {} stages, one cluster of {} CTAs per sequence", codegen.rows_plain ? " (plain text)" : codegen.rows_headw ? " (headw)" : "", rp.stages.size(), rp.T);
+      l.note = fmt::format("rows form{}: {} stages, one cluster of {} CTAs per sequence", codegen.rows_plain ? " (plain text)" : "", rp.stages.size(), rp.T);
       return l;
     }
     l.note = fmt::format("rows form refused ({}); the other options' form instead", rp.refused);
@@ -99,11 +99,10 @@ void apply_variant_words(CudaCodegenOptions& cg, const std::string& words) {
     else if (w == "next-all") cg.mlp_next_split = false;
     else if (w == "rows") cg.rows = true;
     else if (w == "rows-plain") cg.rows = true, cg.rows_plain = true;
-    else if (w == "rows-headw") cg.rows = true, cg.rows_headw = true;
     else if (w == "no-rows") cg.rows = false;
     else if (w.starts_with("rows") && w.size() == 5 && w[4] >= '1' && w[4] <= '8') cg.mlp_rows = w[4] - '0';
     else MINIGPT_FAIL("MINIGPT_CUDA_VARIANT: unknown word '{}' (weights-plain weights-restrict ln-early ln-late mlp-async mlp-sync mlp-pull "
-                      "mlp-push no-cluster rowsN smem-vec4 proj-apart mlp-apart mbar-cta pad-launches mlp-next next-all rows rows-plain rows-headw no-rows)", w);
+                      "mlp-push no-cluster rowsN smem-vec4 proj-apart mlp-apart mbar-cta pad-launches mlp-next next-all rows rows-plain no-rows)", w);
   }
 }
 

@@ -687,21 +687,6 @@ TEST(CompileCuda, RowsFormDefaultAndPlainTextsAgreeBitwise) {
   rows_texts_agree_bitwise(o, plain);
 }
 
-// rows-headw (issue 15, head15; codegen_cuda_rows.h's generate_rows): the head not prewaited, each
-// thread waiting for its own chains' pieces right before each chain, a warp's two chains run one after
-// the other: the same FMAs in the same order per chain, so the same bits as the default at every case.
-TEST(CompileCuda, RowsFormDefaultAndHeadwTextsAgreeBitwise) {
-  SKIP_WITHOUT_GPU();
-  if (!hopper_or_later()) GTEST_SKIP() << "thread-block clusters need sm_90 or later";
-  if (const char* v = std::getenv("MINIGPT_CUDA_VARIANT"); v && std::string(v).find("rows-plain") != std::string::npos)
-    GTEST_SKIP() << "MINIGPT_CUDA_VARIANT=" << v << ": the default text is the plain one";
-  CudaCompileOptions def = cuda_options(true);
-  def.codegen.rows = true;
-  CudaCompileOptions headw = def;
-  headw.codegen.rows_headw = true;
-  rows_texts_agree_bitwise(headw, def);
-}
-
 // The rows form's stage trace (CudaCompiledGraph::trace_rows: the traced text compiled and launched
 // apart from the timed one): one interval per stage plus the start and the attentions' steps (the
 // k, v wait; scores, max, sum, probabilities x v, store; the last warp's prewait where the

@@ -176,7 +176,7 @@ std::string variant_name(const CudaCodegenOptions& cg) {
                                    : "") +
                               (cg.pad_launches && !cg.megakernel ? " pad-launches" : "");
   if (cg.rows)  // (the GEMM options do not apply)
-    return std::string("rows") + (cg.rows_plain ? " rows-plain" : "") + (cg.rows_headw ? " rows-headw" : "");
+    return std::string("rows") + (cg.rows_plain ? " rows-plain" : "");
   if (cg.megakernel) return (cg.megakernel_threads > 0 ? fmt::format("megakernel {}", cg.megakernel_threads) : "megakernel") + unfused;
   return std::string(cg.generated_gemm ? "generated-gemm" : "cublas") + (cg.pdl ? " pdl" : "") + unfused;
 }
