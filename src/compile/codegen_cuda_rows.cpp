@@ -90,6 +90,17 @@ __device__ __forceinline__ void rw_dot(const float* a, const float* const (&w)[J
   }
 }
 )";
+// the statistics: kPreludeLnText's @STATS@ (rows-plain's; the default text's are ln2_text's kLnGather)
+const char* kLnButterfly = R"(#pragma unroll
+  for (int off = 8; off > 0; off >>= 1) {
+    s += __shfl_xor_sync(RW_FULL, s, off);
+    q += __shfl_xor_sync(RW_FULL, q, off);
+  }
+  const double inv_c = 1.0 / static_cast<double>(C);
+  const double m = s * inv_c;
+  const double var = fmax(q * inv_c - m * m, 0.0);
+  const float mean = static_cast<float>(m), rstd = rsqrtf(static_cast<float>(var + static_cast<double>(eps)));
+)";
 const std::vector<std::pair<std::string, std::string>> kDotPlain = {{"@DOC@", ""}, {"@DECL@", ""}, {"@UNROLL@", "4"}};
 const std::vector<std::pair<std::string, std::string>> kDotDefault = {
     {"@DOC@", ". For K <= 64 the k loop is fully\n"
@@ -118,16 +129,7 @@ __device__ __forceinline__ void rw_layernorm(const float* x, float* out, const f
 #pragma unroll
     for (int e = 0; e < E; ++e) { s += dv[e]; q = fma(dv[e], dv[e], q); }
   }
-#pragma unroll
-  for (int off = 8; off > 0; off >>= 1) {
-    s += __shfl_xor_sync(RW_FULL, s, off);
-    q += __shfl_xor_sync(RW_FULL, q, off);
-  }
-  const double inv_c = 1.0 / static_cast<double>(C);
-  const double m = s * inv_c;
-  const double var = fmax(q * inv_c - m * m, 0.0);
-  const float mean = static_cast<float>(m), rstd = rsqrtf(static_cast<float>(var + static_cast<double>(eps)));
-  if ((threadIdx.x & 31) < 16) {
+@STATS@  if ((threadIdx.x & 31) < 16) {
 #pragma unroll
     for (int e = 0; e < E; ++e) out[sub + 16 * e] = (v[e] - mean) * rstd * @WB@;
   }
@@ -137,6 +139,7 @@ const std::vector<std::pair<std::string, std::string>> kLnPlain = {
     {"@DOC@", " (gpt_mega_parts.cuh's\n// layernorm_rows_t and row_stats, the same arithmetic)"},
     {"@REGS@", ""},
     {"@LOAD@", "{ v[e] = x[sub + 16 * e]; dv[e] = v[e]; }"},
+    {"@STATS@", kLnButterfly},
     {"@WB@", "w[sub + 16 * e] + b[sub + 16 * e]"}};
 const std::vector<std::pair<std::string, std::string>> kLnDefault = {
     {"@DOC@", ". The gain and bias are loaded\n"
@@ -145,6 +148,7 @@ const std::vector<std::pair<std::string, std::string>> kLnDefault = {
               "// constant offsets from one base, so it may already load them early; this does not rely on that)"},
     {"@REGS@", ", wv[E], bv[E]"},
     {"@LOAD@", "{\n    v[e] = x[sub + 16 * e];\n    wv[e] = w[sub + 16 * e];\n    bv[e] = b[sub + 16 * e];\n    dv[e] = v[e];\n  }"},
+    {"@STATS@", kLnButterfly},
     {"@WB@", "wv[e] + bv[e]"}};
 // rw_layernorm_parts (the deferred matmuls' LayerNorm: proj by heads, fc2 by slices): rw_layernorm's text
 // (the default's) with its row formed while loaded: the S partials of column c (parts + j C + c) added
@@ -159,6 +163,7 @@ const std::vector<std::pair<std::string, std::string>> kLnParts = {
                "    if constexpr (BIAS) xe = xe + bias[c];\n    if constexpr (RES) xe = xe + res[c];\n"
                "    if constexpr (MID) { if ((threadIdx.x & 31) < 16) mid[c] = xe; }\n"
                "    v[e] = xe;\n    wv[e] = w[c];\n    bv[e] = b[c];\n    dv[e] = v[e];\n  }"},
+    {"@STATS@", kLnButterfly},
     {"@WB@", "wv[e] + bv[e]"}};
 const char* kLnSignature = "template <int C>\n__device__ __forceinline__ void rw_layernorm(const float* x, float* out, const float* w, const float* b, float eps) {";
 const char* kLnPartsSignature =
@@ -245,17 +250,6 @@ __device__ __forceinline__ float rw_rsqrt_normal(float x) {
   asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
   return r;
 }
-)";
-// rows-plain's statistics text (in kPreludeLnText) and the default text's (ln2_text swaps the one for the other)
-const char* kLnButterfly = R"(#pragma unroll
-  for (int off = 8; off > 0; off >>= 1) {
-    s += __shfl_xor_sync(RW_FULL, s, off);
-    q += __shfl_xor_sync(RW_FULL, q, off);
-  }
-  const double inv_c = 1.0 / static_cast<double>(C);
-  const double m = s * inv_c;
-  const double var = fmax(q * inv_c - m * m, 0.0);
-  const float mean = static_cast<float>(m), rstd = rsqrtf(static_cast<float>(var + static_cast<double>(eps)));
 )";
 const char* kLnGather = R"(  // the butterfly's tree in 2 rounds of 3 gathered lanes: round 1 its steps 8 and 4, round 2
   // its steps 2 and 1 (the same additions of the same operands)
