@@ -1102,7 +1102,7 @@ TEST(CompileCudaRows, DefaultTextCarriesTheHandWrittenKernelsVariantsAndPlainNon
   const std::string plain = pl.code.source, plain_code = code_only(plain);
   // the same layout but for the deferred matmuls' partials (and their reads living to the LayerNorm)
   EXPECT_LT(pl.code.launches[0].smem, lower_rows(g).code.launches[0].smem);
-  // LayerNorm: w, b loaded with the row (rw_lds1: the default's statistics, ln2_text); the output from registers
+  // LayerNorm: w, b loaded with the row (rw_lds1: the default's statistics, kLnGather); the output from registers
   EXPECT_TRUE(contains(code, "wv[e] = rw_lds1(w + sub + 16 * e);"));
   EXPECT_TRUE(contains(code, "bv[e] = rw_lds1(b + sub + 16 * e);"));
   EXPECT_TRUE(contains(code, "* rstd * wv[e] + bv[e];"));
@@ -1528,10 +1528,10 @@ TEST(CompileCudaRows, DeferredMatmulsDropTwoStagesPerLayer) {
   const size_t L = static_cast<size_t>(shipped.n_layer);
   const Graph g = capture_gpt(shipped, 2, 16);
   const std::string def = lower_rows(g).code.source, plain = lower_rows_words(g, "rows-plain").code.source;
-  // the default text pinned (attention2_text's attentions, proj and fc2 deferred, ln2_text's statistics,
+  // the default text pinned (attention2_text's attentions, proj and fc2 deferred, kLnGather's statistics,
   // the head's waits per chain); a deliberate
   // change to it updates this hash and says why
-  EXPECT_EQ(sha256_hex(def), "1f8aa00c6d8444ac742d7a599e9620b5019bc764212cbcfbcf3836eb3dd884fc") << "the default rows text at the shipped (2, 16) changed";
+  EXPECT_EQ(sha256_hex(def), "65f9889f982abac6c1570e149831d366fc11fc1c3c3ac912d4ba01f17c04fc1c") << "the default rows text at the shipped (2, 16) changed";
   EXPECT_FALSE(contains(plain, "rw_layernorm_parts"));
   EXPECT_FALSE(contains(plain, "bar.sync"));
   const std::string dc = code_only(def);
@@ -1639,7 +1639,7 @@ TEST(CompileCudaRows, DefaultHeadWaitsPerChain) {
   }
 }
 
-// The default text's LayerNorm statistics (issue 15, ln15; codegen_cuda_rows.cpp's ln2_text, measured as
+// The default text's LayerNorm statistics (issue 15, ln15; codegen_cuda_rows.cpp's kLnDefault and kLnParts with kLnGather, measured as
 // the word rows-ln2 in gpu_final15): rw_layernorm's (and rw_layernorm_parts', with the deferred matmuls)
 // 16-lane sums in 2 gather rounds, rsqrt without the denormal scaling, every lane storing, the gain and
 // bias by rw_lds1; rows-plain keeps kPreludeLnText's butterfly; every default text compiles (NVRTC, where built with it) at the rows tests' shapes. (That

@@ -90,7 +90,7 @@ __device__ __forceinline__ void rw_dot(const float* a, const float* const (&w)[J
   }
 }
 )";
-// the statistics: kPreludeLnText's @STATS@ (rows-plain's; the default text's are ln2_text's kLnGather)
+// the statistics: kPreludeLnText's @STATS@ (rows-plain's; the default text's are kLnGather's)
 const char* kLnButterfly = R"(#pragma unroll
   for (int off = 8; off > 0; off >>= 1) {
     s += __shfl_xor_sync(RW_FULL, s, off);
@@ -100,6 +100,23 @@ const char* kLnButterfly = R"(#pragma unroll
   const double m = s * inv_c;
   const double var = fmax(q * inv_c - m * m, 0.0);
   const float mean = static_cast<float>(m), rstd = rsqrtf(static_cast<float>(var + static_cast<double>(eps)));
+)";
+// the default text's statistics (ln15; the SASS reading above kPreludeLds1 says why each step keeps the bits)
+const char* kLnGather = R"(  // the butterfly's tree in 2 rounds of 3 gathered lanes: round 1 its steps 8 and 4, round 2
+  // its steps 2 and 1 (the same additions of the same operands)
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int o1 = r == 0 ? 8 : 2, o2 = r == 0 ? 4 : 1;
+    const double s1 = __shfl_xor_sync(RW_FULL, s, o1), s2 = __shfl_xor_sync(RW_FULL, s, o2), s3 = __shfl_xor_sync(RW_FULL, s, o1 | o2);
+    const double q1 = __shfl_xor_sync(RW_FULL, q, o1), q2 = __shfl_xor_sync(RW_FULL, q, o2), q3 = __shfl_xor_sync(RW_FULL, q, o1 | o2);
+    s = (s + s1) + (s2 + s3);
+    q = (q + q1) + (q2 + q3);
+  }
+  const double inv_c = 1.0 / static_cast<double>(C);
+  const double m = s * inv_c;
+  const double var = fmax(q * inv_c - m * m, 0.0);
+  const float xr = static_cast<float>(var + static_cast<double>(eps));
+  const float mean = static_cast<float>(m), rstd = eps >= 1.17549435e-38f ? rw_rsqrt_normal(xr) : rsqrtf(xr);
 )";
 const std::vector<std::pair<std::string, std::string>> kDotPlain = {{"@DOC@", ""}, {"@DECL@", ""}, {"@UNROLL@", "4"}};
 const std::vector<std::pair<std::string, std::string>> kDotDefault = {
@@ -129,7 +146,7 @@ __device__ __forceinline__ void rw_layernorm(const float* x, float* out, const f
 #pragma unroll
     for (int e = 0; e < E; ++e) { s += dv[e]; q = fma(dv[e], dv[e], q); }
   }
-@STATS@  if ((threadIdx.x & 31) < 16) {
+@STATS@  @STORE@
 #pragma unroll
     for (int e = 0; e < E; ++e) out[sub + 16 * e] = (v[e] - mean) * rstd * @WB@;
   }
@@ -140,6 +157,7 @@ const std::vector<std::pair<std::string, std::string>> kLnPlain = {
     {"@REGS@", ""},
     {"@LOAD@", "{ v[e] = x[sub + 16 * e]; dv[e] = v[e]; }"},
     {"@STATS@", kLnButterfly},
+    {"@STORE@", "if ((threadIdx.x & 31) < 16) {"},
     {"@WB@", "w[sub + 16 * e] + b[sub + 16 * e]"}};
 const std::vector<std::pair<std::string, std::string>> kLnDefault = {
     {"@DOC@", ". The gain and bias are loaded\n"
@@ -147,8 +165,9 @@ const std::vector<std::pair<std::string, std::string>> kLnDefault = {
               "// previous element's store wherever the compiler cannot tell out from w and b apart (here all are\n"
               "// constant offsets from one base, so it may already load them early; this does not rely on that)"},
     {"@REGS@", ", wv[E], bv[E]"},
-    {"@LOAD@", "{\n    v[e] = x[sub + 16 * e];\n    wv[e] = w[sub + 16 * e];\n    bv[e] = b[sub + 16 * e];\n    dv[e] = v[e];\n  }"},
-    {"@STATS@", kLnButterfly},
+    {"@LOAD@", "{\n    v[e] = x[sub + 16 * e];\n    wv[e] = rw_lds1(w + sub + 16 * e);\n    bv[e] = rw_lds1(b + sub + 16 * e);\n    dv[e] = v[e];\n  }"},
+    {"@STATS@", kLnGather},
+    {"@STORE@", "{  // every lane: lanes 16..31 store lanes 0..15's values (no branch for the loads to sink into)"},
     {"@WB@", "wv[e] + bv[e]"}};
 // rw_layernorm_parts (the deferred matmuls' LayerNorm: proj by heads, fc2 by slices): rw_layernorm's text
 // (the default's) with its row formed while loaded: the S partials of column c (parts + j C + c) added
@@ -162,8 +181,9 @@ const std::vector<std::pair<std::string, std::string>> kLnParts = {
     {"@LOAD@", "{\n    const int c = sub + 16 * e;\n    float xe = parts[c];\n#pragma unroll\n    for (int j = 1; j < S; ++j) xe = xe + parts[j * C + c];\n"
                "    if constexpr (BIAS) xe = xe + bias[c];\n    if constexpr (RES) xe = xe + res[c];\n"
                "    if constexpr (MID) { if ((threadIdx.x & 31) < 16) mid[c] = xe; }\n"
-               "    v[e] = xe;\n    wv[e] = w[c];\n    bv[e] = b[c];\n    dv[e] = v[e];\n  }"},
-    {"@STATS@", kLnButterfly},
+               "    v[e] = xe;\n    wv[e] = rw_lds1(w + c);\n    bv[e] = rw_lds1(b + c);\n    dv[e] = v[e];\n  }"},
+    {"@STATS@", kLnGather},
+    {"@STORE@", "{  // every lane: lanes 16..31 store lanes 0..15's values (no branch for the loads to sink into)"},
     {"@WB@", "wv[e] + bv[e]"}};
 const char* kLnSignature = "template <int C>\n__device__ __forceinline__ void rw_layernorm(const float* x, float* out, const float* w, const float* b, float eps) {";
 const char* kLnPartsSignature =
@@ -251,39 +271,6 @@ __device__ __forceinline__ float rw_rsqrt_normal(float x) {
   return r;
 }
 )";
-const char* kLnGather = R"(  // the butterfly's tree in 2 rounds of 3 gathered lanes: round 1 its steps 8 and 4, round 2
-  // its steps 2 and 1 (the same additions of the same operands)
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int o1 = r == 0 ? 8 : 2, o2 = r == 0 ? 4 : 1;
-    const double s1 = __shfl_xor_sync(RW_FULL, s, o1), s2 = __shfl_xor_sync(RW_FULL, s, o2), s3 = __shfl_xor_sync(RW_FULL, s, o1 | o2);
-    const double q1 = __shfl_xor_sync(RW_FULL, q, o1), q2 = __shfl_xor_sync(RW_FULL, q, o2), q3 = __shfl_xor_sync(RW_FULL, q, o1 | o2);
-    s = (s + s1) + (s2 + s3);
-    q = (q + q1) + (q2 + q3);
-  }
-  const double inv_c = 1.0 / static_cast<double>(C);
-  const double m = s * inv_c;
-  const double var = fmax(q * inv_c - m * m, 0.0);
-  const float xr = static_cast<float>(var + static_cast<double>(eps));
-  const float mean = static_cast<float>(m), rstd = eps >= 1.17549435e-38f ? rw_rsqrt_normal(xr) : rsqrtf(xr);
-)";
-// kPreludeLnText's LayerNorm text (rw_layernorm's or rw_layernorm_parts') made the default text's
-std::string ln2_text(std::string t) {
-  auto swap = [&](const std::string& from, const std::string& to) {
-    const size_t at = t.find(from);
-    MINIGPT_CHECK(at != std::string::npos && t.find(from, at + 1) == std::string::npos, "rows prelude (ln2_text): a text not once");
-    t.replace(at, from.size(), to);
-  };
-  swap(kLnButterfly, kLnGather);
-  swap("  if ((threadIdx.x & 31) < 16) {\n#pragma unroll\n    for (int e = 0; e < E; ++e) out[",
-       "  {  // every lane: lanes 16..31 store lanes 0..15's values (no branch for the loads to sink into)\n"
-       "#pragma unroll\n    for (int e = 0; e < E; ++e) out[");
-  if (t.find("    wv[e] = w[c];\n    bv[e] = b[c];\n") != std::string::npos)
-    swap("    wv[e] = w[c];\n    bv[e] = b[c];\n", "    wv[e] = rw_lds1(w + c);\n    bv[e] = rw_lds1(b + c);\n");
-  else
-    swap("    wv[e] = w[sub + 16 * e];\n    bv[e] = b[sub + 16 * e];\n", "    wv[e] = rw_lds1(w + sub + 16 * e);\n    bv[e] = rw_lds1(b + sub + 16 * e);\n");
-  return t;
-}
 
 // ---- the analysis ----
 
@@ -802,7 +789,6 @@ std::string attention2_text(int64_t T, int64_t dh, int64_t ks, int64_t vs, int64
 
 CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trace) {
   const bool headw = !plain;  // the head waits per chain, not prewaited (codegen_cuda_rows.h, "The head's waits")
-  const bool ln2 = !plain;  // the default's LayerNorm statistics are ln2_text's (rows-plain keeps kPreludeLnText's)
   MINIGPT_CHECK(p.refused.empty(), "generate_rows: the graph was refused: {}", p.refused);
   const Graph& g = p.graph;
   const int NT = kRowsThreads, NW = NT / 32;
@@ -1422,9 +1408,9 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
   if (!plain)
     src += "// (its attention stages: the v rows loaded before the scores, the exps gathered once for the sum and the\n"
            "// probabilities, attention2_text)\n";
-  if (ln2)
+  if (!plain)
     src += "// (its LayerNorms' 16-lane sums in 2 rounds of gathered lanes, the clamp a select, rsqrt without the\n"
-           "// denormal scaling, the gain and bias loaded with the row: ln2_text)\n";
+           "// denormal scaling, the gain and bias loaded with the row: kLnGather)\n";
   if (any_defer)
     src += fmt::format("// (deferred matmuls, the same values bitwise:{}{}; the LayerNorm after each forms its input from the partials)\n",
                        std::count(defer.begin(), defer.end(), kRowsFuseProjHeads) ? " a matmul by heads in the attention stage" : "",
@@ -1437,8 +1423,8 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
     src += kPreludeQk;
   } else {
     src += rw_text(kPreludeDotText, kDotDefault);
-    if (ln2) src += kPreludeLds1;
-    src += ln2 ? ln2_text(rw_text(kPreludeLnText, kLnDefault)) : rw_text(kPreludeLnText, kLnDefault);
+    src += kPreludeLds1;
+    src += rw_text(kPreludeLnText, kLnDefault);
     src += kPreludeMax;  // (no rw_dot_qk: attention2_text writes the scores' FMAs out)
     src += kPreludeLds4;
     if (any_defer) {
@@ -1446,7 +1432,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
       const size_t at = t.find(kLnSignature);
       MINIGPT_CHECK(at != std::string::npos, "rows prelude: rw_layernorm's signature not found");
       t.replace(at, std::string(kLnSignature).size(), kLnPartsSignature);
-      src += ln2 ? ln2_text(t) : t;
+      src += t;
     }
   }
   src += fmt::format(

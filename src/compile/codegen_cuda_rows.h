@@ -228,7 +228,7 @@ RowsPlan plan_rows(const Graph& captured);
 // every matmul that lines up (kRowsFuseProjHeads, kRowsFuseMlpSlices: the paragraph above), its
 // partials computed in the previous stage and its epilogue in the LayerNorm's: bitwise the plain
 // text's values.
-// Its LayerNorms' statistics (not plain) are the .cpp's ln2_text's (kPreludeLds1's comment says what
+// Its LayerNorms' statistics (not plain) are the .cpp's kLnGather's (kPreludeLds1's comment says what
 // the SASS showed): the same values bitwise.
 // Its head (lm_head) is not prewaited: each thread waits for its own chains' pieces ("The head's
 // waits" above).
