@@ -540,10 +540,9 @@ RowsLayout rows_layout(const RowsPlan& p, const std::vector<int>& defer = {}) {
 //     per thread: K <= the CTA's threads), slice j's K / S columns whole warps (a multiple of 32)
 //     computing slice j's M <= K / S partials after a named barrier of theirs (S <= 15 barriers).
 // The rest keeps its stage.
-std::vector<int> rows_deferrals(const RowsPlan& p, int fuse) {
+std::vector<int> rows_deferrals(const RowsPlan& p) {
   const Graph& g = p.graph;
   std::vector<int> d(p.stages.size(), 0);
-  if (fuse == 0) return d;
   for (size_t s = 1; s + 1 < p.stages.size(); ++s) {
     const RowsStage &pr = p.stages[s - 1], &mm = p.stages[s], &ln = p.stages[s + 1];
     if (d[s - 1] != 0 || mm.kind != RowsStage::Kind::Matmul || mm.kv || mm.slices < 2 || ln.kind != RowsStage::Kind::LayerNorm) continue;
@@ -552,11 +551,11 @@ std::vector<int> rows_deferrals(const RowsPlan& p, int fuse) {
     if (g.nodes[static_cast<size_t>(pr.node)].output != n.inputs[0]) continue;
     const int S = mm.slices;
     const int64_t ks = mm.K / S;
-    if ((fuse & kRowsFuseProjHeads) && pr.kind == RowsStage::Kind::Attention) {
+    if (pr.kind == RowsStage::Kind::Attention) {
       const Node& a = g.nodes[static_cast<size_t>(pr.node)];
       const int64_t dh = g.tensor(a.output).cols() / a.heads;
       if (a.heads == S && dh == ks && mm.M % 32 == 0 && mm.M <= 128) d[s] = kRowsFuseProjHeads;
-    } else if ((fuse & kRowsFuseMlpSlices) && pr.kind == RowsStage::Kind::Matmul && !pr.kv && pr.slices == 1) {
+    } else if (pr.kind == RowsStage::Kind::Matmul && !pr.kv && pr.slices == 1) {
       if (pr.M == mm.K && pr.M <= kRowsThreads && ks % 32 == 0 && mm.M <= ks && S <= 15) d[s] = kRowsFuseMlpSlices;
     }
   }
@@ -799,7 +798,7 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
   // plain text), and the layouts (rows_layout: plan_rows checked that the ring fits without
   // deferrals; with them a stage reads its pieces and the deferred matmul's: where those do not fit
   // the ring, no deferral at all)
-  std::vector<int> defer = rows_deferrals(p, plain ? 0 : kRowsFuseProjHeads | kRowsFuseMlpSlices);
+  std::vector<int> defer = plain ? std::vector<int>(p.stages.size(), 0) : rows_deferrals(p);
   RowsLayout L = rows_layout(p, defer);
   if (L.ns < L.most) {
     defer.assign(p.stages.size(), 0);
