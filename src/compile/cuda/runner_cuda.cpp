@@ -422,12 +422,14 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
     }
     double best = 1e30;
     const CudaCodegenOptions* pick = nullptr;
+    const Timer tuning;
     for (const CudaCodegenOptions& cg : candidates) {
       const std::string name = variant_name(cg);
       try {
         build(opt, cg, name);
         const double us = time_graph(50, 20).batched_us;
         stats_.candidates += fmt::format("{}{} {:.2f} us", stats_.candidates.empty() ? "" : ", ", name, us);
+        ++stats_.tuned;
         if (!opt.quiet) fmt::print(stderr, "minigpt compile: max-autotune {} {}: {:.2f} us per forward\n", captured.name, name, us);
         if (us < best) {
           best = us;
@@ -438,6 +440,7 @@ CudaCompiledGraph::CudaCompiledGraph(const Graph& captured, const WeightBinding&
         fmt::print(stderr, "minigpt compile: max-autotune candidate {} skipped: {}\n", name, e.what());
       }
     }
+    stats_.tuning_s = tuning.elapsed_s();
     MINIGPT_CHECK(pick, "compile: max-autotune: no candidate built for {}", captured.name);
     stats_.why = "max-autotune: the fastest measured";  // (before the build, which adds its lowering's note: the rows form's)
     build(opt, *pick, variant_name(*pick));

@@ -59,6 +59,8 @@ struct CudaCompileOptions {
 
 struct CudaCompileStats {
   double passes_s = 0, codegen_s = 0, nvrtc_s = 0, load_s = 0, total_s = 0;
+  double tuning_s = 0;  // max-autotune: building and timing its candidates, before the kept one's build
+  int tuned = 0;        // max-autotune: how many candidates were built and timed
   bool cache_hit = false;
   std::string key, arch, variant;
   std::string candidates;  // max-autotune: each candidate's measured forward ("cublas 250.1 us, ...")
