@@ -986,6 +986,36 @@ CudaLowered lower_rows(const Graph& g) {
   cg.rows = true;
   return lower_cuda(g, PassOptions{}, cg);
 }
+
+// the text MINIGPT_CUDA_VARIANT's words ask for ("rows", "rows-plain", ...)
+CudaLowered lower_rows_words(const Graph& g, const char* words) {
+  CudaCodegenOptions cg;
+  cg.generated_gemm = true;
+  apply_variant_words(cg, words);
+  return lower_cuda(g, PassOptions{}, cg);
+}
+
+// The rows tests' nine shapes (the GPU's RowsFormDefaultAndPlainTextsAgreeBitwise runs the same ones):
+// the shipped model at (2, 16), (3, 5), (1, 1); the tiny config at (2, 16), (3, 7); d_model 64 with
+// V 300 (one head column per thread, some threads none) and V 660 (two chains in some warps); d_model
+// 96 / V 200 (a stage whose threads wait on the mbarriers) and d_model 32 / V 1100 (three chains).
+struct RowsCase {
+  ModelConfig c;
+  int64_t B, T;
+};
+std::vector<RowsCase> rows_cases() {
+  ModelConfig shipped, c300, c660, d96, d32;
+  shipped.vocab_size = 611;
+  c300.vocab_size = 300;
+  c660.vocab_size = 660;
+  d96.d_model = 96;
+  d96.vocab_size = 200;
+  d32.d_model = 32;
+  d32.vocab_size = 1100;
+  const ModelConfig tiny = compile_tiny_config();
+  return {{shipped, 2, 16}, {shipped, 3, 5}, {shipped, 1, 1}, {tiny, 2, 16}, {tiny, 3, 7},
+          {c300, 2, 16},    {c660, 3, 5},    {d96, 2, 16},    {d32, 3, 5}};
+}
 }  // namespace
 
 TEST(CompileCudaRows, AnalysisTakesTheForwardAndRefusesWhatIsNotRowLocal) {
@@ -1513,15 +1543,6 @@ TEST(CompileCudaNvrtc, RowsFormCompilesForSm90a) {
 // LayerNorm after each forming its input from the partials: two CTA barriers fewer per layer, the
 // default text pinned, every text compiling at the rows tests' shapes; shapes whose slicing does not
 // line up (d_model 96: proj by 2 slices over 4 heads) keep the stage. The plain text defers none.
-namespace {
-CudaLowered lower_rows_words(const Graph& g, const char* words) {
-  CudaCodegenOptions cg;
-  cg.generated_gemm = true;
-  apply_variant_words(cg, words);
-  return lower_cuda(g, PassOptions{}, cg);
-}
-}  // namespace
-
 TEST(CompileCudaRows, DeferredMatmulsDropTwoStagesPerLayer) {
   ModelConfig shipped;
   shipped.vocab_size = 611;
@@ -1550,19 +1571,7 @@ TEST(CompileCudaRows, DeferredMatmulsDropTwoStagesPerLayer) {
   // the stages' barriers: the plain text's less the fused softmax's and the deferred matmuls'
   EXPECT_EQ(count_of(dc, "__syncthreads();") + 1 + 2 * L, count_of(code_only(plain), "__syncthreads();"));
   // the other shapes: those whose slices line up take it (fewer barriers), the rest keep it; all compile
-  ModelConfig c300, c660, d96, d32;
-  c300.vocab_size = 300;
-  c660.vocab_size = 660;
-  d96.d_model = 96;
-  d96.vocab_size = 200;
-  d32.d_model = 32;
-  d32.vocab_size = 1100;
-  struct Case {
-    ModelConfig c;
-    int64_t B, T;
-  };
-  for (const Case& k : {Case{shipped, 2, 16}, Case{shipped, 3, 5}, Case{shipped, 1, 1}, Case{compile_tiny_config(), 2, 16},
-                        Case{compile_tiny_config(), 3, 7}, Case{c300, 2, 16}, Case{c660, 3, 5}, Case{d96, 2, 16}, Case{d32, 3, 5}}) {
+  for (const RowsCase& k : rows_cases()) {
     const Graph gk = capture_gpt(k.c, k.B, k.T);
     const CudaLowered l = lower_rows(gk), pl = lower_rows_words(gk, "rows-plain");
     const std::string what = fmt::format("d_model {} V {} ({}, {})", k.c.d_model, k.c.vocab_size, k.B, k.T);
@@ -1600,20 +1609,7 @@ TEST(CompileCudaRows, DeferredMatmulsDropTwoStagesPerLayer) {
 // NVRTC); elsewhere no such line. (Its values are the plain text's, bitwise:
 // RowsFormDefaultAndPlainTextsAgreeBitwise, on the GPU.)
 TEST(CompileCudaRows, DefaultHeadWaitsPerChain) {
-  ModelConfig shipped, c300, c660, d96, d32;
-  shipped.vocab_size = 611;
-  c300.vocab_size = 300;
-  c660.vocab_size = 660;
-  d96.d_model = 96;
-  d96.vocab_size = 200;
-  d32.d_model = 32;
-  d32.vocab_size = 1100;
-  struct Case {
-    ModelConfig c;
-    int64_t B, T;
-  };
-  for (const Case& k : {Case{shipped, 2, 16}, Case{shipped, 3, 5}, Case{shipped, 1, 1}, Case{compile_tiny_config(), 2, 16},
-                        Case{compile_tiny_config(), 3, 7}, Case{c300, 2, 16}, Case{c660, 3, 5}, Case{d96, 2, 16}, Case{d32, 3, 5}}) {
+  for (const RowsCase& k : rows_cases()) {
     const Graph gk = capture_gpt(k.c, k.B, k.T);
     const CudaLowered l = lower_rows(gk);
     const std::string what = fmt::format("d_model {} V {} ({}, {})", k.c.d_model, k.c.vocab_size, k.B, k.T);
@@ -1645,20 +1641,7 @@ TEST(CompileCudaRows, DefaultHeadWaitsPerChain) {
 // bias by rw_lds1; rows-plain keeps kPreludeLnText's butterfly; every default text compiles (NVRTC, where built with it) at the rows tests' shapes. (That
 // the values are the plain text's, bitwise, is RowsFormDefaultAndPlainTextsAgreeBitwise's, on the GPU.)
 TEST(CompileCudaRows, DefaultLayerNormStatisticsAreLn2TextsAndPlainKeepsItsOwn) {
-  ModelConfig shipped, c300, c660, d96, d32;
-  shipped.vocab_size = 611;
-  c300.vocab_size = 300;
-  c660.vocab_size = 660;
-  d96.d_model = 96;
-  d96.vocab_size = 200;
-  d32.d_model = 32;
-  d32.vocab_size = 1100;
-  struct Case {
-    ModelConfig c;
-    int64_t B, T;
-  };
-  for (const Case& k : {Case{shipped, 2, 16}, Case{shipped, 3, 5}, Case{shipped, 1, 1}, Case{compile_tiny_config(), 2, 16},
-                        Case{compile_tiny_config(), 3, 7}, Case{c300, 2, 16}, Case{c660, 3, 5}, Case{d96, 2, 16}, Case{d32, 3, 5}}) {
+  for (const RowsCase& k : rows_cases()) {
     const Graph g = capture_gpt(k.c, k.B, k.T);
     const CudaLowered d = lower_rows_words(g, "rows"), pl = lower_rows_words(g, "rows-plain");
     const std::string what = fmt::format("default at d_model {} V {} ({}, {})", k.c.d_model, k.c.vocab_size, k.B, k.T);
