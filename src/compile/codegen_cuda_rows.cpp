@@ -1283,16 +1283,16 @@ CudaCode generate_rows(const RowsPlan& p, Schedule& sched, bool plain, bool trac
         MINIGPT_CHECK(q >= 0, "rows: attention {} without its qkv stage", st.attention);
         b += fmt::format("  if (warp < {}) {{\n    const int hh = warp, nk = t + 1;\n    const float* qt = sm + {} + hh * {};\n", H, q, dh);
         b += fmt::format("    const int e = hh * {} + (lane % {}) * 4;  // lanes < dh / 4: att's columns e..e+3\n", dh, dh / 4);
-        const std::string sc_line = fmt::format("    const float sc = lane < nk ? rw_dot_qk<{}>(qt, sm + {} + lane * {} + hh * {}) * {:.9g}f : -CUDART_INF_F;\n",
-                                                dh, ks, ldk, dh, 1.0f / std::sqrt(static_cast<float>(dh)));
+        const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
         // the attention's own trace intervals (thread 0: warp 0, head 0, of the last row: the most keys)
         auto astamp = [&](const std::string& what) {
           return tstamp("    ", fmt::format("stage {}: attention: {}", s, what), fmt::format("stage {}, {}", s, what));
         };
         if (!plain) {  // the default text: attention2_text
-          b += attention2_text(p.T, dh, ks, vs, ldk, 1.0f / std::sqrt(static_cast<float>(dh)), astamp);
+          b += attention2_text(p.T, dh, ks, vs, ldk, scale, astamp);
         } else {
-          b += sc_line;
+          b += fmt::format("    const float sc = lane < nk ? rw_dot_qk<{}>(qt, sm + {} + lane * {} + hh * {}) * {:.9g}f : -CUDART_INF_F;\n", dh,
+                           ks, ldk, dh, scale);
           b += astamp("q.k scores (warp 0 = head 0)");
           b += "    float m = sc;\n    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(RW_FULL, m, off));\n";
           b += astamp("max (butterfly)");
